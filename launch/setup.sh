@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what mhetrain needs to build and test, and nothing that is already there.
+# Safe to run again; never prompts (CI has no terminal).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Build and run-time libraries (Debian package names).
+PACKAGES=(build-essential cmake pkg-config
+  libopenblas-dev libopenmpi-dev openmpi-bin
+  libyaml-dev libcjson-dev libexpat1-dev libbz2-dev libutf8proc-dev libcmocka-dev
+  python3-torch python3-numpy python3-venv gnuplot-nox iproute2)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# Python oracles (Hugging Face tokenizers/transformers, safetensors, tensorboard) live in a venv
+# that also sees Debian's torch.
+if [ "${MHE_SKIP_VENV:-0}" != 1 ]; then
+  venv="$here/.venv"
+  if [ ! -x "$venv/bin/python" ]; then
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+  fi
+  stamp="$venv/.requirements.sha"
+  want=$(sha256sum "$here/tests/requirements.txt" | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/tests/requirements.txt" >&2
+    echo "$want" > "$stamp"
+  fi
+fi
