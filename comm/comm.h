@@ -1,0 +1,46 @@
+// Communicators: how data-parallel workers find each other and exchange gradients.
+// MPI launches and bootstraps every run (a plain `mhetrain train` is an MPI singleton of one
+// worker); the MPI backend reduces host buffers.  Every collective waits with a deadline so a
+// dead or stuck peer ends the job with a message instead of a hang.
+#ifndef MHE_COMM_COMM_H
+#define MHE_COMM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct Comm Comm;
+
+// Initialises MPI (thread level FUNNELED) once per process.  timeout_s <= 0 waits forever.
+Comm *comm_init(int *argc, char ***argv, float timeout_s);
+void comm_finalize(Comm *c);
+
+int comm_rank(const Comm *c);
+int comm_world(const Comm *c);
+int comm_local_rank(const Comm *c);   // rank among the processes of this host (picks the GPU)
+int comm_local_world(const Comm *c);
+
+// In-place sum over all ranks, blocking (with the deadline).
+void comm_allreduce_sum_f32(Comm *c, float *buf, size_t n);
+void comm_allreduce_sum_f64(Comm *c, double *buf, size_t n);
+// In-place max of int64 values (agreeing on flags such as "stop requested").
+void comm_allreduce_max_i64(Comm *c, int64_t *buf, size_t n);
+
+// Non-blocking sum: start returns a handle, wait completes it (deadline applies from start).
+// At most COMM_MAX_PENDING outstanding requests.
+#define COMM_MAX_PENDING 256
+int comm_allreduce_start_f32(Comm *c, float *buf, size_t n);
+void comm_wait(Comm *c, int handle);
+void comm_wait_all(Comm *c);
+
+void comm_broadcast(Comm *c, void *buf, size_t bytes, int root);
+void comm_barrier(Comm *c);
+// Gathers `bytes` from every rank into out (world * bytes, rank order), on every rank.
+void comm_allgather(Comm *c, const void *in, void *out, size_t bytes);
+
+// Ends every rank of the job with status `code` after printing msg on this rank.
+_Noreturn void comm_abort(Comm *c, int code, const char *msg);
+
+// For tests: the raw MPI communicator handle as an opaque pointer (MPI_Comm *).
+void *comm_mpi_handle(Comm *c);
+
+#endif

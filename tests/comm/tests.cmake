@@ -1,0 +1,7 @@
+add_executable(comm_ranks ${CMAKE_SOURCE_DIR}/tests/comm/comm_ranks.c)
+target_link_libraries(comm_ranks PRIVATE mhecore)
+foreach(np 1 2 4)
+  add_test(NAME comm_collectives_np${np}
+    COMMAND mpirun --allow-run-as-root --oversubscribe -np ${np} $<TARGET_FILE:comm_ranks> sums)
+endforeach()
+add_test(NAME comm_dead_peer_ends_job COMMAND ${CMAKE_SOURCE_DIR}/tests/comm/deadline.sh $<TARGET_FILE:comm_ranks>)
