@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Launches data-parallel training with Open MPI on one or many hosts.
+#
+#   launch/mpirun.sh [-n RANKS] [-H HOSTFILE] [-p RANKS_PER_NODE] [-t THREADS_PER_RANK] \
+#                    CONFIG.yaml [key=value ...]
+#
+# -n    total ranks (default: ranks per node x hosts in the hostfile, or 2 on one host)
+# -H    Open MPI hostfile ("host slots=N" per line; see launch/hostfile.example)
+# -p    ranks per node (default: one per GPU when runtime.device is cuda, else 1)
+# -t    OpenMP threads per rank (default: cores of a node / ranks per node)
+# Extra mpirun options go in MHE_MPIRUN_ARGS, e.g. MHE_MPIRUN_ARGS="--mca btl tcp,self".
+# NCCL_*, UCX_*, OMP_*, CUDA_* and MHE_* variables are passed through to every rank.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ranks="" hostfile="" per_node="" threads=""
+while getopts "n:H:p:t:h" opt; do
+  case "$opt" in
+    n) ranks="$OPTARG" ;; H) hostfile="$OPTARG" ;; p) per_node="$OPTARG" ;; t) threads="$OPTARG" ;;
+    h) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "launch/mpirun.sh: unknown option (see -h)" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 1 ] || { echo "launch/mpirun.sh: expected CONFIG.yaml (see -h)" >&2; exit 2; }
+
+bin="${MHETRAIN:-$here/build/mhetrain}"
+[ -x "$bin" ] || { echo "launch/mpirun.sh: $bin not built (run tests/run.sh or cmake --build build)" >&2; exit 2; }
+cores=$(nproc)
+nodes=1
+if [ -n "$hostfile" ]; then
+  [ -r "$hostfile" ] || { echo "launch/mpirun.sh: cannot read hostfile $hostfile" >&2; exit 2; }
+  nodes=$(grep -cvE '^\s*(#|$)' "$hostfile")
+fi
+if [ -z "$per_node" ]; then
+  per_node=1
+  if grep -qE '^\s*device:\s*cuda' "$1" 2>/dev/null && command -v nvidia-smi >/dev/null; then
+    per_node=$(nvidia-smi -L | wc -l)
+  fi
+  [ -z "$ranks" ] && [ "$nodes" = 1 ] && [ "$per_node" = 1 ] && per_node=2
+fi
+[ -n "$ranks" ] || ranks=$((per_node * nodes))
+[ -n "$threads" ] || threads=$(( cores / per_node > 0 ? cores / per_node : 1 ))
+
+args=(-np "$ranks" --map-by "ppr:${per_node}:node:PE=${threads}" --bind-to core -x OMP_NUM_THREADS="$threads")
+[ -n "$hostfile" ] && args+=(--hostfile "$hostfile")
+[ "$(id -u)" = 0 ] && args+=(--allow-run-as-root)
+# Oversubscribe only on a single host with more ranks x threads than cores (testing).
+if [ -z "$hostfile" ] && [ $((per_node * threads)) -gt "$cores" ]; then
+  args=(-np "$ranks" --oversubscribe --bind-to none -x OMP_NUM_THREADS="$threads")
+  [ "$(id -u)" = 0 ] && args+=(--allow-run-as-root)
+fi
+for v in $(env | cut -d= -f1 | grep -E '^(NCCL_|UCX_|OMP_|CUDA_|MHE_)' || true); do args+=(-x "$v"); done
+# shellcheck disable=SC2086
+exec mpirun "${args[@]}" ${MHE_MPIRUN_ARGS:-} "$bin" train "$@" runtime.threads="$threads"
