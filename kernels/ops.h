@@ -1,0 +1,233 @@
+// The backend-neutral op interface (DESIGN.md §3): the model is written once against a Backend,
+// a table of function pointers plus a context pointer; kernels/cpu and kernels/cuda fill it.
+//
+// Making a backend:
+//     Backend *be = backend_cpu_create(threads);   // threads <= 0: OpenMP default
+//     float *x = be->alloc(be, n * sizeof(float));  // memory of the backend's space
+//     be->upload(be, x, host, n * sizeof(float));
+//     ...
+//     be->free(be, x);
+//     be->destroy(be);                              // frees the Backend itself
+// (backend_cuda_create(device) lives in kernels/cuda/cuda_backend.h.)
+//
+// Conventions, for every op:
+// - Pointers are in the backend's memory space (device pointers on CUDA), including the int32
+//   index arrays (ids, labels, masks).  Scalars (sizes, alpha, p, seeds) are host values.
+// - Matrices are row-major.  "[N, C]" is N rows of C floats, contiguous unless an ld is given.
+// - Parameter gradients ALWAYS accumulate (+=) so gradient accumulation over micro-batches is
+//   free.  Activation gradients overwrite, unless the op has an `accumulate` flag set to 1.
+// - In-place use is allowed only where a comment says so.
+// - Ops run in order on one stream; results returned to the host (sum_squares) synchronise.
+// - `profile`, when non-NULL, receives per-class time and matmul flops; backends that cannot
+//   time ops cheaply (asynchronous devices) may synchronise around each op when it is set.
+#ifndef MHE_KERNELS_OPS_H
+#define MHE_KERNELS_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __CUDACC__
+#define OPS_HD __host__ __device__
+#else
+#define OPS_HD
+#endif
+
+// Dropout randomness is a pure function of (seed, offset, element index) so forward and
+// backward regenerate the same mask without storing it, and CPU and CUDA agree bit for bit.
+static inline OPS_HD uint64_t ops_mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+// Element i is kept iff its uniform draw in [0,1) (24 bits) is >= p.
+static inline OPS_HD int ops_dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, float p) {
+    uint64_t bits = ops_mix64(ops_mix64(seed ^ ops_mix64(offset)) + i);
+    float u = (float)(bits >> 40) * (1.0f / 16777216.0f);
+    return u >= p;
+}
+
+typedef enum {
+    OPC_MATMUL,      // matmul, matmul_batched (the model's projections and heads)
+    OPC_ATTENTION,   // attention_forward/backward (scores, softmax, weighted sum)
+    OPC_NORM_ACT,    // layernorm, gelu, dropout, bias, residual adds, head_expand
+    OPC_LOSS,        // cross_entropy_*
+    OPC_OTHER,       // embeddings, memory, optimizer, reductions
+    OPC_COUNT
+} OpClass;
+
+typedef struct {
+    double seconds[OPC_COUNT];
+    double flops[OPC_COUNT];   // multiply-add = 2 flops; matmul and attention products counted
+    long calls[OPC_COUNT];
+} OpProfile;
+
+typedef enum { GELU_ERF, GELU_TANH } GeluKind;
+
+// The attention core of DESIGN.md §1, for B sequences of T tokens and n query heads.
+// Query head h uses Q head h / (n / q_heads), K head h / (n / k_heads) and V head
+// h / (n / v_heads); q_heads, k_heads, v_heads each divide n (1 = shared, n = per head).
+//   S_h   = scale * Q_h K_hᵀ + key_bias[:, h] (per key, not scaled) + mask
+//   P_h   = softmax over keys of S_h (masked keys get probability exactly 0; a row with no
+//           visible key gets all-zero probabilities and outputs out_shift only)
+//   O_h   = (dropout(P_h) V_h) ⊙ out_scale[h] + out_shift[h]     (broadcast over tokens)
+// Masks: causal hides keys j > i; key_mask[b, j] == 0 hides key j of sequence b.
+typedef struct {
+    int B, T;
+    int n_heads;                  // query heads n (= output heads)
+    int q_heads, k_heads, v_heads;
+    int qk_dim;                   // per-head dim of Q and K
+    int v_dim;                    // per-head dim of V and of the output
+    int ldq, ldk, ldv;            // row strides (floats) of q, k, v: row (b*T+t), head g at
+                                  // column g*qk_dim (q, k) or g*v_dim (v); >= heads*dim
+    float scale;                  // usually 1/sqrt(d)
+    int causal;
+    const int32_t *key_mask;      // [B, T], 1 real / 0 padding; NULL: all real
+    const float *key_bias;        // [B, T, n_heads]: bias of key j for head h; NULL: none
+    const float *out_scale;       // [n_heads, v_dim]; NULL: 1
+    const float *out_shift;       // [n_heads, v_dim]; NULL: 0
+    float dropout;                // on P; 0 or training off: none
+    uint64_t seed, offset;        // dropout element index: ((b*n + h)*T + i)*T + j
+} AttnShape;
+
+typedef struct Backend Backend;
+struct Backend {
+    void *ctx;
+    const char *name;             // "cpu", "cuda"
+    OpProfile *profile;           // NULL: no profiling
+    void (*destroy)(Backend *be);
+
+    // ---- memory (bytes) ----
+    void *(*alloc)(Backend *be, size_t bytes);   // zero-filled; aborts on failure
+    void (*free)(Backend *be, void *p);          // NULL ok
+    void (*upload)(Backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(Backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(Backend *be, void *dst, size_t bytes);
+    void (*synchronize)(Backend *be);
+
+    // ---- dense algebra ----
+    // C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]: A is [M,K] (lda >= K)
+    // or, with trans_a, [K,M] (lda >= M); likewise B.  beta = 0 ignores C's old contents.
+    void (*matmul)(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+    // The same for `batch` independent products, operand i at A + i*stride_a (floats) etc.
+    void (*matmul_batched)(Backend *be, int trans_a, int trans_b, int M, int N, int K,
+                           float alpha, const float *A, int lda, long stride_a, const float *B,
+                           int ldb, long stride_b, float beta, float *C, int ldc, long stride_c,
+                           int batch);
+    // y[r, c] += bias[c] for y [N, C].
+    void (*bias_add)(Backend *be, float *y, const float *bias, int N, int C);
+    // dbias[c] += sum_r dy[r, c].
+    void (*bias_backward)(Backend *be, const float *dy, int N, int C, float *dbias);
+
+    // ---- elementwise (n floats) ----
+    void (*add)(Backend *be, const float *a, const float *b, float *out, size_t n);  // out = a+b, in-place ok
+    void (*axpy)(Backend *be, float alpha, const float *x, float *y, size_t n);      // y += alpha x
+    void (*scale)(Backend *be, float *x, float alpha, size_t n);                     // x *= alpha
+    void (*add_scalar)(Backend *be, const float *x, float c, float *out, size_t n);  // out = x + c, in-place ok
+    void (*mul)(Backend *be, const float *a, const float *b, float *out, size_t n);  // out = a*b, in-place ok
+    void (*mul_acc)(Backend *be, const float *a, const float *b, float *out, size_t n); // out += a*b
+
+    // ---- per-head broadcast (head embeddings, collab mixing, mhe_mul query scale) ----
+    // out[r, h, :] = x[r, :] * (mul ? mul[h, :] : 1) + (add ? add[h, :] : 0)
+    // x [N, d] with row stride ldx; mul, add [n, d]; out [N, n*d] contiguous.
+    void (*head_expand)(Backend *be, const float *x, int ldx, const float *mul, const float *add,
+                        int N, int n, int d, float *out);
+    // dx[r, :] (=, or += with accumulate) sum_h dout[r, h, :] * (mul ? mul[h, :] : 1)  (dx row stride ldx)
+    // dmul[h, :] += sum_r dout[r, h, :] * x[r, :]     (skipped when dmul is NULL)
+    // dadd[h, :] += sum_r dout[r, h, :]                (skipped when dadd is NULL)
+    void (*head_expand_backward)(Backend *be, const float *dout, const float *x, int ldx,
+                                 const float *mul, int N, int n, int d, float *dx, int accumulate,
+                                 float *dmul, float *dadd);
+
+    // ---- normalisation and activations ----
+    // y = (x - mean) * rstd * gamma + beta per row of [N, C]; saves mean[N], rstd[N].
+    // rstd = 1/sqrt(var + eps) with the biased variance (as torch).  y may alias x.
+    void (*layernorm_forward)(Backend *be, const float *x, const float *gamma, const float *beta,
+                              int N, int C, float eps, float *y, float *mean, float *rstd);
+    // xhat = (x - mean) * rstd;  dgamma += sum_r dy*xhat;  dbeta += sum_r dy;
+    // dx (=, or += with accumulate) = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)), g = dy*gamma.
+    // dx may alias dy only when accumulate == 0.
+    void (*layernorm_backward)(Backend *be, const float *dy, const float *x, const float *gamma,
+                               const float *mean, const float *rstd, int N, int C, float *dx,
+                               int accumulate, float *dgamma, float *dbeta);
+    // GELU_ERF: x/2 (1 + erf(x/√2));  GELU_TANH: x/2 (1 + tanh(√(2/π)(x + 0.044715 x³))).
+    void (*gelu_forward)(Backend *be, GeluKind kind, const float *x, float *y, size_t n);
+    // dx = dy * gelu'(x); dx may alias dy.
+    void (*gelu_backward)(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx,
+                          size_t n);
+    // y[i] = keep(i) ? x[i] / (1 - p) : 0 with keep = ops_dropout_keep(seed, offset, i, p).
+    // The backward is the same call on dy.  In-place ok.  p = 0 copies.
+    void (*dropout)(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed,
+                    uint64_t offset);
+
+    // ---- embeddings ----
+    // out[b, t, :] = word[ids[b,t]] + pos[t] + (type ? type[type_ids ? type_ids[b,t] : 0] : 0)
+    void (*embedding_forward)(Backend *be, const int32_t *ids, const int32_t *type_ids,
+                              const float *word, const float *pos, const float *type, int B,
+                              int T, int D, float *out);
+    // Scatter-add of dout into dword, dpos (rows 0..T-1) and dtype (when non-NULL).
+    void (*embedding_backward)(Backend *be, const float *dout, const int32_t *ids,
+                               const int32_t *type_ids, int B, int T, int D, float *dword,
+                               float *dpos, float *dtype);
+
+    // ---- loss: softmax cross-entropy over rows of logits [N, V] ----
+    // Rows with label < 0 are skipped: loss[r] = 0.  Otherwise loss[r] = lse[r] - logits[r, label],
+    // lse[r] = log sum_v exp(logits[r, v]).  Writes loss[N] and lse[N].
+    void (*cross_entropy_forward)(Backend *be, const float *logits, const int32_t *labels, int N,
+                                  int V, float *loss, float *lse);
+    // dlogits[r, :] = grad_scale * (softmax(logits[r]) - onehot(label)), or 0 when label < 0.
+    // grad_scale is 1/count for a mean; dlogits may alias logits (the loss backward then
+    // overwrites the logits).
+    void (*cross_entropy_backward)(Backend *be, const float *logits, const float *lse,
+                                   const int32_t *labels, int N, int V, float grad_scale,
+                                   float *dlogits);
+
+    // ---- attention core (see AttnShape) ----
+    // Sizes of the two work buffers: `saved` lives from forward to backward (per layer),
+    // `scratch` is only used during one call (may be shared across layers).
+    void (*attention_sizes)(Backend *be, const AttnShape *s, size_t *saved_floats,
+                            size_t *scratch_floats);
+    // out [B, T, n_heads*v_dim] contiguous.
+    void (*attention_forward)(Backend *be, const AttnShape *s, const float *q, const float *k,
+                              const float *v, float *out, float *saved, float *scratch);
+    // Given dout [B, T, n_heads*v_dim]: writes (overwrites) dq, dk, dv with the layouts (row
+    // strides) of q, k, v, gradients summed over the query heads sharing a K/V head; writes
+    // dkey_bias [B, T, n_heads] when non-NULL; accumulates dout_scale, dout_shift [n, v_dim]
+    // when non-NULL.
+    void (*attention_backward)(Backend *be, const AttnShape *s, const float *q, const float *k,
+                               const float *v, const float *saved, const float *dout,
+                               float *dq, float *dk, float *dv, float *dkey_bias,
+                               float *dout_scale, float *dout_shift, float *scratch);
+
+    // ---- optimizer side ----
+    // sum_i x[i]^2 accumulated in double; returned to the host (synchronises).
+    double (*sum_squares)(Backend *be, const float *x, size_t n);
+    // AdamW (decoupled decay), with g = grad_scale * grad:
+    //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;
+    //   p -= lr * ( (m / bc1) / (sqrt(v / bc2) + eps) + wd * p )
+    // bc1 = 1 - b1^t, bc2 = 1 - b2^t computed by the caller.
+    void (*adamw_update)(Backend *be, float *p, const float *grad, float *m, float *v, size_t n,
+                         float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                         float grad_scale);
+    // LAMB direction, same moment updates as adamw_update, then
+    //   u = (m / bc1) / (sqrt(v / bc2) + eps) + wd * p   (p unchanged)
+    // The caller computes the trust ratio ‖p‖/‖u‖ with sum_squares and applies axpy(-lr*ratio, u, p).
+    void (*lamb_direction)(Backend *be, const float *p, const float *grad, float *m, float *v,
+                           float *u, size_t n, float b1, float b2, float eps, float wd, float bc1,
+                           float bc2, float grad_scale);
+};
+
+// The CPU backend (C + OpenMP + OpenBLAS).  threads <= 0: the OpenMP default.
+Backend *backend_cpu_create(int threads);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
