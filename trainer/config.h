@@ -120,9 +120,24 @@ typedef struct {
     DistConfig dist;
     RuntimeConfig runtime;
     char *source;          // the top-level file it was loaded from
+    // CONFIG_SET_* bits: arch-dependent fields the user gave explicitly, so config_resolve
+    // keeps them instead of applying the arch default.  config_resolve sets the bits of the
+    // fields it resolved, which makes resolving twice a no-op.
+    unsigned explicit_fields;
 } Config;
 
-// Defaults for every field (strings allocated).  arch-dependent fields stay unresolved.
+enum {
+    CONFIG_SET_NORM = 1u << 0,
+    CONFIG_SET_ACTIVATION = 1u << 1,
+    CONFIG_SET_LN_EPS = 1u << 2,
+    CONFIG_SET_TYPE_VOCAB = 1u << 3,
+    CONFIG_SET_OBJECTIVE = 1u << 4,
+    CONFIG_SET_TOKENIZER_KIND = 1u << 5,
+    CONFIG_SET_STEPS = 1u << 6,
+};
+
+// Defaults for every field (strings allocated).  arch-dependent fields stay unresolved:
+// set model.arch (and anything else) and call config_resolve.
 void config_defaults(Config *cfg);
 
 // Loads `path` (following `base:` chains), applies `key.path=value` overrides, resolves
@@ -141,5 +156,6 @@ void config_free(Config *cfg);
 // Names used in YAML and in messages.
 const char *attention_type_name(AttentionType t);
 const char *arch_name(Arch a);
+const char *objective_name(Objective o);
 
 #endif
