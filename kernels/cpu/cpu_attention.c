@@ -1,0 +1,218 @@
+// The attention core (ops.h AttnShape) on the CPU: per (batch, head) sgemm for scores and
+// weighted sums, probabilities saved [B, n, T, T] for the backward.
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+typedef struct {
+    const float *q, *k, *v;  // head slices at row 0 of sequence b
+} HeadPtrs;
+
+static HeadPtrs head_ptrs(const AttnShape *s, const float *q, const float *k, const float *v,
+                          int b, int h) {
+    int n = s->n_heads;
+    HeadPtrs p;
+    p.q = q + (size_t)b * s->T * s->ldq + (size_t)(h / (n / s->q_heads)) * s->qk_dim;
+    p.k = k + (size_t)b * s->T * s->ldk + (size_t)(h / (n / s->k_heads)) * s->qk_dim;
+    p.v = v + (size_t)b * s->T * s->ldv + (size_t)(h / (n / s->v_heads)) * s->v_dim;
+    return p;
+}
+
+static int key_visible(const AttnShape *s, int b, int i, int j) {
+    if (s->causal && j > i) return 0;
+    return !s->key_mask || s->key_mask[(size_t)b * s->T + j] != 0;
+}
+
+static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
+
+static void scores(const AttnShape *s, const HeadPtrs *p, float *S) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->T, s->T, s->qk_dim, s->scale, p->q,
+                s->ldq, p->k, s->ldk, 0.0f, S, s->T);
+}
+
+// Bias, mask and row softmax in place on S [T, T] of (b, h).
+static void softmax_rows(const AttnShape *s, int b, int h, float *S) {
+    const int T = s->T, n = s->n_heads;
+    for (int i = 0; i < T; i++) {
+        float *row = S + (size_t)i * T;
+        float mx = -INFINITY;
+        for (int j = 0; j < T; j++) {
+            if (!key_visible(s, b, i, j)) continue;
+            if (s->key_bias) row[j] += s->key_bias[((size_t)b * T + j) * n + h];
+            mx = row[j] > mx ? row[j] : mx;
+        }
+        double sum = 0;
+        for (int j = 0; j < T; j++) {
+            if (key_visible(s, b, i, j)) {
+                row[j] = expf(row[j] - mx);
+                sum += row[j];
+            } else {
+                row[j] = 0.0f;
+            }
+        }
+        float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+        for (int j = 0; j < T; j++) row[j] *= inv;
+    }
+}
+
+// Pd = P ⊙ keep / (1-p) into dst; returns dst, or P itself without dropout.
+static const float *dropped(const AttnShape *s, int b, int h, const float *P, float *dst) {
+    if (s->dropout <= 0.0f) return P;
+    const size_t TT = (size_t)s->T * s->T;
+    const uint64_t base = ((uint64_t)b * s->n_heads + h) * TT;
+    const float inv = 1.0f / (1.0f - s->dropout);
+    for (size_t e = 0; e < TT; e++)
+        dst[e] = ops_dropout_keep(s->seed, s->offset, base + e, s->dropout) ? P[e] * inv : 0.0f;
+    return dst;
+}
+
+static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
+    (void)be;
+    const size_t T = (size_t)s->T, nt = (size_t)omp_get_max_threads();
+    *saved = (size_t)s->B * s->n_heads * T * T;
+    size_t fwd = nt * T * T;
+    size_t bwd = nt * (2 * T * T + T * s->v_dim) +
+                 (s->out_scale ? (size_t)s->B * T * s->n_heads * s->v_dim : 0);
+    *scratch = fwd > bwd ? fwd : bwd;
+}
+
+static double attention_flops(const AttnShape *s) {
+    return 2.0 * s->B * s->n_heads * (double)s->T * s->T * (s->qk_dim + s->v_dim);
+}
+
+static void cpu_attention_forward(Backend *be, const AttnShape *s, const float *q,
+                                  const float *k, const float *v, float *out, float *saved,
+                                  float *scratch) {
+    double t0 = cpu_prof_begin(be);
+    const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim;
+    const size_t TT = (size_t)T * T;
+    const int ldo = n * dv;
+    const int shared = shares_scores(s);
+    if (shared) {
+        // mhe_add / sha: every head has the same raw scores, one product per sequence.
+#pragma omp parallel for schedule(static)
+        for (int b = 0; b < B; b++) {
+            HeadPtrs p = head_ptrs(s, q, k, v, b, 0);
+            float *S0 = saved + (size_t)b * n * TT;
+            scores(s, &p, S0);
+            for (int h = 1; h < n; h++) memcpy(S0 + h * TT, S0, TT * sizeof *S0);
+        }
+    }
+#pragma omp parallel for schedule(dynamic)
+    for (int bh = 0; bh < B * n; bh++) {
+        int b = bh / n, h = bh % n;
+        HeadPtrs p = head_ptrs(s, q, k, v, b, h);
+        float *P = saved + (size_t)bh * TT;
+        if (!shared) scores(s, &p, P);
+        softmax_rows(s, b, h, P);
+        const float *Pd = dropped(s, b, h, P, scratch + (size_t)omp_get_thread_num() * TT);
+        float *o = out + (size_t)b * T * ldo + (size_t)h * dv;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v, s->ldv,
+                    0.0f, o, ldo);
+        if (s->out_scale || s->out_shift) {
+            const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
+            const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
+            for (int i = 0; i < T; i++) {
+                float *r = o + (size_t)i * ldo;
+                for (int c = 0; c < dv; c++) r[c] = (sc ? r[c] * sc[c] : r[c]) + (sh ? sh[c] : 0.0f);
+            }
+        }
+    }
+    cpu_prof_end(be, OPC_ATTENTION, t0, attention_flops(s));
+}
+
+static void zero_cols(float *x, int rows, int ld, int cols) {
+    for (int r = 0; r < rows; r++) memset(x + (size_t)r * ld, 0, (size_t)cols * sizeof *x);
+}
+
+// Per (b, h), with G = dO ⊙ scale and Pd the dropped probabilities:
+//   dV += Pdᵀ G;  dP = (G Vᵀ) ⊙ keep/(1-p);  dS = P ⊙ (dP - rowsum(P ⊙ dP));
+//   dQ += scale dS K;  dK += scale dSᵀ Q;  dbias[j] = Σ_i dS[i, j].
+// Sequences run in parallel; the heads of one sequence run in order because they may share
+// the same K/V (or Q) rows.
+static void cpu_attention_backward(Backend *be, const AttnShape *s, const float *q,
+                                   const float *k, const float *v, const float *saved,
+                                   const float *dout, float *dq, float *dk, float *dv_out,
+                                   float *dkey_bias, float *dout_scale, float *dout_shift,
+                                   float *scratch) {
+    double t0 = cpu_prof_begin(be);
+    const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim, dk_ = s->qk_dim;
+    const size_t TT = (size_t)T * T;
+    const int ldo = n * dv;
+    const size_t per_thread = 2 * TT + (size_t)T * dv;
+    float *pv_all = scratch + (size_t)omp_get_max_threads() * per_thread;
+#pragma omp parallel for schedule(dynamic)
+    for (int b = 0; b < B; b++) {
+        float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
+        float *Pdbuf = ws, *dP = ws + TT, *G = ws + 2 * TT;
+        zero_cols(dq + (size_t)b * T * s->ldq, T, s->ldq, s->q_heads * dk_);
+        zero_cols(dk + (size_t)b * T * s->ldk, T, s->ldk, s->k_heads * dk_);
+        zero_cols(dv_out + (size_t)b * T * s->ldv, T, s->ldv, s->v_heads * dv);
+        for (int h = 0; h < n; h++) {
+            HeadPtrs p = head_ptrs(s, q, k, v, b, h);
+            const size_t qoff = p.q - q, koff = p.k - k, voff = p.v - v;
+            const float *P = saved + ((size_t)b * n + h) * TT;
+            const float *Pd = dropped(s, b, h, P, Pdbuf);
+            const float *dO = dout + (size_t)b * T * ldo + (size_t)h * dv;
+            const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
+            for (int i = 0; i < T; i++)
+                for (int c = 0; c < dv; c++)
+                    G[(size_t)i * dv + c] = sc ? dO[(size_t)i * ldo + c] * sc[c] : dO[(size_t)i * ldo + c];
+            if (s->out_scale && dout_scale) {
+                // The pre-scale output, kept for the dscale reduction after the loop.
+                float *pv = pv_all + (size_t)b * T * ldo + (size_t)h * dv;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v,
+                            s->ldv, 0.0f, pv, ldo);
+            }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, G, dv,
+                        1.0f, dv_out + voff, s->ldv);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dv, 1.0f, G, dv, p.v, s->ldv,
+                        0.0f, dP, T);
+            if (s->dropout > 0.0f) {
+                const uint64_t base = ((uint64_t)b * n + h) * TT;
+                const float inv = 1.0f / (1.0f - s->dropout);
+                for (size_t e = 0; e < TT; e++)
+                    dP[e] = ops_dropout_keep(s->seed, s->offset, base + e, s->dropout) ? dP[e] * inv : 0.0f;
+            }
+            for (int i = 0; i < T; i++) {
+                const float *pr = P + (size_t)i * T;
+                float *gr = dP + (size_t)i * T;
+                double dot = 0;
+                for (int j = 0; j < T; j++) dot += (double)pr[j] * gr[j];
+                float fd = (float)dot;
+                for (int j = 0; j < T; j++) gr[j] = pr[j] * (gr[j] - fd);
+            }
+            if (dkey_bias) {
+                for (int j = 0; j < T; j++) dkey_bias[((size_t)b * T + j) * n + h] = 0.0f;
+                for (int i = 0; i < T; i++)
+                    for (int j = 0; j < T; j++) dkey_bias[((size_t)b * T + j) * n + h] += dP[(size_t)i * T + j];
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk_, T, s->scale, dP, T, p.k,
+                        s->ldk, 1.0f, dq + qoff, s->ldq);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dk_, T, s->scale, dP, T, p.q,
+                        s->ldq, 1.0f, dk + koff, s->ldk);
+        }
+    }
+    if (dout_scale || dout_shift) {
+#pragma omp parallel for schedule(static)
+        for (int hc = 0; hc < n * dv; hc++) {
+            double ss = 0, sh = 0;
+            for (size_t r = 0; r < (size_t)B * T; r++) {
+                float g = dout[r * ldo + hc];
+                if (s->out_scale && dout_scale) ss += (double)g * pv_all[r * ldo + hc];
+                sh += g;
+            }
+            if (s->out_scale && dout_scale) dout_scale[hc] += (float)ss;
+            if (dout_shift) dout_shift[hc] += (float)sh;
+        }
+    }
+    cpu_prof_end(be, OPC_ATTENTION, t0, 2.0 * attention_flops(s));
+}
+
+void cpu_install_attention(Backend *be) {
+    be->attention_sizes = cpu_attention_sizes;
+    be->attention_forward = cpu_attention_forward;
+    be->attention_backward = cpu_attention_backward;
+}

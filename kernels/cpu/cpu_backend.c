@@ -1,0 +1,56 @@
+// The CPU backend: memory is host memory, ops are C + OpenMP + OpenBLAS.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_internal.h"
+
+static void *cpu_alloc(Backend *be, size_t bytes) {
+    (void)be;
+    // 64-byte alignment keeps sgemm and vector loops on cache-line boundaries.
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) mhe_fatal("out of memory allocating %zu bytes", bytes);
+    memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(Backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void cpu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
+    double t0 = cpu_prof_begin(be);
+    if (bytes) memmove(dst, src, bytes);
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_zero(Backend *be, void *dst, size_t bytes) {
+    double t0 = cpu_prof_begin(be);
+    if (bytes) memset(dst, 0, bytes);
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_synchronize(Backend *be) { (void)be; }
+
+static void cpu_destroy(Backend *be) { free(be); }
+
+Backend *backend_cpu_create(int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+    Backend *be = mhe_calloc(1, sizeof *be);
+    be->name = "cpu";
+    be->destroy = cpu_destroy;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->upload = cpu_copy;
+    be->download = cpu_copy;
+    be->copy = cpu_copy;
+    be->zero = cpu_zero;
+    be->synchronize = cpu_synchronize;
+    cpu_install_dense(be);
+    cpu_install_nn(be);
+    cpu_install_attention(be);
+    cpu_install_optim(be);
+    return be;
+}

@@ -1,0 +1,164 @@
+// Dense algebra and elementwise ops of the CPU backend.
+#include <cblas.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+static void cpu_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc) {
+    double t0 = cpu_prof_begin(be);
+    if (M > 0 && N > 0) {
+        if (K == 0) {
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] *= beta;
+        } else {
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                        M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        }
+    }
+    cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K);
+}
+
+static void cpu_matmul_batched(Backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                               const float *A, int lda, long sa, const float *B, int ldb, long sb,
+                               float beta, float *C, int ldc, long sc, int batch) {
+    double t0 = cpu_prof_begin(be);
+    OpProfile *saved = be->profile;
+    be->profile = NULL;
+    for (int i = 0; i < batch; i++)
+        cpu_matmul(be, ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+    be->profile = saved;
+    cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
+}
+
+static void cpu_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        float *row = y + (size_t)r * C;
+        for (int c = 0; c < C; c++) row[c] += bias[c];
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// dbias[c] += sum_r dy[r, c]: threads own column blocks so no reduction races.
+static void cpu_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        double acc[64] = {0};
+        for (int r = 0; r < N; r++) {
+            const float *row = dy + (size_t)r * C;
+            for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
+        }
+        for (int c = c0; c < c1; c++) dbias[c] += (float)acc[c - c0];
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+static void cpu_add(Backend *be, const float *a, const float *b, float *out, size_t n) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+static void cpu_axpy(Backend *be, float alpha, const float *x, float *y, size_t n) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_scale(Backend *be, float *x, float alpha, size_t n) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= alpha;
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_add_scalar(Backend *be, const float *x, float c, float *out, size_t n) {
+    double t0 = cpu_prof_begin(be);
+    for (size_t i = 0; i < n; i++) out[i] = x[i] + c;
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_mul(Backend *be, const float *a, const float *b, float *out, size_t n) {
+    double t0 = cpu_prof_begin(be);
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) {
+    double t0 = cpu_prof_begin(be);
+    for (size_t i = 0; i < n; i++) out[i] += a[i] * b[i];
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_head_expand(Backend *be, const float *x, int ldx, const float *mul,
+                            const float *add, int N, int n, int d, float *out) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        const float *xr = x + (size_t)r * ldx;
+        for (int h = 0; h < n; h++) {
+            float *o = out + ((size_t)r * n + h) * d;
+            const float *m = mul ? mul + (size_t)h * d : NULL;
+            const float *a = add ? add + (size_t)h * d : NULL;
+            for (int c = 0; c < d; c++) o[c] = (m ? xr[c] * m[c] : xr[c]) + (a ? a[c] : 0.0f);
+        }
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// dx = sum_h dout_h ⊙ mul_h;  dmul_h += sum_r dout_h ⊙ x;  dadd_h += sum_r dout_h.
+static void cpu_head_expand_backward(Backend *be, const float *dout, const float *x, int ldx,
+                                     const float *mul, int N, int n, int d, float *dx,
+                                     int accumulate, float *dmul, float *dadd) {
+    double t0 = cpu_prof_begin(be);
+    if (dx) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < N; r++) {
+            float *g = dx + (size_t)r * ldx;
+            if (!accumulate) memset(g, 0, (size_t)d * sizeof *g);
+            for (int h = 0; h < n; h++) {
+                const float *o = dout + ((size_t)r * n + h) * d;
+                const float *m = mul ? mul + (size_t)h * d : NULL;
+                for (int c = 0; c < d; c++) g[c] += m ? o[c] * m[c] : o[c];
+            }
+        }
+    }
+    if (dmul || dadd) {
+        // One (head, column) per iteration: each output element has a single writer.
+#pragma omp parallel for schedule(static)
+        for (int hc = 0; hc < n * d; hc++) {
+            int h = hc / d, c = hc % d;
+            double sm = 0, sa = 0;
+            for (int r = 0; r < N; r++) {
+                float o = dout[((size_t)r * n + h) * d + c];
+                sm += (double)o * x[(size_t)r * ldx + c];
+                sa += o;
+            }
+            if (dmul) dmul[hc] += (float)sm;
+            if (dadd) dadd[hc] += (float)sa;
+        }
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+void cpu_install_dense(Backend *be) {
+    be->matmul = cpu_matmul;
+    be->matmul_batched = cpu_matmul_batched;
+    be->bias_add = cpu_bias_add;
+    be->bias_backward = cpu_bias_backward;
+    be->add = cpu_add;
+    be->axpy = cpu_axpy;
+    be->scale = cpu_scale;
+    be->add_scalar = cpu_add_scalar;
+    be->mul = cpu_mul;
+    be->mul_acc = cpu_mul_acc;
+    be->head_expand = cpu_head_expand;
+    be->head_expand_backward = cpu_head_expand_backward;
+}

@@ -1,0 +1,23 @@
+// Shared by the CPU backend's files: profiling helpers and the op tables each file fills.
+#ifndef MHE_KERNELS_CPU_INTERNAL_H
+#define MHE_KERNELS_CPU_INTERNAL_H
+
+#include <omp.h>
+
+#include "kernels/ops.h"
+
+static inline double cpu_prof_begin(const Backend *be) { return be->profile ? omp_get_wtime() : 0.0; }
+static inline void cpu_prof_end(Backend *be, OpClass c, double t0, double flops) {
+    if (!be->profile) return;
+    be->profile->seconds[c] += omp_get_wtime() - t0;
+    be->profile->flops[c] += flops;
+    be->profile->calls[c]++;
+}
+
+// Each file installs its ops into the table.
+void cpu_install_dense(Backend *be);
+void cpu_install_nn(Backend *be);
+void cpu_install_attention(Backend *be);
+void cpu_install_optim(Backend *be);
+
+#endif

@@ -1,0 +1,208 @@
+// LayerNorm, GELU, dropout, embeddings and the softmax cross-entropy of the CPU backend.
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_internal.h"
+
+static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamma,
+                                  const float *beta, int N, int C, float eps, float *y,
+                                  float *mean, float *rstd) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        const float *xr = x + (size_t)r * C;
+        float *yr = y + (size_t)r * C;
+        double s = 0;
+        for (int c = 0; c < C; c++) s += xr[c];
+        double mu = s / C, v = 0;
+        for (int c = 0; c < C; c++) v += (xr[c] - mu) * (xr[c] - mu);
+        float rs = (float)(1.0 / sqrt(v / C + eps));
+        float m = (float)mu;
+        for (int c = 0; c < C; c++) yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// g = dy*gamma; dx = rstd * (g - mean(g) - xhat * mean(g*xhat)); dgamma += Σ dy*xhat; dbeta += Σ dy
+static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
+                                   const float *gamma, const float *mean, const float *rstd,
+                                   int N, int C, float *dx, int accumulate, float *dgamma,
+                                   float *dbeta) {
+    double t0 = cpu_prof_begin(be);
+    if (dgamma || dbeta) {
+#pragma omp parallel for schedule(static)
+        for (int c = 0; c < C; c++) {
+            double sg = 0, sb = 0;
+            for (int r = 0; r < N; r++) {
+                float g = dy[(size_t)r * C + c];
+                sg += (double)g * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
+                sb += g;
+            }
+            if (dgamma) dgamma[c] += (float)sg;
+            if (dbeta) dbeta[c] += (float)sb;
+        }
+    }
+    if (dx) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < N; r++) {
+            const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
+            float *dxr = dx + (size_t)r * C;
+            float mu = mean[r], rs = rstd[r];
+            double sg = 0, sgx = 0;
+            for (int c = 0; c < C; c++) {
+                double g = (double)dyr[c] * gamma[c];
+                sg += g;
+                sgx += g * (xr[c] - mu) * rs;
+            }
+            float mg = (float)(sg / C), mgx = (float)(sgx / C);
+            for (int c = 0; c < C; c++) {
+                float xhat = (xr[c] - mu) * rs;
+                float v = rs * (dyr[c] * gamma[c] - mg - xhat * mgx);
+                dxr[c] = accumulate ? dxr[c] + v : v;
+            }
+        }
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+#define GELU_K0 0.7978845608028654f  // sqrt(2/pi)
+#define GELU_K1 0.044715f
+
+static void cpu_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
+    double t0 = cpu_prof_begin(be);
+    if (kind == GELU_ERF) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(GELU_K0 * (v + GELU_K1 * v * v * v)));
+        }
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// erf: gelu' = Φ(x) + x φ(x);  tanh: gelu' = ½(1+t) + ½ x (1-t²) k0 (1 + 3 k1 x²).
+static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy,
+                              float *dx, size_t n) {
+    double t0 = cpu_prof_begin(be);
+    if (kind == GELU_ERF) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float v = x[i];
+            float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
+            float pdf = expf(-0.5f * v * v) * 0.3989422804014327f;
+            dx[i] = dy[i] * (cdf + v * pdf);
+        }
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float v = x[i];
+            float t = tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
+            float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * v * v);
+            dx[i] = dy[i] * g;
+        }
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+static void cpu_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed,
+                        uint64_t offset) {
+    double t0 = cpu_prof_begin(be);
+    if (p <= 0.0f) {
+        if (y != x) memcpy(y, x, n * sizeof *y);
+    } else {
+        float inv = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) y[i] = ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f;
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
+                                  const float *word, const float *pos, const float *type, int B,
+                                  int T, int D, float *out) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int t = bt % T;
+        const float *w = word + (size_t)ids[bt] * D, *p = pos + (size_t)t * D;
+        const float *ty = type ? type + (size_t)(type_ids ? type_ids[bt] : 0) * D : NULL;
+        float *o = out + (size_t)bt * D;
+        for (int c = 0; c < D; c++) o[c] = w[c] + p[c] + (ty ? ty[c] : 0.0f);
+    }
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+// Scatter-add: threads split the D columns, so rows hit twice never race.
+static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t *ids,
+                                   const int32_t *type_ids, int B, int T, int D, float *dword,
+                                   float *dpos, float *dtype) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < D; c++) {
+        for (int bt = 0; bt < B * T; bt++) {
+            float g = dout[(size_t)bt * D + c];
+            dword[(size_t)ids[bt] * D + c] += g;
+            if (dpos) dpos[(size_t)(bt % T) * D + c] += g;
+            if (dtype) dtype[(size_t)(type_ids ? type_ids[bt] : 0) * D + c] += g;
+        }
+    }
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
+                                      int N, int V, float *loss, float *lse) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        if (labels[r] < 0) {
+            loss[r] = 0.0f;
+            lse[r] = 0.0f;
+            continue;
+        }
+        const float *z = logits + (size_t)r * V;
+        float mx = z[0];
+        for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+        double s = 0;
+        for (int v = 0; v < V; v++) s += exp((double)(z[v] - mx));
+        double l = mx + log(s);
+        lse[r] = (float)l;
+        loss[r] = (float)(l - z[labels[r]]);
+    }
+    cpu_prof_end(be, OPC_LOSS, t0, 0);
+}
+
+static void cpu_cross_entropy_backward(Backend *be, const float *logits, const float *lse,
+                                       const int32_t *labels, int N, int V, float grad_scale,
+                                       float *dlogits) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N; r++) {
+        const float *z = logits + (size_t)r * V;
+        float *g = dlogits + (size_t)r * V;
+        if (labels[r] < 0) {
+            memset(g, 0, (size_t)V * sizeof *g);
+            continue;
+        }
+        float l = lse[r];
+        for (int v = 0; v < V; v++) g[v] = grad_scale * expf(z[v] - l);
+        g[labels[r]] -= grad_scale;
+    }
+    cpu_prof_end(be, OPC_LOSS, t0, 0);
+}
+
+void cpu_install_nn(Backend *be) {
+    be->layernorm_forward = cpu_layernorm_forward;
+    be->layernorm_backward = cpu_layernorm_backward;
+    be->gelu_forward = cpu_gelu_forward;
+    be->gelu_backward = cpu_gelu_backward;
+    be->dropout = cpu_dropout;
+    be->embedding_forward = cpu_embedding_forward;
+    be->embedding_backward = cpu_embedding_backward;
+    be->cross_entropy_forward = cpu_cross_entropy_forward;
+    be->cross_entropy_backward = cpu_cross_entropy_backward;
+}
