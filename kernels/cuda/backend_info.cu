@@ -1,0 +1,39 @@
+// What the CUDA build reports about itself (kernels/backend_info.h): runtime, driver, cuBLAS and
+// NCCL versions, and the device count (0 on a machine without a GPU or driver).
+#include "kernels/cuda/cuda_compat.h"
+
+extern "C" {
+#include "kernels/backend_info.h"
+}
+
+extern "C" int backend_cuda_compiled(void) { return 1; }
+
+extern "C" int backend_cuda_device_count(void) {
+    int n = 0;
+    // No driver or no device is the normal case on CPU machines: report 0, never fail.
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky error for later callers
+        return 0;
+    }
+    return n;
+}
+
+extern "C" void backend_cuda_print_versions(FILE *out) {
+    int rt = 0, drv = 0, nccl = 0;
+    (void)cudaRuntimeGetVersion(&rt);
+    (void)cudaDriverGetVersion(&drv);
+    (void)ncclGetVersion(&nccl);
+    fprintf(out, "cuda: runtime %d.%d, driver %s", rt / 1000, (rt % 1000) / 10,
+            drv ? "" : "none");
+    if (drv) fprintf(out, "%d.%d", drv / 1000, (drv % 1000) / 10);
+    fprintf(out, ", devices %d%s\n", backend_cuda_device_count(),
+#if defined(MHE_CUDA_EMU)
+            " (emulated)"
+#else
+            ""
+#endif
+    );
+    fprintf(out, "cublas: %d.%d.%d (compiled against)\n", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR,
+            CUBLAS_VER_PATCH);
+    fprintf(out, "nccl: %d.%d.%d\n", nccl / 10000, (nccl / 100) % 100, nccl % 100);
+}

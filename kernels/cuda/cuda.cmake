@@ -1,0 +1,41 @@
+# The CUDA backend (included by the root CMakeLists.txt when nvcc is found).
+#   mhecuda      the nvcc build for sm_80 and sm_90, warnings as errors; linked into mhetrain.
+#   mhecuda_emu  the same .cu sources compiled as host C++ against emu/cuda_emu.h, with
+#                AddressSanitizer; linked only into tests (never into the release binary).
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+find_path(MHE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+find_library(MHE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+if(NOT MHE_NCCL_INCLUDE_DIR OR NOT MHE_NCCL_LIBRARY)
+  message(FATAL_ERROR "CUDA backend: nccl.h / libnccl not found (looked under the CUDA toolkit)")
+endif()
+option(MHE_CUDA_PTXAS_VERBOSE "Print ptxas register/spill figures for every kernel" OFF)
+
+file(GLOB MHE_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.cu)
+
+add_library(mhecuda STATIC ${MHE_CUDA_SOURCES})
+set_target_properties(mhecuda PROPERTIES CUDA_ARCHITECTURES "80;90" CUDA_STANDARD 17
+  CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
+target_include_directories(mhecuda PRIVATE ${CMAKE_SOURCE_DIR} ${MHE_NCCL_INCLUDE_DIR})
+target_compile_options(mhecuda PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${MHE_CUDA_PTXAS_VERBOSE}>>:-Xptxas=-v>)
+target_link_libraries(mhecuda PUBLIC mhecore CUDA::cudart CUDA::cublas ${MHE_NCCL_LIBRARY})
+
+# The emulated twin: one generated .cpp per .cu that includes it, so the same file is compiled
+# by nvcc for mhecuda and by g++ here.
+set(MHE_CUDA_EMU_SOURCES ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu.cpp)
+foreach(src ${MHE_CUDA_SOURCES})
+  get_filename_component(stem ${src} NAME_WE)
+  set(wrapper ${CMAKE_BINARY_DIR}/cuda_emu/${stem}_emu.cpp)
+  file(CONFIGURE OUTPUT ${wrapper} CONTENT "#include \"${src}\"\n")
+  list(APPEND MHE_CUDA_EMU_SOURCES ${wrapper})
+endforeach()
+add_library(mhecuda_emu STATIC ${MHE_CUDA_EMU_SOURCES})
+target_compile_definitions(mhecuda_emu PUBLIC MHE_CUDA_EMU=1)
+target_include_directories(mhecuda_emu PUBLIC ${CMAKE_SOURCE_DIR})
+target_include_directories(mhecuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${MHE_NCCL_INCLUDE_DIR})
+target_compile_options(mhecuda_emu PUBLIC -fsanitize=address -fno-omit-frame-pointer)
+target_compile_options(mhecuda_emu PRIVATE -Werror)
+target_link_options(mhecuda_emu PUBLIC -fsanitize=address)
+target_link_libraries(mhecuda_emu PUBLIC mhecore PkgConfig::OPENBLAS MPI::MPI_C pthread)

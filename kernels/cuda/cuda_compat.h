@@ -1,0 +1,88 @@
+// What every .cu source includes first: the CUDA headers under nvcc, or the CPU emulation
+// (emu/cuda_emu.h) when the same source is compiled as host C++ for the tests.  Also the
+// checking macros and the shared block-reduction helpers.
+#ifndef MHE_KERNELS_CUDA_COMPAT_H
+#define MHE_KERNELS_CUDA_COMPAT_H
+
+#if defined(MHE_CUDA_EMU)
+#include "kernels/cuda/emu/cuda_emu.h"
+#else
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+// Launch through one macro so the emulation (a function call) and nvcc (<<<>>>) share sources.
+#define MHE_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
+#define MHE_DYNAMIC_SHARED(type, name)                               \
+    extern __shared__ __align__(16) unsigned char mhe_dynamic_smem[]; \
+    type *name = reinterpret_cast<type *>(mhe_dynamic_smem)
+#endif
+
+// common/error.h is C11 (_Noreturn); the one function the CUDA side needs, declared for C++.
+extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Threads per block of the row kernels.  The emulation runs one std::thread per CUDA thread,
+// so it uses two warps: still enough to exercise the cross-warp half of every reduction.
+#if defined(MHE_CUDA_EMU)
+#define MHE_BLOCK 64
+#define MHE_MAX_GRID 8
+#else
+#define MHE_BLOCK 256
+#define MHE_MAX_GRID 4096
+#endif
+
+#define CUDA_CHECK(call)                                                                   \
+    do {                                                                                   \
+        cudaError_t mhe_e = (call);                                                        \
+        if (mhe_e != cudaSuccess)                                                          \
+            mhe_fatal("%s:%d: %s failed: %s", __FILE__, __LINE__, #call,                   \
+                      cudaGetErrorString(mhe_e));                                          \
+    } while (0)
+#define CUBLAS_CHECK(call)                                                                 \
+    do {                                                                                   \
+        cublasStatus_t mhe_s = (call);                                                     \
+        if (mhe_s != CUBLAS_STATUS_SUCCESS)                                                \
+            mhe_fatal("%s:%d: %s failed: cublas status %d", __FILE__, __LINE__, #call,     \
+                      (int)mhe_s);                                                         \
+    } while (0)
+// Kernel launches report errors asynchronously; this catches bad launch configurations.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+// Grid for a grid-stride loop over n elements.
+static inline unsigned cuda_grid_for(size_t n) {
+    size_t g = (n + MHE_BLOCK - 1) / MHE_BLOCK;
+    if (g < 1) g = 1;
+    return g > MHE_MAX_GRID ? MHE_MAX_GRID : (unsigned)g;
+}
+
+template <typename T> __device__ __forceinline__ T warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024), returned to every thread.
+// `buf` is __shared__ T[32] owned by the caller; reusable after the call returns.
+template <typename T> __device__ __forceinline__ T block_sum(T v, T *buf) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // buf may still be read by a previous call
+    if (lane == 0) buf[warp] = v;
+    __syncthreads();
+    T total = lane < n_warps ? buf[lane] : T(0);
+    return warp_sum(total);
+}
+__device__ __forceinline__ float block_max(float v, float *buf) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) buf[warp] = v;
+    __syncthreads();
+    float m = lane < n_warps ? buf[lane] : -INFINITY;
+    return warp_max(m);
+}
+
+#endif

@@ -1,0 +1,340 @@
+// The out-of-line half of the CUDA emulation (see cuda_emu.h): the launcher, host-memory
+// runtime, cuBLAS over OpenBLAS and NCCL over MPI.
+#include "kernels/cuda/emu/cuda_emu.h"
+
+#include <cblas.h>
+// The C API only: Open MPI would otherwise pull in its removed C++ bindings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+struct CUstream_st {
+    int unused;
+};
+struct CUevent_st {
+    std::chrono::steady_clock::time_point at;
+};
+struct cublasContext {
+    cudaStream_t stream;
+};
+struct ncclComm {
+    MPI_Comm mpi;
+    int rank, size;
+};
+
+namespace mhe_emu {
+
+void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()> &body) {
+    const int n = (int)(block.x * block.y * block.z);
+    if (n <= 0 || n > 1024) {
+        std::fprintf(stderr, "cuda_emu: block of %d threads\n", n);
+        std::abort();
+    }
+    const int n_warps = (n + WARP - 1) / WARP;
+    std::barrier<> block_sync(n);
+    std::vector<std::unique_ptr<std::barrier<>>> warp_syncs;
+    std::vector<Warp> warps(n_warps);
+    for (int w = 0; w < n_warps; w++) {
+        int lanes = n - w * WARP < WARP ? n - w * WARP : WARP;
+        warp_syncs.push_back(std::make_unique<std::barrier<>>(lanes));
+        warps[w].sync = warp_syncs.back().get();
+    }
+    std::vector<unsigned char> shared(dynamic_shared_bytes + 16);
+    Block blk{&block_sync, warps.data(), shared.data()};
+    // The threads of a block are created once per launch and walk the grid together; the
+    // barrier after each block keeps blocks from overlapping (static __shared__ is reused).
+    auto thread_main = [&](int linear) {
+        ThreadState &s = self;
+        s.block = &blk;
+        s.block_dim = block;
+        s.grid_dim = grid;
+        s.linear = linear;
+        s.lane = linear % WARP;
+        s.thread_idx = uint3{(unsigned)linear % block.x, (unsigned)(linear / block.x) % block.y,
+                             (unsigned)(linear / (block.x * block.y))};
+        for (unsigned bz = 0; bz < grid.z; bz++)
+            for (unsigned by = 0; by < grid.y; by++)
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    s.block_idx = uint3{bx, by, bz};
+                    body();
+                    block_sync.arrive_and_wait();
+                }
+    };
+    std::vector<std::thread> threads;
+    threads.reserve(n);
+    for (int t = 0; t < n; t++) threads.emplace_back(thread_main, t);
+    for (auto &t : threads) t.join();
+}
+
+}  // namespace mhe_emu
+
+// ---- runtime ----
+cudaError_t mhe_emu_malloc(void **p, size_t bytes) {
+    // 256-byte alignment, as cudaMalloc guarantees.
+    *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t mhe_emu_free(void *p) {
+    std::free(p);
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
+    if (bytes) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_memcpy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                 cudaStream_t) {
+    return mhe_emu_memcpy(dst, src, bytes, kind);
+}
+cudaError_t mhe_emu_memset(void *p, int value, size_t bytes) {
+    if (bytes) std::memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_memset_async(void *p, int value, size_t bytes, cudaStream_t) {
+    return mhe_emu_memset(p, value, bytes);
+}
+cudaError_t mhe_emu_get_device_count(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_set_device(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t mhe_emu_get_last_error(void) { return cudaSuccess; }
+cudaError_t mhe_emu_device_synchronize(void) { return cudaSuccess; }
+cudaError_t mhe_emu_stream_create(cudaStream_t *s) {
+    *s = new CUstream_st{0};
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_stream_create_flags(cudaStream_t *s, unsigned) { return mhe_emu_stream_create(s); }
+cudaError_t mhe_emu_stream_destroy(cudaStream_t s) {
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_stream_synchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t mhe_emu_stream_wait_event(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t mhe_emu_event_create(cudaEvent_t *e) {
+    *e = new CUevent_st{std::chrono::steady_clock::now()};
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_event_create_flags(cudaEvent_t *e, unsigned) { return mhe_emu_event_create(e); }
+cudaError_t mhe_emu_event_destroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_event_record(cudaEvent_t e, cudaStream_t) {
+    e->at = std::chrono::steady_clock::now();
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_event_synchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t mhe_emu_event_query(cudaEvent_t) { return cudaSuccess; }
+cudaError_t mhe_emu_event_elapsed(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_runtime_version(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_driver_version(int *v) {
+    *v = 0;
+    return cudaSuccess;
+}
+const char *mhe_emu_error_string(cudaError_t e) {
+    return e == cudaSuccess ? "no error (emulated)" : "error (emulated)";
+}
+
+// ---- cuBLAS ----
+cublasStatus_t mhe_emu_cublas_create(cublasHandle_t *h) {
+    *h = new cublasContext{nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t mhe_emu_cublas_destroy(cublasHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t mhe_emu_cublas_set_stream(cublasHandle_t h, cudaStream_t s) {
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t mhe_emu_cublas_set_math_mode(cublasHandle_t, cublasMath_t) {
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t mhe_emu_cublas_get_version(cublasHandle_t, int *v) {
+    *v = CUBLAS_VERSION;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static CBLAS_TRANSPOSE blas_op(cublasOperation_t t) {
+    return t == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+}
+
+cublasStatus_t mhe_emu_sgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+                             int n, int k, const float *alpha, const float *a, int lda,
+                             const float *b, int ldb, const float *beta, float *c, int ldc) {
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cblas_sgemm(CblasColMajor, blas_op(ta), blas_op(tb), m, n, k, *alpha, a, lda, b, ldb, *beta, c,
+                ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t mhe_emu_sgemm_strided_batched(cublasHandle_t h, cublasOperation_t ta,
+                                             cublasOperation_t tb, int m, int n, int k,
+                                             const float *alpha, const float *a, int lda,
+                                             long long sa, const float *b, int ldb, long long sb,
+                                             const float *beta, float *c, int ldc, long long sc,
+                                             int batch) {
+    for (int i = 0; i < batch; i++)
+        mhe_emu_sgemm(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc,
+                      ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Widens a column-major rows x cols matrix (leading dimension ld) of type t to fp32.
+static void widen(std::vector<float> &out, const void *p, cudaDataType t, int ld, int cols) {
+    size_t n = (size_t)ld * (size_t)cols;
+    out.resize(n);
+    if (t == CUDA_R_32F) {
+        std::memcpy(out.data(), p, n * sizeof(float));
+    } else {
+        const __nv_bfloat16 *h = static_cast<const __nv_bfloat16 *>(p);
+        for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
+    }
+}
+
+// Mixed precision as the tensor-core path computes it: inputs of any supported type, products
+// accumulated in fp32, output rounded once to its type.
+cublasStatus_t mhe_emu_gemm_strided_batched_ex(
+    cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void *alpha, const void *a, cudaDataType at, int lda, long long sa, const void *b,
+    cudaDataType bt, int ldb, long long sb, const void *beta, void *c, cudaDataType ct, int ldc,
+    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
+    auto ok = [](cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16BF; };
+    if (!ok(at) || !ok(bt) || !ok(ct) ||
+        (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    size_t ea = at == CUDA_R_32F ? 4 : 2, eb = bt == CUDA_R_32F ? 4 : 2, ec = ct == CUDA_R_32F ? 4 : 2;
+    int a_cols = ta == CUBLAS_OP_N ? k : m, b_cols = tb == CUBLAS_OP_N ? n : k;
+    float al = *static_cast<const float *>(alpha), be = *static_cast<const float *>(beta);
+    std::vector<float> fa, fb, fc;
+    for (int i = 0; i < batch; i++) {
+        const char *pa = static_cast<const char *>(a) + (size_t)(i * sa) * ea;
+        const char *pb = static_cast<const char *>(b) + (size_t)(i * sb) * eb;
+        char *pc = static_cast<char *>(c) + (size_t)(i * sc) * ec;
+        widen(fa, pa, at, lda, a_cols);
+        widen(fb, pb, bt, ldb, b_cols);
+        widen(fc, pc, ct, ldc, n);
+        // Rows beyond m of each column of C belong to the caller: only m rows are written back.
+        cblas_sgemm(CblasColMajor, blas_op(ta), blas_op(tb), m, n, k, al, fa.data(), lda, fb.data(),
+                    ldb, be, fc.data(), ldc);
+        for (int col = 0; col < n; col++)
+            for (int row = 0; row < m; row++) {
+                size_t at_ = (size_t)col * ldc + row;
+                if (ct == CUDA_R_32F)
+                    reinterpret_cast<float *>(pc)[at_] = fc[at_];
+                else
+                    reinterpret_cast<__nv_bfloat16 *>(pc)[at_] = __float2bfloat16(fc[at_]);
+            }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                               int n, int k, const void *alpha, const void *a, cudaDataType at,
+                               int lda, const void *b, cudaDataType bt, int ldb, const void *beta,
+                               void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                               cublasGemmAlgo_t algo) {
+    return mhe_emu_gemm_strided_batched_ex(h, ta, tb, m, n, k, alpha, a, at, lda, 0, b, bt, ldb, 0,
+                                           beta, c, ct, ldc, 0, 1, compute, algo);
+}
+
+// ---- NCCL over MPI ----
+ncclResult_t mhe_emu_nccl_get_unique_id(ncclUniqueId *id) {
+    std::random_device rd;
+    for (size_t i = 0; i < sizeof id->internal; i++) id->internal[i] = (char)rd();
+    return ncclSuccess;
+}
+ncclResult_t mhe_emu_nccl_comm_init_rank(ncclComm_t *c, int n, ncclUniqueId, int rank) {
+    int init = 0, size = 0, me = 0;
+    MPI_Initialized(&init);
+    if (!init) return ncclInvalidUsage;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    // The emulation maps NCCL ranks onto MPI_COMM_WORLD one to one.
+    if (size != n || me != rank) return ncclInvalidArgument;
+    ncclComm *comm = new ncclComm{MPI_COMM_NULL, rank, n};
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm->mpi);
+    *c = comm;
+    return ncclSuccess;
+}
+ncclResult_t mhe_emu_nccl_comm_init_rank_config(ncclComm_t *c, int n, ncclUniqueId id, int rank,
+                                                ncclConfig_t *) {
+    return mhe_emu_nccl_comm_init_rank(c, n, id, rank);
+}
+
+static MPI_Datatype mpi_type(ncclDataType_t t) {
+    switch (t) {
+    case ncclFloat32: return MPI_FLOAT;
+    case ncclFloat64: return MPI_DOUBLE;
+    case ncclInt32: return MPI_INT32_T;
+    case ncclInt64: return MPI_INT64_T;
+    case ncclUint8: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+ncclResult_t mhe_emu_nccl_all_reduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                     ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
+    MPI_Datatype dt = mpi_type(t);
+    MPI_Op mop = op == ncclSum || op == ncclAvg ? MPI_SUM : op == ncclMax ? MPI_MAX
+               : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD : MPI_OP_NULL;
+    if (dt == MPI_DATATYPE_NULL || mop == MPI_OP_NULL || count > (size_t)INT32_MAX)
+        return ncclInvalidArgument;
+    const void *in = send == recv ? MPI_IN_PLACE : send;
+    if (MPI_Allreduce(in, recv, (int)count, dt, mop, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    if (op == ncclAvg) {
+        if (t != ncclFloat32) return ncclInvalidArgument;
+        float *r = static_cast<float *>(recv);
+        for (size_t i = 0; i < count; i++) r[i] /= (float)c->size;
+    }
+    return ncclSuccess;
+}
+ncclResult_t mhe_emu_nccl_broadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                    int root, ncclComm_t c, cudaStream_t) {
+    MPI_Datatype dt = mpi_type(t);
+    if (dt == MPI_DATATYPE_NULL || count > (size_t)INT32_MAX) return ncclInvalidArgument;
+    if (c->rank == root && send != recv) {
+        int sz = 0;
+        MPI_Type_size(dt, &sz);
+        std::memmove(recv, send, count * (size_t)sz);
+    }
+    return MPI_Bcast(recv, (int)count, dt, root, c->mpi) == MPI_SUCCESS ? ncclSuccess
+                                                                         : ncclSystemError;
+}
+ncclResult_t mhe_emu_nccl_group_start(void) { return ncclSuccess; }
+ncclResult_t mhe_emu_nccl_group_end(void) { return ncclSuccess; }
+ncclResult_t mhe_emu_nccl_comm_get_async_error(ncclComm_t, ncclResult_t *r) {
+    *r = ncclSuccess;  // collectives complete synchronously, so nothing is ever in flight
+    return ncclSuccess;
+}
+ncclResult_t mhe_emu_nccl_comm_abort(ncclComm_t c) {
+    if (c) MPI_Comm_free(&c->mpi);
+    delete c;
+    return ncclSuccess;
+}
+ncclResult_t mhe_emu_nccl_comm_destroy(ncclComm_t c) { return mhe_emu_nccl_comm_abort(c); }
+ncclResult_t mhe_emu_nccl_comm_finalize(ncclComm_t) { return ncclSuccess; }
+ncclResult_t mhe_emu_nccl_get_version(int *v) {
+    *v = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+const char *mhe_emu_nccl_error_string(ncclResult_t r) {
+    return r == ncclSuccess ? "no error (emulated)" : "error (emulated)";
+}

@@ -1,0 +1,253 @@
+// CPU emulation of the slice of CUDA that kernels/cuda/*.cu use, so the same sources run in CI
+// without a GPU (DESIGN.md §7).  Test infrastructure only: built into `mhecuda_emu`, never
+// into the release binary.  Semantics kept (see README.md):
+//   - blocks of a grid run one after another; the threads of a block run concurrently as
+//     std::threads, so __syncthreads is a real std::barrier and races show up under ASan/TSan;
+//   - warp shuffles go through a per-warp exchange array guarded by a per-warp barrier;
+//   - __shared__ is static storage reused by each block in turn (blocks never overlap);
+//   - memory, streams and events live on the host; work on a stream runs synchronously;
+//   - cuBLAS is served by OpenBLAS with cuBLAS's column-major semantics, NCCL by MPI;
+//   - bf16 is the toolkit's own cuda_bf16.h, whose conversions are host-callable.
+// The toolkit headers are included for their types only; every function the sources call is
+// redirected by a macro to an mhe_emu_* function, so nothing links against libcudart.
+#ifndef MHE_KERNELS_CUDA_EMU_CUDA_EMU_H
+#define MHE_KERNELS_CUDA_EMU_CUDA_EMU_H
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+#define __launch_bounds__(...)
+
+namespace mhe_emu {
+
+constexpr int WARP = 32;
+
+struct Warp {
+    std::barrier<> *sync;
+    uint64_t slot[WARP];
+};
+
+struct Block {
+    std::barrier<> *sync;
+    Warp *warps;
+    unsigned char *dynamic_shared;
+};
+
+// Each emulated CUDA thread is one std::thread; these are its built-in variables.
+struct ThreadState {
+    uint3 thread_idx, block_idx;
+    dim3 block_dim, grid_dim;
+    int lane, linear;
+    Block *block;
+};
+inline thread_local ThreadState self;
+
+// Runs body once per (block, thread); blocks in order, threads of a block concurrently.
+void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()> &body);
+
+template <typename T> T shuffle(T v, int src_lane, bool keep_own) {
+    static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>);
+    Warp &w = self.block->warps[self.linear / WARP];
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof v);
+    w.slot[self.lane] = bits;
+    w.sync->arrive_and_wait();  // every lane has published
+    T out = v;
+    if (!keep_own) std::memcpy(&out, &w.slot[src_lane], sizeof out);
+    w.sync->arrive_and_wait();  // every lane has read before the slots are reused
+    return out;
+}
+
+}  // namespace mhe_emu
+
+#define threadIdx (mhe_emu::self.thread_idx)
+#define blockIdx (mhe_emu::self.block_idx)
+#define blockDim (mhe_emu::self.block_dim)
+#define gridDim (mhe_emu::self.grid_dim)
+#define warpSize (mhe_emu::WARP)
+
+inline void __syncthreads() { mhe_emu::self.block->sync->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+    mhe_emu::self.block->warps[mhe_emu::self.linear / mhe_emu::WARP].sync->arrive_and_wait();
+}
+template <typename T> T __shfl_xor_sync(unsigned, T v, int lane_mask, int = 32) {
+    return mhe_emu::shuffle(v, mhe_emu::self.lane ^ lane_mask, false);
+}
+template <typename T> T __shfl_down_sync(unsigned, T v, unsigned delta, int = 32) {
+    int src = mhe_emu::self.lane + (int)delta;
+    return mhe_emu::shuffle(v, src, src >= mhe_emu::WARP);
+}
+template <typename T> T __shfl_sync(unsigned, T v, int src_lane, int = 32) {
+    return mhe_emu::shuffle(v, src_lane & (mhe_emu::WARP - 1), false);
+}
+inline float atomicAdd(float *p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline int atomicAdd(int *p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
+inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    return std::atomic_ref<unsigned>(*p).fetch_add(v);
+}
+
+// Device-only math intrinsics the host library lacks.
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __ldg(const float *p) { return *p; }
+
+// Dynamic shared memory: `MHE_DYNAMIC_SHARED(float, buf);` in both builds.
+#define MHE_DYNAMIC_SHARED(type, name) \
+    type *name = reinterpret_cast<type *>(mhe_emu::self.block->dynamic_shared)
+
+// The one launch form both compilers accept: MHE_LAUNCH(kernel, grid, block, shmem, stream)(args...)
+#define MHE_LAUNCH(kernel, grid, block, shmem, stream)                                  \
+    [&](auto &&...mhe_args) {                                                           \
+        (void)(stream);                                                                 \
+        mhe_emu::launch((grid), (block), (shmem), [&] { kernel(mhe_args...); });        \
+    }
+
+// ---- runtime (host memory, synchronous streams) ----
+cudaError_t mhe_emu_malloc(void **p, size_t bytes);
+cudaError_t mhe_emu_free(void *p);
+cudaError_t mhe_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t mhe_emu_memcpy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                                 cudaStream_t s);
+cudaError_t mhe_emu_memset(void *p, int value, size_t bytes);
+cudaError_t mhe_emu_memset_async(void *p, int value, size_t bytes, cudaStream_t s);
+cudaError_t mhe_emu_get_device_count(int *n);
+cudaError_t mhe_emu_set_device(int d);
+cudaError_t mhe_emu_get_last_error(void);
+cudaError_t mhe_emu_device_synchronize(void);
+cudaError_t mhe_emu_stream_create(cudaStream_t *s);
+cudaError_t mhe_emu_stream_create_flags(cudaStream_t *s, unsigned flags);
+cudaError_t mhe_emu_stream_destroy(cudaStream_t s);
+cudaError_t mhe_emu_stream_synchronize(cudaStream_t s);
+cudaError_t mhe_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t mhe_emu_event_create(cudaEvent_t *e);
+cudaError_t mhe_emu_event_create_flags(cudaEvent_t *e, unsigned flags);
+cudaError_t mhe_emu_event_destroy(cudaEvent_t e);
+cudaError_t mhe_emu_event_record(cudaEvent_t e, cudaStream_t s);
+cudaError_t mhe_emu_event_synchronize(cudaEvent_t e);
+cudaError_t mhe_emu_event_query(cudaEvent_t e);
+cudaError_t mhe_emu_event_elapsed(float *ms, cudaEvent_t a, cudaEvent_t b);
+cudaError_t mhe_emu_runtime_version(int *v);
+cudaError_t mhe_emu_driver_version(int *v);
+const char *mhe_emu_error_string(cudaError_t e);
+
+#define cudaMalloc(p, n) mhe_emu_malloc(reinterpret_cast<void **>(p), (n))
+#define cudaFree mhe_emu_free
+#define cudaMemcpy mhe_emu_memcpy
+#define cudaMemcpyAsync mhe_emu_memcpy_async
+#define cudaMemset mhe_emu_memset
+#define cudaMemsetAsync mhe_emu_memset_async
+#define cudaGetDeviceCount mhe_emu_get_device_count
+#define cudaSetDevice mhe_emu_set_device
+#define cudaGetLastError mhe_emu_get_last_error
+#define cudaDeviceSynchronize mhe_emu_device_synchronize
+#define cudaStreamCreate mhe_emu_stream_create
+#define cudaStreamCreateWithFlags mhe_emu_stream_create_flags
+#define cudaStreamDestroy mhe_emu_stream_destroy
+#define cudaStreamSynchronize mhe_emu_stream_synchronize
+#define cudaStreamWaitEvent mhe_emu_stream_wait_event
+#define cudaEventCreate mhe_emu_event_create
+#define cudaEventCreateWithFlags mhe_emu_event_create_flags
+#define cudaEventDestroy mhe_emu_event_destroy
+#define cudaEventRecord mhe_emu_event_record
+#define cudaEventSynchronize mhe_emu_event_synchronize
+#define cudaEventQuery mhe_emu_event_query
+#define cudaEventElapsedTime mhe_emu_event_elapsed
+#define cudaRuntimeGetVersion mhe_emu_runtime_version
+#define cudaDriverGetVersion mhe_emu_driver_version
+#define cudaGetErrorString mhe_emu_error_string
+
+// ---- cuBLAS over OpenBLAS (column-major, as cuBLAS) ----
+cublasStatus_t mhe_emu_cublas_create(cublasHandle_t *h);
+cublasStatus_t mhe_emu_cublas_destroy(cublasHandle_t h);
+cublasStatus_t mhe_emu_cublas_set_stream(cublasHandle_t h, cudaStream_t s);
+cublasStatus_t mhe_emu_cublas_set_math_mode(cublasHandle_t h, cublasMath_t m);
+cublasStatus_t mhe_emu_cublas_get_version(cublasHandle_t h, int *v);
+cublasStatus_t mhe_emu_sgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                             int n, int k, const float *alpha, const float *a, int lda,
+                             const float *b, int ldb, const float *beta, float *c, int ldc);
+cublasStatus_t mhe_emu_sgemm_strided_batched(cublasHandle_t h, cublasOperation_t ta,
+                                             cublasOperation_t tb, int m, int n, int k,
+                                             const float *alpha, const float *a, int lda,
+                                             long long sa, const float *b, int ldb, long long sb,
+                                             const float *beta, float *c, int ldc, long long sc,
+                                             int batch);
+cublasStatus_t mhe_emu_gemm_strided_batched_ex(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void *alpha, const void *a, cudaDataType at, int lda, long long sa, const void *b,
+    cudaDataType bt, int ldb, long long sb, const void *beta, void *c, cudaDataType ct, int ldc,
+    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo);
+cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                               int n, int k, const void *alpha, const void *a, cudaDataType at,
+                               int lda, const void *b, cudaDataType bt, int ldb, const void *beta,
+                               void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                               cublasGemmAlgo_t algo);
+
+#undef cublasCreate
+#undef cublasDestroy
+#undef cublasSetStream
+#undef cublasSgemm
+#undef cublasGetVersion
+#define cublasCreate mhe_emu_cublas_create
+#define cublasDestroy mhe_emu_cublas_destroy
+#define cublasSetStream mhe_emu_cublas_set_stream
+#define cublasSetMathMode mhe_emu_cublas_set_math_mode
+#define cublasGetVersion mhe_emu_cublas_get_version
+#define cublasSgemm mhe_emu_sgemm
+#define cublasSgemmStridedBatched mhe_emu_sgemm_strided_batched
+#define cublasGemmEx mhe_emu_gemm_ex
+#define cublasGemmStridedBatchedEx mhe_emu_gemm_strided_batched_ex
+
+// ---- NCCL over MPI (MPI_COMM_WORLD must be initialised; one emulated GPU per rank) ----
+ncclResult_t mhe_emu_nccl_get_unique_id(ncclUniqueId *id);
+ncclResult_t mhe_emu_nccl_comm_init_rank(ncclComm_t *c, int n, ncclUniqueId id, int rank);
+ncclResult_t mhe_emu_nccl_comm_init_rank_config(ncclComm_t *c, int n, ncclUniqueId id, int rank,
+                                                ncclConfig_t *cfg);
+ncclResult_t mhe_emu_nccl_all_reduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                     ncclRedOp_t op, ncclComm_t c, cudaStream_t s);
+ncclResult_t mhe_emu_nccl_broadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                    int root, ncclComm_t c, cudaStream_t s);
+ncclResult_t mhe_emu_nccl_group_start(void);
+ncclResult_t mhe_emu_nccl_group_end(void);
+ncclResult_t mhe_emu_nccl_comm_get_async_error(ncclComm_t c, ncclResult_t *r);
+ncclResult_t mhe_emu_nccl_comm_abort(ncclComm_t c);
+ncclResult_t mhe_emu_nccl_comm_destroy(ncclComm_t c);
+ncclResult_t mhe_emu_nccl_comm_finalize(ncclComm_t c);
+ncclResult_t mhe_emu_nccl_get_version(int *v);
+const char *mhe_emu_nccl_error_string(ncclResult_t r);
+
+#define ncclGetUniqueId mhe_emu_nccl_get_unique_id
+#define ncclCommInitRank mhe_emu_nccl_comm_init_rank
+#define ncclCommInitRankConfig mhe_emu_nccl_comm_init_rank_config
+#define ncclAllReduce mhe_emu_nccl_all_reduce
+#define ncclBroadcast mhe_emu_nccl_broadcast
+#define ncclGroupStart mhe_emu_nccl_group_start
+#define ncclGroupEnd mhe_emu_nccl_group_end
+#define ncclCommGetAsyncError mhe_emu_nccl_comm_get_async_error
+#define ncclCommAbort mhe_emu_nccl_comm_abort
+#define ncclCommDestroy mhe_emu_nccl_comm_destroy
+#define ncclCommFinalize mhe_emu_nccl_comm_finalize
+#define ncclGetVersion mhe_emu_nccl_get_version
+#define ncclGetErrorString mhe_emu_nccl_error_string
+
+#endif

@@ -1,0 +1,9 @@
+# CUDA backend tests, run through the CPU emulation of CUDA (kernels/cuda/emu) under ASan.
+if(TARGET mhecuda_emu)
+  set(MHE_CUDA_TEST_ENV "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};OMP_NUM_THREADS=2;ASAN_OPTIONS=detect_leaks=1")
+
+  add_executable(test_cuda_emu_reduce ${CMAKE_CURRENT_LIST_DIR}/test_emu_reduce.cpp)
+  target_link_libraries(test_cuda_emu_reduce PRIVATE mhecuda_emu)
+  add_test(NAME test_cuda_emu_reduce COMMAND test_cuda_emu_reduce)
+  set_tests_properties(test_cuda_emu_reduce PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120)
+endif()
