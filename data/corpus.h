@@ -1,0 +1,54 @@
+// Corpus readers: stream documents out of Wikipedia dumps, WikiExtractor output, folders of
+// books and JSON lines, one callback per document, in input order, with bounded memory
+// (one document at a time).
+#ifndef MHE_DATA_CORPUS_H
+#define MHE_DATA_CORPUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum {
+    CORPUS_AUTO,            // by extension, then by the first bytes of the content
+    CORPUS_WIKI,            // MediaWiki XML export (.xml, .xml.bz2, multistream)
+    CORPUS_WIKIEXTRACTOR,   // <doc id= url= title=> ... </doc> blocks
+    CORPUS_BOOKS,           // one plain-text book per file (Project Gutenberg parts stripped)
+    CORPUS_JSONL            // one JSON object per line with a "text" field (WikiExtractor --json)
+} CorpusFormat;
+
+// A document: UTF-8 text, one paragraph per line.
+typedef void (*CorpusDocFn)(void *ctx, const char *text, size_t len);
+
+typedef struct {
+    long long documents;       // passed to the callback
+    long long pages;           // wiki: <page> elements seen
+    long long redirects;       // wiki: namespace-0 redirects skipped
+    long long other_namespace; // wiki: pages outside namespace 0 skipped
+    long long empty;           // documents that were empty after cleaning (skipped)
+} CorpusStats;
+
+bool corpus_format_parse(const char *name, CorpusFormat *out);
+const char *corpus_format_name(CorpusFormat f);
+
+// The files an input names: itself, or every regular file below a directory (hidden ones
+// skipped), sorted by path so the order is the same on every machine.  Exits 2 when the
+// path does not exist or a directory holds no files.
+char **corpus_list_files(const char *path, int *n_files);
+void corpus_free_files(char **files, int n_files);
+
+// The format of one file under `requested` (AUTO resolves from the name and content).
+CorpusFormat corpus_detect(const char *file, CorpusFormat requested);
+
+// Reads one file, calling fn for each non-empty document; adds to *stats.  Bad input
+// (truncated bz2, malformed XML or JSON, invalid UTF-8) exits 2 naming file and position.
+void corpus_read_file(const char *file, CorpusFormat format, CorpusDocFn fn, void *ctx,
+                      CorpusStats *stats);
+
+// Internal to the readers (corpus_wiki.c, corpus_text.c).
+void corpus_read_wiki(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+void corpus_read_jsonl(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+// Offset of the first byte that is not valid UTF-8, or -1 when all n bytes are valid.
+long long utf8_invalid_offset(const char *s, size_t n);
+
+#endif

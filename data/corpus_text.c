@@ -1,0 +1,206 @@
+// Text readers: plain-text books, JSON lines, WikiExtractor <doc> blocks.
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/error.h"
+#include "data/byte_source.h"
+#include "data/corpus.h"
+#include "data/strbuf.h"
+
+static void check_utf8(const char *file, const char *s, size_t n, long long base) {
+    long long bad = utf8_invalid_offset(s, n);
+    if (bad >= 0) mhe_fail_byte(file, base + bad, "invalid UTF-8 (byte 0x%02x)", (unsigned char)s[bad]);
+}
+
+static void emit(CorpusDocFn fn, void *ctx, CorpusStats *stats, const char *s, size_t n) {
+    if (n == 0) {
+        stats->empty++;
+        return;
+    }
+    stats->documents++;
+    fn(ctx, s, n);
+}
+
+static bool line_has_ci(const char *s, size_t n, const char *needle) {
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++)
+        if (strncasecmp(s + i, needle, m) == 0) return true;
+    return false;
+}
+
+// Hard-wrapped text to one paragraph per line: lines of a paragraph join with a space,
+// blank lines separate paragraphs, whitespace runs collapse.
+static void reflow(const char *s, size_t n, StrBuf *out) {
+    strbuf_clear(out);
+    bool pending_space = false, pending_para = false;
+    size_t i = 0;
+    while (i < n) {
+        const char *nl = memchr(s + i, '\n', n - i);
+        size_t e = nl ? (size_t)(nl - s) : n;
+        size_t a = i, b = e;
+        while (a < b && isspace((unsigned char)s[a])) a++;
+        while (b > a && isspace((unsigned char)s[b - 1])) b--;
+        if (a == b) {
+            if (out->len) pending_para = true;
+        } else {
+            if (pending_para) strbuf_putc(out, '\n');
+            else if (out->len) strbuf_putc(out, ' ');
+            pending_para = false;
+            pending_space = false;
+            for (size_t k = a; k < b; k++) {
+                char c = s[k];
+                if (c == '\t' || c == '\r' || c == ' ') {
+                    pending_space = true;
+                    continue;
+                }
+                if (pending_space) strbuf_putc(out, ' ');
+                pending_space = false;
+                strbuf_putc(out, c);
+            }
+        }
+        i = e + 1;
+    }
+}
+
+void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open(file);
+    StrBuf all = {0};
+    char chunk[1 << 16];
+    size_t got;
+    while ((got = byte_source_read(src, chunk, sizeof chunk)) > 0) strbuf_append(&all, chunk, got);
+    byte_source_close(src);
+    if (!all.s) strbuf_puts(&all, "");
+    check_utf8(file, all.s, all.len, 0);
+    const char *s = all.s;
+    size_t n = all.len;
+    if (n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, n -= 3;
+    // Project Gutenberg: the book lies between the "*** START OF ..." and "*** END OF ..."
+    // lines; the licence comes after.
+    size_t begin = 0, end = n;
+    for (size_t i = 0; i < n;) {
+        const char *nl = memchr(s + i, '\n', n - i);
+        size_t e = nl ? (size_t)(nl - s) : n;
+        const char *l = s + i;
+        size_t ln = e - i;
+        while (ln && (*l == ' ' || *l == '\t')) l++, ln--;
+        if (ln >= 3 && strncmp(l, "***", 3) == 0 && line_has_ci(l, ln, "START OF") && begin == 0)
+            begin = e < n ? e + 1 : n;
+        else if (ln >= 3 && strncmp(l, "***", 3) == 0 && line_has_ci(l, ln, "END OF") && i >= begin) {
+            end = i;
+            break;
+        }
+        i = e + 1;
+    }
+    // The older "End of the Project Gutenberg EBook of ..." line sits just before the footer.
+    if (end < n) {
+        size_t i = end;
+        while (i > begin && (s[i - 1] == '\n' || s[i - 1] == '\r' || s[i - 1] == ' ')) i--;
+        size_t ls = i;
+        while (ls > begin && s[ls - 1] != '\n') ls--;
+        if (line_has_ci(s + ls, i - ls, "end of the project gutenberg") ||
+            line_has_ci(s + ls, i - ls, "end of project gutenberg"))
+            end = ls;
+    }
+    StrBuf text = {0};
+    reflow(s + begin, end - begin, &text);
+    emit(fn, ctx, stats, text.s ? text.s : "", text.len);
+    strbuf_free(&text);
+    strbuf_free(&all);
+}
+
+void corpus_read_jsonl(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open(file);
+    char *line = NULL;
+    size_t len = 0, cap = 0;
+    long long lineno = 0, offset = 0;
+    while (byte_source_getline(src, &line, &len, &cap)) {
+        lineno++;
+        long long line_offset = offset;
+        offset = byte_source_offset(src);
+        check_utf8(file, line, len, line_offset);
+        size_t a = 0;
+        while (a < len && isspace((unsigned char)line[a])) a++;
+        if (a == len) continue;
+        cJSON *obj = cJSON_ParseWithLength(line, len);
+        if (!obj) {
+            const char *at = cJSON_GetErrorPtr();
+            int col = at && at >= line && at <= line + len ? (int)(at - line) + 1 : 1;
+            mhe_fail_at(file, (int)lineno, col, "malformed JSON line");
+        }
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
+        if (!cJSON_IsObject(obj) || !cJSON_IsString(text))
+            mhe_fail_at(file, (int)lineno, 1, "expected a JSON object with a string \"text\" field");
+        StrBuf doc = {0};
+        reflow(text->valuestring, strlen(text->valuestring), &doc);
+        emit(fn, ctx, stats, doc.s ? doc.s : "", doc.len);
+        strbuf_free(&doc);
+        cJSON_Delete(obj);
+    }
+    free(line);
+    byte_source_close(src);
+}
+
+// Value of attribute `name` in a <doc ...> line, or "" (into buf).
+static void doc_attr(const char *line, const char *name, char *buf, size_t cap) {
+    buf[0] = 0;
+    char key[64];
+    snprintf(key, sizeof key, " %s=\"", name);
+    const char *p = strstr(line, key);
+    if (!p) return;
+    p += strlen(key);
+    const char *q = strchr(p, '"');
+    if (!q) return;
+    size_t n = (size_t)(q - p) < cap - 1 ? (size_t)(q - p) : cap - 1;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+}
+
+void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open(file);
+    char *line = NULL;
+    size_t len = 0, cap = 0;
+    long long lineno = 0, offset = 0, open_line = 0;
+    bool in_doc = false, first = false;
+    char title[1024];
+    StrBuf raw = {0}, doc = {0};
+    while (byte_source_getline(src, &line, &len, &cap)) {
+        lineno++;
+        long long line_offset = offset;
+        offset = byte_source_offset(src);
+        check_utf8(file, line, len, line_offset);
+        if (!in_doc) {
+            if (strncmp(line, "<doc", 4) == 0 && (line[4] == ' ' || line[4] == '>')) {
+                in_doc = first = true;
+                open_line = lineno;
+                doc_attr(line, "title", title, sizeof title);
+                strbuf_clear(&raw);
+            } else if (len && strspn(line, " \t\r") != len) {
+                mhe_fail_at(file, (int)lineno, 1, "expected <doc ...> (WikiExtractor output)");
+            }
+            continue;
+        }
+        if (strcmp(line, "</doc>") == 0) {
+            in_doc = false;
+            reflow(raw.s ? raw.s : "", raw.len, &doc);
+            emit(fn, ctx, stats, doc.s ? doc.s : "", doc.len);
+            continue;
+        }
+        // WikiExtractor repeats the title as the first line: a heading, dropped like wiki ones.
+        if (first && strcmp(line, title) == 0) {
+            first = false;
+            continue;
+        }
+        first = false;
+        // Keep WikiExtractor's line structure: each of its lines is a paragraph.
+        strbuf_append(&raw, line, len);
+        strbuf_append(&raw, "\n\n", 2);
+    }
+    if (in_doc) mhe_fail_at(file, (int)open_line, 1, "<doc> block never closed by </doc>");
+    free(line);
+    strbuf_free(&raw);
+    strbuf_free(&doc);
+    byte_source_close(src);
+}
