@@ -1,0 +1,134 @@
+#include "trainer/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+void optim_state_init(OptimState *s, const ParamTable *t, size_t begin, size_t end) {
+    memset(s, 0, sizeof *s);
+    if (begin > end || end > t->total) mhe_fatal("optimizer range [%zu, %zu) outside the %zu parameters", begin, end, t->total);
+    s->begin = begin;
+    s->end = end;
+    const size_t n = end - begin;
+    s->buf = mhe_calloc(2 * n + 1, sizeof *s->buf);
+    s->m = s->buf;
+    s->v = s->buf + n;
+    s->n_norms = t->count;
+    s->norms = mhe_calloc(2 * (size_t)t->count + 1, sizeof *s->norms);
+}
+
+void optim_state_free(OptimState *s) {
+    free(s->buf);
+    free(s->norms);
+    memset(s, 0, sizeof *s);
+}
+
+int optim_decays(const OptimConfig *o, const ParamTensor *p) { return o->decay_all || p->kind == PARAM_WEIGHT; }
+
+// The part [lo, hi) of tensor p that lies in the state's range; 0 when they do not overlap.
+static int overlap(const OptimState *s, const ParamTensor *p, size_t *lo, size_t *hi) {
+    *lo = p->offset > s->begin ? p->offset : s->begin;
+    *hi = p->offset + p->numel < s->end ? p->offset + p->numel : s->end;
+    return *lo < *hi;
+}
+
+typedef struct {
+    float b1, b2, eps, bc1, bc2, bc2_sqrt;   // bias corrections as float, like torch's scalar ops
+} Moments;
+
+static void adamw_tensor(OptimState *s, const Moments *k, size_t lo, size_t hi, float *w, const float *g,
+                         float lr, float wd) {
+    float *m = s->m - s->begin, *v = s->v - s->begin;
+    const float step_size = (float)((double)lr / k->bc1), decay = (float)(1.0 - (double)lr * wd);
+#pragma omp parallel for schedule(static)
+    for (size_t i = lo; i < hi; i++) {
+        if (wd != 0.0f) w[i] *= decay;
+        m[i] = k->b1 * m[i] + (1.0f - k->b1) * g[i];
+        v[i] = k->b2 * v[i] + (1.0f - k->b2) * g[i] * g[i];
+        const float denom = sqrtf(v[i]) / k->bc2_sqrt + k->eps;
+        w[i] -= step_size * (m[i] / denom);
+    }
+}
+
+static inline float lamb_update(const OptimState *s, const Moments *k, size_t i, const float *w, float wd) {
+    const float mh = s->m[i - s->begin] / k->bc1;
+    const float vh = s->v[i - s->begin] / k->bc2;
+    return mh / (sqrtf(vh) + k->eps) + wd * w[i];
+}
+
+void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params, const float *grads,
+                float lr, OptimReduceFn reduce, void *reduce_ctx) {
+    s->step++;
+    Moments k = {o->beta1, o->beta2, o->eps, 0, 0, 0};
+    // Powers in double then rounded once: torch computes them as Python floats.
+    k.bc1 = (float)(1.0 - pow(o->beta1, (double)s->step));
+    const double bc2 = 1.0 - pow(o->beta2, (double)s->step);
+    k.bc2 = (float)bc2;
+    k.bc2_sqrt = (float)sqrt(bc2);
+    size_t lo, hi;
+    if (o->name == OPT_ADAMW) {
+        for (int j = 0; j < t->count; j++) {
+            const ParamTensor *p = &t->tensors[j];
+            if (overlap(s, p, &lo, &hi))
+                adamw_tensor(s, &k, lo, hi, params, grads, lr, optim_decays(o, p) ? o->weight_decay : 0.0f);
+        }
+        return;
+    }
+    // LAMB phase 1: moments, then per-tensor sums of squares of w and of the update u.
+    double *wsq = s->norms, *usq = s->norms + t->count;
+    memset(s->norms, 0, 2 * (size_t)t->count * sizeof *s->norms);
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        const float wd = optim_decays(o, p) ? o->weight_decay : 0.0f;
+        float *m = s->m - s->begin, *v = s->v - s->begin;
+        double sw = 0, su = 0;
+        for (size_t i = lo; i < hi; i++) {
+            m[i] = k.b1 * m[i] + (1.0f - k.b1) * grads[i];
+            v[i] = k.b2 * v[i] + (1.0f - k.b2) * grads[i] * grads[i];
+            const float u = lamb_update(s, &k, i, params, wd);
+            sw += (double)params[i] * params[i];
+            su += (double)u * u;
+        }
+        wsq[j] = sw;
+        usq[j] = su;
+    }
+    if (reduce) reduce(s->norms, 2 * t->count, reduce_ctx);
+    // Phase 2: every rank sees the full-tensor norms; recompute u (cheaper than storing it).
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        const int decays = optim_decays(o, p);
+        const float wd = decays ? o->weight_decay : 0.0f;
+        const double wn = sqrt(wsq[j]), un = sqrt(usq[j]);
+        const float ratio = decays && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
+        const float scale = lr * ratio;
+#pragma omp parallel for schedule(static)
+        for (size_t i = lo; i < hi; i++) {
+            const float u = lamb_update(s, &k, i, params, wd);
+            params[i] -= scale * u;
+        }
+    }
+}
+
+double optim_sq_sum(const float *g, size_t n) {
+    double acc = 0;
+    for (size_t i = 0; i < n; i++) acc += (double)g[i] * g[i];
+    return acc;
+}
+
+float optim_clip_coef(double norm, float max_norm) {
+    if (max_norm <= 0 || !isfinite(norm)) return 1.0f;
+    const double c = max_norm / (norm + 1e-6);
+    return c < 1.0 ? (float)c : 1.0f;
+}
+
+double optim_clip_grad_norm(float *g, size_t n, float max_norm) {
+    const double norm = sqrt(optim_sq_sum(g, n));
+    const float c = optim_clip_coef(norm, max_norm);
+    if (c != 1.0f)
+        for (size_t i = 0; i < n; i++) g[i] *= c;
+    return norm;
+}
