@@ -1,0 +1,111 @@
+// manifest.json writer.
+#include "data/manifest.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/error.h"
+#include "common/sha256.h"
+
+void manifest_add_input(Manifest *m, const char *path, const char *format) {
+    if (m->n_inputs == m->cap_inputs) {
+        m->cap_inputs = m->cap_inputs ? 2 * m->cap_inputs : 8;
+        m->input_paths = mhe_realloc(m->input_paths, (size_t)m->cap_inputs * sizeof(char *));
+        m->input_formats = mhe_realloc(m->input_formats, (size_t)m->cap_inputs * sizeof(char *));
+    }
+    m->input_paths[m->n_inputs] = mhe_strdup(path);
+    m->input_formats[m->n_inputs++] = format;
+}
+
+void manifest_free(Manifest *m) {
+    for (int i = 0; i < m->n_inputs; i++) free(m->input_paths[i]);
+    free(m->input_paths);
+    free(m->input_formats);
+}
+
+static void add_file(cJSON *obj, const char *key_hash, const char *path, bool with_size) {
+    char hex[SHA256_HEX_LEN];
+    if (sha256_file_hex(path, hex) != 0) mhe_fatal("%s: cannot read: %s", path, strerror(errno));
+    if (with_size) {
+        struct stat st;
+        if (stat(path, &st) != 0) mhe_fatal("%s: %s", path, strerror(errno));
+        cJSON_AddNumberToObject(obj, "bytes", (double)st.st_size);
+    }
+    cJSON_AddStringToObject(obj, key_hash, hex);
+}
+
+void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareResult *res,
+                    ManifestShard *const shards[2], const int n_shards[2]) {
+    static const char *const SPLITS[2] = {"train", "valid"};
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "megatron-indexed-dataset");
+    cJSON_AddNumberToObject(root, "manifest_version", 1);
+
+    cJSON *inputs = cJSON_AddArrayToObject(root, "inputs");
+    for (int i = 0; i < m->n_inputs; i++) {
+        cJSON *in = cJSON_CreateObject();
+        cJSON_AddStringToObject(in, "path", m->input_paths[i]);
+        cJSON_AddStringToObject(in, "format", m->input_formats[i]);
+        add_file(in, "sha256", m->input_paths[i], true);
+        cJSON_AddItemToArray(inputs, in);
+    }
+
+    cJSON *tok = cJSON_AddObjectToObject(root, "tokenizer");
+    cJSON_AddStringToObject(tok, "path", m->tokenizer_path);
+    cJSON_AddStringToObject(tok, "type", m->tokenizer_kind);
+    cJSON_AddNumberToObject(tok, "vocab_size", m->vocab_size);
+    struct stat st;
+    if (stat(m->tokenizer_path, &st) == 0 && S_ISREG(st.st_mode))
+        add_file(tok, "sha256", m->tokenizer_path, false);
+
+    cJSON *set = cJSON_AddObjectToObject(root, "settings");
+    cJSON_AddNumberToObject(set, "shard_size_mb", opt->shard_size_mb);
+    cJSON_AddNumberToObject(set, "valid_fraction", opt->valid_fraction);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)opt->seed);
+    cJSON_AddStringToObject(set, "seed", seed);  // a string: u64 does not fit a double
+    cJSON_AddStringToObject(set, "format", corpus_format_name(opt->format));
+    cJSON_AddStringToObject(set, "dtype", m->dtype == 8 ? "uint16" : "int32");
+    cJSON_AddNumberToObject(set, "dtype_code", m->dtype);
+    cJSON_AddStringToObject(set, "sequences", "one per document");
+
+    cJSON *src = cJSON_AddObjectToObject(root, "reading");
+    cJSON_AddNumberToObject(src, "documents", (double)m->stats.documents);
+    cJSON_AddNumberToObject(src, "wiki_pages", (double)m->stats.pages);
+    cJSON_AddNumberToObject(src, "wiki_redirects_skipped", (double)m->stats.redirects);
+    cJSON_AddNumberToObject(src, "wiki_other_namespaces_skipped", (double)m->stats.other_namespace);
+    cJSON_AddNumberToObject(src, "empty_documents_skipped", (double)res->skipped_empty);
+
+    cJSON *splits = cJSON_AddObjectToObject(root, "splits");
+    for (int s = 0; s < 2; s++) {
+        cJSON *sp = cJSON_AddObjectToObject(splits, SPLITS[s]);
+        cJSON_AddNumberToObject(sp, "documents", (double)res->documents[s]);
+        cJSON_AddNumberToObject(sp, "tokens", (double)res->tokens[s]);
+        cJSON *arr = cJSON_AddArrayToObject(sp, "shards");
+        for (int k = 0; k < n_shards[s]; k++) {
+            const ManifestShard *sh = &shards[s][k];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "prefix", sh->name);
+            cJSON_AddNumberToObject(o, "sequences", (double)sh->sequences);
+            cJSON_AddNumberToObject(o, "tokens", (double)sh->tokens);
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s.bin", opt->out_dir, sh->name);
+            add_file(o, "bin_sha256", path, false);
+            snprintf(path, sizeof path, "%s/%s.idx", opt->out_dir, sh->name);
+            add_file(o, "idx_sha256", path, false);
+            cJSON_AddItemToArray(arr, o);
+        }
+    }
+    char *text = cJSON_Print(root);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", opt->out_dir);
+    FILE *f = fopen(path, "wb");
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0)
+        mhe_fatal("%s: write failed: %s", path, strerror(errno));
+    cJSON_free(text);
+    cJSON_Delete(root);
+}

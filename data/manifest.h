@@ -1,0 +1,31 @@
+// manifest.json of a prepared corpus: what went in (inputs, tokenizer, settings) and what
+// came out (counts, shards, checksums).  Written deterministically: no times, no thread count.
+#ifndef MHE_DATA_MANIFEST_H
+#define MHE_DATA_MANIFEST_H
+
+#include <stdint.h>
+
+#include "data/corpus.h"
+#include "data/prepare.h"
+
+typedef struct {
+    char name[64];         // file prefix inside the output directory, e.g. "train_00000"
+    int64_t sequences, tokens;
+} ManifestShard;
+
+typedef struct {
+    int n_inputs, cap_inputs;
+    char **input_paths;
+    const char **input_formats;
+    const char *tokenizer_path, *tokenizer_kind;
+    int vocab_size, dtype;
+    CorpusStats stats;
+} Manifest;
+
+void manifest_add_input(Manifest *m, const char *path, const char *format);
+// Writes OUT_DIR/manifest.json (hashing inputs, tokenizer and shards).
+void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareResult *res,
+                    ManifestShard *const shards[2], const int n_shards[2]);
+void manifest_free(Manifest *m);
+
+#endif

@@ -1,0 +1,315 @@
+// The prepare pipeline: reader (caller's thread) -> tokenizing workers -> ordered writer.
+#include "data/prepare.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "data/manifest.h"
+#include "data/shard.h"
+#include "data/strbuf.h"
+#include "data/tokenizer.h"
+
+// Batches trade queue overhead against memory: ~1 MB of text or 256 documents each.
+#define BATCH_MAX_BYTES (1 << 20)
+#define BATCH_MAX_DOCS 256
+#define SPLIT_STREAM 0x73706c6974ULL  // "split": keeps split draws apart from other streams
+
+typedef struct Batch {
+    int64_t seq;           // position in input order
+    int64_t first_doc;     // global index of its first document
+    StrBuf text;           // documents back to back
+    size_t *doc_end;       // end offset of each document in text
+    int n_docs, cap_docs;
+    IdBuf ids;             // tokens of all documents back to back
+    size_t *ids_end;       // end of each document's ids
+    bool done;
+    struct Batch *next;    // work queue link
+} Batch;
+
+typedef struct {
+    const PrepareOptions *opt;
+    const Tokenizer *tok;
+    int vocab_size;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv, done_cv, slot_cv;
+    Batch *work_head, *work_tail;
+    Batch **ring;          // in-flight batches by seq % max_in_flight
+    int max_in_flight, in_flight;
+    bool finished;         // reader produced its last batch
+    int64_t produced;      // batches produced
+    Batch *cur;
+    int64_t next_doc;
+    FILE *text_out;
+    // Writer state.
+    ShardWriter *writer[2];
+    ManifestShard *shards[2];
+    int n_shards[2], cap_shards[2];
+    int64_t shard_bytes;
+    PrepareResult *res;
+} Pipeline;
+
+static const char *const SPLIT_NAMES[2] = {"train", "valid"};
+
+bool prepare_is_valid_doc(uint64_t seed, int64_t doc_index, double valid_fraction) {
+    return rng_uniform(rng_at(seed, SPLIT_STREAM, (uint64_t)doc_index, 0)) < valid_fraction;
+}
+
+static Batch *batch_new(Pipeline *p) {
+    Batch *b = mhe_calloc(1, sizeof *b);
+    b->seq = p->produced;
+    b->first_doc = p->next_doc;
+    return b;
+}
+
+static void batch_free(Batch *b) {
+    strbuf_free(&b->text);
+    idbuf_free(&b->ids);
+    free(b->doc_end);
+    free(b->ids_end);
+    free(b);
+}
+
+static void submit(Pipeline *p, Batch *b) {
+    pthread_mutex_lock(&p->mu);
+    while (p->in_flight == p->max_in_flight) pthread_cond_wait(&p->slot_cv, &p->mu);
+    p->in_flight++;
+    p->ring[b->seq % p->max_in_flight] = b;
+    if (p->work_tail) p->work_tail->next = b;
+    else p->work_head = b;
+    p->work_tail = b;
+    p->produced++;
+    pthread_cond_signal(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void on_doc(void *ctx, const char *text, size_t len) {
+    Pipeline *p = ctx;
+    if (p->text_out) {
+        fwrite(text, 1, len, p->text_out);
+        fputs("\n\n", p->text_out);
+    }
+    p->next_doc++;
+    if (!p->tok) return;
+    if (!p->cur) p->cur = batch_new(p);
+    Batch *b = p->cur;
+    if (b->n_docs == b->cap_docs) {
+        b->cap_docs = b->cap_docs ? 2 * b->cap_docs : 32;
+        b->doc_end = mhe_realloc(b->doc_end, (size_t)b->cap_docs * sizeof *b->doc_end);
+    }
+    strbuf_append(&b->text, text, len);
+    b->doc_end[b->n_docs++] = b->text.len;
+    if (b->text.len >= BATCH_MAX_BYTES || b->n_docs >= BATCH_MAX_DOCS) {
+        p->cur = NULL;
+        submit(p, b);
+    }
+}
+
+static void *worker_main(void *arg) {
+    Pipeline *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->work_head && !p->finished) pthread_cond_wait(&p->work_cv, &p->mu);
+        Batch *b = p->work_head;
+        if (!b) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        p->work_head = b->next;
+        if (!p->work_head) p->work_tail = NULL;
+        pthread_mutex_unlock(&p->mu);
+
+        b->ids_end = mhe_malloc((size_t)(b->n_docs ? b->n_docs : 1) * sizeof *b->ids_end);
+        size_t start = 0;
+        for (int i = 0; i < b->n_docs; i++) {
+            tokenizer_encode(p->tok, b->text.s + start, b->doc_end[i] - start, &b->ids);
+            b->ids_end[i] = b->ids.len;
+            start = b->doc_end[i];
+        }
+        strbuf_free(&b->text);  // the text is no longer needed: free it before the writer runs
+
+        pthread_mutex_lock(&p->mu);
+        b->done = true;
+        pthread_cond_broadcast(&p->done_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void close_shard(Pipeline *p, int split) {
+    if (!p->writer[split]) return;
+    shard_writer_close(p->writer[split]);
+    p->writer[split] = NULL;
+}
+
+static void write_doc(Pipeline *p, int64_t doc, const int32_t *ids, size_t n) {
+    if (n == 0) {
+        p->res->skipped_empty++;
+        return;
+    }
+    int split = prepare_is_valid_doc(p->opt->seed, doc, p->opt->valid_fraction) ? 1 : 0;
+    if (!p->writer[split]) {
+        int k = p->n_shards[split]++;
+        if (k == p->cap_shards[split]) {
+            p->cap_shards[split] = p->cap_shards[split] ? 2 * p->cap_shards[split] : 8;
+            p->shards[split] = mhe_realloc(p->shards[split],
+                                           (size_t)p->cap_shards[split] * sizeof(ManifestShard));
+        }
+        ManifestShard *s = &p->shards[split][k];
+        memset(s, 0, sizeof *s);
+        snprintf(s->name, sizeof s->name, "%s_%05d", SPLIT_NAMES[split], k);
+        char prefix[4096];
+        snprintf(prefix, sizeof prefix, "%s/%s", p->opt->out_dir, s->name);
+        p->writer[split] = shard_writer_open(prefix, p->vocab_size);
+    }
+    ManifestShard *s = &p->shards[split][p->n_shards[split] - 1];
+    shard_writer_add(p->writer[split], ids, n);
+    s->sequences++;
+    s->tokens += (int64_t)n;
+    p->res->documents[split]++;
+    p->res->tokens[split] += (int64_t)n;
+    if (shard_writer_bin_bytes(p->writer[split]) >= p->shard_bytes) close_shard(p, split);
+}
+
+static void *writer_main(void *arg) {
+    Pipeline *p = arg;
+    for (int64_t seq = 0;; seq++) {
+        pthread_mutex_lock(&p->mu);
+        Batch *b;
+        for (;;) {
+            b = p->ring[seq % p->max_in_flight];
+            if (b && b->seq == seq && b->done) break;
+            if (p->finished && seq >= p->produced) {
+                pthread_mutex_unlock(&p->mu);
+                return NULL;
+            }
+            pthread_cond_wait(&p->done_cv, &p->mu);
+        }
+        pthread_mutex_unlock(&p->mu);
+        size_t start = 0;
+        for (int i = 0; i < b->n_docs; i++) {
+            write_doc(p, b->first_doc + i, b->ids.ids + start, b->ids_end[i] - start);
+            start = b->ids_end[i];
+        }
+        pthread_mutex_lock(&p->mu);
+        p->ring[seq % p->max_in_flight] = NULL;
+        p->in_flight--;
+        pthread_cond_signal(&p->slot_cv);
+        pthread_mutex_unlock(&p->mu);
+        batch_free(b);
+    }
+}
+
+static void make_dir(const char *dir) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *q = buf + 1; *q; q++) {
+        if (*q != '/') continue;
+        *q = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) mhe_fatal("%s: cannot create: %s", buf, strerror(errno));
+        *q = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST) mhe_fatal("%s: cannot create: %s", buf, strerror(errno));
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
+    memset(res, 0, sizeof *res);
+    double t0 = now_seconds();
+    Pipeline p = {.opt = opt, .res = res};
+    if (opt->tokenizer) {
+        p.tok = tokenizer_load(opt->tokenizer);
+        p.vocab_size = tokenizer_vocab_size(p.tok);
+        make_dir(opt->out_dir);
+    }
+    if (opt->text_out) {
+        p.text_out = fopen(opt->text_out, "wb");
+        if (!p.text_out) mhe_fatal("%s: cannot create: %s", opt->text_out, strerror(errno));
+    }
+    p.shard_bytes = (int64_t)(opt->shard_size_mb * 1048576.0);
+    if (p.shard_bytes < 1) p.shard_bytes = 1;
+    int threads = opt->threads > 0 ? opt->threads : 1;
+    p.max_in_flight = 2 * threads + 2;
+    p.ring = mhe_calloc((size_t)p.max_in_flight, sizeof *p.ring);
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.work_cv, NULL);
+    pthread_cond_init(&p.done_cv, NULL);
+    pthread_cond_init(&p.slot_cv, NULL);
+    pthread_t *workers = mhe_calloc((size_t)threads, sizeof *workers), writer;
+    if (p.tok) {
+        for (int i = 0; i < threads; i++)
+            if (pthread_create(&workers[i], NULL, worker_main, &p) != 0) mhe_fatal("cannot start a thread");
+        if (pthread_create(&writer, NULL, writer_main, &p) != 0) mhe_fatal("cannot start a thread");
+    }
+
+    Manifest m = {0};
+    CorpusStats stats = {0};
+    for (int i = 0; i < opt->n_inputs; i++) {
+        int nf;
+        char **files = corpus_list_files(opt->inputs[i], &nf);
+        long long before = stats.documents;
+        for (int f = 0; f < nf; f++) {
+            CorpusFormat fmt = corpus_detect(files[f], opt->format);
+            manifest_add_input(&m, files[f], corpus_format_name(fmt));
+            corpus_read_file(files[f], fmt, on_doc, &p, &stats);
+        }
+        if (stats.documents == before) mhe_fail("%s: no documents found in this input", opt->inputs[i]);
+        corpus_free_files(files, nf);
+    }
+    if (p.cur) {
+        Batch *b = p.cur;
+        p.cur = NULL;
+        submit(&p, b);
+    }
+    pthread_mutex_lock(&p.mu);
+    p.finished = true;
+    pthread_cond_broadcast(&p.work_cv);
+    pthread_cond_broadcast(&p.done_cv);
+    pthread_mutex_unlock(&p.mu);
+    if (p.tok) {
+        for (int i = 0; i < threads; i++) pthread_join(workers[i], NULL);
+        pthread_join(writer, NULL);
+        close_shard(&p, 0);
+        close_shard(&p, 1);
+    }
+    if (p.text_out && fclose(p.text_out) != 0) mhe_fatal("%s: write failed", opt->text_out);
+    res->skipped_empty += stats.empty;
+
+    if (p.tok) {
+        if (res->documents[0] + res->documents[1] == 0) mhe_fail("the inputs hold no tokens to write");
+        for (int s = 0; s < 2; s++) res->shards[s] = p.n_shards[s];
+        m.tokenizer_path = opt->tokenizer;
+        m.tokenizer_kind = tokenizer_kind(p.tok) == TOK_WORDPIECE ? "wordpiece" : "bpe";
+        m.vocab_size = p.vocab_size;
+        m.dtype = shard_dtype_for_vocab(p.vocab_size);
+        m.stats = stats;
+        manifest_write(&m, opt, res, p.shards, p.n_shards);
+        tokenizer_free((Tokenizer *)p.tok);
+    }
+    manifest_free(&m);
+    for (int s = 0; s < 2; s++) free(p.shards[s]);
+    free(workers);
+    free(p.ring);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.work_cv);
+    pthread_cond_destroy(&p.done_cv);
+    pthread_cond_destroy(&p.slot_cv);
+
+    res->seconds = now_seconds() - t0;
+    int64_t tokens = res->tokens[0] + res->tokens[1];
+    res->tokens_per_second = res->seconds > 0 ? (double)tokens / res->seconds : 0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    res->peak_rss_mb = (double)ru.ru_maxrss / 1024.0;
+}
