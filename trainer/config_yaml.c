@@ -224,11 +224,15 @@ static CNode *load_file(ConfigFiles *files, const char *path, BaseChain *chain,
         mhe_fail_at(file, 0, 0, "cannot read config file: %s", why);
     }
     fclose(probe);
-    for (int i = 0; i < chain->depth; i++)
-        if (strcmp(chain->real[i], real) == 0)
-            mhe_fail_at(from->file, from->line, from->col,
-                        "base cycle: '%s' is already being loaded (it includes itself through "
-                        "%s)", path, chain->shown[i]);
+    for (int i = 0; i < chain->depth; i++) {
+        if (strcmp(chain->real[i], real) != 0) continue;
+        char cycle[2048] = "";
+        for (int j = i; j < chain->depth; j++) {
+            size_t used = strlen(cycle);
+            snprintf(cycle + used, sizeof cycle - used, "%s -> ", chain->shown[j]);
+        }
+        mhe_fail_at(from->file, from->line, from->col, "base cycle: %s%s", cycle, path);
+    }
     if (chain->depth == BASE_MAX_CHAIN)
         mhe_fail_at(from->file, from->line, from->col, "base chain longer than %d files",
                     BASE_MAX_CHAIN);
@@ -314,8 +318,8 @@ void config_tree_override(ConfigFiles *files, CNode *root, const char *arg, int 
                 continue;
             }
             if (child && !cnode_is_null(child))
-                mhe_fail_at(file, 0, 0, "%s: '%s' is not a section, cannot set '%s'", arg, part,
-                            path);
+                mhe_fail_at(file, 0, 0, "%s: '%s' holds a value, not a section of keys", arg,
+                            part);
             // Absent or empty: merging a fresh mapping creates or replaces it.
             CNode *fresh = cnode_new(CNODE_MAP, file, 0, 0);
             cnode_push(wrapper, key, fresh);

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every YAML file shipped in configs/ validates, and its resolved form (train --dry-run) loads
+# back to the same resolved form.  Data files need not exist for validation.
+set -u
+: "${MHETRAIN:?set MHETRAIN to the mhetrain binary}"
+: "${MHE_SOURCE_DIR:?set MHE_SOURCE_DIR to the source tree}"
+cd "$MHE_SOURCE_DIR/configs"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+n=0
+for v in mha sha mhe-add mhe-mul mqa gqa el-att skv collab; do
+    [ -f "bert-base-$v.yaml" ] || { echo "FAIL: missing configs/bert-base-$v.yaml"; failures=$((failures + 1)); }
+done
+for f in gpt2-small-mha.yaml gpt2-small-mhe-mul.yaml quickstart.yaml; do
+    [ -f "$f" ] || { echo "FAIL: missing configs/$f"; failures=$((failures + 1)); }
+done
+for f in *.yaml; do
+    n=$((n + 1))
+    if ! "$MHETRAIN" train "$f" --dry-run > "$tmp/a.yaml" 2> "$tmp/err"; then
+        echo "FAIL: $f does not validate: $(cat "$tmp/err")"
+        failures=$((failures + 1))
+        continue
+    fi
+    if ! "$MHETRAIN" train "$tmp/a.yaml" --dry-run > "$tmp/b.yaml" 2> "$tmp/err"; then
+        echo "FAIL: the resolved form of $f does not load: $(cat "$tmp/err")"
+        failures=$((failures + 1))
+        continue
+    fi
+    # The first line names the source file; everything after it must be identical.
+    if ! diff <(tail -n +2 "$tmp/a.yaml") <(tail -n +2 "$tmp/b.yaml") > "$tmp/diff"; then
+        echo "FAIL: $f: resolved config changes when reloaded:"; cat "$tmp/diff"
+        failures=$((failures + 1))
+        continue
+    fi
+    echo "ok: $f"
+done
+
+# The quickstart default: a tiny MHE-MUL MLM BERT on the corpus under corpus/.
+"$MHETRAIN" train quickstart.yaml --dry-run > "$tmp/q.yaml"
+for want in "  arch: bert" "  type: mhe_mul" "  type: mlm" '  train: ["corpus/shards/train"]' \
+            '  valid: ["corpus/shards/valid"]' '  tokenizer: "corpus/tokenizer/tokenizer.json"' \
+            '  out_dir: "out/quickstart"' "  device: cpu"; do
+    grep -qxF "$want" "$tmp/q.yaml" || { echo "FAIL: quickstart.yaml resolves without '$want'"; failures=$((failures + 1)); }
+done
+layers=$(sed -n 's/^  layers: //p' "$tmp/q.yaml")
+hidden=$(sed -n 's/^  hidden: //p' "$tmp/q.yaml")
+if [ "$layers" -lt 2 ] || [ "$layers" -gt 4 ] || [ "$hidden" -lt 128 ] || [ "$hidden" -gt 256 ]; then
+    echo "FAIL: quickstart is not tiny: layers $layers, hidden $hidden"
+    failures=$((failures + 1))
+fi
+
+echo "$n configs, $failures failures"
+[ "$failures" -eq 0 ] && [ "$n" -ge 20 ]

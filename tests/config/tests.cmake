@@ -1,0 +1,8 @@
+# Config loading, validation, the shipped configs and the parameter counts (tests/config/).
+mhe_add_cmocka_test(test_config tests/config/test_config.c)
+foreach(script bad_inputs shipped_configs params_counts)
+  add_test(NAME test_config_${script}
+    COMMAND bash ${CMAKE_SOURCE_DIR}/tests/config/test_${script}.sh)
+  set_tests_properties(test_config_${script} PROPERTIES ENVIRONMENT
+    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2")
+endforeach()
