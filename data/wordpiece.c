@@ -100,12 +100,12 @@ static void word_pieces(const Tokenizer *t, const uint32_t *w, size_t m, WordScr
             } else {
                 // Overwrite the two bytes before the piece with "##"; the word's own
                 // bytes there were already consumed by earlier pieces.
-                char save0 = word[a - 2], save1 = word[a - 1];
-                word[a - 2] = '#';
-                word[a - 1] = '#';
-                found = strmap_get(&t->vocab, word + a - 2, b - a + 2);
-                word[a - 2] = save0;
-                word[a - 1] = save1;
+                char *key = word + a - 2;  // a >= 1 and buf has 2 bytes before word
+                char save0 = key[0], save1 = key[1];
+                key[0] = key[1] = '#';
+                found = strmap_get(&t->vocab, key, b - a + 2);
+                key[0] = save0;
+                key[1] = save1;
             }
             if (found >= 0) break;
         }
