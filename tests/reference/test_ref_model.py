@@ -265,6 +265,25 @@ class FastPathForms(unittest.TestCase):
             self.assertLess(rel(got, want), 1e-12, arch)
 
 
+class ZeroGradients(unittest.TestCase):
+    def test_analytically_zero(self):
+        """A key bias (and mhe_add's e^K) shifts a whole softmax row by a constant: zero gradient.
+        Everything else gets a gradient. (README tells the C test to compare these absolutely.)"""
+        for arch in ("bert", "gpt"):
+            for t in R.ATTENTION_TYPES:
+                cfg = make_cfg(arch=arch, attention=t, heads=4, groups=2, head_dim=2 if t == "el_att" else 3)
+                out = R.run(model_from(cfg, random_weights(cfg, 70)), make_inputs(cfg))
+                grads = {k[len("grad."):]: v for k, v in out.items() if k.startswith("grad.")}
+                G = math.sqrt(sum(float((v ** 2).sum()) for v in grads.values()))
+                for name, g in grads.items():
+                    zero = name.endswith(".attn.k.bias") or (t == "mhe_add" and name.endswith("head_embed.k"))
+                    r = np.linalg.norm(g) / G
+                    if zero:
+                        self.assertLess(r, 1e-14, (arch, t, name))
+                    else:
+                        self.assertGreater(r, 1e-6, (arch, t, name))
+
+
 def loss_of(model, inp):
     with torch.no_grad():
         ids = torch.from_numpy(inp["input_ids"].astype(np.int64))
