@@ -50,5 +50,18 @@ if [ "$layers" -lt 2 ] || [ "$layers" -gt 4 ] || [ "$hidden" -lt 128 ] || [ "$hi
     failures=$((failures + 1))
 fi
 
+# Every key of the resolved config is documented in the section's table of configs/README.md.
+readme="$MHE_SOURCE_DIR/configs/README.md"
+section=""
+while IFS= read -r line; do
+    case "$line" in
+        "#"*) ;;
+        "  "*) key=${line#  }; key=${key%%:*}
+               awk -v s="## $section" -v k="| \`$key\` |" '$0 == s { on = 1; next } /^## / { on = 0 } on && index($0, k) == 1 { found = 1 } END { exit !found }' "$readme" \
+                   || { echo "FAIL: $section.$key is not documented in configs/README.md"; failures=$((failures + 1)); } ;;
+        *) section=${line%%:*} ;;
+    esac
+done < "$tmp/q.yaml"
+
 echo "$n configs, $failures failures"
 [ "$failures" -eq 0 ] && [ "$n" -ge 20 ]

@@ -1,6 +1,6 @@
 # Config loading, validation, the shipped configs and the parameter counts (tests/config/).
 mhe_add_cmocka_test(test_config tests/config/test_config.c)
-foreach(script bad_inputs shipped_configs params_counts)
+foreach(script bad_inputs shipped_configs params_counts fuzz)
   add_test(NAME test_config_${script}
     COMMAND bash ${CMAKE_SOURCE_DIR}/tests/config/test_${script}.sh)
   set_tests_properties(test_config_${script} PROPERTIES ENVIRONMENT
