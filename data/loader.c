@@ -1,0 +1,330 @@
+// Loader: stream layout, packing, global order and masking (see loader.h for the contract).
+#include "data/loader.h"
+
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "data/shard.h"
+
+#define MASK_STREAM 0x6d61736bULL   // "mask": keeps mask draws apart from other uses of the seed
+#define ORDER_STREAM 0x6f72646572ULL
+
+// A run of the stream: part of one shard sequence, or one separator (seq < 0).
+typedef struct {
+    int64_t start;   // stream offset
+    int64_t len;
+    int64_t seq;
+    int32_t shard;
+} Segment;
+
+struct Loader {
+    LoaderOptions opt;
+    uint8_t *special;        // [vocab_size]: ids never masked nor drawn as random tokens
+    int n_shards;
+    ShardReader **shards;
+    Segment *segs;
+    int64_t n_segs, cap_segs;
+    int64_t stream_len, content;  // content = stream tokens per sample
+    int64_t n_samples;
+    int32_t separator, pad;
+    int order_bits;          // Feistel domain is 2^order_bits >= n_samples
+    uint8_t *owned_continuation;
+};
+
+static void add_shard_paths(const char *prefix, char ***paths, int *n) {
+    char buf[4096];
+    struct stat st;
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    size_t pl = strlen(prefix);
+    if (pl > 4 && strcmp(prefix + pl - 4, ".idx") == 0) {
+        snprintf(buf, sizeof buf, "%s", prefix);  // a pattern or a path to an .idx
+    } else {
+        snprintf(buf, sizeof buf, "%s.idx", prefix);
+        if (stat(buf, &st) != 0) snprintf(buf, sizeof buf, "%s_*.idx", prefix);
+    }
+    if (glob(buf, 0, NULL, &g) != 0 || g.gl_pathc == 0) {
+        globfree(&g);
+        mhe_fail("%s: no shards found (looked for %s.idx, %s_*.idx)", prefix, prefix, prefix);
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) {  // glob sorts its matches
+        *paths = mhe_realloc(*paths, (size_t)(*n + 1) * sizeof **paths);
+        char *p = mhe_strdup(g.gl_pathv[i]);
+        p[strlen(p) - 4] = 0;  // drop ".idx": the reader wants the prefix
+        (*paths)[(*n)++] = p;
+    }
+    globfree(&g);
+}
+
+static void push_seg(Loader *l, int32_t shard, int64_t seq, int64_t len) {
+    if (len == 0) return;
+    if (l->n_segs == l->cap_segs) {
+        l->cap_segs = l->cap_segs ? 2 * l->cap_segs : 1024;
+        l->segs = mhe_realloc(l->segs, (size_t)l->cap_segs * sizeof *l->segs);
+    }
+    l->segs[l->n_segs++] = (Segment){l->stream_len, len, seq, shard};
+    l->stream_len += len;
+}
+
+Loader *loader_open(int n_prefixes, char *const *prefixes, const LoaderOptions *opt) {
+    Loader *l = mhe_calloc(1, sizeof *l);
+    l->opt = *opt;
+    const SpecialIds *sp = &opt->special;
+    int T = opt->seq_len;
+    if (opt->objective == OBJ_MLM) {
+        if (sp->cls < 0 || sp->sep < 0 || sp->mask < 0)
+            mhe_fail("MLM needs [CLS], [SEP] and [MASK] in the tokenizer's vocabulary");
+        if (T < 3) mhe_fail("MLM needs data.seq_len >= 3, got %d", T);
+        l->separator = sp->sep;
+        l->pad = sp->pad >= 0 ? sp->pad : 0;
+        l->content = T - 2;
+    } else {
+        l->separator = sp->eos >= 0 ? sp->eos : sp->sep;
+        if (l->separator < 0) mhe_fail("CLM needs an end-of-text token (or [SEP]) in the vocabulary");
+        l->pad = l->separator;
+        l->content = T;
+    }
+    l->special = mhe_calloc((size_t)opt->vocab_size, 1);
+    const int ids[6] = {sp->cls, sp->sep, sp->mask, sp->pad, sp->unk, sp->eos};
+    for (int i = 0; i < 6; i++)
+        if (ids[i] >= 0 && ids[i] < opt->vocab_size) l->special[ids[i]] = 1;
+    if (opt->vocab_size <= 6) mhe_fail("vocabulary of %d tokens is too small", opt->vocab_size);
+
+    char **paths = NULL;
+    for (int i = 0; i < n_prefixes; i++) add_shard_paths(prefixes[i], &paths, &l->n_shards);
+    l->shards = mhe_calloc((size_t)l->n_shards, sizeof *l->shards);
+    for (int s = 0; s < l->n_shards; s++) {
+        ShardReader *r = l->shards[s] = shard_reader_open(paths[s]);
+        shard_reader_check_ids(r, opt->vocab_size);
+        for (int64_t d = 0; d + 1 < r->n_doc; d++) {
+            int64_t before = l->stream_len;
+            for (int64_t q = r->doc_idx[d]; q < r->doc_idx[d + 1]; q++)
+                push_seg(l, s, q, r->lengths[q]);
+            if (l->stream_len > before) push_seg(l, s, -1, 1);
+        }
+        free(paths[s]);
+    }
+    free(paths);
+    if (l->stream_len == 0) mhe_fail("%s: the shards hold no tokens", prefixes[0]);
+    l->n_samples = (l->stream_len + l->content - 1) / l->content;
+    l->order_bits = 2;
+    while (((int64_t)1 << l->order_bits) < l->n_samples) l->order_bits += 2;
+    return l;
+}
+
+void loader_close(Loader *l) {
+    if (!l) return;
+    for (int s = 0; s < l->n_shards; s++) shard_reader_close(l->shards[s]);
+    free(l->shards);
+    free(l->segs);
+    free(l->special);
+    free(l->owned_continuation);
+    free(l);
+}
+
+int64_t loader_samples_per_epoch(const Loader *l) { return l->n_samples; }
+int64_t loader_stream_tokens(const Loader *l) { return l->stream_len; }
+
+int loader_micro_batches(const Loader *l, int world) {
+    int G = l->opt.global_batch, B = l->opt.micro_batch;
+    if (world < 1 || G % world != 0)
+        mhe_fail("train.global_batch (%d) must be a multiple of the number of workers (%d)", G, world);
+    if ((G / world) % B != 0)
+        mhe_fail("train.global_batch / workers (%d) must be a multiple of train.micro_batch (%d)",
+                 G / world, B);
+    return G / world / B;
+}
+
+// Copies stream[start, start+count) into out (count within the stream).
+static void stream_copy(const Loader *l, int64_t start, int64_t count, int32_t *out) {
+    int64_t lo = 0, hi = l->n_segs - 1;
+    while (lo < hi) {  // last segment starting at or before `start`
+        int64_t mid = (lo + hi + 1) / 2;
+        if (l->segs[mid].start <= start) lo = mid;
+        else hi = mid - 1;
+    }
+    for (int64_t k = lo; count > 0; k++) {
+        const Segment *s = &l->segs[k];
+        int64_t off = start - s->start, n = s->len - off;
+        if (n > count) n = count;
+        if (s->seq < 0) out[0] = l->separator;
+        else shard_reader_tokens(l->shards[s->shard], s->seq, off, n, out);
+        out += n;
+        start += n;
+        count -= n;
+    }
+}
+
+// A bijection of [0, 2^bits) keyed by (seed, epoch): a 4-round Feistel network.
+static uint64_t feistel(uint64_t x, int bits, uint64_t seed, uint64_t epoch) {
+    int half = bits / 2;
+    uint64_t mask = ((uint64_t)1 << half) - 1, left = x >> half, right = x & mask;
+    for (uint64_t round = 0; round < 4; round++) {
+        uint64_t f = rng_at(seed, ORDER_STREAM ^ epoch, round, right) & mask;
+        uint64_t next = left ^ f;
+        left = right;
+        right = next;
+    }
+    return (left << half) | right;
+}
+
+void loader_global_sample(const Loader *l, int64_t g, int64_t *epoch, int64_t *sample) {
+    *epoch = g / l->n_samples;
+    uint64_t x = (uint64_t)(g % l->n_samples);
+    // Cycle-walking: apply the bijection until it lands inside [0, N); it stays a bijection.
+    do x = feistel(x, l->order_bits, l->opt.shuffle_seed, (uint64_t)*epoch);
+    while (x >= (uint64_t)l->n_samples);
+    *sample = (int64_t)x;
+}
+
+static int32_t random_token(const Loader *l, uint64_t bits) {
+    int32_t id = (int32_t)(bits % (uint64_t)l->opt.vocab_size);
+    while (l->special[id]) id = (id + 1) % l->opt.vocab_size;
+    return id;
+}
+
+// MLM selection and replacement, in place; labels hold the original ids at selected positions.
+static void mask_sample(const Loader *l, int64_t epoch, int64_t sample, int32_t *ids,
+                        const int32_t *attn, int32_t *labels) {
+    const LoaderOptions *o = &l->opt;
+    uint64_t seed = o->mask_seed ^ MASK_STREAM;
+    int T = o->seq_len;
+    bool selected = false, prev_word = false;  // prev_word: position t-1 held a word piece
+    for (int t = 0; t < T; t++) {
+        labels[t] = LOADER_IGNORE_LABEL;
+        if (!attn[t] || l->special[ids[t]]) {
+            selected = prev_word = false;
+            continue;
+        }
+        // Whole-word: a continuation piece shares the decision of the word's first piece.
+        bool cont = o->whole_word && o->continuation && prev_word && o->continuation[ids[t]];
+        prev_word = true;
+        if (!cont)
+            selected = rng_uniform(rng_at(seed, (uint64_t)epoch, (uint64_t)sample, 4 * (uint64_t)t)) <
+                       o->mask_prob;
+        if (!selected) continue;
+        labels[t] = ids[t];
+        double u = rng_uniform(rng_at(seed, (uint64_t)epoch, (uint64_t)sample, 4 * (uint64_t)t + 1));
+        if (u < o->mask_token_frac)
+            ids[t] = o->special.mask;
+        else if (u < o->mask_token_frac + o->random_token_frac)
+            ids[t] = random_token(l, rng_at(seed, (uint64_t)epoch, (uint64_t)sample, 4 * (uint64_t)t + 2));
+    }
+}
+
+void loader_sample(const Loader *l, int64_t epoch, int64_t sample, int32_t *ids, int32_t *attn,
+                   int32_t *labels) {
+    int T = l->opt.seq_len;
+    int64_t start = sample * l->content;
+    int64_t n = l->stream_len - start < l->content ? l->stream_len - start : l->content;
+    if (l->opt.objective == OBJ_MLM) {
+        ids[0] = l->opt.special.cls;
+        stream_copy(l, start, n, ids + 1);
+        ids[n + 1] = l->opt.special.sep;
+        for (int t = 0; t < T; t++) attn[t] = t < n + 2;
+        for (int t = (int)n + 2; t < T; t++) ids[t] = l->pad;
+        mask_sample(l, epoch, sample, ids, attn, labels);
+        return;
+    }
+    // CLM: labels are the next stream token; one more token than the inputs is read.
+    int64_t m = l->stream_len - start < T + 1 ? l->stream_len - start : T + 1;
+    int32_t *next = labels;  // reuse: labels[t] = stream[start + t + 1]
+    stream_copy(l, start, n, ids);
+    for (int t = 0; t < T; t++) {
+        attn[t] = t < n;
+        if (t >= n) ids[t] = l->pad;
+    }
+    if (m > 1) stream_copy(l, start + 1, m - 1, next);
+    for (int t = (int)(m > 1 ? m - 1 : 0); t < T; t++) next[t] = LOADER_IGNORE_LABEL;
+}
+
+LoaderBatch loader_batch_alloc(const Loader *l) {
+    LoaderBatch b = {.batch = l->opt.micro_batch, .seq_len = l->opt.seq_len};
+    size_t n = (size_t)b.batch * (size_t)b.seq_len;
+    b.input_ids = mhe_calloc(n, sizeof(int32_t));
+    b.token_type_ids = mhe_calloc(n, sizeof(int32_t));
+    b.attention_mask = mhe_calloc(n, sizeof(int32_t));
+    b.labels = mhe_calloc(n, sizeof(int32_t));
+    return b;
+}
+
+void loader_batch_free(LoaderBatch *b) {
+    free(b->input_ids);
+    free(b->token_type_ids);
+    free(b->attention_mask);
+    free(b->labels);
+    memset(b, 0, sizeof *b);
+}
+
+void loader_batch(const Loader *l, int64_t step, int rank, int world, int micro_index,
+                  LoaderBatch *out) {
+    int M = loader_micro_batches(l, world);
+    if (rank < 0 || rank >= world || micro_index < 0 || micro_index >= M || step < 0)
+        mhe_fatal("loader_batch: rank %d/%d, micro-batch %d/%d, step %lld out of range", rank,
+                  world, micro_index, M, (long long)step);
+    int B = l->opt.micro_batch, T = l->opt.seq_len, G = l->opt.global_batch;
+    int64_t first = step * G + (int64_t)rank * (G / world) + (int64_t)micro_index * B;
+    for (int b = 0; b < B; b++) {
+        int64_t epoch, sample;
+        loader_global_sample(l, first + b, &epoch, &sample);
+        size_t row = (size_t)b * (size_t)T;
+        loader_sample(l, epoch, sample, out->input_ids + row, out->attention_mask + row,
+                      out->labels + row);
+        memset(out->token_type_ids + row, 0, (size_t)T * sizeof(int32_t));
+    }
+}
+
+void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
+                                uint8_t **continuation) {
+    memset(opt, 0, sizeof *opt);
+    opt->objective = cfg->objective.type;
+    opt->seq_len = cfg->data.seq_len;
+    opt->global_batch = cfg->train.global_batch;
+    opt->micro_batch = cfg->train.micro_batch;
+    opt->shuffle_seed = cfg->data.shuffle_seed;
+    opt->mask_seed = cfg->train.seed;
+    opt->mask_prob = cfg->objective.mask_prob;
+    opt->mask_token_frac = cfg->objective.mask_token_frac;
+    opt->random_token_frac = cfg->objective.random_token_frac;
+    opt->whole_word = cfg->objective.whole_word;
+    opt->vocab_size = cfg->model.vocab_size;
+    opt->special = tokenizer_special_ids(tok);
+    int tv = tokenizer_vocab_size(tok);
+    if (tv > cfg->model.vocab_size)
+        mhe_fail("%s: tokenizer has %d tokens but model.vocab_size is %d", cfg->data.tokenizer,
+                 tv, cfg->model.vocab_size);
+    *continuation = NULL;
+    if (opt->whole_word) {
+        *continuation = mhe_calloc((size_t)opt->vocab_size, 1);
+        for (int i = 0; i < tv; i++) (*continuation)[i] = tokenizer_is_continuation(tok, i);
+        opt->continuation = *continuation;
+    }
+}
+
+Loader *loader_open_config(const Config *cfg, bool valid) {
+    if (!cfg->data.tokenizer || !cfg->data.tokenizer[0])
+        mhe_fail("%s: data.tokenizer is needed to read the special tokens", cfg->source ? cfg->source : "config");
+    Tokenizer *tok = tokenizer_load(cfg->data.tokenizer);
+    LoaderOptions opt;
+    uint8_t *cont;
+    loader_options_from_config(&opt, cfg, tok, &cont);
+    tokenizer_free(tok);
+    int n = valid ? cfg->data.n_valid : cfg->data.n_train;
+    if (n == 0) mhe_fail("%s: data.%s lists no shards", cfg->source ? cfg->source : "config",
+                         valid ? "valid" : "train");
+    Loader *l = loader_open(n, valid ? cfg->data.valid : cfg->data.train, &opt);
+    if (cont) {
+        // The loader keeps its own copy so the caller has nothing to free.
+        uint8_t *copy = mhe_malloc((size_t)opt.vocab_size);
+        memcpy(copy, cont, (size_t)opt.vocab_size);
+        free(cont);
+        l->opt.continuation = copy;
+        l->owned_continuation = copy;
+    }
+    return l;
+}
