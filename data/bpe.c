@@ -74,7 +74,7 @@ static void bpe_word(const Tokenizer *t, const uint8_t *b, size_t n, BpeScratch 
     for (size_t i = 0; i < L; i++) idbuf_push(out, w->sym[i]);
 }
 
-static void pretokenize_and_merge(const Tokenizer *t, const char *s, size_t n, IdBuf *out) {
+void bpe_split(const char *s, size_t n, BpeWordFn fn, void *ctx) {
     uint32_t *cp = mhe_malloc((n + 1) * sizeof *cp);
     uint32_t *off = mhe_malloc((n + 1) * sizeof *off);
     uint8_t *cl = mhe_malloc(n + 1);
@@ -86,7 +86,6 @@ static void pretokenize_and_merge(const Tokenizer *t, const char *s, size_t n, I
         K++;
     }
     off[K] = (uint32_t)n;
-    BpeScratch w = {0};
     size_t k = 0;
     while (k < K) {
         size_t end;
@@ -113,15 +112,23 @@ static void pretokenize_and_merge(const Tokenizer *t, const char *s, size_t n, I
                 end = (j == K || j - k == 1) ? j : j - 1;
             }
         }
-        bpe_word(t, (const uint8_t *)s + off[k], off[end] - off[k], &w, out);
+        fn(ctx, s + off[k], off[end] - off[k]);
         k = end;
     }
-    free(w.sym);
-    free(w.rank);
-    free(w.merged);
     free(cp);
     free(off);
     free(cl);
+}
+
+typedef struct {
+    const Tokenizer *t;
+    BpeScratch w;
+    IdBuf *out;
+} EncodeCtx;
+
+static void encode_word(void *ctx, const char *s, size_t n) {
+    EncodeCtx *e = ctx;
+    bpe_word(e->t, (const uint8_t *)s, n, &e->w, e->out);
 }
 
 void bpe_encode_segment(const Tokenizer *t, const char *s, size_t n, IdBuf *out) {
@@ -142,6 +149,10 @@ void bpe_encode_segment(const Tokenizer *t, const char *s, size_t n, IdBuf *out)
         s = p;
         n++;
     }
-    pretokenize_and_merge(t, s, n, out);
+    EncodeCtx e = {t, {0}, out};
+    bpe_split(s, n, encode_word, &e);
+    free(e.w.sym);
+    free(e.w.rank);
+    free(e.w.merged);
     free(fixed);
 }

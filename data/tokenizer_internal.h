@@ -77,6 +77,14 @@ int bytelevel_byte(uint32_t cp);  // -1 when cp is not one of the 256 printable 
 void wordpiece_encode_segment(const Tokenizer *t, const char *s, size_t n, IdBuf *out);
 void bpe_encode_segment(const Tokenizer *t, const char *s, size_t n, IdBuf *out);
 
+// Pre-tokenizers, shared with training.  wordpiece_split normalises with t's BertNormalizer
+// flags and calls fn on every word (code points); bpe_split calls fn on every GPT-2
+// pre-token (bytes of s, which must be valid UTF-8).
+typedef void (*WordpieceWordFn)(void *ctx, const uint32_t *w, size_t m);
+typedef void (*BpeWordFn)(void *ctx, const char *s, size_t n);
+void wordpiece_split(const Tokenizer *t, const char *s, size_t n, WordpieceWordFn fn, void *ctx);
+void bpe_split(const char *s, size_t n, BpeWordFn fn, void *ctx);
+
 // Files (tokenizer_load.c, tokenizer_json.c).
 struct cJSON;
 Tokenizer *tokenizer_load_json(const char *path);

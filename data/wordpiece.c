@@ -119,10 +119,9 @@ static void word_pieces(const Tokenizer *t, const uint32_t *w, size_t m, WordScr
     }
 }
 
-void wordpiece_encode_segment(const Tokenizer *t, const char *s, size_t n, IdBuf *out) {
+void wordpiece_split(const Tokenizer *t, const char *s, size_t n, WordpieceWordFn fn, void *ctx) {
     CpBuf norm = {0};
     normalize(t, s, n, &norm);
-    WordScratch ws = {0};
     size_t i = 0;
     while (i < norm.len) {
         uint32_t c = norm.cp[i];
@@ -130,17 +129,29 @@ void wordpiece_encode_segment(const Tokenizer *t, const char *s, size_t n, IdBuf
             i++;
             continue;
         }
-        if (is_bert_punct(c)) {
-            word_pieces(t, &norm.cp[i], 1, &ws, out);
-            i++;
-            continue;
-        }
         size_t j = i + 1;
-        while (j < norm.len && !uni_is_whitespace(norm.cp[j]) && !is_bert_punct(norm.cp[j])) j++;
-        word_pieces(t, &norm.cp[i], j - i, &ws, out);
+        if (!is_bert_punct(c))
+            while (j < norm.len && !uni_is_whitespace(norm.cp[j]) && !is_bert_punct(norm.cp[j])) j++;
+        fn(ctx, &norm.cp[i], j - i);
         i = j;
     }
     free(norm.cp);
-    free(ws.buf);
-    free(ws.off);
+}
+
+typedef struct {
+    const Tokenizer *t;
+    WordScratch ws;
+    IdBuf *out;
+} EncodeCtx;
+
+static void encode_word(void *ctx, const uint32_t *w, size_t m) {
+    EncodeCtx *e = ctx;
+    word_pieces(e->t, w, m, &e->ws, e->out);
+}
+
+void wordpiece_encode_segment(const Tokenizer *t, const char *s, size_t n, IdBuf *out) {
+    EncodeCtx e = {t, {0}, out};
+    wordpiece_split(t, s, n, encode_word, &e);
+    free(e.ws.buf);
+    free(e.ws.off);
 }
