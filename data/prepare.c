@@ -96,9 +96,12 @@ static void on_doc(void *ctx, const char *text, size_t len) {
         fwrite(text, 1, len, p->text_out);
         fputs("\n\n", p->text_out);
     }
-    p->next_doc++;
-    if (!p->tok) return;
+    if (!p->tok) {
+        p->next_doc++;
+        return;
+    }
     if (!p->cur) p->cur = batch_new(p);
+    p->next_doc++;
     Batch *b = p->cur;
     if (b->n_docs == b->cap_docs) {
         b->cap_docs = b->cap_docs ? 2 * b->cap_docs : 32;
