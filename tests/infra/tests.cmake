@@ -4,3 +4,8 @@ mhe_add_cmocka_test(test_infra_hashes ${INFRA}/test_hashes.c ${INFRA}/infra_util
 mhe_add_cmocka_test(test_infra_schedule ${INFRA}/test_schedule.c)
 mhe_add_cmocka_test(test_infra_optim ${INFRA}/test_optim.c ${INFRA}/infra_util.c)
 mhe_add_cmocka_test(test_infra_checkpoint ${INFRA}/test_checkpoint.c ${INFRA}/infra_util.c)
+add_executable(ckpt_crash_writer ${INFRA}/ckpt_crash_writer.c ${INFRA}/infra_util.c)
+target_link_libraries(ckpt_crash_writer PRIVATE mhecore)
+mhe_add_cmocka_test(test_infra_checkpoint_crash ${INFRA}/test_checkpoint_crash.c ${INFRA}/infra_util.c)
+add_dependencies(test_infra_checkpoint_crash ckpt_crash_writer)
+set_property(TEST test_infra_checkpoint_crash APPEND PROPERTY ENVIRONMENT "MHE_CKPT_WRITER=$<TARGET_FILE:ckpt_crash_writer>")
