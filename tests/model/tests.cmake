@@ -1,0 +1,4 @@
+# The model against the PyTorch oracle (every arch x attention type), fast paths against plain
+# paths, gradients against double-precision finite differences of the oracle's loss.
+mhe_add_cmocka_test(model_matches_pytorch ${CMAKE_SOURCE_DIR}/tests/model/test_model.c)
+set_tests_properties(model_matches_pytorch PROPERTIES TIMEOUT 300 LABELS model)
