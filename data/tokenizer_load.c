@@ -89,24 +89,26 @@ cJSON *tok_parse_json(const char *path, const char *buf, size_t len) {
 
 // Reads a {"token": id, ...} object into an id-indexed array; ids must be 0..N-1.
 char **tok_vocab_from_json(const char *path, const cJSON *obj, const char *what, int *n_out) {
-    if (!cJSON_IsObject(obj)) mhe_fail_at(path, 0, 0, "%s: expected an object {\"token\": id}", what);
+    char pre[64];
+    snprintf(pre, sizeof pre, "%.40s%s", what, what[0] ? ": " : "");
+    if (!cJSON_IsObject(obj)) mhe_fail_at(path, 0, 0, "%sexpected an object {\"token\": id}", pre);
     int n = cJSON_GetArraySize(obj);
-    if (n == 0) mhe_fail_at(path, 0, 0, "%s: empty vocabulary", what);
+    if (n == 0) mhe_fail_at(path, 0, 0, "%sempty vocabulary", pre);
     char **tokens = mhe_calloc((size_t)n, sizeof *tokens);
     const cJSON *it;
     cJSON_ArrayForEach(it, obj) {
         double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
         int id = (int)v;
         if (!cJSON_IsNumber(it) || v != (double)id || id < 0)
-            mhe_fail_at(path, 0, 0, "%s: token \"%s\": expected a non-negative integer id", what,
+            mhe_fail_at(path, 0, 0, "%stoken \"%s\": expected a non-negative integer id", pre,
                         it->string);
         if (id >= n)
-            mhe_fail_at(path, 0, 0, "%s: token \"%s\" has id %d but there are only %d tokens "
-                        "(expected ids 0..%d without gaps)", what, it->string, id, n, n - 1);
+            mhe_fail_at(path, 0, 0, "%stoken \"%s\" has id %d but there are only %d tokens "
+                        "(expected ids 0..%d without gaps)", pre, it->string, id, n, n - 1);
         if (tokens[id])
-            mhe_fail_at(path, 0, 0, "%s: id %d used by both \"%s\" and \"%s\"", what, id,
+            mhe_fail_at(path, 0, 0, "%sid %d used by both \"%s\" and \"%s\"", pre, id,
                         tokens[id], it->string);
-        if (strlen(it->string) == 0) mhe_fail_at(path, 0, 0, "%s: empty token string", what);
+        if (strlen(it->string) == 0) mhe_fail_at(path, 0, 0, "%sempty token string", pre);
         tokens[id] = mhe_strdup(it->string);
     }
     *n_out = n;
@@ -136,7 +138,7 @@ Tokenizer *tokenizer_load_bpe_files(const char *vocab_json, const char *merges_t
     check_utf8(vocab_json, buf, len);
     cJSON *j = tok_parse_json(vocab_json, buf, len);
     int n;
-    char **tokens = tok_vocab_from_json(vocab_json, j, "vocab.json", &n);
+    char **tokens = tok_vocab_from_json(vocab_json, j, "", &n);
     cJSON_Delete(j);
     free(buf);
     Tokenizer *t = tokenizer_new(TOK_BPE, n, tokens);
