@@ -1,0 +1,250 @@
+// The attention core (ops.h AttnShape): scores, masked softmax and weighted sums as plain
+// kernels, probabilities P [B, n, T, T] saved for the backward, dS [B, n, T, T] in scratch.
+// Query head h reads Q head h/(n/q_heads), K head h/(n/k_heads), V head h/(n/v_heads); the
+// gradients of shared heads are summed over their query heads inside one thread (no atomics).
+#include <cmath>
+
+#include "kernels/cuda/cuda_internal.h"
+
+struct AttnIdx {
+    int B, T, n, qr, kr, vr, dq, dv, ldq, ldk, ldv;
+};
+
+static AttnIdx attn_idx(const AttnShape *s) {
+    return AttnIdx{s->B, s->T, s->n_heads, s->n_heads / s->q_heads, s->n_heads / s->k_heads,
+                   s->n_heads / s->v_heads, s->qk_dim, s->v_dim, s->ldq, s->ldk, s->ldv};
+}
+
+__device__ __forceinline__ const float *q_row(const AttnIdx &a, const float *q, int b, int t, int h) {
+    return q + ((size_t)b * a.T + t) * a.ldq + (size_t)(h / a.qr) * a.dq;
+}
+__device__ __forceinline__ const float *k_row(const AttnIdx &a, const float *k, int b, int t, int h) {
+    return k + ((size_t)b * a.T + t) * a.ldk + (size_t)(h / a.kr) * a.dq;
+}
+__device__ __forceinline__ const float *v_row(const AttnIdx &a, const float *v, int b, int t, int h) {
+    return v + ((size_t)b * a.T + t) * a.ldv + (size_t)(h / a.vr) * a.dv;
+}
+__device__ __forceinline__ bool key_visible(const AttnIdx &a, int causal, const int32_t *key_mask,
+                                            int b, int i, int j) {
+    return !(causal && j > i) && (!key_mask || key_mask[(size_t)b * a.T + j] != 0);
+}
+__device__ __forceinline__ size_t p_index(const AttnIdx &a, int b, int h, int i, int j) {
+    return (((size_t)b * a.n + h) * a.T + i) * a.T + j;
+}
+// P after dropout (the dropout index is P's own index).
+__device__ __forceinline__ float p_dropped(float p, size_t idx, float drop, uint64_t seed, uint64_t offset) {
+    if (drop <= 0.0f) return p;
+    return ops_dropout_keep(seed, offset, idx, drop) ? p * (1.0f / (1.0f - drop)) : 0.0f;
+}
+
+// One block per (i, h, b): P[i, :] = softmax(scale q_i·k_j + key_bias[j, h], visible keys).
+__global__ void attn_softmax_kernel(AttnIdx a, const float *q, const float *k, float scale,
+                                    int causal, const int32_t *key_mask, const float *key_bias,
+                                    float *P) {
+    __shared__ float fbuf[32];
+    int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const float *qi = q_row(a, q, b, i, h);
+    float *row = P + p_index(a, b, h, i, 0);
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
+        float s = -INFINITY;
+        if (key_visible(a, causal, key_mask, b, i, j)) {
+            const float *kj = k_row(a, k, b, j, h);
+            float dot = 0;
+            for (int c = 0; c < a.dq; c++) dot += qi[c] * kj[c];
+            s = scale * dot + (key_bias ? key_bias[((size_t)b * a.T + j) * a.n + h] : 0.0f);
+        }
+        row[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_max(mx, fbuf);
+    float sum = 0;
+    for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
+        float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, fbuf);
+    float inv = sum > 0 ? 1.0f / sum : 0.0f;  // no visible key: all-zero row
+    for (int j = threadIdx.x; j < a.T; j += blockDim.x) row[j] *= inv;
+}
+
+// One block per (i, h, b), threads over v_dim: out = (dropout(P) V) ⊙ scale + shift.
+__global__ void attn_pv_kernel(AttnIdx a, const float *P, const float *v, const float *out_scale,
+                               const float *out_shift, float drop, uint64_t seed, uint64_t offset,
+                               float *out) {
+    int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int jmax = a.T;
+    for (int c = threadIdx.x; c < a.dv; c += blockDim.x) {
+        float acc = 0;
+        for (int j = 0; j < jmax; j++) {
+            size_t pi = p_index(a, b, h, i, j);
+            float p = p_dropped(P[pi], pi, drop, seed, offset);
+            if (p != 0.0f) acc += p * v_row(a, v, b, j, h)[c];
+        }
+        float o = acc * (out_scale ? out_scale[h * a.dv + c] : 1.0f) + (out_shift ? out_shift[h * a.dv + c] : 0.0f);
+        out[(((size_t)b * a.T + i) * a.n + h) * a.dv + c] = o;
+    }
+}
+
+// Threads for a kernel whose threads run over a head dimension.
+static unsigned dim_block(int d) {
+    int t = (d + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : t > MHE_BLOCK ? MHE_BLOCK : t);
+}
+
+static void cuda_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
+    (void)be;
+    size_t tt = (size_t)s->B * s->n_heads * s->T * s->T;
+    *saved = tt;    // P
+    *scratch = tt;  // dS during the backward
+}
+
+static void cuda_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                   const float *v, float *out, float *saved, float *scratch) {
+    (void)scratch;
+    double t0 = cuda_prof_begin(be);
+    AttnIdx a = attn_idx(s);
+    cudaStream_t st = cuda_stream(be);
+    dim3 grid(s->T, s->n_heads, s->B);
+    if (s->B && s->T && s->n_heads) {
+        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, saved);
+        CUDA_CHECK_LAUNCH();
+        MHE_LAUNCH(attn_pv_kernel, grid, dim_block(s->v_dim), 0, st)(a, saved, v, s->out_scale, s->out_shift, s->dropout, s->seed, s->offset, out);
+        CUDA_CHECK_LAUNCH();
+    }
+    double tt = (double)s->B * s->n_heads * s->T * s->T;
+    cuda_prof_end(be, OPC_ATTENTION, t0, 2.0 * tt * (s->qk_dim + s->v_dim));
+}
+
+// With G = dout ⊙ out_scale (the gradient of dropout(P) V):
+//   dPd[j] = G_i · v_j;  dP[j] = dPd[j] keep/(1-p);  dS[j] = P[j] (dP[j] - sum_j' P[j'] dP[j'])
+__global__ void attn_dscores_kernel(AttnIdx a, const float *P, const float *v, const float *dout,
+                                    const float *out_scale, float drop, uint64_t seed,
+                                    uint64_t offset, float *dS) {
+    __shared__ float fbuf[32];
+    int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const float *go = dout + (((size_t)b * a.T + i) * a.n + h) * a.dv;
+    float dot = 0;
+    for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
+        size_t pi = p_index(a, b, h, i, j);
+        float dp = 0;
+        if (P[pi] != 0.0f) {
+            const float *vj = v_row(a, v, b, j, h);
+            for (int c = 0; c < a.dv; c++) dp += go[c] * (out_scale ? out_scale[h * a.dv + c] : 1.0f) * vj[c];
+            dp = p_dropped(dp, pi, drop, seed, offset);
+        }
+        dS[pi] = dp;
+        dot += P[pi] * dp;
+    }
+    dot = block_sum(dot, fbuf);
+    for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
+        size_t pi = p_index(a, b, h, i, j);
+        dS[pi] = P[pi] * (dS[pi] - dot);
+    }
+}
+
+// dq[b, i, g, c] = scale sum_{h of Q head g} sum_j dS[b,h,i,j] k_j[c]     (grid: i, g, b)
+__global__ void attn_dq_kernel(AttnIdx a, const float *dS, const float *k, float scale, float *dq) {
+    int i = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    for (int c = threadIdx.x; c < a.dq; c += blockDim.x) {
+        float acc = 0;
+        for (int h = g * a.qr; h < (g + 1) * a.qr; h++)
+            for (int j = 0; j < a.T; j++) acc += dS[p_index(a, b, h, i, j)] * k_row(a, k, b, j, h)[c];
+        dq[((size_t)b * a.T + i) * a.ldq + (size_t)g * a.dq + c] = scale * acc;
+    }
+}
+// dk[b, j, g, c] = scale sum_{h of K head g} sum_i dS[b,h,i,j] q_i[c]     (grid: j, g, b)
+__global__ void attn_dk_kernel(AttnIdx a, const float *dS, const float *q, float scale, float *dk) {
+    int j = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    for (int c = threadIdx.x; c < a.dq; c += blockDim.x) {
+        float acc = 0;
+        for (int h = g * a.kr; h < (g + 1) * a.kr; h++)
+            for (int i = 0; i < a.T; i++) acc += dS[p_index(a, b, h, i, j)] * q_row(a, q, b, i, h)[c];
+        dk[((size_t)b * a.T + j) * a.ldk + (size_t)g * a.dq + c] = scale * acc;
+    }
+}
+// dv[b, j, g, c] = sum_{h of V head g} sum_i dropout(P)[b,h,i,j] G[b,i,h,c]  (grid: j, g, b)
+__global__ void attn_dv_kernel(AttnIdx a, const float *P, const float *dout, const float *out_scale,
+                               float drop, uint64_t seed, uint64_t offset, float *dv) {
+    int j = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
+    for (int c = threadIdx.x; c < a.dv; c += blockDim.x) {
+        float acc = 0;
+        for (int h = g * a.vr; h < (g + 1) * a.vr; h++) {
+            float sc = out_scale ? out_scale[h * a.dv + c] : 1.0f;
+            for (int i = 0; i < a.T; i++) {
+                size_t pi = p_index(a, b, h, i, j);
+                float p = p_dropped(P[pi], pi, drop, seed, offset);
+                if (p != 0.0f) acc += p * dout[(((size_t)b * a.T + i) * a.n + h) * a.dv + c] * sc;
+            }
+        }
+        dv[((size_t)b * a.T + j) * a.ldv + (size_t)g * a.dv + c] = acc;
+    }
+}
+// dkey_bias[b, j, h] = sum_i dS[b,h,i,j]      (grid: h, b; threads over j)
+__global__ void attn_dkey_bias_kernel(AttnIdx a, const float *dS, float *dkb) {
+    int h = blockIdx.x, b = blockIdx.y;
+    for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
+        float acc = 0;
+        for (int i = 0; i < a.T; i++) acc += dS[p_index(a, b, h, i, j)];
+        dkb[((size_t)b * a.T + j) * a.n + h] = acc;
+    }
+}
+// dout_scale[h, c] += sum_{b,i} dout · (dropout(P) V)[b,i,h,c];  dout_shift[h, c] += sum_{b,i} dout
+__global__ void attn_dscale_shift_kernel(AttnIdx a, const float *P, const float *v, const float *dout,
+                                         float drop, uint64_t seed, uint64_t offset, float *dscale,
+                                         float *dshift) {
+    int h = blockIdx.x;
+    for (int c = threadIdx.x; c < a.dv; c += blockDim.x) {
+        float ss = 0, sh = 0;
+        for (int b = 0; b < a.B; b++)
+            for (int i = 0; i < a.T; i++) {
+                float g = dout[(((size_t)b * a.T + i) * a.n + h) * a.dv + c];
+                sh += g;
+                if (!dscale) continue;
+                float pv = 0;
+                for (int j = 0; j < a.T; j++) {
+                    size_t pi = p_index(a, b, h, i, j);
+                    float p = p_dropped(P[pi], pi, drop, seed, offset);
+                    if (p != 0.0f) pv += p * v_row(a, v, b, j, h)[c];
+                }
+                ss += g * pv;
+            }
+        if (dscale) dscale[h * a.dv + c] += ss;
+        if (dshift) dshift[h * a.dv + c] += sh;
+    }
+}
+
+static void cuda_attention_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                    const float *v, const float *saved, const float *dout,
+                                    float *dq, float *dk, float *dv, float *dkey_bias,
+                                    float *dout_scale, float *dout_shift, float *scratch) {
+    double t0 = cuda_prof_begin(be);
+    AttnIdx a = attn_idx(s);
+    cudaStream_t st = cuda_stream(be);
+    if (s->B && s->T && s->n_heads) {
+        const float *P = saved;
+        float *dS = scratch;
+        MHE_LAUNCH(attn_dscores_kernel, dim3(s->T, s->n_heads, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, dS);
+        CUDA_CHECK_LAUNCH();
+        if (dq) MHE_LAUNCH(attn_dq_kernel, dim3(s->T, s->q_heads, s->B), dim_block(s->qk_dim), 0, st)(a, dS, k, s->scale, dq);
+        CUDA_CHECK_LAUNCH();
+        if (dk) MHE_LAUNCH(attn_dk_kernel, dim3(s->T, s->k_heads, s->B), dim_block(s->qk_dim), 0, st)(a, dS, q, s->scale, dk);
+        CUDA_CHECK_LAUNCH();
+        if (dv) MHE_LAUNCH(attn_dv_kernel, dim3(s->T, s->v_heads, s->B), dim_block(s->v_dim), 0, st)(a, P, dout, s->out_scale, s->dropout, s->seed, s->offset, dv);
+        CUDA_CHECK_LAUNCH();
+        if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(s->n_heads, s->B), dim_block(s->T), 0, st)(a, dS, dkey_bias);
+        CUDA_CHECK_LAUNCH();
+        if (dout_scale || dout_shift)
+            MHE_LAUNCH(attn_dscale_shift_kernel, s->n_heads, dim_block(s->v_dim), 0, st)(a, P, v, dout, s->dropout, s->seed, s->offset, dout_scale, dout_shift);
+        CUDA_CHECK_LAUNCH();
+    }
+    double tt = (double)s->B * s->n_heads * s->T * s->T;
+    cuda_prof_end(be, OPC_ATTENTION, t0, 4.0 * tt * (s->qk_dim + s->v_dim));
+}
+
+void cuda_install_attention(Backend *be) {
+    be->attention_sizes = cuda_attention_sizes;
+    be->attention_forward = cuda_attention_forward;
+    be->attention_backward = cuda_attention_backward;
+}

@@ -1,0 +1,165 @@
+// The CUDA backend's skeleton: device and handles, memory, and the matmuls (cuBLAS).
+// Row-major C = op(A) op(B) is computed as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ, which
+// is the same memory: cuBLAS gets (B, A) swapped and M, N exchanged, no transposes copied.
+#include <cstdlib>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_internal.h"
+
+static void *cuda_alloc(Backend *be, size_t bytes) {
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        mhe_fatal("CUDA device %d: out of memory allocating %zu bytes (%s)", cuda_ctx(be)->device,
+                  bytes, cudaGetErrorString(e));
+    CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+}
+
+static void cuda_free(Backend *be, void *p) {
+    if (!p) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // it may still be in use on the stream
+    CUDA_CHECK(cudaFree(p));
+}
+
+static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // the host buffer may be reused at once
+}
+
+static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+}
+
+static void cuda_copy(Backend *be, void *dst, const void *src, size_t bytes) {
+    double t0 = cuda_prof_begin(be);
+    if (bytes)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cuda_zero(Backend *be, void *dst, size_t bytes) {
+    double t0 = cuda_prof_begin(be);
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda_stream(be)));
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cuda_synchronize(Backend *be) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be))); }
+
+__global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)blockDim.x * gridDim.x)
+        y[i] = __float2bfloat16(x[i]);
+}
+
+// Room for `elems` bf16 values; grows (never shrinks) so steady-state steps do not allocate.
+static __nv_bfloat16 *bf16_scratch(Backend *be, size_t elems) {
+    CudaCtx *c = cuda_ctx(be);
+    if (elems > c->bf16_scratch_elems) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        CUDA_CHECK(cudaFree(c->bf16_scratch));
+        CUDA_CHECK(cudaMalloc(&c->bf16_scratch, elems * sizeof(__nv_bfloat16)));
+        c->bf16_scratch_elems = elems;
+    }
+    return c->bf16_scratch;
+}
+
+static void round_to_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
+    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(x, y, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Elements spanned by a row-major operand of `rows` rows of `cols` with leading dimension ld,
+// repeated `batch` times at `stride`: only these are read (never past the last row's end).
+static size_t operand_span(int rows, int cols, int ld, long stride, int batch) {
+    if (rows == 0 || cols == 0 || batch == 0) return 0;
+    return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+}
+
+static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
+                                float alpha, const float *A, int lda, long stride_a,
+                                const float *B, int ldb, long stride_b, float beta, float *C,
+                                int ldc, long stride_c, int batch) {
+    if (M == 0 || N == 0 || batch == 0) return;
+    double t0 = cuda_prof_begin(be);
+    CudaCtx *c = cuda_ctx(be);
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!c->bf16 || K == 0) {
+        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb,
+                                               stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
+                                               batch));
+    } else {
+        // bf16 inputs, fp32 accumulation and fp32 output (beta accumulates into fp32 C).
+        size_t na = operand_span(trans_a ? K : M, trans_a ? M : K, lda, stride_a, batch);
+        size_t nb = operand_span(trans_b ? N : K, trans_b ? K : N, ldb, stride_b, batch);
+        __nv_bfloat16 *ha = bf16_scratch(be, na + nb), *hb = ha + na;
+        round_to_bf16(be, A, ha, na);
+        round_to_bf16(be, B, hb, nb);
+        CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, op_b, op_a, N, M, K, &alpha, hb,
+                                                CUDA_R_16BF, ldb, stride_b, ha, CUDA_R_16BF, lda,
+                                                stride_a, &beta, C, CUDA_R_32F, ldc, stride_c,
+                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
+}
+
+static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                        int ldc) {
+    cuda_matmul_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+                        0, 1);
+}
+
+static void cuda_destroy(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    CUDA_CHECK(cudaFree(c->bf16_scratch));
+    CUDA_CHECK(cudaFree(c->partials));
+    std::free(c->host_partials);
+    CUBLAS_CHECK(cublasDestroy(c->blas));
+    CUDA_CHECK(cudaStreamDestroy(c->stream));
+    std::free(c);
+    std::free(be);
+}
+
+extern "C" Backend *backend_cuda_create(int device, int bf16) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+        mhe_fatal("runtime.device: cuda, but no CUDA device is available");
+    if (device < 0 || device >= count)
+        mhe_fatal("CUDA device %d requested but only %d visible", device, count);
+    CUDA_CHECK(cudaSetDevice(device));
+    CudaCtx *c = static_cast<CudaCtx *>(std::calloc(1, sizeof(CudaCtx)));
+    Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
+    if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
+    c->device = device;
+    c->bf16 = bf16 != 0;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&c->blas));
+    CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
+    // fp32 mode must be plain fp32 (no TF32) so it matches the CPU backend to 1e-5.
+    CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    CUDA_CHECK(cudaMalloc(&c->partials, CUDA_SUM_BLOCKS * sizeof(double)));
+    c->host_partials = static_cast<double *>(std::calloc(CUDA_SUM_BLOCKS, sizeof(double)));
+    if (!c->host_partials) mhe_fatal("out of memory creating the CUDA backend");
+    be->ctx = c;
+    be->name = "cuda";
+    be->destroy = cuda_destroy;
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->copy = cuda_copy;
+    be->zero = cuda_zero;
+    be->synchronize = cuda_synchronize;
+    be->matmul = cuda_matmul;
+    be->matmul_batched = cuda_matmul_batched;
+    cuda_install_elementwise(be);
+    cuda_install_norm_loss(be);
+    cuda_install_attention(be);
+    return be;
+}

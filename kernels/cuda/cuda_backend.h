@@ -1,0 +1,20 @@
+// The CUDA backend: every op of kernels/ops.h on one GPU, matmuls through cuBLAS.
+#ifndef MHE_KERNELS_CUDA_BACKEND_H
+#define MHE_KERNELS_CUDA_BACKEND_H
+
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// device: CUDA ordinal (the local rank's GPU).  bf16 != 0 (runtime.precision: bf16) rounds the
+// matmul inputs to bf16 and accumulates in fp32 (tensor cores); every other op, the weights and
+// the optimizer state stay fp32.  Exits with a message when the device cannot be used.
+Backend *backend_cuda_create(int device, int bf16);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

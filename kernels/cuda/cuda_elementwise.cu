@@ -1,0 +1,320 @@
+// Elementwise and column-reduction ops: bias, arithmetic, head broadcast, GELU, dropout,
+// embeddings, and the optimizer kernels (fp32 master weights and moments).
+// Column sums (bias, head embedding and position gradients) use one thread per column looping
+// over rows, so they are deterministic; only the embedding scatter uses atomics.
+#include <cmath>
+
+#include "kernels/cuda/cuda_internal.h"
+
+#define GRID_STRIDE(i, n)                                                               \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);            \
+         i += (size_t)blockDim.x * gridDim.x)
+
+static unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BLOCK - 1) / MHE_BLOCK); }
+
+__global__ void bias_add_kernel(float *y, const float *bias, size_t total, int C) {
+    GRID_STRIDE(i, total) y[i] += bias[i % C];
+}
+__global__ void bias_backward_kernel(const float *dy, int N, int C, float *dbias) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0;
+    for (int r = 0; r < N; r++) s += dy[(size_t)r * C + c];
+    dbias[c] += s;
+}
+
+static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)N * C;
+    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be))(y, bias, total, C);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+// dbias[c] += sum_r dy[r, c]
+static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
+    double t0 = cuda_prof_begin(be);
+    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be))(dy, N, C, dbias);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+enum { EW_ADD, EW_AXPY, EW_SCALE, EW_ADD_SCALAR, EW_MUL, EW_MUL_ACC };
+
+__global__ void elementwise_kernel(int op, const float *a, const float *b, float c, float *out, size_t n) {
+    GRID_STRIDE(i, n) {
+        switch (op) {
+        case EW_ADD: out[i] = a[i] + b[i]; break;
+        case EW_AXPY: out[i] += c * a[i]; break;
+        case EW_SCALE: out[i] *= c; break;
+        case EW_ADD_SCALAR: out[i] = a[i] + c; break;
+        case EW_MUL: out[i] = a[i] * b[i]; break;
+        default: out[i] += a[i] * b[i]; break;
+        }
+    }
+}
+
+static void elementwise(Backend *be, int op, const float *a, const float *b, float c, float *out, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(op, a, b, c, out, n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+static void cuda_add(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_ADD, a, b, 0, out, n); }
+static void cuda_axpy(Backend *be, float alpha, const float *x, float *y, size_t n) { elementwise(be, EW_AXPY, x, nullptr, alpha, y, n); }
+static void cuda_scale(Backend *be, float *x, float alpha, size_t n) { elementwise(be, EW_SCALE, nullptr, nullptr, alpha, x, n); }
+static void cuda_add_scalar(Backend *be, const float *x, float c, float *out, size_t n) { elementwise(be, EW_ADD_SCALAR, x, nullptr, c, out, n); }
+static void cuda_mul(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL, a, b, 0, out, n); }
+static void cuda_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL_ACC, a, b, 0, out, n); }
+
+__global__ void head_expand_kernel(const float *x, int ldx, const float *mul, const float *add,
+                                   int N, int n, int d, float *out) {
+    size_t total = (size_t)N * n * d;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % d), h = (int)((i / d) % n);
+        size_t r = i / ((size_t)n * d);
+        float v = x[r * ldx + c];
+        if (mul) v *= mul[h * d + c];
+        if (add) v += add[h * d + c];
+        out[i] = v;
+    }
+}
+// dx[r, c] = sum_h dout[r, h, c] * mul[h, c]
+__global__ void head_expand_dx_kernel(const float *dout, const float *mul, int N, int n, int d,
+                                      float *dx, int ldx, int accumulate) {
+    size_t total = (size_t)N * d;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % d);
+        size_t r = i / d;
+        float s = 0;
+        for (int h = 0; h < n; h++) s += dout[(r * n + h) * d + c] * (mul ? mul[h * d + c] : 1.0f);
+        if (accumulate) dx[r * ldx + c] += s;
+        else dx[r * ldx + c] = s;
+    }
+}
+// dmul[h, c] += sum_r dout[r, h, c] x[r, c];  dadd[h, c] += sum_r dout[r, h, c]
+__global__ void head_expand_dparam_kernel(const float *dout, const float *x, int ldx, int N, int n,
+                                          int d, float *dmul, float *dadd) {
+    int hc = blockIdx.x * blockDim.x + threadIdx.x;
+    if (hc >= n * d) return;
+    int c = hc % d;
+    float sm = 0, sa = 0;
+    for (int r = 0; r < N; r++) {
+        float g = dout[(size_t)r * n * d + hc];
+        sa += g;
+        if (dmul) sm += g * x[(size_t)r * ldx + c];
+    }
+    if (dmul) dmul[hc] += sm;
+    if (dadd) dadd[hc] += sa;
+}
+
+static void cuda_head_expand(Backend *be, const float *x, int ldx, const float *mul,
+                             const float *add, int N, int n, int d, float *out) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)N * n * d;
+    if (total) MHE_LAUNCH(head_expand_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be))(x, ldx, mul, add, N, n, d, out);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+static void cuda_head_expand_backward(Backend *be, const float *dout, const float *x, int ldx,
+                                      const float *mul, int N, int n, int d, float *dx,
+                                      int accumulate, float *dmul, float *dadd) {
+    double t0 = cuda_prof_begin(be);
+    cudaStream_t s = cuda_stream(be);
+    if ((dmul || dadd) && n > 0 && d > 0)
+        MHE_LAUNCH(head_expand_dparam_kernel, cols_grid((size_t)n * d), MHE_BLOCK, 0, s)(dout, x, ldx, N, n, d, dmul, dadd);
+    CUDA_CHECK_LAUNCH();
+    if (dx && N > 0 && d > 0)
+        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s)(dout, mul, N, n, d, dx, ldx, accumulate);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+#define GELU_SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_INV_SQRT_2 0.7071067811865476f
+#define GELU_INV_SQRT_2PI 0.3989422804014327f
+
+__global__ void gelu_forward_kernel(int tanh_form, const float *x, float *y, size_t n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        if (tanh_form)
+            y[i] = 0.5f * v * (1.0f + tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
+        else
+            y[i] = 0.5f * v * (1.0f + erff(v * GELU_INV_SQRT_2));
+    }
+}
+// erf:  gelu'(x) = Φ(x) + x φ(x)
+// tanh: gelu'(x) = (1 + t)/2 + x/2 (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(u(x))
+__global__ void gelu_backward_kernel(int tanh_form, const float *x, const float *dy, float *dx, size_t n) {
+    GRID_STRIDE(i, n) {
+        float v = x[i], g;
+        if (tanh_form) {
+            float t = tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v));
+            g = 0.5f * (1.0f + t) +
+                0.5f * v * (1.0f - t * t) * GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * v * v);
+        } else {
+            g = 0.5f * (1.0f + erff(v * GELU_INV_SQRT_2)) + v * GELU_INV_SQRT_2PI * expf(-0.5f * v * v);
+        }
+        dx[i] = dy[i] * g;
+    }
+}
+static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(kind == GELU_TANH, x, y, n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(kind == GELU_TANH, x, dy, dx, n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+__global__ void dropout_kernel(const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
+    float inv = 1.0f / (1.0f - p);
+    GRID_STRIDE(i, n) y[i] = ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f;
+}
+static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
+    double t0 = cuda_prof_begin(be);
+    if (p <= 0.0f) {
+        if (x != y && n) CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream(be)));
+    } else if (n) {
+        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(x, y, n, p, seed, offset);
+        CUDA_CHECK_LAUNCH();
+    }
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+__global__ void embedding_forward_kernel(const int32_t *ids, const int32_t *type_ids, const float *word,
+                                         const float *pos, const float *type, int B, int T, int D, float *out) {
+    size_t total = (size_t)B * T * D;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % D);
+        size_t bt = i / D;
+        int t = (int)(bt % T);
+        float v = word[(size_t)ids[bt] * D + c] + pos[(size_t)t * D + c];
+        if (type) v += type[(size_t)(type_ids ? type_ids[bt] : 0) * D + c];
+        out[i] = v;
+    }
+}
+// Word and type rows repeat across tokens: scatter with atomics.
+__global__ void embedding_scatter_kernel(const float *dout, const int32_t *ids, const int32_t *type_ids,
+                                         int B, int T, int D, float *dword, float *dtype) {
+    size_t total = (size_t)B * T * D;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % D);
+        size_t bt = i / D;
+        if (dword) atomicAdd(&dword[(size_t)ids[bt] * D + c], dout[i]);
+        if (dtype) atomicAdd(&dtype[(size_t)(type_ids ? type_ids[bt] : 0) * D + c], dout[i]);
+    }
+}
+// dpos[t, c] += sum_b dout[b, t, c]
+__global__ void embedding_pos_kernel(const float *dout, int B, int T, int D, float *dpos) {
+    size_t total = (size_t)T * D;
+    GRID_STRIDE(i, total) {
+        float s = 0;
+        for (int b = 0; b < B; b++) s += dout[(size_t)b * T * D + i];
+        dpos[i] += s;
+    }
+}
+static void cuda_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
+                                   const float *word, const float *pos, const float *type, int B,
+                                   int T, int D, float *out) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)B * T * D;
+    if (total) MHE_LAUNCH(embedding_forward_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be))(ids, type_ids, word, pos, type, B, T, D, out);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+static void cuda_embedding_backward(Backend *be, const float *dout, const int32_t *ids,
+                                    const int32_t *type_ids, int B, int T, int D, float *dword,
+                                    float *dpos, float *dtype) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)B * T * D;
+    cudaStream_t s = cuda_stream(be);
+    if (total && (dword || dtype))
+        MHE_LAUNCH(embedding_scatter_kernel, cuda_grid_for(total), MHE_BLOCK, 0, s)(dout, ids, type_ids, B, T, D, dword, dtype);
+    CUDA_CHECK_LAUNCH();
+    if (total && dpos)
+        MHE_LAUNCH(embedding_pos_kernel, cuda_grid_for((size_t)T * D), MHE_BLOCK, 0, s)(dout, B, T, D, dpos);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+// Per-block partial sums of x² in double (warp shuffles + shared memory).
+__global__ void sum_squares_kernel(const float *x, size_t n, double *partials) {
+    __shared__ double buf[32];
+    double s = 0;
+    GRID_STRIDE(i, n) s += (double)x[i] * x[i];
+    s = block_sum(s, buf);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    CudaCtx *c = cuda_ctx(be);
+    if (!n) return 0.0;
+    MHE_LAUNCH(sum_squares_kernel, CUDA_SUM_BLOCKS, MHE_BLOCK, 0, c->stream)(x, n, c->partials);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpyAsync(c->host_partials, c->partials, CUDA_SUM_BLOCKS * sizeof(double),
+                               cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    double s = 0;
+    for (int b = 0; b < CUDA_SUM_BLOCKS; b++) s += c->host_partials[b];
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+    return s;
+}
+
+// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  u = (m/bc1) / (sqrt(v/bc2) + eps) + wd p
+// AdamW applies p -= lr u; LAMB stores u for the caller's trust ratio.
+__global__ void adam_kernel(float *p, const float *grad, float *m, float *v, float *u, size_t n,
+                            float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                            float grad_scale) {
+    GRID_STRIDE(i, n) {
+        float g = grad_scale * grad[i];
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float dir = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i];
+        if (u) u[i] = dir;
+        else p[i] -= lr * dir;
+    }
+}
+static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n,
+                              float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                              float grad_scale) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(p, grad, m, v, nullptr, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, float *m, float *v,
+                                float *u, size_t n, float b1, float b2, float eps, float wd,
+                                float bc1, float bc2, float grad_scale) {
+    double t0 = cuda_prof_begin(be);
+    // p is only read when u is set.
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(const_cast<float *>(p), grad, m, v, u, n, 0.0f, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+void cuda_install_elementwise(Backend *be) {
+    be->bias_add = cuda_bias_add;
+    be->bias_backward = cuda_bias_backward;
+    be->add = cuda_add;
+    be->axpy = cuda_axpy;
+    be->scale = cuda_scale;
+    be->add_scalar = cuda_add_scalar;
+    be->mul = cuda_mul;
+    be->mul_acc = cuda_mul_acc;
+    be->head_expand = cuda_head_expand;
+    be->head_expand_backward = cuda_head_expand_backward;
+    be->gelu_forward = cuda_gelu_forward;
+    be->gelu_backward = cuda_gelu_backward;
+    be->dropout = cuda_dropout;
+    be->embedding_forward = cuda_embedding_forward;
+    be->embedding_backward = cuda_embedding_backward;
+    be->sum_squares = cuda_sum_squares;
+    be->adamw_update = cuda_adamw_update;
+    be->lamb_direction = cuda_lamb_direction;
+}

@@ -1,0 +1,47 @@
+// Shared by the CUDA backend's .cu files: the backend context, profiling and the op tables
+// each file installs.
+#ifndef MHE_KERNELS_CUDA_INTERNAL_H
+#define MHE_KERNELS_CUDA_INTERNAL_H
+
+#include <chrono>
+
+#include "kernels/cuda/cuda_compat.h"
+#include "kernels/ops.h"
+
+struct CudaCtx {
+    int device;
+    int bf16;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    __nv_bfloat16 *bf16_scratch;  // matmul operands rounded to bf16 (grow-only)
+    size_t bf16_scratch_elems;
+    double *partials;             // per-block partial sums of sum_squares
+    double *host_partials;
+};
+
+static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
+static inline cudaStream_t cuda_stream(Backend *be) { return cuda_ctx(be)->stream; }
+
+#define CUDA_SUM_BLOCKS 64  // blocks of sum_squares (partials summed on the host in double)
+
+// With a profile attached, each op is bracketed by stream synchronisations so its host-clock
+// time is the device time (ops.h allows this).
+static inline double cuda_prof_begin(Backend *be) {
+    if (!be->profile) return 0.0;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops) {
+    if (!be->profile) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    double t1 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    be->profile->seconds[c] += t1 - t0;
+    be->profile->flops[c] += flops;
+    be->profile->calls[c]++;
+}
+
+void cuda_install_elementwise(Backend *be);
+void cuda_install_norm_loss(Backend *be);
+void cuda_install_attention(Backend *be);
+
+#endif

@@ -1,0 +1,151 @@
+// Row kernels with block reductions (warp shuffles + shared memory): LayerNorm forward and
+// backward, and the fused softmax cross-entropy.  One block per row.
+#include <cmath>
+
+#include "kernels/cuda/cuda_internal.h"
+
+// Two passes over the row (mean, then centred variance) as torch does: no cancellation.
+__global__ void layernorm_forward_kernel(const float *x, const float *gamma, const float *beta,
+                                         int C, float eps, float *y, float *mean, float *rstd) {
+    __shared__ float buf[32];
+    const float *xr = x + (size_t)blockIdx.x * C;
+    float *yr = y + (size_t)blockIdx.x * C;
+    float s = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+    float mu = block_sum(s, buf) / (float)C;
+    float v = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float d = xr[c] - mu;
+        v += d * d;
+    }
+    float rs = rsqrtf(block_sum(v, buf) / (float)C + eps);
+    // Each thread rewrites only the elements it read, so y may alias x.
+    for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+
+// dgamma[c] += sum_r dy·xhat;  dbeta[c] += sum_r dy   (one thread per column: deterministic)
+__global__ void layernorm_dparam_kernel(const float *dy, const float *x, const float *mean,
+                                        const float *rstd, int N, int C, float *dgamma, float *dbeta) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sg = 0, sb = 0;
+    for (int r = 0; r < N; r++) {
+        float g = dy[(size_t)r * C + c];
+        sg += g * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
+        sb += g;
+    }
+    if (dgamma) dgamma[c] += sg;
+    if (dbeta) dbeta[c] += sb;
+}
+
+// dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * gamma
+__global__ void layernorm_dx_kernel(const float *dy, const float *x, const float *gamma,
+                                    const float *mean, const float *rstd, int C, float *dx,
+                                    int accumulate) {
+    __shared__ float buf[32];
+    size_t off = (size_t)blockIdx.x * C;
+    float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
+    float sg = 0, sgx = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = dy[off + c] * gamma[c];
+        sg += g;
+        sgx += g * (x[off + c] - mu) * rs;
+    }
+    float mg = block_sum(sg, buf) / (float)C;
+    float mgx = block_sum(sgx, buf) / (float)C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = dy[off + c] * gamma[c];
+        float d = rs * (g - mg - (x[off + c] - mu) * rs * mgx);
+        if (accumulate) dx[off + c] += d;
+        else dx[off + c] = d;
+    }
+}
+
+static void cuda_layernorm_forward(Backend *be, const float *x, const float *gamma,
+                                   const float *beta, int N, int C, float eps, float *y,
+                                   float *mean, float *rstd) {
+    double t0 = cuda_prof_begin(be);
+    if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be))(x, gamma, beta, C, eps, y, mean, rstd);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x,
+                                    const float *gamma, const float *mean, const float *rstd,
+                                    int N, int C, float *dx, int accumulate, float *dgamma,
+                                    float *dbeta) {
+    double t0 = cuda_prof_begin(be);
+    cudaStream_t s = cuda_stream(be);
+    // Parameter gradients first: dx may overwrite dy.
+    if (N && (dgamma || dbeta))
+        MHE_LAUNCH(layernorm_dparam_kernel, (C + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, s)(dy, x, mean, rstd, N, C, dgamma, dbeta);
+    CUDA_CHECK_LAUNCH();
+    if (N && dx) MHE_LAUNCH(layernorm_dx_kernel, N, MHE_BLOCK, 0, s)(dy, x, gamma, mean, rstd, C, dx, accumulate);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// loss = lse - z[label],  lse = max + log sum exp(z - max);  rows with label < 0 give 0, 0.
+__global__ void cross_entropy_forward_kernel(const float *logits, const int32_t *labels, int V,
+                                             float *loss, float *lse) {
+    __shared__ float fbuf[32];
+    __shared__ double dbuf[32];
+    int r = blockIdx.x, label = labels[r];
+    if (label < 0) {  // uniform over the block: no thread reaches a barrier
+        if (threadIdx.x == 0) loss[r] = lse[r] = 0.0f;
+        return;
+    }
+    const float *z = logits + (size_t)r * V;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
+    mx = block_max(mx, fbuf);
+    double s = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += (double)expf(z[v] - mx);
+    s = block_sum(s, dbuf);
+    if (threadIdx.x == 0) {
+        double l = mx + log(s);
+        lse[r] = (float)l;
+        loss[r] = (float)(l - z[label]);
+    }
+}
+
+// dlogits = grad_scale * (softmax(z) - onehot(label)); each element read and written by the same
+// thread, so dlogits may alias logits.
+__global__ void cross_entropy_backward_kernel(const float *logits, const float *lse, const int32_t *labels,
+                                              int V, float grad_scale, float *dlogits) {
+    int r = blockIdx.x, label = labels[r];
+    const float *z = logits + (size_t)r * V;
+    float *g = dlogits + (size_t)r * V;
+    float l = label < 0 ? 0.0f : lse[r];
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        if (label < 0) g[v] = 0.0f;
+        else g[v] = grad_scale * (expf(z[v] - l) - (v == label ? 1.0f : 0.0f));
+    }
+}
+
+static void cuda_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
+                                       int N, int V, float *loss, float *lse) {
+    double t0 = cuda_prof_begin(be);
+    if (N) MHE_LAUNCH(cross_entropy_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be))(logits, labels, V, loss, lse);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_LOSS, t0, 0);
+}
+static void cuda_cross_entropy_backward(Backend *be, const float *logits, const float *lse,
+                                        const int32_t *labels, int N, int V, float grad_scale,
+                                        float *dlogits) {
+    double t0 = cuda_prof_begin(be);
+    if (N) MHE_LAUNCH(cross_entropy_backward_kernel, N, MHE_BLOCK, 0, cuda_stream(be))(logits, lse, labels, V, grad_scale, dlogits);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_LOSS, t0, 0);
+}
+
+void cuda_install_norm_loss(Backend *be) {
+    be->layernorm_forward = cuda_layernorm_forward;
+    be->layernorm_backward = cuda_layernorm_backward;
+    be->cross_entropy_forward = cuda_cross_entropy_forward;
+    be->cross_entropy_backward = cuda_cross_entropy_backward;
+}

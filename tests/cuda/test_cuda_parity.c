@@ -1,0 +1,418 @@
+// Parity of every op of kernels/ops.h: the CUDA backend (run through the CPU emulation of CUDA,
+// kernels/cuda/emu) against the CPU backend on the same inputs.  Tolerance is norm-wise:
+// max|cuda - cpu| <= tol * max(max|cpu|, 1e-3), tol = 1e-5 in fp32 mode, 1e-2 in bf16 mode.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/ops.h"
+
+typedef struct {
+    Backend *cpu, *gpu;
+    uint64_t rng;
+} Fix;
+
+// A buffer mirrored on both backends, with a host copy of its initial contents.
+typedef struct {
+    size_t n;
+    float *host, *c, *g;
+} Buf;
+
+static float uniform(Fix *f) {
+    f->rng = f->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((f->rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static Buf buf_new(Fix *f, size_t n, float lo, float hi) {
+    Buf b = {n, malloc((n ? n : 1) * sizeof(float)), NULL, NULL};
+    for (size_t i = 0; i < n; i++) b.host[i] = lo + (hi - lo) * 0.5f * (uniform(f) + 1.0f);
+    b.c = f->cpu->alloc(f->cpu, n * sizeof(float));
+    b.g = f->gpu->alloc(f->gpu, n * sizeof(float));
+    f->cpu->upload(f->cpu, b.c, b.host, n * sizeof(float));
+    f->gpu->upload(f->gpu, b.g, b.host, n * sizeof(float));
+    return b;
+}
+static Buf buf_rand(Fix *f, size_t n) { return buf_new(f, n, -1.0f, 1.0f); }
+
+static void buf_free(Fix *f, Buf *b) {
+    f->cpu->free(f->cpu, b->c);
+    f->gpu->free(f->gpu, b->g);
+    free(b->host);
+}
+
+typedef struct {
+    int32_t *c, *g;
+} IBuf;
+
+static IBuf ibuf_new(Fix *f, const int32_t *host, size_t n) {
+    IBuf b = {f->cpu->alloc(f->cpu, n * 4), f->gpu->alloc(f->gpu, n * 4)};
+    f->cpu->upload(f->cpu, b.c, host, n * 4);
+    f->gpu->upload(f->gpu, b.g, host, n * 4);
+    return b;
+}
+static void ibuf_free(Fix *f, IBuf *b) {
+    f->cpu->free(f->cpu, b->c);
+    f->gpu->free(f->gpu, b->g);
+}
+
+// Compares the two copies; returns the norm-wise relative error after asserting it.
+static double expect_close(Fix *f, const Buf *b, double tol, const char *what) {
+    float *x = malloc(b->n * sizeof(float)), *y = malloc(b->n * sizeof(float));
+    f->cpu->download(f->cpu, x, b->c, b->n * sizeof(float));
+    f->gpu->download(f->gpu, y, b->g, b->n * sizeof(float));
+    double mx = 1e-3, err = 0;
+    size_t worst = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (fabs(x[i]) > mx) mx = fabs(x[i]);
+        double e = fabs((double)x[i] - y[i]);
+        if (!(e <= err)) {  // also catches NaN
+            err = isnan(e) ? INFINITY : e;
+            worst = i;
+        }
+    }
+    double rel = err / mx;
+    if (!(rel <= tol))
+        print_error("%s: relative error %.3g > %.3g (element %zu: cpu %.8g cuda %.8g)\n", what, rel,
+                    tol, worst, b->n ? x[worst] : 0.0, b->n ? y[worst] : 0.0);
+    free(x);
+    free(y);
+    assert_true(rel <= tol);
+    return rel;
+}
+
+static int setup_fp32(void **state) {
+    Fix *f = calloc(1, sizeof *f);
+    f->cpu = backend_cpu_create(2);
+    f->gpu = backend_cuda_create(0, 0);
+    f->rng = 12345;
+    *state = f;
+    return 0;
+}
+static int setup_bf16(void **state) {
+    setup_fp32(state);
+    Fix *f = *state;
+    f->gpu->destroy(f->gpu);
+    f->gpu = backend_cuda_create(0, 1);
+    return 0;
+}
+static int teardown(void **state) {
+    Fix *f = *state;
+    f->cpu->destroy(f->cpu);
+    f->gpu->destroy(f->gpu);
+    free(f);
+    return 0;
+}
+
+#define BOTH(f, op, ...)                                   \
+    do {                                                   \
+        (f)->cpu->op((f)->cpu, __VA_ARGS__);               \
+        (f)->gpu->op((f)->gpu, __VA_ARGS__);               \
+    } while (0)
+// Arguments that differ per backend are written C(x) and picked by the macro below.
+#define PAIR(f, op, ...)                                   \
+    do {                                                   \
+        {                                                  \
+            int side_ = 0;                                 \
+            Backend *be_ = (f)->cpu;                       \
+            be_->op(be_, __VA_ARGS__);                     \
+        }                                                  \
+        {                                                  \
+            int side_ = 1;                                 \
+            Backend *be_ = (f)->gpu;                       \
+            be_->op(be_, __VA_ARGS__);                     \
+        }                                                  \
+    } while (0)
+#define D(b) (side_ ? (b).g : (b).c)
+
+// Returns the largest relative error seen.
+static double check_matmuls(void **state, double tol) {
+    Fix *f = *state;
+    double worst = 0, e;
+    const int M = 5, N = 7, K = 9, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+            Buf A = buf_rand(f, (size_t)(ta ? K : M) * lda);
+            Buf B = buf_rand(f, (size_t)(tb ? N : K) * ldb);
+            Buf C = buf_rand(f, (size_t)M * ldc);
+            PAIR(f, matmul, ta, tb, M, N, K, 0.7f, D(A), lda, D(B), ldb, 0.5f, D(C), ldc);
+            e = expect_close(f, &C, tol, "matmul");
+            worst = e > worst ? e : worst;
+            PAIR(f, matmul, ta, tb, M, N, K, 1.0f, D(A), lda, D(B), ldb, 0.0f, D(C), ldc);
+            e = expect_close(f, &C, tol, "matmul beta=0");
+            worst = e > worst ? e : worst;
+            buf_free(f, &A);
+            buf_free(f, &B);
+            buf_free(f, &C);
+        }
+    // Batched, with B broadcast (stride 0) as the shared-K/V attention paths use it.
+    const int batch = 3;
+    Buf A = buf_rand(f, (size_t)batch * M * K), B = buf_rand(f, (size_t)N * K);
+    Buf C = buf_rand(f, (size_t)batch * M * N);
+    PAIR(f, matmul_batched, 0, 1, M, N, K, 1.0f, D(A), K, (long)M * K, D(B), K, 0L, 1.0f, D(C), N,
+         (long)M * N, batch);
+    e = expect_close(f, &C, tol, "matmul_batched");
+    worst = e > worst ? e : worst;
+    buf_free(f, &A);
+    buf_free(f, &B);
+    buf_free(f, &C);
+    return worst;
+}
+static void test_matmul_matches_cpu(void **state) { check_matmuls(state, 1e-5); }
+// Within 1e-2, and visibly rounded: an error this small would mean the bf16 path never ran.
+static void test_matmul_bf16_within_1e2(void **state) { assert_true(check_matmuls(state, 1e-2) > 1e-5); }
+
+static void test_bias_and_elementwise_match_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 37, C = 70;
+    const size_t n = (size_t)N * C;
+    Buf y = buf_rand(f, n), bias = buf_rand(f, C), db = buf_rand(f, C), a = buf_rand(f, n),
+        b = buf_rand(f, n), o = buf_rand(f, n);
+    PAIR(f, bias_add, D(y), D(bias), N, C);
+    expect_close(f, &y, 1e-5, "bias_add");
+    PAIR(f, bias_backward, D(a), N, C, D(db));
+    expect_close(f, &db, 1e-5, "bias_backward");
+    PAIR(f, add, D(a), D(b), D(o), n);
+    expect_close(f, &o, 1e-5, "add");
+    PAIR(f, axpy, -0.3f, D(a), D(o), n);
+    expect_close(f, &o, 1e-5, "axpy");
+    PAIR(f, scale, D(o), 1.7f, n);
+    expect_close(f, &o, 1e-5, "scale");
+    PAIR(f, add_scalar, D(o), 0.25f, D(o), n);
+    expect_close(f, &o, 1e-5, "add_scalar");
+    PAIR(f, mul, D(a), D(o), D(o), n);
+    expect_close(f, &o, 1e-5, "mul");
+    PAIR(f, mul_acc, D(a), D(b), D(o), n);
+    expect_close(f, &o, 1e-5, "mul_acc");
+    PAIR(f, dropout, D(a), D(o), n, 0.3f, 99u, 7u);
+    expect_close(f, &o, 1e-5, "dropout");
+    PAIR(f, dropout, D(a), D(o), n, 0.0f, 99u, 7u);
+    expect_close(f, &o, 1e-5, "dropout p=0");
+    double sc = f->cpu->sum_squares(f->cpu, a.c, n), sg = f->gpu->sum_squares(f->gpu, a.g, n);
+    assert_true(fabs(sc - sg) <= 1e-9 * sc);
+    Buf *all[] = {&y, &bias, &db, &a, &b, &o};
+    for (int i = 0; i < 6; i++) buf_free(f, all[i]);
+}
+
+static void test_head_expand_matches_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 11, n = 3, d = 8, ldx = 13;
+    Buf x = buf_rand(f, (size_t)N * ldx), mul = buf_rand(f, (size_t)n * d), add = buf_rand(f, (size_t)n * d);
+    Buf out = buf_rand(f, (size_t)N * n * d), dx = buf_rand(f, (size_t)N * ldx);
+    Buf dmul = buf_rand(f, (size_t)n * d), dadd = buf_rand(f, (size_t)n * d);
+    PAIR(f, head_expand, D(x), ldx, D(mul), D(add), N, n, d, D(out));
+    expect_close(f, &out, 1e-5, "head_expand");
+    PAIR(f, head_expand, D(x), ldx, NULL, D(add), N, n, d, D(out));
+    expect_close(f, &out, 1e-5, "head_expand add only");
+    for (int acc = 0; acc < 2; acc++) {
+        PAIR(f, head_expand_backward, D(out), D(x), ldx, D(mul), N, n, d, D(dx), acc, D(dmul), D(dadd));
+        expect_close(f, &dx, 1e-5, "head_expand_backward dx");
+        expect_close(f, &dmul, 1e-5, "head_expand_backward dmul");
+        expect_close(f, &dadd, 1e-5, "head_expand_backward dadd");
+    }
+    Buf *all[] = {&x, &mul, &add, &out, &dx, &dmul, &dadd};
+    for (int i = 0; i < 7; i++) buf_free(f, all[i]);
+}
+
+static void test_layernorm_and_gelu_match_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 9, C = 96;
+    const size_t n = (size_t)N * C;
+    Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
+    Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n);
+    Buf dg = buf_rand(f, C), db = buf_rand(f, C);
+    PAIR(f, layernorm_forward, D(x), D(g), D(bt), N, C, 1e-5f, D(y), D(mean), D(rstd));
+    expect_close(f, &y, 1e-5, "layernorm y");
+    expect_close(f, &mean, 1e-5, "layernorm mean");
+    expect_close(f, &rstd, 1e-5, "layernorm rstd");
+    for (int acc = 0; acc < 2; acc++) {
+        PAIR(f, layernorm_backward, D(dy), D(x), D(g), D(mean), D(rstd), N, C, D(dx), acc, D(dg), D(db));
+        expect_close(f, &dx, 1e-5, "layernorm dx");
+        expect_close(f, &dg, 1e-5, "layernorm dgamma");
+        expect_close(f, &db, 1e-5, "layernorm dbeta");
+    }
+    for (int kind = 0; kind < 2; kind++) {
+        PAIR(f, gelu_forward, (GeluKind)kind, D(x), D(y), n);
+        expect_close(f, &y, 1e-5, "gelu_forward");
+        PAIR(f, gelu_backward, (GeluKind)kind, D(x), D(dy), D(dx), n);
+        expect_close(f, &dx, 1e-5, "gelu_backward");
+    }
+    Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
+    for (int i = 0; i < 10; i++) buf_free(f, all[i]);
+}
+
+static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
+    Fix *f = *state;
+    const int B = 2, T = 5, D = 16, V = 50, types = 2;
+    int32_t ids[10], tids[10], labels[10];
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (i * 7) % 6;  // repeated ids exercise the scatter-add
+        tids[i] = i % 2;
+        labels[i] = i % 3 == 0 ? -1 : (i * 11) % V;
+    }
+    IBuf I = ibuf_new(f, ids, 10), TI = ibuf_new(f, tids, 10), L = ibuf_new(f, labels, 10);
+    Buf word = buf_rand(f, (size_t)V * D), pos = buf_rand(f, (size_t)T * D), typ = buf_rand(f, (size_t)types * D);
+    Buf out = buf_rand(f, (size_t)B * T * D), dword = buf_rand(f, (size_t)V * D),
+        dpos = buf_rand(f, (size_t)T * D), dtyp = buf_rand(f, (size_t)types * D);
+    PAIR(f, embedding_forward, D(I), D(TI), D(word), D(pos), D(typ), B, T, D, D(out));
+    expect_close(f, &out, 1e-5, "embedding_forward");
+    PAIR(f, embedding_forward, D(I), NULL, D(word), D(pos), NULL, B, T, D, D(out));
+    expect_close(f, &out, 1e-5, "embedding_forward no types");
+    PAIR(f, embedding_backward, D(out), D(I), D(TI), B, T, D, D(dword), D(dpos), D(dtyp));
+    expect_close(f, &dword, 1e-5, "embedding_backward word");
+    expect_close(f, &dpos, 1e-5, "embedding_backward pos");
+    expect_close(f, &dtyp, 1e-5, "embedding_backward type");
+
+    Buf logits = buf_new(f, (size_t)B * T * V, -4.0f, 4.0f), loss = buf_rand(f, (size_t)B * T),
+        lse = buf_rand(f, (size_t)B * T), dl = buf_rand(f, (size_t)B * T * V);
+    PAIR(f, cross_entropy_forward, D(logits), D(L), B * T, V, D(loss), D(lse));
+    expect_close(f, &loss, 1e-5, "cross_entropy loss");
+    expect_close(f, &lse, 1e-5, "cross_entropy lse");
+    PAIR(f, cross_entropy_backward, D(logits), D(lse), D(L), B * T, V, 0.125f, D(dl));
+    expect_close(f, &dl, 1e-5, "cross_entropy_backward");
+    // In place: the loss backward overwrites the logits.
+    PAIR(f, cross_entropy_backward, D(logits), D(lse), D(L), B * T, V, 0.125f, D(logits));
+    expect_close(f, &logits, 1e-5, "cross_entropy_backward in place");
+    ibuf_free(f, &I);
+    ibuf_free(f, &TI);
+    ibuf_free(f, &L);
+    Buf *all[] = {&word, &pos, &typ, &out, &dword, &dpos, &dtyp, &logits, &loss, &lse, &dl};
+    for (int i = 0; i < 11; i++) buf_free(f, all[i]);
+}
+
+static void test_optimizers_match_cpu(void **state) {
+    Fix *f = *state;
+    const size_t n = 333;
+    Buf p = buf_rand(f, n), g = buf_rand(f, n), m = buf_rand(f, n), u = buf_rand(f, n);
+    Buf v = buf_new(f, n, 0.0f, 0.5f);
+    for (int step = 1; step <= 3; step++) {
+        float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
+        PAIR(f, adamw_update, D(p), D(g), D(m), D(v), n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2, 0.5f);
+    }
+    expect_close(f, &p, 1e-5, "adamw p");
+    expect_close(f, &m, 1e-5, "adamw m");
+    expect_close(f, &v, 1e-5, "adamw v");
+    PAIR(f, lamb_direction, D(p), D(g), D(m), D(v), D(u), n, 0.9f, 0.999f, 1e-6f, 0.01f, 0.1f, 0.001f, 1.0f);
+    expect_close(f, &u, 1e-5, "lamb u");
+    expect_close(f, &m, 1e-5, "lamb m");
+    Buf *all[] = {&p, &g, &m, &v, &u};
+    for (int i = 0; i < 5; i++) buf_free(f, all[i]);
+}
+
+// One attention configuration, forward and backward, every output compared.
+typedef struct {
+    const char *name;
+    int B, T, n, qh, kh, vh, dq, dv, causal, use_mask, use_bias, use_scale, use_shift;
+    float dropout;
+    int mask_all_of_seq1;  // sequence 1 has no visible key: rows of zeros, output = shift
+} AttnCase;
+
+static void check_attention(Fix *f, const AttnCase *ac) {
+    AttnShape s = {0};
+    s.B = ac->B;
+    s.T = ac->T;
+    s.n_heads = ac->n;
+    s.q_heads = ac->qh;
+    s.k_heads = ac->kh;
+    s.v_heads = ac->vh;
+    s.qk_dim = ac->dq;
+    s.v_dim = ac->dv;
+    s.ldq = ac->qh * ac->dq + 2;  // padded rows: strides are honoured
+    s.ldk = ac->kh * ac->dq + 1;
+    s.ldv = ac->vh * ac->dv + 3;
+    s.scale = 1.0f / sqrtf((float)ac->dq);
+    s.causal = ac->causal;
+    s.dropout = ac->dropout;
+    s.seed = 4242;
+    s.offset = 17;
+    const size_t rows = (size_t)ac->B * ac->T;
+    int32_t mask[64];
+    for (size_t i = 0; i < rows; i++)
+        mask[i] = ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
+    IBuf M = ibuf_new(f, mask, rows);
+    Buf q = buf_new(f, rows * s.ldq, -2.0f, 2.0f), k = buf_new(f, rows * s.ldk, -2.0f, 2.0f),
+        v = buf_rand(f, rows * s.ldv);
+    Buf kb = buf_rand(f, rows * ac->n), osc = buf_rand(f, (size_t)ac->n * ac->dv),
+        osh = buf_rand(f, (size_t)ac->n * ac->dv);
+    Buf out = buf_rand(f, rows * ac->n * ac->dv), dout = buf_rand(f, rows * ac->n * ac->dv);
+    Buf dq = buf_rand(f, rows * s.ldq), dk = buf_rand(f, rows * s.ldk), dv = buf_rand(f, rows * s.ldv);
+    Buf dkb = buf_rand(f, rows * ac->n), dosc = buf_rand(f, (size_t)ac->n * ac->dv),
+        dosh = buf_rand(f, (size_t)ac->n * ac->dv);
+    size_t sv[2], sc[2];
+    f->cpu->attention_sizes(f->cpu, &s, &sv[0], &sc[0]);
+    f->gpu->attention_sizes(f->gpu, &s, &sv[1], &sc[1]);
+    float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
+    float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
+    for (int side_ = 0; side_ < 2; side_++) {
+        Backend *be = side_ ? f->gpu : f->cpu;
+        AttnShape t = s;
+        t.key_mask = ac->use_mask ? D(M) : NULL;
+        t.key_bias = ac->use_bias ? D(kb) : NULL;
+        t.out_scale = ac->use_scale ? D(osc) : NULL;
+        t.out_shift = ac->use_shift ? D(osh) : NULL;
+        be->attention_forward(be, &t, D(q), D(k), D(v), D(out), saved[side_], scratch[side_]);
+        be->attention_backward(be, &t, D(q), D(k), D(v), saved[side_], D(dout), D(dq), D(dk), D(dv),
+                               ac->use_bias ? D(dkb) : NULL, ac->use_scale ? D(dosc) : NULL,
+                               ac->use_shift ? D(dosh) : NULL, scratch[side_]);
+    }
+    char what[128];
+#define CLOSE(b, label)                                              \
+    snprintf(what, sizeof what, "attention %s: %s", ac->name, label); \
+    expect_close(f, &(b), 1e-5, what)
+    CLOSE(out, "out");
+    // Only the head columns are defined in the gradients; padding keeps its initial value on
+    // both sides, so whole buffers compare.
+    CLOSE(dq, "dq");
+    CLOSE(dk, "dk");
+    CLOSE(dv, "dv");
+    if (ac->use_bias) { CLOSE(dkb, "dkey_bias"); }
+    if (ac->use_scale) { CLOSE(dosc, "dout_scale"); }
+    if (ac->use_shift) { CLOSE(dosh, "dout_shift"); }
+#undef CLOSE
+    f->cpu->free(f->cpu, saved[0]);
+    f->gpu->free(f->gpu, saved[1]);
+    f->cpu->free(f->cpu, scratch[0]);
+    f->gpu->free(f->gpu, scratch[1]);
+    ibuf_free(f, &M);
+    Buf *all[] = {&q, &k, &v, &kb, &osc, &osh, &out, &dout, &dq, &dk, &dv, &dkb, &dosc, &dosh};
+    for (int i = 0; i < 14; i++) buf_free(f, all[i]);
+}
+
+static void test_attention_matches_cpu(void **state) {
+    static const AttnCase cases[] = {
+        // name     B  T  n qh kh vh dq dv causal mask bias scale shift dropout all-masked
+        {"mha causal dropout", 2, 6, 2, 2, 2, 2, 8, 8, 1, 0, 0, 0, 0, 0.2f, 0},
+        {"gqa padding mask", 2, 5, 4, 4, 2, 2, 4, 4, 0, 1, 0, 0, 0, 0.0f, 0},
+        {"mqa causal+mask", 1, 7, 3, 3, 1, 1, 6, 6, 1, 1, 0, 0, 0, 0.0f, 0},
+        {"mhe_add shared qkv, key bias, shift", 2, 5, 3, 1, 1, 1, 4, 4, 0, 1, 1, 0, 1, 0.1f, 0},
+        {"mhe_mul scale+shift", 2, 4, 2, 2, 1, 1, 4, 4, 1, 0, 0, 1, 1, 0.0f, 0},
+        {"fully masked sequence", 2, 4, 2, 2, 2, 2, 4, 6, 0, 1, 1, 1, 1, 0.0f, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(*state, &cases[i]);
+}
+
+int main(void) {
+    const struct CMUnitTest fp32[] = {
+        cmocka_unit_test(test_matmul_matches_cpu),
+        cmocka_unit_test(test_bias_and_elementwise_match_cpu),
+        cmocka_unit_test(test_head_expand_matches_cpu),
+        cmocka_unit_test(test_layernorm_and_gelu_match_cpu),
+        cmocka_unit_test(test_embeddings_and_cross_entropy_match_cpu),
+        cmocka_unit_test(test_optimizers_match_cpu),
+        cmocka_unit_test(test_attention_matches_cpu),
+    };
+    const struct CMUnitTest bf16[] = {
+        cmocka_unit_test(test_matmul_bf16_within_1e2),
+    };
+    int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
+    failed += cmocka_run_group_tests_name("cuda parity bf16", bf16, setup_bf16, teardown);
+    return failed ? 1 : 0;
+}
