@@ -5,6 +5,9 @@ set -u
 : "${MHETRAIN:?set MHETRAIN to the mhetrain binary}"
 : "${MHE_SOURCE_DIR:?set MHE_SOURCE_DIR to the source tree}"
 cd "$MHE_SOURCE_DIR/tests/config/bad"
+# Errors exit on the spot by design (mhe_fail_at); under ASan the memory still held then is
+# not a leak worth reporting.  Successful loads run with leak checks in the other tests.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 failures=0
 cases=0
 
