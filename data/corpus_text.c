@@ -94,15 +94,21 @@ void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *
         }
         i = e + 1;
     }
-    // The older "End of the Project Gutenberg EBook of ..." line sits just before the footer.
+    // The older "End of the Project Gutenberg EBook of ..." line (sometimes wrapped over two)
+    // sits just before the footer: cut at it when it is among the last few lines.
     if (end < n) {
-        size_t i = end;
-        while (i > begin && (s[i - 1] == '\n' || s[i - 1] == '\r' || s[i - 1] == ' ')) i--;
-        size_t ls = i;
-        while (ls > begin && s[ls - 1] != '\n') ls--;
-        if (line_has_ci(s + ls, i - ls, "end of the project gutenberg") ||
-            line_has_ci(s + ls, i - ls, "end of project gutenberg"))
-            end = ls;
+        size_t from = end > begin + 400 ? end - 400 : begin;
+        while (from > begin && s[from - 1] != '\n') from--;
+        for (size_t i = from; i < end;) {
+            const char *nl = memchr(s + i, '\n', end - i);
+            size_t e = nl ? (size_t)(nl - s) : end;
+            if (line_has_ci(s + i, e - i, "end of the project gutenberg") ||
+                line_has_ci(s + i, e - i, "end of project gutenberg")) {
+                end = i;
+                break;
+            }
+            i = e + 1;
+        }
     }
     StrBuf text = {0};
     reflow(s + begin, end - begin, &text);

@@ -280,6 +280,7 @@ static void pass_links(const char *s, size_t len, StrBuf *out) {
 
 // Inline cleanup of one line: emphasis, magic words, entities, spacing.
 static void clean_inline(const char *p, const char *end, StrBuf *out) {
+    strbuf_reserve(out, 0);  // out->s exists even when the line cleans to nothing
     size_t start = out->len;
     while (p < end) {
         if (*p == '\'' && p + 1 < end && p[1] == '\'') {

@@ -1,0 +1,331 @@
+"""End-to-end checks of `mhetrain prepare` and the shard format against oracles nobody here
+wrote: Python's bz2 + xml.etree (article counts), Hugging Face `tokenizers` (token ids),
+hashlib (checksums) and a shard reader/writer written from the Megatron format spec (numpy).
+
+usage: test_prepare.py wiki_dump|shards_python|prepare_determinism|bad_inputs
+"""
+import bz2
+import filecmp
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+import numpy as np
+
+SRC = os.environ.get("MHE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MHETRAIN = os.environ["MHETRAIN"]
+SHARD_TOOL = os.environ["SHARD_TOOL"]
+DATA = os.path.normpath(os.path.join(SRC, "..", "shared", "data"))
+DUMP = os.path.join(DATA, "wikipedia", "enwiki-pages-articles-shortened.xml.bz2")
+TABLES = os.path.join(DATA, "wikipedia", "enwiki-table-markup.xml.bz2")
+BOOKS = os.path.join(DATA, "books")
+BERT_VOCAB = os.path.join(DATA, "tokenizers", "bert-base-uncased-vocab.txt")
+FORBIDDEN = ["{{", "}}", "[[", "]]", "{|", "|}", "<ref", "'''"]
+
+
+def run(args, expect=0):
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != expect:
+        sys.exit(f"FAIL: {' '.join(args)} exited {p.returncode}, expected {expect}\n{p.stderr}")
+    return p
+
+
+def prepare(inputs, out=None, text_out=None, threads=2, extra=()):
+    args = [MHETRAIN, "prepare", "--threads", str(threads)]
+    if out:
+        args += ["--tokenizer", BERT_VOCAB, "--out", out]
+    if text_out:
+        args += ["--text-out", text_out]
+    return run(args + list(extra) + list(inputs))
+
+
+def check(cond, msg):
+    if not cond:
+        sys.exit("FAIL: " + msg)
+
+
+def read_docs(path):
+    text = open(path, encoding="utf-8").read()
+    return [d for d in text.split("\n\n") if d.strip()]
+
+
+# --- oracle: the split hash (common/rng.h's rng_at, reimplemented from its definition) ---
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def rng_at(seed, a, b, i):
+    return mix64((mix64(mix64(seed ^ mix64(a)) ^ b) + i) & M64)
+
+
+def is_valid_doc(seed, index, fraction):
+    return (rng_at(seed, 0x73706C6974, index, 0) >> 11) * 2.0**-53 < fraction
+
+
+# --- oracle: the Megatron indexed dataset, read from the format spec ---
+DTYPES = {1: "<u1", 2: "<i1", 3: "<i2", 4: "<i4", 5: "<i8", 6: "<f8", 7: "<f4", 8: "<u2"}
+
+
+def read_shard(prefix):
+    idx = open(prefix + ".idx", "rb").read()
+    check(idx[:9] == b"MMIDIDX\x00\x00", f"{prefix}.idx: magic")
+    check(int(np.frombuffer(idx[9:17], "<u8")[0]) == 1, "version 1")
+    code = idx[17]
+    S, D = (int(x) for x in np.frombuffer(idx[18:34], "<u8"))
+    check(len(idx) == 34 + 12 * S + 8 * D, "index size")
+    lengths = np.frombuffer(idx[34:34 + 4 * S], "<i4")
+    pointers = np.frombuffer(idx[34 + 4 * S:34 + 12 * S], "<i8")
+    doc_idx = np.frombuffer(idx[34 + 12 * S:], "<i8")
+    dt = np.dtype(DTYPES[code])
+    bin_ = np.memmap(prefix + ".bin", dtype=dt, mode="r") if S else np.zeros(0, dt)
+    check(bin_.nbytes == int(lengths.astype(np.int64).sum()) * dt.itemsize, "bin size")
+    check(doc_idx[0] == 0 and doc_idx[-1] == S and np.all(np.diff(doc_idx) >= 0), "doc_idx")
+    seqs = [np.array(bin_[p // dt.itemsize:p // dt.itemsize + n]) for p, n in zip(pointers, lengths)]
+    return code, seqs, doc_idx
+
+
+def write_shard(prefix, seqs, code):
+    dt = np.dtype(DTYPES[code])
+    lengths = np.array([len(s) for s in seqs], "<i4")
+    pointers = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))[:-1] * dt.itemsize]).astype("<i8")
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(np.array([1], "<u8").tobytes())
+        f.write(bytes([code]))
+        f.write(np.array([len(seqs), len(seqs) + 1], "<u8").tobytes())
+        f.write(lengths.tobytes() + pointers.tobytes() + np.arange(len(seqs) + 1, dtype="<i8").tobytes())
+    with open(prefix + ".bin", "wb") as f:
+        for s in seqs:
+            f.write(np.asarray(s, dt).tobytes())
+
+
+def sha256(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def wiki_counts(path):
+    """Articles (namespace 0, not redirects) and namespace-0 redirects, by xml.etree."""
+    articles = redirects = 0
+    for _, el in ET.iterparse(bz2.open(path)):
+        if el.tag.endswith("}page") or el.tag == "page":
+            ns = el.find("{*}ns")
+            red = el.find("{*}redirect")
+            if ns is not None and ns.text == "0":
+                if red is None:
+                    articles += 1
+                else:
+                    redirects += 1
+            el.clear()
+    return articles, redirects
+
+
+def test_wiki_dump(tmp):
+    articles, redirects = wiki_counts(DUMP)
+    print(f"xml.etree: {articles} articles, {redirects} namespace-0 redirects")
+    check(articles == 106, f"oracle counts {articles} articles, the data README says 106")
+    out = os.path.join(tmp, "out")
+    clean = os.path.join(tmp, "clean.txt")
+    prepare([DUMP], out=out, text_out=clean)
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    check(m["reading"]["documents"] == articles, f"manifest documents {m['reading']['documents']}")
+    check(m["reading"]["wiki_redirects_skipped"] == redirects, "redirects skipped")
+    docs = read_docs(clean)
+    check(len(docs) == articles, f"{len(docs)} cleaned documents, expected {articles}")
+    for d in docs:
+        for bad in FORBIDDEN:
+            check(bad not in d, f"cleaned text holds {bad!r}: ...{d[max(0, d.find(bad) - 60):d.find(bad) + 60]}...")
+    check(docs[0].startswith("Anarchism is a political philosophy"), "first article starts as prose")
+    # Link text is kept: the raw lead has [[political philosophy]] and [[Stateless society|stateless societies]].
+    check("stateless societies" in docs[0] and "Stateless society|" not in docs[0], "link text kept")
+    # Prose, not fragments: at least 2 MB of text survive out of ~6 MB of wikitext.
+    total = sum(len(d) for d in docs)
+    print(f"cleaned text: {total} characters in {len(docs)} articles")
+    check(total > 2_000_000, f"only {total} characters of prose")
+
+    # Multistream: the same dump re-compressed as several concatenated bz2 streams.
+    raw = bz2.open(DUMP).read()
+    cut = [0, raw.find(b"<page>", len(raw) // 3), raw.find(b"<page>", 2 * len(raw) // 3), len(raw)]
+    multi = os.path.join(tmp, "multi.xml.bz2")
+    with open(multi, "wb") as f:
+        for a, b in zip(cut, cut[1:]):
+            f.write(bz2.compress(raw[a:b]))
+    clean2 = os.path.join(tmp, "clean_multi.txt")
+    prepare([multi], text_out=clean2)
+    check(open(clean2, "rb").read() == open(clean, "rb").read(), "multistream dump reads the same")
+
+    clean3 = os.path.join(tmp, "tables.txt")
+    prepare([TABLES], text_out=clean3)
+    for d in read_docs(clean3):
+        for bad in FORBIDDEN:
+            check(bad not in d, f"table dump: cleaned text holds {bad!r}")
+    print("wiki_dump ok")
+
+
+def test_shards_python(tmp):
+    from tokenizers import BertWordPieceTokenizer
+
+    out = os.path.join(tmp, "out")
+    clean = os.path.join(tmp, "clean.txt")
+    seed, frac = 77, 0.1
+    prepare([DUMP, BOOKS], out=out, text_out=clean,
+            extra=["--seed", str(seed), "--valid-fraction", str(frac), "--shard-size-mb", "1"])
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    docs = read_docs(clean)
+    tok = BertWordPieceTokenizer(BERT_VOCAB, lowercase=True)
+    want = {"train": [], "valid": []}
+    for i, e in enumerate(tok.encode_batch(docs, add_special_tokens=False)):
+        if e.ids:
+            want["valid" if is_valid_doc(seed, i, frac) else "train"].append(e.ids)
+    for split in ("train", "valid"):
+        got = []
+        for sh in m["splits"][split]["shards"]:
+            prefix = os.path.join(out, sh["prefix"])
+            code, seqs, _ = read_shard(prefix)
+            check(code == 8, f"uint16 for a 30522 vocabulary, got dtype {code}")
+            check(sh["sequences"] == len(seqs) and sh["tokens"] == sum(len(s) for s in seqs), "shard counts")
+            check(sh["bin_sha256"] == sha256(prefix + ".bin") and sh["idx_sha256"] == sha256(prefix + ".idx"),
+                  "shard sha256")
+            got += [list(map(int, s)) for s in seqs]
+        check(len(got) == len(want[split]), f"{split}: {len(got)} sequences, oracle {len(want[split])}")
+        bad = [i for i, (a, b) in enumerate(zip(got, want[split])) if a != b]
+        check(not bad, f"{split}: {len(bad)} documents differ from HF tokenizers (first {bad[:5]})")
+        check(m["splits"][split]["documents"] == len(got), "manifest documents")
+        check(m["splits"][split]["tokens"] == sum(map(len, got)), "manifest tokens")
+        print(f"{split}: {len(got)} documents, {sum(map(len, got))} tokens equal to HF tokenizers")
+    check(len(m["splits"]["train"]["shards"]) >= 2, "1 MB shards: the corpus spans several")
+    for inp in m["inputs"]:
+        check(inp["sha256"] == sha256(inp["path"]) and inp["bytes"] == os.path.getsize(inp["path"]), "input sha256")
+    check(m["tokenizer"]["sha256"] == sha256(BERT_VOCAB) and m["tokenizer"]["vocab_size"] == 30522, "tokenizer")
+
+    # The other way: shards written by the spec writer read back by our reader, both dtypes.
+    rng = np.random.default_rng(5)
+    for code, vocab in ((8, 30522), (4, 100000)):
+        seqs = [rng.integers(0, vocab, size=int(n)) for n in rng.integers(0, 300, size=40)]
+        prefix = os.path.join(tmp, f"py_{code}")
+        write_shard(prefix, seqs, code)
+        lines = run([SHARD_TOOL, "dump", prefix, str(vocab)]).stdout.split("\n")[:-1]
+        check([list(map(int, l.split())) for l in lines] == [list(map(int, s)) for s in seqs],
+              f"dtype {code}: our reader reads the spec writer's shard")
+        # and our writer, read by the spec reader
+        ours = os.path.join(tmp, f"c_{code}")
+        run_in = "\n".join(" ".join(map(str, s)) for s in seqs) + "\n"
+        p = subprocess.run([SHARD_TOOL, "write", ours, str(vocab)], input=run_in, text=True)
+        check(p.returncode == 0, "shard_tool write")
+        c2, back, _ = read_shard(ours)
+        check(c2 == code, f"writer picks dtype {code} for vocabulary {vocab}")
+        check([list(map(int, s)) for s in back] == [list(map(int, s)) for s in seqs], "spec reader reads ours")
+        check(open(ours + ".idx", "rb").read() == open(prefix + ".idx", "rb").read() and
+              open(ours + ".bin", "rb").read() == open(prefix + ".bin", "rb").read(),
+              "our shard is byte-identical to the spec writer's")
+    print("shards_python ok")
+
+
+def test_prepare_determinism(tmp):
+    outs = []
+    for threads in (1, 2, 3):
+        out = os.path.join(tmp, f"t{threads}")
+        p = prepare([DUMP, TABLES, BOOKS], out=out, threads=threads,
+                    extra=["--shard-size-mb", "0.5", "--valid-fraction", "0.1"])
+        print(p.stderr.strip())
+        outs.append(out)
+    names = sorted(os.listdir(outs[0]))
+    check(len(names) > 5, f"several shards expected, got {names}")
+    for o in outs[1:]:
+        check(sorted(os.listdir(o)) == names, "same file list")
+        match, mismatch, errors = filecmp.cmpfiles(outs[0], o, names, shallow=False)
+        check(not mismatch and not errors, f"files differ between thread counts: {mismatch} {errors}")
+    print(f"prepare_determinism ok: {len(names)} files identical for 1, 2 and 3 threads")
+
+
+def expect_fail(args, pattern, what):
+    p = subprocess.run(args, capture_output=True, text=True)
+    check(p.returncode == 2, f"{what}: exit {p.returncode}, expected 2 (stderr: {p.stderr.strip()})")
+    line = p.stderr.strip()
+    check("\n" not in line, f"{what}: one-line message expected, got {line!r}")
+    check(re.search(pattern, line), f"{what}: message {line!r} does not match {pattern!r}")
+    print(f"ok {what}: {line}")
+
+
+def test_bad_inputs(tmp):
+    out = os.path.join(tmp, "out")
+    base = [MHETRAIN, "prepare", "--tokenizer", BERT_VOCAB, "--out", out]
+    data = open(DUMP, "rb").read()
+    trunc = os.path.join(tmp, "trunc.xml.bz2")
+    open(trunc, "wb").write(data[: len(data) // 2])
+    expect_fail(base + [trunc], re.escape(trunc) + r": byte \d+: truncated bz2", "truncated bz2")
+    corrupt = os.path.join(tmp, "corrupt.xml.bz2")
+    open(corrupt, "wb").write(data[:5000] + bytes(b ^ 0x55 for b in data[5000:5100]) + data[5100:])
+    expect_fail(base + [corrupt], re.escape(corrupt) + r": byte \d+: corrupt bz2", "corrupt bz2")
+    bad_xml = os.path.join(tmp, "bad.xml")
+    open(bad_xml, "w").write("<mediawiki>\n<page><ns>0</ns>\n<revision><text>hello</revision>\n</page></mediawiki>\n")
+    expect_fail(base + [bad_xml], re.escape(bad_xml) + r":3:\d+: malformed XML: mismatched tag", "malformed XML")
+    cut_xml = os.path.join(tmp, "cut.xml")
+    open(cut_xml, "w").write("<mediawiki>\n<page><ns>0</ns>\n<revision><text>hello")
+    expect_fail(base + [cut_xml], re.escape(cut_xml) + r":3:\d+: malformed XML", "XML cut short")
+    utf_xml = os.path.join(tmp, "utf.xml")
+    open(utf_xml, "wb").write(b"<mediawiki>\n<page><ns>0</ns><revision><text>caf\xe9 ok</text></revision></page></mediawiki>\n")
+    expect_fail(base + [utf_xml], re.escape(utf_xml) + r":2:\d+: malformed XML: .*invalid UTF-8", "invalid UTF-8 in XML")
+    book = os.path.join(tmp, "book.txt")
+    open(book, "wb").write(b"Chapter one.\nIt was a dark \xff night.\n")
+    expect_fail(base + [book], re.escape(book) + r": byte 26: invalid UTF-8", "invalid UTF-8 in a book")
+    jl = os.path.join(tmp, "docs.jsonl")
+    open(jl, "w").write('{"text": "fine"}\n{"text": "broken\n')
+    expect_fail(base + [jl], re.escape(jl) + r":2:\d+: malformed JSON", "malformed JSON line")
+    jl2 = os.path.join(tmp, "notext.jsonl")
+    open(jl2, "w").write('{"title": "no text"}\n')
+    expect_fail(base + [jl2], re.escape(jl2) + r":1:1: expected a JSON object with a string \"text\"", "JSON without text")
+    empty = os.path.join(tmp, "empty.txt")
+    open(empty, "w").close()
+    expect_fail(base + [empty], re.escape(empty) + r": no documents", "empty input")
+    expect_fail(base + [os.path.join(tmp, "missing.txt")], r"missing\.txt: cannot read input", "missing input")
+    expect_fail(base + ["--format", "pdf", book], r"unknown --format", "unknown format")
+    expect_fail([MHETRAIN, "prepare", "--out", out, book], r"--tokenizer is required", "no tokenizer")
+
+    # Shards: bad magic, truncated .bin, truncated .idx, ids >= vocabulary.
+    good = os.path.join(tmp, "good")
+    write_shard(good, [np.arange(10), np.arange(5, 25)], 8)
+    check(run([SHARD_TOOL, "check", good, "100"]).stdout.strip() == "ok 2 30", "good shard reads")
+    bad = os.path.join(tmp, "magic")
+    shutil.copy(good + ".bin", bad + ".bin")
+    open(bad + ".idx", "wb").write(b"NOTMEGA\x00\x00" + open(good + ".idx", "rb").read()[9:])
+    expect_fail([SHARD_TOOL, "check", bad, "100"], re.escape(bad) + r"\.idx: byte 0: bad magic", "bad shard magic")
+    tb = os.path.join(tmp, "truncbin")
+    shutil.copy(good + ".idx", tb + ".idx")
+    open(tb + ".bin", "wb").write(open(good + ".bin", "rb").read()[:50])
+    expect_fail([SHARD_TOOL, "check", tb, "100"], re.escape(tb) + r"\.bin: byte 50: truncated", "truncated .bin")
+    ti = os.path.join(tmp, "truncidx")
+    shutil.copy(good + ".bin", ti + ".bin")
+    open(ti + ".idx", "wb").write(open(good + ".idx", "rb").read()[:-4])
+    expect_fail([SHARD_TOOL, "check", ti, "100"], re.escape(ti) + r"\.idx: byte \d+: size \d+ does not match", "truncated .idx")
+    big = os.path.join(tmp, "bigid")
+    write_shard(big, [np.arange(10), np.array([3, 4, 31000, 5])], 8)
+    expect_fail([SHARD_TOOL, "check", big, "30522"], re.escape(big) + r"\.bin: byte 24: token id 31000", "ids >= vocab")
+    dt = os.path.join(tmp, "float")
+    write_shard(dt, [np.arange(4)], 7)
+    expect_fail([SHARD_TOOL, "check", dt, "100"], re.escape(dt) + r"\.idx: byte 17: dtype code 7", "float dtype")
+    print("bad_inputs ok")
+
+
+def main():
+    which = sys.argv[1]
+    tmp = tempfile.mkdtemp(prefix=f"mhe_data_{which}_")
+    try:
+        globals()["test_" + which](tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

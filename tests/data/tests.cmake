@@ -1,0 +1,11 @@
+# Corpus readers, wikitext cleaning, shards, prepare and the loader (tests/data/).
+mhe_add_cmocka_test(test_corpus tests/data/test_corpus.c)
+mhe_add_cmocka_test(test_loader tests/data/test_loader.c)
+add_executable(shard_tool tests/data/shard_tool.c)
+target_link_libraries(shard_tool PRIVATE mhecore)
+foreach(check wiki_dump shards_python prepare_determinism bad_inputs)
+  add_test(NAME test_data_${check}
+    COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_prepare.py ${check})
+  set_tests_properties(test_data_${check} PROPERTIES ENVIRONMENT
+    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")
+endforeach()
