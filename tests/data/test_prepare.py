@@ -279,7 +279,7 @@ def test_bad_inputs(tmp):
     expect_fail(base + [utf_xml], re.escape(utf_xml) + r":2:\d+: malformed XML: .*invalid UTF-8", "invalid UTF-8 in XML")
     book = os.path.join(tmp, "book.txt")
     open(book, "wb").write(b"Chapter one.\nIt was a dark \xff night.\n")
-    expect_fail(base + [book], re.escape(book) + r": byte 26: invalid UTF-8", "invalid UTF-8 in a book")
+    expect_fail(base + [book], re.escape(book) + r": byte 27: invalid UTF-8", "invalid UTF-8 in a book")
     jl = os.path.join(tmp, "docs.jsonl")
     open(jl, "w").write('{"text": "fine"}\n{"text": "broken\n')
     expect_fail(base + [jl], re.escape(jl) + r":2:\d+: malformed JSON", "malformed JSON line")
