@@ -379,6 +379,50 @@ static void test_prefix_forms_name_the_same_shards(void **state) {
     loader_close(a), loader_close(b), loader_close(c);
 }
 
+static void put_le(FILE *f, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) fputc((int)((v >> (8 * i)) & 0xff), f);
+}
+
+static void test_documents_of_several_sequences_get_one_separator(void **state) {
+    (void)state;
+    // A Megatron shard with sentence-level sequences: doc 0 = seqs {0, 1, 2(empty)},
+    // doc 1 = {3}, doc 2 = {4 (empty)}, doc 3 = {5}.
+    const int32_t lens[6] = {3, 2, 0, 4, 0, 1};
+    const int64_t doc_idx[5] = {0, 3, 4, 5, 6};
+    char prefix[256], path[300];
+    snprintf(prefix, sizeof prefix, "%s/sentences", fx.dir);
+    snprintf(path, sizeof path, "%s.idx", prefix);
+    FILE *f = fopen(path, "wb");
+    fwrite("MMIDIDX\0\0", 1, 9, f);
+    put_le(f, 1, 8);
+    fputc(4, f);  // int32 ids
+    put_le(f, 6, 8);
+    put_le(f, 5, 8);
+    for (int i = 0; i < 6; i++) put_le(f, (uint32_t)lens[i], 4);
+    int64_t ptr = 0;
+    for (int i = 0; i < 6; i++) put_le(f, (uint64_t)ptr, 8), ptr += 4 * lens[i];
+    for (int i = 0; i < 5; i++) put_le(f, (uint64_t)doc_idx[i], 8);
+    fclose(f);
+    snprintf(path, sizeof path, "%s.bin", prefix);
+    f = fopen(path, "wb");
+    for (int t = 0; t < 10; t++) put_le(f, (uint64_t)(100 + t), 4);
+    fclose(f);
+    LoaderOptions o = options(OBJ_CLM, 4, 4, 1, 0.0f);
+    char *p[1] = {prefix};
+    Loader *l = loader_open(1, p, &o);
+    const int32_t want[13] = {100, 101, 102, 103, 104, EOS, 105, 106, 107, 108, EOS, 109, EOS};
+    assert_int_equal(loader_stream_tokens(l), 13);
+    int32_t ids[4], attn[4], labels[4];
+    for (int64_t i = 0; i < loader_samples_per_epoch(l); i++) {
+        loader_sample(l, 0, i, ids, attn, labels);
+        for (int t = 0; t < 4 && i * 4 + t < 13; t++) assert_int_equal(ids[t], want[i * 4 + t]);
+    }
+    loader_close(l);
+    unlink(path);  // keep the directory to the train_* shards the other tests glob
+    snprintf(path, sizeof path, "%s.idx", prefix);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlm_samples_pack_the_stream),
@@ -390,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_clm_labels_are_next_tokens),
         cmocka_unit_test(test_whole_word_masking_masks_whole_words),
         cmocka_unit_test(test_prefix_forms_name_the_same_shards),
+        cmocka_unit_test(test_documents_of_several_sequences_get_one_separator),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
