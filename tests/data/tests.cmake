@@ -1,6 +1,7 @@
 # Corpus readers, wikitext cleaning, shards, prepare and the loader (tests/data/).
 mhe_add_cmocka_test(test_corpus tests/data/test_corpus.c)
 mhe_add_cmocka_test(test_loader tests/data/test_loader.c)
+mhe_add_cmocka_test(test_loader_config tests/data/test_loader_config.c)
 add_executable(shard_tool tests/data/shard_tool.c)
 target_link_libraries(shard_tool PRIVATE mhecore)
 foreach(check wiki_dump shards_python prepare_determinism bad_inputs)
