@@ -505,14 +505,16 @@ static void load_optim(const char *dir, const ParamTable *t, OptimState *opt) {
     StFile f;
     st_read(&f, path);
     const int64_t *range = need(&f, path, "range", ST_I64, 3)->data;
-    if (range[0] != (int64_t)opt->begin || range[1] != (int64_t)opt->end || range[2] != (int64_t)t->total)
+    // The file may cover more than this state (a gathered full state read by one ZeRO-1 shard).
+    if (range[2] != (int64_t)t->total || range[0] > (int64_t)opt->begin || range[1] < (int64_t)opt->end)
         mhe_fail_at(path, 0, 0,
                     "optimizer state covers [%lld, %lld) of %lld parameters; this run needs [%zu, %zu) of %zu "
                     "(another model config or world size?)",
                     (long long)range[0], (long long)range[1], (long long)range[2], opt->begin, opt->end, t->total);
-    const int64_t n = (int64_t)(opt->end - opt->begin);
-    memcpy(opt->m, need(&f, path, "m", ST_F32, n)->data, (size_t)n * sizeof(float));
-    memcpy(opt->v, need(&f, path, "v", ST_F32, n)->data, (size_t)n * sizeof(float));
+    const int64_t held = range[1] - range[0], skip = (int64_t)opt->begin - range[0];
+    const size_t n = opt->end - opt->begin;
+    memcpy(opt->m, (const float *)need(&f, path, "m", ST_F32, held)->data + skip, n * sizeof(float));
+    memcpy(opt->v, (const float *)need(&f, path, "v", ST_F32, held)->data + skip, n * sizeof(float));
     opt->step = *(const int64_t *)need(&f, path, "step", ST_I64, 1)->data;
     st_free(&f);
 }

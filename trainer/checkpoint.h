@@ -1,6 +1,6 @@
 // Checkpoints (DESIGN.md §5): out/checkpoints/step_%08d/ holding
 //   model.safetensors      fp32 weights under the parameter table's canonical names
-//   optimizer.safetensors  "m", "v" (the OptimState buffer halves), "step", "range" [begin, end)
+//   optimizer.safetensors  "m", "v" (the OptimState buffer halves), "step", "range" [begin, end, total]
 //   config.yaml            the resolved config
 //   state.json             step, consumed samples, RNG, loss scale, world size, the config
 //                          text, and the sha256 and size of every other file
@@ -52,8 +52,9 @@ char *checkpoint_find_latest(const char *out_dir);
 char *checkpoint_resolve(const char *path);
 
 // Full resume: validates checksums, tensor names and shapes against `t`, then fills params, the
-// optimizer state (its range must match the file's) and `state`.  Any mismatch is a user error
-// naming the file and tensor (exit 2).
+// optimizer state and `state`.  The file's optimizer range must contain opt's range: a state
+// saved whole (e.g. ZeRO-1 shards gathered on rank 0) can be read back by each shard.  Any
+// mismatch is a user error naming the file and tensor (exit 2).
 void checkpoint_load(const char *dir, const ParamTable *t, float *params, OptimState *opt, CheckpointState *state);
 
 // Weights only (train.init_from, eval, export): model.safetensors checked and loaded; the

@@ -251,6 +251,40 @@ static void load_directly(const char *dir) {
     checkpoint_load(dir, &r.t, r.params, &r.opt, NULL);
 }
 
+static void test_shard_reads_its_slice_of_a_whole_state(void **state) {
+    (void)state;
+    char *out = infra_scratch_dir("ckpt_shard");
+    save_steps(out, 2, 2, 0);
+    Run a, b;
+    run_make(&a, 2);
+    run_make(&b, 0);
+    const size_t begin = 50, end = a.t.total - 17;  // cuts through two tensors
+    optim_state_free(&b.opt);
+    optim_state_init(&b.opt, &b.t, begin, end);
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step_00000002", out);
+    checkpoint_load(dir, &b.t, b.params, &b.opt, NULL);
+    assert_memory_equal(b.opt.m, a.opt.m + begin, (end - begin) * sizeof(float));
+    assert_memory_equal(b.opt.v, a.opt.v + begin, (end - begin) * sizeof(float));
+    assert_int_equal(b.opt.step, 2);
+    run_free(&a);
+    run_free(&b);
+    free(out);
+}
+
+// A shard's own state saved, then a whole-buffer run tries to resume from it.
+static void load_whole_from_shard(const char *out) {
+    Run r;
+    run_make(&r, 0);
+    OptimState shard;
+    optim_state_init(&shard, &r.t, 10, 20);
+    r.st.step = 9;
+    if (checkpoint_save(out, &r.st, &r.t, r.params, &shard, 0) != 0) _exit(1);
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step_00000009", out);
+    checkpoint_load(dir, &r.t, r.params, &r.opt, NULL);
+}
+
 static void test_load_errors_name_file_and_tensor(void **state) {
     (void)state;
     char *out = infra_scratch_dir("ckpt_errors");
@@ -268,6 +302,9 @@ static void test_load_errors_name_file_and_tensor(void **state) {
     assert_int_equal(child_status(load_directly, dir, err, sizeof err), 2);
     printf("%s", err);
     assert_non_null(strstr(err, "step_00000001/optimizer.safetensors: sha256 checksum mismatch"));
+    assert_int_equal(child_status(load_whole_from_shard, out, err, sizeof err), 2);
+    printf("%s", err);
+    assert_non_null(strstr(err, "step_00000009/optimizer.safetensors: optimizer state covers [10, 20) of 226 parameters; this run needs [0, 226) of 226"));
     assert_int_equal(child_status(load_directly, "/nonexistent/ckpt", err, sizeof err), 2);
     assert_non_null(strstr(err, "/nonexistent/ckpt/state.json: missing"));
     free(out);
@@ -278,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_is_bit_exact),
         cmocka_unit_test(test_keep_last_deletes_only_older),
         cmocka_unit_test(test_corrupt_and_partial_checkpoints_are_skipped),
+        cmocka_unit_test(test_shard_reads_its_slice_of_a_whole_state),
         cmocka_unit_test(test_load_errors_name_file_and_tensor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
