@@ -92,6 +92,9 @@ int cmd_prepare(int argc, char **argv) {
                 (long long)r.documents[1], tokens, (long long)r.tokens[0],
                 (long long)r.tokens[1], r.shards[0], r.shards[1], (long long)r.skipped_empty);
     }
+    if (o.tokenizer && o.valid_fraction > 0 && r.documents[1] == 0)
+        fprintf(stderr, "prepare: warning: no document fell into the validation split "
+                        "(raise --valid-fraction for a corpus this small)\n");
     fprintf(stderr, "prepare: %.2f s, %.0f tokens/s, peak RSS %.1f MB\n", r.seconds,
             r.tokens_per_second, r.peak_rss_mb);
     free(o.inputs);
