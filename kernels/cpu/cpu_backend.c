@@ -1,4 +1,5 @@
 // The CPU backend: memory is host memory, ops are C + OpenMP + OpenBLAS.
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,9 @@ static void cpu_destroy(Backend *be) { free(be); }
 
 Backend *backend_cpu_create(int threads) {
     if (threads > 0) omp_set_num_threads(threads);
+    // Parallelism comes from OpenMP alone (sgemm calls are split across OpenMP threads):
+    // OpenBLAS's own pthreads would oversubscribe the cores inside parallel regions.
+    openblas_set_num_threads(1);
     Backend *be = mhe_calloc(1, sizeof *be);
     be->name = "cpu";
     be->destroy = cpu_destroy;

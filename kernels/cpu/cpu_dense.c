@@ -4,6 +4,31 @@
 
 #include "kernels/cpu/cpu_internal.h"
 
+// One sgemm per OpenMP thread on a slice of C's rows (or columns when C is wide): OpenBLAS
+// runs single-threaded (backend_cpu_create), so it never competes with OpenMP for the cores.
+static void sgemm_split(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                        const float *B, int ldb, float beta, float *C, int ldc) {
+    const int nt = omp_get_max_threads();
+    const double work = (double)M * N * K;
+    const int parts = work < 262144.0 || omp_in_parallel() ? 1 : nt;
+    const int split_rows = M >= N;
+    const int total = split_rows ? M : N;
+#pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
+    for (int p = 0; p < parts; p++) {
+        int lo = (int)((long)total * p / parts), hi = (int)((long)total * (p + 1) / parts);
+        if (hi <= lo) continue;
+        if (split_rows) {
+            const float *a = ta ? A + lo : A + (size_t)lo * lda;
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                        hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
+        } else {
+            const float *b = tb ? B + (size_t)lo * ldb : B + lo;
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                        M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
+        }
+    }
+}
+
 static void cpu_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
                        int ldc) {
@@ -13,8 +38,7 @@ static void cpu_matmul(Backend *be, int ta, int tb, int M, int N, int K, float a
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] *= beta;
         } else {
-            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                        M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            sgemm_split(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         }
     }
     cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K);
