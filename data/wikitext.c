@@ -66,13 +66,14 @@ static bool parse_tag(const char *p, const char *end, Tag *t) {
     return true;
 }
 
-// Finds "</name" (any case) followed by '>' at or after p; returns one past its '>' or NULL.
+// Finds "</name>" (any case, spaces allowed before '>') at or after p; returns one past its
+// '>' or NULL.  Like MediaWiki, "</ref name=x>" does not close a <ref>.
 static const char *find_close_tag(const char *p, const char *end, const char *name, size_t n) {
     for (; p + n + 2 < end; p++) {
-        if (p[0] == '<' && p[1] == '/' && strncasecmp(p + 2, name, n) == 0 &&
-            !isalnum((unsigned char)p[2 + n])) {
-            const char *gt = memchr(p, '>', (size_t)(end - p));
-            return gt ? gt + 1 : NULL;
+        if (p[0] == '<' && p[1] == '/' && strncasecmp(p + 2, name, n) == 0) {
+            const char *q = p + 2 + n;
+            while (q < end && (*q == ' ' || *q == '\t' || *q == '\n')) q++;
+            if (q < end && *q == '>') return q + 1;
         }
     }
     return NULL;
@@ -162,7 +163,11 @@ static void pass_braces(const char *s, size_t len, StrBuf *out) {
 }
 
 // End of the [[...]] opened at p (one past "]]"), counting nested links; NULL if unclosed.
+// Links end with their paragraph, except file links whose captions may span lines.
 static const char *skip_link(const char *p, const char *end) {
+    const char *t = p + 2;
+    while (t < end && *t == ' ') t++;
+    bool file = starts_ci(t, end, "file:") || starts_ci(t, end, "image:");
     int depth = 0;
     while (p + 1 < end) {
         if (p[0] == '[' && p[1] == '[') {
@@ -173,7 +178,7 @@ static const char *skip_link(const char *p, const char *end) {
             p += 2;
             if (depth == 0) return p;
         } else {
-            if (*p == '\n' && p + 1 < end && p[1] == '\n') return NULL;  // links end by paragraph
+            if (!file && *p == '\n' && p + 1 < end && p[1] == '\n') return NULL;
             p++;
         }
     }

@@ -41,7 +41,9 @@ static void test_refs_and_comments_are_removed(void **state) {
     expect_clean("Fact.<ref name=\"a\">{{cite web|url=http://x}} [[Link]]</ref> More<ref name=b/> "
                  "text<!-- hidden [[x]] -->.",
                  "Fact. More text.");
-    expect_clean("A<REF>upper case</REF> b.", "A b.");
+    expect_clean("A<REF>upper case</REF > b.", "A b.");
+    // MediaWiki closes a ref only at "</ref>": a malformed "</ref name=x>" stays inside.
+    expect_clean("X.<ref>{{Cite web|title = A</ref name=\"n\"> B|url = http://x}}</ref> Y.", "X. Y.");
 }
 
 static void test_link_text_is_kept(void **state) {
@@ -57,6 +59,9 @@ static void test_files_categories_and_interlanguage_links_are_removed(void **sta
     expect_clean("Text [[File:X.jpg|thumb|A [[caption]] with [[a|links]]]] more.\n"
                  "[[Image:Y.png|left]]\n[[Category:Foo|Bar]]\n[[de:Anarchismus]]\n[[zh-min-nan:X]]",
                  "Text more.");
+    // File captions may span blank lines (legends built from templates).
+    expect_clean("[[File:Map.svg|thumb|Situation.\n{{legend|#fff|[[A|B]]}}\n\n{{legend|x}}]]\nProse.",
+                 "Prose.");
 }
 
 static void test_external_links_keep_their_text(void **state) {
