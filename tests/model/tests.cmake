@@ -2,3 +2,6 @@
 # paths, gradients against double-precision finite differences of the oracle's loss.
 mhe_add_cmocka_test(model_matches_pytorch ${CMAKE_SOURCE_DIR}/tests/model/test_model.c)
 set_tests_properties(model_matches_pytorch PROPERTIES TIMEOUT 300 LABELS model)
+# Gradient accumulation, dropout masks shared by forward and backward, dropout statistics.
+mhe_add_cmocka_test(model_training_properties ${CMAKE_SOURCE_DIR}/tests/model/test_model_train.c)
+set_tests_properties(model_training_properties PROPERTIES TIMEOUT 120 LABELS model)

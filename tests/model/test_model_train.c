@@ -1,0 +1,216 @@
+// Training-mode properties of the model that the (dropout-free) PyTorch oracle cannot see:
+// gradient accumulation over micro-batches, dropout masks shared by forward and backward, and
+// the dropout op's statistics.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/ops.h"
+#include "trainer/model.h"
+
+static void tiny_config(Config *cfg, Arch arch, AttentionType type, float dropout) {
+    config_defaults(cfg);
+    cfg->model.arch = arch;
+    cfg->model.layers = 2;
+    cfg->model.hidden = 12;
+    cfg->model.heads = 4;
+    cfg->model.ffn = 20;
+    cfg->model.vocab_size = 17;
+    cfg->model.max_seq = 8;
+    cfg->model.init_std = 0.2f;
+    cfg->model.dropout = dropout;
+    cfg->model.attn_dropout = dropout;
+    cfg->attention.type = type;
+    cfg->attention.embed_std = 0.3f;
+    cfg->data.seq_len = 0;
+    config_resolve(cfg, "test_model_train");
+}
+
+static void random_batch(int B, int T, int V, int32_t *ids, int32_t *labels, uint64_t seed) {
+    Rng r = rng_stream(seed, 3, 4);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int32_t)(rng_next(&r) % (uint64_t)V);
+        labels[i] = rng_next(&r) % 3 ? (int32_t)(rng_next(&r) % (uint64_t)V) : -100;
+    }
+    labels[0] = 1;
+    labels[T] = 2;
+}
+
+static double rel(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num / den);
+}
+
+// Two micro-batches of one sequence, each backward divided by the total label count, give the
+// gradient of the mean loss over the two-sequence batch (≤ 1e-5 relative: only the summation
+// order differs).
+static void test_accumulation_over_micro_batches_gives_global_mean(void **state) {
+    Backend *be = *state;
+    const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
+    for (int a = 0; a < 2; a++) {
+        Config cfg;
+        tiny_config(&cfg, arches[a], ATTN_MHE_MUL, 0.0f);
+        const int T = 6, V = 17;
+        int32_t ids[12], labels[12];
+        random_batch(2, T, V, ids, labels, 11);
+        Model *m = model_create(&cfg, be, 2, T);
+        model_init_params(m, 5);
+        const size_t n = model_param_count(m);
+        float *full = mhe_malloc(n * sizeof *full), *acc = mhe_malloc(n * sizeof *acc);
+        model_zero_grad(m);
+        float loss_full = model_forward(m, ids, NULL, NULL, labels, 2, T, 0);
+        long total = model_label_count(m);
+        model_backward(m, 0);
+        model_get_grads(m, full);
+
+        model_zero_grad(m);
+        double loss_sum = 0;
+        for (int b = 0; b < 2; b++) {
+            model_forward(m, ids + b * T, NULL, NULL, labels + b * T, 1, T, 0);
+            loss_sum += model_loss_sum(m);
+            model_backward(m, (double)total);
+        }
+        model_get_grads(m, acc);
+        assert_true(fabs(loss_sum / total - loss_full) <= 1e-5 * fabs(loss_full));
+        double e = rel(acc, full, n);
+        print_message("%s: accumulated vs full-batch gradient rel err %.2e\n", arch_name(arches[a]), e);
+        assert_true(e <= 1e-5);
+        free(full);
+        free(acc);
+        model_free(m);
+        config_free(&cfg);
+    }
+}
+
+// With dropout on, the backward must use the forward's masks: our gradient against centred
+// differences of our own fp32 loss with the masks held fixed (model_set_dropout_seed before
+// each forward).  fp32 loss round-off (~3e-7) over 2h = 2e-2 and the O(h²) truncation bound the
+// error near 1e-3 ‖g‖; a mask mismatch gives O(‖g‖).  Tolerance 2e-2 ‖g‖ per tensor, for
+// tensors with ‖g‖ ≥ 1e-3.
+static void test_dropout_backward_uses_forward_masks(void **state) {
+    Backend *be = *state;
+    const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
+    for (int a = 0; a < 2; a++) {
+        Config cfg;
+        tiny_config(&cfg, arches[a], ATTN_MHA, 0.3f);
+        const int B = 2, T = 6, V = 17;
+        int32_t ids[12], labels[12];
+        random_batch(B, T, V, ids, labels, 12);
+        Model *m = model_create(&cfg, be, B, T);
+        model_init_params(m, 6);
+        const size_t n = model_param_count(m);
+        float *w = mhe_malloc(n * sizeof *w), *g = mhe_malloc(n * sizeof *g), *wp = mhe_malloc(n * sizeof *wp);
+        model_get_params(m, w);
+        model_zero_grad(m);
+        model_set_dropout_seed(m, 77);
+        float l0 = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
+        model_set_dropout_seed(m, 77);
+        float l0b = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
+        assert_true(l0 == l0b);  // same seed, same masks
+        model_backward(m, 0);
+        model_get_grads(m, g);
+        float l_eval = model_forward(m, ids, NULL, NULL, labels, B, T, 0);
+        assert_true(fabs(l_eval - l0) > 1e-4);  // dropout changes the function when on
+
+        const ParamTable *t = model_param_table(m);
+        const double h = 1e-2;
+        int checked = 0;
+        double worst = 0;
+        for (int i = 0; i < t->count; i++) {
+            const ParamTensor *p = &t->tensors[i];
+            double gn = 0;
+            for (size_t j = 0; j < p->numel; j++) gn += (double)g[p->offset + j] * g[p->offset + j];
+            gn = sqrt(gn);
+            if (gn < 1e-3) continue;
+            // Direction: the gradient itself, so g·u = ‖g‖ is large against the round-off.
+            double L[2];
+            for (int s = 0; s < 2; s++) {
+                memcpy(wp, w, n * sizeof *wp);
+                for (size_t j = 0; j < p->numel; j++)
+                    wp[p->offset + j] += (float)((s ? -h : h) * g[p->offset + j] / gn);
+                model_set_params(m, wp);
+                model_set_dropout_seed(m, 77);
+                model_forward(m, ids, NULL, NULL, labels, B, T, 1);
+                L[s] = model_loss_sum(m) / model_label_count(m);
+            }
+            double fd = (L[0] - L[1]) / (2 * h);
+            double e = fabs(fd - gn) / gn;
+            if (e > worst) worst = e;
+            if (e > 2e-2) print_message("%s: %s FD %.6g vs |g| %.6g\n", arch_name(arches[a]), p->name, fd, gn);
+            assert_true(e <= 2e-2);
+            checked++;
+        }
+        print_message("%s: dropout FD checked %d tensors, worst rel err %.2e\n", arch_name(arches[a]), checked, worst);
+        assert_true(checked > 10);
+        free(w);
+        free(g);
+        free(wp);
+        model_free(m);
+        config_free(&cfg);
+    }
+}
+
+// The dropout op keeps a fraction 1-p (binomial: within 5 sigma) and scales kept values by
+// 1/(1-p); the same (seed, offset) gives the same mask, another offset a different one.
+static void test_dropout_keeps_expected_fraction(void **state) {
+    Backend *be = *state;
+    const size_t n = 100000;
+    const float p = 0.3f;
+    float *x = be->alloc(be, n * sizeof *x), *y = be->alloc(be, n * sizeof *y), *z = be->alloc(be, n * sizeof *z);
+    float *hx = mhe_malloc(n * sizeof *hx), *hy = mhe_malloc(n * sizeof *hy), *hz = mhe_malloc(n * sizeof *hz);
+    for (size_t i = 0; i < n; i++) hx[i] = 1.0f + (float)(i % 3);
+    be->upload(be, x, hx, n * sizeof *hx);
+    be->dropout(be, x, y, n, p, 9, 100);
+    be->download(be, hy, y, n * sizeof *hy);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (hy[i] != 0.0f) {
+            kept++;
+            assert_true(fabsf(hy[i] - hx[i] / (1.0f - p)) <= 1e-6f * hy[i]);
+        }
+    }
+    double mean = n * (1.0 - p), sd = sqrt(n * p * (1.0 - p));
+    assert_true(fabs((double)kept - mean) <= 5 * sd);
+    be->dropout(be, x, z, n, p, 9, 100);
+    be->download(be, hz, z, n * sizeof *hz);
+    assert_memory_equal(hy, hz, n * sizeof *hy);
+    be->dropout(be, x, z, n, p, 9, 101);
+    be->download(be, hz, z, n * sizeof *hz);
+    assert_memory_not_equal(hy, hz, n * sizeof *hy);
+    be->free(be, x);
+    be->free(be, y);
+    be->free(be, z);
+    free(hx);
+    free(hy);
+    free(hz);
+}
+
+static int setup(void **state) {
+    *state = backend_cpu_create(0);
+    return 0;
+}
+static int teardown(void **state) {
+    Backend *be = *state;
+    be->destroy(be);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accumulation_over_micro_batches_gives_global_mean),
+        cmocka_unit_test(test_dropout_backward_uses_forward_masks),
+        cmocka_unit_test(test_dropout_keeps_expected_fraction),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
