@@ -335,27 +335,33 @@ static void clean_inline(const char *p, const char *end, StrBuf *out) {
 }
 
 // Removes whatever markup survived the structural passes (malformed wikitext, markup
-// produced by entities), so the output never carries wiki syntax.
+// produced by entities), so the output never carries wiki syntax.  Repeats until stable: a
+// removal can join "'" and "''", or "<" and "ref".
 static void strip_leftovers(StrBuf *b, size_t start) {
-    static const char *const PAIRS[] = {"{{", "}}", "[[", "]]", "{|", "|}", NULL};
-    char *s = b->s + start;
-    size_t n = b->len - start, w = 0;
-    for (size_t i = 0; i < n;) {
-        bool hit = false;
-        for (int k = 0; PAIRS[k]; k++)
-            if (i + 1 < n && s[i] == PAIRS[k][0] && s[i + 1] == PAIRS[k][1]) hit = true;
-        if (hit) {
-            i += 2;
-            continue;
+    static const char *const PAIRS[] = {"{{", "}}", "[[", "]]", "{|", "|}", "''", NULL};
+    for (bool changed = true; changed;) {
+        changed = false;
+        char *s = b->s + start;
+        size_t n = b->len - start, w = 0;
+        for (size_t i = 0; i < n;) {
+            bool hit = false;
+            for (int k = 0; PAIRS[k] && !hit; k++)
+                hit = i + 1 < n && s[i] == PAIRS[k][0] && s[i + 1] == PAIRS[k][1];
+            if (hit) {
+                i += 2;
+                changed = true;
+                continue;
+            }
+            if (i + 3 < n && s[i] == '<' && strncasecmp(s + i + 1, "ref", 3) == 0) {
+                i += 4;
+                changed = true;
+                continue;
+            }
+            s[w++] = s[i++];
         }
-        if (i + 3 < n && s[i] == '<' && strncasecmp(s + i + 1, "ref", 3) == 0) {
-            i += 4;
-            continue;
-        }
-        s[w++] = s[i++];
+        b->len = start + w;
+        b->s[b->len] = 0;
     }
-    b->len = start + w;
-    b->s[b->len] = 0;
 }
 
 // Pass 4: lines: headings, table remnants and rules dropped, list markers stripped.

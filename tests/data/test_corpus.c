@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -214,6 +216,43 @@ static void test_utf8_validation_reports_first_bad_byte(void **state) {
     assert_int_equal(utf8_invalid_offset("a\xed\xa0\x80", 4), 1);   // surrogate
 }
 
+static bool valid_utf8(const char *s) { return utf8_invalid_offset(s, strlen(s)) < 0; }
+
+static void test_cleaner_survives_random_markup(void **state) {
+    (void)state;
+    // Random soup of markup fragments: the cleaner must not crash (ASan builds check memory),
+    // must keep UTF-8 valid and must never let wiki syntax through.
+    static const char *const BITS[] = {
+        "{{", "}}", "[[", "]]", "{|", "|}", "|", "<ref>", "</ref>", "<ref name=x/>", "<ref",
+        "'", "''", "'''", "&amp;", "&#123;", "&#x5B;", "&#", "&", ";", "<!--", "-->", "\n", "\n\n",
+        "==", "=", "*", "#", ":", "[http://x.org ", "[", "]", "File:", "Category:", "de:", "a",
+        "word ", " ", "\xc3\xa9", "<math>", "</math>", "<b>", "</b>", "<br/>", "__TOC__", "(",
+        ")", ",", "<", ">", "/", "<gallery>", "</gallery>", "-", "----", "\t"};
+    const int NB = (int)(sizeof BITS / sizeof BITS[0]);
+    static const char *const FORBIDDEN[] = {"{{", "}}", "[[", "]]", "{|", "|}", "<ref", "'''", NULL};
+    uint64_t x = 12345;
+    char buf[4096];
+    StrBuf out = {0};
+    for (int iter = 0; iter < 20000; iter++) {
+        size_t n = 0;
+        int parts = 1 + (int)((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 58);
+        for (int k = 0; k < parts * 3; k++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            const char *b = BITS[(x >> 33) % (uint64_t)NB];
+            size_t m = strlen(b);
+            if (n + m >= sizeof buf) break;
+            memcpy(buf + n, b, m);
+            n += m;
+        }
+        wikitext_clean(buf, n, &out);
+        assert_true(valid_utf8(out.s));
+        for (int f = 0; FORBIDDEN[f]; f++)
+            if (strstr(out.s, FORBIDDEN[f]))
+                fail_msg("input \"%.*s\" cleaned to \"%s\" holding %s", (int)n, buf, out.s, FORBIDDEN[f]);
+    }
+    strbuf_free(&out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nested_templates_are_removed),
@@ -230,6 +269,7 @@ int main(void) {
         cmocka_unit_test(test_bz2_multistream_reads_every_stream),
         cmocka_unit_test(test_jsonl_and_wikiextractor_readers),
         cmocka_unit_test(test_utf8_validation_reports_first_bad_byte),
+        cmocka_unit_test(test_cleaner_survives_random_markup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
