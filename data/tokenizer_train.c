@@ -1,14 +1,12 @@
-// mhetrain tokenizer train: counts the pre-tokenized words of plain-text inputs, then learns
+// mhetrain tokenizer train: counts the pre-tokenized words of the corpus, then learns
 // BPE merges over them (bpe_train.c) for a WordPiece (HF WordPieceTrainer style: "##"
 // continuations) or a byte-level BPE vocabulary.
-#include <dirent.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/error.h"
 #include "data/bpe_train.h"
+#include "data/corpus.h"
 #include "data/unicode_text.h"
 
 static const char *WORDPIECE_SPECIALS[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
@@ -54,91 +52,41 @@ static void add_bpe_word(void *ctx, const char *s, size_t n) {
     counter_add(sc->counter, s, n);
 }
 
-static bool has_suffix(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
+typedef struct {
+    const Tokenizer *norm;
+    TokenizerKind kind;
+    SplitCtx sc;
+} DocCtx;
+
+// Every line (paragraph) of a document is one training text.
+static void count_document(void *ctx, const char *text, size_t len) {
+    DocCtx *d = ctx;
+    size_t i = 0;
+    while (i < len) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t e = nl ? (size_t)(nl - text) : len;
+        if (d->kind == TOK_WORDPIECE)
+            wordpiece_split(d->norm, text + i, e - i, add_wordpiece_word, &d->sc);
+        else
+            bpe_split(text + i, e - i, add_bpe_word, &d->sc);
+        i = e + 1;
+    }
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-// Appends the .txt files under `path` (or `path` itself when it is a file), sorted.
-static void list_inputs(const char *path, char ***files, int *n, int *cap) {
-    struct stat st;
-    if (stat(path, &st) != 0) mhe_fail("%s: no such file or directory", path);
-    if (!S_ISDIR(st.st_mode)) {
-        if (*n == *cap) *files = mhe_realloc(*files, (size_t)(*cap = *cap * 2 + 8) * sizeof **files);
-        (*files)[(*n)++] = mhe_strdup(path);
-        return;
-    }
-    DIR *d = opendir(path);
-    if (!d) mhe_fail("%s: cannot open directory", path);
-    char **names = NULL;
-    int nn = 0, nc = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        if (nn == nc) names = mhe_realloc(names, (size_t)(nc = nc * 2 + 16) * sizeof *names);
-        names[nn] = mhe_malloc(strlen(path) + strlen(e->d_name) + 2);
-        sprintf(names[nn++], "%s/%s", path, e->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)nn, sizeof *names, cmp_str);
-    for (int i = 0; i < nn; i++) {
-        struct stat s2;
-        if (stat(names[i], &s2) == 0 && (S_ISDIR(s2.st_mode) || has_suffix(names[i], ".txt")))
-            list_inputs(names[i], files, n, cap);
-        free(names[i]);
-    }
-    free(names);
-}
-
-// Streams every line of every input into the word counter.
+// Streams the documents of every input (any format the corpus readers know: .txt books,
+// MediaWiki dumps, WikiExtractor output, JSON lines; folders recursively) into the counter.
+// The readers reject invalid UTF-8, which bpe_split relies on.
 static void count_inputs(const Tokenizer *norm, TokenizerKind kind, int n_paths, char **paths,
                          WordCounter *wc) {
-    char **files = NULL;
-    int nf = 0, cf = 0;
-    for (int i = 0; i < n_paths; i++) list_inputs(paths[i], &files, &nf, &cf);
-    if (nf == 0) mhe_fail("tokenizer train: no .txt files in the inputs");
-    SplitCtx sc = {wc, NULL, 0};
-    char *line = NULL, *fixed = NULL;
-    size_t cap = 0, fixed_cap = 0;
-    for (int f = 0; f < nf; f++) {
-        FILE *fp = fopen(files[f], "rb");
-        if (!fp) mhe_fail("%s: cannot open", files[f]);
-        long long offset = 0;
-        bool warned = false;
-        ssize_t got;
-        while ((got = getline(&line, &cap, fp)) >= 0) {
-            size_t n = (size_t)got;
-            if (n && line[n - 1] == '\n') n--;
-            const char *s = line;
-            long long bad = utf8_first_invalid(line, n);
-            if (bad >= 0) {  // replaced by U+FFFD, as the encoder does
-                if (!warned)
-                    fprintf(stderr, "%s: byte %lld: invalid UTF-8, replaced by U+FFFD\n", files[f],
-                            offset + bad);
-                warned = true;
-                if (fixed_cap < 3 * n + 1) fixed = mhe_realloc(fixed, fixed_cap = 3 * n + 1);
-                size_t i = 0, m = 0;
-                while (i < n) m += (size_t)utf8_put(fixed + m, utf8_next(line, n, &i));
-                s = fixed;
-                n = m;
-            }
-            if (kind == TOK_WORDPIECE)
-                wordpiece_split(norm, s, n, add_wordpiece_word, &sc);
-            else
-                bpe_split(s, n, add_bpe_word, &sc);
-            offset += got;
-        }
-        fclose(fp);
-        free(files[f]);
+    DocCtx d = {norm, kind, {wc, NULL, 0}};
+    CorpusStats stats = {0};
+    for (int i = 0; i < n_paths; i++) {
+        int nf;
+        char **files = corpus_list_files(paths[i], &nf);
+        for (int f = 0; f < nf; f++) corpus_read_file(files[f], CORPUS_AUTO, count_document, &d, &stats);
+        corpus_free_files(files, nf);
     }
-    free(files);
-    free(line);
-    free(fixed);
-    free(sc.buf);
+    free(d.sc.buf);
 }
 
 static int cmp_u32(const void *a, const void *b) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Parity of `mhetrain tokenizer encode` with Hugging Face `tokenizers` (the oracle).
 
-Every line of the four books and of the Wikipedia dump's wikitext (plus hand-made edge cases)
-is encoded by both; the ids must be equal line by line for: bert-base-uncased vocab.txt
+Every line of the four books, of the cleaned Wikipedia text (our corpus reader) and of the raw
+wikitext of the dumps (plus hand-made edge cases) is encoded by both; the ids must be equal line by line for: bert-base-uncased vocab.txt
 (BertWordPieceTokenizer, uncased), the same vocab.txt cased, the GPT-2 vocab.json + merges.txt
 (byte-level BPE, no prefix space, <|endoftext|> special), and a WordPiece and a BPE tokenizer
 trained by `mhetrain tokenizer train` (their tokenizer.json loaded by Tokenizer.from_file).
@@ -54,6 +54,17 @@ def book_lines():
     return lines
 
 
+def clean_wiki_lines():
+    """The cleaned prose of the dumps, from the corpus reader (`mhetrain prepare --text-out`)."""
+    wiki = os.path.join(DATA, "wikipedia")
+    dumps = [os.path.join(wiki, n) for n in sorted(os.listdir(wiki)) if n.endswith(".xml.bz2")]
+    out = os.path.join(WORK, "wiki_clean.txt")
+    subprocess.run([MHETRAIN, "prepare", "--text-out", out, *dumps], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out, "rb") as f:
+        return f.read().decode("utf-8").split("\n")
+
+
 def wiki_lines():
     """Raw wikitext lines of every page of the dumps (a superset stress test of the cleaned
     prose: all the markup characters are still there)."""
@@ -99,7 +110,7 @@ def compare(config, hf, ours_tokenizer, lines, path, extra=()):
 def main():
     os.makedirs(WORK, exist_ok=True)
     books = book_lines()
-    lines = EDGE_CASES + books + wiki_lines()
+    lines = EDGE_CASES + books + clean_wiki_lines() + wiki_lines()
     assert all("\n" not in l for l in lines)
     path = os.path.join(WORK, "lines.txt")
     with open(path, "w", encoding="utf-8", newline="") as f:

@@ -1,11 +1,12 @@
-# Tokenizers: API unit tests (cmocka), malformed files, and id parity with Hugging Face
-# `tokenizers` (venv oracle) on the books and Wikipedia text of ../shared/data.
+# Tokenizers: API unit tests (cmocka), malformed files, id parity with Hugging Face
+# `tokenizers` (venv oracle) on the books and Wikipedia text of ../shared/data, and the
+# trainer against a naive BPE trainer.
 mhe_add_cmocka_test(tokenizer_unit ${CMAKE_SOURCE_DIR}/tests/tokenizer/test_tokenizer.c)
 target_link_libraries(tokenizer_unit PRIVATE pthread)
 
 set(MHE_TOKENIZER_TEST_ENV
   "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2;TOKENIZERS_PARALLELISM=true")
-foreach(t bad_inputs parity)
+foreach(t bad_inputs parity train_oracle)
   add_test(NAME tokenizer_${t}
     COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/tokenizer/${t}.py)
   set_tests_properties(tokenizer_${t} PROPERTIES ENVIRONMENT "${MHE_TOKENIZER_TEST_ENV}")
