@@ -40,15 +40,17 @@ typedef struct {
 
 static void adamw_tensor(OptimState *s, const Moments *k, size_t lo, size_t hi, float *w, const float *g,
                          float lr, float wd) {
-    float *m = s->m - s->begin, *v = s->v - s->begin;
+    float *m = s->m, *v = s->v;
+    const size_t base = s->begin;
     const float step_size = (float)((double)lr / k->bc1), decay = (float)(1.0 - (double)lr * wd);
 #pragma omp parallel for schedule(static)
     for (size_t i = lo; i < hi; i++) {
+        const size_t j = i - base;
         if (wd != 0.0f) w[i] *= decay;
-        m[i] = k->b1 * m[i] + (1.0f - k->b1) * g[i];
-        v[i] = k->b2 * v[i] + (1.0f - k->b2) * g[i] * g[i];
-        const float denom = sqrtf(v[i]) / k->bc2_sqrt + k->eps;
-        w[i] -= step_size * (m[i] / denom);
+        m[j] = k->b1 * m[j] + (1.0f - k->b1) * g[i];
+        v[j] = k->b2 * v[j] + (1.0f - k->b2) * g[i] * g[i];
+        const float denom = sqrtf(v[j]) / k->bc2_sqrt + k->eps;
+        w[i] -= step_size * (m[j] / denom);
     }
 }
 
@@ -56,6 +58,40 @@ static inline float lamb_update(const OptimState *s, const Moments *k, size_t i,
     const float mh = s->m[i - s->begin] / k->bc1;
     const float vh = s->v[i - s->begin] / k->bc2;
     return mh / (sqrtf(vh) + k->eps) + wd * w[i];
+}
+
+// Fixed chunk boundaries, whatever the thread count: the double sums come out the same with
+// 1 or 16 threads, so a run resumed with another thread count stays exact.
+#define REDUCE_CHUNKS 64
+
+// LAMB phase 1 over [lo, hi) of one tensor: update m and v, return sum w^2 and sum u^2.
+static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, const float *w, const float *g,
+                         float wd, double *wsq, double *usq) {
+    double sw[REDUCE_CHUNKS], su[REDUCE_CHUNKS];
+    float *m = s->m, *v = s->v;
+    const size_t base = s->begin, n = hi - lo;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        const size_t a = lo + n * (size_t)c / REDUCE_CHUNKS, b = lo + n * (size_t)(c + 1) / REDUCE_CHUNKS;
+        double aw = 0, au = 0;
+        for (size_t i = a; i < b; i++) {
+            const size_t j = i - base;
+            m[j] = k->b1 * m[j] + (1.0f - k->b1) * g[i];
+            v[j] = k->b2 * v[j] + (1.0f - k->b2) * g[i] * g[i];
+            const float u = lamb_update(s, k, i, w, wd);
+            aw += (double)w[i] * w[i];
+            au += (double)u * u;
+        }
+        sw[c] = aw;
+        su[c] = au;
+    }
+    double tw = 0, tu = 0;
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        tw += sw[c];
+        tu += su[c];
+    }
+    *wsq = tw;
+    *usq = tu;
 }
 
 void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params, const float *grads,
@@ -82,18 +118,7 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
     for (int j = 0; j < t->count; j++) {
         const ParamTensor *p = &t->tensors[j];
         if (!overlap(s, p, &lo, &hi)) continue;
-        const float wd = optim_decays(o, p) ? o->weight_decay : 0.0f;
-        float *m = s->m - s->begin, *v = s->v - s->begin;
-        double sw = 0, su = 0;
-        for (size_t i = lo; i < hi; i++) {
-            m[i] = k.b1 * m[i] + (1.0f - k.b1) * grads[i];
-            v[i] = k.b2 * v[i] + (1.0f - k.b2) * grads[i] * grads[i];
-            const float u = lamb_update(s, &k, i, params, wd);
-            sw += (double)params[i] * params[i];
-            su += (double)u * u;
-        }
-        wsq[j] = sw;
-        usq[j] = su;
+        lamb_moments(s, &k, lo, hi, params, grads, optim_decays(o, p) ? o->weight_decay : 0.0f, &wsq[j], &usq[j]);
     }
     if (reduce) reduce(s->norms, 2 * t->count, reduce_ctx);
     // Phase 2: every rank sees the full-tensor norms; recompute u (cheaper than storing it).
@@ -114,8 +139,15 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
 }
 
 double optim_sq_sum(const float *g, size_t n) {
-    double acc = 0;
-    for (size_t i = 0; i < n; i++) acc += (double)g[i] * g[i];
+    double part[REDUCE_CHUNKS], acc = 0;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        const size_t a = n * (size_t)c / REDUCE_CHUNKS, b = n * (size_t)(c + 1) / REDUCE_CHUNKS;
+        double x = 0;
+        for (size_t i = a; i < b; i++) x += (double)g[i] * g[i];
+        part[c] = x;
+    }
+    for (int c = 0; c < REDUCE_CHUNKS; c++) acc += part[c];
     return acc;
 }
 
