@@ -121,8 +121,9 @@ static _Noreturn void fail_node(const CNode *n, const char *key, const char *wha
                         : cnode_is_null(n)     ? "nothing"
                                                : NULL;
     if (found) mhe_fail_at(n->file, n->line, n->col, "%s: expected %s, found %s", key, what, found);
+    char shown[CNODE_SHOW_MAX];
     mhe_fail_at(n->file, n->line, n->col, "%s: expected %s, found %s'%s'", key, what,
-                n->quoted ? "the string " : "", n->text);
+                n->quoted ? "the string " : "", cnode_show(n->text, shown));
 }
 
 static const char *plain_scalar(const CNode *n, const char *key, const char *what) {
@@ -251,8 +252,9 @@ static void convert_section(Config *cfg, ConfigMarks *marks, const char *section
         if (!f) {
             char keys[1024];
             list_keys(keys, sizeof keys, section);
+            char shown[CNODE_SHOW_MAX];
             mhe_fail_at(k->file, k->line, k->col, "unknown key '%s' in section %s (expected one of: %s)",
-                        k->text, section, keys);
+                        cnode_show(k->text, shown), section, keys);
         }
         char full[64];
         snprintf(full, sizeof full, "%s.%s", section, f->key);
@@ -268,10 +270,11 @@ static void convert(Config *cfg, ConfigMarks *marks, const CNode *root) {
         const CNode *k = root->keys[i];
         int s = 0;
         while (SECTIONS[s] && strcmp(SECTIONS[s], k->text) != 0) s++;
+        char shown[CNODE_SHOW_MAX];
         if (!SECTIONS[s])
             mhe_fail_at(k->file, k->line, k->col,
                         "unknown section '%s' (expected base, model, attention, objective, data, "
-                        "optim, train, dist or runtime)", k->text);
+                        "optim, train, dist or runtime)", cnode_show(k->text, shown));
     }
     // Sections in dependency order does not matter for parsing; validation runs afterwards.
     for (int s = 0; SECTIONS[s]; s++) {

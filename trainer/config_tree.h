@@ -32,6 +32,10 @@ CNode *cnode_get(const CNode *map, const char *key);
 // A plain null scalar: empty, ~ or null.
 int cnode_is_null(const CNode *node);
 
+// User text made safe for a one-line message: control characters escaped, long text cut.
+#define CNODE_SHOW_MAX 96
+const char *cnode_show(const char *s, char buf[CNODE_SHOW_MAX]);
+
 // Parses one YAML file (a mapping at the top, or empty) and follows its `base:` chain: the
 // result is the base's tree with this file's keys merged over it.  Exits with file:line:col on
 // any problem, base cycles and missing base files included.

@@ -55,6 +55,22 @@ int cnode_is_null(const CNode *node) {
            strcmp(t, "Null") == 0 || strcmp(t, "NULL") == 0;
 }
 
+const char *cnode_show(const char *s, char buf[CNODE_SHOW_MAX]) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (o + 8 >= CNODE_SHOW_MAX) {
+            strcpy(buf + o, "...");
+            return buf;
+        }
+        if (*p == '\n') o += (size_t)sprintf(buf + o, "\\n");
+        else if (*p == '\t') o += (size_t)sprintf(buf + o, "\\t");
+        else if (*p < 0x20 || *p == 0x7f) o += (size_t)sprintf(buf + o, "\\x%02x", *p);
+        else buf[o++] = (char)*p;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 static CNode *cnode_new(CNodeKind kind, const char *file, int line, int col) {
     CNode *n = mhe_calloc(1, sizeof *n);
     n->kind = kind;
@@ -109,7 +125,11 @@ static CNode *build(Builder *b, yaml_node_t *y, int depth) {
                 mhe_fail_at(key->file, key->line, key->col, "expected a key name, found a %s",
                             key->kind == CNODE_SEQ ? "list" : "mapping");
             if (cnode_get(n, key->text))
-                mhe_fail_at(key->file, key->line, key->col, "duplicate key '%s'", key->text);
+                {
+                char shown[CNODE_SHOW_MAX];
+                mhe_fail_at(key->file, key->line, key->col, "duplicate key '%s'",
+                            cnode_show(key->text, shown));
+            }
             cnode_push(n, key, build(b, yaml_document_get_node(b->doc, p->value), depth + 1));
         }
         return n;
@@ -213,14 +233,15 @@ typedef struct {
 
 static CNode *load_file(ConfigFiles *files, const char *path, BaseChain *chain,
                         const CNode *from) {
-    const char *file = config_files_add(files, path);
+    char shown[CNODE_SHOW_MAX];
+    const char *file = config_files_add(files, cnode_show(path, shown));
     char *real = realpath(path, NULL);
     FILE *probe = real ? fopen(path, "rb") : NULL;
     if (!probe) {
         const char *why = strerror(errno);
         if (from)
             mhe_fail_at(from->file, from->line, from->col, "cannot read base file '%s': %s",
-                        path, why);
+                        file, why);
         mhe_fail_at(file, 0, 0, "cannot read config file: %s", why);
     }
     fclose(probe);
@@ -231,7 +252,7 @@ static CNode *load_file(ConfigFiles *files, const char *path, BaseChain *chain,
             size_t used = strlen(cycle);
             snprintf(cycle + used, sizeof cycle - used, "%s -> ", chain->shown[j]);
         }
-        mhe_fail_at(from->file, from->line, from->col, "base cycle: %s%s", cycle, path);
+        mhe_fail_at(from->file, from->line, from->col, "base cycle: %s%s", cycle, file);
     }
     if (chain->depth == BASE_MAX_CHAIN)
         mhe_fail_at(from->file, from->line, from->col, "base chain longer than %d files",
@@ -282,16 +303,17 @@ void config_tree_override(ConfigFiles *files, CNode *root, const char *arg, int 
     char where[64];
     snprintf(where, sizeof where, "<command line>:arg%d", index);
     const char *file = config_files_add(files, where);
+    char shown[CNODE_SHOW_MAX];
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg)
-        mhe_fail_at(file, 0, 0, "expected section.key=value, got '%s'", arg);
+        mhe_fail_at(file, 0, 0, "expected section.key=value, got '%s'", cnode_show(arg, shown));
     size_t klen = (size_t)(eq - arg);
     char *path = mhe_malloc(klen + 1);
     memcpy(path, arg, klen);
     path[klen] = '\0';
     if (!strchr(path, '.') || path[0] == '.' || path[klen - 1] == '.' || strstr(path, ".."))
         mhe_fail_at(file, 0, 0, "expected section.key=value (e.g. model.hidden=256), got '%s'",
-                    arg);
+                    cnode_show(arg, shown));
     CNode *value = parse_text(file, eq + 1, strlen(eq + 1), 1);
     if (!value) {
         value = cnode_new(CNODE_SCALAR, file, 0, 0);
@@ -318,8 +340,8 @@ void config_tree_override(ConfigFiles *files, CNode *root, const char *arg, int 
                 continue;
             }
             if (child && !cnode_is_null(child))
-                mhe_fail_at(file, 0, 0, "%s: '%s' holds a value, not a section of keys", arg,
-                            part);
+                mhe_fail_at(file, 0, 0, "%s: '%s' holds a value, not a section of keys",
+                            cnode_show(arg, shown), part);
             // Absent or empty: merging a fresh mapping creates or replaces it.
             CNode *fresh = cnode_new(CNODE_MAP, file, 0, 0);
             cnode_push(wrapper, key, fresh);
