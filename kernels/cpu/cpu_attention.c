@@ -196,7 +196,7 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
         }
     }
     if (dout_scale || dout_shift) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * T * n * dv >= CPU_PARALLEL_MIN)
         for (int hc = 0; hc < n * dv; hc++) {
             double ss = 0, sh = 0;
             for (size_t r = 0; r < (size_t)B * T; r++) {

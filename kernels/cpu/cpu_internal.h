@@ -6,6 +6,9 @@
 
 #include "kernels/ops.h"
 
+// Loops over fewer elements run on one thread: a parallel region costs more than the work.
+#define CPU_PARALLEL_MIN 16384
+
 static inline double cpu_prof_begin(const Backend *be) { return be->profile ? omp_get_wtime() : 0.0; }
 static inline void cpu_prof_end(Backend *be, OpClass c, double t0, double flops) {
     if (!be->profile) return;

@@ -8,7 +8,7 @@ static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamm
                                   const float *beta, int N, int C, float eps, float *y,
                                   float *mean, float *rstd) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const float *xr = x + (size_t)r * C;
         float *yr = y + (size_t)r * C;
@@ -32,7 +32,7 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
                                    float *dbeta) {
     double t0 = cpu_prof_begin(be);
     if (dgamma || dbeta) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
         for (int c = 0; c < C; c++) {
             double sg = 0, sb = 0;
             for (int r = 0; r < N; r++) {
@@ -45,7 +45,7 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
         }
     }
     if (dx) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
         for (int r = 0; r < N; r++) {
             const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
             float *dxr = dx + (size_t)r * C;
@@ -73,10 +73,10 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
 static void cpu_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
     } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
             y[i] = 0.5f * v * (1.0f + tanhf(GELU_K0 * (v + GELU_K1 * v * v * v)));
@@ -90,7 +90,7 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
                               float *dx, size_t n) {
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
             float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
@@ -98,7 +98,7 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
             dx[i] = dy[i] * (cdf + v * pdf);
         }
     } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
             float t = tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
@@ -116,7 +116,7 @@ static void cpu_dropout(Backend *be, const float *x, float *y, size_t n, float p
         if (y != x) memcpy(y, x, n * sizeof *y);
     } else {
         float inv = 1.0f / (1.0f - p);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) y[i] = ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f;
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -126,7 +126,7 @@ static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t
                                   const float *word, const float *pos, const float *type, int B,
                                   int T, int D, float *out) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
         const float *w = word + (size_t)ids[bt] * D, *p = pos + (size_t)t * D;
@@ -142,7 +142,7 @@ static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t
                                    const int32_t *type_ids, int B, int T, int D, float *dword,
                                    float *dpos, float *dtype) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
     for (int c = 0; c < D; c++) {
         for (int bt = 0; bt < B * T; bt++) {
             float g = dout[(size_t)bt * D + c];
@@ -157,7 +157,7 @@ static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t
 static void cpu_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
                                       int N, int V, float *loss, float *lse) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         if (labels[r] < 0) {
             loss[r] = 0.0f;
@@ -180,7 +180,7 @@ static void cpu_cross_entropy_backward(Backend *be, const float *logits, const f
                                        const int32_t *labels, int N, int V, float grad_scale,
                                        float *dlogits) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const float *z = logits + (size_t)r * V;
         float *g = dlogits + (size_t)r * V;

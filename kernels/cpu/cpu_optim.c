@@ -6,7 +6,7 @@
 static double cpu_sum_squares(Backend *be, const float *x, size_t n) {
     double t0 = cpu_prof_begin(be);
     double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     cpu_prof_end(be, OPC_OTHER, t0, 0);
     return s;
@@ -16,7 +16,7 @@ static void cpu_adamw_update(Backend *be, float *p, const float *grad, float *m,
                              size_t n, float lr, float b1, float b2, float eps, float wd,
                              float bc1, float bc2, float grad_scale) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * g;
@@ -30,7 +30,7 @@ static void cpu_lamb_direction(Backend *be, const float *p, const float *grad, f
                                float *u, size_t n, float b1, float b2, float eps, float wd,
                                float bc1, float bc2, float grad_scale) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * g;

@@ -440,7 +440,7 @@ static void test_gradients_match_double_finite_differences(void **state) {
             }
             for (size_t j = 0; j < p->numel; j++) u[j] /= sqrt(nrm);
             for (int s = 0; s < 2; s++) {
-                char path[1024];
+                char path[1200];
                 snprintf(path, sizeof path, "%s/w_%d_%c.safetensors", dir, i, s ? 'm' : 'p');
                 write_weights(t, weights[ci], path, 1, i, s ? -h : h, u);
                 fprintf(jf, "%s/cfg.json %s %s/in.safetensors %s/o_%d_%c.safetensors float64\n", dir,
