@@ -13,6 +13,7 @@ typedef struct Comm Comm;
 // Initialises MPI (thread level FUNNELED) once per process.  timeout_s <= 0 waits forever.
 Comm *comm_init(int *argc, char ***argv, float timeout_s);
 void comm_finalize(Comm *c);
+void comm_set_timeout(Comm *c, float timeout_s);
 
 int comm_rank(const Comm *c);
 int comm_world(const Comm *c);
@@ -27,7 +28,7 @@ void comm_allreduce_max_i64(Comm *c, int64_t *buf, size_t n);
 
 // Non-blocking sum: start returns a handle, wait completes it (deadline applies from start).
 // At most COMM_MAX_PENDING outstanding requests.
-#define COMM_MAX_PENDING 256
+#define COMM_MAX_PENDING 4096
 int comm_allreduce_start_f32(Comm *c, float *buf, size_t n);
 void comm_wait(Comm *c, int handle);
 void comm_wait_all(Comm *c);

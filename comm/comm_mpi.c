@@ -60,6 +60,8 @@ void comm_finalize(Comm *c) {
     free(c);
 }
 
+void comm_set_timeout(Comm *c, float timeout_s) { c->timeout_s = timeout_s; }
+
 int comm_rank(const Comm *c) { return c->rank; }
 int comm_world(const Comm *c) { return c->size; }
 int comm_local_rank(const Comm *c) { return c->local_rank; }

@@ -4,8 +4,13 @@
 
 #include <stdio.h>
 
+#include "kernels/ops.h"
+
 int backend_cuda_compiled(void);
 int backend_cuda_device_count(void);  // 0 without a GPU or without the backend
 void backend_cuda_print_versions(FILE *out);  // cuda runtime, cuBLAS, NCCL lines
+// The CUDA backend on GPU `device` (bf16 compute when bf16 != 0).  Without the backend, or
+// without a GPU, a clear message and exit status 2.
+Backend *backend_cuda_create_for(int device, int bf16);
 
 #endif

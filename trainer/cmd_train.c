@@ -2,9 +2,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include "comm/comm.h"
 #include "common/error.h"
 #include "trainer/commands.h"
 #include "trainer/config.h"
+#include "trainer/trainer.h"
+
+static long long parse_count(const char *opt, const char *v) {
+    char *end = NULL;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < 0) mhe_fail("train: %s expects a non-negative integer, got '%s'", opt, v ? v : "");
+    return x;
+}
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -15,6 +26,15 @@ static void usage(FILE *out) {
             "  key.path=value   override a config value, e.g. train.steps=50 optim.lr=3e-4\n"
             "  --dry-run        load and validate the config, print it fully resolved as YAML,\n"
             "                   and exit without training\n"
+            "  --resume WHAT    auto (default: the newest valid checkpoint in train.out_dir, if\n"
+            "                   any), none (start afresh), or a checkpoint / run directory\n"
+            "  --stop-after N   stop after step N with a checkpoint (the schedule still spans\n"
+            "                   the whole run; resume with the same command)\n"
+            "  --no-overlap     all-reduce gradients only after the whole backward pass\n"
+            "  --inject-nonfinite N  testing: make the gradient of step N non-finite\n"
+            "\n"
+            "Under mpirun every rank runs this command; SIGTERM/SIGINT checkpoint at the next\n"
+            "step boundary and exit.\n"
             "  -h, --help       this help\n");
 }
 
@@ -25,11 +45,21 @@ int cmd_train(int argc, char **argv) {
     }
     const char *path = NULL;
     int dry_run = 0;
+    TrainOptions opt = {.resume = "auto", .stop_after = 0, .inject_nonfinite_step = -1, .no_overlap = 0};
     char *overrides[256];
     int n_overrides = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0) {
             dry_run = 1;
+        } else if (strcmp(argv[i], "--resume") == 0) {
+            if (i + 1 >= argc) mhe_fail("train: --resume expects auto, none or a path");
+            opt.resume = argv[++i];
+        } else if (strcmp(argv[i], "--stop-after") == 0) {
+            opt.stop_after = parse_count("--stop-after", i + 1 < argc ? argv[++i] : NULL);
+        } else if (strcmp(argv[i], "--inject-nonfinite") == 0) {
+            opt.inject_nonfinite_step = parse_count("--inject-nonfinite", i + 1 < argc ? argv[++i] : NULL) - 1;
+        } else if (strcmp(argv[i], "--no-overlap") == 0) {
+            opt.no_overlap = 1;
         } else if (argv[i][0] == '-' && argv[i][1] == '-') {
             usage(stderr);
             mhe_fail("train: unknown option '%s'", argv[i]);
@@ -52,6 +82,12 @@ int cmd_train(int argc, char **argv) {
         config_free(&cfg);
         return 0;
     }
-    fprintf(stderr, "mhetrain train: not built yet\n");
-    return 1;
+    Comm *comm = comm_init(&argc, &argv, 0.0f);
+    Config cfg;
+    config_load(&cfg, path, n_overrides, overrides);
+    comm_set_timeout(comm, cfg.dist.timeout_s);
+    int status = trainer_run(&cfg, comm, &opt);
+    config_free(&cfg);
+    comm_finalize(comm);
+    return status;
 }
