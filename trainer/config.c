@@ -211,15 +211,16 @@ static void resolve_arch_defaults(Config *c) {
 
 static void check_model(Config *c, const ConfigMarks *mk) {
     ModelConfig *m = &c->model;
-    check_int(mk, "model.layers", m->layers, 1, BIG);
-    check_int(mk, "model.hidden", m->hidden, 1, BIG);
-    check_int(mk, "model.heads", m->heads, 1, BIG);
-    check_int(mk, "model.head_dim", m->head_dim, 0, BIG);
-    check_int(mk, "model.ffn", m->ffn, 0, BIG);
-    check_int(mk, "model.vocab_size", m->vocab_size, 2, BIG);
-    check_int(mk, "model.max_seq", m->max_seq, 2, BIG);
+    // Upper bounds far beyond any real model keep every derived product (n*d, 4D, V*D) in range.
+    check_int(mk, "model.layers", m->layers, 1, 10000);
+    check_int(mk, "model.hidden", m->hidden, 1, 1 << 20);
+    check_int(mk, "model.heads", m->heads, 1, 1 << 14);
+    check_int(mk, "model.head_dim", m->head_dim, 0, 1 << 16);
+    check_int(mk, "model.ffn", m->ffn, 0, 1 << 22);
+    check_int(mk, "model.vocab_size", m->vocab_size, 2, 1 << 24);
+    check_int(mk, "model.max_seq", m->max_seq, 2, 1 << 22);
     if (m->arch == ARCH_BERT)
-        check_int(mk, "model.type_vocab", m->type_vocab, 1, BIG);
+        check_int(mk, "model.type_vocab", m->type_vocab, 1, 1 << 16);
     else if (m->type_vocab != 0)
         fail_key(mk, "model.type_vocab|model.arch",
                  "model.type_vocab must be 0 for arch gpt (GPT has no token types), got %d",
@@ -236,16 +237,18 @@ static void check_model(Config *c, const ConfigMarks *mk) {
                      m->hidden, m->heads);
         m->head_dim = m->hidden / m->heads;
     }
+    if ((long long)m->heads * m->head_dim > (1 << 22))
+        fail_key(mk, "model.head_dim|model.heads",
+                 "model.heads * model.head_dim must be <= %d, got %lld", 1 << 22,
+                 (long long)m->heads * m->head_dim);
     if (m->ffn == 0) m->ffn = 4 * m->hidden;
 }
 
 static void check_attention(Config *c, const ConfigMarks *mk) {
     AttentionConfig *a = &c->attention;
     const int D = c->model.hidden, n = c->model.heads, d = c->model.head_dim;
-    if ((unsigned)a->type >= ATTN_TYPE_COUNT)
-        fail_key(mk, "attention.type", "attention.type is not a known attention type");
     check_int(mk, "attention.groups", a->groups, 0, BIG);
-    check_int(mk, "attention.collab_dim", a->collab_dim, 0, BIG);
+    check_int(mk, "attention.collab_dim", a->collab_dim, 0, 1 << 22);
     check_float(mk, "attention.embed_std", a->embed_std, 0, 0, 1e38, 0);
     switch (a->type) {
     case ATTN_GQA:
@@ -315,8 +318,8 @@ static void check_optim(Config *c, const ConfigMarks *mk) {
 
 static void check_train(Config *c, const ConfigMarks *mk) {
     TrainConfig *t = &c->train;
-    check_int(mk, "train.global_batch", t->global_batch, 1, BIG);
-    check_int(mk, "train.micro_batch", t->micro_batch, 1, BIG);
+    check_int(mk, "train.global_batch", t->global_batch, 1, 1 << 30);
+    check_int(mk, "train.micro_batch", t->micro_batch, 1, 1 << 30);
     if (t->global_batch % t->micro_batch != 0)
         fail_key(mk, "train.micro_batch|train.global_batch",
                  "train.micro_batch (%d) must divide train.global_batch (%d)", t->micro_batch,
@@ -362,7 +365,32 @@ static void check_dist_runtime(Config *c, const ConfigMarks *mk) {
                  "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");
 }
 
+// Configs built in code can hold any integer in an enum field; YAML ones cannot.
+static void check_enums(const Config *c, const ConfigMarks *mk) {
+    struct { const char *key; int value; const char *const *names; } e[] = {
+        {"model.arch", (int)c->model.arch, CONFIG_ARCH_NAMES},
+        {"model.norm", (int)c->model.norm, CONFIG_NORM_NAMES},
+        {"model.activation", (int)c->model.activation, CONFIG_ACTIVATION_NAMES},
+        {"attention.type", (int)c->attention.type, CONFIG_ATTENTION_NAMES},
+        {"objective.type", (int)c->objective.type, CONFIG_OBJECTIVE_NAMES},
+        {"data.tokenizer_kind", (int)c->data.tokenizer_kind, CONFIG_TOKENIZER_NAMES},
+        {"optim.name", (int)c->optim.name, CONFIG_OPTIMIZER_NAMES},
+        {"optim.schedule", (int)c->optim.schedule, CONFIG_SCHEDULE_NAMES},
+        {"train.on_nonfinite", (int)c->train.on_nonfinite, CONFIG_NONFINITE_NAMES},
+        {"dist.backend", (int)c->dist.backend, CONFIG_BACKEND_NAMES},
+        {"runtime.device", (int)c->runtime.device, CONFIG_DEVICE_NAMES},
+        {"runtime.precision", (int)c->runtime.precision, CONFIG_PRECISION_NAMES},
+    };
+    for (size_t i = 0; i < sizeof e / sizeof *e; i++) {
+        int n = 0;
+        while (e[i].names[n]) n++;
+        if (e[i].value < 0 || e[i].value >= n)
+            fail_key(mk, e[i].key, "%s holds %d, not one of its %d values", e[i].key, e[i].value, n);
+    }
+}
+
 void config_check(Config *cfg, const ConfigMarks *marks) {
+    check_enums(cfg, marks);
     resolve_arch_defaults(cfg);
     check_model(cfg, marks);
     check_attention(cfg, marks);

@@ -42,7 +42,7 @@ dry "unknown_section.yaml:3:1: " "unknown section 'modle'" unknown_section.yaml
 dry "wrong_type.yaml:2:11: " "model.layers: expected an integer, found 'four'" wrong_type.yaml
 dry "wrong_type_list.yaml:2:11: " "model.hidden: expected an integer, found a list" wrong_type_list.yaml
 dry "quoted_number.yaml:2:10: " "train.steps: expected an integer, found the string '100'" quoted_number.yaml
-dry "negative_layers.yaml:2:11: " "model.layers must be >= 1" negative_layers.yaml
+dry "negative_layers.yaml:2:11: " "model.layers must be in [1, 10000], got -1" negative_layers.yaml
 dry "dropout_range.yaml:2:12: " "model.dropout must be in [0, 1)" dropout_range.yaml
 dry "mask_prob_range.yaml:2:14: " "objective.mask_prob must be in (0, 1)" mask_prob_range.yaml
 dry "lr_zero.yaml:2:7: " "optim.lr must be > 0" lr_zero.yaml
