@@ -172,7 +172,27 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
+                            float *dst) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static) if ((size_t)M * C >= CPU_PARALLEL_MIN)
+    for (int i = 0; i < M; i++)
+        memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, (size_t)C * sizeof *dst);
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+static void cpu_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
+                             float *dst) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static) if ((size_t)M * C >= CPU_PARALLEL_MIN)
+    for (int i = 0; i < M; i++)
+        memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof *dst);
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
 void cpu_install_dense(Backend *be) {
+    be->gather_rows = cpu_gather_rows;
+    be->scatter_rows = cpu_scatter_rows;
     be->matmul = cpu_matmul;
     be->matmul_batched = cpu_matmul_batched;
     be->bias_add = cpu_bias_add;
