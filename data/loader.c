@@ -42,6 +42,8 @@ static void add_shard_paths(const char *prefix, char ***paths, int *n) {
     size_t pl = strlen(prefix);
     if (pl > 4 && strcmp(prefix + pl - 4, ".idx") == 0) {
         snprintf(buf, sizeof buf, "%s", prefix);  // a pattern or a path to an .idx
+    } else if (strpbrk(prefix, "*?[")) {
+        snprintf(buf, sizeof buf, "%s.idx", prefix);  // a pattern over prefixes
     } else {
         snprintf(buf, sizeof buf, "%s.idx", prefix);
         if (stat(buf, &st) != 0) snprintf(buf, sizeof buf, "%s_*.idx", prefix);

@@ -48,7 +48,8 @@ void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tok
                                 uint8_t **continuation);
 
 // Opens the shards named by `prefixes`: each is a shard prefix (PREFIX.idx exists), or the
-// stem of a split (all PREFIX_*.idx, sorted), or a glob pattern ending in .idx.  Shards are
+// stem of a split (all PREFIX_*.idx, sorted), or a glob pattern (over .idx files, or over
+// prefixes: "dir/train_0000*").  Shards are
 // validated; ids >= vocab_size exit 2.  Exits 2 when nothing matches or the stream is empty.
 Loader *loader_open(int n_prefixes, char *const *prefixes, const LoaderOptions *opt);
 // Loads the tokenizer named by the config and opens data.train (valid=false) or data.valid.

@@ -2,6 +2,7 @@
 #include "data/prepare.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +222,24 @@ static void make_dir(const char *dir) {
     if (mkdir(buf, 0777) != 0 && errno != EEXIST) mhe_fatal("%s: cannot create: %s", buf, strerror(errno));
 }
 
+// Shards left by an earlier run would join this one's under the loader's "DIR/train" stem.
+static void refuse_stale_shards(const char *dir) {
+    char pattern[4096];
+    static const char *const KINDS[2] = {"train_*.idx", "valid_*.idx"};
+    for (int k = 0; k < 2; k++) {
+        glob_t g;
+        snprintf(pattern, sizeof pattern, "%s/%s", dir, KINDS[k]);
+        if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+            char first[4096];
+            snprintf(first, sizeof first, "%s", g.gl_pathv[0]);
+            globfree(&g);
+            mhe_fail("%s: the output directory already holds shards (%s); remove them or choose "
+                     "another --out", dir, first);
+        }
+        globfree(&g);
+    }
+}
+
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -235,6 +254,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
         p.tok = tokenizer_load(opt->tokenizer);
         p.vocab_size = tokenizer_vocab_size(p.tok);
         make_dir(opt->out_dir);
+        refuse_stale_shards(opt->out_dir);
     }
     if (opt->text_out) {
         p.text_out = fopen(opt->text_out, "wb");

@@ -363,8 +363,13 @@ static void test_prefix_forms_name_the_same_shards(void **state) {
     snprintf(p1, sizeof p1, "%s_00001", fx.stem);
     snprintf(p2, sizeof p2, "%s_00002", fx.stem);
     snprintf(glob_pat, sizeof glob_pat, "%s/*.idx", fx.dir);
-    char *explicit_list[3] = {p0, p1, p2}, *g[1] = {glob_pat};
+    char prefix_glob[256];
+    snprintf(prefix_glob, sizeof prefix_glob, "%s_0000[0-2]", fx.stem);
+    char *explicit_list[3] = {p0, p1, p2}, *g[2] = {glob_pat, prefix_glob};
     Loader *a = open_stem(&o), *b = loader_open(3, explicit_list, &o), *c = loader_open(1, g, &o);
+    Loader *d = loader_open(1, g + 1, &o);
+    assert_int_equal(loader_stream_tokens(d), fx.stream_len);
+    loader_close(d);
     assert_int_equal(loader_stream_tokens(a), fx.stream_len);
     assert_int_equal(loader_stream_tokens(b), fx.stream_len);
     assert_int_equal(loader_stream_tokens(c), fx.stream_len);

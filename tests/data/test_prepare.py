@@ -292,6 +292,10 @@ def test_bad_inputs(tmp):
     expect_fail(base + [os.path.join(tmp, "missing.txt")], r"missing\.txt: cannot read input", "missing input")
     expect_fail(base + ["--format", "pdf", book], r"unknown --format", "unknown format")
     expect_fail([MHETRAIN, "prepare", "--out", out, book], r"--tokenizer is required", "no tokenizer")
+    used = os.path.join(tmp, "used")
+    prepare([os.path.join(BOOKS, "twain-tom-sawyer.txt")], out=used)
+    expect_fail([MHETRAIN, "prepare", "--tokenizer", BERT_VOCAB, "--out", used, BOOKS],
+                re.escape(used) + r": the output directory already holds shards", "stale shards in --out")
 
     # Shards: bad magic, truncated .bin, truncated .idx, ids >= vocabulary.
     good = os.path.join(tmp, "good")
