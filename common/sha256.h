@@ -10,6 +10,7 @@ typedef struct {
     uint64_t total;           // bytes hashed so far
     unsigned char buf[64];
     size_t used;              // bytes pending in buf
+    int accel;                // x86 SHA extensions available (set by init; 0 forces portable code)
 } Sha256;
 
 #define SHA256_HEX_LEN 65     // 64 hex digits + NUL

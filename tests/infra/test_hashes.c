@@ -67,6 +67,30 @@ static void test_sha256_matches_fips_vectors(void **state) {
     assert_memory_equal(d, want, 32);
 }
 
+// The SHA-extension path (used when the CPU has it) and the portable code agree on every length
+// around the block boundaries and on a long buffer.
+static void test_sha256_accelerated_equals_portable(void **state) {
+    (void)state;
+    Sha256 probe;
+    sha256_init(&probe);
+    if (!probe.accel) print_message("no SHA extensions on this CPU: both sides run the portable code\n");
+    static unsigned char buf[70000];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)((i * 2654435761u) >> 24);
+    const size_t lens[] = {0, 1, 55, 56, 63, 64, 65, 119, 127, 128, 129, 1000, 4097, 70000};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        unsigned char a[32], b[32];
+        Sha256 s;
+        sha256_init(&s);
+        sha256_update(&s, buf, lens[k]);
+        sha256_final(&s, a);
+        sha256_init(&s);
+        s.accel = 0;
+        sha256_update(&s, buf, lens[k]);
+        sha256_final(&s, b);
+        assert_memory_equal(a, b, 32);
+    }
+}
+
 static void test_sha256_file_equals_buffer(void **state) {
     (void)state;
     char *dir = infra_scratch_dir("hashes");
@@ -93,6 +117,7 @@ int main(void) {
         cmocka_unit_test(test_crc32c_matches_rfc3720_vectors),
         cmocka_unit_test(test_crc32c_mask_is_tensorflows),
         cmocka_unit_test(test_sha256_matches_fips_vectors),
+        cmocka_unit_test(test_sha256_accelerated_equals_portable),
         cmocka_unit_test(test_sha256_file_equals_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
