@@ -2,10 +2,12 @@
 """Parity of `mhetrain tokenizer encode` with Hugging Face `tokenizers` (the oracle).
 
 Every line of the four books, of the cleaned Wikipedia text (our corpus reader) and of the raw
-wikitext of the dumps (plus hand-made edge cases) is encoded by both; the ids must be equal line by line for: bert-base-uncased vocab.txt
-(BertWordPieceTokenizer, uncased), the same vocab.txt cased, the GPT-2 vocab.json + merges.txt
-(byte-level BPE, no prefix space, <|endoftext|> special), and a WordPiece and a BPE tokenizer
-trained by `mhetrain tokenizer train` (their tokenizer.json loaded by Tokenizer.from_file).
+wikitext of the dumps (plus hand-made edge cases) is encoded by both; the ids must be equal
+line by line for: bert-base-uncased vocab.txt (BertWordPieceTokenizer, uncased), the GPT-2
+vocab.json + merges.txt (byte-level BPE, no prefix space, <|endoftext|> special), and a
+WordPiece and a BPE tokenizer trained by `mhetrain tokenizer train` (their tokenizer.json
+loaded by Tokenizer.from_file).  On a 1-in-20 sample of the lines: the tokenizer.json files
+HF writes for BERT and GPT-2, loaded by us, and the BERT vocab.txt used cased.
 Exits 1 and prints the first differing lines when any line differs."""
 import bz2
 import os
@@ -121,14 +123,26 @@ def main():
     vocab_txt = os.path.join(TOKS, "bert-base-uncased-vocab.txt")
     bert = BertWordPieceTokenizer(vocab_txt, lowercase=True)
     ok &= compare("bert-uncased", bert, vocab_txt, lines, path)
-    bert_cased = BertWordPieceTokenizer(vocab_txt, lowercase=False, strip_accents=False)
-    ok &= compare("bert-vocab-cased", bert_cased, vocab_txt, lines, path, ["--cased"])
 
     vj, mt = os.path.join(TOKS, "gpt2-vocab.json"), os.path.join(TOKS, "gpt2-merges.txt")
     gpt2 = Tokenizer(models.BPE.from_file(vj, mt))
     gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True)
     gpt2.add_special_tokens(["<|endoftext|>"])
     ok &= compare("gpt2", gpt2, vj, lines, path)
+
+    # tokenizer.json files written by HF itself load in ours with the same ids (a sample of
+    # the lines keeps this quick).
+    sub = EDGE_CASES + lines[len(EDGE_CASES)::20]
+    sub_path = os.path.join(WORK, "lines_sample.txt")
+    with open(sub_path, "w", encoding="utf-8", newline="") as f:
+        f.write("\n".join(sub) + "\n")
+    for name, hf in [("bert-uncased", bert), ("gpt2", gpt2)]:
+        saved = os.path.join(WORK, f"hf-{name}.json")
+        hf.save(saved)
+        ok &= compare(f"{name} (HF-written tokenizer.json)", hf, saved, sub, sub_path)
+    # The cased path (no lowercasing, no accent stripping) on the same sample.
+    bert_cased = BertWordPieceTokenizer(vocab_txt, lowercase=False, strip_accents=False)
+    ok &= compare("bert-vocab-cased", bert_cased, vocab_txt, sub, sub_path, ["--cased"])
 
     # Tokenizers we train, on two books (the test stays fast); their tokenizer.json must load
     # in HF and give our ids on all the lines, including the text they never saw.
