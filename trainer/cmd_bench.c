@@ -90,6 +90,7 @@ int cmd_bench(int argc, char **argv) {
     const double peak = sgemm_peak_gflops(be);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);
+    model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions
 
     int32_t *ids = mhe_malloc((size_t)B * T * sizeof *ids), *labels = mhe_malloc((size_t)B * T * sizeof *labels);
     Rng r = rng_stream(cfg.train.seed, 0xbe4c, 0);

@@ -147,6 +147,9 @@ static void layout(Model *m, Bump *b) {
         m->t3_mean = take(b, N);
         m->t3_rstd = take(b, N);
     }
+    m->rows = (int32_t *)take(b, N);
+    m->labels_c = (int32_t *)take(b, N);
+    m->fin_c = take(b, N * D);
     m->logits = take(b, N * V);
     m->loss = take(b, N);
     m->lse = take(b, N);
@@ -193,6 +196,8 @@ Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) 
     layout(m, &real);
     m->sites_per_step = 3 * cfg->model.layers + 1;
     m->drop_seed = cfg->train.seed;
+    m->full_logits = 1;
+    m->host_rows = mhe_malloc((size_t)max_batch * max_seq * 2 * sizeof(int32_t));
     return m;
 }
 
@@ -205,6 +210,7 @@ void model_free(Model *m) {
     free(m->lp);
     free(m->xs);
     free(m->la);
+    free(m->host_rows);
     free(m);
 }
 
@@ -239,12 +245,16 @@ void model_set_dropout_seed(Model *m, uint64_t seed) {
     m->drop_counter = 0;
 }
 
+void model_set_full_logits(Model *m, int on) {
+    m->full_logits = on || !m->be->gather_rows || !m->be->scatter_rows;
+}
+
 long model_label_count(const Model *m) { return m->label_count; }
 double model_loss_sum(const Model *m) { return m->loss_sum; }
 const float *model_logits(const Model *m) { return m->logits; }
 void model_download_logits(const Model *m, float *host) {
     m->be->download(m->be, host, m->logits,
-                    (size_t)m->B * m->T * m->cfg.model.vocab_size * sizeof(float));
+                    (size_t)m->head_rows * m->cfg.model.vocab_size * sizeof(float));
 }
 size_t model_arena_bytes(const Model *m) { return m->arena_floats * sizeof(float); }
 size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }
@@ -257,7 +267,9 @@ double model_step_flops(const Model *m, int B, int T) {
     const double n = mc->heads, nd = n * mc->head_dim;
     double layer = 2 * N * D * (pl->qc + pl->kc + pl->vc + (pl->key_bias ? n : 0)) + 2 * N * nd * D + 4 * N * D * F +
                    2 * B * n * (double)T * T * (pl->qk_dim + pl->v_dim);
-    double fwd = mc->layers * layer + 2 * N * D * V + (mc->arch == ARCH_BERT ? 2 * N * D * D : 0);
+    // The head runs on the rows of the last forward when that forward had this shape.
+    const double R = (m->B == B && m->T == T && m->head_rows > 0) ? m->head_rows : N;
+    double fwd = mc->layers * layer + 2 * R * D * V + (mc->arch == ARCH_BERT ? 2 * R * D * D : 0);
     return 3 * fwd;
 }
 

@@ -56,13 +56,20 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
 // logits (they become dlogits): read them before.  loss_divisor <= 0 means model_label_count.
 void model_backward(Model *m, double loss_divisor);
 
+// Full logits (default on): the head runs on every position and model_logits is [B, T, V].
+// Off: when labels are given, the head (MLM transform, decoder, loss) runs only on the
+// labelled positions — same loss and gradients, far fewer flops for MLM — and model_logits
+// holds model_label_count() rows [M, V] in (b, t) order.  Needs the backend's gather_rows.
+void model_set_full_logits(Model *m, int on);
+
 // Labelled positions of the last forward.
 long model_label_count(const Model *m);
 // Sum of token losses of the last forward (exact numerator for global means).
 double model_loss_sum(const Model *m);
-// Logits [B, T, V] of the last forward (backend memory; valid until model_backward).
+// Logits [B, T, V] (or [M, V], see model_set_full_logits) of the last forward (backend memory;
+// valid until model_backward).
 const float *model_logits(const Model *m);
-void model_download_logits(const Model *m, float *host);
+void model_download_logits(const Model *m, float *host);  // as many rows as model_logits
 
 // Bytes of the activation arena, of parameters+gradients, and flops of one forward+backward
 // at (B, T) counting matmuls and attention products (multiply-add = 2).

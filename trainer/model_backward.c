@@ -52,20 +52,31 @@ void model_backward(Model *m, double loss_divisor) {
     if (loss_divisor <= 0) loss_divisor = m->label_count > 0 ? (double)m->label_count : 1.0;
     const int B = m->B, T = m->T, N = B * T, D = mc->hidden, V = mc->vocab_size, L = mc->layers;
     const size_t ND = (size_t)N * D;
-    float *dlogits = m->logits;  // in place: the logits are no longer needed
-    be->cross_entropy_backward(be, m->logits, m->lse, m->labels, N, V, (float)(1.0 / loss_divisor), dlogits);
-
-    const float *last = mc->arch == ARCH_BERT ? m->t3 : m->fin;
-    if (m->head_bias != NO_PARAM) be->bias_backward(be, dlogits, N, V, MG(m, m->head_bias));
-    // logits = last · wordᵀ: d last = dlogits · word, d word += dlogitsᵀ · last
-    be->matmul(be, 0, 0, N, D, V, 1.0f, dlogits, V, MP(m, m->word), D, 0.0f, m->dA, D);
-    be->matmul(be, 1, 0, V, D, N, 1.0f, dlogits, V, last, D, 1.0f, MG(m, m->word), D);
-    if (mc->arch == ARCH_BERT) {
-        be->layernorm_backward(be, m->dA, m->t2, MP(m, m->hln_g), m->t3_mean, m->t3_rstd, N, D,
-                               m->dB, 0, MG(m, m->hln_g), MG(m, m->hln_b));
-        be->gelu_backward(be, gelu_kind(m), m->t1, m->dB, m->dB, ND);
-        linear_backward(be, m->dB, m->fin, MP(m, m->hd_w), N, D, D, m->dA, 0, MG(m, m->hd_w),
-                        MG(m, m->hd_b));
+    const int R = m->head_rows, compact = m->compact;
+    const float *head_in = compact ? m->fin_c : m->fin;
+    if (R > 0) {
+        float *dlogits = m->logits;  // in place: the logits are no longer needed
+        be->cross_entropy_backward(be, m->logits, m->lse, compact ? m->labels_c : m->labels, R, V,
+                                   (float)(1.0 / loss_divisor), dlogits);
+        const float *last = mc->arch == ARCH_BERT ? m->t3 : head_in;
+        if (m->head_bias != NO_PARAM) be->bias_backward(be, dlogits, R, V, MG(m, m->head_bias));
+        // logits = last · wordᵀ: d last = dlogits · word, d word += dlogitsᵀ · last
+        be->matmul(be, 0, 0, R, D, V, 1.0f, dlogits, V, MP(m, m->word), D, 0.0f, m->dA, D);
+        be->matmul(be, 1, 0, V, D, R, 1.0f, dlogits, V, last, D, 1.0f, MG(m, m->word), D);
+        if (mc->arch == ARCH_BERT) {
+            const size_t RD = (size_t)R * D;
+            be->layernorm_backward(be, m->dA, m->t2, MP(m, m->hln_g), m->t3_mean, m->t3_rstd, R, D,
+                                   m->dB, 0, MG(m, m->hln_g), MG(m, m->hln_b));
+            be->gelu_backward(be, gelu_kind(m), m->t1, m->dB, m->dB, RD);
+            linear_backward(be, m->dB, head_in, MP(m, m->hd_w), R, D, D, m->dA, 0, MG(m, m->hd_w),
+                            MG(m, m->hd_b));
+        }
+    }
+    if (compact) {
+        // Unlabelled positions get no gradient from the head.
+        if (R > 0) be->copy(be, m->dC, m->dA, (size_t)R * D * sizeof(float));
+        be->zero(be, m->dA, ND * sizeof(float));
+        if (R > 0) be->scatter_rows(be, m->dC, m->rows, R, D, m->dA);
     }
     float *dy = m->dY;
     if (mc->norm == NORM_PRE)

@@ -74,33 +74,61 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
     if (mc->norm == NORM_PRE)
         be->layernorm_forward(be, m->xs[L], MP(m, m->fln_g), MP(m, m->fln_b), N, D, mc->ln_eps,
                               m->fin, m->fln_mean, m->fln_rstd);
-    const float *last = m->fin;
-    if (mc->arch == ARCH_BERT) {
-        linear_forward(be, m->fin, MP(m, m->hd_w), MP(m, m->hd_b), N, D, D, m->t1);
-        be->gelu_forward(be, gelu_kind(m), m->t1, m->t2, ND);
-        be->layernorm_forward(be, m->t2, MP(m, m->hln_g), MP(m, m->hln_b), N, D, mc->ln_eps, m->t3,
-                              m->t3_mean, m->t3_rstd);
-        last = m->t3;
-    }
-    linear_forward(be, last, MP(m, m->word), m->head_bias != NO_PARAM ? MP(m, m->head_bias) : NULL,
-                   N, D, V, m->logits);
-
+    // Labels first: they decide which rows the head runs on.
     m->label_count = 0;
     m->loss_sum = 0;
+    if (labels) {
+        for (int i = 0; i < N; i++) {
+            if (labels[i] >= V) mhe_fatal("model_forward: label %d out of range [0, %d)", labels[i], V);
+            m->label_count += labels[i] >= 0;
+        }
+        be->upload(be, m->labels, labels, (size_t)N * sizeof(int32_t));
+    }
+    const int compact = labels && !m->full_logits;
+    const int R = compact ? (int)m->label_count : N;
+    const float *head_in = m->fin;
+    const int32_t *head_labels = m->labels;
+    if (compact) {
+        int32_t *rows = m->host_rows, *lab = m->host_rows + N;
+        int M = 0;
+        for (int i = 0; i < N; i++)
+            if (labels[i] >= 0) {
+                rows[M] = i;
+                lab[M++] = labels[i];
+            }
+        if (M > 0) {
+            be->upload(be, m->rows, rows, (size_t)M * sizeof(int32_t));
+            be->upload(be, m->labels_c, lab, (size_t)M * sizeof(int32_t));
+            be->gather_rows(be, m->fin, m->rows, M, D, m->fin_c);
+        }
+        head_in = m->fin_c;
+        head_labels = m->labels_c;
+    }
+    m->head_rows = R;
+    m->compact = compact;
+    if (R > 0) {
+        const size_t RD = (size_t)R * D;
+        const float *last = head_in;
+        if (mc->arch == ARCH_BERT) {
+            linear_forward(be, head_in, MP(m, m->hd_w), MP(m, m->hd_b), R, D, D, m->t1);
+            be->gelu_forward(be, gelu_kind(m), m->t1, m->t2, RD);
+            be->layernorm_forward(be, m->t2, MP(m, m->hln_g), MP(m, m->hln_b), R, D, mc->ln_eps,
+                                  m->t3, m->t3_mean, m->t3_rstd);
+            last = m->t3;
+        }
+        linear_forward(be, last, MP(m, m->word),
+                       m->head_bias != NO_PARAM ? MP(m, m->head_bias) : NULL, R, D, V, m->logits);
+    }
     if (!labels) {
         m->label_count = -1;
         return 0.0f;
     }
-    for (int i = 0; i < N; i++) {
-        if (labels[i] >= V) mhe_fatal("model_forward: label %d out of range [0, %d)", labels[i], V);
-        m->label_count += labels[i] >= 0;
-    }
-    be->upload(be, m->labels, labels, (size_t)N * sizeof(int32_t));
-    be->cross_entropy_forward(be, m->logits, m->labels, N, V, m->loss, m->lse);
-    // N floats back to the host; summing in double keeps the mean exact to float precision.
+    if (R == 0) return 0.0f;
+    be->cross_entropy_forward(be, m->logits, head_labels, R, V, m->loss, m->lse);
+    // R floats back to the host; summing in double keeps the mean exact to float precision.
     float host_loss[4096];
-    for (int i0 = 0; i0 < N; i0 += 4096) {
-        int c = N - i0 < 4096 ? N - i0 : 4096;
+    for (int i0 = 0; i0 < R; i0 += 4096) {
+        int c = R - i0 < 4096 ? R - i0 : 4096;
         be->download(be, host_loss, m->loss + i0, (size_t)c * sizeof(float));
         for (int i = 0; i < c; i++) m->loss_sum += host_loss[i];
     }

@@ -70,6 +70,11 @@ struct Model {
     float *t1, *t2, *t3;          // bert head: dense, gelu, LN
     float *t3_mean, *t3_rstd;
     float *logits, *loss, *lse;
+    int32_t *rows, *labels_c;     // compact head: labelled positions and their labels
+    float *fin_c;                 // compact head input [M, D]
+    int full_logits, head_rows;   // head_rows: rows the head ran on (N, or M when compact)
+    int compact;                  // the last forward ran the head on labelled rows only
+    int32_t *host_rows;           // [N] host scratch
     // backward scratch
     float *dA, *dB, *dC, *dY, *dF;
     float *dq, *dk, *dv, *dqh, *dkh, *dvh, *dkbias, *dctx, *dsmall;

@@ -29,6 +29,7 @@ static void tiny_config(Config *cfg, Arch arch, AttentionType type, float dropou
     cfg->model.attn_dropout = dropout;
     cfg->attention.type = type;
     cfg->attention.embed_std = 0.3f;
+    cfg->attention.groups = type == ATTN_GQA ? 2 : 0;
     cfg->data.seq_len = 0;
     config_resolve(cfg, "test_model_train");
 }
@@ -88,6 +89,53 @@ static void test_accumulation_over_micro_batches_gives_global_mean(void **state)
         assert_true(e <= 1e-5);
         free(full);
         free(acc);
+        model_free(m);
+        config_free(&cfg);
+    }
+}
+
+// The head on labelled rows only (model_set_full_logits(m, 0)) gives the same loss, the same
+// logits on those rows and the same gradients as the full head (≤ 1e-6 relative).
+static void test_compact_head_equals_full_head(void **state) {
+    Backend *be = *state;
+    const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
+    for (int a = 0; a < 2; a++) {
+        Config cfg;
+        tiny_config(&cfg, arches[a], ATTN_GQA, 0.0f);
+        const int B = 2, T = 6, V = 17, N = B * T;
+        int32_t ids[12], labels[12];
+        random_batch(B, T, V, ids, labels, 13);
+        Model *m = model_create(&cfg, be, B, T);
+        model_init_params(m, 8);
+        const size_t n = model_param_count(m);
+        float *gf = mhe_malloc(n * sizeof *gf), *gc = mhe_malloc(n * sizeof *gc);
+        float *lf = mhe_malloc((size_t)N * V * sizeof *lf), *lc = mhe_malloc((size_t)N * V * sizeof *lc);
+        model_zero_grad(m);
+        float loss_full = model_forward(m, ids, NULL, NULL, labels, B, T, 0);
+        model_download_logits(m, lf);
+        model_backward(m, 0);
+        model_get_grads(m, gf);
+        model_set_full_logits(m, 0);
+        model_zero_grad(m);
+        float loss_c = model_forward(m, ids, NULL, NULL, labels, B, T, 0);
+        model_download_logits(m, lc);
+        model_backward(m, 0);
+        model_get_grads(m, gc);
+        assert_true(fabsf(loss_c - loss_full) <= 1e-6f * fabsf(loss_full));
+        long M = model_label_count(m), r = 0;
+        assert_true(M > 0 && M < N);
+        for (int i = 0; i < N; i++)
+            if (labels[i] >= 0) {
+                for (int v = 0; v < V; v++) assert_true(fabsf(lc[r * V + v] - lf[(size_t)i * V + v]) <= 1e-5f);
+                r++;
+            }
+        double e = rel(gc, gf, n);
+        print_message("%s: compact vs full head gradient rel err %.2e\n", arch_name(arches[a]), e);
+        assert_true(e <= 1e-6);
+        free(gf);
+        free(gc);
+        free(lf);
+        free(lc);
         model_free(m);
         config_free(&cfg);
     }
@@ -209,6 +257,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accumulation_over_micro_batches_gives_global_mean),
+        cmocka_unit_test(test_compact_head_equals_full_head),
         cmocka_unit_test(test_dropout_backward_uses_forward_masks),
         cmocka_unit_test(test_dropout_keeps_expected_fraction),
     };
