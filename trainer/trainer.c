@@ -48,6 +48,7 @@ typedef struct {
     SignalWatch signals;
     char *config_yaml;
     float *eval_logits;
+    int64_t replica_checks;     // logging steps at which all ranks compared weight checksums
 } Trainer;
 
 static int is_host_backend(const Backend *be) { return strcmp(be->name, "cpu") == 0; }
@@ -218,6 +219,8 @@ static void setup(Trainer *t) {
 
 static void teardown(Trainer *t) {
     signals_restore(&t->signals);
+    if (t->rank == 0 && t->replica_checks > 0)
+        fprintf(stderr, "replicas identical at all %lld checks (%d workers)\n", (long long)t->replica_checks, t->world);
     if (t->rank == 0) {
         metrics_close(&t->metrics);
         tb_close(&t->tb);
@@ -304,6 +307,26 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     return 0;
 }
 
+// Data parallelism keeps one model: every rank must hold bit-identical weights after every
+// step.  Compare a checksum of the weight bytes across ranks; a mismatch ends the job.
+static void check_replicas(Trainer *t) {
+    if (t->world == 1) return;
+    if (!is_host_backend(t->be)) t->be->download(t->be, t->host_params, t->params, t->table->total * sizeof(float));
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const unsigned char *p = (const unsigned char *)t->host_params;
+    for (size_t i = 0; i < t->table->total * sizeof(float); i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    uint64_t *all = mhe_malloc((size_t)t->world * sizeof *all);
+    comm_allgather(t->comm, &h, all, sizeof h);
+    for (int r = 1; r < t->world; r++)
+        if (all[r] != all[0]) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "after step %lld the weights of rank %d differ from rank 0's", (long long)t->step, r);
+            comm_abort(t->comm, 1, msg);
+        }
+    free(all);
+    t->replica_checks++;
+}
+
 static void log_step(Trainer *t, double loss, double gnorm, double lr, double step_s, int skipped) {
     if (t->rank != 0) return;
     const Config *cfg = t->cfg;
@@ -349,8 +372,10 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
         }
         if (r == 1) model_zero_grad(t.model);
         t.step++;
-        if (r == 1 || t.step % cfg->train.log_every == 0 || t.step == t.total_steps)
+        if (r == 1 || t.step % cfg->train.log_every == 0 || t.step == t.total_steps) {
             log_step(&t, loss, gnorm, lr, omp_get_wtime() - t0, r == 1);
+            check_replicas(&t);
+        }
         int64_t stop = signals_pending(&t.signals) != 0;
         comm_allreduce_max_i64(comm, &stop, 1);
         int stop_here = stop || (opt->stop_after > 0 && t.step == opt->stop_after);

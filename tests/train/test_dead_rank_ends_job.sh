@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# kill -9 one rank in the middle of training: the job ends within 60 s with a message and a
+# non-zero status, never a hang; the same command then resumes from the last checkpoint.
+source "$(dirname "$0")/lib.sh"
+args=("$TINY" "${DATA[@]}" train.out_dir="$WORK/run" train.steps=400 train.checkpoint_every=2 dist.timeout_s=10)
+"${MPIRUN[@]}" -np 2 "$MHETRAIN" train "${args[@]}" 2>"$WORK/run.log" &
+job=$!
+for _ in $(seq 1 600); do  # until a checkpoint exists and a few more steps ran
+  [ -f "$WORK/run/checkpoints/latest" ] && grep -q "step 6/" "$WORK/run.log" && break
+  sleep 0.1
+done
+victim=$(pgrep -P "$job" -x mhetrain | tail -1)
+[ -n "$victim" ] || { cat "$WORK/run.log"; fail "no rank to kill"; }
+killed_at=$(date +%s)
+kill -9 "$victim"
+for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then kill -9 "$job"; fail "the job still runs 60 s after a rank died"; fi
+set +e; wait "$job"; status=$?; set -e
+elapsed=$(( $(date +%s) - killed_at ))
+echo "job ended ${elapsed}s after the kill with status $status"
+[ "$status" != 0 ] || fail "job exited 0 after losing a rank"
+tail -3 "$WORK/run.log"
+latest=$(cat "$WORK/run/checkpoints/latest")
+"${MPIRUN[@]}" -np 2 "$MHETRAIN" train "${args[@]}" train.steps=$(( 10#${latest#step_} + 2 )) 2>"$WORK/again.log" ||
+  { cat "$WORK/again.log"; fail "rerun"; }
+grep -q "resumed from .*$latest" "$WORK/again.log" || { cat "$WORK/again.log"; fail "rerun did not resume from $latest"; }
+echo PASS
