@@ -148,14 +148,16 @@ class MheEmbeddings(nn.Module):
         self.pos = nn.Parameter(torch.zeros(config.max_position_embeddings, D))
         self.is_bert = config.arch == "bert"
         if self.is_bert:
-            self.type = nn.Parameter(torch.zeros(config.type_vocab_size, D))
+            # nn.Module has a method named `type`, so register_parameter refuses the name: put
+            # the parameter in _parameters directly (state_dict and loading only look there).
+            self._parameters["type"] = nn.Parameter(torch.zeros(config.type_vocab_size, D))
             self.ln = nn.LayerNorm(D, eps=config.layer_norm_eps)
         self.drop = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids, position_ids):
         x = F.embedding(input_ids, self.word) + F.embedding(position_ids, self.pos)
         if self.is_bert:
-            x = self.ln(x + F.embedding(token_type_ids, self.type))
+            x = self.ln(x + F.embedding(token_type_ids, self._parameters["type"]))
         return self.drop(x)
 
 

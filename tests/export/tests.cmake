@@ -1,0 +1,5 @@
+# mhetrain export against Hugging Face transformers (venv): every arch x attention type loads
+# with from_pretrained, AutoTokenizer gives our ids, logits equal ours; bad inputs exit 2.
+mhe_add_cmocka_test(export_matches_transformers ${CMAKE_SOURCE_DIR}/tests/export/test_export.c)
+add_dependencies(export_matches_transformers mhetrain)
+set_tests_properties(export_matches_transformers PROPERTIES TIMEOUT 600 LABELS export)
