@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "kernels/ops.h"
 
 void optim_state_init(OptimState *s, const ParamTable *t, size_t begin, size_t end) {
     memset(s, 0, sizeof *s);
@@ -135,6 +136,41 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
             const float u = lamb_update(s, &k, i, params, wd);
             params[i] -= scale * u;
         }
+    }
+}
+
+void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const ParamTable *t, float *params,
+                        const float *grads, float *m, float *v, float *u, float lr, float grad_scale,
+                        OptimReduceFn reduce, void *reduce_ctx) {
+    s->step++;
+    const float bc1 = (float)(1.0 - pow(o->beta1, (double)s->step));
+    const float bc2 = (float)(1.0 - pow(o->beta2, (double)s->step));
+    size_t lo, hi;
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        const float wd = optim_decays(o, p) ? o->weight_decay : 0.0f;
+        const size_t at = lo - s->begin, n = hi - lo;
+        if (o->name == OPT_ADAMW) {
+            be->adamw_update(be, params + lo, grads + lo, m + at, v + at, n, lr, o->beta1, o->beta2, o->eps, wd, bc1,
+                             bc2, grad_scale);
+        } else {
+            be->lamb_direction(be, params + lo, grads + lo, m + at, v + at, u + at, n, o->beta1, o->beta2, o->eps, wd,
+                               bc1, bc2, grad_scale);
+            s->norms[j] = be->sum_squares(be, params + lo, n);
+            s->norms[t->count + j] = be->sum_squares(be, u + at, n);
+        }
+    }
+    if (o->name == OPT_ADAMW) return;
+    for (int j = 0; j < t->count; j++)
+        if (!overlap(s, &t->tensors[j], &lo, &hi)) s->norms[j] = s->norms[t->count + j] = 0;
+    if (reduce) reduce(s->norms, 2 * t->count, reduce_ctx);
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        const double wn = sqrt(s->norms[j]), un = sqrt(s->norms[t->count + j]);
+        const float ratio = optim_decays(o, p) && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
+        be->axpy(be, -lr * ratio, u + (lo - s->begin), params + lo, hi - lo);
     }
 }
 

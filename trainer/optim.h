@@ -54,6 +54,18 @@ int optim_decays(const OptimConfig *o, const ParamTensor *p);
 void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params,
                 const float *grads, float lr, OptimReduceFn reduce, void *reduce_ctx);
 
+// The same update in a backend's memory (the CUDA path), through kernels/ops.h:
+// adamw_update, or lamb_direction + sum_squares + axpy.  params/grads are indexed by global
+// offset; m, v and the LAMB scratch u ((end - begin) floats, unused by AdamW) by offset - begin,
+// all in the backend's space.  `s` supplies the range, the step counter and the host norm
+// scratch; its host m/v are not touched (download into them before a checkpoint).  Gradients
+// are multiplied by grad_scale first (a clip coefficient or 1/loss-scale).  Agrees with
+// optim_step to fp32 rounding (the kernels group the arithmetic differently).
+struct Backend;
+void optim_step_backend(struct Backend *be, OptimState *s, const OptimConfig *o, const ParamTable *t,
+                        float *params, const float *grads, float *m, float *v, float *u, float lr,
+                        float grad_scale, OptimReduceFn reduce, void *reduce_ctx);
+
 // Sum of squares of g[0 .. n) in double (the caller all-reduces it when sharded).
 double optim_sq_sum(const float *g, size_t n);
 // Multiplier torch.nn.utils.clip_grad_norm_ applies for a global norm: min(1, max/(norm+1e-6));
