@@ -145,7 +145,12 @@ void config_defaults(Config *cfg);
 void config_load(Config *cfg, const char *path, int n_overrides, char **overrides);
 
 // Validation and resolution alone (used by tests that build configs in code).
-// Errors are attributed to `where`.
+// Errors are attributed to `where`.  Resolution fills model.norm, activation, ln_eps,
+// type_vocab, objective.type and data.tokenizer_kind from model.arch unless their
+// CONFIG_SET_* bit is in cfg->explicit_fields: code that wants e.g. a pre-LN BERT sets
+// `cfg.model.norm = NORM_PRE; cfg.explicit_fields |= CONFIG_SET_NORM;`.  It also replaces
+// head_dim 0 (D/n), ffn 0 (4D), collab_dim 0 (n*d), data.seq_len 0 (max_seq) and derives
+// train.steps from train.tokens.
 void config_resolve(Config *cfg, const char *where);
 
 // Writes the fully resolved config as YAML that config_load reads back to the same struct.
