@@ -73,7 +73,7 @@ static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, 
     const size_t T = (size_t)s->T, nt = (size_t)omp_get_max_threads();
     *saved = (size_t)s->B * s->n_heads * T * T;
     size_t fwd = nt * T * T;
-    size_t bwd = nt * (2 * T * T + T * s->v_dim) +
+    size_t bwd = nt * (3 * T * T + T * s->v_dim) +
                  (s->out_scale ? (size_t)s->B * T * s->n_heads * s->v_dim : 0);
     *scratch = fwd > bwd ? fwd : bwd;
 }
@@ -141,12 +141,14 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
     const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim, dk_ = s->qk_dim;
     const size_t TT = (size_t)T * T;
     const int ldo = n * dv;
-    const size_t per_thread = 2 * TT + (size_t)T * dv;
+    const size_t per_thread = 3 * TT + (size_t)T * dv;
+    const int shared = shares_scores(s);
     float *pv_all = scratch + (size_t)omp_get_max_threads() * per_thread;
 #pragma omp parallel for schedule(dynamic)
     for (int b = 0; b < B; b++) {
         float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *Pdbuf = ws, *dP = ws + TT, *G = ws + 2 * TT;
+        float *Pdbuf = ws, *dP = ws + TT, *dS_sum = ws + 2 * TT, *G = ws + 3 * TT;
+        if (shared) memset(dS_sum, 0, TT * sizeof *dS_sum);
         zero_cols(dq + (size_t)b * T * s->ldq, T, s->ldq, s->q_heads * dk_);
         zero_cols(dk + (size_t)b * T * s->ldk, T, s->ldk, s->k_heads * dk_);
         zero_cols(dv_out + (size_t)b * T * s->ldv, T, s->ldv, s->v_heads * dv);
@@ -189,10 +191,22 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
                 for (int i = 0; i < T; i++)
                     for (int j = 0; j < T; j++) dkey_bias[((size_t)b * T + j) * n + h] += dP[(size_t)i * T + j];
             }
+            if (shared) {
+                // Q and K shared by all heads: dQ and dK need only Σ_h dS_h.
+                for (size_t e = 0; e < TT; e++) dS_sum[e] += dP[e];
+                continue;
+            }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk_, T, s->scale, dP, T, p.k,
                         s->ldk, 1.0f, dq + qoff, s->ldq);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dk_, T, s->scale, dP, T, p.q,
                         s->ldq, 1.0f, dk + koff, s->ldk);
+        }
+        if (shared) {
+            HeadPtrs p = head_ptrs(s, q, k, v, b, 0);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk_, T, s->scale, dS_sum, T,
+                        p.k, s->ldk, 1.0f, dq + (p.q - q), s->ldq);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dk_, T, s->scale, dS_sum, T, p.q,
+                        s->ldq, 1.0f, dk + (p.k - k), s->ldk);
         }
     }
     if (dout_scale || dout_shift) {
