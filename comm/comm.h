@@ -38,6 +38,15 @@ void comm_barrier(Comm *c);
 // Gathers `bytes` from every rank into out (world * bytes, rank order), on every rank.
 void comm_allgather(Comm *c, const void *in, void *out, size_t bytes);
 
+// Sharded collectives (ZeRO-1).  counts[r]/displs[r]: the float range of rank r in a buffer of
+// the whole size.  reduce_scatter: out (counts[rank] floats) = the sum over ranks of
+// full[displs[rank] ...].  allgatherv: in place, every rank's range of buf goes to all ranks.
+// gatherv/scatterv move ranges between a root's full buffer and each rank's shard.
+void comm_reduce_scatter_f32(Comm *c, const float *full, float *out, const int *counts);
+void comm_allgatherv_f32(Comm *c, float *buf, const int *counts, const int *displs);
+void comm_gatherv_f32(Comm *c, const float *shard, float *full, const int *counts, const int *displs, int root);
+void comm_scatterv_f32(Comm *c, const float *full, float *shard, const int *counts, const int *displs, int root);
+
 // Ends every rank of the job with status `code` after printing msg on this rank.
 _Noreturn void comm_abort(Comm *c, int code, const char *msg);
 

@@ -174,3 +174,40 @@ void comm_allgather(Comm *c, const void *in, void *out, size_t bytes) {
     MPI_CHECK(MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, c->world, &r));
     wait_with_deadline(c, &r, now_s(), "all-gather");
 }
+
+void comm_reduce_scatter_f32(Comm *c, const float *full, float *out, const int *counts) {
+    if (c->size == 1) {
+        memcpy(out, full, (size_t)counts[0] * sizeof(float));
+        return;
+    }
+    MPI_Request r;
+    MPI_CHECK(MPI_Ireduce_scatter(full, out, counts, MPI_FLOAT, MPI_SUM, c->world, &r));
+    wait_with_deadline(c, &r, now_s(), "gradient reduce-scatter");
+}
+
+void comm_allgatherv_f32(Comm *c, float *buf, const int *counts, const int *displs) {
+    if (c->size == 1) return;
+    MPI_Request r;
+    MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c->world, &r));
+    wait_with_deadline(c, &r, now_s(), "parameter all-gather");
+}
+
+void comm_gatherv_f32(Comm *c, const float *shard, float *full, const int *counts, const int *displs, int root) {
+    if (c->size == 1) {
+        memcpy(full + displs[0], shard, (size_t)counts[0] * sizeof(float));
+        return;
+    }
+    MPI_Request r;
+    MPI_CHECK(MPI_Igatherv(shard, counts[c->rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT, root, c->world, &r));
+    wait_with_deadline(c, &r, now_s(), "gather");
+}
+
+void comm_scatterv_f32(Comm *c, const float *full, float *shard, const int *counts, const int *displs, int root) {
+    if (c->size == 1) {
+        memcpy(shard, full + displs[0], (size_t)counts[0] * sizeof(float));
+        return;
+    }
+    MPI_Request r;
+    MPI_CHECK(MPI_Iscatterv(full, counts, displs, MPI_FLOAT, shard, counts[c->rank], MPI_FLOAT, root, c->world, &r));
+    wait_with_deadline(c, &r, now_s(), "scatter");
+}

@@ -23,6 +23,7 @@
 #include "trainer/schedule.h"
 #include "trainer/signals.h"
 #include "trainer/tensorboard.h"
+#include "trainer/zero.h"
 
 typedef struct {
     const Config *cfg;
@@ -37,7 +38,8 @@ typedef struct {
     int n_micro;
     float *params, *grads;      // backend memory
     float *host_params;         // host mirror (the CPU backend's own buffer)
-    OptimState opt_state;
+    OptimState opt_state;       // this rank's range (ZeRO-1) or the whole buffer
+    ZeroShards zero;
     GradSync *sync;
     int64_t step, total_steps, start_step;
     double peak_gflops;         // all ranks together; <= 0 unknown
@@ -90,28 +92,43 @@ static int64_t total_steps_of(const Config *cfg) {
 // Rank 0 reads the checkpoint; everyone receives the weights, optimizer state and position.
 static void restore(Trainer *t, const char *dir, int weights_only) {
     CheckpointState st = {0};
+    // Checkpoints hold the whole optimizer state; under ZeRO-1 rank 0 reads it and scatters.
+    OptimState full = {0};
+    if (t->zero.enabled && !weights_only && t->rank == 0) optim_state_init(&full, t->table, 0, t->table->total);
     if (t->rank == 0) {
         if (weights_only) {
             checkpoint_load_weights(dir, t->table, t->host_params);
         } else {
-            checkpoint_load(dir, t->table, t->host_params, &t->opt_state, &st);
+            checkpoint_load(dir, t->table, t->host_params, t->zero.enabled ? &full : &t->opt_state, &st);
             fprintf(stderr, "resumed from %s (step %lld, saved by %d worker%s)\n", dir, (long long)st.step,
                     st.world_size, st.world_size == 1 ? "" : "s");
         }
     }
     comm_broadcast(t->comm, t->host_params, t->table->total * sizeof(float), 0);
-    if (!weights_only) {
+    if (!weights_only && t->zero.enabled) {
+        zero_scatter_state(&t->zero, t->comm, &full, &t->opt_state);
+        comm_broadcast(t->comm, &st.step, sizeof st.step, 0);
+        t->step = st.step;
+    } else if (!weights_only) {
         comm_broadcast(t->comm, t->opt_state.buf, 2 * (t->opt_state.end - t->opt_state.begin) * sizeof(float), 0);
         comm_broadcast(t->comm, &t->opt_state.step, sizeof t->opt_state.step, 0);
         comm_broadcast(t->comm, &st.step, sizeof st.step, 0);
         t->step = st.step;
     }
     if (!is_host_backend(t->be)) t->be->upload(t->be, t->params, t->host_params, t->table->total * sizeof(float));
+    if (full.buf) optim_state_free(&full);
     checkpoint_state_free(&st);
 }
 
 static void save(Trainer *t) {
     if (!is_host_backend(t->be)) t->be->download(t->be, t->host_params, t->params, t->table->total * sizeof(float));
+    OptimState full = {0};
+    const OptimState *opt = &t->opt_state;
+    if (t->zero.enabled) {
+        if (t->rank == 0) optim_state_init(&full, t->table, 0, t->table->total);
+        zero_gather_state(&t->zero, t->comm, &t->opt_state, &full);
+        opt = &full;
+    }
     if (t->rank == 0) {
         CheckpointState st = {
             .step = t->step,
@@ -122,11 +139,12 @@ static void save(Trainer *t) {
             .world_size = t->world,
             .config_yaml = t->config_yaml,
         };
-        if (checkpoint_save(t->cfg->train.out_dir, &st, t->table, t->host_params, &t->opt_state,
+        if (checkpoint_save(t->cfg->train.out_dir, &st, t->table, t->host_params, opt,
                             t->cfg->train.keep_last) != 0)
             comm_abort(t->comm, 1, "saving the checkpoint failed; the previous checkpoint is intact");
         fprintf(stderr, "checkpoint: %s/checkpoints/step_%08lld\n", t->cfg->train.out_dir, (long long)t->step);
     }
+    if (full.buf) optim_state_free(&full);
     comm_barrier(t->comm);
 }
 
@@ -150,7 +168,8 @@ static void setup(Trainer *t) {
     t->n_micro = loader_micro_batches(t->train, t->world);
     t->micro = mhe_calloc((size_t)t->n_micro, sizeof *t->micro);
     for (int i = 0; i < t->n_micro; i++) t->micro[i] = loader_batch_alloc(t->train);
-    optim_state_init(&t->opt_state, t->table, 0, t->table->total);
+    zero_init(&t->zero, t->comm, t->table->total, cfg->dist.zero == 1);
+    optim_state_init(&t->opt_state, t->table, t->zero.begin, t->zero.end);
     if (!is_host_backend(t->be))
         mhe_fail("%s: runtime.device cuda: the training loop's device optimizer path is not built yet", cfg->source);
     t->sync = grad_sync_create(t->comm, t->table, cfg->model.layers, t->grads, cfg->dist.bucket_mb);
@@ -196,16 +215,17 @@ static void setup(Trainer *t) {
         snprintf(path, sizeof path, "%s/tensorboard", cfg->train.out_dir);
         make_dirs(path);
         if (tb_open(&t->tb, path, tb_wall_time()) != 0) mhe_fail("%s: cannot open an event file: %s", path, strerror(errno));
-        size_t param_bytes = t->table->total * sizeof(float);
-        fprintf(stderr,
+            fprintf(stderr,
                 "model: %s %s, %zu parameters | workers %d x micro-batch %d x %d accumulation = global batch %d | "
                 "seq %d | steps %lld\n",
                 arch_name(cfg->model.arch), attention_type_name(cfg->attention.type), t->table->total, t->world, B,
                 t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
         fprintf(stderr,
-                "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB, activations %.1f MiB | "
-                "sgemm ceiling %.1f GFLOP/s\n",
-                model_state_bytes(t->model) / 1048576.0, 2.0 * param_bytes / 1048576.0,
+                "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
+                "activations %.1f MiB | sgemm ceiling %.1f GFLOP/s\n",
+                model_state_bytes(t->model) / 1048576.0,
+                2.0 * (t->zero.end - t->zero.begin) * sizeof(float) / 1048576.0, t->zero.enabled,
+                2 * (t->zero.end - t->zero.begin) * sizeof(float),
                 model_arena_bytes(t->model) / 1048576.0, t->peak_gflops);
     }
     if (t->valid) {
@@ -230,6 +250,7 @@ static void teardown(Trainer *t) {
     free(t->eval_logits);
     grad_sync_free(t->sync);
     optim_state_free(&t->opt_state);
+    zero_free(&t->zero);
     loader_close(t->train);
     if (t->valid) loader_close(t->valid);
     if (!is_host_backend(t->be)) free(t->host_params);
@@ -261,6 +282,9 @@ static void evaluate(Trainer *t) {
     tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals);
 }
 
+// LAMB's per-tensor norms when tensors straddle ZeRO shards.
+static void sum_across_ranks(double *norms, int n, void *comm) { comm_allreduce_sum_f64(comm, norms, (size_t)n); }
+
 // One optimizer step.  Returns 0 applied, 1 skipped (non-finite), 2 stop (non-finite, policy stop).
 static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out) {
     const Config *cfg = t->cfg;
@@ -287,7 +311,8 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         loss_sum += model_loss_sum(t->model);
         model_backward(t->model, divisor);
     }
-    grad_sync_finish(t->sync);
+    if (t->zero.enabled) zero_reduce_grads(&t->zero, t->comm, t->grads);
+    else grad_sync_finish(t->sync);
     counts[1] = loss_sum;
     comm_allreduce_sum_f64(t->comm, counts + 1, 1);
     const double loss = counts[1] / divisor;
@@ -295,15 +320,22 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         float nan = NAN;
         t->be->upload(t->be, t->grads, &nan, sizeof nan);
     }
-    const double gnorm = sqrt(t->be->sum_squares(t->be, t->grads, t->table->total));
+    // Under ZeRO-1 each rank holds the reduced gradients of its range only.
+    float *g = t->grads + t->zero.begin;
+    const size_t gn = t->zero.end - t->zero.begin;
+    double sq = t->be->sum_squares(t->be, g, gn);
+    if (t->zero.enabled) comm_allreduce_sum_f64(t->comm, &sq, 1);
+    const double gnorm = sqrt(sq);
     const double lr = schedule_lr(&cfg->optim, t->step, t->total_steps);
     *loss_out = loss;
     *gnorm_out = gnorm;
     *lr_out = lr;
     if (!isfinite(loss) || !isfinite(gnorm)) return cfg->train.on_nonfinite == NONFINITE_STOP ? 2 : 1;
     const float coef = optim_clip_coef(gnorm, cfg->optim.clip_norm);
-    if (coef < 1.0f) t->be->scale(t->be, t->grads, coef, t->table->total);
-    optim_step(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr, NULL, NULL);
+    if (coef < 1.0f) t->be->scale(t->be, g, coef, gn);
+    optim_step(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr,
+               t->zero.enabled ? sum_across_ranks : NULL, t->comm);
+    if (t->zero.enabled) zero_gather_params(&t->zero, t->comm, t->params);
     return 0;
 }
 
