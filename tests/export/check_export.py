@@ -10,6 +10,7 @@ and DIR.ours.safetensors (our padded input_ids, attention_mask and logits [B, T,
   tokenizer_class  AutoTokenizer's class; ids_equal: its ids == ours on every line
   rel_err          ||ours - theirs|| / ||theirs|| over the full logits (float64 sums)
   ref_norm         ||theirs||
+  generate_ok      (CLM) greedy generate() continues a 5-token prompt with our argmax
 A case that raises records {"error": "..."} instead.
 """
 import json
@@ -46,9 +47,18 @@ def check(case, lines):
     ours = load_file(d + ".ours.safetensors")
     ids = torch.from_numpy(ours["input_ids"].astype(np.int64))
     mask = torch.from_numpy(ours["attention_mask"].astype(np.int64))
+    extra = {}
+    if "token_type_ids" in ours:
+        extra["token_type_ids"] = torch.from_numpy(ours["token_type_ids"].astype(np.int64))
     with torch.no_grad():
-        theirs = model(input_ids=ids, attention_mask=mask).logits.double().numpy()
+        theirs = model(input_ids=ids, attention_mask=mask, **extra).logits.double().numpy()
     mine = ours["logits"].astype(np.float64)
+    if case["arch"] == "gpt":
+        # Greedy decoding: the first new token is the argmax of the logits at the prompt's end.
+        with torch.no_grad():
+            gen = model.generate(ids[:1, :5], attention_mask=mask[:1, :5], max_new_tokens=2, do_sample=False,
+                                 pad_token_id=int(ids[0, 0]))
+        r["generate_ok"] = bool(int(gen[0, 5]) == int(np.argmax(ours["logits"][0, 4])))
     if mine.shape != theirs.shape:
         raise ValueError(f"logits shape: ours {mine.shape}, theirs {theirs.shape}")
     r["ref_norm"] = float(np.linalg.norm(theirs))

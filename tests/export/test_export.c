@@ -7,7 +7,8 @@
 // AutoModelFor{MaskedLM,CausalLM}.from_pretrained and records, per case: the class it got,
 // missing/unexpected keys, whether AutoTokenizer's ids equal ours, and
 // rel = ‖ours − theirs‖ / ‖theirs‖ over the full [B, T, V] logits.  The tests assert
-// ids equal, no missing/unexpected keys, the expected class, and rel ≤ 1e-5.
+// ids equal, no missing/unexpected keys, the expected class, and rel ≤ 1e-5; for CLM also that
+// greedy generate() from a 5-token prompt picks the argmax of our logits at its last position.
 //
 // Bad inputs: a missing checkpoint, a corrupted one, --format hf on a non-mha model and a
 // missing --out all exit 2 with a message naming the problem.
@@ -242,15 +243,19 @@ static cJSON *prepare_case(const ExportCase *c, Backend *be, const Tokenizer *to
     const int pad = c->arch == ARCH_BERT ? sp.pad : sp.eos;
     int32_t *batch = mhe_malloc((size_t)N_LINES * T * sizeof(int32_t));
     int32_t *mask = mhe_malloc((size_t)N_LINES * T * sizeof(int32_t));
+    // BERT token types: 0 for the first half of each sequence, 1 after, so both rows of
+    // embed.type matter (AutoTokenizer gives all 0 for one sentence; the ids are passed as is).
+    int32_t *types = mhe_malloc((size_t)N_LINES * T * sizeof(int32_t));
     for (int b = 0; b < N_LINES; b++)
         for (int i = 0; i < T; i++) {
             const int real = i < (int)ids[b].len;
             batch[b * T + i] = real ? ids[b].ids[i] : pad;
             mask[b * T + i] = real;
+            types[b * T + i] = 2 * i >= (int)ids[b].len;
         }
     Model *m = model_create(&cfg, be, N_LINES, T);
     model_set_params(m, params);
-    model_forward(m, batch, NULL, mask, NULL, N_LINES, T, 0);
+    model_forward(m, batch, c->arch == ARCH_BERT ? types : NULL, mask, NULL, N_LINES, T, 0);
     const size_t V = (size_t)cfg.model.vocab_size;
     float *logits = mhe_malloc((size_t)N_LINES * T * V * sizeof(float));
     model_download_logits(m, logits);
@@ -261,6 +266,7 @@ static cJSON *prepare_case(const ExportCase *c, Backend *be, const Tokenizer *to
     st_add(&f, "input_ids", ST_I32, 2, bt, batch);
     st_add(&f, "attention_mask", ST_I32, 2, bt, mask);
     st_add(&f, "logits", ST_F32, 3, btv, logits);
+    if (c->arch == ARCH_BERT) st_add(&f, "token_type_ids", ST_I32, 2, bt, types);
     snprintf(path, sizeof path, "%s.ours.safetensors", exp_dir);
     assert_int_equal(st_write(&f, path), 0);
     st_free(&f);
@@ -278,6 +284,7 @@ static cJSON *prepare_case(const ExportCase *c, Backend *be, const Tokenizer *to
     model_free(m);
     free(batch);
     free(mask);
+    free(types);
     free(params);
     param_table_free(&t);
     config_free(&cfg);
@@ -361,6 +368,7 @@ static void check_case(void **state) {
     printf("  %-24s %-18s rel %.3g (|theirs| %.4g)\n", c->name, cls->valuestring, rel, norm);
     assert_true(norm > 1.0);  // non-trivial logits
     assert_true(rel <= REL_TOL);
+    if (c->arch == ARCH_GPT) assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "generate_ok")));
     g_fx.passed++;
 }
 
