@@ -1,5 +1,7 @@
 #include "trainer/tensorboard.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -109,11 +111,22 @@ int tb_open(TbWriter *w, const char *dir, double wall_time) {
     host[sizeof host - 1] = '\0';
     size_t n = strlen(dir) + strlen(host) + 64;
     w->path = mhe_malloc(n);
-    snprintf(w->path, n, "%s/events.out.tfevents.%lld.%s", dir, (long long)wall_time, host);
-    w->f = fopen(w->path, "wb");
+    // A run resumed within the same second must not truncate the previous process's file:
+    // create exclusively, adding .1, .2, ... when the name is taken.
+    int fd = -1;
+    for (int k = 0; fd < 0 && k < 1000; k++) {
+        if (k == 0) snprintf(w->path, n, "%s/events.out.tfevents.%lld.%s", dir, (long long)wall_time, host);
+        else snprintf(w->path, n, "%s/events.out.tfevents.%lld.%s.%d", dir, (long long)wall_time, host, k);
+        fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    w->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!w->f) {
+        int saved = errno;
+        if (fd >= 0) close(fd);
         free(w->path);
         w->path = NULL;
+        errno = saved;
         return -1;
     }
     ensure(w, 256);

@@ -22,8 +22,9 @@ typedef struct {
 // Seconds since the epoch (what TensorBoard's wall_time means).
 double tb_wall_time(void);
 
-// Creates dir/events.out.tfevents.<seconds>.<hostname> (dir must exist) and writes the
-// file_version event.  Returns 0, or -1 with errno set.
+// Creates dir/events.out.tfevents.<seconds>.<hostname> (dir must exist; ".1", ".2", ... are
+// appended rather than overwrite an existing file) and writes the file_version event.
+// Returns 0, or -1 with errno set.
 int tb_open(TbWriter *w, const char *dir, double wall_time);
 // One event holding n scalars for `step`; flushed so a running TensorBoard sees it.
 int tb_write_scalars(TbWriter *w, int64_t step, double wall_time, int n, const char *const *tags,

@@ -51,6 +51,8 @@ static void test_tensorboard_reads_our_scalars(void **state) {
     MetricsLog ml;
     assert_int_equal(tb_open(&tb, dir, t0), 0);
     assert_non_null(strstr(tb.path, "/events.out.tfevents.1700000000."));
+    char tb_first_path[4400];
+    snprintf(tb_first_path, sizeof tb_first_path, "%s", tb.path);
     assert_int_equal(metrics_open(&ml, jsonl), 0);
     const char *tags[3] = {"train/loss", "train/lr", "train/grad_norm"};
     for (int s = 1; s <= STEPS; s++) {
@@ -64,6 +66,14 @@ static void test_tensorboard_reads_our_scalars(void **state) {
     tb_close(&tb);
     metrics_close(&ml);
 
+    // A second writer in the same second (a quick resume) gets its own file; the first is
+    // untouched.  Removed again so TensorBoard reads one file below.
+    TbWriter again;
+    assert_int_equal(tb_open(&again, dir, t0), 0);
+    assert_string_not_equal(again.path, tb_first_path);
+    assert_non_null(strstr(again.path, ".1"));
+    remove(again.path);
+    tb_close(&again);
     char *py = infra_python();
     snprintf(cmd, sizeof cmd, "'%s' '%s/tests/infra/tb_check.py' '%s' '%s' '%s'", py, getenv("MHE_SOURCE_DIR"), dir, jsonl, dump);
     assert_int_equal(system(cmd), 0);
