@@ -283,10 +283,33 @@ static void convert(Config *cfg, ConfigMarks *marks, const CNode *root) {
     }
 }
 
+// How derived the source of a node is: later overrides > earlier overrides > the loaded file >
+// its base > the base's base.  Files are registered in that loading order.
+static int source_rank(const ConfigFiles *files, int n_config_files, const CNode *node) {
+    for (int i = 0; i < files->count; i++)
+        if (files->names[i] == node->file) return i >= n_config_files ? i : -i;
+    return 0;
+}
+
+// train.steps and train.tokens both set a budget; when they come from different sources, the
+// more derived one wins (a base's `steps: 300` must not block `train.tokens=1e9`).  From the
+// same source they must agree (config_check).  This runs on the merged tree, before typing.
+static void drop_outranked_budget(CNode *root, const ConfigFiles *files, int n_config_files) {
+    CNode *train = cnode_get(root, "train");
+    CNode *steps = cnode_get(train, "steps"), *tokens = cnode_get(train, "tokens");
+    // `steps: 0` explicitly defers to the token budget: nothing to drop.
+    if (!steps || !tokens || (steps->kind == CNODE_SCALAR && strcmp(steps->text, "0") == 0)) return;
+    int rs = source_rank(files, n_config_files, steps);
+    int rt = source_rank(files, n_config_files, tokens);
+    if (rs != rt) cnode_remove(train, rs < rt ? "steps" : "tokens");
+}
+
 void config_load(Config *cfg, const char *path, int n_overrides, char **overrides) {
     ConfigFiles files = {0};
     CNode *root = config_tree_load(&files, path);
+    const int n_config_files = files.count;
     for (int i = 0; i < n_overrides; i++) config_tree_override(&files, root, overrides[i], i + 1);
+    drop_outranked_budget(root, &files, n_config_files);
     config_defaults(cfg);
     ConfigMarks marks = {0};
     marks.fallback_file = path;

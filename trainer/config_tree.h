@@ -29,6 +29,8 @@ void config_files_free(ConfigFiles *f);
 void cnode_free(CNode *node);
 // The value stored under `key` in a mapping, or NULL.
 CNode *cnode_get(const CNode *map, const char *key);
+// Removes `key` (and its value) from a mapping, if present.
+void cnode_remove(CNode *map, const char *key);
 // A plain null scalar: empty, ~ or null.
 int cnode_is_null(const CNode *node);
 

@@ -48,6 +48,19 @@ CNode *cnode_get(const CNode *map, const char *key) {
     return NULL;
 }
 
+void cnode_remove(CNode *map, const char *key) {
+    if (!map || map->kind != CNODE_MAP) return;
+    for (int i = 0; i < map->n; i++) {
+        if (strcmp(map->keys[i]->text, key) != 0) continue;
+        cnode_free(map->keys[i]);
+        cnode_free(map->items[i]);
+        memmove(map->keys + i, map->keys + i + 1, (size_t)(map->n - i - 1) * sizeof *map->keys);
+        memmove(map->items + i, map->items + i + 1, (size_t)(map->n - i - 1) * sizeof *map->items);
+        map->n--;
+        return;
+    }
+}
+
 int cnode_is_null(const CNode *node) {
     if (!node || node->kind != CNODE_SCALAR || node->quoted) return 0;
     const char *t = node->text;
@@ -273,7 +286,7 @@ static CNode *load_file(ConfigFiles *files, const char *path, BaseChain *chain,
     int b = 0;
     while (b < root->n && strcmp(root->keys[b]->text, "base") != 0) b++;
     if (b < root->n) {
-        CNode *key = root->keys[b], *value = root->items[b];
+        const CNode *value = root->items[b];
         if (value->kind != CNODE_SCALAR || cnode_is_null(value))
             mhe_fail_at(value->file, value->line, value->col,
                         "base: expected the path of a YAML file to inherit from");
@@ -281,11 +294,7 @@ static CNode *load_file(ConfigFiles *files, const char *path, BaseChain *chain,
         CNode *base = load_file(files, base_path, chain, value);
         free(base_path);
         // Drop the base key before merging: the result has no base of its own any more.
-        cnode_free(key);
-        cnode_free(value);
-        memmove(root->keys + b, root->keys + b + 1, (size_t)(root->n - b - 1) * sizeof *root->keys);
-        memmove(root->items + b, root->items + b + 1, (size_t)(root->n - b - 1) * sizeof *root->items);
-        root->n--;
+        cnode_remove(root, "base");
         merge(base, root);
         root = base;
     }

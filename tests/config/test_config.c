@@ -220,6 +220,32 @@ static void test_token_budget_sets_steps(void **state) {
     config_free(&c);
 }
 
+static void test_more_derived_budget_wins(void **state) {
+    const Scratch *s = *state;
+    write_file(s, "steps_base.yaml",
+               "data:\n  seq_len: 100\ntrain:\n  global_batch: 10\n  micro_batch: 5\n  steps: 300\n");
+    write_file(s, "tokens_child.yaml", "base: steps_base.yaml\ntrain:\n  tokens: 5e3\n");
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokens_child.yaml", s->dir);
+    Config c;
+    config_load(&c, path, 0, NULL);  // the child's token budget beats the base's steps
+    assert_int_equal(c.train.steps, 5);
+    assert_int_equal(c.train.tokens, 5000);
+    config_free(&c);
+
+    char *steps_arg[] = {"train.steps=7"};
+    config_load(&c, path, 1, steps_arg);  // an argument's steps beat the file's tokens
+    assert_int_equal(c.train.steps, 7);
+    assert_int_equal(c.train.tokens, 0);
+    config_free(&c);
+
+    snprintf(path, sizeof path, "%s/steps_base.yaml", s->dir);
+    char *tokens_arg[] = {"train.tokens=2001"};
+    config_load(&c, path, 1, tokens_arg);
+    assert_int_equal(c.train.steps, 3);  // ceil(2001 / 1000)
+    config_free(&c);
+}
+
 static void test_names_match_yaml_spellings(void **state) {
     (void)state;
     assert_string_equal(attention_type_name(ATTN_MHE_MUL), "mhe_mul");
@@ -239,6 +265,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_explicit_values_beat_arch_defaults, scratch_setup,
                                         scratch_teardown),
         cmocka_unit_test_setup_teardown(test_token_budget_sets_steps, scratch_setup,
+                                        scratch_teardown),
+        cmocka_unit_test_setup_teardown(test_more_derived_budget_wins, scratch_setup,
                                         scratch_teardown),
         cmocka_unit_test(test_names_match_yaml_spellings),
     };
