@@ -57,6 +57,26 @@ check "collab D~=256, d=32 per layer" \
     "$(value "$per" bert-base-collab.yaml attention.collab_dim=256 model.head_dim=32)" \
     $((2 * 768 * 256 + 12 * 256 + 768 * 12 + 2 * 768 * 12 * 32))
 
+# Every type with a head size other than D/n (D=96, n=6, d=20, g=3, D~=40) against §1's table.
+D=96; n=6; d=20; g=3; Dt=40; nd=$((n * d))
+for t in mha sha mhe_add mhe_mul mqa gqa el_att skv collab; do
+    dd=$d; [ $t = el_att ] && dd=16  # el_att needs n*d = D
+    nd=$((n * dd))
+    case $t in
+        mha) want=$((4 * D * nd)) ;;
+        sha) want=$((3 * D * dd + nd * D)) ;;
+        mhe_add|mhe_mul) want=$((3 * D * dd + nd * D + 3 * n * dd)) ;;
+        mqa) want=$((2 * D * nd + 2 * D * dd)) ;;
+        gqa) want=$((2 * D * nd + 2 * D * g * dd)) ;;
+        el_att) want=$((2 * D * nd)) ;;
+        skv) want=$((3 * D * nd)) ;;
+        collab) want=$((2 * D * Dt + n * Dt + D * n + D * nd + nd * D)) ;;
+    esac
+    check "$t per layer at D=$D n=$n d=$dd" \
+        "$(value "$per" tiny-bert.yaml attention.type=$t model.hidden=$D model.heads=$n \
+            model.head_dim=$dd attention.groups=$g attention.collab_dim=$Dt)" "$want"
+done
+
 # Whole models: the published counts of the Hugging Face reference models.
 check "bert-base MHA, all parameters (BertForMaskedLM)" "$(value "all parameters" bert-base-mha.yaml)" 109514298
 check "gpt2-small MHA, all parameters (GPT2LMHeadModel)" "$(value "all parameters" gpt2-small-mha.yaml)" 124439808
