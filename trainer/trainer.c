@@ -38,6 +38,8 @@ typedef struct {
     int n_micro;
     float *params, *grads;      // backend memory
     float *host_params;         // host mirror (the CPU backend's own buffer)
+    float *host_grads;          // where MPI reduces: the CPU backend's own buffer, else staging
+    float *dev_m, *dev_v, *dev_u;  // device optimizer state (non-host backends)
     OptimState opt_state;       // this rank's range (ZeRO-1) or the whole buffer
     ZeroShards zero;
     GradSync *sync;
@@ -115,13 +117,23 @@ static void restore(Trainer *t, const char *dir, int weights_only) {
         comm_broadcast(t->comm, &st.step, sizeof st.step, 0);
         t->step = st.step;
     }
-    if (!is_host_backend(t->be)) t->be->upload(t->be, t->params, t->host_params, t->table->total * sizeof(float));
+    if (!is_host_backend(t->be)) {
+        t->be->upload(t->be, t->params, t->host_params, t->table->total * sizeof(float));
+        size_t bytes = (t->opt_state.end - t->opt_state.begin) * sizeof(float);
+        t->be->upload(t->be, t->dev_m, t->opt_state.m, bytes);
+        t->be->upload(t->be, t->dev_v, t->opt_state.v, bytes);
+    }
     if (full.buf) optim_state_free(&full);
     checkpoint_state_free(&st);
 }
 
 static void save(Trainer *t) {
-    if (!is_host_backend(t->be)) t->be->download(t->be, t->host_params, t->params, t->table->total * sizeof(float));
+    if (!is_host_backend(t->be)) {
+        t->be->download(t->be, t->host_params, t->params, t->table->total * sizeof(float));
+        size_t bytes = (t->opt_state.end - t->opt_state.begin) * sizeof(float);
+        t->be->download(t->be, t->opt_state.m, t->dev_m, bytes);
+        t->be->download(t->be, t->opt_state.v, t->dev_v, bytes);
+    }
     OptimState full = {0};
     const OptimState *opt = &t->opt_state;
     if (t->zero.enabled) {
@@ -170,9 +182,17 @@ static void setup(Trainer *t) {
     for (int i = 0; i < t->n_micro; i++) t->micro[i] = loader_batch_alloc(t->train);
     zero_init(&t->zero, t->comm, t->table->total, cfg->dist.zero == 1);
     optim_state_init(&t->opt_state, t->table, t->zero.begin, t->zero.end);
-    if (!is_host_backend(t->be))
-        mhe_fail("%s: runtime.device cuda: the training loop's device optimizer path is not built yet", cfg->source);
-    t->sync = grad_sync_create(t->comm, t->table, cfg->model.layers, t->grads, cfg->dist.bucket_mb);
+    if (!is_host_backend(t->be)) {
+        if (t->zero.enabled) mhe_fail("%s: dist.zero: 1 needs runtime.device: cpu in this version", cfg->source);
+        size_t bytes = (t->zero.end - t->zero.begin) * sizeof(float);
+        t->dev_m = t->be->alloc(t->be, bytes);
+        t->dev_v = t->be->alloc(t->be, bytes);
+        t->dev_u = t->be->alloc(t->be, bytes);
+        t->host_grads = mhe_malloc(t->table->total * sizeof(float));
+    } else {
+        t->host_grads = t->grads;
+    }
+    t->sync = grad_sync_create(t->comm, t->table, cfg->model.layers, t->host_grads, cfg->dist.bucket_mb);
     grad_sync_set_overlap(t->sync, !t->opt->no_overlap);
     t->total_steps = total_steps_of(cfg);
 
@@ -253,7 +273,13 @@ static void teardown(Trainer *t) {
     zero_free(&t->zero);
     loader_close(t->train);
     if (t->valid) loader_close(t->valid);
-    if (!is_host_backend(t->be)) free(t->host_params);
+    if (!is_host_backend(t->be)) {
+        free(t->host_params);
+        free(t->host_grads);
+        t->be->free(t->be, t->dev_m);
+        t->be->free(t->be, t->dev_v);
+        t->be->free(t->be, t->dev_u);
+    }
     model_free(t->model);
     t->be->destroy(t->be);
     free(t->config_yaml);
@@ -311,8 +337,16 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         loss_sum += model_loss_sum(t->model);
         model_backward(t->model, divisor);
     }
-    if (t->zero.enabled) zero_reduce_grads(&t->zero, t->comm, t->grads);
-    else grad_sync_finish(t->sync);
+    if (t->zero.enabled) {
+        zero_reduce_grads(&t->zero, t->comm, t->grads);
+    } else if (t->host_grads != t->grads) {
+        // Device gradients reach MPI through host staging (the NCCL path reduces in place).
+        t->be->download(t->be, t->host_grads, t->grads, t->table->total * sizeof(float));
+        grad_sync_finish(t->sync);
+        t->be->upload(t->be, t->grads, t->host_grads, t->table->total * sizeof(float));
+    } else {
+        grad_sync_finish(t->sync);
+    }
     counts[1] = loss_sum;
     comm_allreduce_sum_f64(t->comm, counts + 1, 1);
     const double loss = counts[1] / divisor;
@@ -332,9 +366,14 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     *lr_out = lr;
     if (!isfinite(loss) || !isfinite(gnorm)) return cfg->train.on_nonfinite == NONFINITE_STOP ? 2 : 1;
     const float coef = optim_clip_coef(gnorm, cfg->optim.clip_norm);
-    if (coef < 1.0f) t->be->scale(t->be, g, coef, gn);
-    optim_step(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr,
-               t->zero.enabled ? sum_across_ranks : NULL, t->comm);
+    OptimReduceFn reduce = t->zero.enabled ? sum_across_ranks : NULL;
+    if (t->dev_m) {
+        optim_step_backend(t->be, &t->opt_state, &cfg->optim, t->table, t->params, t->grads, t->dev_m, t->dev_v,
+                           t->dev_u, (float)lr, coef, reduce, t->comm);
+    } else {
+        if (coef < 1.0f) t->be->scale(t->be, g, coef, gn);
+        optim_step(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr, reduce, t->comm);
+    }
     if (t->zero.enabled) zero_gather_params(&t->zero, t->comm, t->params);
     return 0;
 }
