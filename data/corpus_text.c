@@ -65,6 +65,31 @@ static void reflow(const char *s, size_t n, StrBuf *out) {
     }
 }
 
+// Text whose every line is a paragraph (JSON lines, WikiExtractor): lines trimmed, whitespace
+// runs collapsed, empty lines dropped.
+static void lines_as_paragraphs(const char *s, size_t n, StrBuf *out) {
+    strbuf_clear(out);
+    size_t i = 0;
+    while (i < n) {
+        const char *nl = memchr(s + i, '\n', n - i);
+        size_t e = nl ? (size_t)(nl - s) : n;
+        bool space = false, any = false;
+        for (size_t k = i; k < e; k++) {
+            char c = s[k];
+            if (c == ' ' || c == '\t' || c == '\r') {
+                space = any;
+                continue;
+            }
+            if (!any && out->len) strbuf_putc(out, '\n');
+            if (space) strbuf_putc(out, ' ');
+            strbuf_putc(out, c);
+            space = false;
+            any = true;
+        }
+        i = e + 1;
+    }
+}
+
 void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
     ByteSource *src = byte_source_open(file);
     StrBuf all = {0};
@@ -140,7 +165,7 @@ void corpus_read_jsonl(const char *file, CorpusDocFn fn, void *ctx, CorpusStats 
         if (!cJSON_IsObject(obj) || !cJSON_IsString(text))
             mhe_fail_at(file, (int)lineno, 1, "expected a JSON object with a string \"text\" field");
         StrBuf doc = {0};
-        reflow(text->valuestring, strlen(text->valuestring), &doc);
+        lines_as_paragraphs(text->valuestring, strlen(text->valuestring), &doc);
         emit(fn, ctx, stats, doc.s ? doc.s : "", doc.len);
         strbuf_free(&doc);
         cJSON_Delete(obj);
@@ -190,7 +215,7 @@ void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, Corp
         }
         if (strcmp(line, "</doc>") == 0) {
             in_doc = false;
-            reflow(raw.s ? raw.s : "", raw.len, &doc);
+            lines_as_paragraphs(raw.s ? raw.s : "", raw.len, &doc);
             emit(fn, ctx, stats, doc.s ? doc.s : "", doc.len);
             continue;
         }
@@ -200,9 +225,8 @@ void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, Corp
             continue;
         }
         first = false;
-        // Keep WikiExtractor's line structure: each of its lines is a paragraph.
         strbuf_append(&raw, line, len);
-        strbuf_append(&raw, "\n\n", 2);
+        strbuf_putc(&raw, '\n');
     }
     if (in_doc) mhe_fail_at(file, (int)open_line, 1, "<doc> block never closed by </doc>");
     free(line);

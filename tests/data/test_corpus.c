@@ -182,14 +182,15 @@ static void on_doc(void *ctx, const char *text, size_t len) {
 
 static void test_jsonl_and_wikiextractor_readers(void **state) {
     (void)state;
-    const char *jl = "{\"id\": \"1\", \"title\": \"A\", \"text\": \"Line one.\\n\\nLine two \\u00e9.\"}\n"
+    // WikiExtractor --json separates paragraphs by one newline, other dumps by a blank line.
+    const char *jl = "{\"id\": \"1\", \"title\": \"A\", \"text\": \"Line one.\\n\\nLine  two \\u00e9.\\nThree\"}\n"
                      "\n{\"text\": \"\"}\n{\"text\": \"Third.\"}\n";
     write_file("/tmp/mhe_test_corpus.jsonl", jl, strlen(jl));
     Docs d = {0};
     CorpusStats st = {0};
     corpus_read_file("/tmp/mhe_test_corpus.jsonl", CORPUS_AUTO, on_doc, &d, &st);
     assert_int_equal(d.n, 2);
-    assert_string_equal(d.docs[0], "Line one.\nLine two \xc3\xa9.");
+    assert_string_equal(d.docs[0], "Line one.\nLine two \xc3\xa9.\nThree");
     assert_string_equal(d.docs[1], "Third.");
     assert_int_equal(st.empty, 1);
     unlink("/tmp/mhe_test_corpus.jsonl");
