@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The main job end to end, as a user runs it but with a short budget: corpus from the package
+# registries, tokenizer, shards, training, evaluation, export.  The validation loss must fall.
+set -euo pipefail
+: "${MHETRAIN:?}" "${MHE_SOURCE_DIR:?}"
+work=$(mktemp -d "${TMPDIR:-/tmp}/mhe-quickstart.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+start=$(date +%s)
+MHE_SKIP_BUILD=1 MHE_QUICKSTART_DIR="$work" "$MHE_SOURCE_DIR/launch/quickstart.sh" \
+  train.steps=60 train.eval_every=20 train.eval_batches=4 train.checkpoint_every=30 train.log_every=10 \
+  2>&1 | tee "$work/log.txt"
+echo "quickstart wall time: $(( $(date +%s) - start )) s"
+run="$work/out/quickstart"
+/usr/bin/python3 "$MHE_SOURCE_DIR/tests/train/check.py" loss-falls "$run"
+grep -q '"valid_accuracy"' "$run/metrics.jsonl"
+test -s "$run/export/model.safetensors" && test -s "$run/export/config.json" || { echo "FAIL: no export"; exit 1; }
+grep -q "== done in" "$work/log.txt" || { echo "FAIL: no final summary"; exit 1; }
+echo PASS
