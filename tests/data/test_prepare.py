@@ -2,7 +2,7 @@
 wrote: Python's bz2 + xml.etree (article counts), Hugging Face `tokenizers` (token ids),
 hashlib (checksums) and a shard reader/writer written from the Megatron format spec (numpy).
 
-usage: test_prepare.py wiki_dump|shards_python|prepare_determinism|bad_inputs
+usage: test_prepare.py wiki_dump|shards_python|prepare_determinism|bad_inputs|bounded_memory
 """
 import bz2
 import filecmp
@@ -247,6 +247,28 @@ def test_prepare_determinism(tmp):
         match, mismatch, errors = filecmp.cmpfiles(outs[0], o, names, shallow=False)
         check(not mismatch and not errors, f"files differ between thread counts: {mismatch} {errors}")
     print(f"prepare_determinism ok: {len(names)} files identical for 1, 2 and 3 threads")
+
+
+def peak_rss_mb(stderr):
+    m = re.search(r"peak RSS ([0-9.]+) MB", stderr)
+    check(m, "prepare reports its peak RSS")
+    return float(m.group(1))
+
+
+def test_bounded_memory(tmp):
+    """Eight times the corpus (the dump given eight times) must not need more memory."""
+    one = prepare([DUMP], out=os.path.join(tmp, "x1"), extra=["--shard-size-mb", "4"])
+    eight = prepare([DUMP] * 8, out=os.path.join(tmp, "x8"), extra=["--shard-size-mb", "4"])
+    r1, r8 = peak_rss_mb(one.stderr), peak_rss_mb(eight.stderr)
+    m1 = json.load(open(os.path.join(tmp, "x1", "manifest.json")))
+    m8 = json.load(open(os.path.join(tmp, "x8", "manifest.json")))
+    t1 = m1["splits"]["train"]["tokens"] + m1["splits"]["valid"]["tokens"]
+    t8 = m8["splits"]["train"]["tokens"] + m8["splits"]["valid"]["tokens"]
+    print(f"1x: {t1} tokens, peak RSS {r1} MB; 8x: {t8} tokens, peak RSS {r8} MB")
+    check(t8 == 8 * t1, "eight copies give eight times the tokens")
+    # Token bytes grow by ~16 MB (uint16): memory must stay flat, within allocator noise.
+    check(r8 < r1 + 6, f"peak RSS grew from {r1} to {r8} MB with the corpus size")
+    print("bounded_memory ok")
 
 
 def expect_fail(args, pattern, what):
