@@ -345,8 +345,8 @@ static int teardown(void **state) {
     (void)state;
     cJSON_Delete(g_fx.results);
     for (int b = 0; b < N_LINES; b++) free(g_fx.text[b]);
-    // Exports are 10-30 MB each: keep them only when something failed.
-    if (g_fx.passed == N_CASES + 4) run("rm -rf \"%s\"", g_fx.work);
+    // Exports are 10-30 MB each: keep them only when something failed (or MHE_KEEP_EXPORT_TEST).
+    if (g_fx.passed == N_CASES + 4 && !getenv("MHE_KEEP_EXPORT_TEST")) run("rm -rf \"%s\"", g_fx.work);
     return 0;
 }
 
