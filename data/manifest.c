@@ -101,10 +101,13 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
         }
     }
     char *text = cJSON_Print(root);
-    char path[4096];
+    // Written under a temporary name and renamed: a manifest.json present means the corpus
+    // is complete.
+    char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/manifest.json", opt->out_dir);
-    FILE *f = fopen(path, "wb");
-    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0)
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
         mhe_fatal("%s: write failed: %s", path, strerror(errno));
     cJSON_free(text);
     cJSON_Delete(root);

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/rng.h"
@@ -223,21 +224,36 @@ static void make_dir(const char *dir) {
 }
 
 // Shards left by an earlier run would join this one's under the loader's "DIR/train" stem.
-static void refuse_stale_shards(const char *dir) {
-    char pattern[4096];
-    static const char *const KINDS[2] = {"train_*.idx", "valid_*.idx"};
-    for (int k = 0; k < 2; k++) {
+// Without a manifest.json they are the remains of an interrupted run: removed.  With one,
+// they are a finished corpus: refused, never overwritten.
+static void clear_stale_shards(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    struct stat st;
+    bool finished = stat(path, &st) == 0;
+    static const char *const KINDS[4] = {"train_*.idx", "train_*.bin", "valid_*.idx", "valid_*.bin"};
+    int removed = 0;
+    for (int k = 0; k < 4; k++) {
         glob_t g;
-        snprintf(pattern, sizeof pattern, "%s/%s", dir, KINDS[k]);
-        if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
-            char first[4096];
-            snprintf(first, sizeof first, "%s", g.gl_pathv[0]);
-            globfree(&g);
-            mhe_fail("%s: the output directory already holds shards (%s); remove them or choose "
-                     "another --out", dir, first);
+        snprintf(path, sizeof path, "%s/%s", dir, KINDS[k]);
+        if (glob(path, 0, NULL, &g) == 0) {
+            for (size_t i = 0; i < g.gl_pathc; i++) {
+                if (finished) {
+                    snprintf(path, sizeof path, "%s", g.gl_pathv[i]);
+                    globfree(&g);
+                    mhe_fail("%s: the output directory already holds a prepared corpus (%s and "
+                             "manifest.json); remove it or choose another --out", dir, path);
+                }
+                if (unlink(g.gl_pathv[i]) != 0)
+                    mhe_fatal("%s: cannot remove: %s", g.gl_pathv[i], strerror(errno));
+                removed++;
+            }
         }
         globfree(&g);
     }
+    if (removed)
+        fprintf(stderr, "prepare: removed %d shard files of an unfinished earlier run in %s\n",
+                removed, dir);
 }
 
 static double now_seconds(void) {
@@ -254,7 +270,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
         p.tok = tokenizer_load(opt->tokenizer);
         p.vocab_size = tokenizer_vocab_size(p.tok);
         make_dir(opt->out_dir);
-        refuse_stale_shards(opt->out_dir);
+        clear_stale_shards(opt->out_dir);
     }
     if (opt->text_out) {
         p.text_out = fopen(opt->text_out, "wb");

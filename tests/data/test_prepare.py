@@ -321,7 +321,13 @@ def test_bad_inputs(tmp):
     used = os.path.join(tmp, "used")
     prepare([os.path.join(BOOKS, "twain-tom-sawyer.txt")], out=used)
     expect_fail([MHETRAIN, "prepare", "--tokenizer", BERT_VOCAB, "--out", used, BOOKS],
-                re.escape(used) + r": the output directory already holds shards", "stale shards in --out")
+                re.escape(used) + r": the output directory already holds a prepared corpus", "finished corpus in --out")
+    # An interrupted run (shards, no manifest): its shards are replaced, not mixed in.
+    os.unlink(os.path.join(used, "manifest.json"))
+    open(os.path.join(used, "train_00007.idx"), "wb").write(b"junk")
+    p = prepare([os.path.join(BOOKS, "newton-opticks.txt")], out=used)
+    check("removed 3 shard files" in p.stderr, f"stale shards removed: {p.stderr}")
+    check(sorted(os.listdir(used)) == ["manifest.json", "train_00000.bin", "train_00000.idx"], "only new shards")
 
     # Shards: bad magic, truncated .bin, truncated .idx, ids >= vocabulary.
     good = os.path.join(tmp, "good")
