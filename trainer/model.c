@@ -249,6 +249,9 @@ void model_set_full_logits(Model *m, int on) {
     m->full_logits = on || !m->be->gather_rows || !m->be->scatter_rows;
 }
 
+void model_set_dropout_counter(Model *m, uint64_t counter) { m->drop_counter = counter; }
+uint64_t model_dropout_counter(const Model *m) { return m->drop_counter; }
+
 long model_label_count(const Model *m) { return m->label_count; }
 double model_loss_sum(const Model *m) { return m->loss_sum; }
 const float *model_logits(const Model *m) { return m->logits; }

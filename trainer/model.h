@@ -43,8 +43,12 @@ void model_zero_grad(Model *m);
 
 // Selects the mhe_add / mhe_mul fast paths (default: cfg->attention.fast_path).
 void model_set_fast_path(Model *m, int on);
-// Dropout masks are keyed by (seed, forward call counter); the counter advances per forward.
+// Dropout masks are keyed by (seed, forward call counter); the counter advances per forward
+// and model_set_dropout_seed resets it to 0.  Data-parallel workers should use distinct seeds
+// (e.g. mixed with the rank); a resumed run sets the counter it had reached.
 void model_set_dropout_seed(Model *m, uint64_t seed);
+void model_set_dropout_counter(Model *m, uint64_t counter);
+uint64_t model_dropout_counter(const Model *m);
 
 // Host inputs, [B, T] each: ids; type_ids (bert; NULL = 0); attn_mask (1 real, 0 padding;
 // NULL = all real); labels (< 0, e.g. -100, = not scored; used as given, the CLM shift is the

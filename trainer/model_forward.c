@@ -49,6 +49,10 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
     const int N = B * T, D = mc->hidden, V = mc->vocab_size, L = mc->layers;
     for (int i = 0; i < N; i++)
         if (ids[i] < 0 || ids[i] >= V) mhe_fatal("model_forward: token id %d out of range [0, %d)", ids[i], V);
+    if (type_ids && mc->arch == ARCH_BERT)
+        for (int i = 0; i < N; i++)
+            if (type_ids[i] < 0 || type_ids[i] >= mc->type_vocab)
+                mhe_fatal("model_forward: token type %d out of range [0, %d)", type_ids[i], mc->type_vocab);
     m->B = B;
     m->T = T;
     m->train = train != 0;

@@ -69,8 +69,7 @@ static const float *dropped(const AttnShape *s, int b, int h, const float *P, fl
 }
 
 static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
-    (void)be;
-    const size_t T = (size_t)s->T, nt = (size_t)omp_get_max_threads();
+    const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
     *saved = (size_t)s->B * s->n_heads * T * T;
     size_t fwd = nt * T * T;
     size_t bwd = nt * (3 * T * T + T * s->v_dim) +
@@ -100,7 +99,7 @@ static void cpu_attention_forward(Backend *be, const AttnShape *s, const float *
             for (int h = 1; h < n; h++) memcpy(S0 + h * TT, S0, TT * sizeof *S0);
         }
     }
-#pragma omp parallel for schedule(dynamic)
+#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
     for (int bh = 0; bh < B * n; bh++) {
         int b = bh / n, h = bh % n;
         HeadPtrs p = head_ptrs(s, q, k, v, b, h);
@@ -143,8 +142,8 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
     const int ldo = n * dv;
     const size_t per_thread = 3 * TT + (size_t)T * dv;
     const int shared = shares_scores(s);
-    float *pv_all = scratch + (size_t)omp_get_max_threads() * per_thread;
-#pragma omp parallel for schedule(dynamic)
+    float *pv_all = scratch + (size_t)cpu_threads(be) * per_thread;
+#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
     for (int b = 0; b < B; b++) {
         float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
         float *Pdbuf = ws, *dP = ws + TT, *dS_sum = ws + 2 * TT, *G = ws + 3 * TT;

@@ -35,7 +35,10 @@ static void cpu_zero(Backend *be, void *dst, size_t bytes) {
 
 static void cpu_synchronize(Backend *be) { (void)be; }
 
-static void cpu_destroy(Backend *be) { free(be); }
+static void cpu_destroy(Backend *be) {
+    free(be->ctx);
+    free(be);
+}
 
 Backend *backend_cpu_create(int threads) {
     if (threads > 0) omp_set_num_threads(threads);
@@ -44,6 +47,9 @@ Backend *backend_cpu_create(int threads) {
     openblas_set_num_threads(1);
     Backend *be = mhe_calloc(1, sizeof *be);
     be->name = "cpu";
+    CpuContext *ctx = mhe_calloc(1, sizeof *ctx);
+    ctx->threads = omp_get_max_threads();
+    be->ctx = ctx;
     be->destroy = cpu_destroy;
     be->alloc = cpu_alloc;
     be->free = cpu_free;

@@ -9,6 +9,12 @@
 // Loops over fewer elements run on one thread: a parallel region costs more than the work.
 #define CPU_PARALLEL_MIN 16384
 
+// Threads fixed at creation: per-thread scratch (attention) is sized for this many.
+typedef struct {
+    int threads;
+} CpuContext;
+static inline int cpu_threads(const Backend *be) { return ((const CpuContext *)be->ctx)->threads; }
+
 static inline double cpu_prof_begin(const Backend *be) { return be->profile ? omp_get_wtime() : 0.0; }
 static inline void cpu_prof_end(Backend *be, OpClass c, double t0, double flops) {
     if (!be->profile) return;
