@@ -227,7 +227,31 @@ void shard_reader_tokens(const ShardReader *r, int64_t s, int64_t start, int64_t
     for (int64_t i = 0; i < count; i++) out[i] = shard_reader_token(r, s, start + i);
 }
 
+// Largest id in the whole .bin (every byte of it belongs to a sequence: checked on open), in
+// one tight pass over the mapping; the slow per-token walk below runs only to name a bad id.
+static bool all_ids_below(const ShardReader *r, int vocab_size) {
+    size_t n = r->bin_size / (size_t)r->elem_size;
+    if (r->dtype == SHARD_DTYPE_U16) {
+        unsigned max = 0;
+        for (size_t i = 0; i < n; i++) {
+            unsigned v = r->bin[2 * i] | ((unsigned)r->bin[2 * i + 1] << 8);
+            max = v > max ? v : max;
+        }
+        return n == 0 || (int64_t)max < vocab_size;
+    }
+    if (r->dtype == SHARD_DTYPE_I32) {
+        uint32_t max = 0;  // negative ids show up as huge unsigned values
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = (uint32_t)get_le(r->bin + 4 * i, 4);
+            max = v > max ? v : max;
+        }
+        return n == 0 || (int64_t)max < vocab_size;
+    }
+    return false;
+}
+
 void shard_reader_check_ids(const ShardReader *r, int vocab_size) {
+    if (all_ids_below(r, vocab_size)) return;
     for (int64_t s = 0; s < r->n_seq; s++) {
         for (int64_t j = 0; j < r->lengths[s]; j++) {
             int64_t v;
