@@ -116,8 +116,8 @@ def sha256(path):
 
 
 def wiki_counts(path):
-    """Articles (namespace 0, not redirects) and namespace-0 redirects, by xml.etree."""
-    articles = redirects = 0
+    """Articles (namespace 0, not redirects), namespace-0 redirects, other pages, by xml.etree."""
+    articles = redirects = other = 0
     for _, el in ET.iterparse(bz2.open(path)):
         if el.tag.endswith("}page") or el.tag == "page":
             ns = el.find("{*}ns")
@@ -127,13 +127,15 @@ def wiki_counts(path):
                     articles += 1
                 else:
                     redirects += 1
+            else:
+                other += 1
             el.clear()
-    return articles, redirects
+    return articles, redirects, other
 
 
 def test_wiki_dump(tmp):
-    articles, redirects = wiki_counts(DUMP)
-    print(f"xml.etree: {articles} articles, {redirects} namespace-0 redirects")
+    articles, redirects, other = wiki_counts(DUMP)
+    print(f"xml.etree: {articles} articles, {redirects} namespace-0 redirects, {other} other pages")
     check(articles == 106, f"oracle counts {articles} articles, the data README says 106")
     out = os.path.join(tmp, "out")
     clean = os.path.join(tmp, "clean.txt")
@@ -141,6 +143,8 @@ def test_wiki_dump(tmp):
     m = json.load(open(os.path.join(out, "manifest.json")))
     check(m["reading"]["documents"] == articles, f"manifest documents {m['reading']['documents']}")
     check(m["reading"]["wiki_redirects_skipped"] == redirects, "redirects skipped")
+    check(m["reading"]["wiki_other_namespaces_skipped"] == other, "other namespaces skipped")
+    check(m["reading"]["wiki_pages"] == articles + redirects + other == 206, "pages seen")
     docs = read_docs(clean)
     check(len(docs) == articles, f"{len(docs)} cleaned documents, expected {articles}")
     for d in docs:
