@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Trains one base experiment once per attention type under identical conditions (data, seed,
+# token budget, validation split) and tabulates what each type costs and retains.
+#
+#   launch/compare.sh BASE.yaml [TYPE ...] [-o OUTDIR] [--tokens N] [--stop-after N] [key=value ...]
+#
+# TYPE       attention types (default: mha sha mhe_add mhe_mul mqa el_att skv collab); gqa gets
+#            groups = heads/2 and collab D~ = hidden/2 unless attention.groups= / collab_dim= are given
+# -o         output folder (default: out/compare-<base name>); each type trains into OUTDIR/TYPE/
+# --tokens   training tokens per type (default 327680: 80 steps of the tiny configs, so that all
+#            eight types take about 30 minutes on 2 cores); a train.steps= or train.tokens=
+#            override replaces it
+# --stop-after N   stop every type after step N with a checkpoint (rerun to continue)
+# key=value  overrides for every type (after the script's own, so they win)
+#
+# Writes OUTDIR/results.md, results.csv and curves.png (launch/compare/README.md explains every
+# column).  Rerunning the same command skips the types that finished and resumes a partly
+# trained one from its newest checkpoint; a larger budget extends finished ones.
+# Environment: MHETRAIN (default build/mhetrain); MHE_LAUNCH replaces "mhetrain train" as the
+# launcher, e.g. MHE_LAUNCH="launch/mpirun.sh -n 2".
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+util=(/usr/bin/python3 "$here/launch/compare/compare_util.py")
+die() { echo "compare: $*" >&2; exit 2; }
+
+base="" outdir="" tokens=327680 stop_after="" types=() user=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -o) [ $# -ge 2 ] || die "-o needs a folder"; outdir="$2"; shift 2 ;;
+    --tokens) [[ "${2:-}" =~ ^[0-9]+$ && "$2" -gt 0 ]] || die "--tokens needs a positive integer"
+              tokens="$2"; shift 2 ;;
+    --stop-after) [[ "${2:-}" =~ ^[0-9]+$ && "$2" -gt 0 ]] || die "--stop-after needs a positive integer"
+                  stop_after="$2"; shift 2 ;;
+    -*) die "unknown option '$1' (see --help)" ;;
+    *=*) user+=("$1"); shift ;;
+    *) if [ -z "$base" ]; then base="$1"; else types+=("$1"); fi; shift ;;
+  esac
+done
+[ -n "$base" ] || die "expected BASE.yaml (see --help)"
+[ -r "$base" ] || die "cannot read $base"
+((${#types[@]})) || types=(mha sha mhe_add mhe_mul mqa el_att skv collab)
+[ -n "$outdir" ] || outdir="out/compare-$(basename "$base" .yaml)"
+bin="${MHETRAIN:-$here/build/mhetrain}"
+[ -x "$bin" ] || die "$bin is not built (cmake --build build), or set MHETRAIN"
+if [ -n "${MHE_LAUNCH:-}" ]; then read -r -a launch <<<"$MHE_LAUNCH"; else launch=("$bin" train); fi
+for t in "${types[@]}"; do
+  [[ "$t" =~ ^(mha|sha|mhe_add|mhe_mul|mqa|gqa|el_att|skv|collab)$ ]] || die "unknown attention type '$t'"
+done
+
+has_user() { local k; for k in "${user[@]+"${user[@]}"}"; do [[ "$k" == "$1="* ]] && return 0; done; return 1; }
+# The same budget for every type.  steps=0 lets a token budget replace the base's step count.
+common=()
+if ! has_user train.steps && ! has_user train.tokens; then common+=(train.steps=0 train.tokens="$tokens")
+elif has_user train.tokens && ! has_user train.steps; then common+=(train.steps=0); fi
+mkdir -p "$outdir"
+"$bin" train "$base" "${common[@]+"${common[@]}"}" "${user[@]+"${user[@]}"}" --dry-run >"$outdir/base.resolved.yaml"
+read -r steps heads hidden < <("${util[@]}" resolved "$outdir/base.resolved.yaml" steps heads hidden)
+# Several points on the validation curve, and a checkpoint at each so an interruption loses little.
+every=$(( steps >= 8 ? steps / 8 : 1 ))
+has_user train.eval_every || common+=(train.eval_every="$every")
+has_user train.checkpoint_every || common+=(train.checkpoint_every="$every")
+
+stop=0 child=""
+# Ctrl-C reaches the trainer too (same process group); a TERM sent to this script alone is
+# passed on.  Either way the trainer checkpoints at its next step and the loop ends here.
+on_signal() {
+  stop=1
+  if [ "$1" = TERM ] && [ -n "$child" ]; then
+    local p; for p in $(pgrep -P "$child" || true); do kill -TERM "$p" 2>/dev/null || true; done
+  fi
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+
+incomplete=()
+for t in "${types[@]}"; do
+  dir="$outdir/$t"
+  knobs=(attention.type="$t")
+  [ "$t" = gqa ] && ! has_user attention.groups && knobs+=(attention.groups=$(( heads >= 2 ? heads / 2 : 1 )))
+  [ "$t" = collab ] && ! has_user attention.collab_dim && knobs+=(attention.collab_dim=$(( hidden >= 2 ? hidden / 2 : 1 )))
+  ov=("${common[@]}" "${knobs[@]}" "${user[@]+"${user[@]}"}" train.out_dir="$dir")
+  mkdir -p "$dir"
+  "$bin" train "$base" "${ov[@]}" --dry-run >"$dir/resolved.yaml"
+  "$bin" params "$base" "${ov[@]}" >"$dir/params.txt"
+  read -r tsteps < <("${util[@]}" resolved "$dir/resolved.yaml" steps)
+  if "${util[@]}" complete "$dir" "$tsteps"; then
+    echo "compare: $t: done ($tsteps steps), skipped" >&2
+    continue
+  fi
+  echo "compare: $t: training into $dir ($tsteps steps)" >&2
+  extra=(); [ -n "$stop_after" ] && extra=(--stop-after "$stop_after")
+  # Peak RSS of the launched process tree (largest process), one line per (re)start.
+  /usr/bin/time -f %M -a -o "$dir/peak_rss_kb.txt" "${launch[@]}" "$base" "${ov[@]}" "${extra[@]+"${extra[@]}"}" \
+    2> >(tee -a "$dir/train.log" >&2) &
+  child=$!
+  status=0
+  while :; do
+    wait "$child" && status=0 || status=$?
+    # wait returns >128 when a trapped signal interrupts it; the trainer is still running.
+    kill -0 "$child" 2>/dev/null || break
+  done
+  child=""
+  [ "$status" = 0 ] || { echo "compare: $t: training failed (status $status; log $dir/train.log)" >&2; exit 1; }
+  if [ "$stop" = 1 ]; then echo "compare: interrupted; run the same command to resume" >&2; exit 130; fi
+  "${util[@]}" complete "$dir" "$tsteps" || incomplete+=("$t")
+done
+
+if ((${#incomplete[@]})); then
+  echo "compare: not finished: ${incomplete[*]}; run the same command (without --stop-after) to continue" >&2
+  exit 0
+fi
+"${util[@]}" summarise "$outdir" "${types[@]}"
+echo "compare: wrote $outdir/results.md, results.csv, curves.png" >&2

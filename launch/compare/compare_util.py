@@ -1,0 +1,272 @@
+#!/usr/bin/python3
+"""Helpers of launch/compare.sh (standard library only).
+
+  compare_util.py resolved FILE KEY...     print values of a `mhetrain train --dry-run` config
+  compare_util.py complete DIR STEPS       exit 0 when DIR holds a finished run of STEPS steps
+  compare_util.py summarise OUTDIR TYPE... write results.csv, results.md and curves.png
+"""
+import csv
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fail(msg):
+    sys.stderr.write("compare: %s\n" % msg)
+    sys.exit(2)
+
+
+def read_resolved(path):
+    """The dry-run YAML is two levels deep: `section:` then `  key: value`."""
+    out, section = {}, None
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            m = re.match(r"^(\s*)([A-Za-z_0-9]+):\s*(.*?)\s*$", line)
+            if not m:
+                continue
+            if not m.group(1):
+                section = m.group(2)
+            else:
+                out["%s.%s" % (section, m.group(2))] = m.group(3).strip('"')
+    return out
+
+
+# Short names for the values compare.sh needs.
+ALIASES = {"steps": "train.steps", "heads": "model.heads", "hidden": "model.hidden"}
+
+
+def cmd_resolved(path, keys):
+    cfg = read_resolved(path)
+    vals = []
+    for k in keys:
+        full = ALIASES.get(k, k)
+        if full not in cfg:
+            fail("%s: no %s" % (path, full))
+        vals.append(cfg[full])
+    print(" ".join(vals))
+
+
+def read_metrics(path):
+    """Training and evaluation rows keyed by step.  A resumed run appends the steps it repeats
+    after its checkpoint, so the last row of a step wins."""
+    train, valid = {}, {}
+    if not os.path.exists(path):
+        return train, valid
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                # A crash can leave a torn last line; anything else is a real problem.
+                sys.stderr.write("compare: %s:%d: not JSON, ignored\n" % (path, n))
+                continue
+            (valid if row.get("split") == "valid" else train)[int(row["step"])] = row
+    return train, valid
+
+
+def is_complete(d, steps):
+    _, valid = read_metrics(os.path.join(d, "metrics.jsonl"))
+    ckpt = os.path.join(d, "checkpoints", "step_%08d" % steps)
+    return steps in valid and os.path.isdir(ckpt)
+
+
+def params_of(path):
+    """`mhetrain params` totals: attention weights without biases, all parameters."""
+    att = total = None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^attention weights \(no biases\):\s*(\d+)\s*$", line)
+            if m:
+                att = int(m.group(1))
+            m = re.match(r"^all parameters:\s*(\d+)\s*$", line)
+            if m:
+                total = int(m.group(1))
+    if att is None or total is None:
+        fail("%s: no parameter totals" % path)
+    return att, total
+
+
+def peak_rss_mib(d):
+    """The largest RSS over the (re)starts of this type, from GNU time's %M (KiB)."""
+    best = None
+    path = os.path.join(d, "peak_rss_kb.txt")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if re.match(r"^\d+$", line.strip()):
+                    best = max(best or 0, int(line))
+    return None if best is None else best / 1024.0
+
+
+def model_memory_mib(d):
+    """The trainer's own estimate of its memory per worker (last start)."""
+    path = os.path.join(d, "train.log")
+    est = None
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.startswith("memory per worker:"):
+                    nums = re.findall(r"([\d.]+) MiB", line)
+                    est = sum(float(x) for x in nums)
+    return est
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    if n == 0:
+        return None
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def fmt(x, digits):
+    return "" if x is None else "%.*f" % (digits, x)
+
+
+def collect(outdir, types):
+    rows = []
+    for t in types:
+        d = os.path.join(outdir, t)
+        cfg = read_resolved(os.path.join(d, "resolved.yaml"))
+        steps = int(cfg["train.steps"])
+        train, valid = read_metrics(os.path.join(d, "metrics.jsonl"))
+        if steps not in valid:
+            fail("%s: no final evaluation at step %d" % (d, steps))
+        final = valid[steps]
+        att, total = params_of(os.path.join(d, "params.txt"))
+        mlm = cfg["objective.type"] == "mlm"
+        rows.append({
+            "type": t, "mlm": mlm, "steps": steps,
+            "tokens_seen": int(final["tokens_seen"]),
+            "attention_weights": att, "total_params": total,
+            "valid_loss": float(final["valid_loss"]),
+            "valid_accuracy": float(final["valid_accuracy"]) if mlm else None,
+            "valid_perplexity": None if mlm else float(final["valid_perplexity"]),
+            "tokens_per_s": median([float(r["tokens_per_s"]) for r in train.values() if not r.get("skipped")]),
+            "peak_rss_mib": peak_rss_mib(d),
+            "model_mem_mib": model_memory_mib(d),
+            "curve": [(float(v["tokens_seen"]), float(v["valid_loss"])) for _, v in sorted(valid.items())],
+        })
+    if len({r["mlm"] for r in rows}) != 1:
+        fail("the types were trained with different objectives")
+    ref = next((r for r in rows if r["type"] == "mha"), None)
+    for r in rows:
+        # PRR on a higher-is-better metric: accuracy (MLM) or 1/perplexity (CLM); and on
+        # exp(-loss) for both, which is the likelihood per token, so loss differences read as ratios.
+        if ref is None:
+            r["prr"] = r["prr_loss"] = None
+            continue
+        if r["mlm"]:
+            r["prr"] = 100.0 * r["valid_accuracy"] / ref["valid_accuracy"] if ref["valid_accuracy"] > 0 else None
+        else:
+            r["prr"] = 100.0 * ref["valid_perplexity"] / r["valid_perplexity"]
+        r["prr_loss"] = 100.0 * math.exp(ref["valid_loss"] - r["valid_loss"])
+    return rows
+
+
+CSV_COLUMNS = ["type", "attention_weights", "total_params", "steps", "tokens_seen", "valid_loss",
+               "valid_accuracy", "valid_perplexity", "prr", "prr_loss", "tokens_per_s",
+               "peak_rss_mib", "model_mem_mib"]
+
+
+def write_csv(path, rows):
+    mlm = rows[0]["mlm"]
+    cols = [c for c in CSV_COLUMNS if c != ("valid_perplexity" if mlm else "valid_accuracy")]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for r in rows:
+            out = []
+            for c in cols:
+                v = r[c]
+                out.append("" if v is None else ("%.8g" % v if isinstance(v, float) else v))
+            w.writerow(out)
+
+
+def write_md(path, rows, base_cfg):
+    mlm = rows[0]["mlm"]
+    metric = "masked-token accuracy" if mlm else "perplexity"
+    lines = ["# Attention variants compared", "",
+             "Model: %s, %s layers, D=%s, n=%s, d=%s; objective %s; %s steps x global batch %s x %s "
+             "tokens = %s tokens per type, seed %s; validation: %s batches of %s."
+             % (base_cfg["model.arch"], base_cfg["model.layers"], base_cfg["model.hidden"],
+                base_cfg["model.heads"], base_cfg["model.head_dim"], base_cfg["objective.type"],
+                rows[0]["steps"], base_cfg["train.global_batch"], base_cfg["data.seq_len"],
+                rows[0]["tokens_seen"], base_cfg["train.seed"], base_cfg["train.eval_batches"],
+                base_cfg["train.micro_batch"]), ""]
+    head = ["type", "attention weights (no biases)", "total parameters", "valid loss",
+            "accuracy" if mlm else "perplexity", "PRR (%s)" % ("accuracy" if mlm else "1/perplexity"),
+            "PRR (exp(-loss))", "tokens/s", "peak RSS MiB", "model memory MiB"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for r in rows:
+        cells = [r["type"], "{:,}".format(r["attention_weights"]), "{:,}".format(r["total_params"]),
+                 fmt(r["valid_loss"], 4), fmt(r["valid_accuracy"] if mlm else r["valid_perplexity"], 4 if mlm else 2),
+                 fmt(r["prr"], 1), fmt(r["prr_loss"], 1), fmt(r["tokens_per_s"], 0),
+                 fmt(r["peak_rss_mib"], 1), fmt(r["model_mem_mib"], 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["",
+              "- Losses and %s are the final evaluation of each run (metrics.jsonl), on the same "
+              "validation batches for every type." % metric,
+              "- PRR = metric(type) / metric(mha) x 100 on a higher-is-better metric: %s; and "
+              "PRR (exp(-loss)) = exp(-loss(type)) / exp(-loss(mha)) x 100 = 100 exp(loss(mha) - loss(type))."
+              % ("masked-token accuracy" if mlm else "1/perplexity, i.e. perplexity(mha)/perplexity(type)"),
+              "- Parameters are `mhetrain params` of the same resolved config: attention weight "
+              "matrices without biases (the papers' count), and every parameter.",
+              "- tokens/s: median over the logged training steps (the machine's load at the time "
+              "counts); peak RSS: largest resident set of the trainer process (GNU time %M, max "
+              "over restarts; under mpirun the largest rank); model memory: the trainer's own "
+              "estimate per worker (parameters+gradients, optimizer, activations)."]
+    if not any(r["type"] == "mha" for r in rows):
+        lines.append("- No mha run, so no PRR.")
+    lines += ["", "![validation loss against tokens seen](curves.png)", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def plot(outdir, rows):
+    data = os.path.join(outdir, "curves.dat")
+    with open(data, "w") as f:
+        # One gnuplot data block per type, two blank lines apart (index i).
+        for r in rows:
+            f.write("# %s\n" % r["type"])
+            for x, y in r["curve"]:
+                f.write("%.0f %.8g\n" % (x, y))
+            f.write("\n\n")
+    titles = " ".join(r["type"] for r in rows)
+    png = os.path.join(outdir, "curves.png")
+    subprocess.run(["gnuplot", "-e", "datafile='%s'; outfile='%s'; titles='%s'; n=%d"
+                    % (data, png, titles, len(rows)), os.path.join(HERE, "curves.gp")], check=True)
+
+
+def cmd_summarise(outdir, types):
+    rows = collect(outdir, types)
+    base_cfg = read_resolved(os.path.join(outdir, types[0], "resolved.yaml"))
+    write_csv(os.path.join(outdir, "results.csv"), rows)
+    write_md(os.path.join(outdir, "results.md"), rows, base_cfg)
+    plot(outdir, rows)
+
+
+def main(argv):
+    if len(argv) >= 3 and argv[1] == "resolved":
+        cmd_resolved(argv[2], argv[3:])
+    elif len(argv) == 4 and argv[1] == "complete":
+        sys.exit(0 if is_complete(argv[2], int(argv[3])) else 1)
+    elif len(argv) >= 4 and argv[1] == "summarise":
+        cmd_summarise(argv[2], argv[3:])
+    else:
+        fail("usage: compare_util.py resolved FILE KEY... | complete DIR STEPS | summarise OUTDIR TYPE...")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
