@@ -1,12 +1,27 @@
 // What the CUDA build reports about itself (kernels/backend_info.h): runtime, driver, cuBLAS and
 // NCCL versions, and the device count (0 on a machine without a GPU or driver).
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_compat.h"
 
 extern "C" {
 #include "kernels/backend_info.h"
 }
 
+extern "C" [[noreturn]] void mhe_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 extern "C" int backend_cuda_compiled(void) { return 1; }
+
+// A configuration asking for a GPU the machine does not have is a user error (status 2).
+extern "C" Backend *backend_cuda_create_for(int device, int bf16) {
+    int n = backend_cuda_device_count();
+    if (n == 0)
+        mhe_fail("runtime.device: cuda, but no CUDA device is visible (driver or GPU missing; "
+                 "use runtime.device: cpu)");
+    if (device >= n)
+        mhe_fail("runtime.device: cuda, local rank %d needs GPU %d but this host has %d; start "
+                 "at most %d ranks per host", device, device, n, n);
+    return backend_cuda_create(device, bf16);
+}
 
 extern "C" int backend_cuda_device_count(void) {
     int n = 0;

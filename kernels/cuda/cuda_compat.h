@@ -22,9 +22,10 @@
 extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Threads per block of the row kernels.  The emulation runs one std::thread per CUDA thread,
-// so it uses two warps: still enough to exercise the cross-warp half of every reduction.
+// so it defaults to two warps (still exercising the cross-warp half of every reduction);
+// MHE_EMU_BLOCK=32..1024 changes it at run time.
 #if defined(MHE_CUDA_EMU)
-#define MHE_BLOCK 64
+#define MHE_BLOCK (mhe_emu_block_threads())
 #define MHE_MAX_GRID 8
 #else
 #define MHE_BLOCK 256

@@ -11,4 +11,14 @@ if(TARGET mhecuda_emu)
   target_link_libraries(test_cuda_parity PRIVATE mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
   set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300)
+
+  add_executable(test_cuda_model ${CMAKE_CURRENT_LIST_DIR}/test_cuda_model.c)
+  target_link_libraries(test_cuda_model PRIVATE mhecuda_emu PkgConfig::CMOCKA)
+  # One warp per row-kernel block here: test_cuda_parity covers the cross-warp reductions, and
+  # the emulation's cost grows with threads per block.
+  foreach(part variants training)
+    add_test(NAME test_cuda_model_${part} COMMAND test_cuda_model ${part})
+    set_tests_properties(test_cuda_model_${part} PROPERTIES
+      ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 900)
+  endforeach()
 endif()

@@ -9,6 +9,8 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -32,6 +34,66 @@ struct ncclComm {
 
 namespace mhe_emu {
 
+// Emulated CUDA threads are pooled: creating (and, under ASan, instrumenting) an OS thread per
+// CUDA thread per launch cost milliseconds per launch.  The pool is process-wide, as the device
+// it stands for is; launches are serialised (one stream), so one job runs at a time.
+class ThreadPool {
+  public:
+    ~ThreadPool() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+        }
+        wake_.notify_all();
+        for (auto &t : workers_) t.join();
+    }
+    // Runs job(0 .. n-1) on n distinct threads concurrently; returns when all have finished.
+    void run(int n, const std::function<void(int)> &job) {
+        std::lock_guard<std::mutex> serial(launch_mu_);
+        std::unique_lock<std::mutex> lock(mu_);
+        while ((int)workers_.size() < n) {
+            int id = (int)workers_.size();
+            workers_.emplace_back([this, id] { worker(id); });
+        }
+        job_ = &job;
+        job_threads_ = n;
+        remaining_ = n;
+        generation_++;
+        wake_.notify_all();
+        done_.wait(lock, [this] { return remaining_ == 0; });
+        job_ = nullptr;
+    }
+
+  private:
+    void worker(int id) {
+        uint64_t seen = 0;
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+            wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+            if (stop_) return;
+            seen = generation_;
+            if (id >= job_threads_) continue;
+            const std::function<void(int)> *job = job_;
+            lock.unlock();
+            (*job)(id);
+            lock.lock();
+            if (--remaining_ == 0) done_.notify_one();
+        }
+    }
+    std::mutex launch_mu_, mu_;
+    std::condition_variable wake_, done_;
+    std::vector<std::thread> workers_;
+    const std::function<void(int)> *job_ = nullptr;
+    int job_threads_ = 0, remaining_ = 0;
+    uint64_t generation_ = 0;
+    bool stop_ = false;
+};
+
+static ThreadPool &pool() {
+    static ThreadPool p;
+    return p;
+}
+
 void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()> &body) {
     const int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024) {
@@ -49,15 +111,16 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
     }
     std::vector<unsigned char> shared(dynamic_shared_bytes + 16);
     Block blk{&block_sync, warps.data(), shared.data()};
-    // The threads of a block are created once per launch and walk the grid together; the
-    // barrier after each block keeps blocks from overlapping (static __shared__ is reused).
-    auto thread_main = [&](int linear) {
+    // The threads of a block walk the grid together; the barrier after each block keeps blocks
+    // from overlapping (static __shared__ storage is reused by the next block).
+    std::function<void(int)> thread_main = [&](int linear) {
         ThreadState &s = self;
         s.block = &blk;
         s.block_dim = block;
         s.grid_dim = grid;
         s.linear = linear;
         s.lane = linear % WARP;
+        s.shuffle_phase = 0;
         s.thread_idx = uint3{(unsigned)linear % block.x, (unsigned)(linear / block.x) % block.y,
                              (unsigned)(linear / (block.x * block.y))};
         for (unsigned bz = 0; bz < grid.z; bz++)
@@ -67,14 +130,25 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
                     body();
                     block_sync.arrive_and_wait();
                 }
+        s.block = nullptr;
     };
-    std::vector<std::thread> threads;
-    threads.reserve(n);
-    for (int t = 0; t < n; t++) threads.emplace_back(thread_main, t);
-    for (auto &t : threads) t.join();
+    pool().run(n, thread_main);
 }
 
 }  // namespace mhe_emu
+
+int mhe_emu_block_threads(void) {
+    static const int threads = [] {
+        const char *e = std::getenv("MHE_EMU_BLOCK");
+        int t = e ? std::atoi(e) : 64;
+        if (t < 32 || t > 1024 || t % 32) {
+            std::fprintf(stderr, "cuda_emu: MHE_EMU_BLOCK=%s is not a multiple of 32 in [32, 1024]\n", e);
+            std::abort();
+        }
+        return t;
+    }();
+    return threads;
+}
 
 // ---- runtime ----
 cudaError_t mhe_emu_malloc(void **p, size_t bytes) {

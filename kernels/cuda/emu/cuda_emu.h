@@ -43,7 +43,7 @@ constexpr int WARP = 32;
 
 struct Warp {
     std::barrier<> *sync;
-    uint64_t slot[WARP];
+    uint64_t slot[2][WARP];  // double-buffered: one barrier per shuffle suffices
 };
 
 struct Block {
@@ -57,6 +57,7 @@ struct ThreadState {
     uint3 thread_idx, block_idx;
     dim3 block_dim, grid_dim;
     int lane, linear;
+    int shuffle_phase;  // which slot buffer the next shuffle of this lane uses
     Block *block;
 };
 inline thread_local ThreadState self;
@@ -66,14 +67,17 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
 
 template <typename T> T shuffle(T v, int src_lane, bool keep_own) {
     static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>);
+    // A lane can only start the shuffle after next (which reuses this buffer) once every lane
+    // has arrived at the next one's barrier, i.e. has finished reading this one.
     Warp &w = self.block->warps[self.linear / WARP];
+    uint64_t *slot = w.slot[self.shuffle_phase];
+    self.shuffle_phase ^= 1;
     uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof v);
-    w.slot[self.lane] = bits;
+    slot[self.lane] = bits;
     w.sync->arrive_and_wait();  // every lane has published
     T out = v;
-    if (!keep_own) std::memcpy(&out, &w.slot[src_lane], sizeof out);
-    w.sync->arrive_and_wait();  // every lane has read before the slots are reused
+    if (!keep_own) std::memcpy(&out, &slot[src_lane], sizeof out);
     return out;
 }
 
@@ -111,6 +115,9 @@ inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __ldg(const float *p) { return *p; }
+
+// Block size the sources launch their row kernels with (env MHE_EMU_BLOCK, default 64).
+int mhe_emu_block_threads(void);
 
 // Dynamic shared memory: `MHE_DYNAMIC_SHARED(float, buf);` in both builds.
 #define MHE_DYNAMIC_SHARED(type, name) \

@@ -1,0 +1,264 @@
+// The whole model through the CUDA backend (emulated, kernels/cuda/emu) against the same model
+// on the CPU backend: forward and backward of every arch x attention type with dropout on, and
+// 20-step AdamW training runs in fp32 and bf16.
+// Tolerances: loss relative 1e-4; logits and every parameter gradient norm-wise relative
+// ‖cuda − cpu‖/‖cpu‖ <= 1e-4 (a gradient whose CPU norm is below 1e-6, e.g. mhe_add's e^K, must
+// be below 1e-6 in absolute norm); training losses per step within 1e-4 (fp32) or 2% (bf16).
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/ops.h"
+#include "trainer/model.h"
+
+#define B_ 2
+#define T_ 7
+#define V_ 17
+
+typedef struct {
+    const char *name;
+    Arch arch;
+    AttentionType type;
+    int groups;
+    int fast;
+} Case;
+
+static const Case CASES[] = {
+    {"bert_mha", ARCH_BERT, ATTN_MHA, 0, 1},         {"bert_sha", ARCH_BERT, ATTN_SHA, 0, 1},
+    {"bert_mhe_add_fast", ARCH_BERT, ATTN_MHE_ADD, 0, 1}, {"bert_mhe_add_plain", ARCH_BERT, ATTN_MHE_ADD, 0, 0},
+    {"bert_mhe_mul_fast", ARCH_BERT, ATTN_MHE_MUL, 0, 1}, {"bert_mhe_mul_plain", ARCH_BERT, ATTN_MHE_MUL, 0, 0},
+    {"bert_mqa", ARCH_BERT, ATTN_MQA, 0, 1},         {"bert_gqa2", ARCH_BERT, ATTN_GQA, 2, 1},
+    {"bert_el_att", ARCH_BERT, ATTN_EL_ATT, 0, 1},   {"bert_skv", ARCH_BERT, ATTN_SKV, 0, 1},
+    {"bert_collab", ARCH_BERT, ATTN_COLLAB, 0, 1},   {"gpt_mha", ARCH_GPT, ATTN_MHA, 0, 1},
+    {"gpt_sha", ARCH_GPT, ATTN_SHA, 0, 1},           {"gpt_mhe_add_fast", ARCH_GPT, ATTN_MHE_ADD, 0, 1},
+    {"gpt_mhe_add_plain", ARCH_GPT, ATTN_MHE_ADD, 0, 0}, {"gpt_mhe_mul_fast", ARCH_GPT, ATTN_MHE_MUL, 0, 1},
+    {"gpt_mhe_mul_plain", ARCH_GPT, ATTN_MHE_MUL, 0, 0}, {"gpt_mqa", ARCH_GPT, ATTN_MQA, 0, 1},
+    {"gpt_gqa2", ARCH_GPT, ATTN_GQA, 2, 1},          {"gpt_el_att", ARCH_GPT, ATTN_EL_ATT, 0, 1},
+    {"gpt_skv", ARCH_GPT, ATTN_SKV, 0, 1},           {"gpt_collab", ARCH_GPT, ATTN_COLLAB, 0, 1},
+};
+
+static void make_config(const Case *c, Config *cfg) {
+    config_defaults(cfg);
+    cfg->model.arch = c->arch;
+    cfg->model.layers = 2;
+    cfg->model.hidden = 12;
+    cfg->model.heads = 4;
+    cfg->model.ffn = 20;
+    cfg->model.vocab_size = V_;
+    cfg->model.max_seq = 9;
+    cfg->model.init_std = 0.2f;
+    cfg->model.dropout = 0.1f;
+    cfg->model.attn_dropout = 0.1f;
+    cfg->attention.type = c->type;
+    cfg->attention.groups = c->groups;
+    cfg->attention.embed_std = 0.3f;
+    cfg->attention.fast_path = c->fast;
+    cfg->data.seq_len = 0;
+    config_resolve(cfg, "test_cuda_model");
+}
+
+typedef struct {
+    int32_t ids[B_ * T_], types[B_ * T_], mask[B_ * T_], labels[B_ * T_];
+} Inputs;
+
+// Random ids, the second sequence padded over its last two positions (bert), labels on about
+// half the real positions (bert) or the next token (gpt).
+static void make_inputs(Arch arch, uint64_t seed, Inputs *in) {
+    Rng r = rng_stream(seed, 1, 2);
+    for (int i = 0; i < B_ * T_; i++) {
+        in->ids[i] = (int32_t)(rng_next(&r) % V_);
+        in->types[i] = (int32_t)(rng_next(&r) % 2);
+        in->mask[i] = !(arch == ARCH_BERT && i / T_ == 1 && i % T_ >= T_ - 2);
+    }
+    for (int i = 0; i < B_ * T_; i++) {
+        int t = i % T_;
+        if (arch == ARCH_GPT)
+            in->labels[i] = t + 1 < T_ ? in->ids[i + 1] : -100;
+        else
+            in->labels[i] = in->mask[i] && (rng_next(&r) % 2 == 0 || t == 0) ? (int32_t)(rng_next(&r) % V_) : -100;
+    }
+}
+
+typedef struct {
+    Backend *be;
+    Model *m;
+} Side;
+
+// The same randomised parameters on both sides (param_init plus noise everywhere).
+static void make_pair(const Case *c, Side s[2], int bf16) {
+    Config cfg;
+    make_config(c, &cfg);
+    s[0].be = backend_cpu_create(2);
+    s[1].be = backend_cuda_create(0, bf16);
+    for (int i = 0; i < 2; i++) {
+        s[i].m = model_create(&cfg, s[i].be, B_, T_);
+        model_set_dropout_seed(s[i].m, 77);
+    }
+    size_t n = model_param_count(s[0].m);
+    float *w = mhe_malloc(n * sizeof *w);
+    model_init_params(s[0].m, 5);
+    model_get_params(s[0].m, w);
+    Rng r = rng_stream(5, 99, 0);
+    for (size_t i = 0; i < n; i++) w[i] += (float)(0.1 * rng_next_normal(&r));
+    model_set_params(s[0].m, w);
+    model_set_params(s[1].m, w);
+    free(w);
+    config_free(&cfg);
+}
+
+static void free_pair(Side s[2]) {
+    for (int i = 0; i < 2; i++) {
+        model_free(s[i].m);
+        s[i].be->destroy(s[i].be);
+    }
+}
+
+static double norm_diff(const float *a, const float *b, size_t n, double *ref_norm) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    *ref_norm = sqrt(r);
+    return sqrt(d);
+}
+
+// Returns the number of failed comparisons of one case.
+static int run_case(const Case *c) {
+    Side s[2];
+    make_pair(c, s, 0);
+    Inputs in;
+    make_inputs(c->arch, 11, &in);
+    float loss[2], *logits[2], *grads[2];
+    size_t n = model_param_count(s[0].m), nl = (size_t)B_ * T_ * V_;
+    for (int i = 0; i < 2; i++) {
+        loss[i] = model_forward(s[i].m, in.ids, c->arch == ARCH_BERT ? in.types : NULL, in.mask,
+                                in.labels, B_, T_, 1);
+        logits[i] = mhe_malloc(nl * sizeof(float));
+        model_download_logits(s[i].m, logits[i]);
+        model_zero_grad(s[i].m);
+        model_backward(s[i].m, 0);
+        grads[i] = mhe_malloc(n * sizeof(float));
+        model_get_grads(s[i].m, grads[i]);
+    }
+    int bad = 0;
+    double e = fabs(loss[1] - loss[0]) / fabs(loss[0]), ref, worst = 0;
+    if (!(e <= 1e-4)) {
+        print_error("%s: loss cpu %.7f cuda %.7f\n", c->name, loss[0], loss[1]);
+        bad++;
+    }
+    double le = norm_diff(logits[1], logits[0], nl, &ref) / ref;
+    if (!(le <= 1e-4)) {
+        print_error("%s: logits rel err %.3g\n", c->name, le);
+        bad++;
+    }
+    const ParamTable *t = model_param_table(s[0].m);
+    for (int i = 0; i < t->count; i++) {
+        const ParamTensor *p = &t->tensors[i];
+        double d = norm_diff(grads[1] + p->offset, grads[0] + p->offset, p->numel, &ref);
+        int is_abs = ref < 1e-6;
+        double err = is_abs ? d : d / ref;
+        if (!(err <= (is_abs ? 1e-6 : 1e-4))) {
+            print_error("%s: grad %s %s err %.3g\n", c->name, p->name, is_abs ? "abs" : "rel", err);
+            bad++;
+        }
+        if (!is_abs && err > worst) worst = err;
+    }
+    print_message("%-20s loss %.6f  loss err %.1e  logits err %.1e  worst grad err %.1e%s\n", c->name,
+                  loss[0], e, le, worst, bad ? "  FAIL" : "");
+    for (int i = 0; i < 2; i++) {
+        free(logits[i]);
+        free(grads[i]);
+    }
+    free_pair(s);
+    return bad;
+}
+
+static void test_forward_backward_match_cpu_for_every_variant(void **state) {
+    (void)state;
+    int bad = 0;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) bad += run_case(&CASES[i]);
+    assert_int_equal(bad, 0);
+}
+
+// 20 AdamW steps on one fixed batch (so the loss must fall), the update done by each backend's
+// adamw_update.
+static void train(const Case *c, int bf16, float losses[2][20]) {
+    Side s[2];
+    make_pair(c, s, bf16);
+    size_t n = model_param_count(s[0].m);
+    float *mom[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) mom[i][j] = s[i].be->alloc(s[i].be, n * sizeof(float));
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.999f;
+    Inputs in;
+    make_inputs(c->arch, 100, &in);
+    for (int step = 1; step <= 20; step++) {
+        float bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+        for (int i = 0; i < 2; i++) {
+            model_zero_grad(s[i].m);
+            losses[i][step - 1] = model_forward(s[i].m, in.ids, c->arch == ARCH_BERT ? in.types : NULL,
+                                                in.mask, in.labels, B_, T_, 1);
+            model_backward(s[i].m, 0);
+            s[i].be->adamw_update(s[i].be, model_params(s[i].m), model_grads(s[i].m), mom[i][0],
+                                  mom[i][1], n, lr, b1, b2, 1e-8f, 0.01f, bc1, bc2, 1.0f);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) s[i].be->free(s[i].be, mom[i][j]);
+    free_pair(s);
+}
+
+static void check_training(const Case *c, int bf16, double tol) {
+    float losses[2][20];
+    train(c, bf16, losses);
+    double worst = 0;
+    for (int k = 0; k < 20; k++) {
+        double e = fabs(losses[1][k] - losses[0][k]) / fabs(losses[0][k]);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    print_message("%s %s: loss %.4f -> %.4f (cpu), %.4f -> %.4f (cuda), worst step rel diff %.2e\n",
+                  c->name, bf16 ? "bf16" : "fp32", losses[0][0], losses[0][19], losses[1][0],
+                  losses[1][19], worst);
+    // The run must learn, or tracking would prove little.
+    assert_true(losses[0][19] < losses[0][0]);
+    assert_true(worst <= tol);
+}
+
+static void test_training_tracks_cpu_fp32(void **state) {
+    (void)state;
+    check_training(&CASES[11], 0, 1e-4);  // gpt_mha
+}
+
+static void test_training_tracks_cpu_bf16(void **state) {
+    (void)state;
+    check_training(&CASES[2], 1, 0.02);  // bert_mhe_add_fast
+}
+
+// `test_cuda_model variants` or `test_cuda_model training`: two ctest entries that can run in
+// parallel (each emulated step is slow).
+int main(int argc, char **argv) {
+    const struct CMUnitTest variants[] = {
+        cmocka_unit_test(test_forward_backward_match_cpu_for_every_variant),
+    };
+    const struct CMUnitTest training[] = {
+        cmocka_unit_test(test_training_tracks_cpu_fp32),
+        cmocka_unit_test(test_training_tracks_cpu_bf16),
+    };
+    const char *which = argc > 1 ? argv[1] : "all";
+    int failed = 0;
+    if (strcmp(which, "training") != 0)
+        failed += cmocka_run_group_tests_name("cuda model parity", variants, NULL, NULL);
+    if (strcmp(which, "variants") != 0)
+        failed += cmocka_run_group_tests_name("cuda training parity", training, NULL, NULL);
+    return failed ? 1 : 0;
+}
