@@ -2,6 +2,7 @@
 #include "trainer/export.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,10 @@ void export_run(const ExportOptions *opt) {
     Tokenizer *tok = load_tokenizer(opt, &cfg, cfg_path);
 
     make_dirs(opt->out_dir);
+    // Exporting into the checkpoint itself would overwrite its model.safetensors (other names).
+    char real_out[PATH_MAX], real_ckpt[PATH_MAX];
+    if (realpath(opt->out_dir, real_out) && realpath(dir, real_ckpt) && strcmp(real_out, real_ckpt) == 0)
+        mhe_fail("export: --out %s is the checkpoint directory itself: choose another directory", opt->out_dir);
     path_join(path, opt->out_dir, "model.safetensors");
     export_write_weights(&cfg, &t, params, format, path);
     path_join(path, opt->out_dir, "config.json");

@@ -11,7 +11,7 @@
 // greedy generate() from a 5-token prompt picks the argmax of our logits at its last position.
 //
 // Bad inputs: a missing checkpoint, a corrupted one, --format hf on a non-mha model and a
-// missing --out all exit 2 with a message naming the problem.
+// missing --out, --out into the checkpoint itself all exit 2 with a message naming the problem.
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <setjmp.h>
@@ -80,6 +80,7 @@ static const ExportCase CASES[] = {
     {"gpt_collab", ARCH_GPT, ATTN_COLLAB, -1, -1, 0, 1, NULL, GPT_MHE},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+#define N_BAD 5  // bad-input tests after the cases
 
 // Real text: pairs of consecutive lines (joined by a space) from the books of ../shared/data,
 // of different lengths so the batch is padded, with accents and quotes.
@@ -346,7 +347,7 @@ static int teardown(void **state) {
     cJSON_Delete(g_fx.results);
     for (int b = 0; b < N_LINES; b++) free(g_fx.text[b]);
     // Exports are 10-30 MB each: keep them only when something failed (or MHE_KEEP_EXPORT_TEST).
-    if (g_fx.passed == N_CASES + 4 && !getenv("MHE_KEEP_EXPORT_TEST")) run("rm -rf \"%s\"", g_fx.work);
+    if (g_fx.passed == N_CASES + N_BAD && !getenv("MHE_KEEP_EXPORT_TEST")) run("rm -rf \"%s\"", g_fx.work);
     return 0;
 }
 
@@ -425,17 +426,27 @@ static void test_missing_out_exits_2(void **state) {
     g_fx.passed++;
 }
 
+static void test_out_into_checkpoint_exits_2(void **state) {
+    (void)state;
+    char args[2600];
+    snprintf(args, sizeof args, "\"%s/runs/gpt_sha/checkpoints/step_00000007\" --out \"%s/runs/gpt_sha/checkpoints/step_00000007\"",
+             g_fx.work, g_fx.work);
+    assert_int_equal(export_status(args, "is the checkpoint directory itself"), 2);
+    g_fx.passed++;
+}
+
 int main(void) {
     if (!getenv("MHETRAIN")) {
         fprintf(stderr, "MHETRAIN is not set (run through ctest)\n");
         return 1;
     }
-    struct CMUnitTest tests[N_CASES + 4];
+    struct CMUnitTest tests[N_CASES + N_BAD];
     for (int i = 0; i < N_CASES; i++)
         tests[i] = (struct CMUnitTest){CASES[i].name, check_case, NULL, NULL, (void *)&CASES[i]};
     tests[N_CASES + 0] = (struct CMUnitTest)cmocka_unit_test(test_missing_checkpoint_exits_2);
     tests[N_CASES + 1] = (struct CMUnitTest)cmocka_unit_test(test_corrupt_checkpoint_exits_2);
     tests[N_CASES + 2] = (struct CMUnitTest)cmocka_unit_test(test_format_hf_refuses_mhe);
     tests[N_CASES + 3] = (struct CMUnitTest)cmocka_unit_test(test_missing_out_exits_2);
-    return _cmocka_run_group_tests("export", tests, N_CASES + 4, setup, teardown);
+    tests[N_CASES + 4] = (struct CMUnitTest)cmocka_unit_test(test_out_into_checkpoint_exits_2);
+    return _cmocka_run_group_tests("export", tests, N_CASES + N_BAD, setup, teardown);
 }
