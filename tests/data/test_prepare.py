@@ -2,7 +2,8 @@
 wrote: Python's bz2 + xml.etree (article counts), Hugging Face `tokenizers` (token ids),
 hashlib (checksums) and a shard reader/writer written from the Megatron format spec (numpy).
 
-usage: test_prepare.py wiki_dump|shards_python|prepare_determinism|bad_inputs|bounded_memory
+usage: test_prepare.py wiki_dump|shards_python|prepare_determinism|bad_inputs|bounded_memory|
+       fuzz_inputs
 """
 import bz2
 import filecmp
@@ -359,6 +360,64 @@ def test_bad_inputs(tmp):
     write_shard(dt, [np.arange(4)], 7)
     expect_fail([SHARD_TOOL, "check", dt, "100"], re.escape(dt) + r"\.idx: byte 17: dtype code 7", "float dtype")
     print("bad_inputs ok")
+
+
+def test_fuzz_inputs(tmp):
+    """Mutated shards, XML, JSON lines and bz2: every run ends with success or one clean
+    exit-2 message naming the file, never a crash (the ASan build checks memory too)."""
+    rng = np.random.default_rng(2024)
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
+
+    def mutate(data):
+        b = bytearray(data)
+        kind = rng.integers(0, 4)
+        if kind == 0 and len(b) > 1:   # truncate
+            return bytes(b[: rng.integers(0, len(b))])
+        if kind == 1:                  # append junk
+            return bytes(b) + bytes(rng.integers(0, 256, size=int(rng.integers(1, 40)), dtype=np.uint8))
+        for _ in range(int(rng.integers(1, 6))):  # overwrite bytes
+            if b:
+                b[rng.integers(0, len(b))] = int(rng.integers(0, 256))
+        return bytes(b)
+
+    def run_one(args, path, what):
+        p = subprocess.run(args, capture_output=True, text=True, env=env, errors="replace")
+        lines = p.stderr.strip().splitlines()
+        if p.returncode == 0:
+            return 0
+        check(p.returncode == 2, f"{what}: exit {p.returncode} (a crash?) on {path}: {p.stderr[-800:]}")
+        check(len(lines) == 1 and os.path.basename(path) in lines[0],
+              f"{what}: one line naming the file expected: {p.stderr}")
+        return 1
+
+    good = os.path.join(tmp, "good")
+    write_shard(good, [rng.integers(0, 1000, size=int(n)) for n in rng.integers(0, 50, size=12)], 8)
+    idx, binary = open(good + ".idx", "rb").read(), open(good + ".bin", "rb").read()
+    failures = 0
+    for i in range(150):
+        pre = os.path.join(tmp, f"m{i}")
+        a, b = (mutate(idx), binary) if i % 2 == 0 else (idx, mutate(binary))
+        open(pre + ".idx", "wb").write(a)
+        open(pre + ".bin", "wb").write(b)
+        failures += run_one([SHARD_TOOL, "check", pre, "1000"], pre, "shard")
+    print(f"shards: {failures} of 150 mutations rejected cleanly, the rest valid")
+
+    xml = (b'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">\n<page><title>A</title><ns>0</ns>'
+           b"<revision><text>'''A''' is [[b|c]] {{t|x}} &amp;amp; text.</text></revision></page>\n"
+           b'<page><title>B</title><ns>0</ns><redirect title="A"/><revision><text>#REDIRECT [[A]]</text>'
+           b"</revision></page>\n</mediawiki>\n")
+    jl = b'{"text": "one\\ntwo"}\n{"text": "caf\xc3\xa9"}\n'
+    out = os.path.join(tmp, "o")
+    rejected = {}
+    for name, data in (("x.xml", xml), ("x.jsonl", jl), ("x.xml.bz2", bz2.compress(xml))):
+        rejected[name] = 0
+        for i in range(60):
+            path = os.path.join(tmp, f"{i}_{name}")
+            open(path, "wb").write(mutate(data))
+            rejected[name] += run_one([MHETRAIN, "prepare", "--text-out", out, path], path, name)
+    print(f"inputs rejected cleanly (of 60 each): {rejected}")
+    print("fuzz_inputs ok")
 
 
 def main():

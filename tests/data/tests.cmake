@@ -4,7 +4,7 @@ mhe_add_cmocka_test(test_loader tests/data/test_loader.c)
 mhe_add_cmocka_test(test_loader_config tests/data/test_loader_config.c)
 add_executable(shard_tool tests/data/shard_tool.c)
 target_link_libraries(shard_tool PRIVATE mhecore)
-foreach(check wiki_dump shards_python prepare_determinism bad_inputs bounded_memory)
+foreach(check wiki_dump shards_python prepare_determinism bad_inputs bounded_memory fuzz_inputs)
   add_test(NAME test_data_${check}
     COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_prepare.py ${check})
   set_tests_properties(test_data_${check} PROPERTIES ENVIRONMENT
