@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# launch/compare.sh with a budget of a few steps: a finished type is skipped on rerun, a type
+# stopped part way resumes from its checkpoint, and the table's numbers agree with
+# `mhetrain params`, the design's parameter formulas and each run's own metrics (check.py).
+set -euo pipefail
+: "${MHETRAIN:?}" "${MHE_SOURCE_DIR:?}" "${MHE_BINARY_DIR:?}"
+CORPUS="$MHE_BINARY_DIR/test-corpus"
+COMPARE="$MHE_SOURCE_DIR/launch/compare.sh"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/mhe-compare-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+out="$WORK/cmp"
+# 12 steps of 512 tokens; lr and validation batches large enough that mha's masked-token
+# accuracy is not 0 (PRR divides by it).
+SET=(--tokens 6144 model.layers=1 model.hidden=64 optim.lr=1e-2 train.eval_batches=8
+     data.train="[$CORPUS/shards/train]" data.valid="[$CORPUS/shards/valid]"
+     data.tokenizer="$CORPUS/tokenizer/tokenizer.json")
+run() { bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" "$@" -o "$out" "${SET[@]}" 2>"$WORK/log"; }
+
+# 1. Only mha, to the end.
+run mha || { cat "$WORK/log" >&2; fail "compare of mha alone"; }
+test -s "$out/results.csv" || fail "no results.csv after the first run"
+sum_mha=$(sha256sum "$out/mha/metrics.jsonl" "$out/mha/peak_rss_kb.txt" | sha256sum)
+rm "$out/results.csv" "$out/results.md" "$out/curves.png"
+
+# 2. mha is skipped; sha and mhe_mul stop after step 5 with a checkpoint, so no table yet.
+run mha sha mhe_mul --stop-after 5 || { cat "$WORK/log" >&2; fail "partial compare"; }
+grep -q "compare: mha: done (12 steps), skipped" "$WORK/log" || fail "finished mha not skipped"
+grep -q "compare: not finished: sha mhe_mul" "$WORK/log" || { cat "$WORK/log" >&2; fail "partial run not reported"; }
+test ! -e "$out/results.csv" || fail "a table from unfinished runs"
+test -d "$out/sha/checkpoints/step_00000005" || fail "sha has no checkpoint at step 5"
+
+# 3. The same command without --stop-after finishes them from step 5.
+run mha sha mhe_mul || { cat "$WORK/log" >&2; fail "resumed compare"; }
+grep -q "compare: mha: done (12 steps), skipped" "$WORK/log" || fail "finished mha retrained"
+for t in sha mhe_mul; do
+  grep -q "resumed from .*step_00000005 (step 5" "$WORK/log" || fail "$t did not resume from step 5"
+done
+[ "$(grep -c "^resumed from" "$WORK/log")" = 2 ] || fail "expected exactly two resumed runs"
+[ "$sum_mha" = "$(sha256sum "$out/mha/metrics.jsonl" "$out/mha/peak_rss_kb.txt" | sha256sum)" ] \
+  || fail "mha's run files changed although it was finished"
+
+# 4. The table, against independent numbers.
+for t in mha sha mhe_mul; do
+  "$MHETRAIN" params "$MHE_SOURCE_DIR/tests/train/tiny.yaml" attention.type="$t" model.layers=1 model.hidden=64 \
+    > "$WORK/params_$t.txt"
+done
+/usr/bin/python3 "$MHE_SOURCE_DIR/tests/compare/check.py" "$out" "$WORK" mha sha mhe_mul
+echo "ok"

@@ -1,0 +1,5 @@
+# launch/compare.sh end to end on the training tests' small corpus (tests/compare/).
+set(MHE_COMPARE_ENV "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=1")
+add_test(NAME test_compare_table_and_resume COMMAND bash ${CMAKE_SOURCE_DIR}/tests/compare/test_compare.sh)
+set_tests_properties(test_compare_table_and_resume PROPERTIES FIXTURES_REQUIRED train_corpus
+  ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 300)
