@@ -122,7 +122,31 @@ static const char *format_label(ExportFormat f) {
     }
 }
 
-static Tokenizer *load_tokenizer(const ExportOptions *opt, const Config *cfg, const char *cfg_path) {
+// A relative data.tokenizer is relative to where training ran.  When the checkpoint sits at
+// <cwd>/<train.out_dir>/checkpoints/step_N (out_dir relative), that <cwd> is known: returns
+// <cwd>/<path> in `out` when it exists, so export works from any directory.
+static int training_relative(const char *ckpt_dir, const Config *cfg, const char *path, char *out) {
+    char real[PATH_MAX];
+    const char *od = cfg->train.out_dir;
+    if (path[0] == '/' || !od || !*od || od[0] == '/' || !realpath(ckpt_dir, real)) return -1;
+    while (od[0] == '.' && od[1] == '/') od += 2;
+    size_t n = strlen(od);
+    while (n > 0 && od[n - 1] == '/') n--;
+    for (int up = 0; up < 2; up++) {  // strip "/checkpoints/step_N"
+        char *slash = strrchr(real, '/');
+        if (!slash) return -1;
+        *slash = '\0';
+    }
+    size_t len = strlen(real);
+    if (n == 0 || len <= n || real[len - n - 1] != '/' || strncmp(real + len - n, od, n) != 0) return -1;
+    real[len - n - 1] = '\0';
+    if (snprintf(out, EXPORT_PATH_MAX, "%s/%s", real, path) >= EXPORT_PATH_MAX) return -1;
+    struct stat st;
+    return stat(out, &st) == 0 ? 0 : -1;
+}
+
+static Tokenizer *load_tokenizer(const ExportOptions *opt, const Config *cfg, const char *ckpt_dir,
+                                 const char *cfg_path) {
     if (opt->no_tokenizer) return NULL;
     const char *path = opt->tokenizer ? opt->tokenizer : cfg->data.tokenizer;
     if (!path || !*path) {
@@ -131,6 +155,12 @@ static Tokenizer *load_tokenizer(const ExportOptions *opt, const Config *cfg, co
         return NULL;
     }
     struct stat st;
+    char beside_run[EXPORT_PATH_MAX];
+    if (stat(path, &st) != 0 && !opt->tokenizer && training_relative(ckpt_dir, cfg, path, beside_run) == 0) {
+        fprintf(stderr, "mhetrain export: tokenizer %s taken as %s (relative to the training directory)\n", path,
+                beside_run);
+        path = beside_run;
+    }
     if (stat(path, &st) != 0)
         mhe_fail("export: tokenizer %s (%s) not found: pass --tokenizer PATH or --no-tokenizer", path,
                  opt->tokenizer ? "--tokenizer" : "data.tokenizer of the checkpoint's config");
@@ -158,7 +188,7 @@ void export_run(const ExportOptions *opt) {
     param_table_build(&t, &cfg);
     float *params = mhe_malloc(t.total * sizeof(float));
     checkpoint_load_weights(dir, &t, params);
-    Tokenizer *tok = load_tokenizer(opt, &cfg, cfg_path);
+    Tokenizer *tok = load_tokenizer(opt, &cfg, dir, cfg_path);
 
     make_dirs(opt->out_dir);
     // Exporting into the checkpoint itself would overwrite its model.safetensors (other names).
