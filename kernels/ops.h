@@ -50,6 +50,20 @@ static inline OPS_HD int ops_dropout_keep(uint64_t seed, uint64_t offset, uint64
     float u = (float)(bits >> 40) * (1.0f / 16777216.0f);
     return u >= p;
 }
+// The same decision split for loops: key once per (seed, offset), an integer threshold once
+// per p; ops_dropout_keep_fast(key, i, thr) == ops_dropout_keep(seed, offset, i, p) exactly
+// (u = k/2^24 with k an integer, so u >= p  <=>  k >= ceil(p 2^24)).
+static inline OPS_HD uint64_t ops_dropout_key(uint64_t seed, uint64_t offset) {
+    return ops_mix64(seed ^ ops_mix64(offset));
+}
+static inline OPS_HD uint32_t ops_dropout_threshold(float p) {
+    float t = p * 16777216.0f;  // exact: scaling by a power of two
+    uint32_t k = (uint32_t)t;
+    return (float)k < t ? k + 1 : k;
+}
+static inline OPS_HD int ops_dropout_keep_fast(uint64_t key, uint64_t i, uint32_t threshold) {
+    return (uint32_t)(ops_mix64(key + i) >> 40) >= threshold;
+}
 
 typedef enum {
     OPC_MATMUL,      // matmul, matmul_batched (the model's projections and heads)

@@ -63,8 +63,9 @@ static const float *dropped(const AttnShape *s, int b, int h, const float *P, fl
     const size_t TT = (size_t)s->T * s->T;
     const uint64_t base = ((uint64_t)b * s->n_heads + h) * TT;
     const float inv = 1.0f / (1.0f - s->dropout);
-    for (size_t e = 0; e < TT; e++)
-        dst[e] = ops_dropout_keep(s->seed, s->offset, base + e, s->dropout) ? P[e] * inv : 0.0f;
+    const uint64_t key = ops_dropout_key(s->seed, s->offset);
+    const uint32_t thr = ops_dropout_threshold(s->dropout);
+    for (size_t e = 0; e < TT; e++) dst[e] = ops_dropout_keep_fast(key, base + e, thr) ? P[e] * inv : 0.0f;
     return dst;
 }
 
@@ -172,10 +173,10 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dv, 1.0f, G, dv, p.v, s->ldv,
                         0.0f, dP, T);
             if (s->dropout > 0.0f) {
-                const uint64_t base = ((uint64_t)b * n + h) * TT;
+                // The mask again, read off Pd: Pd = 0 where it dropped or where P = 0, and
+                // where P = 0 the value of dP does not matter (dS = P ⊙ (...) = 0).
                 const float inv = 1.0f / (1.0f - s->dropout);
-                for (size_t e = 0; e < TT; e++)
-                    dP[e] = ops_dropout_keep(s->seed, s->offset, base + e, s->dropout) ? dP[e] * inv : 0.0f;
+                for (size_t e = 0; e < TT; e++) dP[e] = Pd[e] != 0.0f ? dP[e] * inv : 0.0f;
             }
             for (int i = 0; i < T; i++) {
                 const float *pr = P + (size_t)i * T;

@@ -115,9 +115,11 @@ static void cpu_dropout(Backend *be, const float *x, float *y, size_t n, float p
     if (p <= 0.0f) {
         if (y != x) memcpy(y, x, n * sizeof *y);
     } else {
-        float inv = 1.0f / (1.0f - p);
+        const float inv = 1.0f / (1.0f - p);
+        const uint64_t key = ops_dropout_key(seed, offset);
+        const uint32_t thr = ops_dropout_threshold(p);
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
-        for (size_t i = 0; i < n; i++) y[i] = ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f;
+        for (size_t i = 0; i < n; i++) y[i] = ops_dropout_keep_fast(key, i, thr) ? x[i] * inv : 0.0f;
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }

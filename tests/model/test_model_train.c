@@ -244,6 +244,20 @@ static void test_dropout_keeps_expected_fraction(void **state) {
     free(hz);
 }
 
+// The loop form of the dropout decision equals the reference form bit for bit (other backends
+// may use either), including p at and around multiples of 2^-24.
+static void test_dropout_fast_decision_equals_reference(void **state) {
+    (void)state;
+    const float ps[] = {0.0f, 0.1f, 0.3f, 0.5f, 0.9f, 1.0f / 16777216.0f, 3.0f / 16777216.0f,
+                        0x1.000002p-1f, 0.99999994f};
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+        uint64_t key = ops_dropout_key(42, 7);
+        uint32_t thr = ops_dropout_threshold(ps[k]);
+        for (uint64_t i = 0; i < 200000; i++)
+            assert_int_equal(ops_dropout_keep_fast(key, i, thr), ops_dropout_keep(42, 7, i, ps[k]));
+    }
+}
+
 static int setup(void **state) {
     *state = backend_cpu_create(0);
     return 0;
@@ -260,6 +274,7 @@ int main(void) {
         cmocka_unit_test(test_compact_head_equals_full_head),
         cmocka_unit_test(test_dropout_backward_uses_forward_masks),
         cmocka_unit_test(test_dropout_keeps_expected_fraction),
+        cmocka_unit_test(test_dropout_fast_decision_equals_reference),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
