@@ -57,7 +57,7 @@ mkdir -p "$outdir"
 "$bin" train "$base" "${common[@]+"${common[@]}"}" "${user[@]+"${user[@]}"}" --dry-run >"$outdir/base.resolved.yaml"
 read -r steps heads hidden < <("${util[@]}" resolved "$outdir/base.resolved.yaml" steps heads hidden)
 # Several points on the validation curve, and a checkpoint at each so an interruption loses little.
-every=$(( steps >= 8 ? steps / 8 : 1 ))
+every=$(( steps >= 5 ? steps / 5 : 1 ))
 has_user train.eval_every || common+=(train.eval_every="$every")
 has_user train.checkpoint_every || common+=(train.checkpoint_every="$every")
 
@@ -90,10 +90,14 @@ for t in "${types[@]}"; do
   fi
   echo "compare: $t: training into $dir ($tsteps steps)" >&2
   extra=(); [ -n "$stop_after" ] && extra=(--stop-after "$stop_after")
-  # Peak RSS of the launched process tree (largest process), one line per (re)start.
+  # Peak RSS of the launched process tree (largest process), one line per (re)start.  The log
+  # is followed by tail rather than tee so that the trainer is the direct child of time.
+  from=$(( $(stat -c %s "$dir/train.log" 2>/dev/null || echo 0) + 1 ))
   /usr/bin/time -f %M -a -o "$dir/peak_rss_kb.txt" "${launch[@]}" "$base" "${ov[@]}" "${extra[@]+"${extra[@]}"}" \
-    2> >(tee -a "$dir/train.log" >&2) &
+    >>"$dir/train.log" 2>&1 &
   child=$!
+  tail -c +"$from" --pid="$child" -f "$dir/train.log" >&2 &
+  follower=$!
   status=0
   while :; do
     wait "$child" && status=0 || status=$?
@@ -101,6 +105,7 @@ for t in "${types[@]}"; do
     kill -0 "$child" 2>/dev/null || break
   done
   child=""
+  wait "$follower" || true
   [ "$status" = 0 ] || { echo "compare: $t: training failed (status $status; log $dir/train.log)" >&2; exit 1; }
   if [ "$stop" = 1 ]; then echo "compare: interrupted; run the same command to resume" >&2; exit 130; fi
   "${util[@]}" complete "$dir" "$tsteps" || incomplete+=("$t")
