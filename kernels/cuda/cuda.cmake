@@ -20,7 +20,7 @@ target_include_directories(mhecuda PRIVATE ${CMAKE_SOURCE_DIR} ${MHE_NCCL_INCLUD
 target_compile_options(mhecuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${MHE_CUDA_PTXAS_VERBOSE}>>:-Xptxas=-v>)
-target_link_libraries(mhecuda PUBLIC mhecore CUDA::cudart CUDA::cublas ${MHE_NCCL_LIBRARY})
+target_link_libraries(mhecuda PUBLIC mhecore CUDA::cudart CUDA::cublas ${MHE_NCCL_LIBRARY} MPI::MPI_C)
 
 # The emulated twin: one generated .cpp per .cu that includes it, so the same file is compiled
 # by nvcc for mhecuda and by g++ here.

@@ -21,4 +21,13 @@ if(TARGET mhecuda_emu)
     set_tests_properties(test_cuda_model_${part} PROPERTIES
       ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 900)
   endforeach()
+
+  # NCCL served by MPI: two ranks, each with its own emulated GPU.
+  add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)
+  target_link_libraries(test_cuda_nccl PRIVATE mhecuda_emu)
+  add_test(NAME test_cuda_nccl_np2
+    COMMAND mpirun --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:test_cuda_nccl>)
+  # MPI's own allocations are not ours to audit.
+  set_tests_properties(test_cuda_nccl_np2 PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32" TIMEOUT 300)
 endif()

@@ -192,6 +192,7 @@ cudaError_t mhe_emu_stream_destroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t mhe_emu_stream_synchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t mhe_emu_stream_query(cudaStream_t) { return cudaSuccess; }
 cudaError_t mhe_emu_stream_wait_event(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t mhe_emu_event_create(cudaEvent_t *e) {
     *e = new CUevent_st{std::chrono::steady_clock::now()};

@@ -146,6 +146,7 @@ cudaError_t mhe_emu_stream_create(cudaStream_t *s);
 cudaError_t mhe_emu_stream_create_flags(cudaStream_t *s, unsigned flags);
 cudaError_t mhe_emu_stream_destroy(cudaStream_t s);
 cudaError_t mhe_emu_stream_synchronize(cudaStream_t s);
+cudaError_t mhe_emu_stream_query(cudaStream_t s);
 cudaError_t mhe_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t mhe_emu_event_create(cudaEvent_t *e);
 cudaError_t mhe_emu_event_create_flags(cudaEvent_t *e, unsigned flags);
@@ -172,6 +173,7 @@ const char *mhe_emu_error_string(cudaError_t e);
 #define cudaStreamCreateWithFlags mhe_emu_stream_create_flags
 #define cudaStreamDestroy mhe_emu_stream_destroy
 #define cudaStreamSynchronize mhe_emu_stream_synchronize
+#define cudaStreamQuery mhe_emu_stream_query
 #define cudaStreamWaitEvent mhe_emu_stream_wait_event
 #define cudaEventCreate mhe_emu_event_create
 #define cudaEventCreateWithFlags mhe_emu_event_create_flags

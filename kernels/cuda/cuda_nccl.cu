@@ -1,0 +1,88 @@
+// NCCL communicator (see cuda_nccl.h).  Non-blocking mode: calls may return ncclInProgress and
+// complete later; completion is polled, never waited on blindly.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_nccl.h"
+
+struct CudaNccl {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    int rank, world;
+    double timeout_s;
+};
+
+static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Polls until the communicator has no operation in progress (and, when `stream` is set, the
+// stream has drained); aborts the communicator and ends the job on error or deadline.
+static void nccl_wait(CudaNccl *c, const char *what, cudaStream_t stream) {
+    double start = now_s();
+    for (;;) {
+        ncclResult_t r = ncclSuccess;
+        if (ncclCommGetAsyncError(c->comm, &r) != ncclSuccess) r = ncclSystemError;
+        if (r != ncclSuccess && r != ncclInProgress) {
+            ncclCommAbort(c->comm);
+            mhe_fatal("rank %d: NCCL %s failed: %s (a peer died or the network failed)", c->rank,
+                      what, ncclGetErrorString(r));
+        }
+        if (r == ncclSuccess) {
+            if (!stream) return;
+            cudaError_t e = cudaStreamQuery(stream);
+            if (e == cudaSuccess) return;
+            if (e != cudaErrorNotReady)
+                mhe_fatal("rank %d: NCCL %s: %s", c->rank, what, cudaGetErrorString(e));
+        }
+        if (c->timeout_s > 0 && now_s() - start > c->timeout_s) {
+            ncclCommAbort(c->comm);
+            mhe_fatal("rank %d: NCCL %s did not complete within %.0f s (dist.timeout_s): a peer is "
+                      "dead or stuck; ending the job", c->rank, what, c->timeout_s);
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+}
+
+static void nccl_check(CudaNccl *c, ncclResult_t r, const char *what) {
+    if (r == ncclSuccess || r == ncclInProgress) return;
+    mhe_fatal("rank %d: NCCL %s failed: %s", c->rank, what, ncclGetErrorString(r));
+}
+
+extern "C" CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout_s) {
+    MPI_Comm mc = *static_cast<MPI_Comm *>(mpi_comm);
+    CudaNccl *c = static_cast<CudaNccl *>(std::calloc(1, sizeof(CudaNccl)));
+    if (!c) mhe_fatal("out of memory creating the NCCL communicator");
+    MPI_Comm_rank(mc, &c->rank);
+    MPI_Comm_size(mc, &c->world);
+    c->stream = cuda_stream(be);
+    c->timeout_s = timeout_s;
+    ncclUniqueId id;
+    if (c->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) mhe_fatal("ncclGetUniqueId failed");
+    MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, mc);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    nccl_check(c, ncclCommInitRankConfig(&c->comm, c->world, id, c->rank, &config), "init");
+    nccl_wait(c, "init", nullptr);
+    return c;
+}
+
+extern "C" void cuda_nccl_allreduce_sum(CudaNccl *c, float *buf, size_t n) {
+    if (!n) return;
+    nccl_check(c, ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->comm, c->stream), "all-reduce");
+    nccl_wait(c, "all-reduce", c->stream);
+}
+
+extern "C" void cuda_nccl_free(CudaNccl *c) {
+    if (!c) return;
+    nccl_check(c, ncclCommFinalize(c->comm), "finalize");
+    nccl_wait(c, "finalize", nullptr);
+    ncclCommDestroy(c->comm);
+    std::free(c);
+}

@@ -1,0 +1,30 @@
+// Gradient all-reduce between GPUs with NCCL, bootstrapped by MPI (DESIGN.md §6): rank 0 makes
+// the unique id, MPI broadcasts it, every rank joins a non-blocking communicator.  Every
+// operation polls ncclCommGetAsyncError against a deadline, so a dead or stuck peer ends the
+// job with a message (exit 1) instead of a hang.
+#ifndef MHE_KERNELS_CUDA_NCCL_H
+#define MHE_KERNELS_CUDA_NCCL_H
+
+#include <stddef.h>
+
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CudaNccl CudaNccl;
+
+// Collective over the MPI communicator `mpi_comm` (an MPI_Comm *, e.g. comm_mpi_handle()):
+// one rank per GPU, `be` the CUDA backend of this rank.  timeout_s <= 0 waits forever.
+CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout_s);
+// In-place sum of n floats of device memory over all ranks, ordered after the backend's
+// previous work on its stream; returns when the result is in `buf`.
+void cuda_nccl_allreduce_sum(CudaNccl *c, float *buf, size_t n);
+void cuda_nccl_free(CudaNccl *c);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
