@@ -56,6 +56,7 @@ typedef struct {
     int n_shards[2], cap_shards[2];
     int64_t shard_bytes;
     PrepareResult *res;
+    double t0, last_report;  // progress lines for long runs
 } Pipeline;
 
 static const char *const SPLIT_NAMES[2] = {"train", "valid"};
@@ -182,6 +183,15 @@ static void write_doc(Pipeline *p, int64_t doc, const int32_t *ids, size_t n) {
     if (shard_writer_bin_bytes(p->writer[split]) >= p->shard_bytes) close_shard(p, split);
 }
 
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// A progress line every PROGRESS_SECONDS: a full Wikipedia takes hours.
+#define PROGRESS_SECONDS 30.0
+
 static void *writer_main(void *arg) {
     Pipeline *p = arg;
     for (int64_t seq = 0;; seq++) {
@@ -201,6 +211,14 @@ static void *writer_main(void *arg) {
         for (int i = 0; i < b->n_docs; i++) {
             write_doc(p, b->first_doc + i, b->ids.ids + start, b->ids_end[i] - start);
             start = b->ids_end[i];
+        }
+        double now = now_seconds();
+        if (now - p->last_report >= PROGRESS_SECONDS) {
+            p->last_report = now;
+            int64_t docs = p->res->documents[0] + p->res->documents[1];
+            int64_t tokens = p->res->tokens[0] + p->res->tokens[1];
+            fprintf(stderr, "prepare: %lld documents, %lld tokens, %.0f s, %.0f tokens/s\n",
+                    (long long)docs, (long long)tokens, now - p->t0, (double)tokens / (now - p->t0));
         }
         pthread_mutex_lock(&p->mu);
         p->ring[seq % p->max_in_flight] = NULL;
@@ -256,16 +274,10 @@ static void clear_stale_shards(const char *dir) {
                 removed, dir);
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     memset(res, 0, sizeof *res);
     double t0 = now_seconds();
-    Pipeline p = {.opt = opt, .res = res};
+    Pipeline p = {.opt = opt, .res = res, .t0 = t0, .last_report = t0};
     if (opt->tokenizer) {
         p.tok = tokenizer_load(opt->tokenizer);
         p.vocab_size = tokenizer_vocab_size(p.tok);
