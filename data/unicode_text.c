@@ -73,42 +73,53 @@ long long utf8_first_invalid(const char *s, size_t n) {
     return -1;
 }
 
-static int category(uint32_t c) { return utf8proc_category((utf8proc_int32_t)c); }
-
 bool uni_is_whitespace(uint32_t c) {
+    // White_Space: the same set in Rust's char::is_whitespace and in HF's regex \s.
     if (c == ' ' || (c >= 9 && c <= 13)) return true;
     if (c < 0x85) return false;
-    if (c == 0x85) return true;
-    int cat = category(c);
-    return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL ||
-           cat == UTF8PROC_CATEGORY_ZP;
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The other classes come from tables of what HF's pipelines do (unicode_hf_tables.c): its
+// Rust crates and regex engine predate utf8proc's Unicode version, and ids must match HF,
+// not the newest Unicode.
+extern const uint32_t HF_PUNCT[][2], HF_CONTROL[][2], HF_NONSPACING_MARK[][2], HF_LETTER[][2],
+    HF_NUMBER[][2];
+extern const int HF_PUNCT_COUNT, HF_CONTROL_COUNT, HF_NONSPACING_MARK_COUNT, HF_LETTER_COUNT,
+    HF_NUMBER_COUNT;
+
+static bool in_ranges(uint32_t c, const uint32_t (*r)[2], int n) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c < r[mid][0]) hi = mid - 1;
+        else if (c > r[mid][1]) lo = mid + 1;
+        else return true;
+    }
+    return false;
 }
 
 bool uni_is_letter(uint32_t c) {
     if (c < 0x80) return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
-    int cat = category(c);
-    return cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
+    return in_ranges(c, HF_LETTER, HF_LETTER_COUNT);
 }
 
 bool uni_is_number(uint32_t c) {
     if (c < 0x80) return c >= '0' && c <= '9';
-    int cat = category(c);
-    return cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO;
+    return in_ranges(c, HF_NUMBER, HF_NUMBER_COUNT);
 }
 
-bool uni_is_punct(uint32_t c) {
-    int cat = category(c);
-    return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
-}
+bool uni_is_punct(uint32_t c) { return c >= 0x80 && in_ranges(c, HF_PUNCT, HF_PUNCT_COUNT); }
 
 bool uni_is_control(uint32_t c) {
-    if (c == '\t' || c == '\n' || c == '\r') return false;
-    int cat = category(c);
-    return cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
-           cat == UTF8PROC_CATEGORY_CO;
+    if (c < 0x80) return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F;
+    return in_ranges(c, HF_CONTROL, HF_CONTROL_COUNT);
 }
 
-bool uni_is_nonspacing_mark(uint32_t c) { return category(c) == UTF8PROC_CATEGORY_MN; }
+bool uni_is_nonspacing_mark(uint32_t c) {
+    return c >= 0x80 && in_ranges(c, HF_NONSPACING_MARK, HF_NONSPACING_MARK_COUNT);
+}
 
 bool uni_is_cjk(uint32_t c) {
     return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||

@@ -16,11 +16,12 @@ int utf8_put(char *dst, uint32_t cp);
 long long utf8_first_invalid(const char *s, size_t n);
 
 bool uni_is_whitespace(uint32_t c);   // Unicode White_Space (Rust char::is_whitespace, \s)
-bool uni_is_letter(uint32_t c);       // \p{L}
-bool uni_is_number(uint32_t c);       // \p{N}
-bool uni_is_punct(uint32_t c);        // \p{P}
-bool uni_is_control(uint32_t c);      // Cc, Cf, Co except \t \n \r (BertNormalizer)
-bool uni_is_nonspacing_mark(uint32_t c);  // Mn
+// The classes below are exactly HF tokenizers 0.19.1's (older Unicode than utf8proc's).
+bool uni_is_letter(uint32_t c);       // \p{L} of the GPT-2 pattern
+bool uni_is_number(uint32_t c);       // \p{N} of the GPT-2 pattern
+bool uni_is_punct(uint32_t c);        // non-ASCII punctuation (BertPreTokenizer)
+bool uni_is_control(uint32_t c);      // Cc, Cf, Co except \t \n \r (BertNormalizer clean_text)
+bool uni_is_nonspacing_mark(uint32_t c);  // Mn (stripped with the accents)
 bool uni_is_cjk(uint32_t c);          // the CJK ideograph blocks BERT spaces out
 // Canonical decomposition of c into dst (room for 8); returns the count.
 int uni_nfd(uint32_t c, uint32_t *dst);

@@ -6,9 +6,9 @@ target_link_libraries(tokenizer_unit PRIVATE pthread)
 
 set(MHE_TOKENIZER_TEST_ENV
   "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2;TOKENIZERS_PARALLELISM=true")
-foreach(t bad_inputs parity train_oracle)
+foreach(t bad_inputs parity train_oracle unicode_parity)
   add_test(NAME tokenizer_${t}
     COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/tokenizer/${t}.py)
   set_tests_properties(tokenizer_${t} PROPERTIES ENVIRONMENT "${MHE_TOKENIZER_TEST_ENV}")
 endforeach()
-set_tests_properties(tokenizer_parity PROPERTIES TIMEOUT 300)
+set_tests_properties(tokenizer_parity tokenizer_unicode_parity PROPERTIES TIMEOUT 300)
