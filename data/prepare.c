@@ -291,7 +291,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     p.shard_bytes = (int64_t)(opt->shard_size_mb * 1048576.0);
     if (p.shard_bytes < 1) p.shard_bytes = 1;
     int threads = opt->threads > 0 ? opt->threads : 1;
-    p.max_in_flight = 2 * threads + 2;
+    p.max_in_flight = 2 * threads + 2 < 64 ? 2 * threads + 2 : 64;  // at most ~64 MB of text
     p.ring = mhe_calloc((size_t)p.max_in_flight, sizeof *p.ring);
     pthread_mutex_init(&p.mu, NULL);
     pthread_cond_init(&p.work_cv, NULL);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "data/prepare.h"
@@ -27,7 +28,7 @@ static const char USAGE[] =
     "  --shard-size-mb N      close a shard once its .bin reaches N MB (default 256)\n"
     "  --valid-fraction F     share of documents for validation (default 0.01)\n"
     "  --seed S               seed of the train/validation split (default 1234)\n"
-    "  --threads N            tokenizing threads (default 2)\n"
+    "  --threads N            tokenizing threads (default: the number of cores)\n"
     "  --format F             auto|wiki|wikiextractor|books|jsonl (default auto: by file\n"
     "                         extension, then content)\n"
     "  --text-out FILE        also write the cleaned documents, one paragraph per line and\n"
@@ -51,7 +52,9 @@ int cmd_prepare(int argc, char **argv) {
         fputs(USAGE, stdout);
         return 0;
     }
-    PrepareOptions o = {.shard_size_mb = 256, .valid_fraction = 0.01, .seed = 1234, .threads = 2};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    PrepareOptions o = {.shard_size_mb = 256, .valid_fraction = 0.01, .seed = 1234,
+                        .threads = cores > 0 ? (int)cores : 1};
     o.inputs = mhe_calloc((size_t)argc, sizeof *o.inputs);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
