@@ -137,6 +137,13 @@ void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *
     }
     StrBuf text = {0};
     reflow(s + begin, end - begin, &text);
+    // Gutenberg's "Produced by <volunteers>" credit opens many books: not the book's text.
+    if (text.len >= 11 && strncasecmp(text.s, "produced by", 11) == 0) {
+        char *nl = memchr(text.s, '\n', text.len);
+        size_t cut = nl ? (size_t)(nl - text.s) + 1 : text.len;
+        memmove(text.s, text.s + cut, text.len - cut + 1);
+        text.len -= cut;
+    }
     emit(fn, ctx, stats, text.s ? text.s : "", text.len);
     strbuf_free(&text);
     strbuf_free(&all);
