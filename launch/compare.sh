@@ -15,7 +15,7 @@
 #
 # Writes OUTDIR/results.md, results.csv and curves.png (launch/compare/README.md explains every
 # column).  Rerunning the same command skips the types that finished and resumes a partly
-# trained one from its newest checkpoint; a larger budget extends finished ones.
+# trained one from its newest checkpoint; a changed config (budget included) needs a new -o.
 # Environment: MHETRAIN (default build/mhetrain); MHE_LAUNCH replaces "mhetrain train" as the
 # launcher, e.g. MHE_LAUNCH="launch/mpirun.sh -n 2".
 set -euo pipefail
@@ -81,7 +81,16 @@ for t in "${types[@]}"; do
   [ "$t" = collab ] && ! has_user attention.collab_dim && knobs+=(attention.collab_dim=$(( hidden >= 2 ? hidden / 2 : 1 )))
   ov=("${common[@]}" "${knobs[@]}" "${user[@]+"${user[@]}"}" train.out_dir="$dir")
   mkdir -p "$dir"
-  "$bin" train "$base" "${ov[@]}" --dry-run >"$dir/resolved.yaml"
+  "$bin" train "$base" "${ov[@]}" --dry-run >"$dir/resolved.new.yaml"
+  # A run is only continued or reused under the config it started with: anything else would
+  # compare types trained under different conditions.
+  if [ -f "$dir/resolved.yaml" ] &&
+     ! diff <(grep -v '^#' "$dir/resolved.yaml") <(grep -v '^#' "$dir/resolved.new.yaml") >"$dir/config.diff"; then
+    cat "$dir/config.diff" >&2
+    die "$dir was trained with another config (diff above: < then, > now); use another -o or remove $dir"
+  fi
+  mv "$dir/resolved.new.yaml" "$dir/resolved.yaml"
+  rm -f "$dir/config.diff"
   "$bin" params "$base" "${ov[@]}" >"$dir/params.txt"
   read -r tsteps < <("${util[@]}" resolved "$dir/resolved.yaml" steps)
   if "${util[@]}" complete "$dir" "$tsteps"; then

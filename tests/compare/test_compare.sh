@@ -46,4 +46,9 @@ for t in mha sha mhe_mul; do
     > "$WORK/params_$t.txt"
 done
 /usr/bin/python3 "$MHE_SOURCE_DIR/tests/compare/check.py" "$out" "$WORK" mha sha mhe_mul
+# 5. Reusing the folder under another config is refused, and leaves the runs alone.
+if run mha model.dropout=0.2; then fail "a finished mha reused under another dropout"; fi
+grep -q "was trained with another config" "$WORK/log" || { cat "$WORK/log" >&2; fail "no config mismatch message"; }
+[ "$sum_mha" = "$(sha256sum "$out/mha/metrics.jsonl" "$out/mha/peak_rss_kb.txt" | sha256sum)" ] \
+  || fail "mha's run files changed by a refused run"
 echo "ok"
