@@ -14,9 +14,11 @@ static const char *USAGE =
     "                                [--min-frequency N] [--threads N] --out DIR INPUTS...\n"
     "       mhetrain tokenizer encode [--cased] [--bench] TOKENIZER FILE\n"
     "\n"
-    "train   learns a vocabulary from INPUTS (.txt files or folders of .txt; every line is\n"
-    "        one text) and writes DIR/tokenizer.json (Hugging Face format) plus vocab.txt\n"
-    "        (wordpiece) or vocab.json + merges.txt (bpe).\n"
+    "train   learns a vocabulary from INPUTS (books .txt, MediaWiki dumps .xml[.bz2],\n"
+    "        WikiExtractor output, JSON lines, or folders of them, read by the corpus readers of\n"
+    "        mhetrain prepare; every paragraph line is one text) and writes DIR/tokenizer.json\n"
+    "        (Hugging Face format) plus vocab.txt (wordpiece) or vocab.json + merges.txt (bpe).\n"
+    "        --threads is accepted but counting is single-threaded for now.\n"
     "encode  prints the ids of every line of FILE, one line of space-separated ids per input\n"
     "        line.  TOKENIZER is a vocab.txt (uncased unless --cased), tokenizer.json,\n"
     "        vocab.json (with merges.txt beside it) or a directory.  --bench prints only the\n"
@@ -133,6 +135,11 @@ static int tok_cmd_train(int argc, char **argv) {
     double t0 = now_s();
     Tokenizer *t = tokenizer_train(&opt, n_in, inputs);
     tokenizer_save(t, out);
+    if (tokenizer_vocab_size(t) > opt.vocab_size)
+        fprintf(stderr, "tokenizer: the special tokens and the alphabet alone exceed --vocab-size %d\n",
+                opt.vocab_size);
+    else if (tokenizer_vocab_size(t) < opt.vocab_size)
+        fprintf(stderr, "tokenizer: no pair left to merge before --vocab-size %d\n", opt.vocab_size);
     fprintf(stderr, "tokenizer: %s vocabulary of %d tokens written to %s in %.1f s\n",
             opt.kind == TOK_WORDPIECE ? "wordpiece" : "bpe", tokenizer_vocab_size(t), out,
             now_s() - t0);
