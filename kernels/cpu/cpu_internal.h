@@ -6,8 +6,9 @@
 
 #include "kernels/ops.h"
 
-// Loops over fewer elements run on one thread: a parallel region costs more than the work.
-#define CPU_PARALLEL_MIN 16384
+// Loops over fewer elements run on one thread: for memory-bound loops a parallel region costs
+// more than it saves, and far more on a loaded machine (a barrier waits for a descheduled thread).
+#define CPU_PARALLEL_MIN (1 << 20)
 
 // Threads fixed at creation: per-thread scratch (attention) is sized for this many.
 typedef struct {
