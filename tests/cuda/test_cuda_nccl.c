@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_nccl.h"
 #include "trainer/model.h"
@@ -52,7 +53,14 @@ int main(int argc, char **argv) {
     int rank, size;
     MPI_Comm_rank(world, &rank);
     MPI_Comm_size(world, &size);
-    Backend *gpu = backend_cuda_create(0, 0);
+    // One GPU per rank of this host (the emulation has exactly one, shared by its processes).
+    MPI_Comm local;
+    int local_rank;
+    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+    int devices = backend_cuda_device_count();
+    Backend *gpu = backend_cuda_create(devices > 1 ? local_rank % devices : 0, 0);
     CudaNccl *nccl = cuda_nccl_create(&world, gpu, 30.0f);
 
     // 1. Plain sum.

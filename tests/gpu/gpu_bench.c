@@ -1,0 +1,84 @@
+// For machines with a GPU (tests/gpu/run.sh): trains the model of a config on the CUDA backend
+// for N steps on one fixed synthetic batch (the loss must fall: it memorises the batch), then
+// times steady-state steps and reports tokens/s and MFU against the GPU's bf16 peak.
+//   gpu_bench CONFIG STEPS PEAK_TFLOPS [key=value ...]      (PEAK_TFLOPS <= 0: MFU not shown)
+// Exit status 1 when the loss does not fall or is not finite.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/backend_info.h"
+#include "kernels/ops.h"
+#include "trainer/config.h"
+#include "trainer/model.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: gpu_bench CONFIG STEPS PEAK_TFLOPS [key=value ...]\n");
+        return 2;
+    }
+    Config cfg;
+    config_load(&cfg, argv[1], argc - 4, argv + 4);
+    const int steps = atoi(argv[2]);
+    const double peak = atof(argv[3]);
+    const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
+    Backend *be = backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16);
+    Model *m = model_create(&cfg, be, B, T);
+    model_init_params(m, 1);
+    size_t n = model_param_count(m);
+    float *mom = be->alloc(be, 2 * n * sizeof(float));
+    int32_t *ids = mhe_malloc((size_t)B * T * 4), *labels = mhe_malloc((size_t)B * T * 4);
+    Rng r = rng_stream(42, 0, 0);
+    for (int i = 0; i < B * T; i++) ids[i] = (int32_t)(rng_next(&r) % (uint64_t)V);
+    for (int i = 0; i < B * T; i++) {
+        if (cfg.model.arch == ARCH_GPT) labels[i] = (i % T + 1 < T) ? ids[i + 1] : -100;
+        else labels[i] = rng_next(&r) % 100 < 15 ? ids[i] : -100;
+    }
+    printf("model: %s %s, %zu parameters, batch %d x %d, precision %s\n", arch_name(cfg.model.arch),
+           attention_type_name(cfg.attention.type), n, B, T,
+           cfg.runtime.precision == PREC_BF16 ? "bf16" : "fp32");
+    float first = 0, last = 0;
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f;
+    const int warm = steps < 10 ? steps / 2 : 5;
+    double t0 = 0;
+    for (int s = 1; s <= steps; s++) {
+        if (s == warm + 1) {
+            be->synchronize(be);
+            t0 = now_s();
+        }
+        model_zero_grad(m);
+        float loss = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
+        model_backward(m, 0);
+        be->adamw_update(be, model_params(m), model_grads(m), mom, mom + n, n, lr, b1, b2, 1e-8f,
+                         0.01f, 1.0f - powf(b1, (float)s), 1.0f - powf(b2, (float)s), 1.0f);
+        if (s == 1) first = loss;
+        last = loss;
+        if (s == 1 || s % 10 == 0 || s == steps) printf("step %4d  loss %.4f\n", s, loss);
+    }
+    be->synchronize(be);
+    double dt = now_s() - t0;
+    int timed = steps - warm;
+    double tps = timed > 0 ? (double)timed * B * T / dt : 0;
+    double flops = model_step_flops(m, B, T) * timed / dt;
+    printf("throughput: %.0f tokens/s, %.2f TFLOP/s", tps, flops / 1e12);
+    if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s bf16 peak", 100.0 * flops / 1e12 / peak, peak);
+    printf("\n");
+    int ok = isfinite(first) && isfinite(last) && last < 0.9f * first;
+    printf("loss %.4f -> %.4f: %s\n", first, last, ok ? "learning" : "NOT LEARNING");
+    be->free(be, mom);
+    model_free(m);
+    be->destroy(be);
+    free(ids);
+    free(labels);
+    config_free(&cfg);
+    return ok ? 0 : 1;
+}
