@@ -17,7 +17,7 @@
 # column).  Rerunning the same command skips the types that finished and resumes a partly
 # trained one from its newest checkpoint; a changed config (budget included) needs a new -o.
 # Environment: MHETRAIN (default build/mhetrain); MHE_LAUNCH replaces "mhetrain train" as the
-# launcher, e.g. MHE_LAUNCH="launch/mpirun.sh -n 2".
+# launcher, e.g. MHE_LAUNCH="launch/mpirun.sh -n 2 -p 2".
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 util=(/usr/bin/python3 "$here/launch/compare/compare_util.py")

@@ -198,12 +198,12 @@ def write_md(path, rows, base_cfg):
     metric = "masked-token accuracy" if mlm else "perplexity"
     lines = ["# Attention variants compared", "",
              "Model: %s, %s layers, D=%s, n=%s, d=%s; objective %s; %s steps x global batch %s x %s "
-             "tokens = %s tokens per type, seed %s; validation: %s batches of %s."
+             "tokens = %s tokens per type, seed %s; validation: the same %s global batches (%s sequences each) of the valid split for every type."
              % (base_cfg["model.arch"], base_cfg["model.layers"], base_cfg["model.hidden"],
                 base_cfg["model.heads"], base_cfg["model.head_dim"], base_cfg["objective.type"],
                 rows[0]["steps"], base_cfg["train.global_batch"], base_cfg["data.seq_len"],
                 rows[0]["tokens_seen"], base_cfg["train.seed"], base_cfg["train.eval_batches"],
-                base_cfg["train.micro_batch"]), ""]
+                base_cfg["train.global_batch"]), ""]
     head = ["type", "attention weights (no biases)", "total parameters", "valid loss",
             "accuracy" if mlm else "perplexity", "PRR (%s)" % ("accuracy" if mlm else "1/perplexity"),
             "PRR (exp(-loss))", "tokens/s", "peak RSS MiB", "model memory MiB"]
@@ -220,7 +220,8 @@ def write_md(path, rows, base_cfg):
               "validation batches for every type." % metric,
               "- PRR = metric(type) / metric(mha) x 100 on a higher-is-better metric: %s; and "
               "PRR (exp(-loss)) = exp(-loss(type)) / exp(-loss(mha)) x 100 = 100 exp(loss(mha) - loss(type))."
-              % ("masked-token accuracy" if mlm else "1/perplexity, i.e. perplexity(mha)/perplexity(type)"),
+              % ("masked-token accuracy" if mlm else "1/perplexity, i.e. perplexity(mha)/perplexity(type)")
+              + ("" if mlm else " (the two agree: perplexity = exp(loss))"),
               "- Parameters are `mhetrain params` of the same resolved config: attention weight "
               "matrices without biases (the papers' count), and every parameter.",
               "- tokens/s: median over the logged training steps (the machine's load at the time "
