@@ -5,3 +5,6 @@ set_tests_properties(model_matches_pytorch PROPERTIES TIMEOUT 300 LABELS model)
 # Gradient accumulation, dropout masks shared by forward and backward, dropout statistics.
 mhe_add_cmocka_test(model_training_properties ${CMAKE_SOURCE_DIR}/tests/model/test_model_train.c)
 set_tests_properties(model_training_properties PROPERTIES TIMEOUT 120 LABELS model)
+# CPU backend ops against naive double loops (matmul transposes/strides/split, batched, optimizer).
+mhe_add_cmocka_test(cpu_ops_match_naive ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_ops.c)
+set_tests_properties(cpu_ops_match_naive PROPERTIES TIMEOUT 60 LABELS model)

@@ -1,0 +1,167 @@
+// CPU backend ops the model tests do not reach on their own (every transpose/stride/alpha/beta
+// combination of matmul, the sgemm split across threads, matmul_batched, the optimizer ops)
+// against naive double-precision loops.  Tolerance: relative 1e-5 per result matrix (fp32
+// sums of up to ~150 products), 1e-6 for the elementwise optimizer updates.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/ops.h"
+
+static float *random_floats(size_t n, uint64_t seed) {
+    float *x = mhe_malloc(n * sizeof *x);
+    Rng r = rng_stream(seed, 1, 1);
+    for (size_t i = 0; i < n; i++) x[i] = (float)rng_next_normal(&r);
+    return x;
+}
+
+// C = alpha op(A) op(B) + beta C in double, row-major with leading dimensions.
+static void naive_matmul(int ta, int tb, int M, int N, int K, double alpha, const float *A, int lda,
+                         const float *B, int ldb, double beta, const float *C0, double *C, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                double b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                s += a * b;
+            }
+            C[(size_t)i * ldc + j] = alpha * s + beta * C0[(size_t)i * ldc + j];
+        }
+}
+
+static double rel_err_matrix(const float *c, const double *ref, int M, int N, int ldc) {
+    double num = 0, den = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double d = c[(size_t)i * ldc + j] - ref[(size_t)i * ldc + j];
+            num += d * d;
+            den += ref[(size_t)i * ldc + j] * ref[(size_t)i * ldc + j];
+        }
+    return sqrt(num / den);
+}
+
+static void check_matmul(Backend *be, int ta, int tb, int M, int N, int K) {
+    const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;
+    const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = random_floats(na, 1), *B = random_floats(nb, 2), *C0 = random_floats(nc, 3);
+    float *C = mhe_malloc(nc * sizeof *C);
+    double *ref = mhe_malloc(nc * sizeof *ref);
+    memcpy(C, C0, nc * sizeof *C);
+    be->matmul(be, ta, tb, M, N, K, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
+    naive_matmul(ta, tb, M, N, K, 0.7, A, lda, B, ldb, 0.3, C0, ref, ldc);
+    double e = rel_err_matrix(C, ref, M, N, ldc);
+    if (e > 1e-5) print_message("matmul ta=%d tb=%d %dx%dx%d: rel err %.3g\n", ta, tb, M, N, K, e);
+    assert_true(e <= 1e-5);
+    // Columns beyond N are the caller's: untouched.
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++) assert_true(C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j]);
+    free(A);
+    free(B);
+    free(C0);
+    free(C);
+    free(ref);
+}
+
+static void test_matmul_matches_naive_for_every_transpose(void **state) {
+    Backend *be = *state;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_matmul(be, ta, tb, 37, 29, 53);    // one sgemm
+            check_matmul(be, ta, tb, 150, 140, 130); // split over row slices
+            check_matmul(be, ta, tb, 70, 190, 90);   // split over column slices
+        }
+}
+
+static void test_matmul_batched_matches_naive(void **state) {
+    Backend *be = *state;
+    const int M = 9, N = 11, K = 13, batch = 3;
+    const long sa = (long)K * M + 7, sb = (long)N * K + 5, sc = (long)M * N + 3;
+    float *A = random_floats((size_t)sa * batch, 4), *B = random_floats((size_t)sb * batch, 5);
+    float *C0 = random_floats((size_t)sc * batch, 6), *C = mhe_malloc((size_t)sc * batch * sizeof *C);
+    memcpy(C, C0, (size_t)sc * batch * sizeof *C);
+    be->matmul_batched(be, 1, 0, M, N, K, 1.5f, A, M, sa, B, N, sb, 1.0f, C, N, sc, batch);
+    double *ref = mhe_malloc((size_t)M * N * sizeof *ref);
+    for (int i = 0; i < batch; i++) {
+        naive_matmul(1, 0, M, N, K, 1.5, A + i * sa, M, B + i * sb, N, 1.0, C0 + i * sc, ref, N);
+        assert_true(rel_err_matrix(C + i * sc, ref, M, N, N) <= 1e-5);
+    }
+    free(A);
+    free(B);
+    free(C0);
+    free(C);
+    free(ref);
+}
+
+static void test_optimizer_ops_match_formulas(void **state) {
+    Backend *be = *state;
+    const size_t n = 3000;
+    float *p = random_floats(n, 7), *g = random_floats(n, 8), *m = random_floats(n, 9), *v = random_floats(n, 10);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
+    assert_true(fabs(be->sum_squares(be, g, n) - ss) <= 1e-12 * ss);
+
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-6f, wd = 0.01f, bc1 = 0.19f, bc2 = 0.002f, gs = 0.5f;
+    float *p2 = mhe_malloc(n * sizeof *p2), *m2 = mhe_malloc(n * sizeof *m2), *v2 = mhe_malloc(n * sizeof *v2);
+    float *u = mhe_malloc(n * sizeof *u);
+    memcpy(p2, p, n * sizeof *p);
+    memcpy(m2, m, n * sizeof *m);
+    memcpy(v2, v, n * sizeof *v);
+    be->adamw_update(be, p2, g, m2, v2, n, lr, b1, b2, eps, wd, bc1, bc2, gs);
+    for (size_t i = 0; i < n; i++) {
+        double gg = (double)g[i] * gs;
+        double mm = b1 * (double)m[i] + (1 - b1) * gg, vv = b2 * (double)v[i] + (1 - b2) * gg * gg;
+        double step = lr * ((mm / bc1) / (sqrt(vv / bc2) + eps) + wd * p[i]), pp = p[i] - step;
+        assert_true(fabs(m2[i] - mm) <= 1e-6 * (fabs(b1 * m[i]) + fabs(gg)));
+        assert_true(fabs(v2[i] - vv) <= 1e-6 * (fabs(vv) + 1e-6));
+        // fp32 rounding of p and of the step: relative to their magnitudes, not to p - step
+        // (which can cancel).
+        if (fabs(p2[i] - pp) > 1e-6 * (fabs(p[i]) + fabs(step)))
+            print_message("adamw %zu: %.9g vs %.9g (p %.9g step %.9g)\n", i, p2[i], pp, p[i], step);
+        assert_true(fabs(p2[i] - pp) <= 1e-6 * (fabs(p[i]) + fabs(step)));
+    }
+    memcpy(m2, m, n * sizeof *m);
+    memcpy(v2, v, n * sizeof *v);
+    be->lamb_direction(be, p, g, m2, v2, u, n, b1, b2, eps, wd, bc1, bc2, gs);
+    for (size_t i = 0; i < n; i++) {
+        double gg = (double)g[i] * gs;
+        double mm = b1 * (double)m[i] + (1 - b1) * gg, vv = b2 * (double)v[i] + (1 - b2) * gg * gg;
+        double ratio = (mm / bc1) / (sqrt(vv / bc2) + eps), uu = ratio + wd * p[i];
+        assert_true(fabs(u[i] - uu) <= 1e-5 * (fabs(ratio) + fabs(wd * p[i])) + 1e-6 * fabs(ratio) * (fabs(b1 * m[i]) + fabs(gg)) / (fabs(mm) + 1e-30));
+    }
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    free(p2);
+    free(m2);
+    free(v2);
+    free(u);
+}
+
+static int setup(void **state) {
+    *state = backend_cpu_create(0);
+    return 0;
+}
+static int teardown(void **state) {
+    Backend *be = *state;
+    be->destroy(be);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_matches_naive_for_every_transpose),
+        cmocka_unit_test(test_matmul_batched_matches_naive),
+        cmocka_unit_test(test_optimizer_ops_match_formulas),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
