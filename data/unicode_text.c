@@ -139,6 +139,11 @@ int uni_nfd(uint32_t c, uint32_t *dst) {
     return (int)k;
 }
 
+int uni_ccc(uint32_t c) {
+    if (c < 0x300) return 0;
+    return utf8proc_get_property((utf8proc_int32_t)c)->combining_class;
+}
+
 int uni_lower(uint32_t c, uint32_t *dst) {
     if (c < 0x80) {
         dst[0] = (c >= 'A' && c <= 'Z') ? c + 32 : c;

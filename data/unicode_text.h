@@ -25,6 +25,8 @@ bool uni_is_nonspacing_mark(uint32_t c);  // Mn (stripped with the accents)
 bool uni_is_cjk(uint32_t c);          // the CJK ideograph blocks BERT spaces out
 // Canonical decomposition of c into dst (room for 8); returns the count.
 int uni_nfd(uint32_t c, uint32_t *dst);
+// Canonical combining class (0 for starters).
+int uni_ccc(uint32_t c);
 // Full lowercase mapping (Rust char::to_lowercase) into dst (room for 3); returns the count.
 int uni_lower(uint32_t c, uint32_t *dst);
 

@@ -30,10 +30,23 @@ static void push_lowered(const Tokenizer *t, CpBuf *out, uint32_t c) {
     for (int i = 0; i < k; i++) cp_push(out, low[i]);
 }
 
+// Appends a kept character of NFD output after the characters of the current run of
+// non-zero combining classes that do not sort after it: canonical ordering.  Removed
+// marks need no place, and the stable order of what is kept is the same either way.
+static void push_ordered(CpBuf *out, size_t run_start, uint32_t c, int ccc) {
+    cp_push(out, c);
+    size_t k = out->len - 1;
+    while (k > run_start && uni_ccc(out->cp[k - 1]) > ccc) {
+        out->cp[k] = out->cp[k - 1];
+        k--;
+    }
+    out->cp[k] = c;
+}
+
 // The whole segment is normalised before splitting because NFD can turn a letter into
 // punctuation (U+037E -> ';'), exactly as HF normalises before pre-tokenizing.
 static void normalize(const Tokenizer *t, const char *s, size_t n, CpBuf *out) {
-    size_t i = 0;
+    size_t i = 0, run_start = 0;  // run_start: first output index of the combining run
     while (i < n) {
         uint32_t c = utf8_next(s, n, &i);
         if (t->clean_text) {
@@ -45,12 +58,24 @@ static void normalize(const Tokenizer *t, const char *s, size_t n, CpBuf *out) {
         if (t->strip_accents && c >= 0x80) {
             uint32_t d[8];
             int k = uni_nfd(c, d);
-            for (int j = 0; j < k; j++)
-                if (!uni_is_nonspacing_mark(d[j])) push_lowered(t, out, d[j]);
+            for (int j = 0; j < k; j++) {
+                int ccc = uni_ccc(d[j]);
+                bool keep = !uni_is_nonspacing_mark(d[j]);
+                if (ccc == 0) {
+                    if (keep) push_lowered(t, out, d[j]);
+                    run_start = out->len;
+                } else if (keep) {
+                    push_ordered(out, run_start, d[j], ccc);  // marks have no case
+                }
+            }
         } else {
             push_lowered(t, out, c);
+            run_start = out->len;
         }
-        if (cjk) cp_push(out, ' ');
+        if (cjk) {
+            cp_push(out, ' ');
+            run_start = out->len;
+        }
     }
 }
 

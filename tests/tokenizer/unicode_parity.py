@@ -7,8 +7,12 @@
    cased BERT and for GPT-2.
 2. 20,000 seeded random strings mixing ASCII, contractions, blanks and code points of every
    plane, likewise.
+3. Canonical ordering in NFD: a WordPiece trained on words with two spacing combining marks
+   (U+1D165 ccc 216, U+1D16D ccc 226) encodes them in either order, mixed with accents that
+   are stripped, to the same ids as HF.
 (`gen_unicode_tables.py --check` compares data/unicode_hf_tables.c with HF directly; it is
 slower and not part of this test.)"""
+import json
 import os
 import random
 import subprocess
@@ -68,6 +72,25 @@ def main():
         for i in bad[:3]:
             print(f"  {[hex(ord(c)) for c in lines[i]][:24]}\n    ours {out[i][:120]}\n    HF   {theirs[i][:24]}")
         ok &= not bad
+    corpus = os.path.join(WORK, "ccc.jsonl")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "x\U0001D165\U0001D16D y\U0001D165\U0001D16D x y"}) + "\n")
+    out_dir = os.path.join(WORK, "ccc")
+    subprocess.run([MHETRAIN, "tokenizer", "train", "--type", "wordpiece", "--lowercase",
+                    "--vocab-size", "40", "--out", out_dir, corpus], check=True,
+                   stderr=subprocess.DEVNULL)
+    text = ("x\U0001D16D\U0001D165 X\u0301\U0001D16D\u0316\U0001D165 y\U0001D165\u0301\U0001D16D "
+            "Y\U0001D16D\U0001D165\u0327")
+    ccc_path = os.path.join(WORK, "ccc.txt")
+    with open(ccc_path, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+    ours = subprocess.run([MHETRAIN, "tokenizer", "encode", out_dir, ccc_path], check=True,
+                          stdout=subprocess.PIPE).stdout.decode().split()
+    theirs = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json")).encode(
+        text, add_special_tokens=False).ids
+    same = [int(x) for x in ours] == theirs
+    print(f"canonical ordering: ours {ours}, HF {theirs}: {'same' if same else 'DIFFERENT'}")
+    ok &= same
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
