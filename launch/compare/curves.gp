@@ -1,6 +1,6 @@
 # Validation loss against tokens seen, one labelled line per attention type.
 # Called by compare_util.py with: datafile, outfile, titles (space-separated), n (blocks).
-set terminal pngcairo size 900,600 enhanced font "sans,11"
+set terminal pngcairo size 900,600 noenhanced font "sans,11"
 set output outfile
 set title "Validation loss against tokens seen"
 set xlabel "tokens seen"
