@@ -9,6 +9,7 @@
 #include "data/byte_source.h"
 #include "data/corpus.h"
 #include "data/strbuf.h"
+#include "data/wikitext.h"
 
 static void check_utf8(const char *file, const char *s, size_t n, long long base) {
     long long bad = utf8_invalid_offset(s, n);
@@ -203,7 +204,7 @@ void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, Corp
     long long lineno = 0, offset = 0, open_line = 0;
     bool in_doc = false, first = false;
     char title[1024];
-    StrBuf raw = {0}, doc = {0};
+    StrBuf raw = {0}, doc = {0}, unescaped = {0};
     while (byte_source_getline(src, &line, &len, &cap)) {
         lineno++;
         long long line_offset = offset;
@@ -222,7 +223,15 @@ void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, Corp
         }
         if (strcmp(line, "</doc>") == 0) {
             in_doc = false;
-            lines_as_paragraphs(raw.s ? raw.s : "", raw.len, &doc);
+            // WikiExtractor escapes <, > and & (and leaves some tags and magic words, such as
+            // <templatestyles/> and __NOEDITSECTION__): unescape, then clean like wikitext.
+            strbuf_clear(&unescaped);
+            for (size_t i = 0; i < raw.len;) {
+                size_t k = raw.s[i] == '&' ? html_entity_decode(raw.s + i, raw.len - i, &unescaped) : 0;
+                if (k) i += k;
+                else strbuf_putc(&unescaped, raw.s[i++]);
+            }
+            wikitext_clean(unescaped.s ? unescaped.s : "", unescaped.len, &doc);
             emit(fn, ctx, stats, doc.s ? doc.s : "", doc.len);
             continue;
         }
@@ -239,5 +248,6 @@ void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, Corp
     free(line);
     strbuf_free(&raw);
     strbuf_free(&doc);
+    strbuf_free(&unescaped);
     byte_source_close(src);
 }

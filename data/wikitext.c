@@ -12,7 +12,8 @@
 static const char *const DROP_TAGS[] = {
     "ref", "references", "math", "chem", "ce", "gallery", "timeline", "imagemap", "score",
     "syntaxhighlight", "source", "pre", "hiero", "graph", "templatedata", "mapframe",
-    "maplink", "categorytree", "inputbox", "includeonly", "table", "noinclude", NULL};
+    "maplink", "categorytree", "inputbox", "includeonly", "table", "noinclude",
+    "templatestyles", NULL};
 // Formatting tags: the tag goes, the text inside stays.
 static const char *const KEEP_TAGS[] = {
     "b", "i", "u", "s", "small", "big", "sub", "sup", "span", "div", "font", "center",

@@ -199,14 +199,18 @@ static void test_jsonl_and_wikiextractor_readers(void **state) {
 
     const char *we = "<doc id=\"12\" url=\"https://en.wikipedia.org/wiki?curid=12\" title=\"Anarchism\">\n"
                      "Anarchism\n\nAnarchism is a philosophy.\nIt has currents.\n</doc>\n"
-                     "<doc id=\"25\" url=\"u\" title=\"Autism\">\nAutism\n\nAutism is a condition.\n</doc>\n";
+                     "<doc id=\"25\" url=\"u\" title=\"Autism\">\nAutism\n\nAutism is a condition.\n</doc>\n"
+                     // As WikiExtractor 3 writes it: escaped, with leftovers of the page's markup.
+                     "<doc id=\"2\" url=\"u\" title=\"Main\">\nMain\n\n&lt;templatestyles src=\"a.css\" /&gt;"
+                     "__NOEDITSECTION__\n \nAT&amp;T &lt;3 &quot;q&quot;\n</doc>\n";
     write_file("/tmp/mhe_test_wiki_00", we, strlen(we));
     assert_int_equal(corpus_detect("/tmp/mhe_test_wiki_00", CORPUS_AUTO), CORPUS_WIKIEXTRACTOR);
     memset(&d, 0, sizeof d);
     corpus_read_file("/tmp/mhe_test_wiki_00", CORPUS_AUTO, on_doc, &d, &st);
-    assert_int_equal(d.n, 2);
+    assert_int_equal(d.n, 3);
     assert_string_equal(d.docs[0], "Anarchism is a philosophy.\nIt has currents.");
     assert_string_equal(d.docs[1], "Autism is a condition.");
+    assert_string_equal(d.docs[2], "AT&T <3 \"q\"");
     unlink("/tmp/mhe_test_wiki_00");
 }
 
