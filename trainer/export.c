@@ -201,6 +201,8 @@ void export_run(const ExportOptions *opt) {
     export_write_config(&cfg, format, tok, path);
     if (format == EXPORT_MHETRAIN) export_copy_modeling_files(opt->out_dir);
     if (tok) export_write_tokenizer(tok, &cfg, opt->out_dir);
+    path_join(path, opt->out_dir, "README.md");
+    export_write_card(&cfg, format, dir, tok != NULL, path);
 
     printf("exported %s (%s %s, %zu parameters) to %s as %s%s\n", dir, arch_name(cfg.model.arch),
            attention_type_name(cfg.attention.type), t.total, opt->out_dir, format_label(format),

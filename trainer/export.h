@@ -40,6 +40,10 @@ void export_write_config(const Config *cfg, ExportFormat format, const Tokenizer
 // around WordPiece text).
 void export_write_tokenizer(const Tokenizer *tok, const Config *cfg, const char *dir);
 
+// export_card.c: DIR/README.md saying what the model is and how to load it.
+void export_write_card(const Config *cfg, ExportFormat format, const char *checkpoint, int with_tokenizer,
+                       const char *path);
+
 // Copies trainer/hf/{configuration,modeling}_mhe.py into dir (looked up in
 // $MHE_HF_DIR, next to the executable's ../share/mhetrain/hf or ../trainer/hf, then the source
 // tree this binary was built from).
