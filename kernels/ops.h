@@ -8,7 +8,7 @@
 //     ...
 //     be->free(be, x);
 //     be->destroy(be);                              // frees the Backend itself
-// (backend_cuda_create(device) lives in kernels/cuda/cuda_backend.h.)
+// The CUDA backend: backend_cuda_create_for(device, bf16) in kernels/backend_info.h.
 //
 // Conventions, for every op:
 // - Pointers are in the backend's memory space (device pointers on CUDA), including the int32
