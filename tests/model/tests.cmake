@@ -8,3 +8,7 @@ set_tests_properties(model_training_properties PROPERTIES TIMEOUT 120 LABELS mod
 # CPU backend ops against naive double loops (matmul transposes/strides/split, batched, optimizer).
 mhe_add_cmocka_test(cpu_ops_match_naive ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_ops.c)
 set_tests_properties(cpu_ops_match_naive PROPERTIES TIMEOUT 60 LABELS model)
+# mhetrain bench prints every figure for mha, mhe_add, mhe_mul; bad arguments exit 2.
+add_test(NAME model_bench_smoke COMMAND sh ${CMAKE_SOURCE_DIR}/tests/model/bench_smoke.sh)
+set_tests_properties(model_bench_smoke PROPERTIES TIMEOUT 120 LABELS model ENVIRONMENT
+  "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2")

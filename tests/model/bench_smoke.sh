@@ -1,0 +1,24 @@
+#!/bin/sh
+# mhetrain bench on a shrunken tiny config: prints every figure it promises, for the three
+# attention types the benchmark note covers; bad arguments exit 2 with a message.
+set -eu
+: "${MHETRAIN:?}" "${MHE_SOURCE_DIR:?}"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for cfg in tiny-bert-mha tiny-bert-mhe-add tiny-gpt-mhe-mul; do
+    "$MHETRAIN" bench "$MHE_SOURCE_DIR/configs/$cfg.yaml" model.layers=1 train.micro_batch=2 \
+        data.seq_len=16 model.vocab_size=512 --steps 2 >"$out"
+    for want in "tokens/s:" "matmul" "attention" "norm/activation" "loss " "other" \
+                "achieved:" "MFU:" "peak RSS"; do
+        grep -q -- "$want" "$out" || { echo "bench $cfg: no '$want' in:"; cat "$out"; exit 1; }
+    done
+    # The loss on random tokens is near ln(V) = ln(512) = 6.24 at initialisation.
+    awk '/^loss/ { if ($4 < 5.5 || $4 > 7.0) { print "loss " $4 " not near ln 512"; exit 1 } }' "$out"
+done
+if "$MHETRAIN" bench "$MHE_SOURCE_DIR/configs/tiny-bert-mha.yaml" --steps 0 2>"$out"; then
+    echo "bench --steps 0 succeeded"; exit 1
+else
+    rc=$?; [ "$rc" -eq 2 ] || { echo "bench --steps 0: exit $rc, want 2"; exit 1; }
+fi
+grep -q "steps must be a positive integer" "$out" || { cat "$out"; exit 1; }
+echo "bench smoke: ok"
