@@ -94,6 +94,37 @@ static void test_accumulation_over_micro_batches_gives_global_mean(void **state)
     }
 }
 
+// An arena sized for (3, 8) run at (2, 6) gives exactly the model sized for (2, 6): buffers are
+// laid out by the runtime shape, not the capacity.
+static void test_smaller_batch_than_arena_is_exact(void **state) {
+    Backend *be = *state;
+    Config cfg;
+    tiny_config(&cfg, ARCH_GPT, ATTN_MHE_ADD, 0.0f);
+    const int B = 2, T = 6, V = 17;
+    int32_t ids[12], labels[12];
+    random_batch(B, T, V, ids, labels, 14);
+    Model *small = model_create(&cfg, be, B, T), *big = model_create(&cfg, be, 3, 8);
+    model_init_params(small, 9);
+    model_init_params(big, 9);
+    const size_t n = model_param_count(small);
+    float *g1 = mhe_malloc(n * sizeof *g1), *g2 = mhe_malloc(n * sizeof *g2);
+    model_zero_grad(small);
+    model_zero_grad(big);
+    float l1 = model_forward(small, ids, NULL, NULL, labels, B, T, 0);
+    float l2 = model_forward(big, ids, NULL, NULL, labels, B, T, 0);
+    model_backward(small, 0);
+    model_backward(big, 0);
+    model_get_grads(small, g1);
+    model_get_grads(big, g2);
+    assert_true(l1 == l2);
+    assert_memory_equal(g1, g2, n * sizeof *g1);
+    free(g1);
+    free(g2);
+    model_free(small);
+    model_free(big);
+    config_free(&cfg);
+}
+
 // The head on labelled rows only (model_set_full_logits(m, 0)) gives the same loss, the same
 // logits on those rows and the same gradients as the full head (≤ 1e-6 relative).
 static void test_compact_head_equals_full_head(void **state) {
@@ -272,6 +303,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accumulation_over_micro_batches_gives_global_mean),
         cmocka_unit_test(test_compact_head_equals_full_head),
+        cmocka_unit_test(test_smaller_batch_than_arena_is_exact),
         cmocka_unit_test(test_dropout_backward_uses_forward_masks),
         cmocka_unit_test(test_dropout_keeps_expected_fraction),
         cmocka_unit_test(test_dropout_fast_decision_equals_reference),
