@@ -27,6 +27,22 @@ int train_vocab_add(TrainVocab *v, const char *s, size_t n);  // existing id or 
 int train_vocab_get(const TrainVocab *v, const char *s, size_t n);
 void train_vocab_free(TrainVocab *v);
 
+// Distinct pre-tokenized words (bytes; WordPiece words normalised) with their counts.
+typedef struct {
+    TrainVocab words;  // the string map: id = word index
+    int64_t *count;
+    int cap_count;
+} WordCounter;
+
+void word_counter_add(WordCounter *c, const char *s, size_t n, int64_t count);
+
+// Counts the words of every paragraph line of every document of the inputs (any format the
+// corpus readers know), with `threads` counting threads besides the reading one (<= 1: all
+// in the calling thread).  The merges do not depend on the order of the words, so the
+// result is the same for any thread count.
+void train_count_words(const Tokenizer *norm, TokenizerKind kind, int threads, int n_paths,
+                       char **paths, WordCounter *wc);
+
 // Learns merges until the vocabulary has `vocab_size` tokens or no pair occurs at least
 // `min_frequency` times (at least once).  `strip_prefix` bytes are dropped from the right
 // symbol when the merged string is formed ("##" for WordPiece continuations).  Merges

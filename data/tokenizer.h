@@ -68,7 +68,7 @@ typedef struct {
     int vocab_size;
     bool lowercase;      // WordPiece only
     int min_frequency;   // pairs seen fewer times are never merged (HF default 0)
-    int threads;         // reserved: word counting is single-threaded for now
+    int threads;         // word-counting threads (<= 1: none); the result does not depend on it
 } TokenizerTrainOptions;
 
 Tokenizer *tokenizer_train(const TokenizerTrainOptions *opt, int n_paths, char **paths);

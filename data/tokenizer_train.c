@@ -6,88 +6,10 @@
 
 #include "common/error.h"
 #include "data/bpe_train.h"
-#include "data/corpus.h"
 #include "data/unicode_text.h"
 
 static const char *WORDPIECE_SPECIALS[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
 #define EOS_TOKEN "<|endoftext|>"
-
-// Distinct words (bytes) with counts, in first-seen order so training is deterministic.
-typedef struct {
-    TrainVocab words;  // reuses the string map: id = word index
-    int64_t *count;
-    int cap_count;
-} WordCounter;
-
-static void counter_add(WordCounter *c, const char *s, size_t n) {
-    int id = train_vocab_add(&c->words, s, n);
-    if (c->words.n > c->cap_count) {
-        int old = c->cap_count;
-        c->cap_count = c->words.cap;
-        c->count = mhe_realloc(c->count, (size_t)c->cap_count * sizeof *c->count);
-        memset(c->count + old, 0, (size_t)(c->cap_count - old) * sizeof *c->count);
-    }
-    c->count[id]++;
-}
-
-typedef struct {
-    WordCounter *counter;
-    char *buf;
-    size_t cap;
-} SplitCtx;
-
-static void add_wordpiece_word(void *ctx, const uint32_t *w, size_t m) {
-    SplitCtx *sc = ctx;
-    if (sc->cap < 4 * m) {
-        sc->cap = 4 * m + 64;
-        sc->buf = mhe_realloc(sc->buf, sc->cap);
-    }
-    size_t nb = 0;
-    for (size_t i = 0; i < m; i++) nb += (size_t)utf8_put(sc->buf + nb, w[i]);
-    counter_add(sc->counter, sc->buf, nb);
-}
-
-static void add_bpe_word(void *ctx, const char *s, size_t n) {
-    SplitCtx *sc = ctx;
-    counter_add(sc->counter, s, n);
-}
-
-typedef struct {
-    const Tokenizer *norm;
-    TokenizerKind kind;
-    SplitCtx sc;
-} DocCtx;
-
-// Every line (paragraph) of a document is one training text.
-static void count_document(void *ctx, const char *text, size_t len) {
-    DocCtx *d = ctx;
-    size_t i = 0;
-    while (i < len) {
-        const char *nl = memchr(text + i, '\n', len - i);
-        size_t e = nl ? (size_t)(nl - text) : len;
-        if (d->kind == TOK_WORDPIECE)
-            wordpiece_split(d->norm, text + i, e - i, add_wordpiece_word, &d->sc);
-        else
-            bpe_split(text + i, e - i, add_bpe_word, &d->sc);
-        i = e + 1;
-    }
-}
-
-// Streams the documents of every input (any format the corpus readers know: .txt books,
-// MediaWiki dumps, WikiExtractor output, JSON lines; folders recursively) into the counter.
-// The readers reject invalid UTF-8, which bpe_split relies on.
-static void count_inputs(const Tokenizer *norm, TokenizerKind kind, int n_paths, char **paths,
-                         WordCounter *wc) {
-    DocCtx d = {norm, kind, {wc, NULL, 0}};
-    CorpusStats stats = {0};
-    for (int i = 0; i < n_paths; i++) {
-        int nf;
-        char **files = corpus_list_files(paths[i], &nf);
-        for (int f = 0; f < nf; f++) corpus_read_file(files[f], CORPUS_AUTO, count_document, &d, &stats);
-        corpus_free_files(files, nf);
-    }
-    free(d.sc.buf);
-}
 
 static int cmp_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -172,7 +94,7 @@ Tokenizer *tokenizer_train(const TokenizerTrainOptions *opt, int n_paths, char *
     Tokenizer *norm = tokenizer_new(TOK_WORDPIECE, 0, NULL);
     norm->lowercase = norm->strip_accents = opt->lowercase;
     WordCounter wc = {0};
-    count_inputs(norm, opt->kind, n_paths, paths, &wc);
+    train_count_words(norm, opt->kind, opt->threads, n_paths, paths, &wc);
     tokenizer_free(norm);
     if (wc.words.n == 0) mhe_fail("tokenizer train: the inputs hold no words");
     TrainVocab v = {0};

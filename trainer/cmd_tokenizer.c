@@ -18,7 +18,7 @@ static const char *USAGE =
     "        WikiExtractor output, JSON lines, or folders of them, read by the corpus readers of\n"
     "        mhetrain prepare; every paragraph line is one text) and writes DIR/tokenizer.json\n"
     "        (Hugging Face format) plus vocab.txt (wordpiece) or vocab.json + merges.txt (bpe).\n"
-    "        --threads is accepted but counting is single-threaded for now.\n"
+    "        --threads N counting threads (default 2; the output is the same for any N).\n"
     "encode  prints the ids of every line of FILE, one line of space-separated ids per input\n"
     "        line.  TOKENIZER is a vocab.txt (uncased unless --cased), tokenizer.json,\n"
     "        vocab.json (with merges.txt beside it) or a directory.  --bench prints only the\n"

@@ -5,7 +5,8 @@ The oracle pre-tokenizes with Hugging Face `tokenizers` (BertNormalizer + BertPr
 or ByteLevel), counts words, then repeatedly recounts every adjacent pair and merges the most
 frequent one (ties: smaller (left id, right id) first; ids in the order the trainer assigns
 them: specials, then the alphabet sorted by code point / byte, then merged tokens, a merged
-string already in the vocabulary keeping its id).  Vocabulary and merges must be identical."""
+string already in the vocabulary keeping its id).  Vocabulary and merges must be identical.
+Also: training with 1 and 3 counting threads writes identical files."""
 import json
 import os
 import re
@@ -122,6 +123,17 @@ def main():
                     if i >= len(got_merges) or i >= len(want_merges) or got_merges[i] != want_merges[i])
         print(f"  first merge difference at rank {diff}: ours {got_merges[diff:diff + 3]} "
               f"oracle {want_merges[diff:diff + 3]}")
+    ok &= same
+    # The counting threads do not change the result: 1 and 3 threads write the same bytes.
+    books = os.path.dirname(BOOK)
+    outs = []
+    for threads in (1, 3):
+        out = os.path.join(WORK, f"threads{threads}")
+        subprocess.run([MHETRAIN, "tokenizer", "train", "--type", "bpe", "--vocab-size", "2000",
+                        "--threads", str(threads), "--out", out, books], check=True)
+        outs.append(open(os.path.join(out, "tokenizer.json"), "rb").read())
+    same = outs[0] == outs[1]
+    print(f"bpe on the books with 1 and 3 counting threads: {'identical' if same else 'DIFFERENT'}")
     ok &= same
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
