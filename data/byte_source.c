@@ -8,8 +8,11 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "data/bz2_parallel.h"
 
 #define RAW_CHUNK (1 << 16)
+// Multistream detection looks for a second stream start within the first DETECT bytes.
+#define DETECT (4 << 20)
 #define OUT_CHUNK (1 << 16)
 
 struct ByteSource {
@@ -24,7 +27,36 @@ struct ByteSource {
     char out[OUT_CHUNK];    // decoded bytes not yet returned
     size_t out_pos, out_end;
     long long offset;       // decoded bytes returned so far
+    Bz2Parallel *par;       // multistream decoded by threads (NULL: sequential)
+    const char *piece;      // current decoded piece of par
+    size_t piece_len, piece_pos;
 };
+
+// True when the bz2 file holds a second stream early on (a multistream dump).
+// Leaves the file where it was when it is not (the sequential decoder carries on from there).
+static bool looks_multistream(FILE *f) {
+    long pos = ftell(f);
+    rewind(f);
+    unsigned char *buf = mhe_malloc(DETECT);
+    size_t n = fread(buf, 1, DETECT, f);
+    bool multi = false;
+    for (size_t i = 1; i + 10 <= n && !multi; i++) multi = bz2_is_stream_start(buf, n, i);
+    free(buf);
+    if (multi) rewind(f);
+    else if (fseek(f, pos, SEEK_SET) != 0) mhe_fatal("cannot seek in a bz2 file");
+    return multi;
+}
+
+ByteSource *byte_source_open_threads(const char *path, int threads) {
+    ByteSource *s = byte_source_open(path);
+    if (threads > 1 && s->bz2 && looks_multistream(s->f)) {
+        FILE *f = s->f;
+        s->f = NULL;
+        s->par = bz2_parallel_open(f, path, threads);
+        s->out_pos = s->out_end = 0;
+    }
+    return s;
+}
 
 ByteSource *byte_source_open(const char *path) {
     ByteSource *s = mhe_calloc(1, sizeof *s);
@@ -90,7 +122,21 @@ static bool fill_bz2(ByteSource *s) {
     return true;
 }
 
+static bool fill_parallel(ByteSource *s) {
+    while (s->piece_pos == s->piece_len) {
+        if (!bz2_parallel_next(s->par, &s->piece, &s->piece_len)) return false;
+        s->piece_pos = 0;
+    }
+    size_t n = s->piece_len - s->piece_pos < OUT_CHUNK ? s->piece_len - s->piece_pos : OUT_CHUNK;
+    memcpy(s->out, s->piece + s->piece_pos, n);
+    s->piece_pos += n;
+    s->out_pos = 0;
+    s->out_end = n;
+    return true;
+}
+
 static bool fill(ByteSource *s) {
+    if (s->par) return fill_parallel(s);
     if (s->bz2) return fill_bz2(s);
     if (s->raw_eof) return false;
     size_t n = fread(s->out, 1, OUT_CHUNK, s->f);
@@ -149,7 +195,8 @@ bool byte_source_getline(ByteSource *s, char **line, size_t *len, size_t *cap) {
 void byte_source_close(ByteSource *s) {
     if (!s) return;
     if (s->bz_active) BZ2_bzDecompressEnd(&s->bz);
-    fclose(s->f);
+    if (s->par) bz2_parallel_close(s->par);
+    else fclose(s->f);
     free(s->path);
     free(s);
 }

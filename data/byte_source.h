@@ -12,6 +12,8 @@ typedef struct ByteSource ByteSource;
 // Opens `path`; bz2 is detected from the "BZh" magic, not the name.  Exits 2 when the file
 // cannot be opened.
 ByteSource *byte_source_open(const char *path);
+// Same, decoding a multistream bz2 file with `threads` threads (any other file: as above).
+ByteSource *byte_source_open_threads(const char *path, int threads);
 // Reads up to n bytes; returns 0 at the end.  A truncated or corrupt bz2 stream exits 2 with
 // "file: byte N: ..." (N = offset in the compressed file).
 size_t byte_source_read(ByteSource *s, void *buf, size_t n);

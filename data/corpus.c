@@ -116,15 +116,20 @@ CorpusFormat corpus_detect(const char *file, CorpusFormat requested) {
     return CORPUS_BOOKS;
 }
 
+void corpus_read_file_threads(const char *file, CorpusFormat format, int threads, CorpusDocFn fn,
+                              void *ctx, CorpusStats *stats) {
+    switch (corpus_detect(file, format)) {
+    case CORPUS_WIKI: corpus_read_wiki(file, threads, fn, ctx, stats); break;
+    case CORPUS_WIKIEXTRACTOR: corpus_read_wikiextractor(file, threads, fn, ctx, stats); break;
+    case CORPUS_JSONL: corpus_read_jsonl(file, threads, fn, ctx, stats); break;
+    case CORPUS_BOOKS:
+    case CORPUS_AUTO: corpus_read_book(file, threads, fn, ctx, stats); break;
+    }
+}
+
 void corpus_read_file(const char *file, CorpusFormat format, CorpusDocFn fn, void *ctx,
                       CorpusStats *stats) {
-    switch (corpus_detect(file, format)) {
-    case CORPUS_WIKI: corpus_read_wiki(file, fn, ctx, stats); break;
-    case CORPUS_WIKIEXTRACTOR: corpus_read_wikiextractor(file, fn, ctx, stats); break;
-    case CORPUS_JSONL: corpus_read_jsonl(file, fn, ctx, stats); break;
-    case CORPUS_BOOKS:
-    case CORPUS_AUTO: corpus_read_book(file, fn, ctx, stats); break;
-    }
+    corpus_read_file_threads(file, format, 1, fn, ctx, stats);
 }
 
 long long utf8_invalid_offset(const char *str, size_t n) {

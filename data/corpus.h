@@ -42,12 +42,17 @@ CorpusFormat corpus_detect(const char *file, CorpusFormat requested);
 // (truncated bz2, malformed XML or JSON, invalid UTF-8) exits 2 naming file and position.
 void corpus_read_file(const char *file, CorpusFormat format, CorpusDocFn fn, void *ctx,
                       CorpusStats *stats);
+// Same, decoding multistream bz2 with `threads` threads (the documents and their order are
+// the same for any thread count).
+void corpus_read_file_threads(const char *file, CorpusFormat format, int threads, CorpusDocFn fn,
+                              void *ctx, CorpusStats *stats);
 
 // Internal to the readers (corpus_wiki.c, corpus_text.c).
-void corpus_read_wiki(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
-void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
-void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
-void corpus_read_jsonl(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+void corpus_read_wiki(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, void *ctx,
+                               CorpusStats *stats);
+void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats);
 // Offset of the first byte that is not valid UTF-8, or -1 when all n bytes are valid.
 long long utf8_invalid_offset(const char *s, size_t n);
 

@@ -91,8 +91,8 @@ static void lines_as_paragraphs(const char *s, size_t n, StrBuf *out) {
     }
 }
 
-void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
-    ByteSource *src = byte_source_open(file);
+void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open_threads(file, threads);
     StrBuf all = {0};
     char chunk[1 << 16];
     size_t got;
@@ -150,8 +150,8 @@ void corpus_read_book(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *
     strbuf_free(&all);
 }
 
-void corpus_read_jsonl(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
-    ByteSource *src = byte_source_open(file);
+void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open_threads(file, threads);
     char *line = NULL;
     size_t len = 0, cap = 0;
     long long lineno = 0, offset = 0;
@@ -197,8 +197,9 @@ static void doc_attr(const char *line, const char *name, char *buf, size_t cap) 
     buf[n] = 0;
 }
 
-void corpus_read_wikiextractor(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
-    ByteSource *src = byte_source_open(file);
+void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, void *ctx,
+                               CorpusStats *stats) {
+    ByteSource *src = byte_source_open_threads(file, threads);
     char *line = NULL;
     size_t len = 0, cap = 0;
     long long lineno = 0, offset = 0, open_line = 0;

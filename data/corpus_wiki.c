@@ -75,8 +75,8 @@ static void on_chars(void *ud, const XML_Char *s, int len) {
     else if (w->field == FIELD_TEXT) strbuf_append(&w->text, s, (size_t)len);
 }
 
-void corpus_read_wiki(const char *file, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
-    ByteSource *src = byte_source_open(file);
+void corpus_read_wiki(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open_threads(file, threads);
     XML_Parser p = XML_ParserCreate("UTF-8");
     if (!p) mhe_fatal("cannot create an XML parser");
     WikiState w = {.file = file, .fn = fn, .ctx = ctx, .stats = stats};

@@ -313,7 +313,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
         for (int f = 0; f < nf; f++) {
             CorpusFormat fmt = corpus_detect(files[f], opt->format);
             manifest_add_input(&m, files[f], corpus_format_name(fmt));
-            corpus_read_file(files[f], fmt, on_doc, &p, &stats);
+            corpus_read_file_threads(files[f], fmt, threads, on_doc, &p, &stats);
         }
         if (stats.documents == before) mhe_fail("%s: no documents found in this input", opt->inputs[i]);
         corpus_free_files(files, nf);

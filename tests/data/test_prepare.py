@@ -159,16 +159,13 @@ def test_wiki_dump(tmp):
     print(f"cleaned text: {total} characters in {len(docs)} articles")
     check(total > 2_000_000, f"only {total} characters of prose")
 
-    # Multistream: the same dump re-compressed as several concatenated bz2 streams.
-    raw = bz2.open(DUMP).read()
-    cut = [0, raw.find(b"<page>", len(raw) // 3), raw.find(b"<page>", 2 * len(raw) // 3), len(raw)]
-    multi = os.path.join(tmp, "multi.xml.bz2")
-    with open(multi, "wb") as f:
-        for a, b in zip(cut, cut[1:]):
-            f.write(bz2.compress(raw[a:b]))
-    clean2 = os.path.join(tmp, "clean_multi.txt")
-    prepare([multi], text_out=clean2)
-    check(open(clean2, "rb").read() == open(clean, "rb").read(), "multistream dump reads the same")
+    # Multistream: the same dump re-compressed as several concatenated bz2 streams, decoded
+    # sequentially (1 thread) and in parallel (3 threads).
+    multi = make_multistream(os.path.join(tmp, "multi.xml.bz2"))
+    for threads in (1, 3):
+        clean2 = os.path.join(tmp, f"clean_multi{threads}.txt")
+        prepare([multi], text_out=clean2, threads=threads)
+        check(open(clean2, "rb").read() == open(clean, "rb").read(), f"multistream dump reads the same ({threads} threads)")
 
     clean3 = os.path.join(tmp, "tables.txt")
     prepare([TABLES], text_out=clean3)
@@ -237,11 +234,22 @@ def test_shards_python(tmp):
     print("shards_python ok")
 
 
+def make_multistream(path, parts=6):
+    """The shared dump re-compressed as `parts` bz2 streams cut at page starts."""
+    raw = bz2.open(DUMP).read()
+    cut = [0] + [raw.find(b"<page>", k * len(raw) // parts) for k in range(1, parts)] + [len(raw)]
+    with open(path, "wb") as f:
+        for a, b in zip(cut, cut[1:]):
+            f.write(bz2.compress(raw[a:b]))
+    return path
+
+
 def test_prepare_determinism(tmp):
     outs = []
-    for threads in (1, 2, 3):
+    multi = make_multistream(os.path.join(tmp, "multi.xml.bz2"))
+    for threads in (1, 2, 3):  # 1: sequential bz2 decoding; 2, 3: parallel multistream decoding
         out = os.path.join(tmp, f"t{threads}")
-        p = prepare([DUMP, TABLES, BOOKS], out=out, threads=threads,
+        p = prepare([DUMP, TABLES, BOOKS, multi], out=out, threads=threads,
                     extra=["--shard-size-mb", "0.5", "--valid-fraction", "0.1"])
         print(p.stderr.strip())
         outs.append(out)
@@ -293,13 +301,40 @@ def expect_fail(args, pattern, what):
     print(f"ok {what}: {line}")
 
 
+class FreshOut:
+    """`base + [...]` builds a prepare command line with a new output directory each time,
+    so one failed run's partial shards never show up in the next one's messages."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+
+    def __add__(self, rest):
+        out = tempfile.mkdtemp(dir=self.tmp, prefix="out")
+        return [MHETRAIN, "prepare", "--tokenizer", BERT_VOCAB, "--out", out] + rest
+
+
 def test_bad_inputs(tmp):
     out = os.path.join(tmp, "out")
-    base = [MHETRAIN, "prepare", "--tokenizer", BERT_VOCAB, "--out", out]
+    base = FreshOut(tmp)
     data = open(DUMP, "rb").read()
     trunc = os.path.join(tmp, "trunc.xml.bz2")
     open(trunc, "wb").write(data[: len(data) // 2])
     expect_fail(base + [trunc], re.escape(trunc) + r": byte \d+: truncated bz2", "truncated bz2")
+    multi = make_multistream(os.path.join(tmp, "multi.xml.bz2"))
+    mdata = open(multi, "rb").read()
+    for threads in ("1", "2"):  # sequential and parallel decoding report the same way
+        mt = os.path.join(tmp, f"mtrunc{threads}.xml.bz2")
+        open(mt, "wb").write(mdata[: len(mdata) * 2 // 3])
+        expect_fail(base + ["--threads", threads, mt], re.escape(mt) + r": byte \d+: truncated bz2",
+                    f"truncated multistream bz2, {threads} thread(s)")
+        mc = os.path.join(tmp, f"mcorrupt{threads}.xml.bz2")
+        k = len(mdata) // 2
+        open(mc, "wb").write(mdata[:k] + bytes(b ^ 0x55 for b in mdata[k:k + 50]) + mdata[k + 50:])
+        # Sequential decoding hands a block's bytes to expat before the block's CRC is
+        # checked, so expat may see the damage first: either message names the file.
+        expect_fail(base + ["--threads", threads, mc],
+                    re.escape(mc) + r"(: byte \d+: corrupt bz2|:\d+:\d+: malformed XML)",
+                    f"corrupt multistream bz2, {threads} thread(s)")
     corrupt = os.path.join(tmp, "corrupt.xml.bz2")
     open(corrupt, "wb").write(data[:5000] + bytes(b ^ 0x55 for b in data[5000:5100]) + data[5100:])
     expect_fail(base + [corrupt], re.escape(corrupt) + r": byte \d+: corrupt bz2", "corrupt bz2")
@@ -414,7 +449,9 @@ def test_fuzz_inputs(tmp):
     jl = b'{"text": "one\\ntwo"}\n{"text": "caf\xc3\xa9"}\n'
     out = os.path.join(tmp, "o")
     rejected = {}
-    for name, data in (("x.xml", xml), ("x.jsonl", jl), ("x.xml.bz2", bz2.compress(xml))):
+    multi = b"".join(bz2.compress(xml[k:k + 60]) for k in range(0, len(xml), 60))
+    for name, data in (("x.xml", xml), ("x.jsonl", jl), ("x.xml.bz2", bz2.compress(xml)),
+                       ("m.xml.bz2", multi)):
         rejected[name] = 0
         for i in range(60):
             path = os.path.join(tmp, f"{i}_{name}")
