@@ -30,4 +30,11 @@ if(TARGET mhecuda_emu)
   # MPI's own allocations are not ours to audit.
   set_tests_properties(test_cuda_nccl_np2 PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32" TIMEOUT 300)
+
+  # The real trainer (mhetrain_emu) with runtime.device: cuda on the emulated GPU, on the corpus
+  # of the tests/train fixture: losses track runtime.device: cpu, at 1 and 2 ranks.
+  add_test(NAME test_cuda_train_end_to_end COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_train_e2e.sh)
+  set_tests_properties(test_cuda_train_end_to_end PROPERTIES FIXTURES_REQUIRED train_corpus
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
+    TIMEOUT 900)
 endif()

@@ -175,11 +175,18 @@ cudaError_t mhe_emu_memset(void *p, int value, size_t bytes) {
 cudaError_t mhe_emu_memset_async(void *p, int value, size_t bytes, cudaStream_t) {
     return mhe_emu_memset(p, value, bytes);
 }
+// Emulated GPUs per host: MHE_EMU_DEVICES (default 1), so multi-rank runs can each "own" one.
+// They are all the same host memory; each process only touches its own.
 cudaError_t mhe_emu_get_device_count(int *n) {
-    *n = 1;
+    const char *e = std::getenv("MHE_EMU_DEVICES");
+    *n = e && std::atoi(e) > 0 ? std::atoi(e) : 1;
     return cudaSuccess;
 }
-cudaError_t mhe_emu_set_device(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t mhe_emu_set_device(int d) {
+    int n = 0;
+    mhe_emu_get_device_count(&n);
+    return d >= 0 && d < n ? cudaSuccess : cudaErrorInvalidDevice;
+}
 cudaError_t mhe_emu_get_last_error(void) { return cudaSuccess; }
 cudaError_t mhe_emu_device_synchronize(void) { return cudaSuccess; }
 cudaError_t mhe_emu_stream_create(cudaStream_t *s) {
