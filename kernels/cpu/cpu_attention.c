@@ -1,5 +1,5 @@
 // The attention core (ops.h AttnShape) on the CPU: per (batch, head) sgemm for scores and
-// weighted sums, probabilities saved [B, n, T, T] for the backward.
+// weighted sums; only the row log-sum-exp is saved, the backward recomputes the scores.
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -32,17 +32,31 @@ static void scores(const AttnShape *s, const HeadPtrs *p, float *S) {
                 s->ldq, p->k, s->ldk, 0.0f, S, s->T);
 }
 
-// Bias, mask and row softmax in place on S [T, T] of (b, h).
-static void softmax_rows(const AttnShape *s, int b, int h, float *S) {
+// S = raw scores of (b, h) (a copy of R when heads share them) plus the per-key bias.
+static void head_scores(const AttnShape *s, const HeadPtrs *p, int b, int h, const float *R, float *S) {
     const int T = s->T, n = s->n_heads;
+    const size_t TT = (size_t)T * T;
+    if (R)
+        memcpy(S, R, TT * sizeof *S);
+    else
+        scores(s, p, S);
+    if (s->key_bias) {
+        const float *kb = s->key_bias + (size_t)b * T * n + h;
+        for (int i = 0; i < T; i++) {
+            float *row = S + (size_t)i * T;
+            for (int j = 0; j < T; j++) row[j] += kb[(size_t)j * n];
+        }
+    }
+}
+
+// Masked row softmax in place; lse[i] = log Σ_visible exp(S[i, j]) (-inf: no visible key).
+static void softmax_rows(const AttnShape *s, int b, float *S, float *lse) {
+    const int T = s->T;
     for (int i = 0; i < T; i++) {
         float *row = S + (size_t)i * T;
         float mx = -INFINITY;
-        for (int j = 0; j < T; j++) {
-            if (!key_visible(s, b, i, j)) continue;
-            if (s->key_bias) row[j] += s->key_bias[((size_t)b * T + j) * n + h];
-            mx = row[j] > mx ? row[j] : mx;
-        }
+        for (int j = 0; j < T; j++)
+            if (key_visible(s, b, i, j)) mx = row[j] > mx ? row[j] : mx;
         double sum = 0;
         for (int j = 0; j < T; j++) {
             if (key_visible(s, b, i, j)) {
@@ -54,6 +68,17 @@ static void softmax_rows(const AttnShape *s, int b, int h, float *S) {
         }
         float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
         for (int j = 0; j < T; j++) row[j] *= inv;
+        lse[i] = sum > 0 ? mx + (float)log(sum) : -INFINITY;
+    }
+}
+
+// The backward's probabilities from the saved row log-sum-exp: P = exp(S - lse) where visible.
+static void probs_from_lse(const AttnShape *s, int b, float *S, const float *lse) {
+    const int T = s->T;
+    for (int i = 0; i < T; i++) {
+        float *row = S + (size_t)i * T;
+        for (int j = 0; j < T; j++)
+            row[j] = (lse[i] > -INFINITY && key_visible(s, b, i, j)) ? expf(row[j] - lse[i]) : 0.0f;
     }
 }
 
@@ -69,11 +94,15 @@ static const float *dropped(const AttnShape *s, int b, int h, const float *P, fl
     return dst;
 }
 
+// Only the row log-sum-exp is saved ([B, n, T]): the backward recomputes the scores, so memory
+// stays O(T) per head instead of O(T²).  Scratch is per thread.
+#define FWD_TT 3
+#define BWD_TT 5
 static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
     const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
-    *saved = (size_t)s->B * s->n_heads * T * T;
-    size_t fwd = nt * T * T;
-    size_t bwd = nt * (3 * T * T + T * s->v_dim) +
+    *saved = (size_t)s->B * s->n_heads * T;
+    size_t fwd = nt * FWD_TT * T * T;
+    size_t bwd = nt * (BWD_TT * T * T + T * s->v_dim) +
                  (s->out_scale ? (size_t)s->B * T * s->n_heads * s->v_dim : 0);
     *scratch = fwd > bwd ? fwd : bwd;
 }
@@ -82,43 +111,48 @@ static double attention_flops(const AttnShape *s) {
     return 2.0 * s->B * s->n_heads * (double)s->T * s->T * (s->qk_dim + s->v_dim);
 }
 
+// One head of one sequence: scores, softmax (lse saved), dropout, P V, output scale/shift.
+static void forward_head(const AttnShape *s, const float *q, const float *k, const float *v,
+                         float *out, float *lse_all, int b, int h, const float *R, float *ws) {
+    const int T = s->T, n = s->n_heads, dv = s->v_dim, ldo = n * dv;
+    const size_t TT = (size_t)T * T;
+    float *S = ws, *Pdbuf = ws + TT;
+    HeadPtrs p = head_ptrs(s, q, k, v, b, h);
+    head_scores(s, &p, b, h, R, S);
+    softmax_rows(s, b, S, lse_all + ((size_t)b * n + h) * T);
+    const float *Pd = dropped(s, b, h, S, Pdbuf);
+    float *o = out + (size_t)b * T * ldo + (size_t)h * dv;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v, s->ldv, 0.0f, o, ldo);
+    if (s->out_scale || s->out_shift) {
+        const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
+        const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
+        for (int i = 0; i < T; i++) {
+            float *r = o + (size_t)i * ldo;
+            for (int c = 0; c < dv; c++) r[c] = (sc ? r[c] * sc[c] : r[c]) + (sh ? sh[c] : 0.0f);
+        }
+    }
+}
+
 static void cpu_attention_forward(Backend *be, const AttnShape *s, const float *q,
                                   const float *k, const float *v, float *out, float *saved,
                                   float *scratch) {
     double t0 = cpu_prof_begin(be);
-    const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim;
-    const size_t TT = (size_t)T * T;
-    const int ldo = n * dv;
-    const int shared = shares_scores(s);
-    if (shared) {
-        // mhe_add / sha: every head has the same raw scores, one product per sequence.
-#pragma omp parallel for schedule(static)
-        for (int b = 0; b < B; b++) {
-            HeadPtrs p = head_ptrs(s, q, k, v, b, 0);
-            float *S0 = saved + (size_t)b * n * TT;
-            scores(s, &p, S0);
-            for (int h = 1; h < n; h++) memcpy(S0 + h * TT, S0, TT * sizeof *S0);
-        }
-    }
+    const int B = s->B, n = s->n_heads;
+    const size_t TT = (size_t)s->T * s->T;
+    if (shares_scores(s)) {
+        // sha / mhe_add: every head has the same raw scores, one product per sequence.
 #pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
-    for (int bh = 0; bh < B * n; bh++) {
-        int b = bh / n, h = bh % n;
-        HeadPtrs p = head_ptrs(s, q, k, v, b, h);
-        float *P = saved + (size_t)bh * TT;
-        if (!shared) scores(s, &p, P);
-        softmax_rows(s, b, h, P);
-        const float *Pd = dropped(s, b, h, P, scratch + (size_t)omp_get_thread_num() * TT);
-        float *o = out + (size_t)b * T * ldo + (size_t)h * dv;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v, s->ldv,
-                    0.0f, o, ldo);
-        if (s->out_scale || s->out_shift) {
-            const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
-            const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
-            for (int i = 0; i < T; i++) {
-                float *r = o + (size_t)i * ldo;
-                for (int c = 0; c < dv; c++) r[c] = (sc ? r[c] * sc[c] : r[c]) + (sh ? sh[c] : 0.0f);
-            }
+        for (int b = 0; b < B; b++) {
+            float *ws = scratch + (size_t)omp_get_thread_num() * FWD_TT * TT, *R = ws + 2 * TT;
+            HeadPtrs p = head_ptrs(s, q, k, v, b, 0);
+            scores(s, &p, R);
+            for (int h = 0; h < n; h++) forward_head(s, q, k, v, out, saved, b, h, R, ws);
         }
+    } else {
+#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
+        for (int bh = 0; bh < B * n; bh++)
+            forward_head(s, q, k, v, out, saved, bh / n, bh % n, NULL,
+                         scratch + (size_t)omp_get_thread_num() * FWD_TT * TT);
     }
     cpu_prof_end(be, OPC_ATTENTION, t0, attention_flops(s));
 }
@@ -141,21 +175,27 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
     const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim, dk_ = s->qk_dim;
     const size_t TT = (size_t)T * T;
     const int ldo = n * dv;
-    const size_t per_thread = 3 * TT + (size_t)T * dv;
+    const size_t per_thread = BWD_TT * TT + (size_t)T * dv;
     const int shared = shares_scores(s);
     float *pv_all = scratch + (size_t)cpu_threads(be) * per_thread;
 #pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
     for (int b = 0; b < B; b++) {
         float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *Pdbuf = ws, *dP = ws + TT, *dS_sum = ws + 2 * TT, *G = ws + 3 * TT;
-        if (shared) memset(dS_sum, 0, TT * sizeof *dS_sum);
+        float *Pdbuf = ws, *dP = ws + TT, *dS_sum = ws + 2 * TT, *R = ws + 3 * TT, *P = ws + 4 * TT;
+        float *G = ws + BWD_TT * TT;
+        if (shared) {
+            memset(dS_sum, 0, TT * sizeof *dS_sum);
+            HeadPtrs p0 = head_ptrs(s, q, k, v, b, 0);
+            scores(s, &p0, R);
+        }
         zero_cols(dq + (size_t)b * T * s->ldq, T, s->ldq, s->q_heads * dk_);
         zero_cols(dk + (size_t)b * T * s->ldk, T, s->ldk, s->k_heads * dk_);
         zero_cols(dv_out + (size_t)b * T * s->ldv, T, s->ldv, s->v_heads * dv);
         for (int h = 0; h < n; h++) {
             HeadPtrs p = head_ptrs(s, q, k, v, b, h);
             const size_t qoff = p.q - q, koff = p.k - k, voff = p.v - v;
-            const float *P = saved + ((size_t)b * n + h) * TT;
+            head_scores(s, &p, b, h, shared ? R : NULL, P);
+            probs_from_lse(s, b, P, saved + ((size_t)b * n + h) * T);
             const float *Pd = dropped(s, b, h, P, Pdbuf);
             const float *dO = dout + (size_t)b * T * ldo + (size_t)h * dv;
             const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
@@ -222,7 +262,9 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
             if (dout_shift) dout_shift[hc] += (float)sh;
         }
     }
-    cpu_prof_end(be, OPC_ATTENTION, t0, 2.0 * attention_flops(s));
+    // Twice the forward's products, plus the recomputed scores.
+    cpu_prof_end(be, OPC_ATTENTION, t0,
+                 2.0 * attention_flops(s) + 2.0 * B * n * (double)T * T * s->qk_dim);
 }
 
 void cpu_install_attention(Backend *be) {
