@@ -45,8 +45,6 @@ typedef struct {
     char dir[512];
 } Result;
 
-static Backend *g_be;
-
 static void make_config(const Case *c, Config *cfg) {
     config_defaults(cfg);
     cfg->model.arch = c->arch;
@@ -169,10 +167,10 @@ static void write_inputs(const Case *c, const Inputs *in, const char *path) {
 }
 
 // Runs our model on a case and, when dir is non-NULL, writes the oracle's files there.
-static void run_case(const Case *c, Result *res, const char *dir) {
+static void run_case(Backend *be, const Case *c, Result *res, const char *dir) {
     Config cfg;
     make_config(c, &cfg);
-    Model *m = model_create(&cfg, g_be, B_, T_);
+    Model *m = model_create(&cfg, be, B_, T_);
     randomise(m, 1234);
     Inputs in;
     make_inputs(c, cfg.model.vocab_size, &in);
@@ -314,7 +312,7 @@ static const Case CASES[] = {
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
 static void test_every_variant_matches_pytorch(void **state) {
-    (void)state;
+    Backend *be = *state;
     char jobs[1024], dir[1024];
     snprintf(jobs, sizeof jobs, "%s/tests/model/oracle_jobs.txt", out_dir());
     snprintf(dir, sizeof dir, "%s/tests", out_dir());
@@ -326,7 +324,7 @@ static void test_every_variant_matches_pytorch(void **state) {
     Result res[N_CASES];
     for (int i = 0; i < N_CASES; i++) {
         snprintf(dir, sizeof dir, "%s/tests/model/%s", out_dir(), CASES[i].name);
-        run_case(&CASES[i], &res[i], dir);
+        run_case(be, &CASES[i], &res[i], dir);
         fprintf(jf, "%s/cfg.json %s/w.safetensors %s/in.safetensors %s/out.safetensors float32\n",
                 dir, dir, dir, dir);
     }
@@ -358,16 +356,16 @@ static double max_rel(const float *a, const float *b, size_t n) {
 // Fast and plain paths compute the same function: loss and logits ≤ 1e-5 relative, every
 // gradient ≤ 1e-5 relative (e^K of mhe_add excepted: exactly 0 on the fast path, checked below).
 static void test_fast_paths_equal_plain_paths(void **state) {
-    (void)state;
+    Backend *be = *state;
     const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
     const AttentionType types[2] = {ATTN_MHE_ADD, ATTN_MHE_MUL};
     for (int a = 0; a < 2; a++)
         for (int t = 0; t < 2; t++) {
             Case c = {"fast_vs_plain", arches[a], types[t], -1, 0, 0, 0, 1, 1};
             Result fast, plain;
-            run_case(&c, &fast, NULL);
+            run_case(be, &c, &fast, NULL);
             c.fast = 0;
-            run_case(&c, &plain, NULL);
+            run_case(be, &c, &plain, NULL);
             double e = fabs(fast.loss - plain.loss) / fabs(plain.loss);
             assert_true(e <= 1e-5);
             assert_true(max_rel(fast.logits, plain.logits, (size_t)B_ * T_ * 17) <= 1e-5);
@@ -399,7 +397,7 @@ static void test_fast_paths_equal_plain_paths(void **state) {
 // robust when g·u happens to be small); a wrong term in a gradient gives O(‖g‖) errors.
 // Tensors whose gradient is analytically zero (‖g‖ < 1e-6, the K biases) need |FD| ≤ 1e-6.
 static void test_gradients_match_double_finite_differences(void **state) {
-    (void)state;
+    Backend *be = *state;
     const Case cases[] = {
         {"fd_bert_mha", ARCH_BERT, ATTN_MHA, -1, 0, 0, 0, 1, 1},
         {"fd_gpt_mha", ARCH_GPT, ATTN_MHA, -1, 0, 0, 0, 0, 1},
@@ -418,12 +416,12 @@ static void test_gradients_match_double_finite_differences(void **state) {
     for (int ci = 0; ci < nc; ci++) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/tests/model/%s", out_dir(), cases[ci].name);
-        run_case(&cases[ci], &res[ci], dir);
+        run_case(be, &cases[ci], &res[ci], dir);
         const ParamTable *t = &res[ci].table;
         // Recreate the weights (run_case is deterministic) to write the perturbed copies.
         Config cfg;
         make_config(&cases[ci], &cfg);
-        Model *m = model_create(&cfg, g_be, B_, T_);
+        Model *m = model_create(&cfg, be, B_, T_);
         randomise(m, 1234);
         weights[ci] = mhe_malloc(t->total * sizeof(float));
         model_get_params(m, weights[ci]);
@@ -492,8 +490,7 @@ static void test_gradients_match_double_finite_differences(void **state) {
 }
 
 static int setup(void **state) {
-    (void)state;
-    g_be = backend_cpu_create(0);
+    *state = backend_cpu_create(0);
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests", out_dir());
     mkdir(dir, 0755);
@@ -502,8 +499,8 @@ static int setup(void **state) {
     return 0;
 }
 static int teardown(void **state) {
-    (void)state;
-    g_be->destroy(g_be);
+    Backend *be = *state;
+    be->destroy(be);
     return 0;
 }
 
