@@ -38,21 +38,27 @@ __device__ __forceinline__ float p_dropped(float p, size_t idx, float drop, uint
 }
 
 // One block per (i, h, b): P[i, :] = softmax(scale q_i·k_j + key_bias[j, h], visible keys).
+// have_scores: P already holds scale q_i·k_j (from the GEMM path); q and k are not read.
 __global__ void attn_softmax_kernel(AttnIdx a, const float *q, const float *k, float scale,
                                     int causal, const int32_t *key_mask, const float *key_bias,
-                                    float *P) {
+                                    int have_scores, float *P) {
     __shared__ float fbuf[32];
     int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const float *qi = q_row(a, q, b, i, h);
+    const float *qi = have_scores ? nullptr : q_row(a, q, b, i, h);
     float *row = P + p_index(a, b, h, i, 0);
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
         float s = -INFINITY;
         if (key_visible(a, causal, key_mask, b, i, j)) {
-            const float *kj = k_row(a, k, b, j, h);
-            float dot = 0;
-            for (int c = 0; c < a.dq; c++) dot += qi[c] * kj[c];
-            s = scale * dot + (key_bias ? key_bias[((size_t)b * a.T + j) * a.n + h] : 0.0f);
+            if (have_scores) {
+                s = row[j];
+            } else {
+                const float *kj = k_row(a, k, b, j, h);
+                float dot = 0;
+                for (int c = 0; c < a.dq; c++) dot += qi[c] * kj[c];
+                s = scale * dot;
+            }
+            s += key_bias ? key_bias[((size_t)b * a.T + j) * a.n + h] : 0.0f;
         }
         row[j] = s;
         mx = fmaxf(mx, s);
@@ -96,42 +102,45 @@ static unsigned dim_block(int d) {
 static void cuda_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
     (void)be;
     size_t tt = (size_t)s->B * s->n_heads * s->T * s->T;
-    *saved = tt;    // P
-    *scratch = tt;  // dS during the backward
+    size_t out = (size_t)s->B * s->T * s->n_heads * s->v_dim;
+    *saved = tt;  // P
+    // Backward: dS, and for the GEMM path dropout(P), dout ⊙ out_scale and dropout(P) V.
+    *scratch = 2 * tt + 2 * out;
 }
 
-static void cuda_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
-                                   const float *v, float *out, float *saved, float *scratch) {
-    (void)scratch;
-    double t0 = cuda_prof_begin(be);
+static void attention_forward_plain(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                    const float *v, float *out, float *saved) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
     dim3 grid(s->T, s->n_heads, s->B);
     if (s->B && s->T && s->n_heads) {
-        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, saved);
+        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 0, saved);
         CUDA_CHECK_LAUNCH();
         MHE_LAUNCH(attn_pv_kernel, grid, dim_block(s->v_dim), 0, st)(a, saved, v, s->out_scale, s->out_shift, s->dropout, s->seed, s->offset, out);
         CUDA_CHECK_LAUNCH();
     }
-    double tt = (double)s->B * s->n_heads * s->T * s->T;
-    cuda_prof_end(be, OPC_ATTENTION, t0, 2.0 * tt * (s->qk_dim + s->v_dim));
 }
 
 // With G = dout ⊙ out_scale (the gradient of dropout(P) V):
 //   dPd[j] = G_i · v_j;  dP[j] = dPd[j] keep/(1-p);  dS[j] = P[j] (dP[j] - sum_j' P[j'] dP[j'])
+// have_dp: dS already holds dPd (from the GEMM path); v, dout and out_scale are not read.
 __global__ void attn_dscores_kernel(AttnIdx a, const float *P, const float *v, const float *dout,
                                     const float *out_scale, float drop, uint64_t seed,
-                                    uint64_t offset, float *dS) {
+                                    uint64_t offset, int have_dp, float *dS) {
     __shared__ float fbuf[32];
     int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const float *go = dout + (((size_t)b * a.T + i) * a.n + h) * a.dv;
+    const float *go = have_dp ? nullptr : dout + (((size_t)b * a.T + i) * a.n + h) * a.dv;
     float dot = 0;
     for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
         size_t pi = p_index(a, b, h, i, j);
         float dp = 0;
         if (P[pi] != 0.0f) {
-            const float *vj = v_row(a, v, b, j, h);
-            for (int c = 0; c < a.dv; c++) dp += go[c] * (out_scale ? out_scale[h * a.dv + c] : 1.0f) * vj[c];
+            if (have_dp) {
+                dp = dS[pi];
+            } else {
+                const float *vj = v_row(a, v, b, j, h);
+                for (int c = 0; c < a.dv; c++) dp += go[c] * (out_scale ? out_scale[h * a.dv + c] : 1.0f) * vj[c];
+            }
             dp = p_dropped(dp, pi, drop, seed, offset);
         }
         dS[pi] = dp;
@@ -215,17 +224,16 @@ __global__ void attn_dscale_shift_kernel(AttnIdx a, const float *P, const float 
     }
 }
 
-static void cuda_attention_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
-                                    const float *v, const float *saved, const float *dout,
-                                    float *dq, float *dk, float *dv, float *dkey_bias,
-                                    float *dout_scale, float *dout_shift, float *scratch) {
-    double t0 = cuda_prof_begin(be);
+static void attention_backward_plain(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                     const float *v, const float *saved, const float *dout,
+                                     float *dq, float *dk, float *dv, float *dkey_bias,
+                                     float *dout_scale, float *dout_shift, float *scratch) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
     if (s->B && s->T && s->n_heads) {
         const float *P = saved;
         float *dS = scratch;
-        MHE_LAUNCH(attn_dscores_kernel, dim3(s->T, s->n_heads, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, dS);
+        MHE_LAUNCH(attn_dscores_kernel, dim3(s->T, s->n_heads, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 0, dS);
         CUDA_CHECK_LAUNCH();
         if (dq) MHE_LAUNCH(attn_dq_kernel, dim3(s->T, s->q_heads, s->B), dim_block(s->qk_dim), 0, st)(a, dS, k, s->scale, dq);
         CUDA_CHECK_LAUNCH();
@@ -239,6 +247,170 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
             MHE_LAUNCH(attn_dscale_shift_kernel, s->n_heads, dim_block(s->v_dim), 0, st)(a, P, v, dout, s->dropout, s->seed, s->offset, dout_scale, dout_shift);
         CUDA_CHECK_LAUNCH();
     }
+}
+
+// ---- The GEMM path: the products through cuBLAS (batched over heads, one call per sequence),
+// the row kernels above for softmax and dS.  Applies when every operand is either per head or
+// shared by all heads (all variants but gqa with 1 < groups < n); the plain kernels above are
+// its reference (MHE_CUDA_ATTENTION=plain selects them).
+
+// Floats between consecutive heads of an operand with `heads` heads of `dim`: per head or shared.
+static long head_stride(int heads, int n, int dim) { return heads == n ? dim : 0; }
+static bool gemm_applies(const AttnShape *s) {
+    auto ok = [s](int h) { return h == s->n_heads || h == 1; };
+    return ok(s->q_heads) && ok(s->k_heads) && ok(s->v_heads);
+}
+
+// For every head h of one sequence: C_h = alpha op(A_h) op(B_h).  A C shared by all heads
+// (stride 0, a gradient of a shared operand) receives the sum over heads.
+static void heads_gemm(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                       int lda, long sa, const float *B, int ldb, long sb, float *C, int ldc, long sc,
+                       int n) {
+    if (sc != 0 || n == 1) {
+        cuda_gemm_batched(be, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc, n);
+        return;
+    }
+    for (int h = 0; h < n; h++)
+        cuda_gemm_batched(be, ta, tb, M, N, K, alpha, A + h * sa, lda, 0, B + h * sb, ldb, 0,
+                          h ? 1.0f : 0.0f, C, ldc, 0, 1);
+}
+
+__global__ void attn_drop_kernel(const float *P, float *Pd, size_t n, float drop, uint64_t seed, uint64_t offset) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
+        Pd[i] = p_dropped(P[i], i, drop, seed, offset);
+}
+// x[r, h, c] = x[r, h, c] * (scale ? scale[h, c] : 1) + (shift ? shift[h, c] : 0)  into y
+__global__ void attn_head_affine_kernel(const float *x, const float *scale, const float *shift, size_t rows,
+                                        int hd, float *y) {
+    size_t total = rows * hd;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)blockDim.x * gridDim.x) {
+        int c = (int)(i % hd);
+        y[i] = x[i] * (scale ? scale[c] : 1.0f) + (shift ? shift[c] : 0.0f);
+    }
+}
+// dscale[h, c] += sum_r dout[r, h, c] O[r, h, c];  dshift[h, c] += sum_r dout[r, h, c]
+__global__ void attn_scale_shift_grad_kernel(const float *dout, const float *O, size_t rows, int hd,
+                                             float *dscale, float *dshift) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= hd) return;
+    float ss = 0, sh = 0;
+    for (size_t r = 0; r < rows; r++) {
+        float g = dout[r * hd + c];
+        sh += g;
+        if (dscale) ss += g * O[r * hd + c];
+    }
+    if (dscale) dscale[c] += ss;
+    if (dshift) dshift[c] += sh;
+}
+
+static void launch_elementwise_drop(Backend *be, const AttnShape *s, const float *P, float *Pd, size_t tt) {
+    MHE_LAUNCH(attn_drop_kernel, cuda_grid_for(tt), MHE_BLOCK, 0, cuda_stream(be))(P, Pd, tt, s->dropout, s->seed, s->offset);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void attention_forward_gemm(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                   const float *v, float *out, float *saved, float *scratch) {
+    AttnIdx a = attn_idx(s);
+    cudaStream_t st = cuda_stream(be);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
+    const long TT = (long)T * T;
+    const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
+    const long sq = head_stride(s->q_heads, n, s->qk_dim), sk = head_stride(s->k_heads, n, s->qk_dim),
+               sv = head_stride(s->v_heads, n, s->v_dim);
+    for (int b = 0; b < s->B; b++)  // S_h = scale Q_h K_hᵀ
+        heads_gemm(be, 0, 1, T, T, s->qk_dim, s->scale, q + (size_t)b * T * s->ldq, s->ldq, sq,
+                   k + (size_t)b * T * s->ldk, s->ldk, sk, saved + (size_t)b * n * TT, T, TT, n);
+    MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
+    CUDA_CHECK_LAUNCH();
+    const float *Pd = saved;
+    if (s->dropout > 0.0f) {
+        launch_elementwise_drop(be, s, saved, scratch, tt);
+        Pd = scratch;
+    }
+    for (int b = 0; b < s->B; b++)  // O_h = dropout(P_h) V_h
+        heads_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, Pd + (size_t)b * n * TT, T, TT,
+                   v + (size_t)b * T * s->ldv, s->ldv, sv, out + (size_t)b * T * hd, hd, s->v_dim, n);
+    if (s->out_scale || s->out_shift) {
+        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st)(out, s->out_scale, s->out_shift, rows, hd, out);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+static void attention_backward_gemm(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                    const float *v, const float *saved, const float *dout,
+                                    float *dq, float *dk, float *dv, float *dkey_bias,
+                                    float *dout_scale, float *dout_shift, float *scratch) {
+    AttnIdx a = attn_idx(s);
+    cudaStream_t st = cuda_stream(be);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
+    const long TT = (long)T * T;
+    const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
+    const long sq = head_stride(s->q_heads, n, s->qk_dim), sk = head_stride(s->k_heads, n, s->qk_dim),
+               sv = head_stride(s->v_heads, n, s->v_dim);
+    float *dS = scratch, *Pd_buf = scratch + tt, *G_buf = scratch + 2 * tt, *O = G_buf + rows * hd;
+    const float *P = saved, *Pd = saved, *G = dout;
+    if (s->dropout > 0.0f) {
+        launch_elementwise_drop(be, s, P, Pd_buf, tt);
+        Pd = Pd_buf;
+    }
+    if (s->out_scale) {  // G = dout ⊙ out_scale: the gradient of dropout(P) V
+        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st)(dout, s->out_scale, nullptr, rows, hd, G_buf);
+        CUDA_CHECK_LAUNCH();
+        G = G_buf;
+    }
+    for (int b = 0; b < s->B; b++)  // dPd_h = G_h V_hᵀ
+        heads_gemm(be, 0, 1, T, T, s->v_dim, 1.0f, G + (size_t)b * T * hd, hd, s->v_dim,
+                   v + (size_t)b * T * s->ldv, s->ldv, sv, dS + (size_t)b * n * TT, T, TT, n);
+    MHE_LAUNCH(attn_dscores_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 1, dS);
+    CUDA_CHECK_LAUNCH();
+    for (int b = 0; b < s->B; b++) {
+        const float *dSb = dS + (size_t)b * n * TT;
+        if (dq)  // dQ_h = scale dS_h K_h
+            heads_gemm(be, 0, 0, T, s->qk_dim, T, s->scale, dSb, T, TT, k + (size_t)b * T * s->ldk, s->ldk, sk,
+                       dq + (size_t)b * T * s->ldq, s->ldq, sq, n);
+        if (dk)  // dK_h = scale dS_hᵀ Q_h
+            heads_gemm(be, 1, 0, T, s->qk_dim, T, s->scale, dSb, T, TT, q + (size_t)b * T * s->ldq, s->ldq, sq,
+                       dk + (size_t)b * T * s->ldk, s->ldk, sk, n);
+        if (dv)  // dV_h = dropout(P_h)ᵀ G_h
+            heads_gemm(be, 1, 0, T, s->v_dim, T, 1.0f, Pd + (size_t)b * n * TT, T, TT, G + (size_t)b * T * hd, hd,
+                       s->v_dim, dv + (size_t)b * T * s->ldv, s->ldv, sv, n);
+    }
+    if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(n, s->B), dim_block(T), 0, st)(a, dS, dkey_bias);
+    CUDA_CHECK_LAUNCH();
+    if (dout_scale || dout_shift) {
+        if (dout_scale)  // O = dropout(P) V again, for d out_scale = sum dout ⊙ O
+            for (int b = 0; b < s->B; b++)
+                heads_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, Pd + (size_t)b * n * TT, T, TT,
+                           v + (size_t)b * T * s->ldv, s->ldv, sv, O + (size_t)b * T * hd, hd, s->v_dim, n);
+        MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, st)(dout, O, rows, hd, dout_scale, dout_shift);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+static void cuda_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                   const float *v, float *out, float *saved, float *scratch) {
+    if (!s->B || !s->T || !s->n_heads) return;
+    double t0 = cuda_prof_begin(be);
+    if (cuda_ctx(be)->attention_gemm && gemm_applies(s))
+        attention_forward_gemm(be, s, q, k, v, out, saved, scratch);
+    else
+        attention_forward_plain(be, s, q, k, v, out, saved);
+    double tt = (double)s->B * s->n_heads * s->T * s->T;
+    cuda_prof_end(be, OPC_ATTENTION, t0, 2.0 * tt * (s->qk_dim + s->v_dim));
+}
+
+static void cuda_attention_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                                    const float *v, const float *saved, const float *dout,
+                                    float *dq, float *dk, float *dv, float *dkey_bias,
+                                    float *dout_scale, float *dout_shift, float *scratch) {
+    if (!s->B || !s->T || !s->n_heads) return;
+    double t0 = cuda_prof_begin(be);
+    if (cuda_ctx(be)->attention_gemm && gemm_applies(s))
+        attention_backward_gemm(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale,
+                                dout_shift, scratch);
+    else
+        attention_backward_plain(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale,
+                                 dout_shift, scratch);
     double tt = (double)s->B * s->n_heads * s->T * s->T;
     cuda_prof_end(be, OPC_ATTENTION, t0, 4.0 * tt * (s->qk_dim + s->v_dim));
 }

@@ -2,6 +2,7 @@
 // Row-major C = op(A) op(B) is computed as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ, which
 // is the same memory: cuBLAS gets (B, A) swapped and M, N exchanged, no transposes copied.
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_internal.h"
@@ -79,12 +80,10 @@ static size_t operand_span(int rows, int cols, int ld, long stride, int batch) {
     return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
 }
 
-static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
-                                float alpha, const float *A, int lda, long stride_a,
-                                const float *B, int ldb, long stride_b, float beta, float *C,
-                                int ldc, long stride_c, int batch) {
+void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                       const float *A, int lda, long stride_a, const float *B, int ldb,
+                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
     if (M == 0 || N == 0 || batch == 0) return;
-    double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -104,6 +103,15 @@ static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, in
                                                 stride_a, &beta, C, CUDA_R_32F, ldc, stride_c,
                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
+}
+
+static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
+                                float alpha, const float *A, int lda, long stride_a,
+                                const float *B, int ldb, long stride_b, float beta, float *C,
+                                int ldc, long stride_c, int batch) {
+    double t0 = cuda_prof_begin(be);
+    cuda_gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+                      beta, C, ldc, stride_c, batch);
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
 }
 
@@ -138,6 +146,9 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
     c->bf16 = bf16 != 0;
+    // The plain attention kernels stay selectable: they are the reference for the GEMM path.
+    const char *attn = std::getenv("MHE_CUDA_ATTENTION");
+    c->attention_gemm = !(attn && std::strcmp(attn, "plain") == 0);
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

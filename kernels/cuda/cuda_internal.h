@@ -11,6 +11,7 @@
 struct CudaCtx {
     int device;
     int bf16;
+    int attention_gemm;           // attention through cuBLAS (else the plain kernels)
     cudaStream_t stream;
     cublasHandle_t blas;
     __nv_bfloat16 *bf16_scratch;  // matmul operands rounded to bf16 (grow-only)
@@ -39,6 +40,12 @@ static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops
     be->profile->flops[c] += flops;
     be->profile->calls[c]++;
 }
+
+// Row-major batched C = alpha op(A) op(B) + beta C through cuBLAS (bf16 operands in bf16 mode),
+// without profiling: the building block of matmul_batched and of the attention GEMMs.
+void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                       const float *A, int lda, long stride_a, const float *B, int ldb,
+                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch);
 
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);

@@ -315,7 +315,7 @@ typedef struct {
     int mask_all_of_seq1;  // sequence 1 has no visible key: rows of zeros, output = shift
 } AttnCase;
 
-static void check_attention(Fix *f, const AttnCase *ac) {
+static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     AttnShape s = {0};
     s.B = ac->B;
     s.T = ac->T;
@@ -366,7 +366,7 @@ static void check_attention(Fix *f, const AttnCase *ac) {
     char what[128];
 #define CLOSE(b, label)                                              \
     snprintf(what, sizeof what, "attention %s: %s", ac->name, label); \
-    expect_close(f, &(b), 1e-5, what)
+    expect_close(f, &(b), tol, what)
     CLOSE(out, "out");
     // Only the head columns are defined in the gradients; padding keeps its initial value on
     // both sides, so whole buffers compare.
@@ -386,8 +386,7 @@ static void check_attention(Fix *f, const AttnCase *ac) {
     for (int i = 0; i < 14; i++) buf_free(f, all[i]);
 }
 
-static void test_attention_matches_cpu(void **state) {
-    static const AttnCase cases[] = {
+static const AttnCase ATTN_CASES[] = {
         // name     B  T  n qh kh vh dq dv causal mask bias scale shift dropout all-masked
         {"mha causal dropout", 2, 6, 2, 2, 2, 2, 8, 8, 1, 0, 0, 0, 0, 0.2f, 0},
         {"gqa padding mask", 2, 5, 4, 4, 2, 2, 4, 4, 0, 1, 0, 0, 0, 0.0f, 0},
@@ -395,9 +394,26 @@ static void test_attention_matches_cpu(void **state) {
         {"mhe_add shared qkv, key bias, shift", 2, 5, 3, 1, 1, 1, 4, 4, 0, 1, 1, 0, 1, 0.1f, 0},
         {"mhe_mul scale+shift", 2, 4, 2, 2, 1, 1, 4, 4, 1, 0, 0, 1, 1, 0.0f, 0},
         {"fully masked sequence", 2, 4, 2, 2, 2, 2, 4, 6, 0, 1, 1, 1, 1, 0.0f, 1},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(*state, &cases[i]);
+        {"mqa dropout, scale, shift", 2, 5, 3, 3, 1, 1, 4, 4, 1, 1, 1, 1, 1, 0.3f, 0},
+};
+
+static void run_attention_cases(Fix *f, double tol) {
+    for (size_t i = 0; i < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; i++) check_attention(f, &ATTN_CASES[i], tol);
 }
+// The default path: cuBLAS GEMMs + row kernels (gqa with 1 < groups < n uses the plain kernels).
+static void test_attention_matches_cpu(void **state) { run_attention_cases(*state, 1e-5); }
+// The plain kernels, the GEMM path's reference, on every case.
+static void test_attention_plain_kernels_match_cpu(void **state) {
+    Fix *f = *state;
+    Backend *gemm = f->gpu;
+    setenv("MHE_CUDA_ATTENTION", "plain", 1);
+    f->gpu = backend_cuda_create(0, 0);
+    unsetenv("MHE_CUDA_ATTENTION");
+    run_attention_cases(f, 1e-5);
+    f->gpu->destroy(f->gpu);
+    f->gpu = gemm;
+}
+static void test_attention_bf16_within_1e2(void **state) { run_attention_cases(*state, 1e-2); }
 
 int main(void) {
     const struct CMUnitTest fp32[] = {
@@ -408,9 +424,11 @@ int main(void) {
         cmocka_unit_test(test_embeddings_and_cross_entropy_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),
         cmocka_unit_test(test_attention_matches_cpu),
+        cmocka_unit_test(test_attention_plain_kernels_match_cpu),
     };
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_matmul_bf16_within_1e2),
+        cmocka_unit_test(test_attention_bf16_within_1e2),
     };
     int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda parity bf16", bf16, setup_bf16, teardown);
