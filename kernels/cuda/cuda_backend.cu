@@ -13,7 +13,9 @@ static void *cuda_alloc(Backend *be, size_t bytes) {
     if (e != cudaSuccess)
         mhe_fatal("CUDA device %d: out of memory allocating %zu bytes (%s)", cuda_ctx(be)->device,
                   bytes, cudaGetErrorString(e));
-    CUDA_CHECK(cudaMemset(p, 0, bytes));
+    // On the backend's stream: a legacy-stream memset would not be ordered before its work
+    // (the stream is non-blocking).
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
     return p;
 }
 

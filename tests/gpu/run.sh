@@ -57,9 +57,10 @@ say "3. 100-step training run (tiny GPT, bf16, one fixed batch: the loss must fa
   fail "training run"
 if [ -d "$here/corpus/shards" ]; then
   say "3b. 100 steps of mhetrain train on the quickstart corpus (runtime.device=cuda)"
-  "$build/mhetrain" train "$here/configs/quickstart.yaml" runtime.device=cuda runtime.precision=bf16 \
-    train.steps=100 train.log_every=10 train.eval_every=0 train.out_dir="$build/gpu-train" ||
-    fail "mhetrain train on the GPU"
+  # The quickstart config names its corpus relative to the repository.
+  (cd "$here" && "$build/mhetrain" train configs/quickstart.yaml runtime.device=cuda \
+    runtime.precision=bf16 train.steps=100 train.log_every=10 train.eval_every=0 \
+    train.out_dir="$build/gpu-train") || fail "mhetrain train on the GPU"
 fi
 
 say "4. throughput: GPT-2 small (124M), bf16, batch 8 x 1024"
