@@ -141,7 +141,7 @@ static void cpu_attention_forward(Backend *be, const AttnShape *s, const float *
     const size_t TT = (size_t)s->T * s->T;
     if (shares_scores(s)) {
         // sha / mhe_add: every head has the same raw scores, one product per sequence.
-#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
+#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be)) if (attention_flops(s) >= CPU_PARALLEL_MIN)
         for (int b = 0; b < B; b++) {
             float *ws = scratch + (size_t)omp_get_thread_num() * FWD_TT * TT, *R = ws + 2 * TT;
             HeadPtrs p = head_ptrs(s, q, k, v, b, 0);
@@ -149,7 +149,7 @@ static void cpu_attention_forward(Backend *be, const AttnShape *s, const float *
             for (int h = 0; h < n; h++) forward_head(s, q, k, v, out, saved, b, h, R, ws);
         }
     } else {
-#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
+#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be)) if (attention_flops(s) >= CPU_PARALLEL_MIN)
         for (int bh = 0; bh < B * n; bh++)
             forward_head(s, q, k, v, out, saved, bh / n, bh % n, NULL,
                          scratch + (size_t)omp_get_thread_num() * FWD_TT * TT);
@@ -178,7 +178,7 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
     const size_t per_thread = BWD_TT * TT + (size_t)T * dv;
     const int shared = shares_scores(s);
     float *pv_all = scratch + (size_t)cpu_threads(be) * per_thread;
-#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be))
+#pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be)) if (attention_flops(s) >= CPU_PARALLEL_MIN)
     for (int b = 0; b < B; b++) {
         float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
         float *Pdbuf = ws, *dP = ws + TT, *dS_sum = ws + 2 * TT, *R = ws + 3 * TT, *P = ws + 4 * TT;

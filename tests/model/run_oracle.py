@@ -6,6 +6,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.environ.get("MHE_SOURCE_DIR", "."), "tests", "reference"))
 import ref_model  # noqa: E402
+import torch  # noqa: E402
+
+# The cases are tiny: one thread avoids OpenMP barrier spinning (ruinous on a loaded machine).
+torch.set_num_threads(1)
 
 
 def main():

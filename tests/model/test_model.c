@@ -210,7 +210,7 @@ static void result_free(Result *r) {
 
 static void run_oracle(const char *jobs) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s/tests/model/run_oracle.py %s", python(),
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s %s/tests/model/run_oracle.py %s", python(),
              getenv("MHE_SOURCE_DIR") ? getenv("MHE_SOURCE_DIR") : ".", jobs);
     int rc = system(cmd);
     if (rc != 0) fail_msg("oracle failed: %s", cmd);
