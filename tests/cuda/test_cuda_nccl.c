@@ -3,12 +3,15 @@
 //   2. data-parallel equivalence: each rank runs the model on the emulated CUDA backend over its
 //      half of a global batch, gradients summed with cuda_nccl_allreduce_sum, and the result
 //      equals one CPU-backend pass over the whole batch (norm-wise relative 1e-4 per tensor).
+// `test_cuda_nccl dead`: rank 1 stops taking part after joining; rank 0's all-reduce must end
+// the job through the deadline (exit 1, message) instead of hanging (nccl_dead_peer.sh).
 #define OMPI_SKIP_MPICXX 1
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "common/rng.h"
@@ -61,7 +64,18 @@ int main(int argc, char **argv) {
     MPI_Comm_free(&local);
     int devices = backend_cuda_device_count();
     Backend *gpu = backend_cuda_create(devices > 1 ? local_rank % devices : 0, 0);
-    CudaNccl *nccl = cuda_nccl_create(&world, gpu, 30.0f);
+    const int dead_mode = argc > 1 && strcmp(argv[1], "dead") == 0;
+    CudaNccl *nccl = cuda_nccl_create(&world, gpu, dead_mode ? 2.0f : 30.0f);
+    if (dead_mode) {
+        float *x = gpu->alloc(gpu, 64 * sizeof(float));
+        if (rank == 1) {
+            sleep(60);  // stuck peer: never joins the collective
+            return 0;
+        }
+        cuda_nccl_allreduce_sum(nccl, x, 64);  // must not return
+        fprintf(stderr, "rank 0: all-reduce returned without its peer\n");
+        return 3;
+    }
 
     // 1. Plain sum.
     const size_t n = 1001;

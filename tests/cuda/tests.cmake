@@ -30,6 +30,10 @@ if(TARGET mhecuda_emu)
   # MPI's own allocations are not ours to audit.
   set_tests_properties(test_cuda_nccl_np2 PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32" TIMEOUT 300)
+  add_test(NAME test_cuda_nccl_dead_peer_ends_job
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/nccl_dead_peer.sh $<TARGET_FILE:test_cuda_nccl>)
+  set_tests_properties(test_cuda_nccl_dead_peer_ends_job PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32" TIMEOUT 120)
 
   # The real trainer (mhetrain_emu) with runtime.device: cuda on the emulated GPU, on the corpus
   # of the tests/train fixture: losses track runtime.device: cpu, at 1 and 2 ranks.

@@ -27,10 +27,38 @@ struct CUevent_st {
 struct cublasContext {
     cudaStream_t stream;
 };
+// A non-blocking communicator's collectives are MPI_Iallreduce requests, pending until
+// ncclCommGetAsyncError (which reports ncclInProgress meanwhile) or a stream synchronisation
+// sees them complete: so a dead peer leaves work in progress, as with real NCCL.
+struct NcclPending {
+    MPI_Request req;
+    float *avg;  // ncclAvg: divide after the sum lands
+    size_t count;
+};
 struct ncclComm {
     MPI_Comm mpi;
     int rank, size;
+    bool blocking;
+    std::vector<NcclPending> pending;
 };
+
+// Non-blocking communicators of this process, so stream synchronisation can complete their work.
+static std::mutex nccl_registry_mu;
+static std::vector<ncclComm *> nccl_registry;
+
+static void nccl_finish(ncclComm *c) {
+    for (auto &p : c->pending)
+        if (p.avg)
+            for (size_t i = 0; i < p.count; i++) p.avg[i] /= (float)c->size;
+    c->pending.clear();
+}
+static void nccl_complete_all(void) {
+    std::lock_guard<std::mutex> lock(nccl_registry_mu);
+    for (ncclComm *c : nccl_registry) {
+        for (auto &p : c->pending) MPI_Wait(&p.req, MPI_STATUS_IGNORE);
+        nccl_finish(c);
+    }
+}
 
 namespace mhe_emu {
 
@@ -188,7 +216,10 @@ cudaError_t mhe_emu_set_device(int d) {
     return d >= 0 && d < n ? cudaSuccess : cudaErrorInvalidDevice;
 }
 cudaError_t mhe_emu_get_last_error(void) { return cudaSuccess; }
-cudaError_t mhe_emu_device_synchronize(void) { return cudaSuccess; }
+cudaError_t mhe_emu_device_synchronize(void) {
+    nccl_complete_all();
+    return cudaSuccess;
+}
 cudaError_t mhe_emu_stream_create(cudaStream_t *s) {
     *s = new CUstream_st{0};
     return cudaSuccess;
@@ -198,7 +229,10 @@ cudaError_t mhe_emu_stream_destroy(cudaStream_t s) {
     delete s;
     return cudaSuccess;
 }
-cudaError_t mhe_emu_stream_synchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t mhe_emu_stream_synchronize(cudaStream_t) {
+    nccl_complete_all();
+    return cudaSuccess;
+}
 cudaError_t mhe_emu_stream_query(cudaStream_t) { return cudaSuccess; }
 cudaError_t mhe_emu_stream_wait_event(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 cudaError_t mhe_emu_event_create(cudaEvent_t *e) {
@@ -351,14 +385,20 @@ ncclResult_t mhe_emu_nccl_comm_init_rank(ncclComm_t *c, int n, ncclUniqueId, int
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     // The emulation maps NCCL ranks onto MPI_COMM_WORLD one to one.
     if (size != n || me != rank) return ncclInvalidArgument;
-    ncclComm *comm = new ncclComm{MPI_COMM_NULL, rank, n};
+    ncclComm *comm = new ncclComm{MPI_COMM_NULL, rank, n, true, {}};
     MPI_Comm_dup(MPI_COMM_WORLD, &comm->mpi);
     *c = comm;
     return ncclSuccess;
 }
 ncclResult_t mhe_emu_nccl_comm_init_rank_config(ncclComm_t *c, int n, ncclUniqueId id, int rank,
-                                                ncclConfig_t *) {
-    return mhe_emu_nccl_comm_init_rank(c, n, id, rank);
+                                                ncclConfig_t *cfg) {
+    ncclResult_t r = mhe_emu_nccl_comm_init_rank(c, n, id, rank);
+    if (r == ncclSuccess && cfg && cfg->blocking == 0) {
+        (*c)->blocking = false;
+        std::lock_guard<std::mutex> lock(nccl_registry_mu);
+        nccl_registry.push_back(*c);
+    }
+    return r;
 }
 
 static MPI_Datatype mpi_type(ncclDataType_t t) {
@@ -379,14 +419,20 @@ ncclResult_t mhe_emu_nccl_all_reduce(const void *send, void *recv, size_t count,
                : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD : MPI_OP_NULL;
     if (dt == MPI_DATATYPE_NULL || mop == MPI_OP_NULL || count > (size_t)INT32_MAX)
         return ncclInvalidArgument;
+    if (op == ncclAvg && t != ncclFloat32) return ncclInvalidArgument;
     const void *in = send == recv ? MPI_IN_PLACE : send;
-    if (MPI_Allreduce(in, recv, (int)count, dt, mop, c->mpi) != MPI_SUCCESS) return ncclSystemError;
-    if (op == ncclAvg) {
-        if (t != ncclFloat32) return ncclInvalidArgument;
-        float *r = static_cast<float *>(recv);
-        for (size_t i = 0; i < count; i++) r[i] /= (float)c->size;
+    NcclPending p{MPI_REQUEST_NULL, op == ncclAvg ? static_cast<float *>(recv) : nullptr, count};
+    if (c->blocking) {
+        if (MPI_Allreduce(in, recv, (int)count, dt, mop, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+        c->pending.push_back(p);
+        nccl_finish(c);
+        return ncclSuccess;
     }
-    return ncclSuccess;
+    std::lock_guard<std::mutex> lock(nccl_registry_mu);
+    if (MPI_Iallreduce(in, recv, (int)count, dt, mop, c->mpi, &p.req) != MPI_SUCCESS)
+        return ncclSystemError;
+    c->pending.push_back(p);
+    return ncclInProgress;
 }
 ncclResult_t mhe_emu_nccl_broadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
                                     int root, ncclComm_t c, cudaStream_t) {
@@ -402,12 +448,26 @@ ncclResult_t mhe_emu_nccl_broadcast(const void *send, void *recv, size_t count, 
 }
 ncclResult_t mhe_emu_nccl_group_start(void) { return ncclSuccess; }
 ncclResult_t mhe_emu_nccl_group_end(void) { return ncclSuccess; }
-ncclResult_t mhe_emu_nccl_comm_get_async_error(ncclComm_t, ncclResult_t *r) {
-    *r = ncclSuccess;  // collectives complete synchronously, so nothing is ever in flight
+ncclResult_t mhe_emu_nccl_comm_get_async_error(ncclComm_t c, ncclResult_t *r) {
+    std::lock_guard<std::mutex> lock(nccl_registry_mu);
+    *r = ncclSuccess;
+    for (auto &p : c->pending) {
+        int done = 0;
+        if (MPI_Test(&p.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            *r = ncclSystemError;
+            return ncclSuccess;
+        }
+        if (!done) *r = ncclInProgress;
+    }
+    if (*r == ncclSuccess) nccl_finish(c);
     return ncclSuccess;
 }
 ncclResult_t mhe_emu_nccl_comm_abort(ncclComm_t c) {
-    if (c) MPI_Comm_free(&c->mpi);
+    if (!c) return ncclSuccess;
+    std::lock_guard<std::mutex> lock(nccl_registry_mu);
+    std::erase(nccl_registry, c);
+    // Requests a dead peer never completes cannot be freed safely; the caller is about to exit.
+    if (c->pending.empty()) MPI_Comm_free(&c->mpi);
     delete c;
     return ncclSuccess;
 }
