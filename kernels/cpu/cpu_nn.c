@@ -170,7 +170,7 @@ static void cpu_cross_entropy_forward(Backend *be, const float *logits, const in
         float mx = z[0];
         for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
         double s = 0;
-        for (int v = 0; v < V; v++) s += exp((double)(z[v] - mx));
+        for (int v = 0; v < V; v++) s += expf(z[v] - mx);  // terms in float, sum in double
         double l = mx + log(s);
         lse[r] = (float)l;
         loss[r] = (float)(l - z[labels[r]]);
