@@ -31,6 +31,8 @@ void comm_allreduce_max_i64(Comm *c, int64_t *buf, size_t n);
 #define COMM_MAX_PENDING 4096
 int comm_allreduce_start_f32(Comm *c, float *buf, size_t n);
 void comm_wait(Comm *c, int handle);
+// Lets outstanding requests advance (MPI progresses them only inside MPI calls).
+void comm_progress(Comm *c);
 void comm_wait_all(Comm *c);
 
 void comm_broadcast(Comm *c, void *buf, size_t bytes, int root);

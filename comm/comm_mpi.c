@@ -147,6 +147,14 @@ void comm_wait(Comm *c, int handle) {
     wait_with_deadline(c, &c->pending[handle], c->started[handle], "gradient all-reduce");
 }
 
+void comm_progress(Comm *c) {
+    for (int i = 0; i < COMM_MAX_PENDING; i++) {
+        if (c->pending[i] == MPI_REQUEST_NULL) continue;
+        int done = 0;
+        MPI_CHECK(MPI_Test(&c->pending[i], &done, MPI_STATUS_IGNORE));
+    }
+}
+
 void comm_wait_all(Comm *c) {
     for (int i = 0; i < COMM_MAX_PENDING; i++) comm_wait(c, i);
 }

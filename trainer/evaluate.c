@@ -13,6 +13,7 @@ EvalResult evaluate_split(Model *m, Loader *l, Comm *comm, int batches, float *l
     float *logits = logits_host ? logits_host : mhe_malloc((size_t)b.batch * b.seq_len * V * sizeof(float));
     // sums[0] loss, [1] labelled positions, [2] correct predictions
     double sums[3] = {0, 0, 0};
+    model_set_full_logits(m, 1);  // accuracy indexes logits by position
     for (int s = 0; s < batches; s++) {
         for (int i = 0; i < micros; i++) {
             loader_batch(l, s, rank, world, i, &b);
@@ -31,6 +32,7 @@ EvalResult evaluate_split(Model *m, Loader *l, Comm *comm, int batches, float *l
         }
     }
     comm_allreduce_sum_f64(comm, sums, 3);
+    model_set_full_logits(m, 0);
     if (!logits_host) free(logits);
     loader_batch_free(&b);
     EvalResult r;

@@ -81,6 +81,8 @@ static void start(GradSync *g, Bucket *b) {
 void grad_sync_stage_done(GradSync *g, int stage) {
     if (!g->overlap) return;
     while (g->next < g->n_buckets && g->buckets[g->next].ready_stage >= stage) start(g, &g->buckets[g->next++]);
+    // MPI advances non-blocking collectives only inside MPI calls: poll once per stage.
+    comm_progress(g->comm);
 }
 
 void grad_sync_finish(GradSync *g) {

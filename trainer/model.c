@@ -240,6 +240,11 @@ void model_set_fast_path(Model *m, int on) {
     m->fast_path = on != 0;
     m->plan = attn_plan_for(&m->cfg, m->fast_path);
 }
+void model_set_backward_hook(Model *m, ModelBackwardHook hook, void *ctx) {
+    m->bw_hook = hook;
+    m->bw_ctx = ctx;
+}
+
 void model_set_dropout_seed(Model *m, uint64_t seed) {
     m->drop_seed = seed;
     m->drop_counter = 0;

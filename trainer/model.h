@@ -66,6 +66,12 @@ void model_backward(Model *m, double loss_divisor);
 // holds model_label_count() rows [M, V] in (b, t) order.  Needs the backend's gather_rows.
 void model_set_full_logits(Model *m, int on);
 
+// Called during model_backward as parameter gradients become final, so the caller can start
+// reducing them while the rest of the backward pass runs: stage = layers after the output head
+// (and final LayerNorm), stage = l after layer l, stage = -1 after the embeddings.  NULL clears.
+typedef void (*ModelBackwardHook)(void *ctx, int stage);
+void model_set_backward_hook(Model *m, ModelBackwardHook hook, void *ctx);
+
 // Labelled positions of the last forward.
 long model_label_count(const Model *m);
 // Sum of token losses of the last forward (exact numerator for global means).

@@ -84,7 +84,11 @@ void model_backward(Model *m, double loss_divisor) {
                                dy, 0, MG(m, m->fln_g), MG(m, m->fln_b));
     else
         be->copy(be, dy, m->dA, ND * sizeof(float));
-    for (int l = L - 1; l >= 0; l--) layer_backward(m, l, dy);
+    if (m->bw_hook) m->bw_hook(m->bw_ctx, L);
+    for (int l = L - 1; l >= 0; l--) {
+        layer_backward(m, l, dy);
+        if (m->bw_hook) m->bw_hook(m->bw_ctx, l);
+    }
 
     be->dropout(be, dy, dy, ND, m->train ? mc->dropout : 0.0f, m->drop_seed, m->drop_base);
     if (mc->arch == ARCH_BERT) {
@@ -95,4 +99,5 @@ void model_backward(Model *m, double loss_divisor) {
     } else {
         be->embedding_backward(be, dy, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
     }
+    if (m->bw_hook) m->bw_hook(m->bw_ctx, -1);
 }

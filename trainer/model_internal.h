@@ -85,6 +85,8 @@ struct Model {
     long label_count;
     double loss_sum;
     uint64_t drop_seed, drop_counter, drop_base;
+    ModelBackwardHook bw_hook;   // gradient-readiness notifications (may be NULL)
+    void *bw_ctx;
     int sites_per_step;
 };
 

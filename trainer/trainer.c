@@ -172,6 +172,8 @@ static void setup(Trainer *t) {
     t->be = make_backend(cfg, t->comm);
     t->model = model_create(cfg, t->be, cfg->train.micro_batch, cfg->data.seq_len);
     t->table = model_param_table(t->model);
+    // Training needs logits only where a label is (MLM: ~15% of positions); eval turns them on.
+    model_set_full_logits(t->model, 0);
     t->params = model_params(t->model);
     t->grads = model_grads(t->model);
     t->host_params = is_host_backend(t->be) ? t->params : mhe_malloc(t->table->total * sizeof(float));
@@ -308,6 +310,8 @@ static void evaluate(Trainer *t) {
     tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals);
 }
 
+static void bucket_ready(void *sync, int stage) { grad_sync_stage_done(sync, stage); }
+
 // LAMB's per-tensor norms when tensors straddle ZeRO shards.
 static void sum_across_ranks(double *norms, int n, void *comm) { comm_allreduce_sum_f64(comm, norms, (size_t)n); }
 
@@ -335,6 +339,9 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         model_forward(t->model, b->input_ids, b->token_type_ids, b->attention_mask, b->labels, b->batch,
                       b->seq_len, 1);
         loss_sum += model_loss_sum(t->model);
+        // The last micro-batch completes the gradients: reduce buckets as they become final.
+        int overlap = i == t->n_micro - 1 && !t->zero.enabled && t->host_grads == t->grads;
+        model_set_backward_hook(t->model, overlap ? bucket_ready : NULL, t->sync);
         model_backward(t->model, divisor);
     }
     if (t->zero.enabled) {
