@@ -249,30 +249,47 @@ static void attention_backward_plain(Backend *be, const AttnShape *s, const floa
     }
 }
 
-// ---- The GEMM path: the products through cuBLAS (batched over heads, one call per sequence),
-// the row kernels above for softmax and dS.  Applies when every operand is either per head or
-// shared by all heads (all variants but gqa with 1 < groups < n); the plain kernels above are
-// its reference (MHE_CUDA_ATTENTION=plain selects them).
+// ---- The GEMM path: the products through cuBLAS (strided-batched over blocks of heads), the row
+// kernels above for softmax and dS.  Heads are taken in blocks of m consecutive heads in which
+// each of Q, K, V is either per head (stride one head) or a single head (stride 0); that covers
+// every variant (gqa: one block per K/V group).  Head counts for which no such m exists fall
+// back to the plain kernels above, which are also the GEMM path's reference
+// (MHE_CUDA_ATTENTION=plain selects them).
 
-// Floats between consecutive heads of an operand with `heads` heads of `dim`: per head or shared.
-static long head_stride(int heads, int n, int dim) { return heads == n ? dim : 0; }
-static bool gemm_applies(const AttnShape *s) {
-    auto ok = [s](int h) { return h == s->n_heads || h == 1; };
-    return ok(s->q_heads) && ok(s->k_heads) && ok(s->v_heads);
+// Head h of a per-sequence operand sits at base + (h / ratio) * step, rows ld floats apart.
+struct HeadOp {
+    const float *base;
+    int ld, ratio;
+    long step;
+    const float *at(int h) const { return base + (long)(h / ratio) * step; }
+    long stride() const { return ratio == 1 ? step : 0; }
+};
+
+// Heads per block: the smallest ratio > 1 among Q, K, V (n when all are 1), provided every
+// ratio is 1 or a multiple of it; 0 otherwise.
+static int head_block(const AttnShape *s) {
+    const int n = s->n_heads, r[3] = {n / s->q_heads, n / s->k_heads, n / s->v_heads};
+    int m = n;
+    for (int i = 0; i < 3; i++)
+        if (r[i] > 1 && r[i] < m) m = r[i];
+    for (int i = 0; i < 3; i++)
+        if (r[i] != 1 && r[i] % m != 0) return 0;
+    return m;
 }
 
-// For every head h of one sequence: C_h = alpha op(A_h) op(B_h).  A C shared by all heads
-// (stride 0, a gradient of a shared operand) receives the sum over heads.
-static void heads_gemm(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                       int lda, long sa, const float *B, int ldb, long sb, float *C, int ldc, long sc,
-                       int n) {
-    if (sc != 0 || n == 1) {
-        cuda_gemm_batched(be, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc, n);
+// C_h = alpha op(A_h) op(B_h) for heads h0 .. h0+m-1.  A C shared by several heads (ratio > 1,
+// a gradient of a shared operand) receives their sum: its first head overwrites, the rest add.
+static void block_gemm(Backend *be, int ta, int tb, int M, int N, int K, float alpha, HeadOp A,
+                       HeadOp B, HeadOp C, int h0, int m) {
+    float *c0 = const_cast<float *>(C.at(h0));
+    if (C.ratio == 1) {
+        cuda_gemm_batched(be, ta, tb, M, N, K, alpha, A.at(h0), A.ld, A.stride(), B.at(h0), B.ld,
+                          B.stride(), 0.0f, c0, C.ld, C.stride(), m);
         return;
     }
-    for (int h = 0; h < n; h++)
-        cuda_gemm_batched(be, ta, tb, M, N, K, alpha, A + h * sa, lda, 0, B + h * sb, ldb, 0,
-                          h ? 1.0f : 0.0f, C, ldc, 0, 1);
+    for (int h = h0; h < h0 + m; h++)
+        cuda_gemm_batched(be, ta, tb, M, N, K, alpha, A.at(h), A.ld, 0, B.at(h), B.ld, 0,
+                          h % C.ratio == 0 ? 0.0f : 1.0f, const_cast<float *>(C.at(h)), C.ld, 0, 1);
 }
 
 __global__ void attn_drop_kernel(const float *P, float *Pd, size_t n, float drop, uint64_t seed, uint64_t offset) {
@@ -312,24 +329,27 @@ static void attention_forward_gemm(Backend *be, const AttnShape *s, const float 
                                    const float *v, float *out, float *saved, float *scratch) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, m = head_block(s);
     const long TT = (long)T * T;
     const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
-    const long sq = head_stride(s->q_heads, n, s->qk_dim), sk = head_stride(s->k_heads, n, s->qk_dim),
-               sv = head_stride(s->v_heads, n, s->v_dim);
-    for (int b = 0; b < s->B; b++)  // S_h = scale Q_h K_hᵀ
-        heads_gemm(be, 0, 1, T, T, s->qk_dim, s->scale, q + (size_t)b * T * s->ldq, s->ldq, sq,
-                   k + (size_t)b * T * s->ldk, s->ldk, sk, saved + (size_t)b * n * TT, T, TT, n);
+    const float *Pd = s->dropout > 0.0f ? scratch : saved;  // filled after the softmax
+    for (int b = 0; b < s->B; b++) {
+        HeadOp Q{q + (size_t)b * T * s->ldq, s->ldq, a.qr, s->qk_dim};
+        HeadOp Kh{k + (size_t)b * T * s->ldk, s->ldk, a.kr, s->qk_dim};
+        HeadOp S{saved + (size_t)b * n * TT, T, 1, TT};
+        for (int h0 = 0; h0 < n; h0 += m)  // S_h = scale Q_h K_hᵀ
+            block_gemm(be, 0, 1, T, T, s->qk_dim, s->scale, Q, Kh, S, h0, m);
+    }
     MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
     CUDA_CHECK_LAUNCH();
-    const float *Pd = saved;
-    if (s->dropout > 0.0f) {
-        launch_elementwise_drop(be, s, saved, scratch, tt);
-        Pd = scratch;
+    if (s->dropout > 0.0f) launch_elementwise_drop(be, s, saved, scratch, tt);
+    for (int b = 0; b < s->B; b++) {
+        HeadOp P{Pd + (size_t)b * n * TT, T, 1, TT};
+        HeadOp Vh{v + (size_t)b * T * s->ldv, s->ldv, a.vr, s->v_dim};
+        HeadOp O{out + (size_t)b * T * hd, hd, 1, s->v_dim};
+        for (int h0 = 0; h0 < n; h0 += m)  // O_h = dropout(P_h) V_h
+            block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, P, Vh, O, h0, m);
     }
-    for (int b = 0; b < s->B; b++)  // O_h = dropout(P_h) V_h
-        heads_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, Pd + (size_t)b * n * TT, T, TT,
-                   v + (size_t)b * T * s->ldv, s->ldv, sv, out + (size_t)b * T * hd, hd, s->v_dim, n);
     if (s->out_scale || s->out_shift) {
         MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st)(out, s->out_scale, s->out_shift, rows, hd, out);
         CUDA_CHECK_LAUNCH();
@@ -342,11 +362,9 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
                                     float *dout_scale, float *dout_shift, float *scratch) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, m = head_block(s);
     const long TT = (long)T * T;
     const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
-    const long sq = head_stride(s->q_heads, n, s->qk_dim), sk = head_stride(s->k_heads, n, s->qk_dim),
-               sv = head_stride(s->v_heads, n, s->v_dim);
     float *dS = scratch, *Pd_buf = scratch + tt, *G_buf = scratch + 2 * tt, *O = G_buf + rows * hd;
     const float *P = saved, *Pd = saved, *G = dout;
     if (s->dropout > 0.0f) {
@@ -358,30 +376,39 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
         CUDA_CHECK_LAUNCH();
         G = G_buf;
     }
-    for (int b = 0; b < s->B; b++)  // dPd_h = G_h V_hᵀ
-        heads_gemm(be, 0, 1, T, T, s->v_dim, 1.0f, G + (size_t)b * T * hd, hd, s->v_dim,
-                   v + (size_t)b * T * s->ldv, s->ldv, sv, dS + (size_t)b * n * TT, T, TT, n);
+    auto seq = [&](int b, const float *base, int ld, int ratio, long step) {
+        return HeadOp{base + (size_t)b * T * ld, ld, ratio, step};
+    };
+    auto per_head = [&](int b, const float *base, long step) {  // [n, T, T] per sequence
+        return HeadOp{base + (size_t)b * n * TT, T, 1, step};
+    };
+    for (int b = 0; b < s->B; b++)
+        for (int h0 = 0; h0 < n; h0 += m)  // dPd_h = G_h V_hᵀ
+            block_gemm(be, 0, 1, T, T, s->v_dim, 1.0f, seq(b, G, hd, 1, s->v_dim),
+                       seq(b, v, s->ldv, a.vr, s->v_dim), per_head(b, dS, TT), h0, m);
     MHE_LAUNCH(attn_dscores_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 1, dS);
     CUDA_CHECK_LAUNCH();
-    for (int b = 0; b < s->B; b++) {
-        const float *dSb = dS + (size_t)b * n * TT;
-        if (dq)  // dQ_h = scale dS_h K_h
-            heads_gemm(be, 0, 0, T, s->qk_dim, T, s->scale, dSb, T, TT, k + (size_t)b * T * s->ldk, s->ldk, sk,
-                       dq + (size_t)b * T * s->ldq, s->ldq, sq, n);
-        if (dk)  // dK_h = scale dS_hᵀ Q_h
-            heads_gemm(be, 1, 0, T, s->qk_dim, T, s->scale, dSb, T, TT, q + (size_t)b * T * s->ldq, s->ldq, sq,
-                       dk + (size_t)b * T * s->ldk, s->ldk, sk, n);
-        if (dv)  // dV_h = dropout(P_h)ᵀ G_h
-            heads_gemm(be, 1, 0, T, s->v_dim, T, 1.0f, Pd + (size_t)b * n * TT, T, TT, G + (size_t)b * T * hd, hd,
-                       s->v_dim, dv + (size_t)b * T * s->ldv, s->ldv, sv, n);
-    }
+    for (int b = 0; b < s->B; b++)
+        for (int h0 = 0; h0 < n; h0 += m) {
+            HeadOp dSb = per_head(b, dS, TT);
+            if (dq)  // dQ_h = scale dS_h K_h
+                block_gemm(be, 0, 0, T, s->qk_dim, T, s->scale, dSb, seq(b, k, s->ldk, a.kr, s->qk_dim),
+                           seq(b, dq, s->ldq, a.qr, s->qk_dim), h0, m);
+            if (dk)  // dK_h = scale dS_hᵀ Q_h
+                block_gemm(be, 1, 0, T, s->qk_dim, T, s->scale, dSb, seq(b, q, s->ldq, a.qr, s->qk_dim),
+                           seq(b, dk, s->ldk, a.kr, s->qk_dim), h0, m);
+            if (dv)  // dV_h = dropout(P_h)ᵀ G_h
+                block_gemm(be, 1, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT), seq(b, G, hd, 1, s->v_dim),
+                           seq(b, dv, s->ldv, a.vr, s->v_dim), h0, m);
+        }
     if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(n, s->B), dim_block(T), 0, st)(a, dS, dkey_bias);
     CUDA_CHECK_LAUNCH();
     if (dout_scale || dout_shift) {
         if (dout_scale)  // O = dropout(P) V again, for d out_scale = sum dout ⊙ O
             for (int b = 0; b < s->B; b++)
-                heads_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, Pd + (size_t)b * n * TT, T, TT,
-                           v + (size_t)b * T * s->ldv, s->ldv, sv, O + (size_t)b * T * hd, hd, s->v_dim, n);
+                for (int h0 = 0; h0 < n; h0 += m)
+                    block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT),
+                               seq(b, v, s->ldv, a.vr, s->v_dim), seq(b, O, hd, 1, s->v_dim), h0, m);
         MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, st)(dout, O, rows, hd, dout_scale, dout_shift);
         CUDA_CHECK_LAUNCH();
     }
@@ -391,7 +418,7 @@ static void cuda_attention_forward(Backend *be, const AttnShape *s, const float 
                                    const float *v, float *out, float *saved, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
-    if (cuda_ctx(be)->attention_gemm && gemm_applies(s))
+    if (cuda_ctx(be)->attention_gemm && head_block(s) > 0)
         attention_forward_gemm(be, s, q, k, v, out, saved, scratch);
     else
         attention_forward_plain(be, s, q, k, v, out, saved);
@@ -405,7 +432,7 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
                                     float *dout_scale, float *dout_shift, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
-    if (cuda_ctx(be)->attention_gemm && gemm_applies(s))
+    if (cuda_ctx(be)->attention_gemm && head_block(s) > 0)
         attention_backward_gemm(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale,
                                 dout_shift, scratch);
     else

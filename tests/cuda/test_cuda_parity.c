@@ -335,6 +335,7 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     s.offset = 17;
     const size_t rows = (size_t)ac->B * ac->T;
     int32_t mask[64];
+    assert_true((size_t)ac->B * ac->T <= 64);
     for (size_t i = 0; i < rows; i++)
         mask[i] = ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
     IBuf M = ibuf_new(f, mask, rows);
@@ -395,6 +396,9 @@ static const AttnCase ATTN_CASES[] = {
         {"mhe_mul scale+shift", 2, 4, 2, 2, 1, 1, 4, 4, 1, 0, 0, 1, 1, 0.0f, 0},
         {"fully masked sequence", 2, 4, 2, 2, 2, 2, 4, 6, 0, 1, 1, 1, 1, 0.0f, 1},
         {"mqa dropout, scale, shift", 2, 5, 3, 3, 1, 1, 4, 4, 1, 1, 1, 1, 1, 0.3f, 0},
+        {"gqa dropout, causal", 2, 5, 6, 6, 3, 3, 4, 4, 1, 1, 0, 0, 0, 0.2f, 0},
+        {"q 3 heads, k 6, v 1 of 6", 1, 5, 6, 3, 6, 1, 4, 4, 0, 0, 1, 1, 1, 0.0f, 0},
+        {"gqa groups not a block (k 3, v 2 of 6)", 1, 4, 6, 6, 3, 2, 4, 4, 1, 0, 0, 0, 0, 0.0f, 0},
 };
 
 static void run_attention_cases(Fix *f, double tol) {
