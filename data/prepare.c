@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/rng.h"
 #include "data/manifest.h"
 #include "data/shard.h"
@@ -229,18 +230,6 @@ static void *writer_main(void *arg) {
     }
 }
 
-static void make_dir(const char *dir) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *q = buf + 1; *q; q++) {
-        if (*q != '/') continue;
-        *q = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) mhe_fatal("%s: cannot create: %s", buf, strerror(errno));
-        *q = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST) mhe_fatal("%s: cannot create: %s", buf, strerror(errno));
-}
-
 // Shards left by an earlier run would join this one's under the loader's "DIR/train" stem.
 // Without a manifest.json they are the remains of an interrupted run: removed.  With one,
 // they are a finished corpus: refused, never overwritten.
@@ -281,7 +270,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     if (opt->tokenizer) {
         p.tok = tokenizer_load(opt->tokenizer);
         p.vocab_size = tokenizer_vocab_size(p.tok);
-        make_dir(opt->out_dir);
+        mhe_mkdirs(opt->out_dir);
         clear_stale_shards(opt->out_dir);
     }
     if (opt->text_out) {

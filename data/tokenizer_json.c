@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "data/tokenizer_internal.h"
 #include "data/unicode_text.h"
 
@@ -207,7 +208,7 @@ static MergeRow *merges_in_order(const Tokenizer *t, int *count) {
 }
 
 int tokenizer_save(const Tokenizer *t, const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) mhe_fatal("cannot create %s: %s", dir, strerror(errno));
+    mhe_mkdirs(dir);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "version", "1.0");
     cJSON_AddNullToObject(root, "truncation");

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "trainer/checkpoint.h"
 
 #define EXPORT_PATH_MAX 4096
@@ -27,17 +28,7 @@ static int is_file(const char *path) {
 }
 
 static void make_dirs(const char *dir) {
-    char buf[EXPORT_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) mhe_fail("export: path too long: %s", dir);
-    for (char *p = buf + 1;; p++) {
-        const int end = *p == '\0';
-        if (*p == '/' || end) {
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) mhe_fatal("export: cannot create %s: %s", buf, strerror(errno));
-            if (end) break;
-            *p = '/';
-        }
-    }
+    mhe_mkdirs(dir);
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) mhe_fail("export: --out %s is not a directory", dir);
 }
