@@ -1,5 +1,6 @@
-// mhetrain bench: forward + backward on random tokens, timed by op class, with MFU against the
-// sgemm rate this machine reaches (measured at startup).
+// mhetrain bench: a full training step (forward, backward, AdamW) on random tokens, timed by op
+// class, with MFU against the sgemm rate this machine reaches (measured at startup).
+#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,15 +14,19 @@
 #include "trainer/commands.h"
 #include "trainer/config.h"
 #include "trainer/model.h"
+#include "trainer/optim.h"
+#include "trainer/peak.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: mhetrain bench CONFIG.yaml [key.path=value ...] [--steps N]\n"
             "\n"
-            "Runs forward + backward on random tokens at the config's train.micro_batch x\n"
-            "data.seq_len and prints tokens/s, the step time split by op class, achieved GFLOP/s,\n"
-            "MFU against the backend's measured matmul rate, and peak memory (runtime.device\n"
-            "selects the CPU or CUDA backend).\n"
+            "Runs training steps (forward, backward, optimizer update with optim.*) on random tokens\n"
+            "at the config's train.micro_batch x data.seq_len and prints tokens/s, the step time\n"
+            "split by op class, achieved GFLOP/s, MFU against the machine's measured sgemm rate, and\n"
+            "peak memory (runtime.device selects the CPU or CUDA backend).  The MLM head runs only\n"
+            "on the scored positions, as in training.  The last line, 'bench-result: ...', is\n"
+            "key=value pairs for scripts.\n"
             "\n"
             "  key.path=value   override a config value, e.g. attention.type=mhe_mul\n"
             "  --steps N        timed steps after one warm-up step (default 5)\n"
@@ -86,10 +91,18 @@ int cmd_bench(int argc, char **argv) {
     config_load(&cfg, path, n_overrides, overrides);
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
 
-    Backend *be = cfg.runtime.device == DEVICE_CUDA
-                      ? backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16)
-                      : backend_cpu_create(cfg.runtime.threads);
-    const double peak = sgemm_peak_gflops(be);
+    const int cuda = cfg.runtime.device == DEVICE_CUDA;
+    double peak = 0;
+    if (!cuda) {
+        // OpenBLAS on every thread the backend will use (the backend then pins it to one
+        // thread per OpenMP thread): the machine's all-core sgemm rate.
+        if (cfg.runtime.threads > 0) omp_set_num_threads(cfg.runtime.threads);
+        openblas_set_num_threads(omp_get_max_threads());
+        peak = peak_sgemm_gflops(1024, 5);
+    }
+    Backend *be = cuda ? backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16)
+                       : backend_cpu_create(cfg.runtime.threads);
+    if (cuda) peak = sgemm_peak_gflops(be);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);
     model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions
@@ -111,9 +124,21 @@ int cmd_bench(int argc, char **argv) {
     printf("bench: backend=%s micro_batch=%d seq_len=%d threads=%d steps=%d (after 1 warm-up)\n",
            be->name, B, T, omp_get_max_threads(), steps);
 
+    // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA.
+    const ParamTable *table = model_param_table(m);
+    OptimState opt;
+    optim_state_init(&opt, table, 0, table->total);
+    float *dm = NULL, *dv = NULL, *du = NULL;
+    if (cuda) {
+        dm = be->alloc(be, table->total * sizeof(float));
+        dv = be->alloc(be, table->total * sizeof(float));
+        du = be->alloc(be, table->total * sizeof(float));
+    }
+    const float lr = 1e-5f;  // small: random tokens, the loss must stay near ln V
+
     float loss = 0;
     OpProfile prof;
-    double t_total = 0;
+    double t_total = 0, t_optim = 0;
     for (int s = 0; s <= steps; s++) {
         if (s == 1) {
             memset(&prof, 0, sizeof prof);
@@ -123,8 +148,18 @@ int cmd_bench(int argc, char **argv) {
         model_zero_grad(m);
         loss = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
         model_backward(m, 0);
+        double t1 = omp_get_wtime();
+        if (cuda)
+            optim_step_backend(be, &opt, &cfg.optim, table, model_params(m), model_grads(m), dm, dv, du,
+                               lr, 1.0f, NULL, NULL);
+        else
+            optim_step(&opt, &cfg.optim, table, model_params(m), model_grads(m), lr, NULL, NULL);
         be->synchronize(be);
-        if (s >= 1) t_total += omp_get_wtime() - t0;
+        double t2 = omp_get_wtime();
+        if (s >= 1) {
+            t_total += t2 - t0;
+            t_optim += t2 - t1;
+        }
     }
     be->profile = NULL;
 
@@ -140,17 +175,29 @@ int cmd_bench(int argc, char **argv) {
            accounted > 0 ? "" : "; this backend does not time its ops, all shown as other");
     for (int c = 0; c < OPC_COUNT; c++) {
         double sec = prof.seconds[c] / steps;
-        if (c == OPC_OTHER) sec += (t_total - accounted) / steps;  // host code between ops
+        if (c == OPC_OTHER) sec += (t_total - accounted) / steps;  // host code, host optimizer
         printf("  %-16s %8.2f ms  %5.1f%%", names[c], 1e3 * sec, 100.0 * sec / step);
         if (prof.flops[c] > 0) printf("  %7.2f GFLOP/s", prof.flops[c] / prof.seconds[c] / 1e9);
         printf("\n");
     }
+    printf("  (optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
+           cfg.optim.name == OPT_ADAMW ? "adamw" : "lamb");
     printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
     printf("sgemm peak (backend matmul, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n", peak, 100.0 * gflops / peak);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
            model_arena_bytes(m) / 1048576.0, model_state_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0);
+    printf("bench-result: tokens_per_s=%.1f step_ms=%.3f gflops=%.3f peak_gflops=%.3f mfu=%.4f "
+           "peak_rss_mib=%.1f loss=%.4f\n",
+           (double)B * T / step, 1e3 * step, gflops, peak, gflops / peak, ru.ru_maxrss / 1024.0, loss);
+
+    if (cuda) {
+        be->free(be, dm);
+        be->free(be, dv);
+        be->free(be, du);
+    }
+    optim_state_free(&opt);
 
     free(ids);
     free(labels);

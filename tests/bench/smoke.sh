@@ -1,0 +1,25 @@
+#!/bin/sh
+# bench_vs_torch.sh on shrunken models, one run each: every size x attention row prints positive
+# tokens/s for both programs, a ratio, an MFU and both peak RSS; the mhe rows print their speed
+# against mha.  Timings are not asserted (a loaded machine makes them meaningless here).
+set -eu
+: "${MHETRAIN:?}" "${MHE_SOURCE_DIR:?}"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+sh "$MHE_SOURCE_DIR/tests/bench/bench_vs_torch.sh" --quick --runs 1 --steps 1 >"$out"
+cat "$out"
+for size in tiny small tiny512; do
+    for attn in mha mhe_add mhe_mul; do
+        awk -v s="$size" -v a="$attn" '
+            $1 == s && $2 == a { found = 1
+                if (!($3 > 0 && $4 > 0)) { print "no tokens/s in: " $0; exit 1 }
+                if ($5 !~ /^[0-9.]+x$/ || $5 + 0 <= 0) { print "no ratio in: " $0; exit 1 }
+                if ($6 !~ /%$/ || !($7 > 0 && $8 > 0 && $9 > 0)) { print "no MFU/sgemm/RSS in: " $0; exit 1 } }
+            END { if (!found) { print "no row for " s " " a; exit 1 } }' "$out"
+    done
+done
+[ "$(grep -c '^speed vs mha: ' "$out")" -eq 6 ] || { echo "want 6 'speed vs mha' lines"; exit 1; }
+if sh "$MHE_SOURCE_DIR/tests/bench/bench_vs_torch.sh" --sizes huge --quick >"$out" 2>&1; then
+    echo "unknown size accepted"; exit 1
+fi
+echo "bench_vs_torch smoke: ok"

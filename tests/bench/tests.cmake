@@ -1,0 +1,4 @@
+# The mhetrain-vs-PyTorch benchmark script runs end to end on shrunken models (no timing asserts).
+add_test(NAME bench_vs_torch_smoke COMMAND sh ${CMAKE_SOURCE_DIR}/tests/bench/smoke.sh)
+set_tests_properties(bench_vs_torch_smoke PROPERTIES TIMEOUT 300 LABELS bench ENVIRONMENT
+    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2")
