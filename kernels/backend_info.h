@@ -13,4 +13,11 @@ void backend_cuda_print_versions(FILE *out);  // cuda runtime, cuBLAS, NCCL line
 // without a GPU, a clear message and exit status 2.
 Backend *backend_cuda_create_for(int device, int bf16);
 
+// Gradient all-reduce on device buffers between GPUs (NCCL, bootstrapped over the MPI
+// communicator `mpi_comm`, an MPI_Comm *), with a deadline.  Only for a CUDA backend.
+typedef struct DeviceComm DeviceComm;
+DeviceComm *device_comm_create(void *mpi_comm, Backend *be, float timeout_s);
+void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n);
+void device_comm_free(DeviceComm *c);
+
 #endif

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/rng.h"
 #include "data/loader.h"
 #include "kernels/backend_info.h"
@@ -40,6 +41,7 @@ typedef struct {
     float *host_params;         // host mirror (the CPU backend's own buffer)
     float *host_grads;          // where MPI reduces: the CPU backend's own buffer, else staging
     float *dev_m, *dev_v, *dev_u;  // device optimizer state (non-host backends)
+    DeviceComm *dcomm;          // NCCL between GPUs (dist.backend auto|nccl on a device)
     OptimState opt_state;       // this rank's range (ZeRO-1) or the whole buffer
     ZeroShards zero;
     GradSync *sync;
@@ -67,17 +69,6 @@ static char *config_to_yaml(const Config *cfg) {
     return text;
 }
 
-static void make_dirs(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        mkdir(buf, 0755);
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST) mhe_fail("%s: cannot create directory: %s", path, strerror(errno));
-}
 
 static Backend *make_backend(const Config *cfg, Comm *comm) {
     if (cfg->runtime.device == DEVICE_CUDA)
@@ -191,6 +182,8 @@ static void setup(Trainer *t) {
         t->dev_v = t->be->alloc(t->be, bytes);
         t->dev_u = t->be->alloc(t->be, bytes);
         t->host_grads = mhe_malloc(t->table->total * sizeof(float));
+        if (cfg->dist.backend != DIST_MPI && t->world > 1)
+            t->dcomm = device_comm_create(comm_mpi_handle(t->comm), t->be, cfg->dist.timeout_s);
     } else {
         t->host_grads = t->grads;
     }
@@ -230,12 +223,12 @@ static void setup(Trainer *t) {
         t->peak_gflops = mine;
     }
     if (t->rank == 0) {
-        make_dirs(cfg->train.out_dir);
+        mhe_mkdirs(cfg->train.out_dir);
         char path[4096];
         snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->train.out_dir);
         if (metrics_open(&t->metrics, path) != 0) mhe_fail("%s: cannot open: %s", path, strerror(errno));
         snprintf(path, sizeof path, "%s/tensorboard", cfg->train.out_dir);
-        make_dirs(path);
+        mhe_mkdirs(path);
         if (tb_open(&t->tb, path, tb_wall_time()) != 0) mhe_fail("%s: cannot open an event file: %s", path, strerror(errno));
             fprintf(stderr,
                 "model: %s %s, %zu parameters | workers %d x micro-batch %d x %d accumulation = global batch %d | "
@@ -244,11 +237,17 @@ static void setup(Trainer *t) {
                 t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
         fprintf(stderr,
                 "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
-                "activations %.1f MiB | sgemm ceiling %.1f GFLOP/s\n",
+                "activations %.1f MiB | sgemm ceiling %.1f GFLOP/s\n"
+                "device %s | gradients all-reduced by %s\n",
                 model_state_bytes(t->model) / 1048576.0,
                 2.0 * (t->zero.end - t->zero.begin) * sizeof(float) / 1048576.0, t->zero.enabled,
                 2 * (t->zero.end - t->zero.begin) * sizeof(float),
-                model_arena_bytes(t->model) / 1048576.0, t->peak_gflops);
+                model_arena_bytes(t->model) / 1048576.0, t->peak_gflops, t->be->name,
+                t->world == 1 ? "nobody (one worker)"
+                : t->dcomm    ? "NCCL on device buffers"
+                : t->dev_m    ? "MPI through host staging"
+                : t->zero.enabled ? "MPI reduce-scatter + all-gather (ZeRO-1)"
+                                  : "MPI in buckets overlapped with the backward pass");
     }
     if (t->valid) {
         LoaderBatch probe = loader_batch_alloc(t->valid);
@@ -278,6 +277,7 @@ static void teardown(Trainer *t) {
     if (!is_host_backend(t->be)) {
         free(t->host_params);
         free(t->host_grads);
+        device_comm_free(t->dcomm);
         t->be->free(t->be, t->dev_m);
         t->be->free(t->be, t->dev_v);
         t->be->free(t->be, t->dev_u);
@@ -346,6 +346,8 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     }
     if (t->zero.enabled) {
         zero_reduce_grads(&t->zero, t->comm, t->grads);
+    } else if (t->dcomm) {
+        device_comm_allreduce_sum(t->dcomm, t->grads, t->table->total);
     } else if (t->host_grads != t->grads) {
         // Device gradients reach MPI through host staging (the NCCL path reduces in place).
         t->be->download(t->be, t->host_grads, t->grads, t->table->total * sizeof(float));

@@ -2,6 +2,7 @@
 // NCCL versions, and the device count (0 on a machine without a GPU or driver).
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_compat.h"
+#include "kernels/cuda/cuda_nccl.h"
 
 extern "C" {
 #include "kernels/backend_info.h"
@@ -51,4 +52,25 @@ extern "C" void backend_cuda_print_versions(FILE *out) {
     fprintf(out, "cublas: %d.%d.%d (compiled against)\n", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR,
             CUBLAS_VER_PATCH);
     fprintf(out, "nccl: %d.%d.%d\n", nccl / 10000, (nccl / 100) % 100, nccl % 100);
+}
+
+// The trainer's view of the NCCL communicator (kernels/backend_info.h).
+struct DeviceComm {
+    CudaNccl *nccl;
+};
+
+extern "C" DeviceComm *device_comm_create(void *mpi_comm, Backend *be, float timeout_s) {
+    DeviceComm *c = new DeviceComm;
+    c->nccl = cuda_nccl_create(mpi_comm, be, timeout_s);
+    return c;
+}
+
+extern "C" void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n) {
+    cuda_nccl_allreduce_sum(c->nccl, buf, n);
+}
+
+extern "C" void device_comm_free(DeviceComm *c) {
+    if (!c) return;
+    cuda_nccl_free(c->nccl);
+    delete c;
 }

@@ -19,6 +19,7 @@ run 1 cuda runtime.device=cuda
 run 2 cuda2 runtime.device=cuda
 run 1 bf16 runtime.device=cuda runtime.precision=bf16
 grep -q "cuda" "$WORK/cuda.log" || { cat "$WORK/cuda.log"; fail "the cuda run does not say it used cuda"; }
+grep -q "gradients all-reduced by NCCL on device buffers" "$WORK/cuda2.log" || { cat "$WORK/cuda2.log"; fail "the 2-rank cuda run did not use NCCL"; }
 $PY "$CHECK" losses-close "$WORK/cuda/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/cuda2/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/bf16/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 2e-2
