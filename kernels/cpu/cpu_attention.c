@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_math.h"
 
 typedef struct {
     const float *q, *k, *v;  // head slices at row 0 of sequence b
@@ -18,11 +19,6 @@ static HeadPtrs head_ptrs(const AttnShape *s, const float *q, const float *k, co
     p.k = k + (size_t)b * s->T * s->ldk + (size_t)(h / (n / s->k_heads)) * s->qk_dim;
     p.v = v + (size_t)b * s->T * s->ldv + (size_t)(h / (n / s->v_heads)) * s->v_dim;
     return p;
-}
-
-static int key_visible(const AttnShape *s, int b, int i, int j) {
-    if (s->causal && j > i) return 0;
-    return !s->key_mask || s->key_mask[(size_t)b * s->T + j] != 0;
 }
 
 static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
@@ -49,36 +45,73 @@ static void head_scores(const AttnShape *s, const HeadPtrs *p, int b, int h, con
     }
 }
 
+// Keys visible to query row i: j < row_end (causal) and key_mask[j] != 0 (km may be NULL).
+static int row_end(const AttnShape *s, int i) { return s->causal ? i + 1 : s->T; }
+static const int32_t *row_mask(const AttnShape *s, int b) {
+    return s->key_mask ? s->key_mask + (size_t)b * s->T : NULL;
+}
+
 // Masked row softmax in place; lse[i] = log Σ_visible exp(S[i, j]) (-inf: no visible key).
+// Branch-free inner loops (masks as selects) so they vectorise, exp by cpu_expf.
 static void softmax_rows(const AttnShape *s, int b, float *S, float *lse) {
     const int T = s->T;
+    const int32_t *km = row_mask(s, b);
     for (int i = 0; i < T; i++) {
         float *row = S + (size_t)i * T;
+        const int je = row_end(s, i);
         float mx = -INFINITY;
-        for (int j = 0; j < T; j++)
-            if (key_visible(s, b, i, j)) mx = row[j] > mx ? row[j] : mx;
-        double sum = 0;
-        for (int j = 0; j < T; j++) {
-            if (key_visible(s, b, i, j)) {
-                row[j] = expf(row[j] - mx);
-                sum += row[j];
-            } else {
-                row[j] = 0.0f;
+        if (km) {
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < je; j++) mx = km[j] && row[j] > mx ? row[j] : mx;
+        } else {
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < je; j++) mx = row[j] > mx ? row[j] : mx;
+        }
+        if (mx == -INFINITY) {
+            memset(row, 0, (size_t)T * sizeof *row);
+            lse[i] = -INFINITY;
+            continue;
+        }
+        float sum = 0;
+        if (km) {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                float e = km[j] ? cpu_expf(row[j] - mx) : 0.0f;
+                row[j] = e;
+                sum += e;
+            }
+        } else {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                float e = cpu_expf(row[j] - mx);
+                row[j] = e;
+                sum += e;
             }
         }
-        float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-        for (int j = 0; j < T; j++) row[j] *= inv;
-        lse[i] = sum > 0 ? mx + (float)log(sum) : -INFINITY;
+        if (je < T) memset(row + je, 0, (size_t)(T - je) * sizeof *row);
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int j = 0; j < je; j++) row[j] *= inv;
+        lse[i] = mx + logf(sum);
     }
 }
 
 // The backward's probabilities from the saved row log-sum-exp: P = exp(S - lse) where visible.
 static void probs_from_lse(const AttnShape *s, int b, float *S, const float *lse) {
     const int T = s->T;
+    const int32_t *km = row_mask(s, b);
     for (int i = 0; i < T; i++) {
         float *row = S + (size_t)i * T;
-        for (int j = 0; j < T; j++)
-            row[j] = (lse[i] > -INFINITY && key_visible(s, b, i, j)) ? expf(row[j] - lse[i]) : 0.0f;
+        const float l = lse[i];
+        const int je = l > -INFINITY ? row_end(s, i) : 0;
+        if (km) {
+#pragma omp simd
+            for (int j = 0; j < je; j++) row[j] = km[j] ? cpu_expf(row[j] - l) : 0.0f;
+        } else {
+#pragma omp simd
+            for (int j = 0; j < je; j++) row[j] = cpu_expf(row[j] - l);
+        }
+        if (je < T) memset(row + je, 0, (size_t)(T - je) * sizeof *row);
     }
 }
 
@@ -90,6 +123,7 @@ static const float *dropped(const AttnShape *s, int b, int h, const float *P, fl
     const float inv = 1.0f / (1.0f - s->dropout);
     const uint64_t key = ops_dropout_key(s->seed, s->offset);
     const uint32_t thr = ops_dropout_threshold(s->dropout);
+#pragma omp simd
     for (size_t e = 0; e < TT; e++) dst[e] = ops_dropout_keep_fast(key, base + e, thr) ? P[e] * inv : 0.0f;
     return dst;
 }
@@ -102,7 +136,7 @@ static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, 
     const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
     *saved = (size_t)s->B * s->n_heads * T;
     size_t fwd = nt * FWD_TT * T * T;
-    size_t bwd = nt * (BWD_TT * T * T + T * s->v_dim) +
+    size_t bwd = nt * (BWD_TT * T * T + T * s->v_dim + T) +
                  (s->out_scale ? (size_t)s->B * T * s->n_heads * s->v_dim : 0);
     *scratch = fwd > bwd ? fwd : bwd;
 }
@@ -175,7 +209,7 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
     const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim, dk_ = s->qk_dim;
     const size_t TT = (size_t)T * T;
     const int ldo = n * dv;
-    const size_t per_thread = BWD_TT * TT + (size_t)T * dv;
+    const size_t per_thread = BWD_TT * TT + (size_t)T * dv + T;
     const int shared = shares_scores(s);
     float *pv_all = scratch + (size_t)cpu_threads(be) * per_thread;
 #pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be)) if (attention_flops(s) >= CPU_PARALLEL_MIN)
@@ -216,23 +250,33 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
                 // The mask again, read off Pd: Pd = 0 where it dropped or where P = 0, and
                 // where P = 0 the value of dP does not matter (dS = P ⊙ (...) = 0).
                 const float inv = 1.0f / (1.0f - s->dropout);
+#pragma omp simd
                 for (size_t e = 0; e < TT; e++) dP[e] = Pd[e] != 0.0f ? dP[e] * inv : 0.0f;
             }
             for (int i = 0; i < T; i++) {
                 const float *pr = P + (size_t)i * T;
                 float *gr = dP + (size_t)i * T;
                 double dot = 0;
+#pragma omp simd reduction(+ : dot)
                 for (int j = 0; j < T; j++) dot += (double)pr[j] * gr[j];
                 float fd = (float)dot;
+#pragma omp simd
                 for (int j = 0; j < T; j++) gr[j] = pr[j] * (gr[j] - fd);
             }
             if (dkey_bias) {
-                for (int j = 0; j < T; j++) dkey_bias[((size_t)b * T + j) * n + h] = 0.0f;
-                for (int i = 0; i < T; i++)
-                    for (int j = 0; j < T; j++) dkey_bias[((size_t)b * T + j) * n + h] += dP[(size_t)i * T + j];
+                // Column sums of dS into a contiguous row first (the bias is strided by n).
+                float *cs = G + (size_t)T * dv;
+                memset(cs, 0, (size_t)T * sizeof *cs);
+                for (int i = 0; i < T; i++) {
+                    const float *gr = dP + (size_t)i * T;
+#pragma omp simd
+                    for (int j = 0; j < T; j++) cs[j] += gr[j];
+                }
+                for (int j = 0; j < T; j++) dkey_bias[((size_t)b * T + j) * n + h] = cs[j];
             }
             if (shared) {
                 // Q and K shared by all heads: dQ and dK need only Σ_h dS_h.
+    #pragma omp simd
                 for (size_t e = 0; e < TT; e++) dS_sum[e] += dP[e];
                 continue;
             }

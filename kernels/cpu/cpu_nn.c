@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_math.h"
 
 static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamma,
                                   const float *beta, int N, int C, float eps, float *y,
@@ -13,8 +14,10 @@ static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamm
         const float *xr = x + (size_t)r * C;
         float *yr = y + (size_t)r * C;
         double s = 0;
+#pragma omp simd reduction(+ : s)
         for (int c = 0; c < C; c++) s += xr[c];
         double mu = s / C, v = 0;
+#pragma omp simd reduction(+ : v)
         for (int c = 0; c < C; c++) v += (xr[c] - mu) * (xr[c] - mu);
         float rs = (float)(1.0 / sqrt(v / C + eps));
         float m = (float)mu;
@@ -32,16 +35,25 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
                                    float *dbeta) {
     double t0 = cpu_prof_begin(be);
     if (dgamma || dbeta) {
+        // Threads own blocks of 64 columns (one writer per element); rows run inside so each
+        // row's block is read contiguously.
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
-        for (int c = 0; c < C; c++) {
-            double sg = 0, sb = 0;
+        for (int c0 = 0; c0 < C; c0 += 64) {
+            const int w = C - c0 < 64 ? C - c0 : 64;
+            double sg[64] = {0}, sb[64] = {0};
             for (int r = 0; r < N; r++) {
-                float g = dy[(size_t)r * C + c];
-                sg += (double)g * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
-                sb += g;
+                const float *dyr = dy + (size_t)r * C + c0, *xr = x + (size_t)r * C + c0;
+                const float mu = mean[r], rs = rstd[r];
+#pragma omp simd
+                for (int c = 0; c < w; c++) {
+                    sg[c] += (double)dyr[c] * ((xr[c] - mu) * rs);
+                    sb[c] += dyr[c];
+                }
             }
-            if (dgamma) dgamma[c] += (float)sg;
-            if (dbeta) dbeta[c] += (float)sb;
+            for (int c = 0; c < w; c++) {
+                if (dgamma) dgamma[c0 + c] += (float)sg[c];
+                if (dbeta) dbeta[c0 + c] += (float)sb[c];
+            }
         }
     }
     if (dx) {
@@ -51,12 +63,14 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
             float *dxr = dx + (size_t)r * C;
             float mu = mean[r], rs = rstd[r];
             double sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
             for (int c = 0; c < C; c++) {
                 double g = (double)dyr[c] * gamma[c];
                 sg += g;
                 sgx += g * (xr[c] - mu) * rs;
             }
             float mg = (float)(sg / C), mgx = (float)(sgx / C);
+#pragma omp simd
             for (int c = 0; c < C; c++) {
                 float xhat = (xr[c] - mu) * rs;
                 float v = rs * (dyr[c] * gamma[c] - mg - xhat * mgx);
@@ -74,12 +88,12 @@ static void cpu_gelu_forward(Backend *be, GeluKind kind, const float *x, float *
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
-        for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+        for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + cpu_erff(x[i] * (float)M_SQRT1_2));
     } else {
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
-            y[i] = 0.5f * v * (1.0f + tanhf(GELU_K0 * (v + GELU_K1 * v * v * v)));
+            y[i] = 0.5f * v * (1.0f + cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v)));
         }
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -93,15 +107,15 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
-            float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
-            float pdf = expf(-0.5f * v * v) * 0.3989422804014327f;
+            float cdf = 0.5f * (1.0f + cpu_erff(v * (float)M_SQRT1_2));
+            float pdf = cpu_expf(-0.5f * v * v) * 0.3989422804014327f;
             dx[i] = dy[i] * (cdf + v * pdf);
         }
     } else {
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
-            float t = tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
+            float t = cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
             float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * v * v);
             dx[i] = dy[i] * g;
         }
@@ -139,18 +153,24 @@ static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-// Scatter-add: threads split the D columns, so rows hit twice never race.
+// Scatter-add: threads split the D columns (blocks of 64), so rows hit twice never race.
 static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t *ids,
                                    const int32_t *type_ids, int B, int T, int D, float *dword,
                                    float *dpos, float *dtype) {
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(static) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
-    for (int c = 0; c < D; c++) {
+    for (int c0 = 0; c0 < D; c0 += 64) {
+        const int w = D - c0 < 64 ? D - c0 : 64;
         for (int bt = 0; bt < B * T; bt++) {
-            float g = dout[(size_t)bt * D + c];
-            dword[(size_t)ids[bt] * D + c] += g;
-            if (dpos) dpos[(size_t)(bt % T) * D + c] += g;
-            if (dtype) dtype[(size_t)(type_ids ? type_ids[bt] : 0) * D + c] += g;
+            const float *g = dout + (size_t)bt * D + c0;
+            float *dw = dword + (size_t)ids[bt] * D + c0;
+            float *dp = dpos ? dpos + (size_t)(bt % T) * D + c0 : NULL;
+            float *dt = dtype ? dtype + (size_t)(type_ids ? type_ids[bt] : 0) * D + c0 : NULL;
+            for (int c = 0; c < w; c++) dw[c] += g[c];
+            if (dp)
+                for (int c = 0; c < w; c++) dp[c] += g[c];
+            if (dt)
+                for (int c = 0; c < w; c++) dt[c] += g[c];
         }
     }
     cpu_prof_end(be, OPC_OTHER, t0, 0);
@@ -168,9 +188,11 @@ static void cpu_cross_entropy_forward(Backend *be, const float *logits, const in
         }
         const float *z = logits + (size_t)r * V;
         float mx = z[0];
+#pragma omp simd reduction(max : mx)
         for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
         double s = 0;
-        for (int v = 0; v < V; v++) s += expf(z[v] - mx);  // terms in float, sum in double
+#pragma omp simd reduction(+ : s)
+        for (int v = 0; v < V; v++) s += cpu_expf(z[v] - mx);  // terms in float, sum in double
         double l = mx + log(s);
         lse[r] = (float)l;
         loss[r] = (float)(l - z[labels[r]]);
@@ -191,7 +213,8 @@ static void cpu_cross_entropy_backward(Backend *be, const float *logits, const f
             continue;
         }
         float l = lse[r];
-        for (int v = 0; v < V; v++) g[v] = grad_scale * expf(z[v] - l);
+#pragma omp simd
+        for (int v = 0; v < V; v++) g[v] = grad_scale * cpu_expf(z[v] - l);
         g[labels[r]] -= grad_scale;
     }
     cpu_prof_end(be, OPC_LOSS, t0, 0);
