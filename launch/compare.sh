@@ -7,8 +7,8 @@
 # TYPE       attention types (default: mha sha mhe_add mhe_mul mqa el_att skv collab); gqa gets
 #            groups = heads/2 and collab D~ = hidden/2 unless attention.groups= / collab_dim= are given
 # -o         output folder (default: out/compare-<base name>); each type trains into OUTDIR/TYPE/
-# --tokens   training tokens per type (default 327680: 80 steps of the tiny configs, so that all
-#            eight types take about 30 minutes on 2 cores); a train.steps= or train.tokens=
+# --tokens   training tokens per type (default 819200: 200 steps of the tiny configs, so that all
+#            eight types take under 30 minutes on 2 idle cores); a train.steps= or train.tokens=
 #            override replaces it
 # --stop-after N   stop every type after step N with a checkpoint (rerun to continue)
 # key=value  overrides for every type (after the script's own, so they win)
@@ -23,7 +23,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 util=(/usr/bin/python3 "$here/launch/compare/compare_util.py")
 die() { echo "compare: $*" >&2; exit 2; }
 
-base="" outdir="" tokens=327680 stop_after="" types=() user=()
+base="" outdir="" tokens=819200 stop_after="" types=() user=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
