@@ -8,4 +8,6 @@ set ylabel "validation loss"
 set format x "%.1s%c"
 set key outside right top
 set grid
-plot for [i=0:n-1] datafile index i using 1:2 with linespoints lw 2 pt (i % 7) + 1 title word(titles, i + 1)
+set xrange [0:*]
+# Dash patterns as well as colours: early in training the curves lie on top of each other.
+plot for [i=0:n-1] datafile index i using 1:2 with linespoints lw 2 dt 1 + i % 5 pt (i % 7) + 1 title word(titles, i + 1)
