@@ -134,10 +134,10 @@ static const float *dropped(const AttnShape *s, int b, int h, const float *P, fl
 #define BWD_TT 5
 static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
     const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
-    *saved = (size_t)s->B * s->n_heads * T;
+    // With an output scale the unscaled P V is saved too (its gradient needs it).
+    *saved = (size_t)s->B * s->n_heads * T + (s->out_scale ? (size_t)s->B * T * s->n_heads * s->v_dim : 0);
     size_t fwd = nt * FWD_TT * T * T;
-    size_t bwd = nt * (BWD_TT * T * T + T * s->v_dim + T) +
-                 (s->out_scale ? (size_t)s->B * T * s->n_heads * s->v_dim : 0);
+    size_t bwd = nt * (BWD_TT * T * T + T * s->v_dim + T);
     *scratch = fwd > bwd ? fwd : bwd;
 }
 
@@ -157,6 +157,11 @@ static void forward_head(const AttnShape *s, const float *q, const float *k, con
     const float *Pd = dropped(s, b, h, S, Pdbuf);
     float *o = out + (size_t)b * T * ldo + (size_t)h * dv;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v, s->ldv, 0.0f, o, ldo);
+    if (s->out_scale) {
+        // Saved after the row log-sum-exps: d out_scale = Σ_rows dO ⊙ (P V).
+        float *pv = lse_all + (size_t)s->B * n * T + (size_t)b * T * ldo + (size_t)h * dv;
+        for (int i = 0; i < T; i++) memcpy(pv + (size_t)i * ldo, o + (size_t)i * ldo, (size_t)dv * sizeof *pv);
+    }
     if (s->out_scale || s->out_shift) {
         const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
         const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
@@ -211,7 +216,7 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
     const int ldo = n * dv;
     const size_t per_thread = BWD_TT * TT + (size_t)T * dv + T;
     const int shared = shares_scores(s);
-    float *pv_all = scratch + (size_t)cpu_threads(be) * per_thread;
+    const float *pv_all = saved + (size_t)B * n * T;  // the forward's unscaled P V
 #pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be)) if (attention_flops(s) >= CPU_PARALLEL_MIN)
     for (int b = 0; b < B; b++) {
         float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
@@ -236,12 +241,6 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
             for (int i = 0; i < T; i++)
                 for (int c = 0; c < dv; c++)
                     G[(size_t)i * dv + c] = sc ? dO[(size_t)i * ldo + c] * sc[c] : dO[(size_t)i * ldo + c];
-            if (s->out_scale && dout_scale) {
-                // The pre-scale output, kept for the dscale reduction after the loop.
-                float *pv = pv_all + (size_t)b * T * ldo + (size_t)h * dv;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v,
-                            s->ldv, 0.0f, pv, ldo);
-            }
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, G, dv,
                         1.0f, dv_out + voff, s->ldv);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dv, 1.0f, G, dv, p.v, s->ldv,
@@ -294,16 +293,25 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
         }
     }
     if (dout_scale || dout_shift) {
-#pragma omp parallel for schedule(static) if ((size_t)B * T * n * dv >= CPU_PARALLEL_MIN)
-        for (int hc = 0; hc < n * dv; hc++) {
-            double ss = 0, sh = 0;
+        // Blocks of 64 (head, column) pairs, rows inside: contiguous reads, one writer each.
+        const int cols = n * dv, with_scale = s->out_scale && dout_scale;
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * n * dv >= CPU_PARALLEL_MIN)
+        for (int c0 = 0; c0 < cols; c0 += 64) {
+            const int w = cols - c0 < 64 ? cols - c0 : 64;
+            double ss[64] = {0}, sh[64] = {0};
             for (size_t r = 0; r < (size_t)B * T; r++) {
-                float g = dout[r * ldo + hc];
-                if (s->out_scale && dout_scale) ss += (double)g * pv_all[r * ldo + hc];
-                sh += g;
+                const float *g = dout + r * ldo + c0;
+                const float *pv = with_scale ? pv_all + r * ldo + c0 : g;
+#pragma omp simd
+                for (int c = 0; c < w; c++) {
+                    ss[c] += (double)g[c] * pv[c];
+                    sh[c] += g[c];
+                }
             }
-            if (s->out_scale && dout_scale) dout_scale[hc] += (float)ss;
-            if (dout_shift) dout_shift[hc] += (float)sh;
+            for (int c = 0; c < w; c++) {
+                if (with_scale) dout_scale[c0 + c] += (float)ss[c];
+                if (dout_shift) dout_shift[c0 + c] += (float)sh[c];
+            }
         }
     }
     // Twice the forward's products, plus the recomputed scores.

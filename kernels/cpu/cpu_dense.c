@@ -4,18 +4,26 @@
 
 #include "kernels/cpu/cpu_internal.h"
 
-// One sgemm per OpenMP thread on a slice of C's rows (or columns when C is wide): OpenBLAS
-// runs single-threaded (backend_cpu_create), so it never competes with OpenMP for the cores.
+// Slices of C's rows (or columns when C is wide), one sgemm each, handed out dynamically:
+// OpenBLAS runs single-threaded (backend_cpu_create), so it never competes with OpenMP for the
+// cores.  A few slices per thread rather than one: on a shared machine a descheduled thread
+// then delays the product by one small slice, not by half of it.
+#define SGEMM_SLICES_PER_THREAD 4
+#define SGEMM_MIN_SLICE 128  // rows/columns: smaller slices pack B (or A) too often
 static void sgemm_split(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc) {
     const int nt = omp_get_max_threads();
     const double work = (double)M * N * K;
-    const int parts = work < 262144.0 || omp_in_parallel() ? 1 : nt;
     const int split_rows = M >= N;
     const int total = split_rows ? M : N;
-#pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
+    int parts = work < 262144.0 || omp_in_parallel() ? 1 : nt * SGEMM_SLICES_PER_THREAD;
+    if (parts > 1 && total / parts < SGEMM_MIN_SLICE) parts = total / SGEMM_MIN_SLICE;
+    if (parts > 1 && parts < nt) parts = total >= nt ? nt : 1;
+    if (parts < 1) parts = 1;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (parts > 1)
     for (int p = 0; p < parts; p++) {
-        int lo = (int)((long)total * p / parts), hi = (int)((long)total * (p + 1) / parts);
+        // Slice boundaries on multiples of 16 keep the kernels' vector tiles whole.
+        int lo = (int)((long)total * p / parts) & ~15, hi = p + 1 == parts ? total : (int)((long)total * (p + 1) / parts) & ~15;
         if (hi <= lo) continue;
         if (split_rows) {
             const float *a = ta ? A + lo : A + (size_t)lo * lda;
@@ -58,7 +66,7 @@ static void cpu_matmul_batched(Backend *be, int ta, int tb, int M, int N, int K,
 
 static void cpu_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         float *row = y + (size_t)r * C;
         for (int c = 0; c < C; c++) row[c] += bias[c];
@@ -69,7 +77,7 @@ static void cpu_bias_add(Backend *be, float *y, const float *bias, int N, int C)
 // dbias[c] += sum_r dy[r, c]: threads own column blocks so no reduction races.
 static void cpu_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN)
     for (int c0 = 0; c0 < C; c0 += 64) {
         int c1 = c0 + 64 < C ? c0 + 64 : C;
         double acc[64] = {0};
@@ -84,21 +92,21 @@ static void cpu_bias_backward(Backend *be, const float *dy, int N, int C, float 
 
 static void cpu_add(Backend *be, const float *a, const float *b, float *out, size_t n) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
 static void cpu_axpy(Backend *be, float alpha, const float *x, float *y, size_t n) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cpu_scale(Backend *be, float *x, float alpha, size_t n) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -124,7 +132,7 @@ static void cpu_mul_acc(Backend *be, const float *a, const float *b, float *out,
 static void cpu_head_expand(Backend *be, const float *x, int ldx, const float *mul,
                             const float *add, int N, int n, int d, float *out) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const float *xr = x + (size_t)r * ldx;
         for (int h = 0; h < n; h++) {
@@ -143,7 +151,7 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
                                      int accumulate, float *dmul, float *dadd) {
     double t0 = cpu_prof_begin(be);
     if (dx) {
-#pragma omp parallel for schedule(static) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
         for (int r = 0; r < N; r++) {
             float *g = dx + (size_t)r * ldx;
             if (!accumulate) memset(g, 0, (size_t)d * sizeof *g);
@@ -155,18 +163,25 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
         }
     }
     if (dmul || dadd) {
-        // One (head, column) per iteration: each output element has a single writer.
-#pragma omp parallel for schedule(static) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
-        for (int hc = 0; hc < n * d; hc++) {
-            int h = hc / d, c = hc % d;
-            double sm = 0, sa = 0;
+        // One (head, block of 64 columns) per iteration: each output element has a single
+        // writer, and the rows run inside so every row's block is read contiguously.
+        const int cb = (d + 63) / 64;
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
+        for (int it = 0; it < n * cb; it++) {
+            const int h = it / cb, c0 = (it % cb) * 64, w = d - c0 < 64 ? d - c0 : 64;
+            double sm[64] = {0}, sa[64] = {0};
             for (int r = 0; r < N; r++) {
-                float o = dout[((size_t)r * n + h) * d + c];
-                sm += (double)o * x[(size_t)r * ldx + c];
-                sa += o;
+                const float *o = dout + ((size_t)r * n + h) * d + c0, *xr = x + (size_t)r * ldx + c0;
+#pragma omp simd
+                for (int c = 0; c < w; c++) {
+                    sm[c] += (double)o[c] * xr[c];
+                    sa[c] += o[c];
+                }
             }
-            if (dmul) dmul[hc] += (float)sm;
-            if (dadd) dadd[hc] += (float)sa;
+            for (int c = 0; c < w; c++) {
+                if (dmul) dmul[(size_t)h * d + c0 + c] += (float)sm[c];
+                if (dadd) dadd[(size_t)h * d + c0 + c] += (float)sa[c];
+            }
         }
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -175,7 +190,7 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
 static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
                             float *dst) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)M * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN)
     for (int i = 0; i < M; i++)
         memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, (size_t)C * sizeof *dst);
     cpu_prof_end(be, OPC_OTHER, t0, 0);
@@ -184,7 +199,7 @@ static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, 
 static void cpu_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
                              float *dst) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)M * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN)
     for (int i = 0; i < M; i++)
         memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof *dst);
     cpu_prof_end(be, OPC_OTHER, t0, 0);

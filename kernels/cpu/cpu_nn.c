@@ -9,7 +9,7 @@ static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamm
                                   const float *beta, int N, int C, float eps, float *y,
                                   float *mean, float *rstd) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const float *xr = x + (size_t)r * C;
         float *yr = y + (size_t)r * C;
@@ -37,7 +37,7 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
     if (dgamma || dbeta) {
         // Threads own blocks of 64 columns (one writer per element); rows run inside so each
         // row's block is read contiguously.
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN)
         for (int c0 = 0; c0 < C; c0 += 64) {
             const int w = C - c0 < 64 ? C - c0 : 64;
             double sg[64] = {0}, sb[64] = {0};
@@ -57,7 +57,7 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
         }
     }
     if (dx) {
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN)
         for (int r = 0; r < N; r++) {
             const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
             float *dxr = dx + (size_t)r * C;
@@ -87,10 +87,10 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
 static void cpu_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + cpu_erff(x[i] * (float)M_SQRT1_2));
     } else {
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
             y[i] = 0.5f * v * (1.0f + cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v)));
@@ -104,7 +104,7 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
                               float *dx, size_t n) {
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
             float cdf = 0.5f * (1.0f + cpu_erff(v * (float)M_SQRT1_2));
@@ -112,7 +112,7 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
             dx[i] = dy[i] * (cdf + v * pdf);
         }
     } else {
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
             float v = x[i];
             float t = cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
@@ -132,7 +132,7 @@ static void cpu_dropout(Backend *be, const float *x, float *y, size_t n, float p
         const float inv = 1.0f / (1.0f - p);
         const uint64_t key = ops_dropout_key(seed, offset);
         const uint32_t thr = ops_dropout_threshold(p);
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) y[i] = ops_dropout_keep_fast(key, i, thr) ? x[i] * inv : 0.0f;
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -142,7 +142,7 @@ static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t
                                   const float *word, const float *pos, const float *type, int B,
                                   int T, int D, float *out) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
         const float *w = word + (size_t)ids[bt] * D, *p = pos + (size_t)t * D;
@@ -158,7 +158,7 @@ static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t
                                    const int32_t *type_ids, int B, int T, int D, float *dword,
                                    float *dpos, float *dtype) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
     for (int c0 = 0; c0 < D; c0 += 64) {
         const int w = D - c0 < 64 ? D - c0 : 64;
         for (int bt = 0; bt < B * T; bt++) {
@@ -179,7 +179,7 @@ static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t
 static void cpu_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
                                       int N, int V, float *loss, float *lse) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)N * V >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         if (labels[r] < 0) {
             loss[r] = 0.0f;
@@ -204,7 +204,7 @@ static void cpu_cross_entropy_backward(Backend *be, const float *logits, const f
                                        const int32_t *labels, int N, int V, float grad_scale,
                                        float *dlogits) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if ((size_t)N * V >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const float *z = logits + (size_t)r * V;
         float *g = dlogits + (size_t)r * V;

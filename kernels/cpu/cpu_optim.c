@@ -16,7 +16,7 @@ static void cpu_adamw_update(Backend *be, float *p, const float *grad, float *m,
                              size_t n, float lr, float b1, float b2, float eps, float wd,
                              float bc1, float bc2, float grad_scale) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * g;
@@ -30,7 +30,7 @@ static void cpu_lamb_direction(Backend *be, const float *p, const float *grad, f
                                float *u, size_t n, float b1, float b2, float eps, float wd,
                                float bc1, float bc2, float grad_scale) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = grad[i] * grad_scale;
         m[i] = b1 * m[i] + (1.0f - b1) * g;
