@@ -2,7 +2,8 @@
 #ifndef MHE_TRAINER_PEAK_H
 #define MHE_TRAINER_PEAK_H
 
-// GFLOP/s of single-precision GEMM (OpenBLAS, all of the current OpenMP threads) on square
+// GFLOP/s of single-precision GEMM (OpenBLAS on all of the current OpenMP threads, whatever
+// OpenBLAS's own setting, which is restored) on square
 // matrices of size n (best of `reps` after a warm-up).  Takes about reps * 2n³ / rate seconds.
 double peak_sgemm_gflops(int n, int reps);
 
