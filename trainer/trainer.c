@@ -439,6 +439,8 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
     Trainer t = {.cfg = cfg, .opt = opt, .comm = comm};
     setup(&t);
     int status = 0, saved_at_end = 0;
+    // The untrained model's validation loss: the baseline the run's progress is read against.
+    if (t.step == 0 && cfg->train.eval_every > 0) evaluate(&t);
     while (t.step < t.total_steps) {
         double t0 = omp_get_wtime(), loss, gnorm, lr;
         int r = train_step(&t, &loss, &gnorm, &lr);

@@ -96,12 +96,13 @@ with open(os.path.join(out, "curves.png"), "rb") as f:
 check(png[:8] == b"\x89PNG\r\n\x1a\n", "curves.png has no PNG signature")
 check(png[12:16] == b"IHDR" and struct.unpack(">II", png[16:24]) == (900, 600), "curves.png header")
 check(png[-8:-4] == b"IEND", "curves.png is truncated")
-# One data block per type with every evaluation (eval_every = 12/5 -> 2).
+# One data block per type with every evaluation: the untrained model (step 0), then every
+# eval_every = 12/5 -> 2 steps.
 blocks = [b for b in open(os.path.join(out, "curves.dat")).read().split("\n\n\n") if b.strip()]
 check(len(blocks) == len(types), "curves.dat has %d blocks" % len(blocks))
 for t, b in zip(types, blocks):
     pts = [l.split() for l in b.splitlines() if l and not l.startswith("#")]
-    check(b.startswith("# %s\n" % t) and [int(p[0]) for p in pts] == [512 * s for s in range(2, STEPS + 1, 2)],
+    check(b.startswith("# %s\n" % t) and [int(p[0]) for p in pts] == [512 * s for s in range(0, STEPS + 1, 2)],
           "curves.dat block of %s: %s" % (t, pts))
 
 if errors:
