@@ -295,7 +295,7 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
     if (dout_scale || dout_shift) {
         // Blocks of 64 (head, column) pairs, rows inside: contiguous reads, one writer each.
         const int cols = n * dv, with_scale = s->out_scale && dout_scale;
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * n * dv >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * n * dv >= CPU_PARALLEL_MIN_MEM)
         for (int c0 = 0; c0 < cols; c0 += 64) {
             const int w = cols - c0 < 64 ? cols - c0 : 64;
             double ss[64] = {0}, sh[64] = {0};

@@ -66,7 +66,7 @@ static void cpu_matmul_batched(Backend *be, int ta, int tb, int M, int N, int K,
 
 static void cpu_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
     for (int r = 0; r < N; r++) {
         float *row = y + (size_t)r * C;
         for (int c = 0; c < C; c++) row[c] += bias[c];
@@ -77,7 +77,7 @@ static void cpu_bias_add(Backend *be, float *y, const float *bias, int N, int C)
 // dbias[c] += sum_r dy[r, c]: threads own column blocks so no reduction races.
 static void cpu_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
     for (int c0 = 0; c0 < C; c0 += 64) {
         int c1 = c0 + 64 < C ? c0 + 64 : C;
         double acc[64] = {0};
@@ -92,21 +92,21 @@ static void cpu_bias_backward(Backend *be, const float *dy, int N, int C, float 
 
 static void cpu_add(Backend *be, const float *a, const float *b, float *out, size_t n) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
 static void cpu_axpy(Backend *be, float alpha, const float *x, float *y, size_t n) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cpu_scale(Backend *be, float *x, float alpha, size_t n) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -132,7 +132,7 @@ static void cpu_mul_acc(Backend *be, const float *a, const float *b, float *out,
 static void cpu_head_expand(Backend *be, const float *x, int ldx, const float *mul,
                             const float *add, int N, int n, int d, float *out) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN_MEM)
     for (int r = 0; r < N; r++) {
         const float *xr = x + (size_t)r * ldx;
         for (int h = 0; h < n; h++) {
@@ -151,7 +151,7 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
                                      int accumulate, float *dmul, float *dadd) {
     double t0 = cpu_prof_begin(be);
     if (dx) {
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN_MEM)
         for (int r = 0; r < N; r++) {
             float *g = dx + (size_t)r * ldx;
             if (!accumulate) memset(g, 0, (size_t)d * sizeof *g);
@@ -166,7 +166,7 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
         // One (head, block of 64 columns) per iteration: each output element has a single
         // writer, and the rows run inside so every row's block is read contiguously.
         const int cb = (d + 63) / 64;
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * n * d >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * n * d >= CPU_PARALLEL_MIN_MEM)
         for (int it = 0; it < n * cb; it++) {
             const int h = it / cb, c0 = (it % cb) * 64, w = d - c0 < 64 ? d - c0 : 64;
             double sm[64] = {0}, sa[64] = {0};
@@ -190,7 +190,7 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
 static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
                             float *dst) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN_MEM)
     for (int i = 0; i < M; i++)
         memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, (size_t)C * sizeof *dst);
     cpu_prof_end(be, OPC_OTHER, t0, 0);
@@ -199,7 +199,7 @@ static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, 
 static void cpu_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
                              float *dst) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN_MEM)
     for (int i = 0; i < M; i++)
         memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * C, (size_t)C * sizeof *dst);
     cpu_prof_end(be, OPC_OTHER, t0, 0);

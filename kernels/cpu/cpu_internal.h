@@ -9,6 +9,10 @@
 // Loops over fewer elements run on one thread: for memory-bound loops a parallel region costs
 // more than it saves, and far more on a loaded machine (a barrier waits for a descheduled thread).
 #define CPU_PARALLEL_MIN (1 << 20)
+// Memory-bound passes (bias, residual adds, dropout, LayerNorm, embeddings) take well under a
+// millisecond per million floats on one core; a parallel region on a loaded machine can cost
+// a scheduler time slice (several ms), so they only split when far larger.
+#define CPU_PARALLEL_MIN_MEM (1 << 23)
 
 // Threads fixed at creation: per-thread scratch (attention) is sized for this many.
 typedef struct {

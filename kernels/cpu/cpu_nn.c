@@ -9,7 +9,7 @@ static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamm
                                   const float *beta, int N, int C, float eps, float *y,
                                   float *mean, float *rstd) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
     for (int r = 0; r < N; r++) {
         const float *xr = x + (size_t)r * C;
         float *yr = y + (size_t)r * C;
@@ -37,7 +37,7 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
     if (dgamma || dbeta) {
         // Threads own blocks of 64 columns (one writer per element); rows run inside so each
         // row's block is read contiguously.
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
         for (int c0 = 0; c0 < C; c0 += 64) {
             const int w = C - c0 < 64 ? C - c0 : 64;
             double sg[64] = {0}, sb[64] = {0};
@@ -57,7 +57,7 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
         }
     }
     if (dx) {
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
         for (int r = 0; r < N; r++) {
             const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
             float *dxr = dx + (size_t)r * C;
@@ -132,7 +132,7 @@ static void cpu_dropout(Backend *be, const float *x, float *y, size_t n, float p
         const float inv = 1.0f / (1.0f - p);
         const uint64_t key = ops_dropout_key(seed, offset);
         const uint32_t thr = ops_dropout_threshold(p);
-#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
         for (size_t i = 0; i < n; i++) y[i] = ops_dropout_keep_fast(key, i, thr) ? x[i] * inv : 0.0f;
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -142,7 +142,7 @@ static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t
                                   const float *word, const float *pos, const float *type, int B,
                                   int T, int D, float *out) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 8) if ((size_t)B * T * D >= CPU_PARALLEL_MIN_MEM)
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
         const float *w = word + (size_t)ids[bt] * D, *p = pos + (size_t)t * D;
@@ -158,7 +158,7 @@ static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t
                                    const int32_t *type_ids, int B, int T, int D, float *dword,
                                    float *dpos, float *dtype) {
     double t0 = cpu_prof_begin(be);
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * D >= CPU_PARALLEL_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * D >= CPU_PARALLEL_MIN_MEM)
     for (int c0 = 0; c0 < D; c0 += 64) {
         const int w = D - c0 < 64 ? D - c0 : 64;
         for (int bt = 0; bt < B * T; bt++) {
