@@ -134,8 +134,9 @@ static const float *dropped(const AttnShape *s, int b, int h, const float *P, fl
 #define BWD_TT 5
 static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
     const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
-    // With an output scale the unscaled P V is saved too (its gradient needs it).
-    *saved = (size_t)s->B * s->n_heads * T + (s->out_scale ? (size_t)s->B * T * s->n_heads * s->v_dim : 0);
+    // Room for the unscaled P V too (the output scale's gradient needs it), whether or not
+    // this shape has out_scale set: callers may size with a shape whose pointers are unset.
+    *saved = (size_t)s->B * s->n_heads * T + (size_t)s->B * T * s->n_heads * s->v_dim;
     size_t fwd = nt * FWD_TT * T * T;
     size_t bwd = nt * (BWD_TT * T * T + T * s->v_dim + T);
     *scratch = fwd > bwd ? fwd : bwd;
