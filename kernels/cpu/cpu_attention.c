@@ -52,10 +52,17 @@ static const int32_t *row_mask(const AttnShape *s, int b) {
 }
 
 // Masked row softmax in place; lse[i] = log Σ_visible exp(S[i, j]) (-inf: no visible key).
+// With dropout the normalising pass also applies head h's mask, so S ends as the dropped
+// probabilities (the same values `dropped` gives) without a second pass over T².
 // Branch-free inner loops (masks as selects) so they vectorise, exp by cpu_expf.
-static void softmax_rows(const AttnShape *s, int b, float *S, float *lse) {
+static void softmax_rows(const AttnShape *s, int b, int h, float *S, float *lse) {
     const int T = s->T;
     const int32_t *km = row_mask(s, b);
+    const int drop = s->dropout > 0.0f;
+    const float keep_scale = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    const uint64_t key = drop ? ops_dropout_key(s->seed, s->offset) : 0;
+    const uint32_t thr = drop ? ops_dropout_threshold(s->dropout) : 0;
+    const uint64_t base = ((uint64_t)b * s->n_heads + h) * (uint64_t)T * T;
     for (int i = 0; i < T; i++) {
         float *row = S + (size_t)i * T;
         const int je = row_end(s, i);
@@ -90,8 +97,15 @@ static void softmax_rows(const AttnShape *s, int b, float *S, float *lse) {
         }
         if (je < T) memset(row + je, 0, (size_t)(T - je) * sizeof *row);
         const float inv = 1.0f / sum;
+        if (drop) {
+            const uint64_t rb = base + (uint64_t)i * T;
 #pragma omp simd
-        for (int j = 0; j < je; j++) row[j] *= inv;
+            for (int j = 0; j < je; j++)
+                row[j] = ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * inv * keep_scale : 0.0f;
+        } else {
+#pragma omp simd
+            for (int j = 0; j < je; j++) row[j] *= inv;
+        }
         lse[i] = mx + logf(sum);
     }
 }
@@ -150,12 +164,11 @@ static double attention_flops(const AttnShape *s) {
 static void forward_head(const AttnShape *s, const float *q, const float *k, const float *v,
                          float *out, float *lse_all, int b, int h, const float *R, float *ws) {
     const int T = s->T, n = s->n_heads, dv = s->v_dim, ldo = n * dv;
-    const size_t TT = (size_t)T * T;
-    float *S = ws, *Pdbuf = ws + TT;
+    float *S = ws;
     HeadPtrs p = head_ptrs(s, q, k, v, b, h);
     head_scores(s, &p, b, h, R, S);
-    softmax_rows(s, b, S, lse_all + ((size_t)b * n + h) * T);
-    const float *Pd = dropped(s, b, h, S, Pdbuf);
+    softmax_rows(s, b, h, S, lse_all + ((size_t)b * n + h) * T);
+    const float *Pd = S;  // already dropped
     float *o = out + (size_t)b * T * ldo + (size_t)h * dv;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v, s->ldv, 0.0f, o, ldo);
     if (s->out_scale) {
