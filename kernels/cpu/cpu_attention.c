@@ -259,16 +259,18 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
                         1.0f, dv_out + voff, s->ldv);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dv, 1.0f, G, dv, p.v, s->ldv,
                         0.0f, dP, T);
-            if (s->dropout > 0.0f) {
-                // The mask again, read off Pd: Pd = 0 where it dropped or where P = 0, and
-                // where P = 0 the value of dP does not matter (dS = P ⊙ (...) = 0).
-                const float inv = 1.0f / (1.0f - s->dropout);
-#pragma omp simd
-                for (size_t e = 0; e < TT; e++) dP[e] = Pd[e] != 0.0f ? dP[e] * inv : 0.0f;
-            }
+            // dP ⊙ keep/(1-p), then dS = P ⊙ (dP - rowsum(P ⊙ dP)), one row at a time so the
+            // row stays in cache.  The mask is read off Pd: Pd = 0 where it dropped or where
+            // P = 0, and where P = 0 the value of dP does not matter (dS = 0 there).
+            const int drop = s->dropout > 0.0f;
+            const float inv = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
             for (int i = 0; i < T; i++) {
-                const float *pr = P + (size_t)i * T;
+                const float *pr = P + (size_t)i * T, *pdr = Pd + (size_t)i * T;
                 float *gr = dP + (size_t)i * T;
+                if (drop) {
+#pragma omp simd
+                    for (int j = 0; j < T; j++) gr[j] = pdr[j] != 0.0f ? gr[j] * inv : 0.0f;
+                }
                 double dot = 0;
 #pragma omp simd reduction(+ : dot)
                 for (int j = 0; j < T; j++) dot += (double)pr[j] * gr[j];
