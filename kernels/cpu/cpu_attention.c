@@ -53,7 +53,7 @@ static const int32_t *row_mask(const AttnShape *s, int b) {
 
 // Masked row softmax in place; lse[i] = log Σ_visible exp(S[i, j]) (-inf: no visible key).
 // With dropout the normalising pass also applies head h's mask, so S ends as the dropped
-// probabilities (the same values `dropped` gives) without a second pass over T².
+// probabilities P ⊙ keep / (1-p) without a second pass over T².
 // Branch-free inner loops (masks as selects) so they vectorise, exp by cpu_expf.
 static void softmax_rows(const AttnShape *s, int b, int h, float *S, float *lse) {
     const int T = s->T;
@@ -111,9 +111,16 @@ static void softmax_rows(const AttnShape *s, int b, int h, float *S, float *lse)
 }
 
 // The backward's probabilities from the saved row log-sum-exp: P = exp(S - lse) where visible.
-static void probs_from_lse(const AttnShape *s, int b, float *S, const float *lse) {
+// With dropout, Pd (head h's dropped probabilities, as the forward used them) is written in
+// the same pass.
+static void probs_from_lse(const AttnShape *s, int b, int h, float *S, const float *lse, float *Pd) {
     const int T = s->T;
     const int32_t *km = row_mask(s, b);
+    const int drop = s->dropout > 0.0f;
+    const float keep_scale = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
+    const uint64_t key = drop ? ops_dropout_key(s->seed, s->offset) : 0;
+    const uint32_t thr = drop ? ops_dropout_threshold(s->dropout) : 0;
+    const uint64_t base = ((uint64_t)b * s->n_heads + h) * (uint64_t)T * T;
     for (int i = 0; i < T; i++) {
         float *row = S + (size_t)i * T;
         const float l = lse[i];
@@ -126,20 +133,13 @@ static void probs_from_lse(const AttnShape *s, int b, float *S, const float *lse
             for (int j = 0; j < je; j++) row[j] = cpu_expf(row[j] - l);
         }
         if (je < T) memset(row + je, 0, (size_t)(T - je) * sizeof *row);
-    }
-}
-
-// Pd = P ⊙ keep / (1-p) into dst; returns dst, or P itself without dropout.
-static const float *dropped(const AttnShape *s, int b, int h, const float *P, float *dst) {
-    if (s->dropout <= 0.0f) return P;
-    const size_t TT = (size_t)s->T * s->T;
-    const uint64_t base = ((uint64_t)b * s->n_heads + h) * TT;
-    const float inv = 1.0f / (1.0f - s->dropout);
-    const uint64_t key = ops_dropout_key(s->seed, s->offset);
-    const uint32_t thr = ops_dropout_threshold(s->dropout);
+        if (drop) {
+            float *pd = Pd + (size_t)i * T;
+            const uint64_t rb = base + (uint64_t)i * T;
 #pragma omp simd
-    for (size_t e = 0; e < TT; e++) dst[e] = ops_dropout_keep_fast(key, base + e, thr) ? P[e] * inv : 0.0f;
-    return dst;
+            for (int j = 0; j < T; j++) pd[j] = ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * keep_scale : 0.0f;
+        }
+    }
 }
 
 // Only the row log-sum-exp is saved ([B, n, T]): the backward recomputes the scores, so memory
@@ -248,8 +248,8 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
             HeadPtrs p = head_ptrs(s, q, k, v, b, h);
             const size_t qoff = p.q - q, koff = p.k - k, voff = p.v - v;
             head_scores(s, &p, b, h, shared ? R : NULL, P);
-            probs_from_lse(s, b, P, saved + ((size_t)b * n + h) * T);
-            const float *Pd = dropped(s, b, h, P, Pdbuf);
+            probs_from_lse(s, b, h, P, saved + ((size_t)b * n + h) * T, Pdbuf);
+            const float *Pd = s->dropout > 0.0f ? Pdbuf : P;
             const float *dO = dout + (size_t)b * T * ldo + (size_t)h * dv;
             const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
             for (int i = 0; i < T; i++)
