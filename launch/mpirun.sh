@@ -36,7 +36,8 @@ if [ -z "$per_node" ]; then
   if grep -qE '^\s*device:\s*cuda' "$1" 2>/dev/null && command -v nvidia-smi >/dev/null; then
     per_node=$(nvidia-smi -L | wc -l)
   fi
-  [ -z "$ranks" ] && [ "$nodes" = 1 ] && [ "$per_node" = 1 ] && per_node=2
+  # One host: every rank runs here (-n, or 2 by default).
+  if [ -z "$hostfile" ]; then per_node="${ranks:-2}"; fi
 fi
 [ -n "$ranks" ] || ranks=$((per_node * nodes))
 [ -n "$threads" ] || threads=$(( cores / per_node > 0 ? cores / per_node : 1 ))
