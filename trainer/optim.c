@@ -7,6 +7,11 @@
 #include "common/error.h"
 #include "kernels/ops.h"
 
+// Below this many floats a tensor's update runs on one thread: a parallel region per small
+// tensor (biases, norms) costs more than the work, badly so on a loaded machine.  Sums use
+// fixed chunks either way, so results do not depend on it.
+#define OPTIM_PARALLEL_MIN ((size_t)1 << 16)
+
 void optim_state_init(OptimState *s, const ParamTable *t, size_t begin, size_t end) {
     memset(s, 0, sizeof *s);
     if (begin > end || end > t->total) mhe_fatal("optimizer range [%zu, %zu) outside the %zu parameters", begin, end, t->total);
@@ -44,7 +49,7 @@ static void adamw_tensor(OptimState *s, const Moments *k, size_t lo, size_t hi, 
     float *m = s->m, *v = s->v;
     const size_t base = s->begin;
     const float step_size = (float)((double)lr / k->bc1), decay = (float)(1.0 - (double)lr * wd);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (hi - lo >= OPTIM_PARALLEL_MIN)
     for (size_t i = lo; i < hi; i++) {
         const size_t j = i - base;
         if (wd != 0.0f) w[i] *= decay;
@@ -71,7 +76,7 @@ static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, 
     double sw[REDUCE_CHUNKS], su[REDUCE_CHUNKS];
     float *m = s->m, *v = s->v;
     const size_t base = s->begin, n = hi - lo;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
     for (int c = 0; c < REDUCE_CHUNKS; c++) {
         const size_t a = lo + n * (size_t)c / REDUCE_CHUNKS, b = lo + n * (size_t)(c + 1) / REDUCE_CHUNKS;
         double aw = 0, au = 0;
@@ -131,7 +136,7 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
         const double wn = sqrt(wsq[j]), un = sqrt(usq[j]);
         const float ratio = decays && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
         const float scale = lr * ratio;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (hi - lo >= OPTIM_PARALLEL_MIN)
         for (size_t i = lo; i < hi; i++) {
             const float u = lamb_update(s, &k, i, params, wd);
             params[i] -= scale * u;
@@ -176,7 +181,7 @@ void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const 
 
 double optim_sq_sum(const float *g, size_t n) {
     double part[REDUCE_CHUNKS], acc = 0;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
     for (int c = 0; c < REDUCE_CHUNKS; c++) {
         const size_t a = n * (size_t)c / REDUCE_CHUNKS, b = n * (size_t)(c + 1) / REDUCE_CHUNKS;
         double x = 0;
