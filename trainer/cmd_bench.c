@@ -63,9 +63,8 @@ int cmd_bench(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *path = NULL;
-    char *overrides[256];
-    int n_overrides = 0, steps = 5;
+    CliConfigArgs args = {0};
+    int steps = 5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --steps needs a value");
@@ -73,22 +72,14 @@ int cmd_bench(int argc, char **argv) {
             long v = strtol(argv[++i], &end, 10);
             if (*end || v < 1 || v > 1000000) mhe_fail("bench: --steps must be a positive integer, got '%s'", argv[i]);
             steps = (int)v;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            usage(stderr);
-            mhe_fail("bench: unknown option '%s'", argv[i]);
-        } else if (!path) {
-            path = argv[i];
         } else {
-            if (n_overrides == (int)(sizeof overrides / sizeof *overrides)) mhe_fail("bench: too many overrides");
-            overrides[n_overrides++] = argv[i];
+            cli_take_config_arg(&args, "bench", argv[i], usage);
         }
     }
-    if (!path) {
-        usage(stderr);
-        mhe_fail("bench: missing the config file");
-    }
+    cli_require_config(&args, "bench", usage);
+    const char *path = args.path;
     Config cfg;
-    config_load(&cfg, path, n_overrides, overrides);
+    config_load(&cfg, path, args.n_overrides, args.overrides);
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
 
     const int cuda = cfg.runtime.device == DEVICE_CUDA;

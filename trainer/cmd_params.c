@@ -86,30 +86,19 @@ int cmd_params(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *path = NULL;
+    CliConfigArgs args = {0};
     int totals_only = 0;
-    char *overrides[256];
-    int n_overrides = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--totals") == 0) {
             totals_only = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            usage(stderr);
-            mhe_fail("params: unknown option '%s'", argv[i]);
-        } else if (!path) {
-            path = argv[i];
         } else {
-            if (n_overrides == (int)(sizeof overrides / sizeof *overrides))
-                mhe_fail("params: too many overrides");
-            overrides[n_overrides++] = argv[i];
+            cli_take_config_arg(&args, "params", argv[i], usage);
         }
     }
-    if (!path) {
-        usage(stderr);
-        mhe_fail("params: missing the config file");
-    }
+    cli_require_config(&args, "params", usage);
+    const char *path = args.path;
     Config cfg;
-    config_load(&cfg, path, n_overrides, overrides);
+    config_load(&cfg, path, args.n_overrides, args.overrides);
     ParamTable t;
     param_table_build(&t, &cfg);
     const ModelConfig *m = &cfg.model;

@@ -43,11 +43,9 @@ int cmd_train(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    const char *path = NULL;
+    CliConfigArgs args = {0};
     int dry_run = 0;
     TrainOptions opt = {.resume = "auto", .stop_after = 0, .inject_nonfinite_step = -1, .no_overlap = 0};
-    char *overrides[256];
-    int n_overrides = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0) {
             dry_run = 1;
@@ -60,31 +58,22 @@ int cmd_train(int argc, char **argv) {
             opt.inject_nonfinite_step = parse_count("--inject-nonfinite", i + 1 < argc ? argv[++i] : NULL) - 1;
         } else if (strcmp(argv[i], "--no-overlap") == 0) {
             opt.no_overlap = 1;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            usage(stderr);
-            mhe_fail("train: unknown option '%s'", argv[i]);
-        } else if (!path) {
-            path = argv[i];
         } else {
-            if (n_overrides == (int)(sizeof overrides / sizeof *overrides))
-                mhe_fail("train: too many overrides");
-            overrides[n_overrides++] = argv[i];
+            cli_take_config_arg(&args, "train", argv[i], usage);
         }
     }
-    if (!path) {
-        usage(stderr);
-        mhe_fail("train: missing the config file");
-    }
+    cli_require_config(&args, "train", usage);
+    const char *path = args.path;
     if (dry_run) {
         Config cfg;
-        config_load(&cfg, path, n_overrides, overrides);
+        config_load(&cfg, path, args.n_overrides, args.overrides);
         config_write_yaml(&cfg, stdout);
         config_free(&cfg);
         return 0;
     }
     Comm *comm = comm_init(&argc, &argv, 0.0f);
     Config cfg;
-    config_load(&cfg, path, n_overrides, overrides);
+    config_load(&cfg, path, args.n_overrides, args.overrides);
     comm_set_timeout(comm, cfg.dist.timeout_s);
     int status = trainer_run(&cfg, comm, &opt);
     config_free(&cfg);

@@ -3,6 +3,8 @@
 #ifndef MHE_TRAINER_COMMANDS_H
 #define MHE_TRAINER_COMMANDS_H
 
+#include <stdio.h>
+
 int cmd_prepare(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_train(int argc, char **argv);
@@ -14,5 +16,19 @@ int cmd_info(int argc, char **argv);
 
 // True when any argument is -h or --help.
 int cli_wants_help(int argc, char **argv);
+
+// The positional arguments shared by the commands that take an experiment: CONFIG.yaml, then
+// key.path=value overrides.
+#define CLI_MAX_OVERRIDES 256
+typedef struct {
+    const char *path;
+    int n_overrides;
+    char *overrides[CLI_MAX_OVERRIDES];
+} CliConfigArgs;
+// Takes argv[i], which the command did not recognise as one of its own options: an unknown
+// --option, or one override too many, prints usage and exits 2.
+void cli_take_config_arg(CliConfigArgs *a, const char *cmd, const char *arg, void (*usage)(FILE *));
+// Exits 2 (after usage) when no config file was given.
+void cli_require_config(const CliConfigArgs *a, const char *cmd, void (*usage)(FILE *));
 
 #endif
