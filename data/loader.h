@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "data/tokenizer.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 #define LOADER_IGNORE_LABEL (-100)
 

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/config.h"  // TokenizerKind: TOK_WORDPIECE, TOK_BPE
+#include "trainer/config/config.h"  // TokenizerKind: TOK_WORDPIECE, TOK_BPE
 
 typedef struct Tokenizer Tokenizer;
 

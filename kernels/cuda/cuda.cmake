@@ -41,5 +41,5 @@ target_link_options(mhecuda_emu PUBLIC -fsanitize=address)
 target_link_libraries(mhecuda_emu PUBLIC mhecore PkgConfig::OPENBLAS MPI::MPI_C pthread)
 
 # mhetrain with the emulated GPU, for end-to-end tests of runtime.device: cuda (tests/cuda).
-add_executable(mhetrain_emu ${CMAKE_SOURCE_DIR}/trainer/main.c)
+add_executable(mhetrain_emu ${CMAKE_SOURCE_DIR}/trainer/cli/main.c)
 target_link_libraries(mhetrain_emu PRIVATE mhecore mhecuda_emu)

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "tests/infra/infra_util.h"
-#include "trainer/checkpoint.h"
+#include "trainer/io/checkpoint.h"
 
 #define CRASH_MODEL_SCALE 4000  // ~750k parameters: 3 MB of weights, 6 MB of optimizer state
 

@@ -17,7 +17,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "tests/infra/infra_util.h"
-#include "trainer/checkpoint.h"
+#include "trainer/io/checkpoint.h"
 
 typedef struct {
     ParamTable t;
