@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/loader.h"     // Objective, LoaderOptions, Loader
+#include "data/tokenizer.h"  // TokenizerKind, Tokenizer
+
 typedef enum { ARCH_BERT, ARCH_GPT } Arch;
 typedef enum { NORM_POST, NORM_PRE } NormPlacement;
 typedef enum { ACT_GELU_ERF, ACT_GELU_TANH } Activation;
@@ -14,14 +17,12 @@ typedef enum {
     ATTN_MHA, ATTN_SHA, ATTN_MHE_ADD, ATTN_MHE_MUL, ATTN_MQA, ATTN_GQA,
     ATTN_EL_ATT, ATTN_SKV, ATTN_COLLAB, ATTN_TYPE_COUNT
 } AttentionType;
-typedef enum { OBJ_MLM, OBJ_CLM } Objective;
 typedef enum { OPT_ADAMW, OPT_LAMB } OptimizerKind;
 typedef enum { SCHED_LINEAR, SCHED_COSINE, SCHED_CONSTANT } ScheduleKind;
 typedef enum { NONFINITE_SKIP, NONFINITE_STOP } NonfinitePolicy;
 typedef enum { DIST_AUTO, DIST_MPI, DIST_NCCL } DistBackend;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
 typedef enum { PREC_FP32, PREC_BF16 } Precision;
-typedef enum { TOK_WORDPIECE, TOK_BPE } TokenizerKind;
 
 typedef struct {
     Arch arch;
@@ -165,5 +166,13 @@ void config_write_reference(FILE *out);
 const char *attention_type_name(AttentionType t);
 const char *arch_name(Arch a);
 const char *objective_name(Objective o);
+
+// The data loader from a resolved Config (config_data.c).  loader_options_from_config fills
+// opt from the config and its tokenizer; the continuation table (whole-word masking) is
+// allocated into *continuation (free it after loader_close).  loader_open_config loads the
+// tokenizer named by the config and opens data.train (valid=false) or data.valid.
+void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
+                                uint8_t **continuation);
+Loader *loader_open_config(const Config *cfg, bool valid);
 
 #endif
