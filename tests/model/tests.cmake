@@ -12,3 +12,7 @@ set_tests_properties(cpu_ops_match_naive PROPERTIES TIMEOUT 60 LABELS model)
 add_test(NAME model_bench_smoke COMMAND sh ${CMAKE_SOURCE_DIR}/tests/model/bench_smoke.sh)
 set_tests_properties(model_bench_smoke PROPERTIES TIMEOUT 120 LABELS model ENVIRONMENT
   "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2")
+# Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+set_property(TEST model_matches_pytorch APPEND PROPERTY LABELS unit oracle)
+set_property(TEST model_training_properties cpu_ops_match_naive model_bench_smoke
+  APPEND PROPERTY LABELS unit)

@@ -3,8 +3,9 @@
 # registries, tokenizer, shards, training, evaluation, export.  The validation loss must fall.
 set -euo pipefail
 : "${MHETRAIN:?}" "${MHE_SOURCE_DIR:?}"
-work=$(mktemp -d "${TMPDIR:-/tmp}/mhe-quickstart.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+source "$MHE_SOURCE_DIR/tests/common/lib.sh"
+mhe_workdir quickstart
+work=$WORK
 start=$(date +%s)
 MHE_SKIP_BUILD=1 MHE_QUICKSTART_DIR="$work" "$MHE_SOURCE_DIR/launch/quickstart.sh" \
   train.steps=60 train.eval_every=20 train.eval_batches=4 train.checkpoint_every=30 train.log_every=10 \
