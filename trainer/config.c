@@ -356,10 +356,6 @@ static void check_dist_runtime(Config *c, const ConfigMarks *mk) {
     check_int(mk, "dist.zero", c->dist.zero, 0, 1);
     check_float(mk, "dist.timeout_s", c->dist.timeout_s, 0, 1, 1e38, 0);
     check_int(mk, "runtime.threads", c->runtime.threads, 0, 4096);
-    if (c->runtime.precision == PREC_BF16 && c->runtime.device == DEVICE_CPU)
-        fail_key(mk, "runtime.precision|runtime.device",
-                 "runtime.precision bf16 needs runtime.device cuda (the CPU backend computes "
-                 "in fp32)");
     if (c->dist.backend == DIST_NCCL && c->runtime.device == DEVICE_CPU)
         fail_key(mk, "dist.backend|runtime.device",
                  "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");

@@ -12,6 +12,7 @@ MHE_SKIP_BUILD=1 MHE_QUICKSTART_DIR="$work" "$MHE_SOURCE_DIR/launch/quickstart.s
 echo "quickstart wall time: $(( $(date +%s) - start )) s"
 run="$work/out/quickstart"
 /usr/bin/python3 "$MHE_SOURCE_DIR/tests/train/check.py" loss-falls "$run"
+/usr/bin/python3 "$MHE_SOURCE_DIR/tests/train/check.py" mfu-valid "$run"
 grep -q '"valid_accuracy"' "$run/metrics.jsonl"
 test -s "$run/export/model.safetensors" && test -s "$run/export/config.json" || { echo "FAIL: no export"; exit 1; }
 grep -q "== done in" "$work/log.txt" || { echo "FAIL: no final summary"; exit 1; }
