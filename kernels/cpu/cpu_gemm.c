@@ -187,8 +187,11 @@ static inline float from_bf16(uint16_t h) {
     return f;
 }
 
-// X stored as `rows` rows of `cols` values, leading dimension ld -> contiguous bf16.
+// X stored as `rows` rows of `cols` values, leading dimension ld -> contiguous bf16.  Split
+// over the threads when large (a serial pass over an activation would idle the other cores);
+// inside a parallel loop (attention) the pragma's region runs on the calling thread.
 static void pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out) {
+#pragma omp parallel for schedule(dynamic, 16) if ((size_t)rows * cols >= (1u << 17))
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * ld;
         uint16_t *o = out + (size_t)r * cols;
@@ -253,7 +256,9 @@ void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float a
     // No bf16 kernel on this CPU: the same arithmetic (bf16-rounded operands, fp32 products
     // and sums) through the fp32 primitive.
     float *fa = (float *)thread_bf16(g, t, 2 * (na + nb)), *fb = fa + na;
+#pragma omp parallel for schedule(dynamic, 16) if (na >= (1u << 17))
     for (int r = 0; r < arows; r++) cpu_round_bf16(A + (size_t)r * lda, fa + (size_t)r * acols, acols);
+#pragma omp parallel for schedule(dynamic, 16) if (nb >= (1u << 17))
     for (int r = 0; r < brows; r++) cpu_round_bf16(B + (size_t)r * ldb, fb + (size_t)r * bcols, bcols);
     GemmKey kf = {ta, tb, M, N, K, acols, bcols, ldc, 0, alpha, beta};
     execute(g, lookup(g, &kf), t, fa, fb, C);
