@@ -1,0 +1,166 @@
+// mhetrain bench: a full training step (forward, backward, AdamW) on random tokens, timed by op
+// class, with MFU against the sgemm rate this machine reaches (measured at startup).
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/backend_info.h"
+#include "kernels/ops.h"
+#include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
+#include "trainer/model/model.h"
+#include "trainer/train/optim.h"
+#include "trainer/train/peak.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: mhetrain bench CONFIG.yaml [key.path=value ...] [--steps N]\n"
+            "\n"
+            "Runs training steps (forward, backward, optimizer update with optim.*) on random tokens\n"
+            "at the config's train.micro_batch x data.seq_len and prints tokens/s, the step time\n"
+            "split by op class, achieved GFLOP/s, MFU against the machine's measured sgemm rate, and\n"
+            "peak memory (runtime.device selects the CPU or CUDA backend).  The MLM head runs only\n"
+            "on the scored positions, as in training.  The last line, 'bench-result: ...', is\n"
+            "key=value pairs for scripts.\n"
+            "\n"
+            "  key.path=value   override a config value, e.g. attention.type=mhe_mul\n"
+            "  --steps N        timed steps after one warm-up step (default 5)\n"
+            "  -h, --help       this help\n");
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    CliConfigArgs args = {0};
+    int steps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--steps") == 0) {
+            if (i + 1 >= argc) mhe_fail("bench: --steps needs a value");
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 1000000) mhe_fail("bench: --steps must be a positive integer, got '%s'", argv[i]);
+            steps = (int)v;
+        } else {
+            cli_take_config_arg(&args, "bench", argv[i], usage);
+        }
+    }
+    cli_require_config(&args, "bench", usage);
+    const char *path = args.path;
+    Config cfg;
+    config_load(&cfg, path, args.n_overrides, args.overrides);
+    const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
+
+    const int cuda = cfg.runtime.device == DEVICE_CUDA;
+    Backend *be = cuda ? backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16)
+                       : backend_cpu_create_for(cfg.runtime.threads, cfg.runtime.precision == PREC_BF16);
+    // The ceiling: the backend's own matmul at the precision in use (DESIGN.md §9).
+    const double peak = peak_matmul_gflops(be, 1024, 5);
+    Model *m = model_create(&cfg, be, B, T);
+    model_init_params(m, cfg.train.seed);
+    model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions
+
+    int32_t *ids = mhe_malloc((size_t)B * T * sizeof *ids), *labels = mhe_malloc((size_t)B * T * sizeof *labels);
+    Rng r = rng_stream(cfg.train.seed, 0xbe4c, 0);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (int32_t)(rng_next(&r) % (uint64_t)V);
+        // MLM scores the selected fraction; CLM scores every position.
+        int scored = cfg.objective.type == OBJ_CLM || rng_next_uniform(&r) < cfg.objective.mask_prob;
+        labels[i] = scored ? (int32_t)(rng_next(&r) % (uint64_t)V) : -100;
+    }
+    labels[0] = 1;  // at least one scored position
+
+    printf("bench: %s arch=%s attention=%s fast_path=%d layers=%d D=%d n=%d d=%d V=%d params=%zu\n",
+           cfg.source ? cfg.source : path, arch_name(cfg.model.arch), attention_type_name(cfg.attention.type),
+           (int)cfg.attention.fast_path, cfg.model.layers, cfg.model.hidden, cfg.model.heads,
+           cfg.model.head_dim, V, model_param_count(m));
+    printf("bench: backend=%s micro_batch=%d seq_len=%d threads=%d steps=%d (after 1 warm-up)\n",
+           be->name, B, T, omp_get_max_threads(), steps);
+
+    // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA.
+    const ParamTable *table = model_param_table(m);
+    OptimState opt;
+    optim_state_init(&opt, table, 0, table->total);
+    float *dm = NULL, *dv = NULL, *du = NULL;
+    if (cuda) {
+        dm = be->alloc(be, table->total * sizeof(float));
+        dv = be->alloc(be, table->total * sizeof(float));
+        du = be->alloc(be, table->total * sizeof(float));
+    }
+    const float lr = 1e-5f;  // small: random tokens, the loss must stay near ln V
+
+    float loss = 0;
+    OpProfile prof;
+    double t_total = 0, t_optim = 0;
+    for (int s = 0; s <= steps; s++) {
+        if (s == 1) {
+            memset(&prof, 0, sizeof prof);
+            be->profile = &prof;
+        }
+        double t0 = omp_get_wtime();
+        model_zero_grad(m);
+        loss = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
+        model_backward(m, 0);
+        double t1 = omp_get_wtime();
+        if (cuda)
+            optim_step_backend(be, &opt, &cfg.optim, table, model_params(m), model_grads(m), dm, dv, du,
+                               lr, 1.0f, NULL, NULL);
+        else
+            optim_step(&opt, &cfg.optim, table, model_params(m), model_grads(m), lr, NULL, NULL);
+        be->synchronize(be);
+        double t2 = omp_get_wtime();
+        if (s >= 1) {
+            t_total += t2 - t0;
+            t_optim += t2 - t1;
+        }
+    }
+    be->profile = NULL;
+
+    const double step = t_total / steps;
+    const double flops = model_step_flops(m, B, T);
+    const double gflops = flops / step / 1e9;
+    static const char *names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
+    double accounted = 0;
+    for (int c = 0; c < OPC_COUNT; c++) accounted += prof.seconds[c];
+    printf("loss (random tokens): %.4f\n", loss);
+    printf("step time: %.2f ms   tokens/s: %.0f\n", 1e3 * step, (double)B * T / step);
+    printf("time by op class (per step%s):\n",
+           accounted > 0 ? "" : "; this backend does not time its ops, all shown as other");
+    for (int c = 0; c < OPC_COUNT; c++) {
+        double sec = prof.seconds[c] / steps;
+        if (c == OPC_OTHER) sec += (t_total - accounted) / steps;  // host code, host optimizer
+        printf("  %-16s %8.2f ms  %5.1f%%", names[c], 1e3 * sec, 100.0 * sec / step);
+        if (prof.flops[c] > 0) printf("  %7.2f GFLOP/s", prof.flops[c] / prof.seconds[c] / 1e9);
+        printf("\n");
+    }
+    printf("  (optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
+           cfg.optim.name == OPT_ADAMW ? "adamw" : "lamb");
+    printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
+    printf("matmul peak (backend matmul %s, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n", cfg.runtime.precision == PREC_BF16 ? "bf16" : "fp32", peak, 100.0 * gflops / peak);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
+           model_arena_bytes(m) / 1048576.0, model_state_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0);
+    printf("bench-result: tokens_per_s=%.1f step_ms=%.3f gflops=%.3f peak_gflops=%.3f mfu=%.4f "
+           "peak_rss_mib=%.1f loss=%.4f\n",
+           (double)B * T / step, 1e3 * step, gflops, peak, gflops / peak, ru.ru_maxrss / 1024.0, loss);
+
+    if (cuda) {
+        be->free(be, dm);
+        be->free(be, dv);
+        be->free(be, du);
+    }
+    optim_state_free(&opt);
+
+    free(ids);
+    free(labels);
+    model_free(m);
+    be->destroy(be);
+    config_free(&cfg);
+    return 0;
+}
