@@ -34,6 +34,10 @@ typedef struct GemmEntry {
 } GemmEntry;
 
 #define GEMM_BUCKETS 1024
+// The MLM head's row count changes from batch to batch (the scored positions), so shapes keep
+// arriving during training; past this many primitives the cache is emptied (outside parallel
+// regions only, where no other thread can be executing one) and refills with the live shapes.
+#define GEMM_CACHE_MAX 384
 struct CpuGemm {
     dnnl_engine_t engine;
     dnnl_stream_t *streams;         // one per thread: executions from parallel loops never share one
@@ -41,6 +45,7 @@ struct CpuGemm {
     int native_bf16;                // the CPU has bf16 dot-product instructions
     pthread_mutex_t lock;           // guards the cache's buckets (lookups are cheap next to a product)
     GemmEntry *buckets[GEMM_BUCKETS];
+    int entries;
     uint16_t **bf16_buf;            // per thread operand copies rounded to bf16 (grow-only)
     size_t *bf16_elems;
 };
@@ -68,8 +73,7 @@ CpuGemm *cpu_gemm_create(int threads) {
     return g;
 }
 
-void cpu_gemm_destroy(CpuGemm *g) {
-    if (!g) return;
+static void free_entries(CpuGemm *g) {
     for (int b = 0; b < GEMM_BUCKETS; b++) {
         for (GemmEntry *e = g->buckets[b], *next; e; e = next) {
             next = e->next;
@@ -83,7 +87,14 @@ void cpu_gemm_destroy(CpuGemm *g) {
             free(e->scratch);
             free(e);
         }
+        g->buckets[b] = NULL;
     }
+    g->entries = 0;
+}
+
+void cpu_gemm_destroy(CpuGemm *g) {
+    if (!g) return;
+    free_entries(g);
     for (int t = 0; t < g->threads; t++) {
         dnnl_stream_destroy(g->streams[t]);
         free(g->bf16_buf[t]);
@@ -164,6 +175,8 @@ static GemmEntry *lookup(CpuGemm *g, const GemmKey *k) {
     GemmEntry *e = g->buckets[h];
     while (e && !key_eq(&e->key, k)) e = e->next;
     if (!e) {
+        if (g->entries >= GEMM_CACHE_MAX && !omp_in_parallel()) free_entries(g);
+        g->entries++;
         e = create_entry(g, k);
         e->next = g->buckets[h];
         g->buckets[h] = e;
