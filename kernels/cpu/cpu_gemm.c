@@ -248,6 +248,8 @@ void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float a
         return;
     }
     const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
+    // Per-thread streams, memory objects and scratch exist for the backend's threads only.
+    if (t >= g->threads) mhe_fatal("cpu_gemm called from OpenMP thread %d of a team wider than the backend's %d threads", t, g->threads);
     if (!bf16) {
         GemmKey k = {ta, tb, M, N, K, lda, ldb, ldc, 0, alpha, beta};
         execute(g, lookup(g, &k), t, A, B, C);
