@@ -212,10 +212,6 @@ static void check_train(Config *c, const ConfigMarks *mk) {
 static void check_dist_runtime(Config *c, const ConfigMarks *mk) {
     config_check_ranges(c, mk, "dist");
     config_check_ranges(c, mk, "runtime");
-    if (c->runtime.precision == PREC_BF16 && c->runtime.device == DEVICE_CPU)
-        config_fail_key(mk, "runtime.precision|runtime.device",
-                 "runtime.precision bf16 needs runtime.device cuda (the CPU backend computes "
-                 "in fp32)");
     if (c->dist.backend == DIST_NCCL && c->runtime.device == DEVICE_CPU)
         config_fail_key(mk, "dist.backend|runtime.device",
                  "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");

@@ -194,7 +194,8 @@ static const ConfigField RUNTIME_FIELDS[] = {
     {KEY(runtime, threads, F_INT), .def = "0", IRANGE(0, 4096),
      .doc = "OpenMP threads per worker; 0 uses the OpenMP default"},
     {ENUM_KEY(runtime, precision, CONFIG_PRECISION_NAMES), .def = "fp32",
-     .doc = "`fp32`, or `bf16` compute with fp32 master weights (`cuda` only)"},
+     .doc = "`fp32`, or `bf16` matmul operands with fp32 accumulation and fp32 master weights, on either "
+             "device (a CPU without native bf16 emulates it and says so once)"},
 };
 
 // Enum fields are written through an int pointer.

@@ -94,7 +94,7 @@ static void dev_to_device(void *be, float *dev, const float *host, size_t n) {
 static Backend *make_backend(const Config *cfg, Comm *comm) {
     if (cfg->runtime.device == DEVICE_CUDA)
         return backend_cuda_create_for(comm_local_rank(comm), cfg->runtime.precision == PREC_BF16);
-    return backend_cpu_create(cfg->runtime.threads);
+    return backend_cpu_create_for(cfg->runtime.threads, cfg->runtime.precision == PREC_BF16);
 }
 
 static int64_t total_steps_of(const Config *cfg) {
@@ -249,7 +249,7 @@ static void setup(Trainer *t) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     t->flops_per_step = model_step_flops(t->model, B, T) * t->n_micro * t->world;
     if (is_host_backend(t->be)) {
-        double mine = peak_sgemm_gflops(1024, 5);
+        double mine = peak_matmul_gflops(t->be, 1024, 5);
         comm_allreduce_sum_f64(t->comm, &mine, 1);
         t->peak_gflops = mine;
     }
@@ -268,7 +268,7 @@ static void setup(Trainer *t) {
                 t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
         fprintf(stderr,
                 "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
-                "activations %.1f MiB | sgemm ceiling %.1f GFLOP/s\n"
+                "activations %.1f MiB | matmul ceiling %.1f GFLOP/s\n"
                 "device %s | gradients all-reduced by %s\n",
                 model_state_bytes(t->model) / 1048576.0,
                 2.0 * (t->zero->end - t->zero->begin) * sizeof(float) / 1048576.0, t->zero->enabled,
