@@ -93,6 +93,15 @@ __global__ void attn_pv_kernel(AttnIdx a, const float *P, const float *v, const 
     }
 }
 
+// Cost model terms (fp32 buffers): elements of P [B, n, T, T], and bytes of the distinct
+// rows of a [B, T, heads, dim] operand.  Rows of P are re-read from L1/L2 within a block, so
+// each P element counts once per kernel that reads it and once per kernel that writes it.
+static double attn_tt(const AttnShape *s) { return (double)s->B * s->n_heads * s->T * s->T; }
+static double head_bytes(const AttnShape *s, int heads, int dim) { return 4.0 * s->B * s->T * heads * dim; }
+static double mask_bytes(const AttnShape *s) {
+    return (s->key_mask ? 4.0 * s->B * s->T : 0.0) + (s->key_bias ? head_bytes(s, s->n_heads, 1) : 0.0);
+}
+
 // Threads for a kernel whose threads run over a head dimension.
 static unsigned dim_block(int d) {
     int t = (d + 31) / 32 * 32;
@@ -114,9 +123,9 @@ static void attention_forward_plain(Backend *be, const AttnShape *s, const float
     cudaStream_t st = cuda_stream(be);
     dim3 grid(s->T, s->n_heads, s->B);
     if (s->B && s->T && s->n_heads) {
-        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 0, saved);
+        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st, mhe_cost(attn_tt(s) * (2.0 * s->qk_dim + 5.0), 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim) + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 0, saved);
         CUDA_CHECK_LAUNCH();
-        MHE_LAUNCH(attn_pv_kernel, grid, dim_block(s->v_dim), 0, st)(a, saved, v, s->out_scale, s->out_shift, s->dropout, s->seed, s->offset, out);
+        MHE_LAUNCH(attn_pv_kernel, grid, dim_block(s->v_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->v_dim, 4.0 * attn_tt(s) + head_bytes(s, s->v_heads + s->n_heads, s->v_dim)))(a, saved, v, s->out_scale, s->out_shift, s->dropout, s->seed, s->offset, out);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -233,18 +242,18 @@ static void attention_backward_plain(Backend *be, const AttnShape *s, const floa
     if (s->B && s->T && s->n_heads) {
         const float *P = saved;
         float *dS = scratch;
-        MHE_LAUNCH(attn_dscores_kernel, dim3(s->T, s->n_heads, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 0, dS);
+        MHE_LAUNCH(attn_dscores_kernel, dim3(s->T, s->n_heads, s->B), MHE_BLOCK, 0, st, mhe_cost(attn_tt(s) * (2.0 * s->v_dim + 5.0), 8.0 * attn_tt(s) + head_bytes(s, s->v_heads + s->n_heads, s->v_dim)))(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 0, dS);
         CUDA_CHECK_LAUNCH();
-        if (dq) MHE_LAUNCH(attn_dq_kernel, dim3(s->T, s->q_heads, s->B), dim_block(s->qk_dim), 0, st)(a, dS, k, s->scale, dq);
+        if (dq) MHE_LAUNCH(attn_dq_kernel, dim3(s->T, s->q_heads, s->B), dim_block(s->qk_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->qk_dim, 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim)))(a, dS, k, s->scale, dq);
         CUDA_CHECK_LAUNCH();
-        if (dk) MHE_LAUNCH(attn_dk_kernel, dim3(s->T, s->k_heads, s->B), dim_block(s->qk_dim), 0, st)(a, dS, q, s->scale, dk);
+        if (dk) MHE_LAUNCH(attn_dk_kernel, dim3(s->T, s->k_heads, s->B), dim_block(s->qk_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->qk_dim, 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim)))(a, dS, q, s->scale, dk);
         CUDA_CHECK_LAUNCH();
-        if (dv) MHE_LAUNCH(attn_dv_kernel, dim3(s->T, s->v_heads, s->B), dim_block(s->v_dim), 0, st)(a, P, dout, s->out_scale, s->dropout, s->seed, s->offset, dv);
+        if (dv) MHE_LAUNCH(attn_dv_kernel, dim3(s->T, s->v_heads, s->B), dim_block(s->v_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->v_dim, 4.0 * attn_tt(s) + head_bytes(s, s->n_heads + s->v_heads, s->v_dim)))(a, P, dout, s->out_scale, s->dropout, s->seed, s->offset, dv);
         CUDA_CHECK_LAUNCH();
-        if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(s->n_heads, s->B), dim_block(s->T), 0, st)(a, dS, dkey_bias);
+        if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(s->n_heads, s->B), dim_block(s->T), 0, st, mhe_cost(attn_tt(s), 4.0 * attn_tt(s) + head_bytes(s, s->n_heads, 1)))(a, dS, dkey_bias);
         CUDA_CHECK_LAUNCH();
         if (dout_scale || dout_shift)
-            MHE_LAUNCH(attn_dscale_shift_kernel, s->n_heads, dim_block(s->v_dim), 0, st)(a, P, v, dout, s->dropout, s->seed, s->offset, dout_scale, dout_shift);
+            MHE_LAUNCH(attn_dscale_shift_kernel, s->n_heads, dim_block(s->v_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->v_dim, 4.0 * attn_tt(s) + head_bytes(s, s->n_heads + s->v_heads, s->v_dim)))(a, P, v, dout, s->dropout, s->seed, s->offset, dout_scale, dout_shift);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -321,7 +330,7 @@ __global__ void attn_scale_shift_grad_kernel(const float *dout, const float *O, 
 }
 
 static void launch_elementwise_drop(Backend *be, const AttnShape *s, const float *P, float *Pd, size_t tt) {
-    MHE_LAUNCH(attn_drop_kernel, cuda_grid_for(tt), MHE_BLOCK, 0, cuda_stream(be))(P, Pd, tt, s->dropout, s->seed, s->offset);
+    MHE_LAUNCH(attn_drop_kernel, cuda_grid_for(tt), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)tt, 8.0 * tt))(P, Pd, tt, s->dropout, s->seed, s->offset);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -340,7 +349,7 @@ static void attention_forward_gemm(Backend *be, const AttnShape *s, const float 
         for (int h0 = 0; h0 < n; h0 += m)  // S_h = scale Q_h K_hᵀ
             block_gemm(be, 0, 1, T, T, s->qk_dim, s->scale, Q, Kh, S, h0, m);
     }
-    MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
+    MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 8.0 * tt + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
     CUDA_CHECK_LAUNCH();
     if (s->dropout > 0.0f) launch_elementwise_drop(be, s, saved, scratch, tt);
     for (int b = 0; b < s->B; b++) {
@@ -351,7 +360,7 @@ static void attention_forward_gemm(Backend *be, const AttnShape *s, const float 
             block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, P, Vh, O, h0, m);
     }
     if (s->out_scale || s->out_shift) {
-        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st)(out, s->out_scale, s->out_shift, rows, hd, out);
+        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st, mhe_cost(2.0 * rows * hd, 8.0 * rows * hd + 8.0 * hd))(out, s->out_scale, s->out_shift, rows, hd, out);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -372,7 +381,7 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
         Pd = Pd_buf;
     }
     if (s->out_scale) {  // G = dout ⊙ out_scale: the gradient of dropout(P) V
-        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st)(dout, s->out_scale, nullptr, rows, hd, G_buf);
+        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st, mhe_cost((double)rows * hd, 8.0 * rows * hd + 4.0 * hd))(dout, s->out_scale, nullptr, rows, hd, G_buf);
         CUDA_CHECK_LAUNCH();
         G = G_buf;
     }
@@ -386,7 +395,7 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
         for (int h0 = 0; h0 < n; h0 += m)  // dPd_h = G_h V_hᵀ
             block_gemm(be, 0, 1, T, T, s->v_dim, 1.0f, seq(b, G, hd, 1, s->v_dim),
                        seq(b, v, s->ldv, a.vr, s->v_dim), per_head(b, dS, TT), h0, m);
-    MHE_LAUNCH(attn_dscores_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 1, dS);
+    MHE_LAUNCH(attn_dscores_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 12.0 * tt))(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 1, dS);
     CUDA_CHECK_LAUNCH();
     for (int b = 0; b < s->B; b++)
         for (int h0 = 0; h0 < n; h0 += m) {
@@ -401,7 +410,7 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
                 block_gemm(be, 1, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT), seq(b, G, hd, 1, s->v_dim),
                            seq(b, dv, s->ldv, a.vr, s->v_dim), h0, m);
         }
-    if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(n, s->B), dim_block(T), 0, st)(a, dS, dkey_bias);
+    if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(n, s->B), dim_block(T), 0, st, mhe_cost((double)tt, 4.0 * tt + head_bytes(s, n, 1)))(a, dS, dkey_bias);
     CUDA_CHECK_LAUNCH();
     if (dout_scale || dout_shift) {
         if (dout_scale)  // O = dropout(P) V again, for d out_scale = sum dout ⊙ O
@@ -409,7 +418,7 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
                 for (int h0 = 0; h0 < n; h0 += m)
                     block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT),
                                seq(b, v, s->ldv, a.vr, s->v_dim), seq(b, O, hd, 1, s->v_dim), h0, m);
-        MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, st)(dout, O, rows, hd, dout_scale, dout_shift);
+        MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, st, mhe_cost(3.0 * rows * hd, 8.0 * rows * hd + 16.0 * hd))(dout, O, rows, hd, dout_scale, dout_shift);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -7,46 +7,64 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_internal.h"
 
-static void *cuda_alloc(Backend *be, size_t bytes) {
+void *cuda_device_alloc(size_t bytes, int device) {
     void *p = nullptr;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess)
-        mhe_fatal("CUDA device %d: out of memory allocating %zu bytes (%s)", cuda_ctx(be)->device,
-                  bytes, cudaGetErrorString(e));
+        mhe_fatal("CUDA device %d: out of memory allocating %zu bytes (%s)", device, bytes,
+                  cudaGetErrorString(e));
+    mhe_cost_alloc(p, bytes);
+    return p;
+}
+void cuda_device_free(void *p) {
+    if (!p) return;
+    mhe_cost_free(p);
+    CUDA_CHECK(cudaFree(p));
+}
+void cuda_memset(Backend *be, void *p, size_t bytes) {
+    if (bytes && mhe_cost_record("memset", mhe_cost(0, (double)bytes)))
+        CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
+}
+void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && mhe_cost_record("memcpy d2d", mhe_cost(0, 2.0 * bytes)))
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
+}
+
+static void *cuda_alloc(Backend *be, size_t bytes) {
+    void *p = cuda_device_alloc(bytes, cuda_ctx(be)->device);
     // On the backend's stream: a legacy-stream memset would not be ordered before its work
     // (the stream is non-blocking).
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
+    cuda_memset(be, p, bytes);
     return p;
 }
 
 static void cuda_free(Backend *be, void *p) {
     if (!p) return;
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // it may still be in use on the stream
-    CUDA_CHECK(cudaFree(p));
+    cuda_device_free(p);
 }
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes) return;
+    if (!bytes || !mhe_cost_record("memcpy h2d", MheCost{0, 0, (double)bytes, (double)bytes})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // the host buffer may be reused at once
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes) return;
+    if (!bytes || !mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)bytes, (double)bytes})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
 }
 
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t bytes) {
     double t0 = cuda_prof_begin(be);
-    if (bytes)
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
+    cuda_memcpy_d2d(be, dst, src, bytes);
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cuda_zero(Backend *be, void *dst, size_t bytes) {
     double t0 = cuda_prof_begin(be);
-    if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda_stream(be)));
+    cuda_memset(be, dst, bytes);
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
@@ -63,15 +81,15 @@ static __nv_bfloat16 *bf16_scratch(Backend *be, size_t elems) {
     CudaCtx *c = cuda_ctx(be);
     if (elems > c->bf16_scratch_elems) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        CUDA_CHECK(cudaFree(c->bf16_scratch));
-        CUDA_CHECK(cudaMalloc(&c->bf16_scratch, elems * sizeof(__nv_bfloat16)));
+        cuda_device_free(c->bf16_scratch);
+        c->bf16_scratch = static_cast<__nv_bfloat16 *>(cuda_device_alloc(elems * sizeof(__nv_bfloat16), c->device));
         c->bf16_scratch_elems = elems;
     }
     return c->bf16_scratch;
 }
 
 static void round_to_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
-    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(x, y, n);
+    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, y, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -89,6 +107,7 @@ void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int 
     CudaCtx *c = cuda_ctx(be);
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    mhe_cost_record_gemm(M, N, K, batch, c->bf16 && K > 0, beta != 0.0f);
     if (!c->bf16 || K == 0) {
         CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb,
                                                stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
@@ -127,8 +146,8 @@ static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int
 static void cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    CUDA_CHECK(cudaFree(c->bf16_scratch));
-    CUDA_CHECK(cudaFree(c->partials));
+    cuda_device_free(c->bf16_scratch);
+    cuda_device_free(c->partials);
     std::free(c->host_partials);
     CUBLAS_CHECK(cublasDestroy(c->blas));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
@@ -156,7 +175,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
     // fp32 mode must be plain fp32 (no TF32) so it matches the CPU backend to 1e-5.
     CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
-    CUDA_CHECK(cudaMalloc(&c->partials, CUDA_SUM_BLOCKS * sizeof(double)));
+    c->partials = static_cast<double *>(cuda_device_alloc(CUDA_SUM_BLOCKS * sizeof(double), device));
     c->host_partials = static_cast<double *>(std::calloc(CUDA_SUM_BLOCKS, sizeof(double)));
     if (!c->host_partials) mhe_fatal("out of memory creating the CUDA backend");
     be->ctx = c;

@@ -33,6 +33,7 @@ static inline double cuda_prof_begin(Backend *be) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops) {
+    mhe_cost_close_op(c);  // the cost model's records of this op get its class
     if (!be->profile) return;
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
     double t1 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -46,6 +47,13 @@ static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops
 void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
                        const float *A, int lda, long stride_a, const float *B, int ldb,
                        long stride_b, float beta, float *C, int ldc, long stride_c, int batch);
+
+// Device memory the cost model counts towards the peak (every backend allocation goes here).
+void *cuda_device_alloc(size_t bytes, int device);
+void cuda_device_free(void *p);
+// Memset / device-to-device copy on the backend's stream, recorded as calls of the cost model.
+void cuda_memset(Backend *be, void *p, size_t bytes);
+void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes);
 
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);

@@ -18,6 +18,8 @@
 #include <cublas_v2.h>
 #include <nccl.h>
 
+#include "kernels/cuda/cuda_cost.h"
+
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -123,11 +125,14 @@ int mhe_emu_block_threads(void);
 #define MHE_DYNAMIC_SHARED(type, name) \
     type *name = reinterpret_cast<type *>(mhe_emu::self.block->dynamic_shared)
 
-// The one launch form both compilers accept: MHE_LAUNCH(kernel, grid, block, shmem, stream)(args...)
-#define MHE_LAUNCH(kernel, grid, block, shmem, stream)                                  \
-    [&](auto &&...mhe_args) {                                                           \
-        (void)(stream);                                                                 \
-        mhe_emu::launch((grid), (block), (shmem), [&] { kernel(mhe_args...); });        \
+// The one launch form both compilers accept:
+// MHE_LAUNCH(kernel, grid, block, shmem, stream, cost)(args...); the cost is recorded first and
+// in record-only mode (cuda_cost.h) the kernel does not run.
+#define MHE_LAUNCH(kernel, grid, block, shmem, stream, cost)                                \
+    [&](auto &&...mhe_args) {                                                               \
+        (void)(stream);                                                                     \
+        if (mhe_cost_record(#kernel, (cost)))                                               \
+            mhe_emu::launch((grid), (block), (shmem), [&] { kernel(mhe_args...); });        \
     }
 
 // ---- runtime (host memory, synchronous streams) ----
