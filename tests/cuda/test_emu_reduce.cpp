@@ -95,6 +95,7 @@ int main() {
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
     float one = 1, zero = 0;
+    mhe_cost_record_gemm(2, 3, 4, 1, 0, 0);  // the emulated cuBLAS requires a cost record first
     CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, A.data(), lda, B.data(), ldb,
                              &zero, C.data(), ldc));
     for (int i = 0; i < 2; i++)
