@@ -249,6 +249,29 @@ static void cuda_embedding_backward(Backend *be, const float *dout, const int32_
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
+// Row gather / scatter: the MLM head runs on the scored rows only (ops.h).  One element per
+// thread of a grid-stride loop; rows are distinct for the scatter, so no atomics.
+__global__ void gather_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
+    GRID_STRIDE(i, (size_t)M * C) dst[i] = src[(size_t)rows[i / C] * C + i % C];
+}
+__global__ void scatter_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
+    GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
+}
+static void cuda_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)M * C;
+    if (total) MHE_LAUNCH(gather_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 8.0 * total + 4.0 * M))(src, rows, M, C, dst);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+static void cuda_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)M * C;
+    if (total) MHE_LAUNCH(scatter_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 8.0 * total + 4.0 * M))(src, rows, M, C, dst);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
 // Per-block partial sums of x² in double (warp shuffles + shared memory).
 __global__ void sum_squares_kernel(const float *x, size_t n, double *partials) {
     __shared__ double buf[32];
@@ -324,6 +347,8 @@ void cuda_install_elementwise(Backend *be) {
     be->gelu_forward = cuda_gelu_forward;
     be->gelu_backward = cuda_gelu_backward;
     be->dropout = cuda_dropout;
+    be->gather_rows = cuda_gather_rows;
+    be->scatter_rows = cuda_scatter_rows;
     be->embedding_forward = cuda_embedding_forward;
     be->embedding_backward = cuda_embedding_backward;
     be->sum_squares = cuda_sum_squares;

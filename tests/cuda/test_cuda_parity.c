@@ -288,6 +288,24 @@ static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
     for (int i = 0; i < 11; i++) buf_free(f, all[i]);
 }
 
+// The compact MLM head's row gather and scatter (rows distinct, unordered; untouched rows of the
+// scatter target keep their values).
+static void test_gather_scatter_rows_match_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 11, C = 37, M = 4;
+    int32_t rows[4] = {9, 0, 5, 10};
+    IBuf R = ibuf_new(f, rows, M);
+    Buf src = buf_rand(f, (size_t)N * C), dst = buf_rand(f, (size_t)M * C), big = buf_rand(f, (size_t)N * C);
+    PAIR(f, gather_rows, D(src), D(R), M, C, D(dst));
+    expect_close(f, &dst, 0.0, "gather_rows");
+    PAIR(f, scatter_rows, D(dst), D(R), M, C, D(big));
+    expect_close(f, &big, 0.0, "scatter_rows");
+    ibuf_free(f, &R);
+    buf_free(f, &src);
+    buf_free(f, &dst);
+    buf_free(f, &big);
+}
+
 static void test_optimizers_match_cpu(void **state) {
     Fix *f = *state;
     const size_t n = 333;
@@ -426,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_head_expand_matches_cpu),
         cmocka_unit_test(test_layernorm_and_gelu_match_cpu),
         cmocka_unit_test(test_embeddings_and_cross_entropy_match_cpu),
+        cmocka_unit_test(test_gather_scatter_rows_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),
         cmocka_unit_test(test_attention_matches_cpu),
         cmocka_unit_test(test_attention_plain_kernels_match_cpu),
