@@ -301,6 +301,50 @@ static void block_gemm(Backend *be, int ta, int tb, int M, int N, int K, float a
                           h % C.ratio == 0 ? 0.0f : 1.0f, const_cast<float *>(C.at(h)), C.ld, 0, 1);
 }
 
+// y[r, g, c] (row stride ldy) = sum of x[r, h, c] over the `ratio` heads h of group g; x is
+// [rows, n, d] contiguous.  Sums the per-head gradients of a shared Q/K/V head.
+__global__ void attn_sum_heads_kernel(const float *x, size_t rows, int n, int d, int ratio, float *y, int ldy) {
+    const int groups = n / ratio;
+    const size_t total = rows * groups * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)blockDim.x * gridDim.x) {
+        int c = (int)(i % d), g = (int)((i / d) % groups);
+        size_t r = i / ((size_t)d * groups);
+        float acc = 0;
+        for (int h = g * ratio; h < (g + 1) * ratio; h++) acc += x[(r * n + h) * d + c];
+        y[r * ldy + (size_t)g * d + c] = acc;
+    }
+}
+
+// Every (sequence, head) product of one attention GEMM in one cuBLAS call.  A C shared by
+// several heads (ratio > 1: the gradient of a shared operand) is computed per head into
+// `temp` ([B, T, n, N] floats; temp_floats of room) and then summed over each group; without
+// room, per sequence and head block as before (block_gemm).
+static void heads_gemm(Backend *be, const AttnShape *s, int ta, int tb, int M, int N, int K, float alpha,
+                       GemmHeads A, GemmHeads B, GemmHeads C, float *temp, size_t temp_floats) {
+    const int n = s->n_heads, T = s->T;
+    if (C.ratio == 1) {
+        cuda_gemm_heads(be, ta, tb, M, N, K, alpha, A, B, 0.0f, C, s->B, n);
+        return;
+    }
+    const size_t rows = (size_t)s->B * T;
+    if (temp && rows * n * N <= temp_floats) {
+        GemmHeads Tm{temp, n * N, (long)T * n * N, N, 1};
+        cuda_gemm_heads(be, ta, tb, M, N, K, alpha, A, B, 0.0f, Tm, s->B, n);
+        const size_t total = rows * (n / C.ratio) * N;
+        MHE_LAUNCH(attn_sum_heads_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be),
+                   mhe_cost((double)rows * n * N, 4.0 * (rows * n * N + total)))(temp, rows, n, N, C.ratio, const_cast<float *>(C.base), C.ld);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    const int m = head_block(s);
+    for (int b = 0; b < s->B; b++) {
+        HeadOp a{A.base + b * A.seq_stride, A.ld, A.ratio, A.head_step};
+        HeadOp bb{B.base + b * B.seq_stride, B.ld, B.ratio, B.head_step};
+        HeadOp c{C.base + b * C.seq_stride, C.ld, C.ratio, C.head_step};
+        for (int h0 = 0; h0 < n; h0 += m) block_gemm(be, ta, tb, M, N, K, alpha, a, bb, c, h0, m);
+    }
+}
+
 __global__ void attn_drop_kernel(const float *P, float *Pd, size_t n, float drop, uint64_t seed, uint64_t offset) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
         Pd[i] = p_dropped(P[i], i, drop, seed, offset);
@@ -338,27 +382,20 @@ static void attention_forward_gemm(Backend *be, const AttnShape *s, const float 
                                    const float *v, float *out, float *saved, float *scratch) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, m = head_block(s);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
     const long TT = (long)T * T;
     const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
     const float *Pd = s->dropout > 0.0f ? scratch : saved;  // filled after the softmax
-    for (int b = 0; b < s->B; b++) {
-        HeadOp Q{q + (size_t)b * T * s->ldq, s->ldq, a.qr, s->qk_dim};
-        HeadOp Kh{k + (size_t)b * T * s->ldk, s->ldk, a.kr, s->qk_dim};
-        HeadOp S{saved + (size_t)b * n * TT, T, 1, TT};
-        for (int h0 = 0; h0 < n; h0 += m)  // S_h = scale Q_h K_hᵀ
-            block_gemm(be, 0, 1, T, T, s->qk_dim, s->scale, Q, Kh, S, h0, m);
-    }
+    const GemmHeads Q{q, s->ldq, (long)T * s->ldq, s->qk_dim, a.qr}, Kh{k, s->ldk, (long)T * s->ldk, s->qk_dim, a.kr},
+        Vh{v, s->ldv, (long)T * s->ldv, s->v_dim, a.vr};
+    // S_h = scale Q_h K_hᵀ
+    heads_gemm(be, s, 0, 1, T, T, s->qk_dim, s->scale, Q, Kh, GemmHeads{saved, T, n * TT, TT, 1}, nullptr, 0);
     MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 8.0 * tt + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
     CUDA_CHECK_LAUNCH();
     if (s->dropout > 0.0f) launch_elementwise_drop(be, s, saved, scratch, tt);
-    for (int b = 0; b < s->B; b++) {
-        HeadOp P{Pd + (size_t)b * n * TT, T, 1, TT};
-        HeadOp Vh{v + (size_t)b * T * s->ldv, s->ldv, a.vr, s->v_dim};
-        HeadOp O{out + (size_t)b * T * hd, hd, 1, s->v_dim};
-        for (int h0 = 0; h0 < n; h0 += m)  // O_h = dropout(P_h) V_h
-            block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, P, Vh, O, h0, m);
-    }
+    // O_h = dropout(P_h) V_h
+    heads_gemm(be, s, 0, 0, T, s->v_dim, T, 1.0f, GemmHeads{Pd, T, n * TT, TT, 1}, Vh,
+               GemmHeads{out, hd, (long)T * hd, s->v_dim, 1}, nullptr, 0);
     if (s->out_scale || s->out_shift) {
         MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st, mhe_cost(2.0 * rows * hd, 8.0 * rows * hd + 8.0 * hd))(out, s->out_scale, s->out_shift, rows, hd, out);
         CUDA_CHECK_LAUNCH();
@@ -371,7 +408,7 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
                                     float *dout_scale, float *dout_shift, float *scratch) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, m = head_block(s);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
     const long TT = (long)T * T;
     const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
     float *dS = scratch, *Pd_buf = scratch + tt, *G_buf = scratch + 2 * tt, *O = G_buf + rows * hd;
@@ -385,39 +422,28 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
         CUDA_CHECK_LAUNCH();
         G = G_buf;
     }
-    auto seq = [&](int b, const float *base, int ld, int ratio, long step) {
-        return HeadOp{base + (size_t)b * T * ld, ld, ratio, step};
-    };
-    auto per_head = [&](int b, const float *base, long step) {  // [n, T, T] per sequence
-        return HeadOp{base + (size_t)b * n * TT, T, 1, step};
-    };
-    for (int b = 0; b < s->B; b++)
-        for (int h0 = 0; h0 < n; h0 += m)  // dPd_h = G_h V_hᵀ
-            block_gemm(be, 0, 1, T, T, s->v_dim, 1.0f, seq(b, G, hd, 1, s->v_dim),
-                       seq(b, v, s->ldv, a.vr, s->v_dim), per_head(b, dS, TT), h0, m);
+    const GemmHeads Q{q, s->ldq, (long)T * s->ldq, s->qk_dim, a.qr}, Kh{k, s->ldk, (long)T * s->ldk, s->qk_dim, a.kr},
+        Vh{v, s->ldv, (long)T * s->ldv, s->v_dim, a.vr}, Gh{G, hd, (long)T * hd, s->v_dim, 1},
+        dSh{dS, T, n * TT, TT, 1}, Pdh{Pd, T, n * TT, TT, 1};
+    // The O buffer is free until the out_scale gradient: room for per-head shared gradients.
+    const size_t temp_floats = rows * hd;
+    heads_gemm(be, s, 0, 1, T, T, s->v_dim, 1.0f, Gh, Vh, dSh, nullptr, 0);  // dPd_h = G_h V_hᵀ
     MHE_LAUNCH(attn_dscores_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 12.0 * tt))(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 1, dS);
     CUDA_CHECK_LAUNCH();
-    for (int b = 0; b < s->B; b++)
-        for (int h0 = 0; h0 < n; h0 += m) {
-            HeadOp dSb = per_head(b, dS, TT);
-            if (dq)  // dQ_h = scale dS_h K_h
-                block_gemm(be, 0, 0, T, s->qk_dim, T, s->scale, dSb, seq(b, k, s->ldk, a.kr, s->qk_dim),
-                           seq(b, dq, s->ldq, a.qr, s->qk_dim), h0, m);
-            if (dk)  // dK_h = scale dS_hᵀ Q_h
-                block_gemm(be, 1, 0, T, s->qk_dim, T, s->scale, dSb, seq(b, q, s->ldq, a.qr, s->qk_dim),
-                           seq(b, dk, s->ldk, a.kr, s->qk_dim), h0, m);
-            if (dv)  // dV_h = dropout(P_h)ᵀ G_h
-                block_gemm(be, 1, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT), seq(b, G, hd, 1, s->v_dim),
-                           seq(b, dv, s->ldv, a.vr, s->v_dim), h0, m);
-        }
+    if (dq)  // dQ_h = scale dS_h K_h
+        heads_gemm(be, s, 0, 0, T, s->qk_dim, T, s->scale, dSh, Kh,
+                   GemmHeads{dq, s->ldq, (long)T * s->ldq, s->qk_dim, a.qr}, O, temp_floats);
+    if (dk)  // dK_h = scale dS_hᵀ Q_h
+        heads_gemm(be, s, 1, 0, T, s->qk_dim, T, s->scale, dSh, Q,
+                   GemmHeads{dk, s->ldk, (long)T * s->ldk, s->qk_dim, a.kr}, O, temp_floats);
+    if (dv)  // dV_h = dropout(P_h)ᵀ G_h
+        heads_gemm(be, s, 1, 0, T, s->v_dim, T, 1.0f, Pdh, Gh,
+                   GemmHeads{dv, s->ldv, (long)T * s->ldv, s->v_dim, a.vr}, O, temp_floats);
     if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(n, s->B), dim_block(T), 0, st, mhe_cost((double)tt, 4.0 * tt + head_bytes(s, n, 1)))(a, dS, dkey_bias);
     CUDA_CHECK_LAUNCH();
     if (dout_scale || dout_shift) {
         if (dout_scale)  // O = dropout(P) V again, for d out_scale = sum dout ⊙ O
-            for (int b = 0; b < s->B; b++)
-                for (int h0 = 0; h0 < n; h0 += m)
-                    block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT),
-                               seq(b, v, s->ldv, a.vr, s->v_dim), seq(b, O, hd, 1, s->v_dim), h0, m);
+            heads_gemm(be, s, 0, 0, T, s->v_dim, T, 1.0f, Pdh, Vh, GemmHeads{O, hd, (long)T * hd, s->v_dim, 1}, nullptr, 0);
         MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, st, mhe_cost(3.0 * rows * hd, 8.0 * rows * hd + 16.0 * hd))(dout, O, rows, hd, dout_scale, dout_shift);
         CUDA_CHECK_LAUNCH();
     }

@@ -126,6 +126,67 @@ void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int 
     }
 }
 
+// Device pointer arrays for cuda_gemm_heads: entry i = b * n_heads + h of each operand.
+struct PtrSpec {
+    const char *base;
+    long seq_bytes, head_bytes;
+    int ratio;
+};
+__global__ void gemm_pointers_kernel(PtrSpec a, PtrSpec b, PtrSpec c, int n_heads, int count,
+                                     const void **out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += blockDim.x * gridDim.x) {
+        int seq = i / n_heads, h = i % n_heads;
+        out[i] = a.base + seq * a.seq_bytes + (h / a.ratio) * a.head_bytes;
+        out[count + i] = b.base + seq * b.seq_bytes + (h / b.ratio) * b.head_bytes;
+        out[2 * count + i] = c.base + seq * c.seq_bytes + (h / c.ratio) * c.head_bytes;
+    }
+}
+
+// Elements from an operand's base to the end of the last matrix of the batch.
+static size_t heads_span(const GemmHeads &o, int rows, int cols, int n_seq, int n_heads) {
+    return (size_t)(n_seq - 1) * (size_t)o.seq_stride + (size_t)((n_heads - 1) / o.ratio) * (size_t)o.head_step +
+           operand_span(rows, cols, o.ld, 0, 1);
+}
+
+void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
+                     GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads) {
+    const int count = n_seq * n_heads;
+    if (M == 0 || N == 0 || count == 0) return;
+    if (C.ratio != 1) mhe_fatal("cuda_gemm_heads: the output must be per head");
+    CudaCtx *c = cuda_ctx(be);
+    if ((size_t)count * 3 > c->gemm_ptrs_count) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        cuda_device_free(c->gemm_ptrs);
+        c->gemm_ptrs = static_cast<void **>(cuda_device_alloc((size_t)count * 3 * sizeof(void *), c->device));
+        c->gemm_ptrs_count = (size_t)count * 3;
+    }
+    const bool bf16 = c->bf16 && K > 0;
+    const size_t el = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+    const void *a_base = A.base, *b_base = B.base;
+    mhe_cost_record_gemm(M, N, K, count, bf16, beta != 0.0f);
+    if (bf16) {
+        size_t na = heads_span(A, ta ? K : M, ta ? M : K, n_seq, n_heads);
+        size_t nb = heads_span(B, tb ? N : K, tb ? K : N, n_seq, n_heads);
+        __nv_bfloat16 *ha = bf16_scratch(be, na + nb), *hb = ha + na;
+        round_to_bf16(be, A.base, ha, na);
+        round_to_bf16(be, B.base, hb, nb);
+        a_base = ha;
+        b_base = hb;
+    }
+    PtrSpec pa{static_cast<const char *>(a_base), A.seq_stride * (long)el, A.head_step * (long)el, A.ratio};
+    PtrSpec pb{static_cast<const char *>(b_base), B.seq_stride * (long)el, B.head_step * (long)el, B.ratio};
+    PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * 4L, C.head_step * 4L, 1};
+    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
+    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
+    CUDA_CHECK_LAUNCH();
+    const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
+    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     N, M, K, &alpha, ptrs + count, t, B.ld, ptrs, t, A.ld, &beta,
+                                     c->gemm_ptrs + 2 * count, CUDA_R_32F, C.ld, count,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
                                 float alpha, const float *A, int lda, long stride_a,
                                 const float *B, int ldb, long stride_b, float beta, float *C,
@@ -147,6 +208,7 @@ static void cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     cuda_device_free(c->bf16_scratch);
+    cuda_device_free(c->gemm_ptrs);
     cuda_device_free(c->partials);
     std::free(c->host_partials);
     CUBLAS_CHECK(cublasDestroy(c->blas));

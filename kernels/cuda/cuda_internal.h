@@ -16,6 +16,8 @@ struct CudaCtx {
     cublasHandle_t blas;
     __nv_bfloat16 *bf16_scratch;  // matmul operands rounded to bf16 (grow-only)
     size_t bf16_scratch_elems;
+    void **gemm_ptrs;             // pointer arrays of cuda_gemm_heads (grow-only)
+    size_t gemm_ptrs_count;
     double *partials;             // per-block partial sums of sum_squares
     double *host_partials;
 };
@@ -54,6 +56,20 @@ void cuda_device_free(void *p);
 // Memset / device-to-device copy on the backend's stream, recorded as calls of the cost model.
 void cuda_memset(Backend *be, void *p, size_t bytes);
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes);
+
+// One operand of a GEMM batched over sequences and heads: the matrix of sequence b, head h
+// starts at base + b*seq_stride + (h / ratio)*head_step (floats), rows ld apart.
+struct GemmHeads {
+    const float *base;
+    int ld;
+    long seq_stride, head_step;
+    int ratio;
+};
+// C_bh = alpha op(A_bh) op(B_bh) + beta C_bh for every sequence b < n_seq and head h < n_heads
+// in ONE cuBLAS call (pointer arrays built by a kernel), bf16 operands in bf16 mode.  C must be
+// per head (C.ratio == 1): shared-head gradients are summed by the caller.
+void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
+                     GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads);
 
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);

@@ -420,6 +420,22 @@ cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t, cublasOperation_t ta, cublasOpera
                         1, compute);
 }
 
+// Pointer-array batches: the arrays live in (emulated) device memory, i.e. host memory here.
+cublasStatus_t mhe_emu_gemm_batched_ex(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+                                      int m, int n, int k, const void *alpha, const void *const a[],
+                                      cudaDataType at, int lda, const void *const b[],
+                                      cudaDataType bt, int ldb, const void *beta, void *const c[],
+                                      cudaDataType ct, int ldc, int batch,
+                                      cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (!mhe_cost_take_blas()) return CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = gemm_ex_impl(ta, tb, m, n, k, alpha, a[i], at, lda, 0, b[i], bt, ldb, 0,
+                                         beta, c[i], ct, ldc, 0, 1, compute);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // ---- NCCL over MPI ----
 ncclResult_t mhe_emu_nccl_get_unique_id(ncclUniqueId *id) {
     std::random_device rd;

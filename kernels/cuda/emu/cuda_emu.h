@@ -217,6 +217,13 @@ cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOpe
                                void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
                                cublasGemmAlgo_t algo);
 
+cublasStatus_t mhe_emu_gemm_batched_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                      int m, int n, int k, const void *alpha, const void *const a[],
+                                      cudaDataType at, int lda, const void *const b[],
+                                      cudaDataType bt, int ldb, const void *beta, void *const c[],
+                                      cudaDataType ct, int ldc, int batch,
+                                      cublasComputeType_t compute, cublasGemmAlgo_t algo);
+
 #undef cublasCreate
 #undef cublasDestroy
 #undef cublasSetStream
@@ -231,6 +238,7 @@ cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOpe
 #define cublasSgemmStridedBatched mhe_emu_sgemm_strided_batched
 #define cublasGemmEx mhe_emu_gemm_ex
 #define cublasGemmStridedBatchedEx mhe_emu_gemm_strided_batched_ex
+#define cublasGemmBatchedEx mhe_emu_gemm_batched_ex
 
 // ---- NCCL over MPI (MPI_COMM_WORLD must be initialised; one emulated GPU per rank) ----
 ncclResult_t mhe_emu_nccl_get_unique_id(ncclUniqueId *id);
