@@ -6,36 +6,7 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-struct AttnIdx {
-    int B, T, n, qr, kr, vr, dq, dv, ldq, ldk, ldv;
-};
-
-static AttnIdx attn_idx(const AttnShape *s) {
-    return AttnIdx{s->B, s->T, s->n_heads, s->n_heads / s->q_heads, s->n_heads / s->k_heads,
-                   s->n_heads / s->v_heads, s->qk_dim, s->v_dim, s->ldq, s->ldk, s->ldv};
-}
-
-__device__ __forceinline__ const float *q_row(const AttnIdx &a, const float *q, int b, int t, int h) {
-    return q + ((size_t)b * a.T + t) * a.ldq + (size_t)(h / a.qr) * a.dq;
-}
-__device__ __forceinline__ const float *k_row(const AttnIdx &a, const float *k, int b, int t, int h) {
-    return k + ((size_t)b * a.T + t) * a.ldk + (size_t)(h / a.kr) * a.dq;
-}
-__device__ __forceinline__ const float *v_row(const AttnIdx &a, const float *v, int b, int t, int h) {
-    return v + ((size_t)b * a.T + t) * a.ldv + (size_t)(h / a.vr) * a.dv;
-}
-__device__ __forceinline__ bool key_visible(const AttnIdx &a, int causal, const int32_t *key_mask,
-                                            int b, int i, int j) {
-    return !(causal && j > i) && (!key_mask || key_mask[(size_t)b * a.T + j] != 0);
-}
-__device__ __forceinline__ size_t p_index(const AttnIdx &a, int b, int h, int i, int j) {
-    return (((size_t)b * a.n + h) * a.T + i) * a.T + j;
-}
-// P after dropout (the dropout index is P's own index).
-__device__ __forceinline__ float p_dropped(float p, size_t idx, float drop, uint64_t seed, uint64_t offset) {
-    if (drop <= 0.0f) return p;
-    return ops_dropout_keep(seed, offset, idx, drop) ? p * (1.0f / (1.0f - drop)) : 0.0f;
-}
+#include "kernels/cuda/cuda_attn_idx.h"
 
 // One block per (i, h, b): P[i, :] = softmax(scale q_i·k_j + key_bias[j, h], visible keys).
 // have_scores: P already holds scale q_i·k_j (from the GEMM path); q and k are not read.
@@ -108,8 +79,23 @@ static unsigned dim_block(int d) {
     return (unsigned)(t < 32 ? 32 : t > MHE_BLOCK ? MHE_BLOCK : t);
 }
 
+static int head_block(const AttnShape *s);
+enum { PATH_FLASH, PATH_GEMM, PATH_PLAIN };
+// The path a shape takes: flash unless asked otherwise or its tiles do not fit; the GEMM path
+// where heads form blocks; the plain kernels otherwise.  A pure function of the shape's sizes,
+// so attention_sizes and the calls agree.
+static int attn_path(Backend *be, const AttnShape *s) {
+    const int mode = cuda_ctx(be)->attention_mode;
+    if (mode == CUDA_ATTN_FLASH && cuda_flash_supported(s)) return PATH_FLASH;
+    if (mode != CUDA_ATTN_PLAIN && head_block(s) > 0) return PATH_GEMM;
+    return PATH_PLAIN;
+}
+
 static void cuda_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
-    (void)be;
+    if (attn_path(be, s) == PATH_FLASH) {
+        cuda_flash_sizes(s, saved, scratch);
+        return;
+    }
     size_t tt = (size_t)s->B * s->n_heads * s->T * s->T;
     size_t out = (size_t)s->B * s->T * s->n_heads * s->v_dim;
     *saved = tt;  // P
@@ -453,7 +439,10 @@ static void cuda_attention_forward(Backend *be, const AttnShape *s, const float 
                                    const float *v, float *out, float *saved, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
-    if (cuda_ctx(be)->attention_gemm && head_block(s) > 0)
+    const int path = attn_path(be, s);
+    if (path == PATH_FLASH)
+        cuda_flash_forward(be, s, q, k, v, out, saved);
+    else if (path == PATH_GEMM)
         attention_forward_gemm(be, s, q, k, v, out, saved, scratch);
     else
         attention_forward_plain(be, s, q, k, v, out, saved);
@@ -467,7 +456,18 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
                                     float *dout_scale, float *dout_shift, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
-    if (cuda_ctx(be)->attention_gemm && head_block(s) > 0)
+    const int path = attn_path(be, s);
+    if (path == PATH_FLASH) {
+        cuda_flash_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, scratch);
+        if (dout_scale || dout_shift) {  // from Opre, saved by the forward after L
+            const size_t rows = (size_t)s->B * s->T;
+            const int hd = s->n_heads * s->v_dim;
+            const float *opre = saved + rows * s->n_heads;
+            MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, cuda_stream(be),
+                       mhe_cost(3.0 * rows * hd, 8.0 * rows * hd + 16.0 * hd))(dout, opre, rows, hd, dout_scale, dout_shift);
+            CUDA_CHECK_LAUNCH();
+        }
+    } else if (path == PATH_GEMM)
         attention_backward_gemm(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale,
                                 dout_shift, scratch);
     else

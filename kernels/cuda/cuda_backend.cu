@@ -229,9 +229,15 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
     c->bf16 = bf16 != 0;
-    // The plain attention kernels stay selectable: they are the reference for the GEMM path.
+    // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
+    // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).
     const char *attn = std::getenv("MHE_CUDA_ATTENTION");
-    c->attention_gemm = !(attn && std::strcmp(attn, "plain") == 0);
+    c->attention_mode = !attn || !*attn || std::strcmp(attn, "flash") == 0 ? CUDA_ATTN_FLASH
+                        : std::strcmp(attn, "gemm") == 0                   ? CUDA_ATTN_GEMM
+                        : std::strcmp(attn, "plain") == 0                  ? CUDA_ATTN_PLAIN
+                                                                           : -1;
+    if (c->attention_mode < 0)
+        mhe_fatal("MHE_CUDA_ATTENTION=%s: expected flash, gemm or plain", attn);
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

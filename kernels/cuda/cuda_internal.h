@@ -11,7 +11,7 @@
 struct CudaCtx {
     int device;
     int bf16;
-    int attention_gemm;           // attention through cuBLAS (else the plain kernels)
+    int attention_mode;           // CUDA_ATTN_FLASH (default), _GEMM, _PLAIN: MHE_CUDA_ATTENTION
     cudaStream_t stream;
     cublasHandle_t blas;
     __nv_bfloat16 *bf16_scratch;  // matmul operands rounded to bf16 (grow-only)
@@ -70,6 +70,19 @@ struct GemmHeads {
 // per head (C.ratio == 1): shared-head gradients are summed by the caller.
 void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
                      GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads);
+
+enum { CUDA_ATTN_FLASH, CUDA_ATTN_GEMM, CUDA_ATTN_PLAIN };
+
+// Fused attention (cuda_flash.cu): shapes whose tiles fit in shared memory; saved = L and
+// Opre, scratch = D (floats).  The out_scale/out_shift gradients are the caller's (from Opre,
+// the second part of `saved`, [B, T, n, v_dim]).
+int cuda_flash_supported(const AttnShape *s);
+void cuda_flash_sizes(const AttnShape *s, size_t *saved, size_t *scratch);
+void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                        const float *v, float *out, float *saved);
+void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                         const float *v, const float *saved, const float *dout, float *dq,
+                         float *dk, float *dv, float *dkey_bias, float *scratch);
 
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);
