@@ -12,6 +12,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <nccl.h>
 // Launch through one macro so the emulation (a function call) and nvcc (<<<>>>) share sources;
 // `cost` (an MheCost) is recorded for the cost model first.  The if/else form keeps a
@@ -21,7 +22,7 @@
     } else                                                    \
         kernel<<<(grid), (block), (shmem), (stream)>>>
 #define MHE_DYNAMIC_SHARED(type, name)                               \
-    extern __shared__ __align__(16) unsigned char mhe_dynamic_smem[]; \
+    extern __shared__ __align__(128) unsigned char mhe_dynamic_smem[]; \
     type *name = reinterpret_cast<type *>(mhe_dynamic_smem)
 #endif
 

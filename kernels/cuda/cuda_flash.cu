@@ -306,6 +306,10 @@ static double tiles(int T, int per) { return (double)((T + per - 1) / per); }
 
 void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                         const float *v, float *out, float *saved) {
+    if (cuda_flash_tc_supported(be, s)) {
+        cuda_flash_tc_forward(be, s, q, k, v, out, saved);
+        return;
+    }
     const FlashArgs f = flash_args(be, s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     float *lse = saved, *opre = saved + rows_n;
@@ -329,6 +333,10 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
     MHE_LAUNCH(flash_rowdot_kernel, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
                mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n)))(f, dout, opre, D);
     CUDA_CHECK_LAUNCH();
+    if (cuda_flash_tc_supported(be, s)) {
+        cuda_flash_tc_backward(be, s, q, k, v, saved, dout, D, dq, dk, dv, dkey_bias);
+        return;
+    }
     const unsigned ntiles = (unsigned)((s->T + FLASH_ROWS - 1) / FLASH_ROWS);
     if (dk || dv || dkey_bias) {
         const MheCost cost = mhe_cost(tt * (4 * dqd + 4 * dvd + 10),

@@ -84,6 +84,15 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
                          const float *v, const float *saved, const float *dout, float *dq,
                          float *dk, float *dv, float *dkey_bias, float *scratch);
 
+// The same on tensor cores (cuda_flash_tc.cu), bf16 mode with qk_dim == v_dim in {16, 32, 64};
+// cuda_flash_forward/backward dispatch to it.  D: the backward's row dots (scratch).
+int cuda_flash_tc_supported(Backend *be, const AttnShape *s);
+void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                           const float *v, float *out, float *saved);
+void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                            const float *v, const float *saved, const float *dout, const float *D,
+                            float *dq, float *dk, float *dv, float *dkey_bias);
+
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);
 void cuda_install_attention(Backend *be);

@@ -421,6 +421,10 @@ static const AttnCase ATTN_CASES[] = {
         {"mha T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 8, 8, 1, 1, 0, 0, 0, 0.1f, 0},
         {"mhe T=70 shared qkv, bias, scale, shift", 1, 70, 3, 1, 1, 1, 6, 5, 0, 1, 1, 1, 1, 0.1f, 0},
         {"gqa T=37 dq != dv, causal", 2, 37, 4, 4, 2, 1, 4, 6, 1, 0, 0, 1, 0, 0.0f, 0},
+        // Head dims of the tensor-core kernels (bf16 mode; fp32 mode runs the CUDA-core ones).
+        {"mha d=16 T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
+        {"mhe d=32 T=37 shared qkv, bias, scale, shift", 1, 37, 3, 1, 1, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
+        {"gqa d=16 T=33 k 2 v 1 of 4, masked seq", 2, 33, 4, 4, 2, 1, 16, 16, 0, 1, 1, 0, 1, 0.0f, 1},
 };
 
 static void run_attention_cases(Fix *f, double tol) {
