@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 typedef struct {
     char dir[256];

@@ -20,7 +20,7 @@
 #include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ops.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 
 static const CostEntry *find(const CostReport *r, const char *label) {
     for (int i = 0; i < r->n_top; i++)
@@ -96,7 +96,9 @@ static void test_single_calls(void **state) {
 }
 
 // One forward + backward of a small model, recorded: the GEMM FLOPs are model_step_flops.
-static void check_step(Arch arch, AttentionType type, int bf16) {
+// gemm_path: attention through cuBLAS (MHE_CUDA_ATTENTION=gemm), so every product of the model
+// is a GEMM; else the default fused attention, whose T x T products are kernel FLOPs.
+static void check_step(Arch arch, AttentionType type, int bf16, int gemm_path) {
     Config cfg;
     config_defaults(&cfg);
     cfg.model.arch = arch;
@@ -110,7 +112,9 @@ static void check_step(Arch arch, AttentionType type, int bf16) {
     cfg.data.seq_len = 0;
     config_resolve(&cfg, "test_cuda_cost");
     const int B = 3, T = 37;
+    if (gemm_path) setenv("MHE_CUDA_ATTENTION", "gemm", 1);
     Backend *be = backend_cuda_create(0, bf16);
+    unsetenv("MHE_CUDA_ATTENTION");
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, 1);
     int32_t ids[3 * 37], labels[3 * 37];
@@ -127,13 +131,16 @@ static void check_step(Arch arch, AttentionType type, int bf16) {
     // mhe_mul scales the attention output per head (out_scale): its gradient needs
     // O = dropout(P) V again, one [T, T] x [T, d] product per head per layer (2 B n T^2 d FLOPs)
     // that model_step_flops does not count.
-    const double recompute = type == ATTN_MHE_MUL ? cfg.model.layers * 2.0 * B * cfg.model.heads * T * T * cfg.model.head_dim : 0;
-    const double want = model_step_flops(m, B, T) + recompute;
-    printf("  %s %s %s: gemm flops %.6e expected %.6e, %ld launches, predicted %.1f us\n",
+    const double recompute = gemm_path && type == ATTN_MHE_MUL ? cfg.model.layers * 2.0 * B * cfg.model.heads * T * T * cfg.model.head_dim : 0;
+    // The attention products (forward 2 B n T^2 (d_qk + d_v) per layer, backward twice that).
+    const double attention = cfg.model.layers * 3.0 * 2.0 * B * cfg.model.heads * T * T * 2.0 * cfg.model.head_dim;
+    const double want = model_step_flops(m, B, T) + recompute - (gemm_path ? 0.0 : attention);
+    printf("  %s %s %s %s: gemm flops %.6e expected %.6e, %ld launches, predicted %.1f us\n",
            arch == ARCH_BERT ? "bert" : "gpt", type == ATTN_MHA ? "mha" : "mhe_mul", bf16 ? "bf16" : "fp32",
-           r.gemm_flops, want, r.launches, 1e6 * r.seconds);
+           gemm_path ? "gemm" : "flash", r.gemm_flops, want, r.launches, 1e6 * r.seconds);
     assert_true(fabs(r.gemm_flops - want) <= 1e-12 * want);
-    assert_true((bf16 ? r.tc_flops : r.flops) >= want);
+    // The fused kernels recompute P in the backward: at least the model's attention FLOPs.
+    assert_true(r.tc_flops + r.flops >= want + (gemm_path ? 0.0 : attention));
     long calls = 0;
     double sum = 0;
     for (int c = 0; c < OPC_COUNT; c++) {
@@ -152,12 +159,13 @@ static void check_step(Arch arch, AttentionType type, int bf16) {
 static void test_step_flops(void **state) {
     (void)state;
     assert_int_equal(backend_cuda_cost_dry_run(1), 1);
-    for (int bf16 = 0; bf16 <= 1; bf16++) {
-        check_step(ARCH_BERT, ATTN_MHA, bf16);
-        check_step(ARCH_BERT, ATTN_MHE_MUL, bf16);
-        check_step(ARCH_GPT, ATTN_MHA, bf16);
-        check_step(ARCH_GPT, ATTN_MHE_MUL, bf16);
-    }
+    for (int gemm_path = 0; gemm_path <= 1; gemm_path++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            check_step(ARCH_BERT, ATTN_MHA, bf16, gemm_path);
+            check_step(ARCH_BERT, ATTN_MHE_MUL, bf16, gemm_path);
+            check_step(ARCH_GPT, ATTN_MHA, bf16, gemm_path);
+            check_step(ARCH_GPT, ATTN_MHE_MUL, bf16, gemm_path);
+        }
 }
 
 int main(void) {

@@ -18,7 +18,7 @@
 #include "common/rng.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ops.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 
 #define B_ 2
 #define T_ 7

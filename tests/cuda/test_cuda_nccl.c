@@ -18,7 +18,7 @@
 #include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_nccl.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 
 #define T_ 6
 #define V_ 19

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
-#include "trainer/config.h"
+#include "trainer/config/config.h"
 
 static char dir[64], vocab[4096];
 

@@ -2,7 +2,7 @@
 //
 // For each case (bert/gpt x every attention type, non-default norm placement, activation and
 // head size): random non-trivial weights -> checkpoint_save -> `mhetrain export` -> our logits
-// from trainer/model.h on real book text tokenized by data/tokenizer.h.  One Python run
+// from trainer/model/model.h on real book text tokenized by data/tokenizer.h.  One Python run
 // (check_export.py, venv transformers 4.41.2) then loads every export with AutoTokenizer and
 // AutoModelFor{MaskedLM,CausalLM}.from_pretrained and records, per case: the class it got,
 // missing/unexpected keys, whether AutoTokenizer's ids equal ours, and
@@ -29,9 +29,9 @@
 #include "common/rng.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
-#include "trainer/checkpoint.h"
-#include "trainer/model.h"
-#include "trainer/safetensors.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/model/model.h"
+#include "trainer/io/safetensors.h"
 
 #define REL_TOL 1e-5
 #define MAX_SEQ 64

@@ -12,8 +12,8 @@
 #include "common/rng.h"
 #include "kernels/backend_info.h"
 #include "kernels/ops.h"
-#include "trainer/config.h"
-#include "trainer/model.h"
+#include "trainer/config/config.h"
+#include "trainer/model/model.h"
 
 static double now_s(void) {
     struct timespec ts;

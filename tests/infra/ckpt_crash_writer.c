@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 #include "tests/infra/crash_model.h"
-#include "trainer/checkpoint.h"
+#include "trainer/io/checkpoint.h"
 
 int main(int argc, char **argv) {
     if (argc != 4) mhe_fail("usage: ckpt_crash_writer OUT_DIR FIRST_STEP COUNT");

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "trainer/params.h"
+#include "trainer/model/params.h"
 
 // Tensors of every kind with awkward sizes; `scale` multiplies every dimension so the crash
 // test can make checkpoints large enough to be killed mid-write.

@@ -17,7 +17,8 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "tests/infra/infra_util.h"
-#include "trainer/checkpoint.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/train/optim.h"  // optim_state_init: the state the checkpoint holds
 
 typedef struct {
     ParamTable t;

@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 #include "tests/infra/infra_util.h"
-#include "trainer/metrics.h"
+#include "trainer/io/metrics.h"
 
 static void test_jsonl_lines_are_exact_and_parse(void **state) {
     (void)state;

@@ -17,8 +17,8 @@
 #include "common/rng.h"
 #include "kernels/ops.h"
 #include "tests/infra/infra_util.h"
-#include "trainer/optim.h"
-#include "trainer/safetensors.h"
+#include "trainer/train/optim.h"
+#include "trainer/io/safetensors.h"
 
 #define STEPS 6
 // fp32 arithmetic in a slightly different order than torch's kernels: a few ulps.

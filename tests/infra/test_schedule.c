@@ -7,7 +7,7 @@
 #include <cmocka.h>
 #include <math.h>
 
-#include "trainer/schedule.h"
+#include "trainer/train/schedule.h"
 
 static OptimConfig make(ScheduleKind k, int warmup) {
     OptimConfig o = {0};

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "trainer/signals.h"
+#include "trainer/train/signals.h"
 
 static void test_raise_sets_the_flag(void **state) {
     (void)state;

@@ -14,8 +14,8 @@
 
 #include "common/error.h"
 #include "tests/infra/infra_util.h"
-#include "trainer/metrics.h"
-#include "trainer/tensorboard.h"
+#include "trainer/io/metrics.h"
+#include "trainer/io/tensorboard.h"
 
 #define STEPS 25
 #define BIG_STEP 5000000000LL  // beyond 32 bits: exercises the int64 varint

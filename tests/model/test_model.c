@@ -19,8 +19,8 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
-#include "trainer/model.h"
-#include "trainer/safetensors.h"
+#include "trainer/model/model.h"
+#include "trainer/io/safetensors.h"
 
 #define B_ 2
 #define T_ 7

@@ -13,7 +13,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
-#include "trainer/model.h"
+#include "trainer/model/model.h"
 
 static void tiny_config(Config *cfg, Arch arch, AttentionType type, float dropout) {
     config_defaults(cfg);

@@ -1,6 +1,6 @@
 # Hugging Face models for mhetrain checkpoints: BERT-style MLM (MheForMaskedLM) and GPT-style
 # CLM (MheForCausalLM) with any of mhetrain's attention types (DESIGN.md §1).  Parameter names
-# are mhetrain's canonical names (trainer/params.c), so an exported model.safetensors is the
+# are mhetrain's canonical names (trainer/model/params.c), so an exported model.safetensors is the
 # checkpoint's own tensors.  `mhetrain export` copies this file and configuration_mhe.py next to
 # config.json; load with AutoModelFor{MaskedLM,CausalLM}.from_pretrained(dir, trust_remote_code=True).
 #

@@ -1,0 +1,29 @@
+#include <string.h>
+
+#include "common/error.h"
+#include "trainer/cli/commands.h"
+
+int cli_wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
+    return 0;
+}
+
+void cli_take_config_arg(CliConfigArgs *a, const char *cmd, const char *arg, void (*usage)(FILE *)) {
+    if (arg[0] == '-' && arg[1] == '-') {
+        usage(stderr);
+        mhe_fail("%s: unknown option '%s'", cmd, arg);
+    }
+    if (!a->path) {
+        a->path = arg;
+        return;
+    }
+    if (a->n_overrides == CLI_MAX_OVERRIDES) mhe_fail("%s: too many overrides", cmd);
+    a->overrides[a->n_overrides++] = (char *)arg;
+}
+
+void cli_require_config(const CliConfigArgs *a, const char *cmd, void (*usage)(FILE *)) {
+    if (a->path) return;
+    usage(stderr);
+    mhe_fail("%s: missing the config file", cmd);
+}

@@ -1,0 +1,65 @@
+// mhetrain eval: evaluate a checkpoint on the validation split.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "common/error.h"
+#include "data/loader.h"
+#include "kernels/backend_info.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
+#include "trainer/train/evaluate.h"
+#include "trainer/model/model.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: mhetrain eval CHECKPOINT [key.path=value ...]\n"
+            "\n"
+            "Evaluates a checkpoint (a step_* directory, or a run's output directory for its newest\n"
+            "valid checkpoint) on the validation split of its config: MLM loss and masked-token\n"
+            "accuracy, or CLM loss and perplexity.  Overrides apply to the checkpoint's config,\n"
+            "e.g. data.valid=[other/valid] train.eval_batches=50.  Prints one JSON line.\n");
+}
+
+int cmd_eval(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc < 2 || argv[1][0] == '-') {
+        usage(stderr);
+        mhe_fail("eval: missing the checkpoint");
+    }
+    Comm *comm = comm_init(&argc, &argv, 0.0f);
+    char *dir = checkpoint_resolve(argv[1]);
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", dir);
+    Config cfg;
+    config_load(&cfg, cfg_path, argc - 2, argv + 2);
+    comm_set_timeout(comm, cfg.dist.timeout_s);
+    if (cfg.data.n_valid == 0) mhe_fail("%s: data.valid names no validation shards", cfg_path);
+    Backend *be = cfg.runtime.device == DEVICE_CUDA
+                      ? backend_cuda_create_for(comm_local_rank(comm), cfg.runtime.precision == PREC_BF16)
+                      : backend_cpu_create(cfg.runtime.threads);
+    Model *m = model_create(&cfg, be, cfg.train.micro_batch, cfg.data.seq_len);
+    const ParamTable *t = model_param_table(m);
+    float *host = mhe_malloc(t->total * sizeof(float));
+    checkpoint_load_weights(dir, t, host);
+    model_set_params(m, host);
+    Loader *valid = loader_open_config(&cfg, true);
+    EvalResult r = evaluate_split(m, valid, comm, cfg.train.eval_batches, NULL);
+    if (comm_rank(comm) == 0)
+        printf("{\"checkpoint\": \"%s\", \"valid_loss\": %.8g, \"%s\": %.8g, \"tokens\": %lld}\n", dir, r.loss,
+               cfg.objective.type == OBJ_MLM ? "valid_accuracy" : "valid_perplexity",
+               cfg.objective.type == OBJ_MLM ? r.accuracy : r.perplexity, (long long)r.tokens);
+    loader_close(valid);
+    free(host);
+    model_free(m);
+    be->destroy(be);
+    config_free(&cfg);
+    free(dir);
+    comm_finalize(comm);
+    return 0;
+}

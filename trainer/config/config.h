@@ -1,0 +1,175 @@
+// The experiment configuration: one typed struct per YAML section (DESIGN.md §1-§6).
+// config.c parses YAML strictly into it; defaults are documented in README.md.
+#ifndef MHE_TRAINER_CONFIG_H
+#define MHE_TRAINER_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/loader.h"     // Objective, LoaderOptions, Loader
+#include "data/tokenizer.h"  // TokenizerKind, Tokenizer
+
+typedef enum { ARCH_BERT, ARCH_GPT } Arch;
+typedef enum { NORM_POST, NORM_PRE } NormPlacement;
+typedef enum { ACT_GELU_ERF, ACT_GELU_TANH } Activation;
+typedef enum {
+    ATTN_MHA, ATTN_SHA, ATTN_MHE_ADD, ATTN_MHE_MUL, ATTN_MQA, ATTN_GQA,
+    ATTN_EL_ATT, ATTN_SKV, ATTN_COLLAB, ATTN_TYPE_COUNT
+} AttentionType;
+typedef enum { OPT_ADAMW, OPT_LAMB } OptimizerKind;
+typedef enum { SCHED_LINEAR, SCHED_COSINE, SCHED_CONSTANT } ScheduleKind;
+typedef enum { NONFINITE_SKIP, NONFINITE_STOP } NonfinitePolicy;
+typedef enum { DIST_AUTO, DIST_MPI, DIST_NCCL } DistBackend;
+typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
+typedef enum { PREC_FP32, PREC_BF16 } Precision;
+
+typedef struct {
+    Arch arch;
+    int layers;          // L
+    int hidden;          // D
+    int heads;           // n
+    int head_dim;        // d; config value 0 means D/n, resolved on load
+    int ffn;             // 0 means 4D, resolved on load
+    int vocab_size;
+    int max_seq;         // learned position embeddings
+    int type_vocab;      // BERT token types (0 for gpt)
+    NormPlacement norm;  // default: post for bert, pre for gpt
+    Activation activation;  // default: erf for bert, tanh for gpt
+    float ln_eps;        // default: 1e-12 bert, 1e-5 gpt
+    float dropout;       // hidden dropout
+    float attn_dropout;  // dropout on attention probabilities
+    float init_std;      // N(0, init_std) for weights
+} ModelConfig;
+
+typedef struct {
+    AttentionType type;
+    int groups;          // gqa: number of K/V heads (divides heads)
+    int collab_dim;      // collab: D~ (0 means n*d)
+    float embed_std;     // mhe_*: head embeddings ~ N(0, embed_std)
+    bool fast_path;      // mhe_*: use the shared-score / shared-K,V identities
+} AttentionConfig;
+
+typedef struct {
+    Objective type;           // default: mlm for bert, clm for gpt
+    float mask_prob;          // fraction of non-special positions selected (MLM)
+    float mask_token_frac;    // of those, replaced by [MASK]
+    float random_token_frac;  // of those, replaced by a random token (rest unchanged)
+    bool whole_word;          // whole-word masking (WordPiece ## continuation)
+} ObjectiveConfig;
+
+#define MHE_MAX_PATHS 16
+typedef struct {
+    int n_train;
+    char *train[MHE_MAX_PATHS];  // shard prefixes (without .bin/.idx) or globs
+    int n_valid;
+    char *valid[MHE_MAX_PATHS];
+    char *tokenizer;             // tokenizer file (vocab.txt, tokenizer.json, vocab.json)
+    TokenizerKind tokenizer_kind;
+    int seq_len;                 // training sequence length (<= model.max_seq)
+    uint64_t shuffle_seed;
+} DataConfig;
+
+typedef struct {
+    OptimizerKind name;
+    float lr;
+    float beta1, beta2, eps;
+    float weight_decay;
+    bool decay_all;        // also decay biases, LayerNorm and embeddings
+    float clip_norm;       // 0 disables clipping
+    ScheduleKind schedule;
+    int warmup_steps;
+    float min_lr;          // floor of the decay
+} OptimConfig;
+
+typedef struct {
+    int global_batch;      // sequences per optimizer step, over all workers
+    int micro_batch;       // sequences per forward/backward on one worker
+    int64_t steps;         // 0: derived from tokens
+    int64_t tokens;        // token budget (0: use steps)
+    uint64_t seed;
+    int log_every;
+    int eval_every;        // 0: only at the end
+    int eval_batches;
+    int checkpoint_every;  // 0: only at the end
+    int keep_last;         // checkpoints kept (0 keeps all)
+    char *out_dir;
+    NonfinitePolicy on_nonfinite;
+    char *init_from;       // weights-only initialisation from a checkpoint ("" = none)
+} TrainConfig;
+
+typedef struct {
+    DistBackend backend;
+    float bucket_mb;
+    int zero;              // 0 or 1
+    float timeout_s;
+} DistConfig;
+
+typedef struct {
+    Device device;
+    int threads;           // 0: OpenMP default
+    Precision precision;
+} RuntimeConfig;
+
+typedef struct {
+    ModelConfig model;
+    AttentionConfig attention;
+    ObjectiveConfig objective;
+    DataConfig data;
+    OptimConfig optim;
+    TrainConfig train;
+    DistConfig dist;
+    RuntimeConfig runtime;
+    char *source;          // the top-level file it was loaded from
+    // CONFIG_SET_* bits: arch-dependent fields the user gave explicitly, so config_resolve
+    // keeps them instead of applying the arch default.  config_resolve sets the bits of the
+    // fields it resolved, which makes resolving twice a no-op.
+    unsigned explicit_fields;
+} Config;
+
+enum {
+    CONFIG_SET_NORM = 1u << 0,
+    CONFIG_SET_ACTIVATION = 1u << 1,
+    CONFIG_SET_LN_EPS = 1u << 2,
+    CONFIG_SET_TYPE_VOCAB = 1u << 3,
+    CONFIG_SET_OBJECTIVE = 1u << 4,
+    CONFIG_SET_TOKENIZER_KIND = 1u << 5,
+    CONFIG_SET_STEPS = 1u << 6,
+};
+
+// Defaults for every field (strings allocated).  arch-dependent fields stay unresolved:
+// set model.arch (and anything else) and call config_resolve.
+void config_defaults(Config *cfg);
+
+// Loads `path` (following `base:` chains), applies `key.path=value` overrides, resolves
+// arch-dependent defaults and validates.  Any problem: "file:line:col: message", exit 2.
+void config_load(Config *cfg, const char *path, int n_overrides, char **overrides);
+
+// Validation and resolution alone (used by tests that build configs in code).
+// Errors are attributed to `where`.  Resolution fills model.norm, activation, ln_eps,
+// type_vocab, objective.type and data.tokenizer_kind from model.arch unless their
+// CONFIG_SET_* bit is in cfg->explicit_fields: code that wants e.g. a pre-LN BERT sets
+// `cfg.model.norm = NORM_PRE; cfg.explicit_fields |= CONFIG_SET_NORM;`.  It also replaces
+// head_dim 0 (D/n), ffn 0 (4D), collab_dim 0 (n*d), data.seq_len 0 (max_seq) and derives
+// train.steps from train.tokens.
+void config_resolve(Config *cfg, const char *where);
+
+// Writes the fully resolved config as YAML that config_load reads back to the same struct.
+void config_write_yaml(const Config *cfg, FILE *out);
+
+void config_free(Config *cfg);
+
+// Names used in YAML and in messages.
+const char *attention_type_name(AttentionType t);
+const char *arch_name(Arch a);
+const char *objective_name(Objective o);
+
+// The data loader from a resolved Config (config_data.c).  loader_options_from_config fills
+// opt from the config and its tokenizer; the continuation table (whole-word masking) is
+// allocated into *continuation (free it after loader_close).  loader_open_config loads the
+// tokenizer named by the config and opens data.train (valid=false) or data.valid.
+void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
+                                uint8_t **continuation);
+Loader *loader_open_config(const Config *cfg, bool valid);
+
+#endif

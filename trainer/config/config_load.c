@@ -1,0 +1,323 @@
+// config_load: YAML files (with base: chains) and key=value overrides into a Config, strictly
+// typed: every key must be known and every value must have the field's type.
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "trainer/config/config.h"
+#include "trainer/config/config_internal.h"
+#include "trainer/config/config_tree.h"
+
+typedef enum { F_INT, F_I64, F_U64, F_FLOAT, F_BOOL, F_ENUM, F_STRING, F_PATHS } FieldType;
+
+typedef struct {
+    const char *section;
+    const char *key;
+    FieldType type;
+    size_t offset;
+    const char *const *names;  // F_ENUM spellings
+    unsigned set_bit;          // CONFIG_SET_* recorded when the key is given
+    size_t count_offset;       // F_PATHS: where the number of paths goes
+} Field;
+
+#define OFF(member) offsetof(Config, member)
+#define INT(s, k) {#s, #k, F_INT, OFF(s.k), NULL, 0, 0}
+#define INT_BIT(s, k, bit) {#s, #k, F_INT, OFF(s.k), NULL, bit, 0}
+#define I64(s, k) {#s, #k, F_I64, OFF(s.k), NULL, 0, 0}
+#define U64(s, k) {#s, #k, F_U64, OFF(s.k), NULL, 0, 0}
+#define FLT(s, k) {#s, #k, F_FLOAT, OFF(s.k), NULL, 0, 0}
+#define BOOL(s, k) {#s, #k, F_BOOL, OFF(s.k), NULL, 0, 0}
+#define ENUM(s, k, names, bit) {#s, #k, F_ENUM, OFF(s.k), names, bit, 0}
+#define STR(s, k) {#s, #k, F_STRING, OFF(s.k), NULL, 0, 0}
+#define PATHS(s, k, n) {#s, #k, F_PATHS, OFF(s.k), NULL, 0, OFF(s.n)}
+
+// Every key a config may contain; configs/README.md documents the same list.
+static const Field FIELDS[] = {
+    ENUM(model, arch, CONFIG_ARCH_NAMES, 0),
+    INT(model, layers),
+    INT(model, hidden),
+    INT(model, heads),
+    INT(model, head_dim),
+    INT(model, ffn),
+    INT(model, vocab_size),
+    INT(model, max_seq),
+    INT_BIT(model, type_vocab, CONFIG_SET_TYPE_VOCAB),
+    ENUM(model, norm, CONFIG_NORM_NAMES, CONFIG_SET_NORM),
+    ENUM(model, activation, CONFIG_ACTIVATION_NAMES, CONFIG_SET_ACTIVATION),
+    {"model", "ln_eps", F_FLOAT, OFF(model.ln_eps), NULL, CONFIG_SET_LN_EPS, 0},
+    FLT(model, dropout),
+    FLT(model, attn_dropout),
+    FLT(model, init_std),
+
+    ENUM(attention, type, CONFIG_ATTENTION_NAMES, 0),
+    INT(attention, groups),
+    INT(attention, collab_dim),
+    FLT(attention, embed_std),
+    BOOL(attention, fast_path),
+
+    ENUM(objective, type, CONFIG_OBJECTIVE_NAMES, CONFIG_SET_OBJECTIVE),
+    FLT(objective, mask_prob),
+    FLT(objective, mask_token_frac),
+    FLT(objective, random_token_frac),
+    BOOL(objective, whole_word),
+
+    PATHS(data, train, n_train),
+    PATHS(data, valid, n_valid),
+    STR(data, tokenizer),
+    ENUM(data, tokenizer_kind, CONFIG_TOKENIZER_NAMES, CONFIG_SET_TOKENIZER_KIND),
+    INT(data, seq_len),
+    U64(data, shuffle_seed),
+
+    ENUM(optim, name, CONFIG_OPTIMIZER_NAMES, 0),
+    FLT(optim, lr),
+    FLT(optim, beta1),
+    FLT(optim, beta2),
+    FLT(optim, eps),
+    FLT(optim, weight_decay),
+    BOOL(optim, decay_all),
+    FLT(optim, clip_norm),
+    ENUM(optim, schedule, CONFIG_SCHEDULE_NAMES, 0),
+    INT(optim, warmup_steps),
+    FLT(optim, min_lr),
+
+    INT(train, global_batch),
+    INT(train, micro_batch),
+    {"train", "steps", F_I64, OFF(train.steps), NULL, CONFIG_SET_STEPS, 0},
+    I64(train, tokens),
+    U64(train, seed),
+    INT(train, log_every),
+    INT(train, eval_every),
+    INT(train, eval_batches),
+    INT(train, checkpoint_every),
+    INT(train, keep_last),
+    STR(train, out_dir),
+    ENUM(train, on_nonfinite, CONFIG_NONFINITE_NAMES, 0),
+    STR(train, init_from),
+
+    ENUM(dist, backend, CONFIG_BACKEND_NAMES, 0),
+    FLT(dist, bucket_mb),
+    INT(dist, zero),
+    FLT(dist, timeout_s),
+
+    ENUM(runtime, device, CONFIG_DEVICE_NAMES, 0),
+    INT(runtime, threads),
+    ENUM(runtime, precision, CONFIG_PRECISION_NAMES, 0),
+};
+// Enum fields are written through an int pointer.
+_Static_assert(sizeof(AttentionType) == sizeof(int) && sizeof(Arch) == sizeof(int),
+               "enums must be int-sized");
+
+#define N_FIELDS (int)(sizeof FIELDS / sizeof *FIELDS)
+
+static const char *const SECTIONS[] = {"model", "data", "attention", "objective",
+                                       "optim", "train", "dist", "runtime", NULL};
+
+static _Noreturn void fail_node(const CNode *n, const char *key, const char *what) {
+    const char *found = n->kind == CNODE_SEQ   ? "a list"
+                        : n->kind == CNODE_MAP ? "a mapping"
+                        : cnode_is_null(n)     ? "nothing"
+                                               : NULL;
+    if (found) mhe_fail_at(n->file, n->line, n->col, "%s: expected %s, found %s", key, what, found);
+    char shown[CNODE_SHOW_MAX];
+    mhe_fail_at(n->file, n->line, n->col, "%s: expected %s, found %s'%s'", key, what,
+                n->quoted ? "the string " : "", cnode_show(n->text, shown));
+}
+
+static const char *plain_scalar(const CNode *n, const char *key, const char *what) {
+    if (n->kind != CNODE_SCALAR || n->quoted || cnode_is_null(n)) fail_node(n, key, what);
+    return n->text;
+}
+
+// Integers in decimal; an exact float literal (1e9, 2.0) is accepted too, for token budgets.
+static long long parse_integer(const CNode *n, const char *key, long long lo, long long hi) {
+    const char *what = "an integer";
+    const char *s = plain_scalar(n, key, what);
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0' || end == s || errno) {
+        errno = 0;
+        double d = strtod(s, &end);
+        if (*end != '\0' || end == s || errno || !isfinite(d) || d != floor(d) ||
+            fabs(d) > 9.2e18)
+            fail_node(n, key, what);
+        v = (long long)d;
+    }
+    if (v < lo || v > hi)
+        mhe_fail_at(n->file, n->line, n->col, "%s: expected an integer in [%lld, %lld], found %s",
+                    key, lo, hi, s);
+    return v;
+}
+
+static unsigned long long parse_unsigned(const CNode *n, const char *key) {
+    const char *s = plain_scalar(n, key, "a non-negative integer");
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || end == s || errno || s[0] == '-')
+        fail_node(n, key, "a non-negative integer");
+    return v;
+}
+
+static float parse_float(const CNode *n, const char *key) {
+    const char *s = plain_scalar(n, key, "a number");
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (*end != '\0' || end == s || !isfinite(d) || fabs(d) > 3.4e38) fail_node(n, key, "a finite number");
+    return (float)d;
+}
+
+static bool parse_bool(const CNode *n, const char *key) {
+    const char *s = plain_scalar(n, key, "true or false");
+    if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE")) return true;
+    if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE")) return false;
+    fail_node(n, key, "true or false");
+}
+
+static int parse_enum(const CNode *n, const char *key, const char *const *names) {
+    char expected[256] = "one of";
+    for (int i = 0; names[i]; i++) {
+        strcat(expected, i ? ", " : " ");
+        strcat(expected, names[i]);
+    }
+    if (n->kind != CNODE_SCALAR || cnode_is_null(n)) fail_node(n, key, expected);
+    for (int i = 0; names[i]; i++)
+        if (strcmp(n->text, names[i]) == 0) return i;
+    fail_node(n, key, expected);
+}
+
+static char *parse_string(const CNode *n, const char *key) {
+    if (n->kind != CNODE_SCALAR) fail_node(n, key, "a string");
+    return mhe_strdup(cnode_is_null(n) ? "" : n->text);
+}
+
+static void parse_paths(const CNode *n, const char *key, char **paths, int *count) {
+    for (int i = 0; i < *count; i++) free(paths[i]);
+    *count = 0;
+    if (n->kind == CNODE_MAP) fail_node(n, key, "a path or a list of paths");
+    if (n->kind == CNODE_SCALAR) {
+        if (cnode_is_null(n)) return;
+        paths[(*count)++] = mhe_strdup(n->text);
+        return;
+    }
+    if (n->n > MHE_MAX_PATHS)
+        mhe_fail_at(n->file, n->line, n->col, "%s: expected at most %d paths, found %d", key,
+                    MHE_MAX_PATHS, n->n);
+    for (int i = 0; i < n->n; i++) {
+        const CNode *item = n->items[i];
+        if (item->kind != CNODE_SCALAR || cnode_is_null(item) || item->text[0] == '\0')
+            fail_node(item, key, "a path (a non-empty string)");
+        paths[(*count)++] = mhe_strdup(item->text);
+    }
+}
+
+static void set_field(Config *cfg, const Field *f, const CNode *n, const char *key) {
+    char *p = (char *)cfg + f->offset;
+    switch (f->type) {
+    case F_INT: *(int *)p = (int)parse_integer(n, key, -2147483647LL - 1, 2147483647LL); break;
+    case F_I64: *(int64_t *)p = (int64_t)parse_integer(n, key, INT64_MIN, INT64_MAX); break;
+    case F_U64: *(uint64_t *)p = (uint64_t)parse_unsigned(n, key); break;
+    case F_FLOAT: *(float *)p = parse_float(n, key); break;
+    case F_BOOL: *(bool *)p = parse_bool(n, key); break;
+    case F_ENUM: *(int *)p = parse_enum(n, key, f->names); break;
+    case F_STRING:
+        free(*(char **)p);
+        *(char **)p = parse_string(n, key);
+        break;
+    case F_PATHS: parse_paths(n, key, (char **)p, (int *)((char *)cfg + f->count_offset)); break;
+    }
+}
+
+static void list_keys(char *out, size_t cap, const char *section) {
+    out[0] = '\0';
+    for (int i = 0; i < N_FIELDS; i++) {
+        if (strcmp(FIELDS[i].section, section) != 0) continue;
+        size_t used = strlen(out);
+        snprintf(out + used, cap - used, "%s%s", used ? ", " : "", FIELDS[i].key);
+    }
+}
+
+static void convert_section(Config *cfg, ConfigMarks *marks, const char *section, const CNode *map) {
+    if (cnode_is_null(map)) return;
+    if (map->kind != CNODE_MAP) fail_node(map, section, "a mapping of keys");
+    for (int i = 0; i < map->n; i++) {
+        const CNode *k = map->keys[i];
+        const Field *f = NULL;
+        for (int j = 0; j < N_FIELDS && !f; j++)
+            if (!strcmp(FIELDS[j].section, section) && !strcmp(FIELDS[j].key, k->text)) f = &FIELDS[j];
+        if (!f) {
+            char keys[1024];
+            list_keys(keys, sizeof keys, section);
+            char shown[CNODE_SHOW_MAX];
+            mhe_fail_at(k->file, k->line, k->col, "unknown key '%s' in section %s (expected one of: %s)",
+                        cnode_show(k->text, shown), section, keys);
+        }
+        char full[64];
+        snprintf(full, sizeof full, "%s.%s", section, f->key);
+        const CNode *v = map->items[i];
+        set_field(cfg, f, v, full);
+        cfg->explicit_fields |= f->set_bit;
+        config_marks_set(marks, full, v->file, v->line, v->col);
+    }
+}
+
+static void convert(Config *cfg, ConfigMarks *marks, const CNode *root) {
+    for (int i = 0; i < root->n; i++) {
+        const CNode *k = root->keys[i];
+        int s = 0;
+        while (SECTIONS[s] && strcmp(SECTIONS[s], k->text) != 0) s++;
+        char shown[CNODE_SHOW_MAX];
+        if (!SECTIONS[s])
+            mhe_fail_at(k->file, k->line, k->col,
+                        "unknown section '%s' (expected base, model, attention, objective, data, "
+                        "optim, train, dist or runtime)", cnode_show(k->text, shown));
+    }
+    // Sections in dependency order does not matter for parsing; validation runs afterwards.
+    for (int s = 0; SECTIONS[s]; s++) {
+        const CNode *section = cnode_get(root, SECTIONS[s]);
+        if (section) convert_section(cfg, marks, SECTIONS[s], section);
+    }
+}
+
+// How derived the source of a node is: later overrides > earlier overrides > the loaded file >
+// its base > the base's base.  Files are registered in that loading order.
+static int source_rank(const ConfigFiles *files, int n_config_files, const CNode *node) {
+    for (int i = 0; i < files->count; i++)
+        if (files->names[i] == node->file) return i >= n_config_files ? i : -i;
+    return 0;
+}
+
+// train.steps and train.tokens both set a budget; when they come from different sources, the
+// more derived one wins (a base's `steps: 300` must not block `train.tokens=1e9`).  From the
+// same source they must agree (config_check).  This runs on the merged tree, before typing.
+static void drop_outranked_budget(CNode *root, const ConfigFiles *files, int n_config_files) {
+    CNode *train = cnode_get(root, "train");
+    CNode *steps = cnode_get(train, "steps"), *tokens = cnode_get(train, "tokens");
+    // `steps: 0` explicitly defers to the token budget: nothing to drop.
+    if (!steps || !tokens || (steps->kind == CNODE_SCALAR && strcmp(steps->text, "0") == 0)) return;
+    int rs = source_rank(files, n_config_files, steps);
+    int rt = source_rank(files, n_config_files, tokens);
+    if (rs != rt) cnode_remove(train, rs < rt ? "steps" : "tokens");
+}
+
+void config_load(Config *cfg, const char *path, int n_overrides, char **overrides) {
+    ConfigFiles files = {0};
+    CNode *root = config_tree_load(&files, path);
+    const int n_config_files = files.count;
+    for (int i = 0; i < n_overrides; i++) config_tree_override(&files, root, overrides[i], i + 1);
+    drop_outranked_budget(root, &files, n_config_files);
+    config_defaults(cfg);
+    ConfigMarks marks = {0};
+    marks.fallback_file = path;
+    convert(cfg, &marks, root);
+    config_check(cfg, &marks);
+    free(cfg->source);
+    cfg->source = mhe_strdup(path);
+    config_marks_free(&marks);
+    cnode_free(root);
+    config_files_free(&files);
+}

@@ -1,0 +1,206 @@
+// mhetrain export: picks the format, loads the checkpoint, writes the export directory.
+#include "trainer/io/export.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "trainer/io/checkpoint.h"
+
+#define EXPORT_PATH_MAX 4096
+
+static const char *const MODELING_FILES[] = {"configuration_mhe.py", "modeling_mhe.py"};
+
+static void path_join(char *out, const char *dir, const char *file) {
+    if (snprintf(out, EXPORT_PATH_MAX, "%s/%s", dir, file) >= EXPORT_PATH_MAX)
+        mhe_fail("export: path too long: %s/%s", dir, file);
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void make_dirs(const char *dir) {
+    mhe_mkdirs(dir);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) mhe_fail("export: --out %s is not a directory", dir);
+}
+
+ExportFormat export_native_format(const Config *cfg) {
+    const ModelConfig *m = &cfg->model;
+    if (cfg->attention.type != ATTN_MHA || m->heads * m->head_dim != m->hidden) return EXPORT_MHETRAIN;
+    if (m->arch == ARCH_BERT && m->norm == NORM_POST) return EXPORT_HF_BERT;
+    if (m->arch == ARCH_GPT && m->norm == NORM_PRE) return EXPORT_HF_GPT2;
+    return EXPORT_MHETRAIN;
+}
+
+const char *export_format_unsupported(const Config *cfg, ExportFormat format) {
+    if (format == EXPORT_AUTO || format == EXPORT_MHETRAIN || format == export_native_format(cfg)) return NULL;
+    const ModelConfig *m = &cfg->model;
+    if (format == EXPORT_HF) {
+        if (export_native_format(cfg) != EXPORT_MHETRAIN) return NULL;
+        format = m->arch == ARCH_BERT ? EXPORT_HF_BERT : EXPORT_HF_GPT2;
+    }
+    const Arch want = format == EXPORT_HF_BERT ? ARCH_BERT : ARCH_GPT;
+    if (m->arch != want) return format == EXPORT_HF_BERT ? "BertForMaskedLM needs model.arch bert" : "GPT2LMHeadModel needs model.arch gpt";
+    if (cfg->attention.type != ATTN_MHA) return "stock transformers classes need attention.type mha";
+    if (m->heads * m->head_dim != m->hidden) return "stock transformers classes need heads * head_dim = hidden";
+    return format == EXPORT_HF_BERT ? "BertForMaskedLM is post-LN (model.norm post)" : "GPT2LMHeadModel is pre-LN (model.norm pre)";
+}
+
+// The directory holding configuration_mhe.py and modeling_mhe.py: $MHE_HF_DIR, then relative to
+// the executable (installed: ../share/mhetrain/hf; build tree inside the source: ../trainer/hf),
+// then the source tree this binary was built from.
+static int find_modeling_dir(char *out) {
+    char exe[EXPORT_PATH_MAX], cand[EXPORT_PATH_MAX], probe[EXPORT_PATH_MAX];
+    const char *env = getenv("MHE_HF_DIR");
+    const char *dirs[4];
+    int n = 0;
+    if (env && *env) dirs[n++] = env;
+    char exe_share[EXPORT_PATH_MAX], exe_tree[EXPORT_PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(exe_share, sizeof exe_share, "%.4000s/../share/mhetrain/hf", exe);
+        snprintf(exe_tree, sizeof exe_tree, "%.4000s/../trainer/hf", exe);
+        dirs[n++] = exe_share;
+        dirs[n++] = exe_tree;
+    }
+#ifdef MHE_SOURCE_DIR
+    dirs[n++] = MHE_SOURCE_DIR "/trainer/hf";
+#endif
+    for (int i = 0; i < n; i++) {
+        snprintf(cand, sizeof cand, "%s", dirs[i]);
+        path_join(probe, cand, MODELING_FILES[1]);
+        if (is_file(probe)) {
+            snprintf(out, EXPORT_PATH_MAX, "%s", cand);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void export_copy_modeling_files(const char *dir) {
+    char src_dir[EXPORT_PATH_MAX], src[EXPORT_PATH_MAX], dst[EXPORT_PATH_MAX];
+    if (find_modeling_dir(src_dir) != 0)
+        mhe_fatal("export: cannot find modeling_mhe.py (set MHE_HF_DIR to the folder trainer/hf of the mhetrain "
+                  "sources)");
+    for (size_t i = 0; i < sizeof MODELING_FILES / sizeof MODELING_FILES[0]; i++) {
+        path_join(src, src_dir, MODELING_FILES[i]);
+        path_join(dst, dir, MODELING_FILES[i]);
+        size_t len;
+        char *text = mhe_read_file(src, &len);
+        FILE *f = fopen(dst, "wb");
+        if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("export: cannot write %s", dst);
+        free(text);
+    }
+}
+
+static const char *format_label(ExportFormat f) {
+    switch (f) {
+    case EXPORT_HF_BERT: return "BertForMaskedLM";
+    case EXPORT_HF_GPT2: return "GPT2LMHeadModel";
+    default: return "mhetrain (trust_remote_code=True)";
+    }
+}
+
+// A relative data.tokenizer is relative to where training ran.  When the checkpoint sits at
+// <cwd>/<train.out_dir>/checkpoints/step_N (out_dir relative), that <cwd> is known: returns
+// <cwd>/<path> in `out` when it exists, so export works from any directory.
+static int training_relative(const char *ckpt_dir, const Config *cfg, const char *path, char *out) {
+    char real[PATH_MAX];
+    const char *od = cfg->train.out_dir;
+    if (path[0] == '/' || !od || !*od || od[0] == '/' || !realpath(ckpt_dir, real)) return -1;
+    while (od[0] == '.' && od[1] == '/') od += 2;
+    size_t n = strlen(od);
+    while (n > 0 && od[n - 1] == '/') n--;
+    for (int up = 0; up < 2; up++) {  // strip "/checkpoints/step_N"
+        char *slash = strrchr(real, '/');
+        if (!slash) return -1;
+        *slash = '\0';
+    }
+    size_t len = strlen(real);
+    if (n == 0 || len <= n || real[len - n - 1] != '/' || strncmp(real + len - n, od, n) != 0) return -1;
+    real[len - n - 1] = '\0';
+    if (snprintf(out, EXPORT_PATH_MAX, "%s/%s", real, path) >= EXPORT_PATH_MAX) return -1;
+    struct stat st;
+    return stat(out, &st) == 0 ? 0 : -1;
+}
+
+static Tokenizer *load_tokenizer(const ExportOptions *opt, const Config *cfg, const char *ckpt_dir,
+                                 const char *cfg_path) {
+    if (opt->no_tokenizer) return NULL;
+    const char *path = opt->tokenizer ? opt->tokenizer : cfg->data.tokenizer;
+    if (!path || !*path) {
+        fprintf(stderr, "mhetrain export: %s names no data.tokenizer: no tokenizer files written "
+                        "(pass --tokenizer PATH to add them)\n", cfg_path);
+        return NULL;
+    }
+    struct stat st;
+    char beside_run[EXPORT_PATH_MAX];
+    if (stat(path, &st) != 0 && !opt->tokenizer && training_relative(ckpt_dir, cfg, path, beside_run) == 0) {
+        fprintf(stderr, "mhetrain export: tokenizer %s taken as %s (relative to the training directory)\n", path,
+                beside_run);
+        path = beside_run;
+    }
+    if (stat(path, &st) != 0)
+        mhe_fail("export: tokenizer %s (%s) not found: pass --tokenizer PATH or --no-tokenizer", path,
+                 opt->tokenizer ? "--tokenizer" : "data.tokenizer of the checkpoint's config");
+    Tokenizer *tok = tokenizer_load(path);
+    if (tokenizer_vocab_size(tok) > cfg->model.vocab_size)
+        mhe_fail("export: tokenizer %s has %d tokens but the model's vocab_size is %d", path, tokenizer_vocab_size(tok),
+                 cfg->model.vocab_size);
+    return tok;
+}
+
+void export_run(const ExportOptions *opt) {
+    char *dir = checkpoint_resolve(opt->checkpoint);
+    char why[EXPORT_PATH_MAX + 256];
+    if (checkpoint_validate(dir, why, sizeof why) != 0) mhe_fail("export: %s", why);
+    char cfg_path[EXPORT_PATH_MAX], path[EXPORT_PATH_MAX];
+    path_join(cfg_path, dir, "config.yaml");
+    Config cfg;
+    config_load(&cfg, cfg_path, 0, NULL);
+
+    const char *bad = export_format_unsupported(&cfg, opt->format);
+    if (bad) mhe_fail("export: %s: cannot export as a stock transformers model: %s", cfg_path, bad);
+    const ExportFormat format = opt->format == EXPORT_MHETRAIN ? EXPORT_MHETRAIN : export_native_format(&cfg);
+
+    ParamTable t;
+    param_table_build(&t, &cfg);
+    float *params = mhe_malloc(t.total * sizeof(float));
+    checkpoint_load_weights(dir, &t, params);
+    Tokenizer *tok = load_tokenizer(opt, &cfg, dir, cfg_path);
+
+    make_dirs(opt->out_dir);
+    // Exporting into the checkpoint itself would overwrite its model.safetensors (other names).
+    char real_out[PATH_MAX], real_ckpt[PATH_MAX];
+    if (realpath(opt->out_dir, real_out) && realpath(dir, real_ckpt) && strcmp(real_out, real_ckpt) == 0)
+        mhe_fail("export: --out %s is the checkpoint directory itself: choose another directory", opt->out_dir);
+    path_join(path, opt->out_dir, "model.safetensors");
+    export_write_weights(&cfg, &t, params, format, path);
+    path_join(path, opt->out_dir, "config.json");
+    export_write_config(&cfg, format, tok, path);
+    if (format == EXPORT_MHETRAIN) export_copy_modeling_files(opt->out_dir);
+    if (tok) export_write_tokenizer(tok, &cfg, opt->out_dir);
+    path_join(path, opt->out_dir, "README.md");
+    export_write_card(&cfg, format, dir, tok != NULL, path);
+
+    printf("exported %s (%s %s, %zu parameters) to %s as %s%s\n", dir, arch_name(cfg.model.arch),
+           attention_type_name(cfg.attention.type), t.total, opt->out_dir, format_label(format),
+           tok ? " with tokenizer files" : "");
+    if (tok) tokenizer_free(tok);
+    free(params);
+    param_table_free(&t);
+    config_free(&cfg);
+    free(dir);
+}

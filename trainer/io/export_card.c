@@ -1,0 +1,39 @@
+// DIR/README.md of an export: what the model is and the three lines that load it.
+#include <stdio.h>
+
+#include "common/error.h"
+#include "trainer/io/export.h"
+
+void export_write_card(const Config *cfg, ExportFormat format, const char *checkpoint, int with_tokenizer,
+                       const char *path) {
+    const ModelConfig *m = &cfg->model;
+    const int bert = m->arch == ARCH_BERT;
+    const char *auto_cls = bert ? "AutoModelForMaskedLM" : "AutoModelForCausalLM";
+    const char *cls = format == EXPORT_HF_BERT   ? "BertForMaskedLM"
+                      : format == EXPORT_HF_GPT2 ? "GPT2LMHeadModel"
+                      : bert                     ? "MheForMaskedLM (modeling_mhe.py)"
+                                                 : "MheForCausalLM (modeling_mhe.py)";
+    FILE *f = fopen(path, "w");
+    if (!f) mhe_fatal("export: cannot write %s", path);
+    fprintf(f,
+            "# %s %s model exported by mhetrain\n\n"
+            "- exported from: `%s`\n"
+            "- architecture: %s, %s-LN, %d layers, hidden %d, %d heads of size %d, FFN %d, vocabulary %d, "
+            "max sequence %d\n"
+            "- attention: `%s`%s\n"
+            "- transformers class: %s\n"
+            "- weights: `model.safetensors`, fp32\n\n"
+            "```python\n"
+            "from transformers import AutoTokenizer, %s\n"
+            "model = %s.from_pretrained(\"path/to/this/dir\"%s).eval()\n",
+            arch_name(m->arch), attention_type_name(cfg->attention.type), checkpoint,
+            bert ? "BERT-style masked LM" : "GPT-style causal LM", m->norm == NORM_PRE ? "pre" : "post", m->layers,
+            m->hidden, m->heads, m->head_dim, m->ffn, m->vocab_size, m->max_seq, attention_type_name(cfg->attention.type),
+            format == EXPORT_MHETRAIN ? " (the code is in modeling_mhe.py next to this file)" : "", cls, auto_cls,
+            auto_cls, format == EXPORT_MHETRAIN ? ", trust_remote_code=True" : "");
+    if (with_tokenizer)
+        fprintf(f, "tok = AutoTokenizer.from_pretrained(\"path/to/this/dir\")\n"
+                   "logits = model(**tok(\"Some text.\", return_tensors=\"pt\")).logits\n");
+    fprintf(f, "```\n");
+    if (fclose(f) != 0) mhe_fatal("export: cannot write %s", path);
+}

@@ -1,0 +1,296 @@
+// Model construction: parameter lookup, the activation arena sized up front, accessors.
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "trainer/model/model_internal.h"
+
+AttnPlan attn_plan_for(const Config *cfg, int fast);
+
+static size_t find(const ParamTable *t, const char *fmt, int l) {
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, fmt, l);
+    const ParamTensor *p = param_table_find(t, name);
+    return p ? p->offset : NO_PARAM;
+}
+
+static void lookup_params(Model *m) {
+    const ParamTable *t = &m->table;
+    m->word = find(t, "embed.word", 0);
+    m->pos = find(t, "embed.pos", 0);
+    m->type = find(t, "embed.type", 0);
+    m->eln_g = find(t, "embed.ln.weight", 0);
+    m->eln_b = find(t, "embed.ln.bias", 0);
+    m->fln_g = find(t, "final_ln.weight", 0);
+    m->fln_b = find(t, "final_ln.bias", 0);
+    m->hd_w = find(t, "head.dense.weight", 0);
+    m->hd_b = find(t, "head.dense.bias", 0);
+    m->hln_g = find(t, "head.ln.weight", 0);
+    m->hln_b = find(t, "head.ln.bias", 0);
+    m->head_bias = find(t, "head.bias", 0);
+    m->lp = mhe_calloc((size_t)m->cfg.model.layers, sizeof *m->lp);
+    for (int l = 0; l < m->cfg.model.layers; l++) {
+        LayerParams *p = &m->lp[l];
+        p->wq = find(t, "layers.%d.attn.q.weight", l);
+        p->bq = find(t, "layers.%d.attn.q.bias", l);
+        p->wk = find(t, "layers.%d.attn.k.weight", l);
+        p->bk = find(t, "layers.%d.attn.k.bias", l);
+        p->wv = find(t, "layers.%d.attn.v.weight", l);
+        p->bv = find(t, "layers.%d.attn.v.bias", l);
+        p->wkv = find(t, "layers.%d.attn.kv.weight", l);
+        p->bkv = find(t, "layers.%d.attn.kv.bias", l);
+        p->wo = find(t, "layers.%d.attn.o.weight", l);
+        p->bo = find(t, "layers.%d.attn.o.bias", l);
+        p->eq = find(t, "layers.%d.attn.head_embed.q", l);
+        p->ek = find(t, "layers.%d.attn.head_embed.k", l);
+        p->ev = find(t, "layers.%d.attn.head_embed.v", l);
+        p->mix = find(t, "layers.%d.attn.mix", l);
+        p->wcb = find(t, "layers.%d.attn.content_bias", l);
+        p->ln1_g = find(t, "layers.%d.ln1.weight", l);
+        p->ln1_b = find(t, "layers.%d.ln1.bias", l);
+        p->ln2_g = find(t, "layers.%d.ln2.weight", l);
+        p->ln2_b = find(t, "layers.%d.ln2.bias", l);
+        p->up_w = find(t, "layers.%d.ffn.up.weight", l);
+        p->up_b = find(t, "layers.%d.ffn.up.bias", l);
+        p->down_w = find(t, "layers.%d.ffn.down.weight", l);
+        p->down_b = find(t, "layers.%d.ffn.down.bias", l);
+    }
+}
+
+// Bump allocator over the arena; with base == NULL it only measures.
+typedef struct {
+    float *base;
+    size_t used;
+} Bump;
+
+static float *take(Bump *b, size_t n) {
+    if (n == 0) return NULL;
+    float *p = b->base ? b->base + b->used : NULL;
+    b->used += (n + 15) / 16 * 16;  // 64-byte aligned slices
+    return p;
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+static void layout(Model *m, Bump *b) {
+    const ModelConfig *mc = &m->cfg.model;
+    const size_t N = (size_t)m->max_batch * m->max_seq;
+    const int D = mc->hidden, F = mc->ffn, V = mc->vocab_size, n = mc->heads, L = mc->layers;
+    const int nd = n * mc->head_dim;
+    const int pre = mc->norm == NORM_PRE;
+    // Room for both fast and plain paths so model_set_fast_path can switch freely.
+    AttnPlan p0 = attn_plan_for(&m->cfg, 0), p1 = attn_plan_for(&m->cfg, 1);
+    const int qc = imax(p0.qc, p1.qc), kc = imax(p0.kc, p1.kc), vc = imax(p0.vc, p1.vc);
+    const int qhc = imax(p0.qhc, p1.qhc), khc = imax(p0.khc, p1.khc), vhc = imax(p0.vhc, p1.vhc);
+    const int kbias = p0.key_bias || p1.key_bias, small = imax(p0.small, p1.small);
+    size_t saved = 0, scratch = 0;
+    for (int fast = 0; fast < 2; fast++) {
+        AttnPlan pl = fast ? p1 : p0;
+        AttnShape s = {0};
+        s.B = m->max_batch;
+        s.T = m->max_seq;
+        s.n_heads = n;
+        s.q_heads = pl.q_heads;
+        s.k_heads = pl.k_heads;
+        s.v_heads = pl.v_heads;
+        s.qk_dim = pl.qk_dim;
+        s.v_dim = pl.v_dim;
+        static const float one = 1.0f;  // only tested for non-NULL by attention_sizes
+        s.out_scale = pl.out_scale ? &one : NULL;
+        size_t sv, sc;
+        m->be->attention_sizes(m->be, &s, &sv, &sc);
+        if (sv > saved) saved = sv;
+        if (sc > scratch) scratch = sc;
+    }
+    m->ids = (int32_t *)take(b, N);
+    m->types = (int32_t *)take(b, N);
+    m->mask = (int32_t *)take(b, N);
+    m->labels = (int32_t *)take(b, N);
+    if (mc->arch == ARCH_BERT) {
+        m->emb = take(b, N * D);
+        m->emb_mean = take(b, N);
+        m->emb_rstd = take(b, N);
+    }
+    for (int l = 0; l <= L; l++) m->xs[l] = take(b, N * D);
+    for (int l = 0; l < L; l++) {
+        LayerActs *a = &m->la[l];
+        a->x = m->xs[l];
+        a->a_in = pre ? take(b, N * D) : a->x;
+        a->ln1_mean = take(b, N);
+        a->ln1_rstd = take(b, N);
+        a->q = take(b, N * qc);
+        a->k = take(b, N * kc);
+        a->v = take(b, N * vc);
+        a->qh = take(b, N * qhc);
+        a->kh = take(b, N * khc);
+        a->vh = take(b, N * vhc);
+        a->kbias = kbias ? take(b, N * n) : NULL;
+        a->small = take(b, (size_t)small);
+        a->att_saved = take(b, saved);
+        a->ctx = take(b, N * nd);
+        a->r1 = take(b, N * D);
+        a->h = pre ? a->r1 : take(b, N * D);
+        a->f_in = pre ? take(b, N * D) : a->h;
+        a->ln2_mean = take(b, N);
+        a->ln2_rstd = take(b, N);
+        a->u = take(b, N * F);
+        a->g = take(b, N * F);
+        a->r2 = pre ? m->xs[l + 1] : take(b, N * D);
+    }
+    m->fin = pre ? take(b, N * D) : m->xs[L];
+    m->fln_mean = take(b, N);
+    m->fln_rstd = take(b, N);
+    if (mc->arch == ARCH_BERT) {
+        m->t1 = take(b, N * D);
+        m->t2 = take(b, N * D);
+        m->t3 = take(b, N * D);
+        m->t3_mean = take(b, N);
+        m->t3_rstd = take(b, N);
+    }
+    m->rows = (int32_t *)take(b, N);
+    m->labels_c = (int32_t *)take(b, N);
+    m->fin_c = take(b, N * D);
+    m->logits = take(b, N * V);
+    m->loss = take(b, N);
+    m->lse = take(b, N);
+    m->dA = take(b, N * D);
+    m->dB = take(b, N * D);
+    m->dC = take(b, N * D);
+    m->dY = take(b, N * D);
+    m->dF = take(b, N * F);
+    // el_att's dK, dV are [N, D] slices of the input's gradient layout.
+    m->dq = take(b, N * qc);
+    m->dk = take(b, N * imax(kc, p0.el_att ? D : 0));
+    m->dv = take(b, N * imax(vc, p0.el_att || p0.skv ? imax(D, kc) : 0));
+    m->dqh = take(b, N * qhc);
+    m->dkh = take(b, N * khc);
+    m->dvh = take(b, N * vhc);
+    m->dkbias = kbias ? take(b, N * n) : NULL;
+    m->dctx = take(b, N * nd);
+    m->dsmall = take(b, (size_t)imax(small, 1));
+    m->att_scratch = take(b, scratch);
+}
+
+Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) {
+    if (max_batch < 1 || max_seq < 1 || max_seq > cfg->model.max_seq)
+        mhe_fail("model: batch %d x seq %d does not fit (model.max_seq = %d)", max_batch, max_seq,
+                 cfg->model.max_seq);
+    Model *m = mhe_calloc(1, sizeof *m);
+    m->cfg = *cfg;  // shallow: the model only reads numeric fields
+    m->be = be;
+    m->max_batch = max_batch;
+    m->max_seq = max_seq;
+    m->fast_path = cfg->attention.fast_path;
+    m->plan = attn_plan_for(&m->cfg, m->fast_path);
+    param_table_build(&m->table, cfg);
+    lookup_params(m);
+    m->params = be->alloc(be, m->table.total * sizeof(float));
+    m->grads = be->alloc(be, m->table.total * sizeof(float));
+    m->xs = mhe_calloc((size_t)cfg->model.layers + 1, sizeof *m->xs);
+    m->la = mhe_calloc((size_t)cfg->model.layers, sizeof *m->la);
+    Bump measure = {NULL, 0};
+    layout(m, &measure);
+    m->arena_floats = measure.used;
+    m->arena = be->alloc(be, m->arena_floats * sizeof(float));
+    Bump real = {m->arena, 0};
+    layout(m, &real);
+    m->sites_per_step = 3 * cfg->model.layers + 1;
+    m->drop_seed = cfg->train.seed;
+    m->full_logits = 1;
+    m->host_rows = mhe_malloc((size_t)max_batch * max_seq * 2 * sizeof(int32_t));
+    return m;
+}
+
+void model_free(Model *m) {
+    if (!m) return;
+    m->be->free(m->be, m->arena);
+    m->be->free(m->be, m->params);
+    m->be->free(m->be, m->grads);
+    param_table_free(&m->table);
+    free(m->lp);
+    free(m->xs);
+    free(m->la);
+    free(m->host_rows);
+    free(m);
+}
+
+void model_init_params(Model *m, uint64_t seed) {
+    float *host = mhe_malloc(m->table.total * sizeof(float));
+    param_init(&m->table, &m->cfg, host, seed);
+    model_set_params(m, host);
+    free(host);
+}
+
+void model_set_params(Model *m, const float *host) {
+    m->be->upload(m->be, m->params, host, m->table.total * sizeof(float));
+}
+void model_get_params(const Model *m, float *host) {
+    m->be->download(m->be, host, m->params, m->table.total * sizeof(float));
+}
+void model_get_grads(const Model *m, float *host) {
+    m->be->download(m->be, host, m->grads, m->table.total * sizeof(float));
+}
+float *model_params(Model *m) { return m->params; }
+float *model_grads(Model *m) { return m->grads; }
+const ParamTable *model_param_table(const Model *m) { return &m->table; }
+size_t model_param_count(const Model *m) { return m->table.total; }
+void model_zero_grad(Model *m) { m->be->zero(m->be, m->grads, m->table.total * sizeof(float)); }
+
+void model_set_fast_path(Model *m, int on) {
+    m->fast_path = on != 0;
+    m->plan = attn_plan_for(&m->cfg, m->fast_path);
+}
+void model_set_backward_hook(Model *m, ModelBackwardHook hook, void *ctx) {
+    m->bw_hook = hook;
+    m->bw_ctx = ctx;
+}
+
+void model_set_dropout_seed(Model *m, uint64_t seed) {
+    m->drop_seed = seed;
+    m->drop_counter = 0;
+}
+
+void model_set_full_logits(Model *m, int on) {
+    m->full_logits = on || !m->be->gather_rows || !m->be->scatter_rows;
+}
+
+void model_set_dropout_counter(Model *m, uint64_t counter) { m->drop_counter = counter; }
+uint64_t model_dropout_counter(const Model *m) { return m->drop_counter; }
+
+long model_label_count(const Model *m) { return m->label_count; }
+double model_loss_sum(const Model *m) { return m->loss_sum; }
+const float *model_logits(const Model *m) { return m->logits; }
+void model_download_logits(const Model *m, float *host) {
+    m->be->download(m->be, host, m->logits,
+                    (size_t)m->head_rows * m->cfg.model.vocab_size * sizeof(float));
+}
+size_t model_arena_bytes(const Model *m) { return m->arena_floats * sizeof(float); }
+size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }
+
+// Forward flops; the backward costs twice the forward for every product.
+double model_step_flops(const Model *m, int B, int T) {
+    const ModelConfig *mc = &m->cfg.model;
+    const double N = (double)B * T, D = mc->hidden, F = mc->ffn, V = mc->vocab_size;
+    const AttnPlan *pl = &m->plan;
+    const double n = mc->heads, nd = n * mc->head_dim;
+    double layer = 2 * N * D * (pl->qc + pl->kc + pl->vc + (pl->key_bias ? n : 0)) + 2 * N * nd * D + 4 * N * D * F +
+                   2 * B * n * (double)T * T * (pl->qk_dim + pl->v_dim);
+    // The head runs on the rows of the last forward when that forward had this shape.
+    const double R = (m->B == B && m->T == T && m->head_rows > 0) ? m->head_rows : N;
+    double fwd = mc->layers * layer + 2 * R * D * V + (mc->arch == ARCH_BERT ? 2 * R * D * D : 0);
+    return 3 * fwd;
+}
+
+void linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
+                    int out, float *y) {
+    be->matmul(be, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+    if (b) be->bias_add(be, y, b, N, out);
+}
+
+// dx = dy W;  dW += dyᵀ x;  db += Σ_rows dy
+void linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
+                     int out, float *dx, int accumulate, float *dW, float *db) {
+    if (dx) be->matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
+    be->matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+    if (db) be->bias_backward(be, dy, N, out, db);
+}

@@ -1,0 +1,103 @@
+// The hand-written backward pass, mirroring model_forward.c in reverse.
+#include "common/error.h"
+#include "trainer/model/model_internal.h"
+
+static GeluKind gelu_kind(const Model *m) {
+    return m->cfg.model.activation == ACT_GELU_TANH ? GELU_TANH : GELU_ERF;
+}
+
+// dy = d(layer output) on entry, d(layer input) on return.
+static void layer_backward(Model *m, int l, float *dy) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const LayerParams *p = &m->lp[l];
+    const ModelConfig *mc = &m->cfg.model;
+    const int N = m->B * m->T, D = mc->hidden, F = mc->ffn;
+    const size_t ND = (size_t)N * D;
+    const float pd = m->train ? mc->dropout : 0.0f;
+    const uint64_t site = m->drop_base + 1 + 3 * (uint64_t)l;
+    float *dA = m->dA, *dB = m->dB, *dC = m->dC, *dF = m->dF;
+    if (mc->norm == NORM_POST) {
+        // out = LN2(r2), r2 = h + drop(FFN(h)), h = LN1(r1), r1 = x + drop(Attn(x))
+        be->layernorm_backward(be, dy, a->r2, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dB,
+                               0, MG(m, p->ln2_g), MG(m, p->ln2_b));
+        be->dropout(be, dB, dC, ND, pd, m->drop_seed, site + 2);
+        linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
+        be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
+        linear_backward(be, dF, a->h, MP(m, p->up_w), N, D, F, dB, 1, MG(m, p->up_w), MG(m, p->up_b));
+        be->layernorm_backward(be, dB, a->r1, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dC,
+                               0, MG(m, p->ln1_g), MG(m, p->ln1_b));
+        be->dropout(be, dC, dA, ND, pd, m->drop_seed, site + 1);
+        attn_backward(m, l, dA, dy);
+        be->add(be, dy, dC, dy, ND);
+    } else {
+        // h = x + drop(Attn(LN1(x))), out = h + drop(FFN(LN2(h)))
+        be->dropout(be, dy, dC, ND, pd, m->drop_seed, site + 2);
+        linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
+        be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
+        linear_backward(be, dF, a->f_in, MP(m, p->up_w), N, D, F, dB, 0, MG(m, p->up_w), MG(m, p->up_b));
+        be->layernorm_backward(be, dB, a->h, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dy, 1,
+                               MG(m, p->ln2_g), MG(m, p->ln2_b));
+        be->dropout(be, dy, dA, ND, pd, m->drop_seed, site + 1);
+        attn_backward(m, l, dA, dB);
+        be->layernorm_backward(be, dB, a->x, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy, 1,
+                               MG(m, p->ln1_g), MG(m, p->ln1_b));
+    }
+}
+
+void model_backward(Model *m, double loss_divisor) {
+    Backend *be = m->be;
+    const ModelConfig *mc = &m->cfg.model;
+    if (m->label_count < 0) mhe_fatal("model_backward: the last forward had no labels");
+    if (loss_divisor <= 0) loss_divisor = m->label_count > 0 ? (double)m->label_count : 1.0;
+    const int B = m->B, T = m->T, N = B * T, D = mc->hidden, V = mc->vocab_size, L = mc->layers;
+    const size_t ND = (size_t)N * D;
+    const int R = m->head_rows, compact = m->compact;
+    const float *head_in = compact ? m->fin_c : m->fin;
+    if (R > 0) {
+        float *dlogits = m->logits;  // in place: the logits are no longer needed
+        be->cross_entropy_backward(be, m->logits, m->lse, compact ? m->labels_c : m->labels, R, V,
+                                   (float)(1.0 / loss_divisor), dlogits);
+        const float *last = mc->arch == ARCH_BERT ? m->t3 : head_in;
+        if (m->head_bias != NO_PARAM) be->bias_backward(be, dlogits, R, V, MG(m, m->head_bias));
+        // logits = last · wordᵀ: d last = dlogits · word, d word += dlogitsᵀ · last
+        be->matmul(be, 0, 0, R, D, V, 1.0f, dlogits, V, MP(m, m->word), D, 0.0f, m->dA, D);
+        be->matmul(be, 1, 0, V, D, R, 1.0f, dlogits, V, last, D, 1.0f, MG(m, m->word), D);
+        if (mc->arch == ARCH_BERT) {
+            const size_t RD = (size_t)R * D;
+            be->layernorm_backward(be, m->dA, m->t2, MP(m, m->hln_g), m->t3_mean, m->t3_rstd, R, D,
+                                   m->dB, 0, MG(m, m->hln_g), MG(m, m->hln_b));
+            be->gelu_backward(be, gelu_kind(m), m->t1, m->dB, m->dB, RD);
+            linear_backward(be, m->dB, head_in, MP(m, m->hd_w), R, D, D, m->dA, 0, MG(m, m->hd_w),
+                            MG(m, m->hd_b));
+        }
+    }
+    if (compact) {
+        // Unlabelled positions get no gradient from the head.
+        if (R > 0) be->copy(be, m->dC, m->dA, (size_t)R * D * sizeof(float));
+        be->zero(be, m->dA, ND * sizeof(float));
+        if (R > 0) be->scatter_rows(be, m->dC, m->rows, R, D, m->dA);
+    }
+    float *dy = m->dY;
+    if (mc->norm == NORM_PRE)
+        be->layernorm_backward(be, m->dA, m->xs[L], MP(m, m->fln_g), m->fln_mean, m->fln_rstd, N, D,
+                               dy, 0, MG(m, m->fln_g), MG(m, m->fln_b));
+    else
+        be->copy(be, dy, m->dA, ND * sizeof(float));
+    if (m->bw_hook) m->bw_hook(m->bw_ctx, L);
+    for (int l = L - 1; l >= 0; l--) {
+        layer_backward(m, l, dy);
+        if (m->bw_hook) m->bw_hook(m->bw_ctx, l);
+    }
+
+    be->dropout(be, dy, dy, ND, m->train ? mc->dropout : 0.0f, m->drop_seed, m->drop_base);
+    if (mc->arch == ARCH_BERT) {
+        be->layernorm_backward(be, dy, m->emb, MP(m, m->eln_g), m->emb_mean, m->emb_rstd, N, D,
+                               m->dA, 0, MG(m, m->eln_g), MG(m, m->eln_b));
+        be->embedding_backward(be, m->dA, m->ids, m->has_types ? m->types : NULL, B, T, D,
+                               MG(m, m->word), MG(m, m->pos), MG(m, m->type));
+    } else {
+        be->embedding_backward(be, dy, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
+    }
+    if (m->bw_hook) m->bw_hook(m->bw_ctx, -1);
+}

@@ -1,0 +1,140 @@
+// The forward pass: embeddings, post-LN (bert) or pre-LN (gpt) layers, head, loss.
+#include "common/error.h"
+#include "trainer/model/model_internal.h"
+
+static GeluKind gelu_kind(const Model *m) {
+    return m->cfg.model.activation == ACT_GELU_TANH ? GELU_TANH : GELU_ERF;
+}
+
+static float hidden_p(const Model *m) { return m->train ? m->cfg.model.dropout : 0.0f; }
+
+static void layer_forward(Model *m, int l) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const LayerParams *p = &m->lp[l];
+    const ModelConfig *mc = &m->cfg.model;
+    const int N = m->B * m->T, D = mc->hidden, F = mc->ffn;
+    const size_t ND = (size_t)N * D;
+    const float pd = hidden_p(m);
+    const uint64_t site = m->drop_base + 1 + 3 * (uint64_t)l;
+    if (mc->norm == NORM_PRE)
+        be->layernorm_forward(be, a->x, MP(m, p->ln1_g), MP(m, p->ln1_b), N, D, mc->ln_eps, a->a_in,
+                              a->ln1_mean, a->ln1_rstd);
+    attn_forward(m, l, a->r1);
+    be->dropout(be, a->r1, a->r1, ND, pd, m->drop_seed, site + 1);
+    be->add(be, a->x, a->r1, a->r1, ND);
+    if (mc->norm == NORM_POST)
+        be->layernorm_forward(be, a->r1, MP(m, p->ln1_g), MP(m, p->ln1_b), N, D, mc->ln_eps, a->h,
+                              a->ln1_mean, a->ln1_rstd);
+    else
+        be->layernorm_forward(be, a->h, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D, mc->ln_eps, a->f_in,
+                              a->ln2_mean, a->ln2_rstd);
+    linear_forward(be, a->f_in, MP(m, p->up_w), MP(m, p->up_b), N, D, F, a->u);
+    be->gelu_forward(be, gelu_kind(m), a->u, a->g, (size_t)N * F);
+    linear_forward(be, a->g, MP(m, p->down_w), MP(m, p->down_b), N, F, D, a->r2);
+    be->dropout(be, a->r2, a->r2, ND, pd, m->drop_seed, site + 2);
+    be->add(be, a->h, a->r2, a->r2, ND);
+    if (mc->norm == NORM_POST)
+        be->layernorm_forward(be, a->r2, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D, mc->ln_eps,
+                              m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
+}
+
+float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
+                    const int32_t *attn_mask, const int32_t *labels, int B, int T, int train) {
+    Backend *be = m->be;
+    const ModelConfig *mc = &m->cfg.model;
+    if (B < 1 || T < 1 || B > m->max_batch || T > m->max_seq)
+        mhe_fatal("model_forward: batch %d x seq %d exceeds the arena (%d x %d)", B, T,
+                  m->max_batch, m->max_seq);
+    const int N = B * T, D = mc->hidden, V = mc->vocab_size, L = mc->layers;
+    for (int i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V) mhe_fatal("model_forward: token id %d out of range [0, %d)", ids[i], V);
+    if (type_ids && mc->arch == ARCH_BERT)
+        for (int i = 0; i < N; i++)
+            if (type_ids[i] < 0 || type_ids[i] >= mc->type_vocab)
+                mhe_fatal("model_forward: token type %d out of range [0, %d)", type_ids[i], mc->type_vocab);
+    m->B = B;
+    m->T = T;
+    m->train = train != 0;
+    m->has_types = type_ids != NULL && mc->arch == ARCH_BERT;
+    m->has_mask = attn_mask != NULL;
+    m->drop_base = m->drop_counter++ * (uint64_t)m->sites_per_step;
+    be->upload(be, m->ids, ids, (size_t)N * sizeof(int32_t));
+    if (m->has_types) be->upload(be, m->types, type_ids, (size_t)N * sizeof(int32_t));
+    if (m->has_mask) be->upload(be, m->mask, attn_mask, (size_t)N * sizeof(int32_t));
+
+    const float pd = hidden_p(m);
+    const size_t ND = (size_t)N * D;
+    if (mc->arch == ARCH_BERT) {
+        be->embedding_forward(be, m->ids, m->has_types ? m->types : NULL, MP(m, m->word),
+                              MP(m, m->pos), MP(m, m->type), B, T, D, m->emb);
+        be->layernorm_forward(be, m->emb, MP(m, m->eln_g), MP(m, m->eln_b), N, D, mc->ln_eps,
+                              m->xs[0], m->emb_mean, m->emb_rstd);
+    } else {
+        be->embedding_forward(be, m->ids, NULL, MP(m, m->word), MP(m, m->pos), NULL, B, T, D, m->xs[0]);
+    }
+    be->dropout(be, m->xs[0], m->xs[0], ND, pd, m->drop_seed, m->drop_base);
+    for (int l = 0; l < L; l++) layer_forward(m, l);
+    if (mc->norm == NORM_PRE)
+        be->layernorm_forward(be, m->xs[L], MP(m, m->fln_g), MP(m, m->fln_b), N, D, mc->ln_eps,
+                              m->fin, m->fln_mean, m->fln_rstd);
+    // Labels first: they decide which rows the head runs on.
+    m->label_count = 0;
+    m->loss_sum = 0;
+    if (labels) {
+        for (int i = 0; i < N; i++) {
+            if (labels[i] >= V) mhe_fatal("model_forward: label %d out of range [0, %d)", labels[i], V);
+            m->label_count += labels[i] >= 0;
+        }
+        be->upload(be, m->labels, labels, (size_t)N * sizeof(int32_t));
+    }
+    const int compact = labels && !m->full_logits;
+    const int R = compact ? (int)m->label_count : N;
+    const float *head_in = m->fin;
+    const int32_t *head_labels = m->labels;
+    if (compact) {
+        int32_t *rows = m->host_rows, *lab = m->host_rows + N;
+        int M = 0;
+        for (int i = 0; i < N; i++)
+            if (labels[i] >= 0) {
+                rows[M] = i;
+                lab[M++] = labels[i];
+            }
+        if (M > 0) {
+            be->upload(be, m->rows, rows, (size_t)M * sizeof(int32_t));
+            be->upload(be, m->labels_c, lab, (size_t)M * sizeof(int32_t));
+            be->gather_rows(be, m->fin, m->rows, M, D, m->fin_c);
+        }
+        head_in = m->fin_c;
+        head_labels = m->labels_c;
+    }
+    m->head_rows = R;
+    m->compact = compact;
+    if (R > 0) {
+        const size_t RD = (size_t)R * D;
+        const float *last = head_in;
+        if (mc->arch == ARCH_BERT) {
+            linear_forward(be, head_in, MP(m, m->hd_w), MP(m, m->hd_b), R, D, D, m->t1);
+            be->gelu_forward(be, gelu_kind(m), m->t1, m->t2, RD);
+            be->layernorm_forward(be, m->t2, MP(m, m->hln_g), MP(m, m->hln_b), R, D, mc->ln_eps,
+                                  m->t3, m->t3_mean, m->t3_rstd);
+            last = m->t3;
+        }
+        linear_forward(be, last, MP(m, m->word),
+                       m->head_bias != NO_PARAM ? MP(m, m->head_bias) : NULL, R, D, V, m->logits);
+    }
+    if (!labels) {
+        m->label_count = -1;
+        return 0.0f;
+    }
+    if (R == 0) return 0.0f;
+    be->cross_entropy_forward(be, m->logits, head_labels, R, V, m->loss, m->lse);
+    // R floats back to the host; summing in double keeps the mean exact to float precision.
+    float host_loss[4096];
+    for (int i0 = 0; i0 < R; i0 += 4096) {
+        int c = R - i0 < 4096 ? R - i0 : 4096;
+        be->download(be, host_loss, m->loss + i0, (size_t)c * sizeof(float));
+        for (int i = 0; i < c; i++) m->loss_sum += host_loss[i];
+    }
+    return m->label_count ? (float)(m->loss_sum / m->label_count) : 0.0f;
+}

@@ -1,0 +1,111 @@
+// Internals shared by model.c, model_forward.c, model_backward.c and attention.c.
+#ifndef MHE_TRAINER_MODEL_INTERNAL_H
+#define MHE_TRAINER_MODEL_INTERNAL_H
+
+#include "trainer/model/model.h"
+
+#define NO_PARAM ((size_t)-1)
+
+// Offsets (floats) of one layer's tensors; NO_PARAM when the type has no such tensor.
+typedef struct {
+    size_t wq, bq, wk, bk, wv, bv, wkv, bkv, wo, bo;
+    size_t eq, ek, ev;            // mhe head embeddings [n, d]
+    size_t mix, wcb;              // collab [n, D~], [n, D]
+    size_t ln1_g, ln1_b, ln2_g, ln2_b;
+    size_t up_w, up_b, down_w, down_b;
+} LayerParams;
+
+// How the attention sublayer maps onto the core: widths of the projections (0 = none), of
+// the per-head tensors materialised before the core (0 = none), and the core's head sharing.
+typedef struct {
+    int qc, kc, vc;               // projection output columns (k/v: kv for skv)
+    int qhc, khc, vhc;            // materialised per-head columns
+    int q_heads, k_heads, v_heads, qk_dim, v_dim;
+    int key_bias;                 // core gets a [N, n] key bias
+    int out_scale, out_shift;
+    int el_att, skv;
+    int small;                    // floats of per-layer small tensors (1+e, products)
+} AttnPlan;
+
+typedef struct {
+    float *x;                     // layer input [N, D] (previous output)
+    float *a_in;                  // attention input (pre: LN1(x); post: x)
+    float *ln1_mean, *ln1_rstd;
+    float *q, *k, *v;
+    float *qh, *kh, *vh;
+    float *kbias;                 // [N, n]
+    float *small;                 // AttnPlan.small floats
+    float *att_saved;
+    float *ctx;                   // [N, n*d]
+    float *r1;                    // post: LN1 input x + drop(attn); pre: h = x + drop(attn)
+    float *h;                     // post: LN1(r1); pre: == r1
+    float *f_in;                  // post: == h; pre: LN2(h)
+    float *ln2_mean, *ln2_rstd;
+    float *u, *g;                 // FFN pre- and post-activation [N, F]
+    float *r2;                    // post: LN2 input; pre: == layer output
+} LayerActs;
+
+struct Model {
+    Config cfg;
+    ParamTable table;
+    Backend *be;
+    int max_batch, max_seq;
+    int fast_path;
+    AttnPlan plan;
+    float *params, *grads;
+    LayerParams *lp;
+    size_t word, pos, type, eln_g, eln_b, fln_g, fln_b;
+    size_t hd_w, hd_b, hln_g, hln_b, head_bias;
+
+    // activation arena
+    void *arena;
+    size_t arena_floats;
+    int32_t *ids, *types, *mask, *labels;
+    float *emb;                   // bert: embedding sum (LN input)
+    float *emb_mean, *emb_rstd;
+    float **xs;                   // [L+1] layer outputs, xs[0] = embeddings
+    LayerActs *la;
+    float *fin;                   // vector the head starts from
+    float *fln_mean, *fln_rstd;
+    float *t1, *t2, *t3;          // bert head: dense, gelu, LN
+    float *t3_mean, *t3_rstd;
+    float *logits, *loss, *lse;
+    int32_t *rows, *labels_c;     // compact head: labelled positions and their labels
+    float *fin_c;                 // compact head input [M, D]
+    int full_logits, head_rows;   // head_rows: rows the head ran on (N, or M when compact)
+    int compact;                  // the last forward ran the head on labelled rows only
+    int32_t *host_rows;           // [N] host scratch
+    // backward scratch
+    float *dA, *dB, *dC, *dY, *dF;
+    float *dq, *dk, *dv, *dqh, *dkh, *dvh, *dkbias, *dctx, *dsmall;
+    float *att_scratch;
+
+    // last forward
+    int B, T, train, has_types, has_mask;
+    long label_count;
+    double loss_sum;
+    uint64_t drop_seed, drop_counter, drop_base;
+    ModelBackwardHook bw_hook;   // gradient-readiness notifications (may be NULL)
+    void *bw_ctx;
+    int sites_per_step;
+};
+
+AttnPlan attn_plan(const Config *cfg);
+// AttnShape of layer l for the current (B, T).
+AttnShape attn_shape(const Model *m, const LayerActs *a);
+// out [N, D] = attention sublayer (before dropout) of a->a_in.
+void attn_forward(Model *m, int l, float *out);
+// d_ain (+)= gradient of the attention input, given d_out [N, D] (after dropout backward).
+void attn_backward(Model *m, int l, const float *d_out, float *d_ain);
+
+// y = x Wᵀ + b for x [N, in], W [out, in].
+void linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
+                    int out, float *y);
+// dx (= or += by accumulate) dy W; dW += dyᵀ x; db += colsum(dy).  dx may be NULL.
+void linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
+                     int out, float *dx, int accumulate, float *dW, float *db);
+
+#define MP(m, off) ((m)->params + (off))
+#define MG(m, off) ((m)->grads + (off))
+
+#endif

@@ -1,0 +1,207 @@
+#include "trainer/train/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/ops.h"
+
+// Below this many floats a tensor's update runs on one thread: a parallel region per small
+// tensor (biases, norms) costs more than the work, badly so on a loaded machine.  Sums use
+// fixed chunks either way, so results do not depend on it.
+#define OPTIM_PARALLEL_MIN ((size_t)1 << 16)
+
+void optim_state_init(OptimState *s, const ParamTable *t, size_t begin, size_t end) {
+    memset(s, 0, sizeof *s);
+    if (begin > end || end > t->total) mhe_fatal("optimizer range [%zu, %zu) outside the %zu parameters", begin, end, t->total);
+    s->begin = begin;
+    s->end = end;
+    const size_t n = end - begin;
+    s->buf = mhe_calloc(2 * n + 1, sizeof *s->buf);
+    s->m = s->buf;
+    s->v = s->buf + n;
+    s->n_norms = t->count;
+    s->norms = mhe_calloc(2 * (size_t)t->count + 1, sizeof *s->norms);
+}
+
+void optim_state_free(OptimState *s) {
+    free(s->buf);
+    free(s->norms);
+    memset(s, 0, sizeof *s);
+}
+
+int optim_decays(const OptimConfig *o, const ParamTensor *p) { return o->decay_all || p->kind == PARAM_WEIGHT; }
+
+// The part [lo, hi) of tensor p that lies in the state's range; 0 when they do not overlap.
+static int overlap(const OptimState *s, const ParamTensor *p, size_t *lo, size_t *hi) {
+    *lo = p->offset > s->begin ? p->offset : s->begin;
+    *hi = p->offset + p->numel < s->end ? p->offset + p->numel : s->end;
+    return *lo < *hi;
+}
+
+typedef struct {
+    float b1, b2, eps, bc1, bc2, bc2_sqrt;   // bias corrections as float, like torch's scalar ops
+} Moments;
+
+static void adamw_tensor(OptimState *s, const Moments *k, size_t lo, size_t hi, float *w, const float *g,
+                         float lr, float wd) {
+    float *m = s->m, *v = s->v;
+    const size_t base = s->begin;
+    const float step_size = (float)((double)lr / k->bc1), decay = (float)(1.0 - (double)lr * wd);
+#pragma omp parallel for schedule(static) if (hi - lo >= OPTIM_PARALLEL_MIN)
+    for (size_t i = lo; i < hi; i++) {
+        const size_t j = i - base;
+        if (wd != 0.0f) w[i] *= decay;
+        m[j] = k->b1 * m[j] + (1.0f - k->b1) * g[i];
+        v[j] = k->b2 * v[j] + (1.0f - k->b2) * g[i] * g[i];
+        const float denom = sqrtf(v[j]) / k->bc2_sqrt + k->eps;
+        w[i] -= step_size * (m[j] / denom);
+    }
+}
+
+static inline float lamb_update(const OptimState *s, const Moments *k, size_t i, const float *w, float wd) {
+    const float mh = s->m[i - s->begin] / k->bc1;
+    const float vh = s->v[i - s->begin] / k->bc2;
+    return mh / (sqrtf(vh) + k->eps) + wd * w[i];
+}
+
+// Fixed chunk boundaries, whatever the thread count: the double sums come out the same with
+// 1 or 16 threads, so a run resumed with another thread count stays exact.
+#define REDUCE_CHUNKS 64
+
+// LAMB phase 1 over [lo, hi) of one tensor: update m and v, return sum w^2 and sum u^2.
+static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, const float *w, const float *g,
+                         float wd, double *wsq, double *usq) {
+    double sw[REDUCE_CHUNKS], su[REDUCE_CHUNKS];
+    float *m = s->m, *v = s->v;
+    const size_t base = s->begin, n = hi - lo;
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        const size_t a = lo + n * (size_t)c / REDUCE_CHUNKS, b = lo + n * (size_t)(c + 1) / REDUCE_CHUNKS;
+        double aw = 0, au = 0;
+        for (size_t i = a; i < b; i++) {
+            const size_t j = i - base;
+            m[j] = k->b1 * m[j] + (1.0f - k->b1) * g[i];
+            v[j] = k->b2 * v[j] + (1.0f - k->b2) * g[i] * g[i];
+            const float u = lamb_update(s, k, i, w, wd);
+            aw += (double)w[i] * w[i];
+            au += (double)u * u;
+        }
+        sw[c] = aw;
+        su[c] = au;
+    }
+    double tw = 0, tu = 0;
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        tw += sw[c];
+        tu += su[c];
+    }
+    *wsq = tw;
+    *usq = tu;
+}
+
+void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params, const float *grads,
+                float lr, OptimReduceFn reduce, void *reduce_ctx) {
+    s->step++;
+    Moments k = {o->beta1, o->beta2, o->eps, 0, 0, 0};
+    // Powers in double then rounded once: torch computes them as Python floats.
+    k.bc1 = (float)(1.0 - pow(o->beta1, (double)s->step));
+    const double bc2 = 1.0 - pow(o->beta2, (double)s->step);
+    k.bc2 = (float)bc2;
+    k.bc2_sqrt = (float)sqrt(bc2);
+    size_t lo, hi;
+    if (o->name == OPT_ADAMW) {
+        for (int j = 0; j < t->count; j++) {
+            const ParamTensor *p = &t->tensors[j];
+            if (overlap(s, p, &lo, &hi))
+                adamw_tensor(s, &k, lo, hi, params, grads, lr, optim_decays(o, p) ? o->weight_decay : 0.0f);
+        }
+        return;
+    }
+    // LAMB phase 1: moments, then per-tensor sums of squares of w and of the update u.
+    double *wsq = s->norms, *usq = s->norms + t->count;
+    memset(s->norms, 0, 2 * (size_t)t->count * sizeof *s->norms);
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        lamb_moments(s, &k, lo, hi, params, grads, optim_decays(o, p) ? o->weight_decay : 0.0f, &wsq[j], &usq[j]);
+    }
+    if (reduce) reduce(s->norms, 2 * t->count, reduce_ctx);
+    // Phase 2: every rank sees the full-tensor norms; recompute u (cheaper than storing it).
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        const int decays = optim_decays(o, p);
+        const float wd = decays ? o->weight_decay : 0.0f;
+        const double wn = sqrt(wsq[j]), un = sqrt(usq[j]);
+        const float ratio = decays && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
+        const float scale = lr * ratio;
+#pragma omp parallel for schedule(static) if (hi - lo >= OPTIM_PARALLEL_MIN)
+        for (size_t i = lo; i < hi; i++) {
+            const float u = lamb_update(s, &k, i, params, wd);
+            params[i] -= scale * u;
+        }
+    }
+}
+
+void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const ParamTable *t, float *params,
+                        const float *grads, float *m, float *v, float *u, float lr, float grad_scale,
+                        OptimReduceFn reduce, void *reduce_ctx) {
+    s->step++;
+    const float bc1 = (float)(1.0 - pow(o->beta1, (double)s->step));
+    const float bc2 = (float)(1.0 - pow(o->beta2, (double)s->step));
+    size_t lo, hi;
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        const float wd = optim_decays(o, p) ? o->weight_decay : 0.0f;
+        const size_t at = lo - s->begin, n = hi - lo;
+        if (o->name == OPT_ADAMW) {
+            be->adamw_update(be, params + lo, grads + lo, m + at, v + at, n, lr, o->beta1, o->beta2, o->eps, wd, bc1,
+                             bc2, grad_scale);
+        } else {
+            be->lamb_direction(be, params + lo, grads + lo, m + at, v + at, u + at, n, o->beta1, o->beta2, o->eps, wd,
+                               bc1, bc2, grad_scale);
+            s->norms[j] = be->sum_squares(be, params + lo, n);
+            s->norms[t->count + j] = be->sum_squares(be, u + at, n);
+        }
+    }
+    if (o->name == OPT_ADAMW) return;
+    for (int j = 0; j < t->count; j++)
+        if (!overlap(s, &t->tensors[j], &lo, &hi)) s->norms[j] = s->norms[t->count + j] = 0;
+    if (reduce) reduce(s->norms, 2 * t->count, reduce_ctx);
+    for (int j = 0; j < t->count; j++) {
+        const ParamTensor *p = &t->tensors[j];
+        if (!overlap(s, p, &lo, &hi)) continue;
+        const double wn = sqrt(s->norms[j]), un = sqrt(s->norms[t->count + j]);
+        const float ratio = optim_decays(o, p) && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
+        be->axpy(be, -lr * ratio, u + (lo - s->begin), params + lo, hi - lo);
+    }
+}
+
+double optim_sq_sum(const float *g, size_t n) {
+    double part[REDUCE_CHUNKS], acc = 0;
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PARALLEL_MIN)
+    for (int c = 0; c < REDUCE_CHUNKS; c++) {
+        const size_t a = n * (size_t)c / REDUCE_CHUNKS, b = n * (size_t)(c + 1) / REDUCE_CHUNKS;
+        double x = 0;
+        for (size_t i = a; i < b; i++) x += (double)g[i] * g[i];
+        part[c] = x;
+    }
+    for (int c = 0; c < REDUCE_CHUNKS; c++) acc += part[c];
+    return acc;
+}
+
+float optim_clip_coef(double norm, float max_norm) {
+    if (max_norm <= 0 || !isfinite(norm)) return 1.0f;
+    const double c = max_norm / (norm + 1e-6);
+    return c < 1.0 ? (float)c : 1.0f;
+}
+
+double optim_clip_grad_norm(float *g, size_t n, float max_norm) {
+    const double norm = sqrt(optim_sq_sum(g, n));
+    const float c = optim_clip_coef(norm, max_norm);
+    if (c != 1.0f)
+        for (size_t i = 0; i < n; i++) g[i] *= c;
+    return norm;
+}

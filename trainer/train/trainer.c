@@ -1,0 +1,484 @@
+#include "trainer/train/trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/error.h"
+#include "common/fs.h"
+#include "common/rng.h"
+#include "data/loader.h"
+#include "kernels/backend_info.h"
+#include "kernels/ops.h"
+#include "trainer/io/checkpoint.h"
+#include "trainer/train/evaluate.h"
+#include "trainer/train/grad_sync.h"
+#include "trainer/io/metrics.h"
+#include "trainer/model/model.h"
+#include "trainer/train/optim.h"
+#include "trainer/train/peak.h"
+#include "trainer/train/schedule.h"
+#include "trainer/train/signals.h"
+#include "trainer/io/tensorboard.h"
+#include "trainer/train/zero.h"
+
+typedef struct {
+    const Config *cfg;
+    const TrainOptions *opt;
+    Comm *comm;
+    int rank, world;
+    Backend *be;
+    Model *model;
+    const ParamTable *table;
+    Loader *train, *valid;
+    LoaderBatch *micro;         // this rank's micro-batches of the current step
+    int n_micro;
+    float *params, *grads;      // backend memory
+    float *host_params;         // host mirror (the CPU backend's own buffer)
+    float *host_grads;          // where MPI reduces: the CPU backend's own buffer, else staging
+    float *dev_m, *dev_v, *dev_u;  // device optimizer state (non-host backends)
+    DeviceComm *dcomm;          // NCCL between GPUs (dist.backend auto|nccl on a device)
+    OptimState opt_state;       // this rank's range (ZeRO-1) or the whole buffer
+    ZeroShards zero;
+    GradSync *sync;
+    int64_t step, total_steps, start_step;
+    double peak_gflops;         // all ranks together; <= 0 unknown
+    double flops_per_step;
+    double t_start;
+    MetricsLog metrics;
+    TbWriter tb;
+    SignalWatch signals;
+    char *config_yaml;
+    float *eval_logits;
+    int64_t replica_checks;     // logging steps at which all ranks compared weight checksums
+} Trainer;
+
+static int is_host_backend(const Backend *be) { return strcmp(be->name, "cpu") == 0; }
+
+static char *config_to_yaml(const Config *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) mhe_fatal("cannot build the config text: %s", strerror(errno));
+    config_write_yaml(cfg, f);
+    fclose(f);
+    return text;
+}
+
+
+static Backend *make_backend(const Config *cfg, Comm *comm) {
+    if (cfg->runtime.device == DEVICE_CUDA)
+        return backend_cuda_create_for(comm_local_rank(comm), cfg->runtime.precision == PREC_BF16);
+    return backend_cpu_create(cfg->runtime.threads);
+}
+
+static int64_t total_steps_of(const Config *cfg) {
+    if (cfg->train.steps > 0) return cfg->train.steps;
+    int64_t per_step = (int64_t)cfg->train.global_batch * cfg->data.seq_len;
+    return (cfg->train.tokens + per_step - 1) / per_step;
+}
+
+// Rank 0 reads the checkpoint; everyone receives the weights, optimizer state and position.
+static void restore(Trainer *t, const char *dir, int weights_only) {
+    CheckpointState st = {0};
+    // Checkpoints hold the whole optimizer state; under ZeRO-1 rank 0 reads it and scatters.
+    OptimState full = {0};
+    if (t->zero.enabled && !weights_only && t->rank == 0) optim_state_init(&full, t->table, 0, t->table->total);
+    if (t->rank == 0) {
+        if (weights_only) {
+            checkpoint_load_weights(dir, t->table, t->host_params);
+        } else {
+            checkpoint_load(dir, t->table, t->host_params, t->zero.enabled ? &full : &t->opt_state, &st);
+            fprintf(stderr, "resumed from %s (step %lld, saved by %d worker%s)\n", dir, (long long)st.step,
+                    st.world_size, st.world_size == 1 ? "" : "s");
+        }
+    }
+    comm_broadcast(t->comm, t->host_params, t->table->total * sizeof(float), 0);
+    if (!weights_only && t->zero.enabled) {
+        zero_scatter_state(&t->zero, t->comm, &full, &t->opt_state);
+        comm_broadcast(t->comm, &st.step, sizeof st.step, 0);
+        t->step = st.step;
+    } else if (!weights_only) {
+        comm_broadcast(t->comm, t->opt_state.buf, 2 * (t->opt_state.end - t->opt_state.begin) * sizeof(float), 0);
+        comm_broadcast(t->comm, &t->opt_state.step, sizeof t->opt_state.step, 0);
+        comm_broadcast(t->comm, &st.step, sizeof st.step, 0);
+        t->step = st.step;
+    }
+    if (!is_host_backend(t->be)) {
+        t->be->upload(t->be, t->params, t->host_params, t->table->total * sizeof(float));
+        size_t bytes = (t->opt_state.end - t->opt_state.begin) * sizeof(float);
+        t->be->upload(t->be, t->dev_m, t->opt_state.m, bytes);
+        t->be->upload(t->be, t->dev_v, t->opt_state.v, bytes);
+    }
+    if (full.buf) optim_state_free(&full);
+    checkpoint_state_free(&st);
+}
+
+static void save(Trainer *t) {
+    if (!is_host_backend(t->be)) {
+        t->be->download(t->be, t->host_params, t->params, t->table->total * sizeof(float));
+        size_t bytes = (t->opt_state.end - t->opt_state.begin) * sizeof(float);
+        t->be->download(t->be, t->opt_state.m, t->dev_m, bytes);
+        t->be->download(t->be, t->opt_state.v, t->dev_v, bytes);
+    }
+    OptimState full = {0};
+    const OptimState *opt = &t->opt_state;
+    if (t->zero.enabled) {
+        if (t->rank == 0) optim_state_init(&full, t->table, 0, t->table->total);
+        zero_gather_state(&t->zero, t->comm, &t->opt_state, &full);
+        opt = &full;
+    }
+    if (t->rank == 0) {
+        CheckpointState st = {
+            .step = t->step,
+            .consumed_samples = t->step * t->cfg->train.global_batch,
+            .rng_seed = t->cfg->train.seed,
+            .rng_offset = (uint64_t)t->step,
+            .loss_scale = 1.0,
+            .world_size = t->world,
+            .config_yaml = t->config_yaml,
+        };
+        if (checkpoint_save(t->cfg->train.out_dir, &st, t->table, t->host_params, opt,
+                            t->cfg->train.keep_last) != 0)
+            comm_abort(t->comm, 1, "saving the checkpoint failed; the previous checkpoint is intact");
+        fprintf(stderr, "checkpoint: %s/checkpoints/step_%08lld\n", t->cfg->train.out_dir, (long long)t->step);
+    }
+    if (full.buf) optim_state_free(&full);
+    comm_barrier(t->comm);
+}
+
+static void setup(Trainer *t) {
+    const Config *cfg = t->cfg;
+    t->rank = comm_rank(t->comm);
+    t->world = comm_world(t->comm);
+    if (cfg->train.global_batch % (t->world * cfg->train.micro_batch) != 0)
+        mhe_fail("%s: train.global_batch %d is not a multiple of %d workers x train.micro_batch %d", cfg->source,
+                 cfg->train.global_batch, t->world, cfg->train.micro_batch);
+    if (cfg->runtime.threads > 0) omp_set_num_threads(cfg->runtime.threads);
+    t->config_yaml = config_to_yaml(cfg);
+    t->be = make_backend(cfg, t->comm);
+    t->model = model_create(cfg, t->be, cfg->train.micro_batch, cfg->data.seq_len);
+    t->table = model_param_table(t->model);
+    // Training needs logits only where a label is (MLM: ~15% of positions); eval turns them on.
+    model_set_full_logits(t->model, 0);
+    t->params = model_params(t->model);
+    t->grads = model_grads(t->model);
+    t->host_params = is_host_backend(t->be) ? t->params : mhe_malloc(t->table->total * sizeof(float));
+    t->train = loader_open_config(cfg, false);
+    t->valid = cfg->data.n_valid > 0 ? loader_open_config(cfg, true) : NULL;
+    t->n_micro = loader_micro_batches(t->train, t->world);
+    t->micro = mhe_calloc((size_t)t->n_micro, sizeof *t->micro);
+    for (int i = 0; i < t->n_micro; i++) t->micro[i] = loader_batch_alloc(t->train);
+    zero_init(&t->zero, t->comm, t->table->total, cfg->dist.zero == 1);
+    optim_state_init(&t->opt_state, t->table, t->zero.begin, t->zero.end);
+    if (!is_host_backend(t->be)) {
+        if (t->zero.enabled) mhe_fail("%s: dist.zero: 1 needs runtime.device: cpu in this version", cfg->source);
+        size_t bytes = (t->zero.end - t->zero.begin) * sizeof(float);
+        t->dev_m = t->be->alloc(t->be, bytes);
+        t->dev_v = t->be->alloc(t->be, bytes);
+        t->dev_u = t->be->alloc(t->be, bytes);
+        t->host_grads = mhe_malloc(t->table->total * sizeof(float));
+        if (cfg->dist.backend != DIST_MPI && t->world > 1)
+            t->dcomm = device_comm_create(comm_mpi_handle(t->comm), t->be, cfg->dist.timeout_s);
+    } else {
+        t->host_grads = t->grads;
+    }
+    t->sync = grad_sync_create(t->comm, t->table, cfg->model.layers, t->host_grads, cfg->dist.bucket_mb);
+    grad_sync_set_overlap(t->sync, !t->opt->no_overlap);
+    t->total_steps = total_steps_of(cfg);
+
+    // Weights: resume > init_from > fresh initialisation (identical on every rank by seed).
+    model_init_params(t->model, cfg->train.seed);
+    if (!is_host_backend(t->be)) model_get_params(t->model, t->host_params);
+    char *ckpt = NULL;
+    if (strcmp(t->opt->resume, "none") != 0) {
+        if (strcmp(t->opt->resume, "auto") == 0) {
+            if (t->rank == 0) ckpt = checkpoint_find_latest(cfg->train.out_dir);
+            int found = ckpt != NULL;
+            comm_broadcast(t->comm, &found, sizeof found, 0);
+            if (found && t->rank != 0) ckpt = mhe_strdup("(rank 0)");
+        } else {
+            ckpt = checkpoint_resolve(t->opt->resume);
+        }
+    }
+    if (ckpt) restore(t, ckpt, 0);
+    else if (cfg->train.init_from && cfg->train.init_from[0]) {
+        char *dir = checkpoint_resolve(cfg->train.init_from);
+        restore(t, dir, 1);
+        if (t->rank == 0) fprintf(stderr, "initialised weights from %s\n", dir);
+        free(dir);
+    }
+    free(ckpt);
+    t->start_step = t->step;
+
+    const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
+    t->flops_per_step = model_step_flops(t->model, B, T) * t->n_micro * t->world;
+    if (is_host_backend(t->be)) {
+        double mine = peak_sgemm_gflops(1024, 5);
+        comm_allreduce_sum_f64(t->comm, &mine, 1);
+        t->peak_gflops = mine;
+    }
+    if (t->rank == 0) {
+        mhe_mkdirs(cfg->train.out_dir);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/metrics.jsonl", cfg->train.out_dir);
+        if (metrics_open(&t->metrics, path) != 0) mhe_fail("%s: cannot open: %s", path, strerror(errno));
+        snprintf(path, sizeof path, "%s/tensorboard", cfg->train.out_dir);
+        mhe_mkdirs(path);
+        if (tb_open(&t->tb, path, tb_wall_time()) != 0) mhe_fail("%s: cannot open an event file: %s", path, strerror(errno));
+            fprintf(stderr,
+                "model: %s %s, %zu parameters | workers %d x micro-batch %d x %d accumulation = global batch %d | "
+                "seq %d | steps %lld\n",
+                arch_name(cfg->model.arch), attention_type_name(cfg->attention.type), t->table->total, t->world, B,
+                t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
+        fprintf(stderr,
+                "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
+                "activations %.1f MiB | sgemm ceiling %.1f GFLOP/s\n"
+                "device %s | gradients all-reduced by %s\n",
+                model_state_bytes(t->model) / 1048576.0,
+                2.0 * (t->zero.end - t->zero.begin) * sizeof(float) / 1048576.0, t->zero.enabled,
+                2 * (t->zero.end - t->zero.begin) * sizeof(float),
+                model_arena_bytes(t->model) / 1048576.0, t->peak_gflops, t->be->name,
+                t->world == 1 ? "nobody (one worker)"
+                : t->dcomm    ? "NCCL on device buffers"
+                : t->dev_m    ? "MPI through host staging"
+                : t->zero.enabled ? "MPI reduce-scatter + all-gather (ZeRO-1)"
+                                  : "MPI in buckets overlapped with the backward pass");
+    }
+    if (t->valid) {
+        LoaderBatch probe = loader_batch_alloc(t->valid);
+        t->eval_logits = mhe_malloc((size_t)probe.batch * probe.seq_len * cfg->model.vocab_size * sizeof(float));
+        loader_batch_free(&probe);
+    }
+    signals_install(&t->signals);
+    t->t_start = omp_get_wtime();
+}
+
+static void teardown(Trainer *t) {
+    signals_restore(&t->signals);
+    if (t->rank == 0 && t->replica_checks > 0)
+        fprintf(stderr, "replicas identical at all %lld checks (%d workers)\n", (long long)t->replica_checks, t->world);
+    if (t->rank == 0) {
+        metrics_close(&t->metrics);
+        tb_close(&t->tb);
+    }
+    for (int i = 0; i < t->n_micro; i++) loader_batch_free(&t->micro[i]);
+    free(t->micro);
+    free(t->eval_logits);
+    grad_sync_free(t->sync);
+    optim_state_free(&t->opt_state);
+    zero_free(&t->zero);
+    loader_close(t->train);
+    if (t->valid) loader_close(t->valid);
+    if (!is_host_backend(t->be)) {
+        free(t->host_params);
+        free(t->host_grads);
+        device_comm_free(t->dcomm);
+        t->be->free(t->be, t->dev_m);
+        t->be->free(t->be, t->dev_v);
+        t->be->free(t->be, t->dev_u);
+    }
+    model_free(t->model);
+    t->be->destroy(t->be);
+    free(t->config_yaml);
+}
+
+static void evaluate(Trainer *t) {
+    if (!t->valid) return;
+    const Config *cfg = t->cfg;
+    EvalResult r = evaluate_split(t->model, t->valid, t->comm, cfg->train.eval_batches, t->eval_logits);
+    if (t->rank != 0) return;
+    int mlm = cfg->objective.type == OBJ_MLM;
+    if (mlm)
+        fprintf(stderr, "eval step %lld: valid loss %.4f | masked-token accuracy %.4f | %lld tokens\n",
+                (long long)t->step, r.loss, r.accuracy, (long long)r.tokens);
+    else
+        fprintf(stderr, "eval step %lld: valid loss %.4f | perplexity %.2f | %lld tokens\n", (long long)t->step,
+                r.loss, r.perplexity, (long long)r.tokens);
+    double tokens_seen = (double)t->step * cfg->train.global_batch * cfg->data.seq_len;
+    MetricValue v[] = {{"split", 0, "valid"},
+                       {"valid_loss", r.loss, NULL},
+                       {mlm ? "valid_accuracy" : "valid_perplexity", mlm ? r.accuracy : r.perplexity, NULL},
+                       {"tokens_seen", tokens_seen, NULL}};
+    metrics_write(&t->metrics, t->step, 4, v);
+    const char *tags[] = {"valid/loss", mlm ? "valid/accuracy" : "valid/perplexity"};
+    float vals[] = {(float)r.loss, (float)(mlm ? r.accuracy : r.perplexity)};
+    tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals);
+}
+
+static void bucket_ready(void *sync, int stage) { grad_sync_stage_done(sync, stage); }
+
+// LAMB's per-tensor norms when tensors straddle ZeRO shards.
+static void sum_across_ranks(double *norms, int n, void *comm) { comm_allreduce_sum_f64(comm, norms, (size_t)n); }
+
+// One optimizer step.  Returns 0 applied, 1 skipped (non-finite), 2 stop (non-finite, policy stop).
+static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *lr_out) {
+    const Config *cfg = t->cfg;
+    // Every micro-batch of this rank first: the global count of labelled positions divides every
+    // gradient, so accumulation over micro-batches and workers gives the global-batch mean.
+    double counts[2] = {0, 0};  // labelled positions, loss sum
+    for (int i = 0; i < t->n_micro; i++) {
+        loader_batch(t->train, t->step, t->rank, t->world, i, &t->micro[i]);
+        const int32_t *lab = t->micro[i].labels;
+        for (int j = 0; j < t->micro[i].batch * t->micro[i].seq_len; j++) counts[0] += lab[j] >= 0;
+    }
+    comm_allreduce_sum_f64(t->comm, counts, 1);
+    const double divisor = counts[0] > 0 ? counts[0] : 1.0;
+
+    model_zero_grad(t->model);
+    double loss_sum = 0;
+    for (int i = 0; i < t->n_micro; i++) {
+        LoaderBatch *b = &t->micro[i];
+        // Dropout keyed by the global micro-batch: the same masks whatever the worker count.
+        model_set_dropout_seed(t->model, rng_at(cfg->train.seed, 0xd809, (uint64_t)t->step,
+                                                (uint64_t)(t->rank * t->n_micro + i)));
+        model_forward(t->model, b->input_ids, b->token_type_ids, b->attention_mask, b->labels, b->batch,
+                      b->seq_len, 1);
+        loss_sum += model_loss_sum(t->model);
+        // The last micro-batch completes the gradients: reduce buckets as they become final.
+        int overlap = i == t->n_micro - 1 && !t->zero.enabled && t->host_grads == t->grads;
+        model_set_backward_hook(t->model, overlap ? bucket_ready : NULL, t->sync);
+        model_backward(t->model, divisor);
+    }
+    if (t->zero.enabled) {
+        zero_reduce_grads(&t->zero, t->comm, t->grads);
+    } else if (t->dcomm) {
+        device_comm_allreduce_sum(t->dcomm, t->grads, t->table->total);
+    } else if (t->host_grads != t->grads) {
+        // Device gradients reach MPI through host staging (the NCCL path reduces in place).
+        t->be->download(t->be, t->host_grads, t->grads, t->table->total * sizeof(float));
+        grad_sync_finish(t->sync);
+        t->be->upload(t->be, t->grads, t->host_grads, t->table->total * sizeof(float));
+    } else {
+        grad_sync_finish(t->sync);
+    }
+    counts[1] = loss_sum;
+    comm_allreduce_sum_f64(t->comm, counts + 1, 1);
+    const double loss = counts[1] / divisor;
+    if (t->step == t->opt->inject_nonfinite_step) {
+        float nan = NAN;
+        t->be->upload(t->be, t->grads, &nan, sizeof nan);
+    }
+    // Under ZeRO-1 each rank holds the reduced gradients of its range only.
+    float *g = t->grads + t->zero.begin;
+    const size_t gn = t->zero.end - t->zero.begin;
+    double sq = t->be->sum_squares(t->be, g, gn);
+    if (t->zero.enabled) comm_allreduce_sum_f64(t->comm, &sq, 1);
+    const double gnorm = sqrt(sq);
+    const double lr = schedule_lr(&cfg->optim, t->step, t->total_steps);
+    *loss_out = loss;
+    *gnorm_out = gnorm;
+    *lr_out = lr;
+    if (!isfinite(loss) || !isfinite(gnorm)) return cfg->train.on_nonfinite == NONFINITE_STOP ? 2 : 1;
+    const float coef = optim_clip_coef(gnorm, cfg->optim.clip_norm);
+    OptimReduceFn reduce = t->zero.enabled ? sum_across_ranks : NULL;
+    if (t->dev_m) {
+        optim_step_backend(t->be, &t->opt_state, &cfg->optim, t->table, t->params, t->grads, t->dev_m, t->dev_v,
+                           t->dev_u, (float)lr, coef, reduce, t->comm);
+    } else {
+        if (coef < 1.0f) t->be->scale(t->be, g, coef, gn);
+        optim_step(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr, reduce, t->comm);
+    }
+    if (t->zero.enabled) zero_gather_params(&t->zero, t->comm, t->params);
+    return 0;
+}
+
+// Data parallelism keeps one model: every rank must hold bit-identical weights after every
+// step.  Compare a checksum of the weight bytes across ranks; a mismatch ends the job.
+static void check_replicas(Trainer *t) {
+    if (t->world == 1) return;
+    if (!is_host_backend(t->be)) t->be->download(t->be, t->host_params, t->params, t->table->total * sizeof(float));
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const unsigned char *p = (const unsigned char *)t->host_params;
+    for (size_t i = 0; i < t->table->total * sizeof(float); i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    uint64_t *all = mhe_malloc((size_t)t->world * sizeof *all);
+    comm_allgather(t->comm, &h, all, sizeof h);
+    for (int r = 1; r < t->world; r++)
+        if (all[r] != all[0]) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "after step %lld the weights of rank %d differ from rank 0's", (long long)t->step, r);
+            comm_abort(t->comm, 1, msg);
+        }
+    free(all);
+    t->replica_checks++;
+}
+
+static void log_step(Trainer *t, double loss, double gnorm, double lr, double step_s, int skipped) {
+    if (t->rank != 0) return;
+    const Config *cfg = t->cfg;
+    const double tokens = (double)cfg->train.global_batch * cfg->data.seq_len;
+    const double tps = step_s > 0 ? tokens / step_s : 0;
+    const double mfu = t->peak_gflops > 0 && step_s > 0 ? t->flops_per_step / step_s / 1e9 / t->peak_gflops : -1;
+    Progress p = {.step = t->step,
+                  .total_steps = t->total_steps,
+                  .start_step = t->start_step,
+                  .elapsed_s = omp_get_wtime() - t->t_start,
+                  .loss = loss,
+                  .lr = lr,
+                  .grad_norm = gnorm,
+                  .tokens_per_s = tps,
+                  .mfu = mfu};
+    char line[512];
+    progress_format(line, sizeof line, &p);
+    fprintf(stderr, "%s%s\n", line, skipped ? " | SKIPPED (non-finite)" : "");
+    MetricValue v[] = {{"loss", loss, NULL},           {"lr", lr, NULL},
+                       {"grad_norm", gnorm, NULL},     {"tokens_per_s", tps, NULL},
+                       {"mfu", mfu, NULL},             {"elapsed_s", p.elapsed_s, NULL},
+                       {"tokens_seen", t->step * tokens, NULL}, {"skipped", skipped, NULL}};
+    metrics_write(&t->metrics, t->step, 8, v);
+    const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s"};
+    float vals[] = {(float)loss, (float)lr, (float)gnorm, (float)tps};
+    tb_write_scalars(&t->tb, t->step, tb_wall_time(), 4, tags, vals);
+}
+
+int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
+    Trainer t = {.cfg = cfg, .opt = opt, .comm = comm};
+    setup(&t);
+    int status = 0, saved_at_end = 0;
+    // The untrained model's validation loss: the baseline the run's progress is read against.
+    if (t.step == 0 && cfg->train.eval_every > 0) evaluate(&t);
+    while (t.step < t.total_steps) {
+        double t0 = omp_get_wtime(), loss, gnorm, lr;
+        int r = train_step(&t, &loss, &gnorm, &lr);
+        if (r == 2) {
+            if (t.rank == 0)
+                fprintf(stderr,
+                        "mhetrain: step %lld: non-finite %s (train.on_nonfinite: stop); the last checkpoint is kept\n",
+                        (long long)t.step + 1, isfinite(loss) ? "gradient norm" : "loss");
+            status = 1;
+            break;
+        }
+        if (r == 1) model_zero_grad(t.model);
+        t.step++;
+        if (r == 1 || t.step % cfg->train.log_every == 0 || t.step == t.total_steps) {
+            log_step(&t, loss, gnorm, lr, omp_get_wtime() - t0, r == 1);
+            check_replicas(&t);
+        }
+        int64_t stop = signals_pending(&t.signals) != 0;
+        comm_allreduce_max_i64(comm, &stop, 1);
+        int stop_here = stop || (opt->stop_after > 0 && t.step == opt->stop_after);
+        if (cfg->train.eval_every > 0 && t.step % cfg->train.eval_every == 0 && t.step < t.total_steps) evaluate(&t);
+        if (stop_here || (cfg->train.checkpoint_every > 0 && t.step % cfg->train.checkpoint_every == 0) ||
+            t.step == t.total_steps) {
+            save(&t);
+            saved_at_end = t.step == t.total_steps;
+        }
+        if (stop_here) {
+            if (t.rank == 0)
+                fprintf(stderr, "stopping after step %lld (%s); run the same command to resume\n", (long long)t.step,
+                        stop ? "signal" : "--stop-after");
+            teardown(&t);
+            return 0;
+        }
+    }
+    if (status == 0) {
+        evaluate(&t);
+        if (!saved_at_end) save(&t);
+    }
+    teardown(&t);
+    return status;
+}
