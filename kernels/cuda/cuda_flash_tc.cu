@@ -60,9 +60,11 @@ __device__ __forceinline__ void tc_stage(bf16_t *dst, const float *src, int ld, 
 // 32 x D rows of `bm` (ld D): one warp.
 template <int D>
 __device__ __forceinline__ void tc_abt(const bf16_t *a, const bf16_t *bm, float *c) {
+    #pragma unroll
     for (int n = 0; n < TC_COLS / 16; n++) {
         AccFrag acc;
         wmma::fill_fragment(acc, 0.0f);
+        #pragma unroll
         for (int k = 0; k < D / 16; k++) {
             ARow fa;
             BCol fb;
@@ -76,7 +78,9 @@ __device__ __forceinline__ void tc_abt(const bf16_t *a, const bf16_t *bm, float 
 // acc[c] (16 x D in D/16 fragments) += A (16 x 32 of `a`, ld TC_COLS) times B (32 x D, ld D).
 template <int D>
 __device__ __forceinline__ void tc_ab_acc(AccFrag *acc, const bf16_t *a, const bf16_t *bm) {
+    #pragma unroll
     for (int c = 0; c < D / 16; c++)
+        #pragma unroll
         for (int k = 0; k < TC_COLS / 16; k++) {
             ARow fa;
             BRow fb;
@@ -88,7 +92,7 @@ __device__ __forceinline__ void tc_ab_acc(AccFrag *acc, const bf16_t *a, const b
 
 // grid (query tiles, n, B).  Shared: Q, K, V tiles (bf16), S (fp32), P (bf16), O (fp32), L.
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(TcArgs f, const float *q, const float *k,
+__global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_forward_kernel(TcArgs f, const float *q, const float *k,
                                                                       const float *v, const float *out_shift,
                                                                       float *out, float *opre, float *lse) {
     MHE_DYNAMIC_SHARED(float, sm);
@@ -103,6 +107,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(TcArgs f, 
     float m = -INFINITY, l = 0.0f;
     for (int pass = 0; pass < 2; pass++) {
         AccFrag acc[D / 16];
+        #pragma unroll
         for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
         const float L = pass && t < TC_ROWS ? Ls[t] : 0.0f;
         for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
@@ -148,6 +153,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(TcArgs f, 
             if (t < TC_ROWS) Ls[t] = l > 0.0f ? m + logf(l) : INFINITY;  // no visible key: P = 0
             __syncthreads();
         } else {
+            #pragma unroll
             for (int c = 0; c < D / 16; c++)
                 wmma::store_matrix_sync(Os + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
         }
@@ -167,7 +173,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_forward_kernel(TcArgs f, 
 // grid (query tiles, B): dQ over every head and key.  Shared: Q, G, K, V (bf16), S, dPd (fp32),
 // dS (bf16), the dQ output (fp32), L, D.
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(TcArgs f, const float *q, const float *k,
+__global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dq_kernel(TcArgs f, const float *q, const float *k,
                                                                  const float *v, const float *dout,
                                                                  const float *lse, const float *Dd, float *dq) {
     MHE_DYNAMIC_SHARED(float, sm);
@@ -178,6 +184,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(TcArgs f, const
            *Vs = Ks + TC_COLS * D, *dSs = Vs + TC_COLS * D;
     const int jend = f.causal ? tc_imin(a.T, q0 + TC_ROWS) : a.T;
     AccFrag acc[D / 16];
+    #pragma unroll
     for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
     for (int h = 0; h < a.n; h++) {
         __syncthreads();
@@ -209,6 +216,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(TcArgs f, const
             tc_ab_acc<D>(acc, dSs + w * 16 * TC_COLS, Ks);  // dQ += dS K
         }
         if ((h + 1) % a.qr == 0) {  // the last head sharing this Q head
+            #pragma unroll
             for (int c = 0; c < D / 16; c++) {
                 wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
                 wmma::fill_fragment(acc[c], 0.0f);
@@ -225,7 +233,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dq_kernel(TcArgs f, const
 // grid (key tiles, B): dK, dV, dkey_bias over every head and query row, transposed products
 // (Sᵀ = K Qᵀ, dPdᵀ = V Gᵀ) so each warp's rows are its keys.
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS) flash_tc_dkv_kernel(TcArgs f, const float *q, const float *k,
+__global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, const float *q, const float *k,
                                                                   const float *v, const float *dout,
                                                                   const float *lse, const float *Dd, float *dk,
                                                                   float *dv, float *dkey_bias) {
@@ -239,6 +247,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkv_kernel(TcArgs f, cons
     const bool live = t < TC_ROWS && j < a.T;
     const int i_first = f.causal ? j0 : 0;  // query tiles of 32 align with key tiles of 32
     AccFrag dka[D / 16], dva[D / 16];
+    #pragma unroll
     for (int c = 0; c < D / 16; c++) {
         wmma::fill_fragment(dka[c], 0.0f);
         wmma::fill_fragment(dva[c], 0.0f);
@@ -286,6 +295,7 @@ __global__ void __launch_bounds__(TC_THREADS) flash_tc_dkv_kernel(TcArgs f, cons
             if ((h + 1) % ratio != 0) continue;  // uniform over the block
             AccFrag *acc = which ? dva : dka;
             __syncthreads();  // Out is free
+            #pragma unroll
             for (int c = 0; c < D / 16; c++) {
                 wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
                 wmma::fill_fragment(acc[c], 0.0f);
