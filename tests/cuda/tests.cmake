@@ -12,6 +12,13 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
   set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300)
 
+  # The cost model in record-only mode: per-call bytes/FLOPs vs hand figures, step FLOPs vs
+  # model_step_flops.
+  add_executable(test_cuda_cost ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost.c)
+  target_link_libraries(test_cuda_cost PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_cost COMMAND test_cuda_cost)
+  set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120)
+
   add_executable(test_cuda_model ${CMAKE_CURRENT_LIST_DIR}/test_cuda_model.c)
   target_link_libraries(test_cuda_model PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
   # One warp per row-kernel block here: test_cuda_parity covers the cross-warp reductions, and
