@@ -49,7 +49,7 @@ if(TARGET mhecuda_emu)
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 900)
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
-  set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_model_variants
+  set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
     test_cuda_train_end_to_end APPEND PROPERTY LABELS cuda)
   set_property(TEST test_cuda_emu_reduce test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
