@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "kernels/backend_info.h"
 #include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
 
 // Under mpirun: which rank runs on which host and device (one line per rank, from rank 0).
 static void print_rank_map(Comm *comm) {
@@ -35,8 +36,13 @@ static void print_rank_map(Comm *comm) {
 
 int cmd_info(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: mhetrain info\n\nPrints the version, the backends compiled in, and the MPI, NCCL, cuBLAS,\n"
-               "BLAS, OpenMP, libyaml and cJSON versions in use.\n");
+        printf("usage: mhetrain info [--config-reference]\n\nPrints the version, the backends compiled in, and the MPI, NCCL, cuBLAS,\n"
+               "BLAS, OpenMP, libyaml and cJSON versions in use.\n"
+               "  --config-reference  print the config key reference of configs/README.md (markdown)\n");
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--config-reference") == 0) {
+        config_write_reference(stdout);
         return 0;
     }
     // Launched by mpirun: print the rank map once, then the library versions from rank 0 only.

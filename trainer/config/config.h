@@ -1,5 +1,5 @@
 // The experiment configuration: one typed struct per YAML section (DESIGN.md §1-§6).
-// config.c parses YAML strictly into it; defaults are documented in README.md.
+// Every key's type, default, range and documentation is one row of config_fields.c.
 #ifndef MHE_TRAINER_CONFIG_H
 #define MHE_TRAINER_CONFIG_H
 
@@ -158,6 +158,9 @@ void config_resolve(Config *cfg, const char *where);
 void config_write_yaml(const Config *cfg, FILE *out);
 
 void config_free(Config *cfg);
+
+// The key reference of configs/README.md (markdown, one table per section) from the field table.
+void config_write_reference(FILE *out);
 
 // Names used in YAML and in messages.
 const char *attention_type_name(AttentionType t);
