@@ -9,7 +9,7 @@ foreach(name resume_is_bit_exact resume_bf16_is_bit_exact sigterm_checkpoints_an
 endforeach()
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST train_corpus_fixture APPEND PROPERTY LABELS e2e)
-set_property(TEST test_train_resume_is_bit_exact test_train_sigterm_checkpoints_and_resumes
+set_property(TEST test_train_resume_is_bit_exact test_train_resume_bf16_is_bit_exact test_train_sigterm_checkpoints_and_resumes
   test_train_init_from_loads_weights_only test_train_nonfinite_policy test_train_world_sizes_agree
   test_train_zero1_matches_zero0 test_train_dead_rank_ends_job APPEND PROPERTY LABELS e2e)
 set_property(TEST test_train_world_sizes_agree test_train_zero1_matches_zero0
