@@ -17,7 +17,7 @@ if(TARGET mhecuda_emu)
   add_executable(test_cuda_cost ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost.c)
   target_link_libraries(test_cuda_cost PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_cost COMMAND test_cuda_cost)
-  set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120)
+  set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
 
   add_executable(test_cuda_model ${CMAKE_CURRENT_LIST_DIR}/test_cuda_model.c)
   target_link_libraries(test_cuda_model PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
