@@ -7,13 +7,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "trainer/config/attention_types.h"
+
 typedef enum { ARCH_BERT, ARCH_GPT } Arch;
 typedef enum { NORM_POST, NORM_PRE } NormPlacement;
 typedef enum { ACT_GELU_ERF, ACT_GELU_TANH } Activation;
-typedef enum {
-    ATTN_MHA, ATTN_SHA, ATTN_MHE_ADD, ATTN_MHE_MUL, ATTN_MQA, ATTN_GQA,
-    ATTN_EL_ATT, ATTN_SKV, ATTN_COLLAB, ATTN_TYPE_COUNT
-} AttentionType;
+// ATTN_MHA, ATTN_SHA, ...: one value per line of the registry (attention_types.h).
+#define MHE_ATTN_ENUM_(E, name) ATTN_##E,
+typedef enum { MHE_ATTENTION_TYPES(MHE_ATTN_ENUM_) ATTN_TYPE_COUNT } AttentionType;
+#undef MHE_ATTN_ENUM_
 typedef enum { OBJ_MLM, OBJ_CLM } Objective;
 typedef enum { OPT_ADAMW, OPT_LAMB } OptimizerKind;
 typedef enum { SCHED_LINEAR, SCHED_COSINE, SCHED_CONSTANT } ScheduleKind;
@@ -45,6 +47,8 @@ typedef struct {
     AttentionType type;
     int groups;          // gqa: number of K/V heads (divides heads)
     int collab_dim;      // collab: D~ (0 means n*d)
+    int latent_dim;      // mla: d_c, width of the shared K/V latent (must be set for mla)
+    int q_latent_dim;    // mla: width of the query latent (0: queries straight from X)
     float embed_std;     // mhe_*: head embeddings ~ N(0, embed_std)
     bool fast_path;      // mhe_*: use the shared-score / shared-K,V identities
 } AttentionConfig;
@@ -110,7 +114,7 @@ typedef struct {
     Precision precision;
 } RuntimeConfig;
 
-typedef struct {
+typedef struct Config {
     ModelConfig model;
     AttentionConfig attention;
     ObjectiveConfig objective;
@@ -158,8 +162,14 @@ void config_write_yaml(const Config *cfg, FILE *out);
 
 void config_free(Config *cfg);
 
+// An integer field by its key ("attention.groups"); 0 when no such integer key exists.
+int config_get_int(const Config *cfg, const char *key, int *value);
+int config_set_int(Config *cfg, const char *key, int value);
+
 // Names used in YAML and in messages.
 const char *attention_type_name(AttentionType t);
+// The config-facing spec of a variant (trainer/config/attention_types.h); NULL when out of range.
+const AttnTypeSpec *attention_type_spec(AttentionType t);
 const char *arch_name(Arch a);
 const char *objective_name(Objective o);
 

@@ -55,6 +55,8 @@ static const Field FIELDS[] = {
     ENUM(attention, type, CONFIG_ATTENTION_NAMES, 0),
     INT(attention, groups),
     INT(attention, collab_dim),
+    INT(attention, latent_dim),
+    INT(attention, q_latent_dim),
     FLT(attention, embed_std),
     BOOL(attention, fast_path),
 
@@ -111,6 +113,30 @@ _Static_assert(sizeof(AttentionType) == sizeof(int) && sizeof(Arch) == sizeof(in
                "enums must be int-sized");
 
 #define N_FIELDS (int)(sizeof FIELDS / sizeof *FIELDS)
+
+// Integer fields by key, for code that holds a key name (the attention registry's keys).
+static int *int_field(Config *c, const char *key) {
+    for (int i = 0; i < N_FIELDS; i++) {
+        const Field *f = &FIELDS[i];
+        size_t n = strlen(f->section);
+        if (f->type == F_INT && strncmp(key, f->section, n) == 0 && key[n] == '.' &&
+            strcmp(key + n + 1, f->key) == 0)
+            return (int *)((char *)c + f->offset);
+    }
+    return NULL;
+}
+
+int config_get_int(const Config *c, const char *key, int *value) {
+    const int *p = int_field((Config *)c, key);
+    if (p) *value = *p;
+    return p != NULL;
+}
+
+int config_set_int(Config *c, const char *key, int value) {
+    int *p = int_field(c, key);
+    if (p) *p = value;
+    return p != NULL;
+}
 
 static const char *const SECTIONS[] = {"model", "data", "attention", "objective",
                                        "optim", "train", "dist", "runtime", NULL};

@@ -76,6 +76,8 @@ void config_write_yaml(const Config *c, FILE *out) {
     PUT_ENUM("type", CONFIG_ATTENTION_NAMES, a->type);
     PUT_INT("groups", a->groups);
     PUT_INT("collab_dim", a->collab_dim);
+    PUT_INT("latent_dim", a->latent_dim);
+    PUT_INT("q_latent_dim", a->q_latent_dim);
     put_float(out, "embed_std", a->embed_std);
     PUT_BOOL("fast_path", a->fast_path);
 
