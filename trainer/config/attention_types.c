@@ -60,20 +60,15 @@ static const AttnTypeSpec SPEC_COLLAB = {
      {"attention.embed_std", "mixing vectors ~ 1 + N(0, embed_std)", -1}},
     NULL, resolve_collab};
 
-static int check_mla(const Config *c, const char **keys, char *msg, size_t cap) {
-    if (c->attention.latent_dim < 1) {
-        *keys = "attention.latent_dim|attention.type";
-        snprintf(msg, cap, "attention.type mla needs attention.latent_dim (d_c, the width of the "
-                 "shared key/value latent), got %d", c->attention.latent_dim);
-        return 1;
-    }
-    return 0;
+// d_c = 4·d by default: DeepSeek-V2's choice (d_c = 4 d_h), 256 for BERT-base's d = 64.
+static void resolve_mla(Config *c) {
+    if (c->attention.latent_dim == 0) c->attention.latent_dim = 4 * c->model.head_dim;
 }
 static const AttnTypeSpec SPEC_MLA = {
     "mla", "multi-head latent attention: K, V of every head from one shared latent c = X W_DKV",
-    {{"attention.latent_dim", "d_c, width of the shared key/value latent", 5},
-     {"attention.q_latent_dim", "width of the query latent (0: queries straight from X)", 0}},
-    check_mla, NULL};
+    {{"attention.latent_dim", "d_c, width of the shared key/value latent (0: 4*d)", 5},
+     {"attention.q_latent_dim", "width of the query latent (0: queries straight from X)", 3}},
+    NULL, resolve_mla};
 
 #define MHE_SPEC_(E, name) [ATTN_##E] = &SPEC_##E,
 static const AttnTypeSpec *const SPECS[ATTN_TYPE_COUNT] = {MHE_ATTENTION_TYPES(MHE_SPEC_)};

@@ -47,7 +47,7 @@ typedef struct {
     AttentionType type;
     int groups;          // gqa: number of K/V heads (divides heads)
     int collab_dim;      // collab: D~ (0 means n*d)
-    int latent_dim;      // mla: d_c, width of the shared K/V latent (must be set for mla)
+    int latent_dim;      // mla: d_c, width of the shared K/V latent (0 means 4*d)
     int q_latent_dim;    // mla: width of the query latent (0: queries straight from X)
     float embed_std;     // mhe_*: head embeddings ~ N(0, embed_std)
     bool fast_path;      // mhe_*: use the shared-score / shared-K,V identities
@@ -153,7 +153,7 @@ void config_load(Config *cfg, const char *path, int n_overrides, char **override
 // type_vocab, objective.type and data.tokenizer_kind from model.arch unless their
 // CONFIG_SET_* bit is in cfg->explicit_fields: code that wants e.g. a pre-LN BERT sets
 // `cfg.model.norm = NORM_PRE; cfg.explicit_fields |= CONFIG_SET_NORM;`.  It also replaces
-// head_dim 0 (D/n), ffn 0 (4D), collab_dim 0 (n*d), data.seq_len 0 (max_seq) and derives
+// head_dim 0 (D/n), ffn 0 (4D), collab_dim 0 (n*d), latent_dim 0 (4d), data.seq_len 0 (max_seq) and derives
 // train.steps from train.tokens.
 void config_resolve(Config *cfg, const char *where);
 

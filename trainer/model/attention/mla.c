@@ -2,7 +2,7 @@
 // values of every head come from one shared low-rank latent c = X W_DKV (D × d_c):
 // K_i = c W_UK^(i), V_i = c W_UV^(i).  Queries are per head as in mha, Q_i = X W_Q^(i), or,
 // with attention.q_latent_dim = d_q > 0, through their own latent: Q_i = (X W_DQ) W_UQ^(i).
-// Every projection carries a bias, like the other variants.  `extra` holds c [N, d_c] and
+// Every projection carries a bias, like the other variants, except W_UK (it would cancel).  `extra` holds c [N, d_c] and
 // then c_q [N, d_q], saved for the backward.
 #include "trainer/model/model_internal.h"
 
@@ -22,7 +22,8 @@ static int tensors(const Config *c, AttnTensor *t) {
         k = attn_linear(t, k, "q.weight", "q.bias", nd, D);
     }
     k = attn_linear(t, k, "kv_down.weight", "kv_down.bias", dc, D);
-    k = attn_linear(t, k, "k_up.weight", "k_up.bias", nd, dc);
+    // No bias on W_UK: a key bias adds the same q·b to a whole softmax row, which cancels.
+    t[k++] = (AttnTensor){"k_up.weight", PARAM_WEIGHT, nd, dc, 0.0f};
     return attn_linear(t, k, "v_up.weight", "v_up.bias", nd, dc);
 }
 
@@ -42,7 +43,7 @@ static void forward(Model *m, int l) {
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden, nd = m->cfg.model.heads * m->cfg.model.head_dim;
     const int dc = m->cfg.attention.latent_dim, dq = m->cfg.attention.q_latent_dim;
-    const int kv = q_tensors(&m->cfg);  // kv_down, then k_up, v_up
+    const int kv = q_tensors(&m->cfg);  // kv_down (w, b), k_up (w), v_up (w, b)
     float *c = a->extra, *cq = a->extra + (size_t)N * dc;
     if (dq) {
         linear_forward(be, a->a_in, AP(m, l, Q_DOWN), AP(m, l, Q_DOWN + 1), N, D, dq, cq);
@@ -51,8 +52,8 @@ static void forward(Model *m, int l) {
         linear_forward(be, a->a_in, AP(m, l, Q), AP(m, l, Q + 1), N, D, nd, a->q);
     }
     linear_forward(be, a->a_in, AP(m, l, kv), AP(m, l, kv + 1), N, D, dc, c);
-    linear_forward(be, c, AP(m, l, kv + 2), AP(m, l, kv + 3), N, dc, nd, a->k);
-    linear_forward(be, c, AP(m, l, kv + 4), AP(m, l, kv + 5), N, dc, nd, a->v);
+    linear_forward(be, c, AP(m, l, kv + 2), NULL, N, dc, nd, a->k);
+    linear_forward(be, c, AP(m, l, kv + 3), AP(m, l, kv + 4), N, dc, nd, a->v);
 }
 
 static void backward(Model *m, int l, float *d_ain) {
@@ -64,8 +65,8 @@ static void backward(Model *m, int l, float *d_ain) {
     const float *c = a->extra, *cq = a->extra + (size_t)N * dc;
     float *d_c = m->dextra, *d_cq = m->dextra + (size_t)N * dc;
     // dc = dK W_UK + dV W_UV, then back through the shared down-projection.
-    linear_backward(be, m->dk, c, AP(m, l, kv + 2), N, dc, nd, d_c, 0, AG(m, l, kv + 2), AG(m, l, kv + 3));
-    linear_backward(be, m->dv, c, AP(m, l, kv + 4), N, dc, nd, d_c, 1, AG(m, l, kv + 4), AG(m, l, kv + 5));
+    linear_backward(be, m->dk, c, AP(m, l, kv + 2), N, dc, nd, d_c, 0, AG(m, l, kv + 2), NULL);
+    linear_backward(be, m->dv, c, AP(m, l, kv + 3), N, dc, nd, d_c, 1, AG(m, l, kv + 3), AG(m, l, kv + 4));
     linear_backward(be, d_c, a->a_in, AP(m, l, kv), N, D, dc, d_ain, 1, AG(m, l, kv), AG(m, l, kv + 1));
     if (dq) {
         linear_backward(be, m->dq, cq, AP(m, l, Q_UP), N, dq, nd, d_cq, 0, AG(m, l, Q_UP), AG(m, l, Q_UP + 1));
