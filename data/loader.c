@@ -290,52 +290,7 @@ void loader_batch(const Loader *l, int64_t step, int rank, int world, int micro_
     }
 }
 
-void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
-                                uint8_t **continuation) {
-    memset(opt, 0, sizeof *opt);
-    opt->objective = cfg->objective.type;
-    opt->seq_len = cfg->data.seq_len;
-    opt->global_batch = cfg->train.global_batch;
-    opt->micro_batch = cfg->train.micro_batch;
-    opt->shuffle_seed = cfg->data.shuffle_seed;
-    opt->mask_seed = cfg->train.seed;
-    opt->mask_prob = cfg->objective.mask_prob;
-    opt->mask_token_frac = cfg->objective.mask_token_frac;
-    opt->random_token_frac = cfg->objective.random_token_frac;
-    opt->whole_word = cfg->objective.whole_word;
-    opt->vocab_size = cfg->model.vocab_size;
-    opt->special = tokenizer_special_ids(tok);
-    int tv = tokenizer_vocab_size(tok);
-    if (tv > cfg->model.vocab_size)
-        mhe_fail("%s: tokenizer has %d tokens but model.vocab_size is %d", cfg->data.tokenizer,
-                 tv, cfg->model.vocab_size);
-    *continuation = NULL;
-    if (opt->whole_word) {
-        *continuation = mhe_calloc((size_t)opt->vocab_size, 1);
-        for (int i = 0; i < tv; i++) (*continuation)[i] = tokenizer_is_continuation(tok, i);
-        opt->continuation = *continuation;
-    }
-}
-
-Loader *loader_open_config(const Config *cfg, bool valid) {
-    if (!cfg->data.tokenizer || !cfg->data.tokenizer[0])
-        mhe_fail("%s: data.tokenizer is needed to read the special tokens", cfg->source ? cfg->source : "config");
-    Tokenizer *tok = tokenizer_load(cfg->data.tokenizer);
-    LoaderOptions opt;
-    uint8_t *cont;
-    loader_options_from_config(&opt, cfg, tok, &cont);
-    tokenizer_free(tok);
-    int n = valid ? cfg->data.n_valid : cfg->data.n_train;
-    if (n == 0) mhe_fail("%s: data.%s lists no shards", cfg->source ? cfg->source : "config",
-                         valid ? "valid" : "train");
-    Loader *l = loader_open(n, valid ? cfg->data.valid : cfg->data.train, &opt);
-    if (cont) {
-        // The loader keeps its own copy so the caller has nothing to free.
-        uint8_t *copy = mhe_malloc((size_t)opt.vocab_size);
-        memcpy(copy, cont, (size_t)opt.vocab_size);
-        free(cont);
-        l->opt.continuation = copy;
-        l->owned_continuation = copy;
-    }
-    return l;
+void loader_own_continuation(Loader *l, uint8_t *continuation) {
+    l->opt.continuation = continuation;
+    l->owned_continuation = continuation;
 }

@@ -17,7 +17,8 @@
 #include <stdint.h>
 
 #include "data/tokenizer.h"
-#include "trainer/config/config.h"
+// What a sample is built for (config.h: objective.type): masked tokens or next-token labels.
+typedef enum { OBJ_MLM, OBJ_CLM } Objective;
 
 #define LOADER_IGNORE_LABEL (-100)
 
@@ -42,18 +43,13 @@ typedef struct {
 
 typedef struct Loader Loader;
 
-// Fills opt from a resolved Config and its tokenizer; the continuation table (whole-word
-// masking) is allocated into *continuation (free it after loader_close).
-void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
-                                uint8_t **continuation);
-
 // Opens the shards named by `prefixes`: each is a shard prefix (PREFIX.idx exists), or the
 // stem of a split (all PREFIX_*.idx, sorted), or a glob pattern (over .idx files, or over
 // prefixes: "dir/train_0000*").  Shards are
 // validated; ids >= vocab_size exit 2.  Exits 2 when nothing matches or the stream is empty.
 Loader *loader_open(int n_prefixes, char *const *prefixes, const LoaderOptions *opt);
-// Loads the tokenizer named by the config and opens data.train (valid=false) or data.valid.
-Loader *loader_open_config(const Config *cfg, bool valid);
+// Hands the loader the table its options' `continuation` points at: freed by loader_close.
+void loader_own_continuation(Loader *l, uint8_t *continuation);
 void loader_close(Loader *l);
 
 int64_t loader_samples_per_epoch(const Loader *l);

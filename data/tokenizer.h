@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/config/config.h"  // TokenizerKind: TOK_WORDPIECE, TOK_BPE
+// The two tokenizer families (config.h names them in data.tokenizer_kind).
+typedef enum { TOK_WORDPIECE, TOK_BPE } TokenizerKind;
 
 typedef struct Tokenizer Tokenizer;
 

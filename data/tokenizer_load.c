@@ -1,6 +1,7 @@
 // Reading vocab.txt, vocab.json + merges.txt and choosing a loader from a path.  Every
 // malformed input ends in "file:line:col: ..." and exit status 2.
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>

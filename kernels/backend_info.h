@@ -20,4 +20,41 @@ DeviceComm *device_comm_create(void *mpi_comm, Backend *be, float timeout_s);
 void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n);
 void device_comm_free(DeviceComm *c);
 
+// ---- The GPU cost model (kernels/cuda/README.md "Cost model") ----
+// Published figures of one GPU: dense bf16 tensor-core and fp32 CUDA-core FLOP/s, memory and
+// PCIe bandwidth (bytes/s), seconds per kernel launch.
+typedef struct {
+    const char *name;  // "a100", "h100" (SXM)
+    double bf16_flops, fp32_flops, bytes_per_s, pcie_bytes_per_s, launch_s;
+} GpuSpec;
+const GpuSpec *gpu_spec_find(const char *name);  // NULL: unknown (or no CUDA backend)
+
+// Calls grouped by label (kernel name; gemms with their shape) and op class.
+typedef struct {
+    char label[96];
+    int op_class;  // OpClass
+    long calls;
+    double seconds, tc_flops, flops, bytes;
+    double compute_seconds, memory_seconds, launch_seconds;  // the terms of `seconds`
+} CostEntry;
+#define COST_TOP 10
+typedef struct {
+    double seconds;                   // predicted, one stream, calls back to back
+    double class_seconds[OPC_COUNT];
+    long class_calls[OPC_COUNT];
+    long launches;                    // kernels + library calls + memsets/copies
+    double tc_flops, flops, bytes, gemm_flops;
+    double peak_bytes;                // device memory high-water mark since backend creation
+    int n_top;
+    CostEntry top[COST_TOP];          // most expensive first
+} CostReport;
+// Record-only mode: kernels, cuBLAS, memsets and copies are recorded but not run, allocations
+// are address space only.  Returns 1 when available (the emulated backend), else 0.
+int backend_cuda_cost_dry_run(int on);
+void backend_cuda_cost_start(void);                        // record from now
+void backend_cuda_cost_stop(const GpuSpec *g, CostReport *r);  // stop, predict on g
+double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, double flops, double bytes,
+                                 double host_bytes);
+double backend_cuda_cost_peak_bytes(void);
+
 #endif

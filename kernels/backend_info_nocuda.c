@@ -29,3 +29,28 @@ void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n) {
     (void)n;
 }
 void device_comm_free(DeviceComm *c) { (void)c; }
+
+// The cost model lives in the CUDA backend; bench --gpu stops at gpu_spec_find == NULL.
+const GpuSpec *gpu_spec_find(const char *name) {
+    (void)name;
+    return NULL;
+}
+int backend_cuda_cost_dry_run(int on) {
+    (void)on;
+    return 0;
+}
+void backend_cuda_cost_start(void) {}
+void backend_cuda_cost_stop(const GpuSpec *g, CostReport *r) {
+    (void)g;
+    (void)r;
+}
+double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, double flops, double bytes,
+                                 double host_bytes) {
+    (void)g;
+    (void)tc_flops;
+    (void)flops;
+    (void)bytes;
+    (void)host_bytes;
+    return 0;
+}
+double backend_cuda_cost_peak_bytes(void) { return 0; }

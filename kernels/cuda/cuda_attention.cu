@@ -6,36 +6,7 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-struct AttnIdx {
-    int B, T, n, qr, kr, vr, dq, dv, ldq, ldk, ldv;
-};
-
-static AttnIdx attn_idx(const AttnShape *s) {
-    return AttnIdx{s->B, s->T, s->n_heads, s->n_heads / s->q_heads, s->n_heads / s->k_heads,
-                   s->n_heads / s->v_heads, s->qk_dim, s->v_dim, s->ldq, s->ldk, s->ldv};
-}
-
-__device__ __forceinline__ const float *q_row(const AttnIdx &a, const float *q, int b, int t, int h) {
-    return q + ((size_t)b * a.T + t) * a.ldq + (size_t)(h / a.qr) * a.dq;
-}
-__device__ __forceinline__ const float *k_row(const AttnIdx &a, const float *k, int b, int t, int h) {
-    return k + ((size_t)b * a.T + t) * a.ldk + (size_t)(h / a.kr) * a.dq;
-}
-__device__ __forceinline__ const float *v_row(const AttnIdx &a, const float *v, int b, int t, int h) {
-    return v + ((size_t)b * a.T + t) * a.ldv + (size_t)(h / a.vr) * a.dv;
-}
-__device__ __forceinline__ bool key_visible(const AttnIdx &a, int causal, const int32_t *key_mask,
-                                            int b, int i, int j) {
-    return !(causal && j > i) && (!key_mask || key_mask[(size_t)b * a.T + j] != 0);
-}
-__device__ __forceinline__ size_t p_index(const AttnIdx &a, int b, int h, int i, int j) {
-    return (((size_t)b * a.n + h) * a.T + i) * a.T + j;
-}
-// P after dropout (the dropout index is P's own index).
-__device__ __forceinline__ float p_dropped(float p, size_t idx, float drop, uint64_t seed, uint64_t offset) {
-    if (drop <= 0.0f) return p;
-    return ops_dropout_keep(seed, offset, idx, drop) ? p * (1.0f / (1.0f - drop)) : 0.0f;
-}
+#include "kernels/cuda/cuda_attn_idx.h"
 
 // One block per (i, h, b): P[i, :] = softmax(scale q_i·k_j + key_bias[j, h], visible keys).
 // have_scores: P already holds scale q_i·k_j (from the GEMM path); q and k are not read.
@@ -93,14 +64,38 @@ __global__ void attn_pv_kernel(AttnIdx a, const float *P, const float *v, const 
     }
 }
 
+// Cost model terms (fp32 buffers): elements of P [B, n, T, T], and bytes of the distinct
+// rows of a [B, T, heads, dim] operand.  Rows of P are re-read from L1/L2 within a block, so
+// each P element counts once per kernel that reads it and once per kernel that writes it.
+static double attn_tt(const AttnShape *s) { return (double)s->B * s->n_heads * s->T * s->T; }
+static double head_bytes(const AttnShape *s, int heads, int dim) { return 4.0 * s->B * s->T * heads * dim; }
+static double mask_bytes(const AttnShape *s) {
+    return (s->key_mask ? 4.0 * s->B * s->T : 0.0) + (s->key_bias ? head_bytes(s, s->n_heads, 1) : 0.0);
+}
+
 // Threads for a kernel whose threads run over a head dimension.
 static unsigned dim_block(int d) {
     int t = (d + 31) / 32 * 32;
     return (unsigned)(t < 32 ? 32 : t > MHE_BLOCK ? MHE_BLOCK : t);
 }
 
+static int head_block(const AttnShape *s);
+enum { PATH_FLASH, PATH_GEMM, PATH_PLAIN };
+// The path a shape takes: flash unless asked otherwise or its tiles do not fit; the GEMM path
+// where heads form blocks; the plain kernels otherwise.  A pure function of the shape's sizes,
+// so attention_sizes and the calls agree.
+static int attn_path(Backend *be, const AttnShape *s) {
+    const int mode = cuda_ctx(be)->attention_mode;
+    if (mode == CUDA_ATTN_FLASH && cuda_flash_supported(s)) return PATH_FLASH;
+    if (mode != CUDA_ATTN_PLAIN && head_block(s) > 0) return PATH_GEMM;
+    return PATH_PLAIN;
+}
+
 static void cuda_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
-    (void)be;
+    if (attn_path(be, s) == PATH_FLASH) {
+        cuda_flash_sizes(s, saved, scratch);
+        return;
+    }
     size_t tt = (size_t)s->B * s->n_heads * s->T * s->T;
     size_t out = (size_t)s->B * s->T * s->n_heads * s->v_dim;
     *saved = tt;  // P
@@ -114,9 +109,9 @@ static void attention_forward_plain(Backend *be, const AttnShape *s, const float
     cudaStream_t st = cuda_stream(be);
     dim3 grid(s->T, s->n_heads, s->B);
     if (s->B && s->T && s->n_heads) {
-        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 0, saved);
+        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st, mhe_cost(attn_tt(s) * (2.0 * s->qk_dim + 5.0), 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim) + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 0, saved);
         CUDA_CHECK_LAUNCH();
-        MHE_LAUNCH(attn_pv_kernel, grid, dim_block(s->v_dim), 0, st)(a, saved, v, s->out_scale, s->out_shift, s->dropout, s->seed, s->offset, out);
+        MHE_LAUNCH(attn_pv_kernel, grid, dim_block(s->v_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->v_dim, 4.0 * attn_tt(s) + head_bytes(s, s->v_heads + s->n_heads, s->v_dim)))(a, saved, v, s->out_scale, s->out_shift, s->dropout, s->seed, s->offset, out);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -233,18 +228,18 @@ static void attention_backward_plain(Backend *be, const AttnShape *s, const floa
     if (s->B && s->T && s->n_heads) {
         const float *P = saved;
         float *dS = scratch;
-        MHE_LAUNCH(attn_dscores_kernel, dim3(s->T, s->n_heads, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 0, dS);
+        MHE_LAUNCH(attn_dscores_kernel, dim3(s->T, s->n_heads, s->B), MHE_BLOCK, 0, st, mhe_cost(attn_tt(s) * (2.0 * s->v_dim + 5.0), 8.0 * attn_tt(s) + head_bytes(s, s->v_heads + s->n_heads, s->v_dim)))(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 0, dS);
         CUDA_CHECK_LAUNCH();
-        if (dq) MHE_LAUNCH(attn_dq_kernel, dim3(s->T, s->q_heads, s->B), dim_block(s->qk_dim), 0, st)(a, dS, k, s->scale, dq);
+        if (dq) MHE_LAUNCH(attn_dq_kernel, dim3(s->T, s->q_heads, s->B), dim_block(s->qk_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->qk_dim, 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim)))(a, dS, k, s->scale, dq);
         CUDA_CHECK_LAUNCH();
-        if (dk) MHE_LAUNCH(attn_dk_kernel, dim3(s->T, s->k_heads, s->B), dim_block(s->qk_dim), 0, st)(a, dS, q, s->scale, dk);
+        if (dk) MHE_LAUNCH(attn_dk_kernel, dim3(s->T, s->k_heads, s->B), dim_block(s->qk_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->qk_dim, 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim)))(a, dS, q, s->scale, dk);
         CUDA_CHECK_LAUNCH();
-        if (dv) MHE_LAUNCH(attn_dv_kernel, dim3(s->T, s->v_heads, s->B), dim_block(s->v_dim), 0, st)(a, P, dout, s->out_scale, s->dropout, s->seed, s->offset, dv);
+        if (dv) MHE_LAUNCH(attn_dv_kernel, dim3(s->T, s->v_heads, s->B), dim_block(s->v_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->v_dim, 4.0 * attn_tt(s) + head_bytes(s, s->n_heads + s->v_heads, s->v_dim)))(a, P, dout, s->out_scale, s->dropout, s->seed, s->offset, dv);
         CUDA_CHECK_LAUNCH();
-        if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(s->n_heads, s->B), dim_block(s->T), 0, st)(a, dS, dkey_bias);
+        if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(s->n_heads, s->B), dim_block(s->T), 0, st, mhe_cost(attn_tt(s), 4.0 * attn_tt(s) + head_bytes(s, s->n_heads, 1)))(a, dS, dkey_bias);
         CUDA_CHECK_LAUNCH();
         if (dout_scale || dout_shift)
-            MHE_LAUNCH(attn_dscale_shift_kernel, s->n_heads, dim_block(s->v_dim), 0, st)(a, P, v, dout, s->dropout, s->seed, s->offset, dout_scale, dout_shift);
+            MHE_LAUNCH(attn_dscale_shift_kernel, s->n_heads, dim_block(s->v_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->v_dim, 4.0 * attn_tt(s) + head_bytes(s, s->n_heads + s->v_heads, s->v_dim)))(a, P, v, dout, s->dropout, s->seed, s->offset, dout_scale, dout_shift);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -292,6 +287,50 @@ static void block_gemm(Backend *be, int ta, int tb, int M, int N, int K, float a
                           h % C.ratio == 0 ? 0.0f : 1.0f, const_cast<float *>(C.at(h)), C.ld, 0, 1);
 }
 
+// y[r, g, c] (row stride ldy) = sum of x[r, h, c] over the `ratio` heads h of group g; x is
+// [rows, n, d] contiguous.  Sums the per-head gradients of a shared Q/K/V head.
+__global__ void attn_sum_heads_kernel(const float *x, size_t rows, int n, int d, int ratio, float *y, int ldy) {
+    const int groups = n / ratio;
+    const size_t total = rows * groups * d;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)blockDim.x * gridDim.x) {
+        int c = (int)(i % d), g = (int)((i / d) % groups);
+        size_t r = i / ((size_t)d * groups);
+        float acc = 0;
+        for (int h = g * ratio; h < (g + 1) * ratio; h++) acc += x[(r * n + h) * d + c];
+        y[r * ldy + (size_t)g * d + c] = acc;
+    }
+}
+
+// Every (sequence, head) product of one attention GEMM in one cuBLAS call.  A C shared by
+// several heads (ratio > 1: the gradient of a shared operand) is computed per head into
+// `temp` ([B, T, n, N] floats; temp_floats of room) and then summed over each group; without
+// room, per sequence and head block as before (block_gemm).
+static void heads_gemm(Backend *be, const AttnShape *s, int ta, int tb, int M, int N, int K, float alpha,
+                       GemmHeads A, GemmHeads B, GemmHeads C, float *temp, size_t temp_floats) {
+    const int n = s->n_heads, T = s->T;
+    if (C.ratio == 1) {
+        cuda_gemm_heads(be, ta, tb, M, N, K, alpha, A, B, 0.0f, C, s->B, n);
+        return;
+    }
+    const size_t rows = (size_t)s->B * T;
+    if (temp && rows * n * N <= temp_floats) {
+        GemmHeads Tm{temp, n * N, (long)T * n * N, N, 1};
+        cuda_gemm_heads(be, ta, tb, M, N, K, alpha, A, B, 0.0f, Tm, s->B, n);
+        const size_t total = rows * (n / C.ratio) * N;
+        MHE_LAUNCH(attn_sum_heads_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be),
+                   mhe_cost((double)rows * n * N, 4.0 * (rows * n * N + total)))(temp, rows, n, N, C.ratio, const_cast<float *>(C.base), C.ld);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    const int m = head_block(s);
+    for (int b = 0; b < s->B; b++) {
+        HeadOp a{A.base + b * A.seq_stride, A.ld, A.ratio, A.head_step};
+        HeadOp bb{B.base + b * B.seq_stride, B.ld, B.ratio, B.head_step};
+        HeadOp c{C.base + b * C.seq_stride, C.ld, C.ratio, C.head_step};
+        for (int h0 = 0; h0 < n; h0 += m) block_gemm(be, ta, tb, M, N, K, alpha, a, bb, c, h0, m);
+    }
+}
+
 __global__ void attn_drop_kernel(const float *P, float *Pd, size_t n, float drop, uint64_t seed, uint64_t offset) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
         Pd[i] = p_dropped(P[i], i, drop, seed, offset);
@@ -321,7 +360,7 @@ __global__ void attn_scale_shift_grad_kernel(const float *dout, const float *O, 
 }
 
 static void launch_elementwise_drop(Backend *be, const AttnShape *s, const float *P, float *Pd, size_t tt) {
-    MHE_LAUNCH(attn_drop_kernel, cuda_grid_for(tt), MHE_BLOCK, 0, cuda_stream(be))(P, Pd, tt, s->dropout, s->seed, s->offset);
+    MHE_LAUNCH(attn_drop_kernel, cuda_grid_for(tt), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)tt, 8.0 * tt))(P, Pd, tt, s->dropout, s->seed, s->offset);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -329,29 +368,22 @@ static void attention_forward_gemm(Backend *be, const AttnShape *s, const float 
                                    const float *v, float *out, float *saved, float *scratch) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, m = head_block(s);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
     const long TT = (long)T * T;
     const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
     const float *Pd = s->dropout > 0.0f ? scratch : saved;  // filled after the softmax
-    for (int b = 0; b < s->B; b++) {
-        HeadOp Q{q + (size_t)b * T * s->ldq, s->ldq, a.qr, s->qk_dim};
-        HeadOp Kh{k + (size_t)b * T * s->ldk, s->ldk, a.kr, s->qk_dim};
-        HeadOp S{saved + (size_t)b * n * TT, T, 1, TT};
-        for (int h0 = 0; h0 < n; h0 += m)  // S_h = scale Q_h K_hᵀ
-            block_gemm(be, 0, 1, T, T, s->qk_dim, s->scale, Q, Kh, S, h0, m);
-    }
-    MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
+    const GemmHeads Q{q, s->ldq, (long)T * s->ldq, s->qk_dim, a.qr}, Kh{k, s->ldk, (long)T * s->ldk, s->qk_dim, a.kr},
+        Vh{v, s->ldv, (long)T * s->ldv, s->v_dim, a.vr};
+    // S_h = scale Q_h K_hᵀ
+    heads_gemm(be, s, 0, 1, T, T, s->qk_dim, s->scale, Q, Kh, GemmHeads{saved, T, n * TT, TT, 1}, nullptr, 0);
+    MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 8.0 * tt + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
     CUDA_CHECK_LAUNCH();
     if (s->dropout > 0.0f) launch_elementwise_drop(be, s, saved, scratch, tt);
-    for (int b = 0; b < s->B; b++) {
-        HeadOp P{Pd + (size_t)b * n * TT, T, 1, TT};
-        HeadOp Vh{v + (size_t)b * T * s->ldv, s->ldv, a.vr, s->v_dim};
-        HeadOp O{out + (size_t)b * T * hd, hd, 1, s->v_dim};
-        for (int h0 = 0; h0 < n; h0 += m)  // O_h = dropout(P_h) V_h
-            block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, P, Vh, O, h0, m);
-    }
+    // O_h = dropout(P_h) V_h
+    heads_gemm(be, s, 0, 0, T, s->v_dim, T, 1.0f, GemmHeads{Pd, T, n * TT, TT, 1}, Vh,
+               GemmHeads{out, hd, (long)T * hd, s->v_dim, 1}, nullptr, 0);
     if (s->out_scale || s->out_shift) {
-        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st)(out, s->out_scale, s->out_shift, rows, hd, out);
+        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st, mhe_cost(2.0 * rows * hd, 8.0 * rows * hd + 8.0 * hd))(out, s->out_scale, s->out_shift, rows, hd, out);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -362,7 +394,7 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
                                     float *dout_scale, float *dout_shift, float *scratch) {
     AttnIdx a = attn_idx(s);
     cudaStream_t st = cuda_stream(be);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, m = head_block(s);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim;
     const long TT = (long)T * T;
     const size_t tt = (size_t)s->B * n * TT, rows = (size_t)s->B * T;
     float *dS = scratch, *Pd_buf = scratch + tt, *G_buf = scratch + 2 * tt, *O = G_buf + rows * hd;
@@ -372,44 +404,33 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
         Pd = Pd_buf;
     }
     if (s->out_scale) {  // G = dout ⊙ out_scale: the gradient of dropout(P) V
-        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st)(dout, s->out_scale, nullptr, rows, hd, G_buf);
+        MHE_LAUNCH(attn_head_affine_kernel, cuda_grid_for(rows * hd), MHE_BLOCK, 0, st, mhe_cost((double)rows * hd, 8.0 * rows * hd + 4.0 * hd))(dout, s->out_scale, nullptr, rows, hd, G_buf);
         CUDA_CHECK_LAUNCH();
         G = G_buf;
     }
-    auto seq = [&](int b, const float *base, int ld, int ratio, long step) {
-        return HeadOp{base + (size_t)b * T * ld, ld, ratio, step};
-    };
-    auto per_head = [&](int b, const float *base, long step) {  // [n, T, T] per sequence
-        return HeadOp{base + (size_t)b * n * TT, T, 1, step};
-    };
-    for (int b = 0; b < s->B; b++)
-        for (int h0 = 0; h0 < n; h0 += m)  // dPd_h = G_h V_hᵀ
-            block_gemm(be, 0, 1, T, T, s->v_dim, 1.0f, seq(b, G, hd, 1, s->v_dim),
-                       seq(b, v, s->ldv, a.vr, s->v_dim), per_head(b, dS, TT), h0, m);
-    MHE_LAUNCH(attn_dscores_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st)(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 1, dS);
+    const GemmHeads Q{q, s->ldq, (long)T * s->ldq, s->qk_dim, a.qr}, Kh{k, s->ldk, (long)T * s->ldk, s->qk_dim, a.kr},
+        Vh{v, s->ldv, (long)T * s->ldv, s->v_dim, a.vr}, Gh{G, hd, (long)T * hd, s->v_dim, 1},
+        dSh{dS, T, n * TT, TT, 1}, Pdh{Pd, T, n * TT, TT, 1};
+    // The O buffer is free until the out_scale gradient: room for per-head shared gradients.
+    const size_t temp_floats = rows * hd;
+    heads_gemm(be, s, 0, 1, T, T, s->v_dim, 1.0f, Gh, Vh, dSh, nullptr, 0);  // dPd_h = G_h V_hᵀ
+    MHE_LAUNCH(attn_dscores_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 12.0 * tt))(a, P, v, dout, s->out_scale, s->dropout, s->seed, s->offset, 1, dS);
     CUDA_CHECK_LAUNCH();
-    for (int b = 0; b < s->B; b++)
-        for (int h0 = 0; h0 < n; h0 += m) {
-            HeadOp dSb = per_head(b, dS, TT);
-            if (dq)  // dQ_h = scale dS_h K_h
-                block_gemm(be, 0, 0, T, s->qk_dim, T, s->scale, dSb, seq(b, k, s->ldk, a.kr, s->qk_dim),
-                           seq(b, dq, s->ldq, a.qr, s->qk_dim), h0, m);
-            if (dk)  // dK_h = scale dS_hᵀ Q_h
-                block_gemm(be, 1, 0, T, s->qk_dim, T, s->scale, dSb, seq(b, q, s->ldq, a.qr, s->qk_dim),
-                           seq(b, dk, s->ldk, a.kr, s->qk_dim), h0, m);
-            if (dv)  // dV_h = dropout(P_h)ᵀ G_h
-                block_gemm(be, 1, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT), seq(b, G, hd, 1, s->v_dim),
-                           seq(b, dv, s->ldv, a.vr, s->v_dim), h0, m);
-        }
-    if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(n, s->B), dim_block(T), 0, st)(a, dS, dkey_bias);
+    if (dq)  // dQ_h = scale dS_h K_h
+        heads_gemm(be, s, 0, 0, T, s->qk_dim, T, s->scale, dSh, Kh,
+                   GemmHeads{dq, s->ldq, (long)T * s->ldq, s->qk_dim, a.qr}, O, temp_floats);
+    if (dk)  // dK_h = scale dS_hᵀ Q_h
+        heads_gemm(be, s, 1, 0, T, s->qk_dim, T, s->scale, dSh, Q,
+                   GemmHeads{dk, s->ldk, (long)T * s->ldk, s->qk_dim, a.kr}, O, temp_floats);
+    if (dv)  // dV_h = dropout(P_h)ᵀ G_h
+        heads_gemm(be, s, 1, 0, T, s->v_dim, T, 1.0f, Pdh, Gh,
+                   GemmHeads{dv, s->ldv, (long)T * s->ldv, s->v_dim, a.vr}, O, temp_floats);
+    if (dkey_bias) MHE_LAUNCH(attn_dkey_bias_kernel, dim3(n, s->B), dim_block(T), 0, st, mhe_cost((double)tt, 4.0 * tt + head_bytes(s, n, 1)))(a, dS, dkey_bias);
     CUDA_CHECK_LAUNCH();
     if (dout_scale || dout_shift) {
         if (dout_scale)  // O = dropout(P) V again, for d out_scale = sum dout ⊙ O
-            for (int b = 0; b < s->B; b++)
-                for (int h0 = 0; h0 < n; h0 += m)
-                    block_gemm(be, 0, 0, T, s->v_dim, T, 1.0f, per_head(b, Pd, TT),
-                               seq(b, v, s->ldv, a.vr, s->v_dim), seq(b, O, hd, 1, s->v_dim), h0, m);
-        MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, st)(dout, O, rows, hd, dout_scale, dout_shift);
+            heads_gemm(be, s, 0, 0, T, s->v_dim, T, 1.0f, Pdh, Vh, GemmHeads{O, hd, (long)T * hd, s->v_dim, 1}, nullptr, 0);
+        MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, st, mhe_cost(3.0 * rows * hd, 8.0 * rows * hd + 16.0 * hd))(dout, O, rows, hd, dout_scale, dout_shift);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -418,7 +439,10 @@ static void cuda_attention_forward(Backend *be, const AttnShape *s, const float 
                                    const float *v, float *out, float *saved, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
-    if (cuda_ctx(be)->attention_gemm && head_block(s) > 0)
+    const int path = attn_path(be, s);
+    if (path == PATH_FLASH)
+        cuda_flash_forward(be, s, q, k, v, out, saved);
+    else if (path == PATH_GEMM)
         attention_forward_gemm(be, s, q, k, v, out, saved, scratch);
     else
         attention_forward_plain(be, s, q, k, v, out, saved);
@@ -432,7 +456,18 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
                                     float *dout_scale, float *dout_shift, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
-    if (cuda_ctx(be)->attention_gemm && head_block(s) > 0)
+    const int path = attn_path(be, s);
+    if (path == PATH_FLASH) {
+        cuda_flash_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, scratch);
+        if (dout_scale || dout_shift) {  // from Opre, saved by the forward after L
+            const size_t rows = (size_t)s->B * s->T;
+            const int hd = s->n_heads * s->v_dim;
+            const float *opre = saved + rows * s->n_heads;
+            MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, cuda_stream(be),
+                       mhe_cost(3.0 * rows * hd, 8.0 * rows * hd + 16.0 * hd))(dout, opre, rows, hd, dout_scale, dout_shift);
+            CUDA_CHECK_LAUNCH();
+        }
+    } else if (path == PATH_GEMM)
         attention_backward_gemm(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale,
                                 dout_shift, scratch);
     else

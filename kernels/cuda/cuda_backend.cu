@@ -7,46 +7,64 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_internal.h"
 
-static void *cuda_alloc(Backend *be, size_t bytes) {
+void *cuda_device_alloc(size_t bytes, int device) {
     void *p = nullptr;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess)
-        mhe_fatal("CUDA device %d: out of memory allocating %zu bytes (%s)", cuda_ctx(be)->device,
-                  bytes, cudaGetErrorString(e));
+        mhe_fatal("CUDA device %d: out of memory allocating %zu bytes (%s)", device, bytes,
+                  cudaGetErrorString(e));
+    mhe_cost_alloc(p, bytes);
+    return p;
+}
+void cuda_device_free(void *p) {
+    if (!p) return;
+    mhe_cost_free(p);
+    CUDA_CHECK(cudaFree(p));
+}
+void cuda_memset(Backend *be, void *p, size_t bytes) {
+    if (bytes && mhe_cost_record("memset", mhe_cost(0, (double)bytes)))
+        CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
+}
+void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && mhe_cost_record("memcpy d2d", mhe_cost(0, 2.0 * bytes)))
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
+}
+
+static void *cuda_alloc(Backend *be, size_t bytes) {
+    void *p = cuda_device_alloc(bytes, cuda_ctx(be)->device);
     // On the backend's stream: a legacy-stream memset would not be ordered before its work
     // (the stream is non-blocking).
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
+    cuda_memset(be, p, bytes);
     return p;
 }
 
 static void cuda_free(Backend *be, void *p) {
     if (!p) return;
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // it may still be in use on the stream
-    CUDA_CHECK(cudaFree(p));
+    cuda_device_free(p);
 }
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes) return;
+    if (!bytes || !mhe_cost_record("memcpy h2d", MheCost{0, 0, (double)bytes, (double)bytes})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // the host buffer may be reused at once
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes) return;
+    if (!bytes || !mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)bytes, (double)bytes})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
 }
 
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t bytes) {
     double t0 = cuda_prof_begin(be);
-    if (bytes)
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
+    cuda_memcpy_d2d(be, dst, src, bytes);
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cuda_zero(Backend *be, void *dst, size_t bytes) {
     double t0 = cuda_prof_begin(be);
-    if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, cuda_stream(be)));
+    cuda_memset(be, dst, bytes);
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
@@ -63,15 +81,15 @@ static __nv_bfloat16 *bf16_scratch(Backend *be, size_t elems) {
     CudaCtx *c = cuda_ctx(be);
     if (elems > c->bf16_scratch_elems) {
         CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        CUDA_CHECK(cudaFree(c->bf16_scratch));
-        CUDA_CHECK(cudaMalloc(&c->bf16_scratch, elems * sizeof(__nv_bfloat16)));
+        cuda_device_free(c->bf16_scratch);
+        c->bf16_scratch = static_cast<__nv_bfloat16 *>(cuda_device_alloc(elems * sizeof(__nv_bfloat16), c->device));
         c->bf16_scratch_elems = elems;
     }
     return c->bf16_scratch;
 }
 
 static void round_to_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
-    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(x, y, n);
+    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, y, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -89,6 +107,7 @@ void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int 
     CudaCtx *c = cuda_ctx(be);
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    mhe_cost_record_gemm(M, N, K, batch, c->bf16 && K > 0, beta != 0.0f);
     if (!c->bf16 || K == 0) {
         CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb,
                                                stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
@@ -105,6 +124,67 @@ void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int 
                                                 stride_a, &beta, C, CUDA_R_32F, ldc, stride_c,
                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
+}
+
+// Device pointer arrays for cuda_gemm_heads: entry i = b * n_heads + h of each operand.
+struct PtrSpec {
+    const char *base;
+    long seq_bytes, head_bytes;
+    int ratio;
+};
+__global__ void gemm_pointers_kernel(PtrSpec a, PtrSpec b, PtrSpec c, int n_heads, int count,
+                                     const void **out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += blockDim.x * gridDim.x) {
+        int seq = i / n_heads, h = i % n_heads;
+        out[i] = a.base + seq * a.seq_bytes + (h / a.ratio) * a.head_bytes;
+        out[count + i] = b.base + seq * b.seq_bytes + (h / b.ratio) * b.head_bytes;
+        out[2 * count + i] = c.base + seq * c.seq_bytes + (h / c.ratio) * c.head_bytes;
+    }
+}
+
+// Elements from an operand's base to the end of the last matrix of the batch.
+static size_t heads_span(const GemmHeads &o, int rows, int cols, int n_seq, int n_heads) {
+    return (size_t)(n_seq - 1) * (size_t)o.seq_stride + (size_t)((n_heads - 1) / o.ratio) * (size_t)o.head_step +
+           operand_span(rows, cols, o.ld, 0, 1);
+}
+
+void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
+                     GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads) {
+    const int count = n_seq * n_heads;
+    if (M == 0 || N == 0 || count == 0) return;
+    if (C.ratio != 1) mhe_fatal("cuda_gemm_heads: the output must be per head");
+    CudaCtx *c = cuda_ctx(be);
+    if ((size_t)count * 3 > c->gemm_ptrs_count) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        cuda_device_free(c->gemm_ptrs);
+        c->gemm_ptrs = static_cast<void **>(cuda_device_alloc((size_t)count * 3 * sizeof(void *), c->device));
+        c->gemm_ptrs_count = (size_t)count * 3;
+    }
+    const bool bf16 = c->bf16 && K > 0;
+    const size_t el = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+    const void *a_base = A.base, *b_base = B.base;
+    mhe_cost_record_gemm(M, N, K, count, bf16, beta != 0.0f);
+    if (bf16) {
+        size_t na = heads_span(A, ta ? K : M, ta ? M : K, n_seq, n_heads);
+        size_t nb = heads_span(B, tb ? N : K, tb ? K : N, n_seq, n_heads);
+        __nv_bfloat16 *ha = bf16_scratch(be, na + nb), *hb = ha + na;
+        round_to_bf16(be, A.base, ha, na);
+        round_to_bf16(be, B.base, hb, nb);
+        a_base = ha;
+        b_base = hb;
+    }
+    PtrSpec pa{static_cast<const char *>(a_base), A.seq_stride * (long)el, A.head_step * (long)el, A.ratio};
+    PtrSpec pb{static_cast<const char *>(b_base), B.seq_stride * (long)el, B.head_step * (long)el, B.ratio};
+    PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * 4L, C.head_step * 4L, 1};
+    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
+    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
+    CUDA_CHECK_LAUNCH();
+    const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
+    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     N, M, K, &alpha, ptrs + count, t, B.ld, ptrs, t, A.ld, &beta,
+                                     c->gemm_ptrs + 2 * count, CUDA_R_32F, C.ld, count,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
@@ -127,8 +207,9 @@ static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int
 static void cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    CUDA_CHECK(cudaFree(c->bf16_scratch));
-    CUDA_CHECK(cudaFree(c->partials));
+    cuda_device_free(c->bf16_scratch);
+    cuda_device_free(c->gemm_ptrs);
+    cuda_device_free(c->partials);
     std::free(c->host_partials);
     CUBLAS_CHECK(cublasDestroy(c->blas));
     CUDA_CHECK(cudaStreamDestroy(c->stream));
@@ -148,15 +229,21 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
     c->bf16 = bf16 != 0;
-    // The plain attention kernels stay selectable: they are the reference for the GEMM path.
+    // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
+    // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).
     const char *attn = std::getenv("MHE_CUDA_ATTENTION");
-    c->attention_gemm = !(attn && std::strcmp(attn, "plain") == 0);
+    c->attention_mode = !attn || !*attn || std::strcmp(attn, "flash") == 0 ? CUDA_ATTN_FLASH
+                        : std::strcmp(attn, "gemm") == 0                   ? CUDA_ATTN_GEMM
+                        : std::strcmp(attn, "plain") == 0                  ? CUDA_ATTN_PLAIN
+                                                                           : -1;
+    if (c->attention_mode < 0)
+        mhe_fatal("MHE_CUDA_ATTENTION=%s: expected flash, gemm or plain", attn);
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
     // fp32 mode must be plain fp32 (no TF32) so it matches the CPU backend to 1e-5.
     CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
-    CUDA_CHECK(cudaMalloc(&c->partials, CUDA_SUM_BLOCKS * sizeof(double)));
+    c->partials = static_cast<double *>(cuda_device_alloc(CUDA_SUM_BLOCKS * sizeof(double), device));
     c->host_partials = static_cast<double *>(std::calloc(CUDA_SUM_BLOCKS, sizeof(double)));
     if (!c->host_partials) mhe_fatal("out of memory creating the CUDA backend");
     be->ctx = c;

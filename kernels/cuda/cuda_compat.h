@@ -4,17 +4,25 @@
 #ifndef MHE_KERNELS_CUDA_COMPAT_H
 #define MHE_KERNELS_CUDA_COMPAT_H
 
+#include "kernels/cuda/cuda_cost.h"
+
 #if defined(MHE_CUDA_EMU)
 #include "kernels/cuda/emu/cuda_emu.h"
 #else
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <nccl.h>
-// Launch through one macro so the emulation (a function call) and nvcc (<<<>>>) share sources.
-#define MHE_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
+// Launch through one macro so the emulation (a function call) and nvcc (<<<>>>) share sources;
+// `cost` (an MheCost) is recorded for the cost model first.  The if/else form keeps a
+// following `else` bound to the caller's `if`.
+#define MHE_LAUNCH(kernel, grid, block, shmem, stream, cost) \
+    if (!mhe_cost_record(#kernel, (cost))) {                  \
+    } else                                                    \
+        kernel<<<(grid), (block), (shmem), (stream)>>>
 #define MHE_DYNAMIC_SHARED(type, name)                               \
-    extern __shared__ __align__(16) unsigned char mhe_dynamic_smem[]; \
+    extern __shared__ __align__(128) unsigned char mhe_dynamic_smem[]; \
     type *name = reinterpret_cast<type *>(mhe_dynamic_smem)
 #endif
 

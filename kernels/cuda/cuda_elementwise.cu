@@ -26,14 +26,14 @@ __global__ void bias_backward_kernel(const float *dy, int N, int C, float *dbias
 static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)N * C;
-    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be))(y, bias, total, C);
+    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)total, 8.0 * total + 4.0 * C))(y, bias, total, C);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 // dbias[c] += sum_r dy[r, c]
 static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
     double t0 = cuda_prof_begin(be);
-    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be))(dy, N, C, dbias);
+    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)N * C, 4.0 * N * C + 8.0 * C))(dy, N, C, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -53,9 +53,14 @@ __global__ void elementwise_kernel(int op, const float *a, const float *b, float
     }
 }
 
+// FLOPs and bytes per element of each op (reads + writes of 4 bytes).
+static MheCost ew_cost(int op, size_t n) {
+    static const double flops[] = {1, 2, 1, 1, 1, 2}, words[] = {3, 3, 2, 2, 3, 4};
+    return mhe_cost(flops[op] * n, 4.0 * words[op] * n);
+}
 static void elementwise(Backend *be, int op, const float *a, const float *b, float c, float *out, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(op, a, b, c, out, n);
+    if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), ew_cost(op, n))(op, a, b, c, out, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -111,7 +116,7 @@ static void cuda_head_expand(Backend *be, const float *x, int ldx, const float *
                              const float *add, int N, int n, int d, float *out) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)N * n * d;
-    if (total) MHE_LAUNCH(head_expand_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be))(x, ldx, mul, add, N, n, d, out);
+    if (total) MHE_LAUNCH(head_expand_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(2.0 * total, 4.0 * (total + (double)N * d + ((mul != nullptr) + (add != nullptr)) * (double)n * d)))(x, ldx, mul, add, N, n, d, out);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -121,10 +126,10 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
     double t0 = cuda_prof_begin(be);
     cudaStream_t s = cuda_stream(be);
     if ((dmul || dadd) && n > 0 && d > 0)
-        MHE_LAUNCH(head_expand_dparam_kernel, cols_grid((size_t)n * d), MHE_BLOCK, 0, s)(dout, x, ldx, N, n, d, dmul, dadd);
+        MHE_LAUNCH(head_expand_dparam_kernel, cols_grid((size_t)n * d), MHE_BLOCK, 0, s, mhe_cost(3.0 * N * n * d, 4.0 * ((double)N * n * d + (dmul ? (double)N * d : 0)) + 8.0 * ((dmul != nullptr) + (dadd != nullptr)) * n * d))(dout, x, ldx, N, n, d, dmul, dadd);
     CUDA_CHECK_LAUNCH();
     if (dx && N > 0 && d > 0)
-        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s)(dout, mul, N, n, d, dx, ldx, accumulate);
+        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s, mhe_cost(2.0 * N * n * d, 4.0 * ((double)N * n * d + (mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)))(dout, mul, N, n, d, dx, ldx, accumulate);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -132,6 +137,9 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
 #define GELU_SQRT_2_OVER_PI 0.7978845608028654f
 #define GELU_INV_SQRT_2 0.7071067811865476f
 #define GELU_INV_SQRT_2PI 0.3989422804014327f
+// Cost model: erf/tanh/exp count as ~10 FLOPs (a polynomial on the fp32 pipes).
+#define GELU_FWD_FLOPS 16.0
+#define GELU_BWD_FLOPS 28.0
 
 __global__ void gelu_forward_kernel(int tanh_form, const float *x, float *y, size_t n) {
     GRID_STRIDE(i, n) {
@@ -159,13 +167,13 @@ __global__ void gelu_backward_kernel(int tanh_form, const float *x, const float 
 }
 static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(kind == GELU_TANH, x, y, n);
+    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n))(kind == GELU_TANH, x, y, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(kind == GELU_TANH, x, dy, dx, n);
+    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(GELU_BWD_FLOPS * n, 12.0 * n))(kind == GELU_TANH, x, dy, dx, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -177,9 +185,9 @@ __global__ void dropout_kernel(const float *x, float *y, size_t n, float p, uint
 static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
     double t0 = cuda_prof_begin(be);
     if (p <= 0.0f) {
-        if (x != y && n) CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream(be)));
+        if (x != y) cuda_memcpy_d2d(be, y, x, n * sizeof(float));
     } else if (n) {
-        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(x, y, n, p, seed, offset);
+        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 8.0 * n))(x, y, n, p, seed, offset);
         CUDA_CHECK_LAUNCH();
     }
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -222,7 +230,7 @@ static void cuda_embedding_forward(Backend *be, const int32_t *ids, const int32_
                                    int T, int D, float *out) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)B * T * D;
-    if (total) MHE_LAUNCH(embedding_forward_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be))(ids, type_ids, word, pos, type, B, T, D, out);
+    if (total) MHE_LAUNCH(embedding_forward_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(2.0 * total, 4.0 * ((type ? 3.0 : 2.0) * total + (double)T * D + (type_ids ? 2.0 : 1.0) * B * T)))(ids, type_ids, word, pos, type, B, T, D, out);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -233,10 +241,33 @@ static void cuda_embedding_backward(Backend *be, const float *dout, const int32_
     size_t total = (size_t)B * T * D;
     cudaStream_t s = cuda_stream(be);
     if (total && (dword || dtype))
-        MHE_LAUNCH(embedding_scatter_kernel, cuda_grid_for(total), MHE_BLOCK, 0, s)(dout, ids, type_ids, B, T, D, dword, dtype);
+        MHE_LAUNCH(embedding_scatter_kernel, cuda_grid_for(total), MHE_BLOCK, 0, s, mhe_cost(((dword != nullptr) + (dtype != nullptr)) * (double)total, 4.0 * (total + ((dword != nullptr) + (dtype != nullptr)) * 2.0 * total + (type_ids ? 2.0 : 1.0) * B * T)))(dout, ids, type_ids, B, T, D, dword, dtype);
     CUDA_CHECK_LAUNCH();
     if (total && dpos)
-        MHE_LAUNCH(embedding_pos_kernel, cuda_grid_for((size_t)T * D), MHE_BLOCK, 0, s)(dout, B, T, D, dpos);
+        MHE_LAUNCH(embedding_pos_kernel, cuda_grid_for((size_t)T * D), MHE_BLOCK, 0, s, mhe_cost((double)total, 4.0 * total + 8.0 * T * D))(dout, B, T, D, dpos);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+// Row gather / scatter: the MLM head runs on the scored rows only (ops.h).  One element per
+// thread of a grid-stride loop; rows are distinct for the scatter, so no atomics.
+__global__ void gather_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
+    GRID_STRIDE(i, (size_t)M * C) dst[i] = src[(size_t)rows[i / C] * C + i % C];
+}
+__global__ void scatter_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
+    GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
+}
+static void cuda_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)M * C;
+    if (total) MHE_LAUNCH(gather_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 8.0 * total + 4.0 * M))(src, rows, M, C, dst);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+static void cuda_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst) {
+    double t0 = cuda_prof_begin(be);
+    size_t total = (size_t)M * C;
+    if (total) MHE_LAUNCH(scatter_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 8.0 * total + 4.0 * M))(src, rows, M, C, dst);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -253,10 +284,11 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     if (!n) return 0.0;
-    MHE_LAUNCH(sum_squares_kernel, CUDA_SUM_BLOCKS, MHE_BLOCK, 0, c->stream)(x, n, c->partials);
+    MHE_LAUNCH(sum_squares_kernel, CUDA_SUM_BLOCKS, MHE_BLOCK, 0, c->stream, mhe_cost(2.0 * n, 4.0 * n + 8.0 * CUDA_SUM_BLOCKS))(x, n, c->partials);
     CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaMemcpyAsync(c->host_partials, c->partials, CUDA_SUM_BLOCKS * sizeof(double),
-                               cudaMemcpyDeviceToHost, c->stream));
+    const size_t pb = CUDA_SUM_BLOCKS * sizeof(double);
+    if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)pb, (double)pb}))
+        CUDA_CHECK(cudaMemcpyAsync(c->host_partials, c->partials, pb, cudaMemcpyDeviceToHost, c->stream));
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     double s = 0;
     for (int b = 0; b < CUDA_SUM_BLOCKS; b++) s += c->host_partials[b];
@@ -264,6 +296,9 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
     return s;
 }
 
+// Cost model: ~16 FLOPs per element (sqrt and division count as one each); AdamW reads and
+// writes p, m, v and reads g (28 bytes), LAMB reads p and writes u instead (also 28).
+#define ADAM_FLOPS 16.0
 // m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  u = (m/bc1) / (sqrt(v/bc2) + eps) + wd p
 // AdamW applies p -= lr u; LAMB stores u for the caller's trust ratio.
 __global__ void adam_kernel(float *p, const float *grad, float *m, float *v, float *u, size_t n,
@@ -284,7 +319,7 @@ static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m
                               float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
                               float grad_scale) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(p, grad, m, v, nullptr, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(p, grad, m, v, nullptr, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -293,7 +328,7 @@ static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, 
                                 float bc1, float bc2, float grad_scale) {
     double t0 = cuda_prof_begin(be);
     // p is only read when u is set.
-    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be))(const_cast<float *>(p), grad, m, v, u, n, 0.0f, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(const_cast<float *>(p), grad, m, v, u, n, 0.0f, b1, b2, eps, wd, bc1, bc2, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -312,6 +347,8 @@ void cuda_install_elementwise(Backend *be) {
     be->gelu_forward = cuda_gelu_forward;
     be->gelu_backward = cuda_gelu_backward;
     be->dropout = cuda_dropout;
+    be->gather_rows = cuda_gather_rows;
+    be->scatter_rows = cuda_scatter_rows;
     be->embedding_forward = cuda_embedding_forward;
     be->embedding_backward = cuda_embedding_backward;
     be->sum_squares = cuda_sum_squares;

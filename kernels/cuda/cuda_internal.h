@@ -11,11 +11,13 @@
 struct CudaCtx {
     int device;
     int bf16;
-    int attention_gemm;           // attention through cuBLAS (else the plain kernels)
+    int attention_mode;           // CUDA_ATTN_FLASH (default), _GEMM, _PLAIN: MHE_CUDA_ATTENTION
     cudaStream_t stream;
     cublasHandle_t blas;
     __nv_bfloat16 *bf16_scratch;  // matmul operands rounded to bf16 (grow-only)
     size_t bf16_scratch_elems;
+    void **gemm_ptrs;             // pointer arrays of cuda_gemm_heads (grow-only)
+    size_t gemm_ptrs_count;
     double *partials;             // per-block partial sums of sum_squares
     double *host_partials;
 };
@@ -33,6 +35,7 @@ static inline double cuda_prof_begin(Backend *be) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops) {
+    mhe_cost_close_op(c);  // the cost model's records of this op get its class
     if (!be->profile) return;
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
     double t1 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -46,6 +49,49 @@ static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops
 void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
                        const float *A, int lda, long stride_a, const float *B, int ldb,
                        long stride_b, float beta, float *C, int ldc, long stride_c, int batch);
+
+// Device memory the cost model counts towards the peak (every backend allocation goes here).
+void *cuda_device_alloc(size_t bytes, int device);
+void cuda_device_free(void *p);
+// Memset / device-to-device copy on the backend's stream, recorded as calls of the cost model.
+void cuda_memset(Backend *be, void *p, size_t bytes);
+void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes);
+
+// One operand of a GEMM batched over sequences and heads: the matrix of sequence b, head h
+// starts at base + b*seq_stride + (h / ratio)*head_step (floats), rows ld apart.
+struct GemmHeads {
+    const float *base;
+    int ld;
+    long seq_stride, head_step;
+    int ratio;
+};
+// C_bh = alpha op(A_bh) op(B_bh) + beta C_bh for every sequence b < n_seq and head h < n_heads
+// in ONE cuBLAS call (pointer arrays built by a kernel), bf16 operands in bf16 mode.  C must be
+// per head (C.ratio == 1): shared-head gradients are summed by the caller.
+void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
+                     GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads);
+
+enum { CUDA_ATTN_FLASH, CUDA_ATTN_GEMM, CUDA_ATTN_PLAIN };
+
+// Fused attention (cuda_flash.cu): shapes whose tiles fit in shared memory; saved = L and
+// Opre, scratch = D (floats).  The out_scale/out_shift gradients are the caller's (from Opre,
+// the second part of `saved`, [B, T, n, v_dim]).
+int cuda_flash_supported(const AttnShape *s);
+void cuda_flash_sizes(const AttnShape *s, size_t *saved, size_t *scratch);
+void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                        const float *v, float *out, float *saved);
+void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                         const float *v, const float *saved, const float *dout, float *dq,
+                         float *dk, float *dv, float *dkey_bias, float *scratch);
+
+// The same on tensor cores (cuda_flash_tc.cu), bf16 mode with qk_dim == v_dim in {16, 32, 64};
+// cuda_flash_forward/backward dispatch to it.  D: the backward's row dots (scratch).
+int cuda_flash_tc_supported(Backend *be, const AttnShape *s);
+void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                           const float *v, float *out, float *saved);
+void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                            const float *v, const float *saved, const float *dout, const float *D,
+                            float *dq, float *dk, float *dv, float *dkey_bias);
 
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);

@@ -69,7 +69,7 @@ static void cuda_layernorm_forward(Backend *be, const float *x, const float *gam
                                    const float *beta, int N, int C, float eps, float *y,
                                    float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
-    if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be))(x, gamma, beta, C, eps, y, mean, rstd);
+    if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(8.0 * N * C, 8.0 * N * C + 8.0 * C + 8.0 * N))(x, gamma, beta, C, eps, y, mean, rstd);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -82,9 +82,9 @@ static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x
     cudaStream_t s = cuda_stream(be);
     // Parameter gradients first: dx may overwrite dy.
     if (N && (dgamma || dbeta))
-        MHE_LAUNCH(layernorm_dparam_kernel, (C + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, s)(dy, x, mean, rstd, N, C, dgamma, dbeta);
+        MHE_LAUNCH(layernorm_dparam_kernel, (C + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, s, mhe_cost(4.0 * N * C, 8.0 * N * C + 8.0 * N + 16.0 * C))(dy, x, mean, rstd, N, C, dgamma, dbeta);
     CUDA_CHECK_LAUNCH();
-    if (N && dx) MHE_LAUNCH(layernorm_dx_kernel, N, MHE_BLOCK, 0, s)(dy, x, gamma, mean, rstd, C, dx, accumulate);
+    if (N && dx) MHE_LAUNCH(layernorm_dx_kernel, N, MHE_BLOCK, 0, s, mhe_cost(10.0 * N * C, (accumulate ? 16.0 : 12.0) * N * C + 4.0 * C + 8.0 * N))(dy, x, gamma, mean, rstd, C, dx, accumulate);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -130,7 +130,7 @@ __global__ void cross_entropy_backward_kernel(const float *logits, const float *
 static void cuda_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
                                        int N, int V, float *loss, float *lse) {
     double t0 = cuda_prof_begin(be);
-    if (N) MHE_LAUNCH(cross_entropy_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be))(logits, labels, V, loss, lse);
+    if (N) MHE_LAUNCH(cross_entropy_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(4.0 * N * V, 4.0 * N * V + 12.0 * N))(logits, labels, V, loss, lse);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_LOSS, t0, 0);
 }
@@ -138,7 +138,7 @@ static void cuda_cross_entropy_backward(Backend *be, const float *logits, const 
                                         const int32_t *labels, int N, int V, float grad_scale,
                                         float *dlogits) {
     double t0 = cuda_prof_begin(be);
-    if (N) MHE_LAUNCH(cross_entropy_backward_kernel, N, MHE_BLOCK, 0, cuda_stream(be))(logits, lse, labels, V, grad_scale, dlogits);
+    if (N) MHE_LAUNCH(cross_entropy_backward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(4.0 * N * V, 8.0 * N * V + 8.0 * N))(logits, lse, labels, V, grad_scale, dlogits);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_LOSS, t0, 0);
 }

@@ -288,6 +288,24 @@ static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
     for (int i = 0; i < 11; i++) buf_free(f, all[i]);
 }
 
+// The compact MLM head's row gather and scatter (rows distinct, unordered; untouched rows of the
+// scatter target keep their values).
+static void test_gather_scatter_rows_match_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 11, C = 37, M = 4;
+    int32_t rows[4] = {9, 0, 5, 10};
+    IBuf R = ibuf_new(f, rows, M);
+    Buf src = buf_rand(f, (size_t)N * C), dst = buf_rand(f, (size_t)M * C), big = buf_rand(f, (size_t)N * C);
+    PAIR(f, gather_rows, D(src), D(R), M, C, D(dst));
+    expect_close(f, &dst, 0.0, "gather_rows");
+    PAIR(f, scatter_rows, D(dst), D(R), M, C, D(big));
+    expect_close(f, &big, 0.0, "scatter_rows");
+    ibuf_free(f, &R);
+    buf_free(f, &src);
+    buf_free(f, &dst);
+    buf_free(f, &big);
+}
+
 static void test_optimizers_match_cpu(void **state) {
     Fix *f = *state;
     const size_t n = 333;
@@ -334,8 +352,8 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     s.seed = 4242;
     s.offset = 17;
     const size_t rows = (size_t)ac->B * ac->T;
-    int32_t mask[64];
-    assert_true((size_t)ac->B * ac->T <= 64);
+    int32_t mask[256];
+    assert_true((size_t)ac->B * ac->T <= 256);
     for (size_t i = 0; i < rows; i++)
         mask[i] = ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
     IBuf M = ibuf_new(f, mask, rows);
@@ -399,13 +417,32 @@ static const AttnCase ATTN_CASES[] = {
         {"gqa dropout, causal", 2, 5, 6, 6, 3, 3, 4, 4, 1, 1, 0, 0, 0, 0.2f, 0},
         {"q 3 heads, k 6, v 1 of 6", 1, 5, 6, 3, 6, 1, 4, 4, 0, 0, 1, 1, 1, 0.0f, 0},
         {"gqa groups not a block (k 3, v 2 of 6)", 1, 4, 6, 6, 3, 2, 4, 4, 1, 0, 0, 0, 0, 0.0f, 0},
+        // Longer than the fused kernels' 32-row tiles and not a multiple of them.
+        {"mha T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 8, 8, 1, 1, 0, 0, 0, 0.1f, 0},
+        {"mhe T=70 shared qkv, bias, scale, shift", 1, 70, 3, 1, 1, 1, 6, 5, 0, 1, 1, 1, 1, 0.1f, 0},
+        {"gqa T=37 dq != dv, causal", 2, 37, 4, 4, 2, 1, 4, 6, 1, 0, 0, 1, 0, 0.0f, 0},
+        // Head dims of the tensor-core kernels (bf16 mode; fp32 mode runs the CUDA-core ones).
+        {"mha d=16 T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
+        {"mhe d=32 T=37 shared qkv, bias, scale, shift", 1, 37, 3, 1, 1, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
+        {"gqa d=16 T=33 k 2 v 1 of 4, masked seq", 2, 33, 4, 4, 2, 1, 16, 16, 0, 1, 1, 0, 1, 0.0f, 1},
 };
 
 static void run_attention_cases(Fix *f, double tol) {
     for (size_t i = 0; i < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; i++) check_attention(f, &ATTN_CASES[i], tol);
 }
-// The default path: cuBLAS GEMMs + row kernels (gqa with 1 < groups < n uses the plain kernels).
+// The default path: the fused (flash) kernels.
 static void test_attention_matches_cpu(void **state) { run_attention_cases(*state, 1e-5); }
+// cuBLAS GEMMs + row kernels (gqa with 1 < groups < n uses the plain kernels).
+static void test_attention_gemm_path_matches_cpu(void **state) {
+    Fix *f = *state;
+    Backend *dflt = f->gpu;
+    setenv("MHE_CUDA_ATTENTION", "gemm", 1);
+    f->gpu = backend_cuda_create(0, 0);
+    unsetenv("MHE_CUDA_ATTENTION");
+    run_attention_cases(f, 1e-5);
+    f->gpu->destroy(f->gpu);
+    f->gpu = dflt;
+}
 // The plain kernels, the GEMM path's reference, on every case.
 static void test_attention_plain_kernels_match_cpu(void **state) {
     Fix *f = *state;
@@ -426,8 +463,10 @@ int main(void) {
         cmocka_unit_test(test_head_expand_matches_cpu),
         cmocka_unit_test(test_layernorm_and_gelu_match_cpu),
         cmocka_unit_test(test_embeddings_and_cross_entropy_match_cpu),
+        cmocka_unit_test(test_gather_scatter_rows_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),
         cmocka_unit_test(test_attention_matches_cpu),
+        cmocka_unit_test(test_attention_gemm_path_matches_cpu),
         cmocka_unit_test(test_attention_plain_kernels_match_cpu),
     };
     const struct CMUnitTest bf16[] = {

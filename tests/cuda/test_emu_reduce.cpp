@@ -55,7 +55,7 @@ int main() {
     CUDA_CHECK(cudaMalloc(&tot, sizeof(float)));
     CUDA_CHECK(cudaMemcpy(x, hx.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemset(tot, 0, sizeof(float)));
-    MHE_LAUNCH(sum_blocks, blocks, threads, 0, 0)(x, n, bo, tot);
+    MHE_LAUNCH(sum_blocks, blocks, threads, 0, 0, mhe_cost(0, 0))(x, n, bo, tot);
     std::vector<float> hb(blocks);
     float ht = 0;
     CUDA_CHECK(cudaMemcpy(hb.data(), bo, blocks * sizeof(float), cudaMemcpyDeviceToHost));
@@ -70,7 +70,7 @@ int main() {
 
     int *lanes;
     CUDA_CHECK(cudaMalloc(&lanes, 64 * sizeof(int)));
-    MHE_LAUNCH(shfl_down_lanes, 1, 64, 0, 0)(lanes);
+    MHE_LAUNCH(shfl_down_lanes, 1, 64, 0, 0, mhe_cost(0, 0))(lanes);
     std::vector<int> hl(64);
     CUDA_CHECK(cudaMemcpy(hl.data(), lanes, 64 * sizeof(int), cudaMemcpyDeviceToHost));
     for (int t = 0; t < 64; t++) {
@@ -80,7 +80,7 @@ int main() {
 
     int *mir;
     CUDA_CHECK(cudaMalloc(&mir, 3 * 128 * sizeof(int)));
-    MHE_LAUNCH(shared_mirror, 3, 128, 0, 0)(mir);
+    MHE_LAUNCH(shared_mirror, 3, 128, 0, 0, mhe_cost(0, 0))(mir);
     std::vector<int> hm(3 * 128);
     CUDA_CHECK(cudaMemcpy(hm.data(), mir, hm.size() * sizeof(int), cudaMemcpyDeviceToHost));
     for (int b = 0; b < 3; b++)
@@ -95,6 +95,7 @@ int main() {
     cublasHandle_t h;
     CUBLAS_CHECK(cublasCreate(&h));
     float one = 1, zero = 0;
+    mhe_cost_record_gemm(2, 3, 4, 1, 0, 0);  // the emulated cuBLAS requires a cost record first
     CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, A.data(), lda, B.data(), ldb,
                              &zero, C.data(), ldc));
     for (int i = 0; i < 2; i++)

@@ -66,4 +66,20 @@ fi
 say "4. throughput: GPT-2 small (124M), bf16, batch 8 x 1024"
 "$build/gpu_bench" "$here/configs/gpt2-small-mha.yaml" 30 "$peak" runtime.device=cuda runtime.precision=bf16 \
   train.micro_batch=8 data.seq_len=1024 || fail "throughput run"
+say "5. the cost model against this GPU: predicted vs measured time per op class"
+# kernels/cuda/README.md "Cost model": figures for A100 and H100 SXM; on other GPUs the nearest
+# of the two is used and the comparison says how far off the published figures are.
+case "$gpu_name" in
+  *H100*|*H200*|*GH200*) cost_gpu=h100 ;;
+  *) cost_gpu=a100 ;;
+esac
+for cfg in "bert-base-mha.yaml data.seq_len=128 train.micro_batch=64" \
+           "bert-base-mha.yaml data.seq_len=512 train.micro_batch=16" \
+           "gpt2-small-mha.yaml data.seq_len=1024 train.micro_batch=16"; do
+  set -- $cfg
+  echo "--- $cfg (model: $cost_gpu)"
+  "$build/mhetrain" bench "$here/configs/$1" "${@:2}" runtime.device=cuda runtime.precision=bf16 \
+    --gpu "$cost_gpu" --steps 3 | sed -n '/^cost model:/,/^cost-result:/p;/^step time:/p' ||
+    fail "cost model comparison ($cfg)"
+done
 say "all GPU checks passed"

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "tests/infra/infra_util.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/train/optim.h"  // optim_state_init: the state the checkpoint holds
 
 #define CRASH_MODEL_SCALE 4000  // ~750k parameters: 3 MB of weights, 6 MB of optimizer state
 

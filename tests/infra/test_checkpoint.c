@@ -18,6 +18,7 @@
 #include "common/rng.h"
 #include "tests/infra/infra_util.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/train/optim.h"  // optim_state_init: the state the checkpoint holds
 
 typedef struct {
     ParamTable t;

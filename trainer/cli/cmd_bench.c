@@ -1,6 +1,5 @@
 // mhetrain bench: a full training step (forward, backward, AdamW) on random tokens, timed by op
 // class, with MFU against the sgemm rate this machine reaches (measured at startup).
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include "common/rng.h"
 #include "kernels/backend_info.h"
 #include "kernels/ops.h"
+#include "trainer/cli/bench_gpu.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/model/model.h"
@@ -19,7 +19,7 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: mhetrain bench CONFIG.yaml [key.path=value ...] [--steps N]\n"
+            "usage: mhetrain bench CONFIG.yaml [key.path=value ...] [--steps N] [--gpu a100|h100]\n"
             "\n"
             "Runs training steps (forward, backward, optimizer update with optim.*) on random tokens\n"
             "at the config's train.micro_batch x data.seq_len and prints tokens/s, the step time\n"
@@ -30,32 +30,46 @@ static void usage(FILE *out) {
             "\n"
             "  key.path=value   override a config value, e.g. attention.type=mhe_mul\n"
             "  --steps N        timed steps after one warm-up step (default 5)\n"
+            "  --gpu a100|h100  with runtime.device=cuda: also predict the step on that GPU from\n"
+            "                   every kernel and library call of one step (the cost model of\n"
+            "                   kernels/cuda/README.md).  Without a GPU the emulated backend\n"
+            "                   (mhetrain_emu) records one step without running it\n"
             "  -h, --help       this help\n");
 }
 
-// Best of a few large products through the backend's own matmul: the practical fp32 peak that
-// MFU is measured against.
-static double sgemm_peak_gflops(Backend *be) {
-    const int n = 1024;
-    const size_t bytes = (size_t)n * n * sizeof(float);
-    float *host = mhe_malloc(bytes);
-    for (size_t i = 0; i < (size_t)n * n; i++) host[i] = (float)(i % 7) * 0.01f;
-    float *a = be->alloc(be, bytes), *b = be->alloc(be, bytes), *c = be->alloc(be, bytes);
-    be->upload(be, a, host, bytes);
-    be->upload(be, b, host, bytes);
-    double best = 0;
-    for (int rep = 0; rep < 6; rep++) {
-        double t0 = omp_get_wtime();
-        be->matmul(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        be->synchronize(be);
-        double g = 2.0 * n * n * n / (omp_get_wtime() - t0) / 1e9;
-        if (rep > 0 && g > best) best = g;  // the first call warms threads and caches
+// The measured half of the report: time per op class, MFU against the measured sgemm peak,
+// memory, and the bench-result line.
+static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *prof, int steps,
+                                 double t_total, double t_optim, double step, double flops,
+                                 double peak, float loss) {
+    const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
+    const double gflops = flops / step / 1e9;
+    static const char *names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
+    double accounted = 0;
+    for (int c = 0; c < OPC_COUNT; c++) accounted += prof->seconds[c];
+    printf("loss (random tokens): %.4f\n", loss);
+    printf("step time: %.2f ms   tokens/s: %.0f\n", 1e3 * step, (double)B * T / step);
+    printf("time by op class (per step%s):\n",
+           accounted > 0 ? "" : "; this backend does not time its ops, all shown as other");
+    for (int c = 0; c < OPC_COUNT; c++) {
+        double sec = prof->seconds[c] / steps;
+        if (c == OPC_OTHER) sec += (t_total - accounted) / steps;  // host code, host optimizer
+        printf("  %-16s %8.2f ms  %5.1f%%", names[c], 1e3 * sec, 100.0 * sec / step);
+        if (prof->flops[c] > 0) printf("  %7.2f GFLOP/s", prof->flops[c] / prof->seconds[c] / 1e9);
+        printf("\n");
     }
-    be->free(be, a);
-    be->free(be, b);
-    be->free(be, c);
-    free(host);
-    return best;
+    printf("  (optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
+           cfg->optim.name == OPT_ADAMW ? "adamw" : "lamb");
+    printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
+    printf("matmul peak (backend matmul %s, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n",
+           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", peak, 100.0 * gflops / peak);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
+           model_arena_bytes(m) / 1048576.0, model_state_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0);
+    printf("bench-result: tokens_per_s=%.1f step_ms=%.3f gflops=%.3f peak_gflops=%.3f mfu=%.4f "
+           "peak_rss_mib=%.1f loss=%.4f\n",
+           (double)B * T / step, 1e3 * step, gflops, peak, gflops / peak, ru.ru_maxrss / 1024.0, loss);
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -65,6 +79,7 @@ int cmd_bench(int argc, char **argv) {
     }
     CliConfigArgs args = {0};
     int steps = 5;
+    const char *gpu = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --steps needs a value");
@@ -72,6 +87,9 @@ int cmd_bench(int argc, char **argv) {
             long v = strtol(argv[++i], &end, 10);
             if (*end || v < 1 || v > 1000000) mhe_fail("bench: --steps must be a positive integer, got '%s'", argv[i]);
             steps = (int)v;
+        } else if (strcmp(argv[i], "--gpu") == 0) {
+            if (i + 1 >= argc) mhe_fail("bench: --gpu needs a value (a100 or h100)");
+            gpu = argv[++i];
         } else {
             cli_take_config_arg(&args, "bench", argv[i], usage);
         }
@@ -83,17 +101,23 @@ int cmd_bench(int argc, char **argv) {
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
 
     const int cuda = cfg.runtime.device == DEVICE_CUDA;
-    double peak = 0;
-    if (!cuda) {
-        // OpenBLAS on every thread the backend will use (the backend then pins it to one
-        // thread per OpenMP thread): the machine's all-core sgemm rate.
-        if (cfg.runtime.threads > 0) omp_set_num_threads(cfg.runtime.threads);
-        openblas_set_num_threads(omp_get_max_threads());
-        peak = peak_sgemm_gflops(1024, 5);
+    const GpuSpec *spec = NULL;
+    int record_only = 0;
+    if (gpu) {
+        if (!cuda) mhe_fail("bench: --gpu predicts the CUDA backend; add runtime.device=cuda");
+        if (!backend_cuda_compiled())
+            mhe_fail("bench: --gpu needs the CUDA backend (rebuild with -DMHE_CUDA=ON where nvcc is installed)");
+        spec = gpu_spec_find(gpu);
+        if (!spec) mhe_fail("bench: --gpu '%s' is not a known GPU (a100 or h100)", gpu);
+        bench_gpu_reexec_emulated(argc, argv);
+        record_only = backend_cuda_cost_dry_run(1);
+        if (record_only) steps = 1;  // nothing runs: one recorded step is the prediction
     }
     Backend *be = cuda ? backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16)
-                       : backend_cpu_create(cfg.runtime.threads);
-    if (cuda) peak = sgemm_peak_gflops(be);
+                       : backend_cpu_create_for(cfg.runtime.threads, cfg.runtime.precision == PREC_BF16);
+    // The ceiling: the backend's own matmul at the precision in use (DESIGN.md §9); a
+    // record-only run executes nothing, so it has no measured ceiling.
+    const double peak = record_only ? 0 : peak_matmul_gflops(be, 1024, 5);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);
     model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions
@@ -130,10 +154,12 @@ int cmd_bench(int argc, char **argv) {
     float loss = 0;
     OpProfile prof;
     double t_total = 0, t_optim = 0;
+    CostReport cost;
     for (int s = 0; s <= steps; s++) {
         if (s == 1) {
             memset(&prof, 0, sizeof prof);
             be->profile = &prof;
+            if (spec) backend_cuda_cost_start();  // the first steady-state step
         }
         double t0 = omp_get_wtime();
         model_zero_grad(m);
@@ -146,6 +172,7 @@ int cmd_bench(int argc, char **argv) {
         else
             optim_step(&opt, &cfg.optim, table, model_params(m), model_grads(m), lr, NULL, NULL);
         be->synchronize(be);
+        if (spec && s == 1) backend_cuda_cost_stop(spec, &cost);
         double t2 = omp_get_wtime();
         if (s >= 1) {
             t_total += t2 - t0;
@@ -156,33 +183,12 @@ int cmd_bench(int argc, char **argv) {
 
     const double step = t_total / steps;
     const double flops = model_step_flops(m, B, T);
-    const double gflops = flops / step / 1e9;
-    static const char *names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
-    double accounted = 0;
-    for (int c = 0; c < OPC_COUNT; c++) accounted += prof.seconds[c];
-    printf("loss (random tokens): %.4f\n", loss);
-    printf("step time: %.2f ms   tokens/s: %.0f\n", 1e3 * step, (double)B * T / step);
-    printf("time by op class (per step%s):\n",
-           accounted > 0 ? "" : "; this backend does not time its ops, all shown as other");
-    for (int c = 0; c < OPC_COUNT; c++) {
-        double sec = prof.seconds[c] / steps;
-        if (c == OPC_OTHER) sec += (t_total - accounted) / steps;  // host code, host optimizer
-        printf("  %-16s %8.2f ms  %5.1f%%", names[c], 1e3 * sec, 100.0 * sec / step);
-        if (prof.flops[c] > 0) printf("  %7.2f GFLOP/s", prof.flops[c] / prof.seconds[c] / 1e9);
-        printf("\n");
+    if (spec) {
+        bench_gpu_report(spec, cfg.runtime.precision == PREC_BF16, record_only, &cost, flops, (long)B * T,
+                         record_only ? NULL : &prof, steps);
     }
-    printf("  (optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
-           cfg.optim.name == OPT_ADAMW ? "adamw" : "lamb");
-    printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
-    printf("sgemm peak (backend matmul, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n", peak, 100.0 * gflops / peak);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
-           model_arena_bytes(m) / 1048576.0, model_state_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0);
-    printf("bench-result: tokens_per_s=%.1f step_ms=%.3f gflops=%.3f peak_gflops=%.3f mfu=%.4f "
-           "peak_rss_mib=%.1f loss=%.4f\n",
-           (double)B * T / step, 1e3 * step, gflops, peak, gflops / peak, ru.ru_maxrss / 1024.0, loss);
-
+    // In record-only mode the host timings measured nothing but the recording.
+    if (!record_only) bench_print_measured(&cfg, m, &prof, steps, t_total, t_optim, step, flops, peak, loss);
     if (cuda) {
         be->free(be, dm);
         be->free(be, dv);

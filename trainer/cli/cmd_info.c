@@ -11,8 +11,8 @@
 
 #include "comm/comm.h"
 #include "kernels/backend_info.h"
-#include "trainer/config/config.h"
 #include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
 
 // Under mpirun: which rank runs on which host and device (one line per rank, from rank 0).
 static void print_rank_map(Comm *comm) {
@@ -50,12 +50,17 @@ static void print_attention_types(void) {
 
 int cmd_info(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: mhetrain info [--attention-types]\n\nPrints the version, the backends compiled in, and the MPI, NCCL, cuBLAS,\n"
-               "BLAS, OpenMP, libyaml and cJSON versions in use.\n\n"
-               "--attention-types  one line per attention type: name<TAB>test overrides<TAB>doc\n");
+        printf("usage: mhetrain info [--config-reference | --attention-types]\n\nPrints the version, the backends compiled in, and the MPI, NCCL, cuBLAS,\n"
+               "BLAS, OpenMP, libyaml and cJSON versions in use.\n"
+               "  --config-reference  print the config key reference of configs/README.md (markdown)\n"
+               "  --attention-types   one line per attention type: name<TAB>test overrides<TAB>doc\n");
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "--attention-types") == 0) {
+    if (argc >= 2 && strcmp(argv[1], "--config-reference") == 0) {
+        config_write_reference(stdout);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--attention-types") == 0) {
         print_attention_types();
         return 0;
     }

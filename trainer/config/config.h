@@ -1,5 +1,5 @@
 // The experiment configuration: one typed struct per YAML section (DESIGN.md §1-§6).
-// config.c parses YAML strictly into it; defaults are documented in README.md.
+// Every key's type, default, range and documentation is one row of config_fields.c.
 #ifndef MHE_TRAINER_CONFIG_H
 #define MHE_TRAINER_CONFIG_H
 
@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "data/loader.h"     // Objective, LoaderOptions, Loader
+#include "data/tokenizer.h"  // TokenizerKind, Tokenizer
 #include "trainer/config/attention_types.h"
 
 typedef enum { ARCH_BERT, ARCH_GPT } Arch;
@@ -16,14 +18,12 @@ typedef enum { ACT_GELU_ERF, ACT_GELU_TANH } Activation;
 #define MHE_ATTN_ENUM_(E, name) ATTN_##E,
 typedef enum { MHE_ATTENTION_TYPES(MHE_ATTN_ENUM_) ATTN_TYPE_COUNT } AttentionType;
 #undef MHE_ATTN_ENUM_
-typedef enum { OBJ_MLM, OBJ_CLM } Objective;
 typedef enum { OPT_ADAMW, OPT_LAMB } OptimizerKind;
 typedef enum { SCHED_LINEAR, SCHED_COSINE, SCHED_CONSTANT } ScheduleKind;
 typedef enum { NONFINITE_SKIP, NONFINITE_STOP } NonfinitePolicy;
 typedef enum { DIST_AUTO, DIST_MPI, DIST_NCCL } DistBackend;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
 typedef enum { PREC_FP32, PREC_BF16 } Precision;
-typedef enum { TOK_WORDPIECE, TOK_BPE } TokenizerKind;
 
 typedef struct {
     Arch arch;
@@ -162,6 +162,9 @@ void config_write_yaml(const Config *cfg, FILE *out);
 
 void config_free(Config *cfg);
 
+// The key reference of configs/README.md (markdown, one table per section) from the field table.
+void config_write_reference(FILE *out);
+
 // An integer field by its key ("attention.groups"); 0 when no such integer key exists.
 int config_get_int(const Config *cfg, const char *key, int *value);
 int config_set_int(Config *cfg, const char *key, int value);
@@ -172,5 +175,13 @@ const char *attention_type_name(AttentionType t);
 const AttnTypeSpec *attention_type_spec(AttentionType t);
 const char *arch_name(Arch a);
 const char *objective_name(Objective o);
+
+// The data loader from a resolved Config (config_data.c).  loader_options_from_config fills
+// opt from the config and its tokenizer; the continuation table (whole-word masking) is
+// allocated into *continuation (free it after loader_close).  loader_open_config loads the
+// tokenizer named by the config and opens data.train (valid=false) or data.valid.
+void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
+                                uint8_t **continuation);
+Loader *loader_open_config(const Config *cfg, bool valid);
 
 #endif

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/train/optim.h"
+#include "trainer/io/optim_state.h"
 #include "trainer/model/params.h"
 
 typedef struct {

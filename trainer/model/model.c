@@ -264,18 +264,24 @@ void model_download_logits(const Model *m, float *host) {
 size_t model_arena_bytes(const Model *m) { return m->arena_floats * sizeof(float); }
 size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }
 
-// Forward flops; the backward costs twice the forward for every product.
+// The flops the step computes: the forward's products, and twice each of them in the backward
+// (DESIGN.md §9: MFU counts only what the step computes, so it can never exceed 100%).  When
+// the core shares one Q and one K across the heads, the score product is computed once per
+// sequence, not once per head.  The MLM head runs on the scored rows only: the count of the
+// last forward of this shape, or before any forward the expected count N * mask_prob.
 double model_step_flops(const Model *m, int B, int T) {
     const ModelConfig *mc = &m->cfg.model;
     const double N = (double)B * T, D = mc->hidden, F = mc->ffn, V = mc->vocab_size;
     const AttnPlan *pl = &m->plan;
     const double n = mc->heads, nd = n * mc->head_dim;
+    const double score_heads = pl->q_heads == 1 && pl->k_heads == 1 ? 1 : n;
     // Projections: the variant's count, or D-input projections of the plan's widths.
     const double proj = pl->proj_macs > 0 ? pl->proj_macs : D * (pl->qc + pl->kc + pl->vc + (pl->key_bias ? n : 0));
     double layer = 2 * N * proj + 2 * N * nd * D + 4 * N * D * F +
-                   2 * B * n * (double)T * T * (pl->qk_dim + pl->v_dim);
-    // The head runs on the rows of the last forward when that forward had this shape.
-    const double R = (m->B == B && m->T == T && m->head_rows > 0) ? m->head_rows : N;
+                   2 * B * (double)T * T * (score_heads * pl->qk_dim + n * pl->v_dim);
+    double R = N;
+    if (m->B == B && m->T == T && m->head_rows > 0) R = m->head_rows;
+    else if (m->cfg.objective.type == OBJ_MLM && !m->full_logits) R = N * m->cfg.objective.mask_prob;
     double fwd = mc->layers * layer + 2 * R * D * V + (mc->arch == ARCH_BERT ? 2 * R * D * D : 0);
     return 3 * fwd;
 }

@@ -18,16 +18,10 @@
 #include <stdint.h>
 
 #include "trainer/config/config.h"
+#include "trainer/io/optim_state.h"
 #include "trainer/model/params.h"
 
-typedef struct {
-    size_t begin, end;   // range of the flat parameter buffer this state updates
-    float *buf;          // one allocation [m | v], each (end - begin) floats: checkpointed as is
-    float *m, *v;        // first and second moments, indexed by (offset - begin)
-    int64_t step;        // updates applied so far (drives the bias correction)
-    double *norms;       // LAMB scratch: 2 * table->count sums of squares, [w... | u...]
-    int n_norms;         // table->count
-} OptimState;
+// OptimState (trainer/io/optim_state.h): begin, end, m, v, step, LAMB norm scratch.
 
 // Zeroed moments for [begin, end) of `t`'s buffer (begin = 0, end = t->total when unsharded).
 void optim_state_init(OptimState *s, const ParamTable *t, size_t begin, size_t end);

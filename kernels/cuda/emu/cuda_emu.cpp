@@ -8,7 +8,10 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <sys/mman.h>
+
 #include <chrono>
+#include <unordered_map>
 #include <condition_variable>
 #include <mutex>
 #include <cstdio>
@@ -179,17 +182,40 @@ int mhe_emu_block_threads(void) {
 }
 
 // ---- runtime ----
+// Record-only mode (cuda_cost.h) hands out inaccessible address space: nothing may touch it,
+// and a bug that does faults at once instead of reading garbage.
+static std::mutex reserved_mu;
+static std::unordered_map<void *, size_t> reserved;
+
 cudaError_t mhe_emu_malloc(void **p, size_t bytes) {
+    size_t padded = (bytes + 255) / 256 * 256 + 256;
+    if (mhe_cost_dry_run()) {
+        void *q = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (q == MAP_FAILED) return cudaErrorMemoryAllocation;
+        std::lock_guard<std::mutex> lock(reserved_mu);
+        reserved[q] = padded;
+        *p = q;
+        return cudaSuccess;
+    }
     // 256-byte alignment, as cudaMalloc guarantees.
-    *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    *p = std::aligned_alloc(256, padded);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t mhe_emu_free(void *p) {
+    {
+        std::lock_guard<std::mutex> lock(reserved_mu);
+        auto it = reserved.find(p);
+        if (it != reserved.end()) {
+            munmap(p, it->second);
+            reserved.erase(it);
+            return cudaSuccess;
+        }
+    }
     std::free(p);
     return cudaSuccess;
 }
 cudaError_t mhe_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
-    if (bytes) std::memmove(dst, src, bytes);
+    if (bytes && !mhe_cost_dry_run()) std::memmove(dst, src, bytes);
     return cudaSuccess;
 }
 cudaError_t mhe_emu_memcpy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
@@ -197,7 +223,7 @@ cudaError_t mhe_emu_memcpy_async(void *dst, const void *src, size_t bytes, cudaM
     return mhe_emu_memcpy(dst, src, bytes, kind);
 }
 cudaError_t mhe_emu_memset(void *p, int value, size_t bytes) {
-    if (bytes) std::memset(p, value, bytes);
+    if (bytes && !mhe_cost_dry_run()) std::memset(p, value, bytes);
     return cudaSuccess;
 }
 cudaError_t mhe_emu_memset_async(void *p, int value, size_t bytes, cudaStream_t) {
@@ -291,10 +317,20 @@ static CBLAS_TRANSPOSE blas_op(cublasOperation_t t) {
     return t == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
 }
 
+static void sgemm_impl(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const float *alpha, const float *a, int lda, const float *b, int ldb,
+                       const float *beta, float *c, int ldc) {
+    if (m == 0 || n == 0) return;
+    cblas_sgemm(CblasColMajor, blas_op(ta), blas_op(tb), m, n, k, *alpha, a, lda, b, ldb, *beta, c,
+                ldc);
+}
+
+// Every public cuBLAS entry first asks the cost recorder (an unrecorded call is fatal; in
+// record-only mode nothing is computed).
 cublasStatus_t mhe_emu_sgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
                              int n, int k, const float *alpha, const float *a, int lda,
                              const float *b, int ldb, const float *beta, float *c, int ldc) {
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (!mhe_cost_take_blas() || m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     cblas_sgemm(CblasColMajor, blas_op(ta), blas_op(tb), m, n, k, *alpha, a, lda, b, ldb, *beta, c,
                 ldc);
     return CUBLAS_STATUS_SUCCESS;
@@ -306,8 +342,10 @@ cublasStatus_t mhe_emu_sgemm_strided_batched(cublasHandle_t h, cublasOperation_t
                                              long long sa, const float *b, int ldb, long long sb,
                                              const float *beta, float *c, int ldc, long long sc,
                                              int batch) {
+    (void)h;
+    if (!mhe_cost_take_blas()) return CUBLAS_STATUS_SUCCESS;
     for (int i = 0; i < batch; i++)
-        mhe_emu_sgemm(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc,
+        sgemm_impl(ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc,
                       ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -326,11 +364,11 @@ static void widen(std::vector<float> &out, const void *p, cudaDataType t, int ld
 
 // Mixed precision as the tensor-core path computes it: inputs of any supported type, products
 // accumulated in fp32, output rounded once to its type.
-cublasStatus_t mhe_emu_gemm_strided_batched_ex(
-    cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+static cublasStatus_t gemm_ex_impl(
+    cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     const void *alpha, const void *a, cudaDataType at, int lda, long long sa, const void *b,
     cudaDataType bt, int ldb, long long sb, const void *beta, void *c, cudaDataType ct, int ldc,
-    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
+    long long sc, int batch, cublasComputeType_t compute) {
     auto ok = [](cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16BF; };
     if (!ok(at) || !ok(bt) || !ok(ct) ||
         (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32))
@@ -362,13 +400,40 @@ cublasStatus_t mhe_emu_gemm_strided_batched_ex(
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+cublasStatus_t mhe_emu_gemm_strided_batched_ex(
+    cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void *alpha, const void *a, cudaDataType at, int lda, long long sa, const void *b,
+    cudaDataType bt, int ldb, long long sb, const void *beta, void *c, cudaDataType ct, int ldc,
+    long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (!mhe_cost_take_blas()) return CUBLAS_STATUS_SUCCESS;
+    return gemm_ex_impl(ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct, ldc,
+                        sc, batch, compute);
+}
+
+cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
                                int n, int k, const void *alpha, const void *a, cudaDataType at,
                                int lda, const void *b, cudaDataType bt, int ldb, const void *beta,
                                void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
-                               cublasGemmAlgo_t algo) {
-    return mhe_emu_gemm_strided_batched_ex(h, ta, tb, m, n, k, alpha, a, at, lda, 0, b, bt, ldb, 0,
-                                           beta, c, ct, ldc, 0, 1, compute, algo);
+                               cublasGemmAlgo_t) {
+    if (!mhe_cost_take_blas()) return CUBLAS_STATUS_SUCCESS;
+    return gemm_ex_impl(ta, tb, m, n, k, alpha, a, at, lda, 0, b, bt, ldb, 0, beta, c, ct, ldc, 0,
+                        1, compute);
+}
+
+// Pointer-array batches: the arrays live in (emulated) device memory, i.e. host memory here.
+cublasStatus_t mhe_emu_gemm_batched_ex(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+                                      int m, int n, int k, const void *alpha, const void *const a[],
+                                      cudaDataType at, int lda, const void *const b[],
+                                      cudaDataType bt, int ldb, const void *beta, void *const c[],
+                                      cudaDataType ct, int ldc, int batch,
+                                      cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (!mhe_cost_take_blas()) return CUBLAS_STATUS_SUCCESS;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = gemm_ex_impl(ta, tb, m, n, k, alpha, a[i], at, lda, 0, b[i], bt, ldb, 0,
+                                         beta, c[i], ct, ldc, 0, 1, compute);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 // ---- NCCL over MPI ----

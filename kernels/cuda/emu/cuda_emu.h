@@ -18,6 +18,8 @@
 #include <cublas_v2.h>
 #include <nccl.h>
 
+#include "kernels/cuda/cuda_cost.h"
+
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -116,6 +118,69 @@ inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __ldg(const float *p) { return *p; }
 
+// ---- nvcuda::wmma (tensor-core fragments) ----
+// Each lane holds the whole tile (row-major), so loads, fills and mma_sync are computed
+// redundantly by every lane and exactly (products of bf16 values are exact in fp32; fp32
+// accumulation in k order); stores are done by lane 0 between warp barriers.  Code that reads
+// fragment elements by index (layout-dependent on the GPU) is not supported: the sources use
+// only fill / load / mma / store.
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static constexpr int rows = std::is_same_v<Use, matrix_b> ? K : M;
+    static constexpr int cols = std::is_same_v<Use, matrix_a> ? K : N;
+    static constexpr int num_elements = rows * cols;
+    T x[rows * cols];
+};
+
+template <typename Use, int M, int N, int K, typename T, typename L, typename V>
+void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v) {
+    for (int e = 0; e < f.num_elements; e++) f.x[e] = (T)v;
+}
+template <typename Use, int M, int N, int K, typename T, typename L>
+void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm) {
+    using F = fragment<Use, M, N, K, T, L>;
+    for (int r = 0; r < F::rows; r++)
+        for (int c = 0; c < F::cols; c++)
+            f.x[r * F::cols + c] = std::is_same_v<L, col_major> ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+template <int M, int N, int K, typename T>
+void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, unsigned ldm, layout_t l) {
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++)
+            f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+template <int M, int N, int K, typename T>
+void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigned ldm, layout_t l) {
+    __syncwarp();  // every lane has its (identical) result before the memory changes
+    if (mhe_emu::self.lane == 0)
+        for (int r = 0; r < M; r++)
+            for (int c = 0; c < N; c++)
+                (l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[r * N + c];
+    __syncwarp();
+}
+template <int M, int N, int K, typename TA, typename LA, typename TB, typename LB, typename TC>
+void mma_sync(fragment<accumulator, M, N, K, TC> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
+              const fragment<matrix_b, M, N, K, TB, LB> &b, const fragment<accumulator, M, N, K, TC> &c) {
+    TC out[M * N];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            TC acc = c.x[i * N + j];
+            for (int k = 0; k < K; k++) acc += (TC)a.x[i * K + k] * (TC)b.x[k * N + j];
+            out[i * N + j] = acc;
+        }
+    for (int e = 0; e < M * N; e++) d.x[e] = out[e];
+}
+}  // namespace wmma
+}  // namespace nvcuda
+
 // Block size the sources launch their row kernels with (env MHE_EMU_BLOCK, default 64).
 int mhe_emu_block_threads(void);
 
@@ -123,11 +188,14 @@ int mhe_emu_block_threads(void);
 #define MHE_DYNAMIC_SHARED(type, name) \
     type *name = reinterpret_cast<type *>(mhe_emu::self.block->dynamic_shared)
 
-// The one launch form both compilers accept: MHE_LAUNCH(kernel, grid, block, shmem, stream)(args...)
-#define MHE_LAUNCH(kernel, grid, block, shmem, stream)                                  \
-    [&](auto &&...mhe_args) {                                                           \
-        (void)(stream);                                                                 \
-        mhe_emu::launch((grid), (block), (shmem), [&] { kernel(mhe_args...); });        \
+// The one launch form both compilers accept:
+// MHE_LAUNCH(kernel, grid, block, shmem, stream, cost)(args...); the cost is recorded first and
+// in record-only mode (cuda_cost.h) the kernel does not run.
+#define MHE_LAUNCH(kernel, grid, block, shmem, stream, cost)                                \
+    [&](auto &&...mhe_args) {                                                               \
+        (void)(stream);                                                                     \
+        if (mhe_cost_record(#kernel, (cost)))                                               \
+            mhe_emu::launch((grid), (block), (shmem), [&] { kernel(mhe_args...); });        \
     }
 
 // ---- runtime (host memory, synchronous streams) ----
@@ -212,6 +280,13 @@ cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOpe
                                void *c, cudaDataType ct, int ldc, cublasComputeType_t compute,
                                cublasGemmAlgo_t algo);
 
+cublasStatus_t mhe_emu_gemm_batched_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                      int m, int n, int k, const void *alpha, const void *const a[],
+                                      cudaDataType at, int lda, const void *const b[],
+                                      cudaDataType bt, int ldb, const void *beta, void *const c[],
+                                      cudaDataType ct, int ldc, int batch,
+                                      cublasComputeType_t compute, cublasGemmAlgo_t algo);
+
 #undef cublasCreate
 #undef cublasDestroy
 #undef cublasSetStream
@@ -226,6 +301,7 @@ cublasStatus_t mhe_emu_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOpe
 #define cublasSgemmStridedBatched mhe_emu_sgemm_strided_batched
 #define cublasGemmEx mhe_emu_gemm_ex
 #define cublasGemmStridedBatchedEx mhe_emu_gemm_strided_batched_ex
+#define cublasGemmBatchedEx mhe_emu_gemm_batched_ex
 
 // ---- NCCL over MPI (MPI_COMM_WORLD must be initialised; one emulated GPU per rank) ----
 ncclResult_t mhe_emu_nccl_get_unique_id(ncclUniqueId *id);

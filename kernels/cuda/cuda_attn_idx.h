@@ -1,0 +1,39 @@
+// Index helpers of the attention kernels (cuda_attention.cu, cuda_flash.cu): head h of a row
+// of Q/K/V, key visibility, the flat index of P [B, n, T, T] (also the dropout element index).
+#ifndef MHE_KERNELS_CUDA_CUDA_ATTN_IDX_H
+#define MHE_KERNELS_CUDA_CUDA_ATTN_IDX_H
+
+#include "kernels/cuda/cuda_internal.h"
+
+struct AttnIdx {
+    int B, T, n, qr, kr, vr, dq, dv, ldq, ldk, ldv;
+};
+
+static inline AttnIdx attn_idx(const AttnShape *s) {
+    return AttnIdx{s->B, s->T, s->n_heads, s->n_heads / s->q_heads, s->n_heads / s->k_heads,
+                   s->n_heads / s->v_heads, s->qk_dim, s->v_dim, s->ldq, s->ldk, s->ldv};
+}
+
+__device__ __forceinline__ const float *q_row(const AttnIdx &a, const float *q, int b, int t, int h) {
+    return q + ((size_t)b * a.T + t) * a.ldq + (size_t)(h / a.qr) * a.dq;
+}
+__device__ __forceinline__ const float *k_row(const AttnIdx &a, const float *k, int b, int t, int h) {
+    return k + ((size_t)b * a.T + t) * a.ldk + (size_t)(h / a.kr) * a.dq;
+}
+__device__ __forceinline__ const float *v_row(const AttnIdx &a, const float *v, int b, int t, int h) {
+    return v + ((size_t)b * a.T + t) * a.ldv + (size_t)(h / a.vr) * a.dv;
+}
+__device__ __forceinline__ bool key_visible(const AttnIdx &a, int causal, const int32_t *key_mask,
+                                            int b, int i, int j) {
+    return !(causal && j > i) && (!key_mask || key_mask[(size_t)b * a.T + j] != 0);
+}
+__device__ __forceinline__ size_t p_index(const AttnIdx &a, int b, int h, int i, int j) {
+    return (((size_t)b * a.n + h) * a.T + i) * a.T + j;
+}
+// P after dropout (the dropout index is P's own index).
+__device__ __forceinline__ float p_dropped(float p, size_t idx, float drop, uint64_t seed, uint64_t offset) {
+    if (drop <= 0.0f) return p;
+    return ops_dropout_keep(seed, offset, idx, drop) ? p * (1.0f / (1.0f - drop)) : 0.0f;
+}
+
+#endif

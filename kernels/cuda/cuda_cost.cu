@@ -1,0 +1,180 @@
+// The per-call cost model (kernels/cuda/README.md "Cost model"): the recorder every launch
+// reports to (cuda_cost.h) and the prediction
+//     time(call) = max(tc_flops / bf16_peak + flops / fp32_peak, bytes / bandwidth)
+//                  + host_bytes / pcie + launch overhead
+// summed over the calls of one step on one stream.  Host code only; the same file is compiled
+// by nvcc (real backend) and by g++ (emulation), so both record the same calls.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <strings.h>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+#include "kernels/backend_info.h"
+}
+#include "kernels/cuda/cuda_cost.h"
+
+extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+namespace {
+
+struct Record {
+    const char *name;
+    std::string label;  // gemms: with their shape; kernels: the kernel name
+    int op_class;       // -1 until the op that issued it closes
+    MheCost cost;
+};
+
+struct Recorder {
+    bool recording = false, dry = false;
+    std::vector<Record> recs;
+    size_t open_from = 0;  // first record not yet given an op class
+    long blas_pending = 0;
+    std::unordered_map<const void *, size_t> live;
+    double current = 0, peak = 0;
+};
+
+Recorder &rec() {
+    static Recorder r;
+    return r;
+}
+
+// Published dense figures (SXM parts): bf16 tensor cores without sparsity, fp32 on CUDA
+// cores (no TF32), HBM bandwidth, PCIe gen4/gen5 x16 one direction, and a kernel launch.
+const GpuSpec specs[] = {
+    {"a100", 312e12, 19.5e12, 2.039e12, 25e9, 4e-6},
+    {"h100", 989e12, 67e12, 3.35e12, 50e9, 4e-6},
+};
+
+}  // namespace
+
+bool mhe_cost_record(const char *name, MheCost c) {
+    Recorder &r = rec();
+    if (r.recording) r.recs.push_back(Record{name, name, -1, c});
+    return !r.dry;
+}
+
+bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c) {
+    Recorder &r = rec();
+    r.blas_pending++;
+    if (r.recording) {
+        double mnk = 2.0 * M * N * K * batch, el = bf16 ? 2.0 : 4.0;
+        MheCost c{0, 0, 0, 0};
+        (bf16 ? c.tc_flops : c.flops) = mnk;
+        c.bytes = batch * (el * ((double)M * K + (double)K * N) + 4.0 * M * N * (reads_c ? 2 : 1));
+        char label[96];
+        std::snprintf(label, sizeof label, "gemm %dx%dx%d%s%s %s", M, N, K, batch > 1 ? " x" : "",
+                      batch > 1 ? std::to_string(batch).c_str() : "", bf16 ? "bf16" : "fp32");
+        r.recs.push_back(Record{"gemm", label, -1, c});
+    }
+    return !r.dry;
+}
+
+bool mhe_cost_take_blas(void) {
+    Recorder &r = rec();
+    if (r.blas_pending <= 0)
+        mhe_fatal("cost model: a cuBLAS call was issued without mhe_cost_record_gemm before it");
+    r.blas_pending--;
+    return !r.dry;
+}
+
+void mhe_cost_close_op(int op_class) {
+    Recorder &r = rec();
+    for (size_t i = r.open_from; i < r.recs.size(); i++)
+        if (r.recs[i].op_class < 0) r.recs[i].op_class = op_class;
+    r.open_from = r.recs.size();
+}
+
+void mhe_cost_alloc(const void *p, size_t bytes) {
+    Recorder &r = rec();
+    r.live[p] = bytes;
+    r.current += (double)bytes;
+    r.peak = std::max(r.peak, r.current);
+}
+
+void mhe_cost_free(const void *p) {
+    Recorder &r = rec();
+    auto it = r.live.find(p);
+    if (it == r.live.end()) return;
+    r.current -= (double)it->second;
+    r.live.erase(it);
+}
+
+bool mhe_cost_dry_run(void) { return rec().dry; }
+
+extern "C" const GpuSpec *gpu_spec_find(const char *name) {
+    for (const GpuSpec &s : specs)
+        if (name && strcasecmp(name, s.name) == 0) return &s;
+    return nullptr;
+}
+
+extern "C" int backend_cuda_cost_dry_run(int on) {
+#if defined(MHE_CUDA_EMU)
+    rec().dry = on != 0;
+    return 1;
+#else
+    (void)on;
+    return 0;  // a real GPU executes what it is given
+#endif
+}
+
+extern "C" void backend_cuda_cost_start(void) {
+    Recorder &r = rec();
+    r.recs.clear();
+    r.open_from = 0;
+    r.recording = true;
+}
+
+extern "C" double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, double flops,
+                                            double bytes, double host_bytes) {
+    double compute = tc_flops / g->bf16_flops + flops / g->fp32_flops;
+    return std::max(compute, bytes / g->bytes_per_s) + host_bytes / g->pcie_bytes_per_s + g->launch_s;
+}
+
+extern "C" void backend_cuda_cost_stop(const GpuSpec *g, CostReport *out) {
+    Recorder &r = rec();
+    r.recording = false;
+    mhe_cost_close_op(OPC_OTHER);  // calls outside any op (uploads, downloads)
+    std::memset(out, 0, sizeof *out);
+    std::map<std::string, CostEntry> by_label;
+    for (const Record &x : r.recs) {
+        const MheCost &c = x.cost;
+        double t = backend_cuda_cost_predict(g, c.tc_flops, c.flops, c.bytes, c.host_bytes);
+        out->seconds += t;
+        out->class_seconds[x.op_class] += t;
+        out->class_calls[x.op_class]++;
+        out->launches++;
+        out->tc_flops += c.tc_flops;
+        out->flops += c.flops;
+        out->bytes += c.bytes + c.host_bytes;
+        if (std::strcmp(x.name, "gemm") == 0) out->gemm_flops += c.tc_flops + c.flops;
+        CostEntry &e = by_label[x.label + "|" + std::to_string(x.op_class)];
+        if (!e.calls) {
+            std::snprintf(e.label, sizeof e.label, "%s", x.label.c_str());
+            e.op_class = x.op_class;
+        }
+        e.calls++;
+        e.seconds += t;
+        e.tc_flops += c.tc_flops;
+        e.flops += c.flops;
+        e.bytes += c.bytes;
+        e.launch_seconds += g->launch_s;
+        e.compute_seconds += c.tc_flops / g->bf16_flops + c.flops / g->fp32_flops;
+        e.memory_seconds += c.bytes / g->bytes_per_s + c.host_bytes / g->pcie_bytes_per_s;
+    }
+    std::vector<CostEntry> all;
+    for (auto &kv : by_label) all.push_back(kv.second);
+    std::sort(all.begin(), all.end(),
+              [](const CostEntry &a, const CostEntry &b) { return a.seconds > b.seconds; });
+    out->n_top = (int)std::min(all.size(), (size_t)COST_TOP);
+    for (int i = 0; i < out->n_top; i++) out->top[i] = all[i];
+    out->peak_bytes = r.peak;
+    r.recs.clear();
+    r.open_from = 0;
+}
+
+extern "C" double backend_cuda_cost_peak_bytes(void) { return rec().peak; }

@@ -1,0 +1,36 @@
+// The cost model's recording side (kernels/cuda/README.md "Cost model"): every kernel launch
+// (MHE_LAUNCH), cuBLAS call, memset and copy of the backend states its work here, at the place
+// it is issued, so a new kernel cannot be left out: MHE_LAUNCH does not compile without a cost.
+// Included by cuda_compat.h and emu/cuda_emu.h (host code in both builds).
+#ifndef MHE_KERNELS_CUDA_CUDA_COST_H
+#define MHE_KERNELS_CUDA_CUDA_COST_H
+
+#include <stddef.h>
+
+// Work of one call: FLOPs on tensor cores, FLOPs on CUDA cores (fp32 pipes; exp/erf/tanh
+// count as a few FLOPs each, integer hashing as none), bytes moved in global memory (each
+// distinct element once: the working set of a row or tile is assumed to stay in L1/L2), and
+// bytes over PCIe (uploads and downloads).
+struct MheCost {
+    double tc_flops, flops, bytes, host_bytes;
+};
+static inline MheCost mhe_cost(double flops, double bytes) { return MheCost{0, flops, bytes, 0}; }
+
+// Records the call when recording is on; returns whether the work should really run (false
+// only in the emulation's record-only mode, where nothing executes and no memory is touched).
+bool mhe_cost_record(const char *name, MheCost c);
+// A GEMM about to be issued through cuBLAS: C[M,N] (+)= A[M,K] B[K,N], `batch` times, with bf16
+// operands (tensor cores) or fp32 (CUDA cores, no TF32); beta != 0 reads C.
+bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c);
+// The emulated cuBLAS asks this before each call: fatal when no mhe_cost_record_gemm preceded
+// it (an unrecorded library call), else whether to compute.
+bool mhe_cost_take_blas(void);
+// The records since the last call belong to op class `op_class` (an OpClass).
+void mhe_cost_close_op(int op_class);
+// Device allocations, for the peak.
+void mhe_cost_alloc(const void *p, size_t bytes);
+void mhe_cost_free(const void *p);
+// Record-only mode (emulation only).
+bool mhe_cost_dry_run(void);
+
+#endif

@@ -1,0 +1,177 @@
+// The cost model (kernels/cuda/README.md "Cost model"), through the emulated backend:
+// - bytes and FLOPs of single calls against hand calculations (the figures below are worked
+//   out in the comments, not taken from the code under test);
+// - the prediction max(FLOPs/peak, bytes/bandwidth) + launch on the published A100 figures;
+// - one recorded training step of small BERT and GPT models (mha and mhe_mul): the GEMM FLOPs
+//   equal model_step_flops exactly (plus mhe_mul's recomputed attention output), every call has an op class, the peak covers the arenas.
+// Record-only mode throughout: nothing runs, allocations are inaccessible address space, so a
+// kernel that touched memory would fault.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "kernels/backend_info.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/ops.h"
+#include "trainer/model/model.h"
+
+static const CostEntry *find(const CostReport *r, const char *label) {
+    for (int i = 0; i < r->n_top; i++)
+        if (strcmp(r->top[i].label, label) == 0) return &r->top[i];
+    fail_msg("no record labelled '%s'", label);
+    return NULL;
+}
+
+static void test_single_calls(void **state) {
+    (void)state;
+    assert_int_equal(backend_cuda_cost_dry_run(1), 1);
+    const GpuSpec *a100 = gpu_spec_find("A100");
+    assert_non_null(a100);
+    assert_null(gpu_spec_find("v100"));
+    Backend *be = backend_cuda_create(0, 1);
+    float *x = be->alloc(be, 4 << 20), *y = be->alloc(be, 4 << 20), *z = be->alloc(be, 4 << 20);
+    int32_t *labels = be->alloc(be, 64);
+    CostReport r;
+
+    // LayerNorm of [6, 10]: reads x (60 floats) + gamma, beta (20), writes y (60) + mean,
+    // rstd (12): 152 floats = 608 bytes.
+    backend_cuda_cost_start();
+    be->layernorm_forward(be, x, y, y + 100, 6, 10, 1e-5f, z, z + 100, z + 200);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    const CostEntry *e = find(&r, "layernorm_forward_kernel");
+    assert_int_equal(e->op_class, OPC_NORM_ACT);
+    assert_true(e->bytes == 608.0);
+
+    // bf16 matmul 8x16x32: operands rounded into scratch (A 256 elements: 4 B read + 2 B
+    // written each = 1536 B; B 512 elements = 3072 B), then the GEMM reads 768 bf16 (1536 B),
+    // writes 128 fp32 (512 B) = 2048 B, 2*8*16*32 = 8192 tensor-core FLOPs.
+    backend_cuda_cost_start();
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 3);
+    e = find(&r, "gemm 8x16x32 bf16");
+    assert_int_equal(e->op_class, OPC_MATMUL);
+    assert_true(e->bytes == 2048.0 && e->tc_flops == 8192.0 && e->flops == 0.0);
+    e = find(&r, "to_bf16_kernel");
+    assert_true(e->calls == 2 && e->bytes == 1536.0 + 3072.0);
+
+    // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
+    // (36 B) = 636 B.
+    backend_cuda_cost_start();
+    be->cross_entropy_forward(be, x, labels, 3, 50, y, z);
+    backend_cuda_cost_stop(a100, &r);
+    assert_true(find(&r, "cross_entropy_forward_kernel")->bytes == 636.0);
+
+    // AdamW on 1e6 floats: p, m, v read and written, g read = 28 MB; memory-bound on an A100:
+    // 28e6 / 2.039e12 s = 13.732 us, plus the 4 us launch = 17.732 us.
+    float *big = be->alloc(be, 4000000);
+    backend_cuda_cost_start();
+    be->adamw_update(be, big, big, big, big, 1000000, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f, 1.0f);
+    backend_cuda_cost_stop(a100, &r);
+    e = find(&r, "adam_kernel");
+    assert_true(e->bytes == 28e6);
+    assert_true(fabs(r.seconds - 17.732e-6) < 0.001e-6);
+    assert_int_equal(r.class_calls[OPC_OTHER], 1);
+
+    // A compute-bound prediction: 312e12 tensor-core FLOPs take 1 s on an A100, 989e12 on an H100.
+    assert_true(fabs(backend_cuda_cost_predict(a100, 312e12, 0, 1e9, 0) - (1.0 + 4e-6)) < 1e-12);
+    assert_true(fabs(backend_cuda_cost_predict(gpu_spec_find("h100"), 0, 67e12, 0, 0) - (1.0 + 4e-6)) < 1e-12);
+
+    // Peak device memory: at least the four 4 MiB buffers, 64 B and the 4 MB one.
+    assert_true(r.peak_bytes >= 3.0 * (4 << 20) + 64 + 4e6);
+    be->free(be, big);
+    be->free(be, x);
+    be->free(be, y);
+    be->free(be, z);
+    be->free(be, labels);
+    be->destroy(be);
+}
+
+// One forward + backward of a small model, recorded: the GEMM FLOPs are model_step_flops.
+// gemm_path: attention through cuBLAS (MHE_CUDA_ATTENTION=gemm), so every product of the model
+// is a GEMM; else the default fused attention, whose T x T products are kernel FLOPs.
+static void check_step(Arch arch, AttentionType type, int bf16, int gemm_path) {
+    Config cfg;
+    config_defaults(&cfg);
+    cfg.model.arch = arch;
+    cfg.model.layers = 2;
+    cfg.model.hidden = 64;
+    cfg.model.heads = 4;
+    cfg.model.ffn = 128;
+    cfg.model.vocab_size = 97;
+    cfg.model.max_seq = 40;
+    cfg.attention.type = type;
+    cfg.data.seq_len = 0;
+    config_resolve(&cfg, "test_cuda_cost");
+    const int B = 3, T = 37;
+    if (gemm_path) setenv("MHE_CUDA_ATTENTION", "gemm", 1);
+    Backend *be = backend_cuda_create(0, bf16);
+    unsetenv("MHE_CUDA_ATTENTION");
+    Model *m = model_create(&cfg, be, B, T);
+    model_init_params(m, 1);
+    int32_t ids[3 * 37], labels[3 * 37];
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (i * 7) % 97;
+        labels[i] = i % 5 == 0 ? (i * 3) % 97 : -100;
+    }
+    CostReport r;
+    backend_cuda_cost_start();
+    model_zero_grad(m);
+    model_forward(m, ids, NULL, NULL, labels, B, T, 1);
+    model_backward(m, 0);
+    backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+    // mhe_mul scales the attention output per head (out_scale): its gradient needs
+    // O = dropout(P) V again, one [T, T] x [T, d] product per head per layer (2 B n T^2 d FLOPs)
+    // that model_step_flops does not count.
+    const double recompute = gemm_path && type == ATTN_MHE_MUL ? cfg.model.layers * 2.0 * B * cfg.model.heads * T * T * cfg.model.head_dim : 0;
+    // The attention products (forward 2 B n T^2 (d_qk + d_v) per layer, backward twice that).
+    const double attention = cfg.model.layers * 3.0 * 2.0 * B * cfg.model.heads * T * T * 2.0 * cfg.model.head_dim;
+    const double want = model_step_flops(m, B, T) + recompute - (gemm_path ? 0.0 : attention);
+    printf("  %s %s %s %s: gemm flops %.6e expected %.6e, %ld launches, predicted %.1f us\n",
+           arch == ARCH_BERT ? "bert" : "gpt", type == ATTN_MHA ? "mha" : "mhe_mul", bf16 ? "bf16" : "fp32",
+           gemm_path ? "gemm" : "flash", r.gemm_flops, want, r.launches, 1e6 * r.seconds);
+    assert_true(fabs(r.gemm_flops - want) <= 1e-12 * want);
+    // The fused kernels recompute P in the backward: at least the model's attention FLOPs.
+    assert_true(r.tc_flops + r.flops >= want + (gemm_path ? 0.0 : attention));
+    long calls = 0;
+    double sum = 0;
+    for (int c = 0; c < OPC_COUNT; c++) {
+        calls += r.class_calls[c];
+        sum += r.class_seconds[c];
+    }
+    assert_int_equal(calls, r.launches);
+    assert_true(fabs(sum - r.seconds) <= 1e-9 * r.seconds);
+    assert_true(r.class_calls[OPC_ATTENTION] > 0 && r.class_calls[OPC_MATMUL] > 0 && r.class_calls[OPC_LOSS] > 0);
+    assert_true(r.peak_bytes >= (double)(model_arena_bytes(m) + model_state_bytes(m)));
+    model_free(m);
+    be->destroy(be);
+    config_free(&cfg);
+}
+
+static void test_step_flops(void **state) {
+    (void)state;
+    assert_int_equal(backend_cuda_cost_dry_run(1), 1);
+    for (int gemm_path = 0; gemm_path <= 1; gemm_path++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            check_step(ARCH_BERT, ATTN_MHA, bf16, gemm_path);
+            check_step(ARCH_BERT, ATTN_MHE_MUL, bf16, gemm_path);
+            check_step(ARCH_GPT, ATTN_MHA, bf16, gemm_path);
+            check_step(ARCH_GPT, ATTN_MHE_MUL, bf16, gemm_path);
+        }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_calls),
+        cmocka_unit_test(test_step_flops),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
