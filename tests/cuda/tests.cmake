@@ -51,7 +51,7 @@ if(TARGET mhecuda_emu)
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
   set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
-    test_cuda_train_end_to_end APPEND PROPERTY LABELS cuda)
+    test_cuda_train_end_to_end test_cuda_cost APPEND PROPERTY LABELS cuda)
   set_property(TEST test_cuda_emu_reduce test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
     APPEND PROPERTY LABELS unit)
   set_property(TEST test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job test_cuda_train_end_to_end

@@ -13,8 +13,9 @@
 const char *const CONFIG_ARCH_NAMES[] = {"bert", "gpt", NULL};
 const char *const CONFIG_NORM_NAMES[] = {"post", "pre", NULL};
 const char *const CONFIG_ACTIVATION_NAMES[] = {"gelu", "gelu_tanh", NULL};
-const char *const CONFIG_ATTENTION_NAMES[] = {"mha", "sha", "mhe_add", "mhe_mul", "mqa",
-                                              "gqa", "el_att", "skv", "collab", NULL};
+#define MHE_ATTN_NAME_(E, name) #name,
+const char *const CONFIG_ATTENTION_NAMES[] = {MHE_ATTENTION_TYPES(MHE_ATTN_NAME_) NULL};
+#undef MHE_ATTN_NAME_
 const char *const CONFIG_OBJECTIVE_NAMES[] = {"mlm", "clm", NULL};
 const char *const CONFIG_OPTIMIZER_NAMES[] = {"adamw", "lamb", NULL};
 const char *const CONFIG_SCHEDULE_NAMES[] = {"linear", "cosine", "constant", NULL};
@@ -123,29 +124,14 @@ static void check_model(Config *c, const ConfigMarks *mk) {
 
 static void check_attention(Config *c, const ConfigMarks *mk) {
     AttentionConfig *a = &c->attention;
-    const int D = c->model.hidden, n = c->model.heads, d = c->model.head_dim;
     config_check_ranges(c, mk, "attention");
-    switch (a->type) {
-    case ATTN_GQA:
-        if (a->groups == 0)
-            config_fail_key(mk, "attention.type",
-                            "attention.type gqa needs attention.groups (the number of K/V heads, "
-                            "dividing model.heads = %d)", n);
-        if (a->groups > n || n % a->groups != 0)
-            config_fail_key(mk, "attention.groups|model.heads",
-                            "attention.groups (%d) must divide model.heads (%d) for gqa", a->groups, n);
-        break;
-    case ATTN_EL_ATT:
-        if ((long long)n * d != D)
-            config_fail_key(mk, "model.head_dim|model.heads|attention.type",
-                            "el_att needs model.heads * model.head_dim = model.hidden (keys and values "
-                            "are slices of the input), got %d * %d = %lld != %d",
-                            n, d, (long long)n * d, D);
-        break;
-    default:
-        break;
-    }
-    if (a->collab_dim == 0) a->collab_dim = n * d;
+    // The variant's own shape checks, then every variant's derived defaults (registry order).
+    const AttnTypeSpec *spec = attention_type_spec(a->type);
+    const char *keys = NULL;
+    char msg[512];
+    if (spec->check && spec->check(c, &keys, msg, sizeof msg)) config_fail_key(mk, keys, "%s", msg);
+    for (int t = 0; t < ATTN_TYPE_COUNT; t++)
+        if (attention_type_spec((AttentionType)t)->resolve) attention_type_spec((AttentionType)t)->resolve(c);
 }
 
 static void check_objective(Config *c, const ConfigMarks *mk) {

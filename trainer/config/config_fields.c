@@ -3,6 +3,7 @@
 // a key is one row here (plus its member in config.h and any cross-field check in config.c).
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,8 @@ const ConfigSection CONFIG_SECTIONS[] = {
     {"model", NULL},
     {"attention",
      "Shape rules: `el_att` needs `heads · head_dim = hidden` (keys and values are slices of the\n"
-     "input); `gqa` needs `groups` dividing `heads`."},
+     "input); `gqa` needs `groups` dividing `heads`. `mhetrain info --attention-types` lists the\n"
+     "types and the keys each one reads."},
     {"objective", NULL},
     {"data", NULL},
     {"optim", NULL},
@@ -84,6 +86,12 @@ static const ConfigField ATTENTION_VARIANT_FIELDS[] = {
             "(g = n is MHA, g = 1 is MQA); ignored by the other types"},
     {KEY(attention, collab_dim, F_INT), .def = "0", .def_doc = "0 → n·d", IRANGE(0, 1 << 22),
      .doc = "`collab` only: width D̃ of the shared query/key space"},
+    {KEY(attention, latent_dim, F_INT), .def = "0", .def_doc = "0 → 4·d", IRANGE(0, 1 << 22),
+     .doc = "`mla` only: width d_c of the latent c = X W_DKV shared by every head's keys and "
+            "values (DeepSeek-V2 uses 4·d)"},
+    {KEY(attention, q_latent_dim, F_INT), .def = "0", IRANGE(0, 1 << 22),
+     .doc = "`mla` only: width of the queries' own latent (Q_i = X W_DQ W_UQ^(i)); 0: queries "
+            "straight from X as in `mha`"},
     {KEY(attention, embed_std, F_FLOAT), .def = "0.02", FRANGE(0, 0, FMAX, 0),
      .doc = "`mhe_add`/`mhe_mul`: head embeddings start as N(0, embed_std²); `collab`: mixing "
             "vectors start at 1 + N(0, embed_std²). 0 makes all heads identical forever"},
@@ -326,4 +334,26 @@ void config_check_ranges(const Config *cfg, const ConfigMarks *marks, const char
         default: mhe_fail("internal: %s has a range but no numeric type", key);
         }
     }
+}
+
+// Integer fields by "section.key", for code that holds a key name (the attention registry's).
+static int *int_field(Config *c, const char *key) {
+    const char *dot = strchr(key, '.');
+    if (!dot) return NULL;
+    char section[32];
+    snprintf(section, sizeof section, "%.*s", (int)(dot - key), key);
+    const ConfigField *f = config_field_find(section, dot + 1);
+    return f && f->type == F_INT ? (int *)((char *)c + f->offset) : NULL;
+}
+
+int config_get_int(const Config *c, const char *key, int *value) {
+    const int *p = int_field((Config *)c, key);
+    if (p) *value = *p;
+    return p != NULL;
+}
+
+int config_set_int(Config *c, const char *key, int value) {
+    int *p = int_field(c, key);
+    if (p) *p = value;
+    return p != NULL;
 }

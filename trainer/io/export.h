@@ -48,9 +48,10 @@ void export_write_tokenizer(const Tokenizer *tok, const Config *cfg, const char 
 void export_write_card(const Config *cfg, ExportFormat format, const char *checkpoint, int with_tokenizer,
                        const char *path);
 
-// Copies trainer/hf/{configuration,modeling}_mhe.py into dir (looked up in
+// Copies trainer/hf/{configuration,modeling}_mhe.py and the model's attention/<type>.py (as
+// mhe_attention.py) into dir (looked up in
 // $MHE_HF_DIR, next to the executable's ../share/mhetrain/hf or ../trainer/hf, then the source
 // tree this binary was built from).
-void export_copy_modeling_files(const char *dir);
+void export_copy_modeling_files(const char *dir, const Config *cfg);
 
 #endif
