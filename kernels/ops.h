@@ -243,8 +243,12 @@ struct Backend {
                            float bc2, float grad_scale);
 };
 
-// The CPU backend (C + OpenMP + OpenBLAS).  threads <= 0: the OpenMP default.
+// The CPU backend (C + OpenMP, matmuls through oneDNN).  threads <= 0: the OpenMP default.
 Backend *backend_cpu_create(int threads);
+// The same; bf16 != 0 (runtime.precision: bf16) rounds every matmul operand (the attention
+// core's too) to bf16 with fp32 accumulation; weights, moments, LayerNorm and softmax
+// statistics and the loss stay fp32.  Without native bf16 instructions it says so once.
+Backend *backend_cpu_create_for(int threads, int bf16);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,5 @@
-// The attention core (ops.h AttnShape) on the CPU: per (batch, head) sgemm for scores and
-// weighted sums; only the row log-sum-exp is saved, the backward recomputes the scores.
-#include <cblas.h>
+// The attention core (ops.h AttnShape) on the CPU: per (batch, head) oneDNN products for scores
+// and weighted sums (bf16 operands in bf16 mode, fp32 softmax and statistics); only the row log-sum-exp is saved, the backward recomputes the scores.
 #include <math.h>
 #include <string.h>
 
@@ -23,19 +22,19 @@ static HeadPtrs head_ptrs(const AttnShape *s, const float *q, const float *k, co
 
 static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
 
-static void scores(const AttnShape *s, const HeadPtrs *p, float *S) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->T, s->T, s->qk_dim, s->scale, p->q,
+static void scores(const Backend *be, const AttnShape *s, const HeadPtrs *p, float *S) {
+    cpu_gemm_be(be, 0, 1, s->T, s->T, s->qk_dim, s->scale, p->q,
                 s->ldq, p->k, s->ldk, 0.0f, S, s->T);
 }
 
 // S = raw scores of (b, h) (a copy of R when heads share them) plus the per-key bias.
-static void head_scores(const AttnShape *s, const HeadPtrs *p, int b, int h, const float *R, float *S) {
+static void head_scores(const Backend *be, const AttnShape *s, const HeadPtrs *p, int b, int h, const float *R, float *S) {
     const int T = s->T, n = s->n_heads;
     const size_t TT = (size_t)T * T;
     if (R)
         memcpy(S, R, TT * sizeof *S);
     else
-        scores(s, p, S);
+        scores(be, s, p, S);
     if (s->key_bias) {
         const float *kb = s->key_bias + (size_t)b * T * n + h;
         for (int i = 0; i < T; i++) {
@@ -161,16 +160,16 @@ static double attention_flops(const AttnShape *s) {
 }
 
 // One head of one sequence: scores, softmax (lse saved), dropout, P V, output scale/shift.
-static void forward_head(const AttnShape *s, const float *q, const float *k, const float *v,
+static void forward_head(const Backend *be, const AttnShape *s, const float *q, const float *k, const float *v,
                          float *out, float *lse_all, int b, int h, const float *R, float *ws) {
     const int T = s->T, n = s->n_heads, dv = s->v_dim, ldo = n * dv;
     float *S = ws;
     HeadPtrs p = head_ptrs(s, q, k, v, b, h);
-    head_scores(s, &p, b, h, R, S);
+    head_scores(be, s, &p, b, h, R, S);
     softmax_rows(s, b, h, S, lse_all + ((size_t)b * n + h) * T);
     const float *Pd = S;  // already dropped
     float *o = out + (size_t)b * T * ldo + (size_t)h * dv;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, p.v, s->ldv, 0.0f, o, ldo);
+    cpu_gemm_be(be, 0, 0, T, dv, T, 1.0f, Pd, T, p.v, s->ldv, 0.0f, o, ldo);
     if (s->out_scale) {
         // Saved after the row log-sum-exps: d out_scale = Σ_rows dO ⊙ (P V).
         float *pv = lse_all + (size_t)s->B * n * T + (size_t)b * T * ldo + (size_t)h * dv;
@@ -198,13 +197,13 @@ static void cpu_attention_forward(Backend *be, const AttnShape *s, const float *
         for (int b = 0; b < B; b++) {
             float *ws = scratch + (size_t)omp_get_thread_num() * FWD_TT * TT, *R = ws + 2 * TT;
             HeadPtrs p = head_ptrs(s, q, k, v, b, 0);
-            scores(s, &p, R);
-            for (int h = 0; h < n; h++) forward_head(s, q, k, v, out, saved, b, h, R, ws);
+            scores(be, s, &p, R);
+            for (int h = 0; h < n; h++) forward_head(be, s, q, k, v, out, saved, b, h, R, ws);
         }
     } else {
 #pragma omp parallel for schedule(dynamic) num_threads(cpu_threads(be)) if (attention_flops(s) >= CPU_PARALLEL_MIN)
         for (int bh = 0; bh < B * n; bh++)
-            forward_head(s, q, k, v, out, saved, bh / n, bh % n, NULL,
+            forward_head(be, s, q, k, v, out, saved, bh / n, bh % n, NULL,
                          scratch + (size_t)omp_get_thread_num() * FWD_TT * TT);
     }
     cpu_prof_end(be, OPC_ATTENTION, t0, attention_flops(s));
@@ -239,7 +238,7 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
         if (shared) {
             memset(dS_sum, 0, TT * sizeof *dS_sum);
             HeadPtrs p0 = head_ptrs(s, q, k, v, b, 0);
-            scores(s, &p0, R);
+            scores(be, s, &p0, R);
         }
         zero_cols(dq + (size_t)b * T * s->ldq, T, s->ldq, s->q_heads * dk_);
         zero_cols(dk + (size_t)b * T * s->ldk, T, s->ldk, s->k_heads * dk_);
@@ -247,7 +246,7 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
         for (int h = 0; h < n; h++) {
             HeadPtrs p = head_ptrs(s, q, k, v, b, h);
             const size_t qoff = p.q - q, koff = p.k - k, voff = p.v - v;
-            head_scores(s, &p, b, h, shared ? R : NULL, P);
+            head_scores(be, s, &p, b, h, shared ? R : NULL, P);
             probs_from_lse(s, b, h, P, saved + ((size_t)b * n + h) * T, Pdbuf);
             const float *Pd = s->dropout > 0.0f ? Pdbuf : P;
             const float *dO = dout + (size_t)b * T * ldo + (size_t)h * dv;
@@ -255,9 +254,9 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
             for (int i = 0; i < T; i++)
                 for (int c = 0; c < dv; c++)
                     G[(size_t)i * dv + c] = sc ? dO[(size_t)i * ldo + c] * sc[c] : dO[(size_t)i * ldo + c];
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dv, T, 1.0f, Pd, T, G, dv,
+            cpu_gemm_be(be, 1, 0, T, dv, T, 1.0f, Pd, T, G, dv,
                         1.0f, dv_out + voff, s->ldv);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dv, 1.0f, G, dv, p.v, s->ldv,
+            cpu_gemm_be(be, 0, 1, T, T, dv, 1.0f, G, dv, p.v, s->ldv,
                         0.0f, dP, T);
             // dP ⊙ keep/(1-p), then dS = P ⊙ (dP - rowsum(P ⊙ dP)), one row at a time so the
             // row stays in cache.  The mask is read off Pd: Pd = 0 where it dropped or where
@@ -295,16 +294,16 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const float 
                 for (size_t e = 0; e < TT; e++) dS_sum[e] += dP[e];
                 continue;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk_, T, s->scale, dP, T, p.k,
+            cpu_gemm_be(be, 0, 0, T, dk_, T, s->scale, dP, T, p.k,
                         s->ldk, 1.0f, dq + qoff, s->ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dk_, T, s->scale, dP, T, p.q,
+            cpu_gemm_be(be, 1, 0, T, dk_, T, s->scale, dP, T, p.q,
                         s->ldq, 1.0f, dk + koff, s->ldk);
         }
         if (shared) {
             HeadPtrs p = head_ptrs(s, q, k, v, b, 0);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk_, T, s->scale, dS_sum, T,
+            cpu_gemm_be(be, 0, 0, T, dk_, T, s->scale, dS_sum, T,
                         p.k, s->ldk, 1.0f, dq + (p.q - q), s->ldq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dk_, T, s->scale, dS_sum, T, p.q,
+            cpu_gemm_be(be, 1, 0, T, dk_, T, s->scale, dS_sum, T, p.q,
                         s->ldq, 1.0f, dk + (p.k - k), s->ldk);
         }
     }

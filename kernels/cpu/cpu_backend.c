@@ -1,5 +1,5 @@
-// The CPU backend: memory is host memory, ops are C + OpenMP + OpenBLAS.
-#include <cblas.h>
+// The CPU backend: memory is host memory, ops are C + OpenMP, matmuls through oneDNN.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,19 +36,24 @@ static void cpu_zero(Backend *be, void *dst, size_t bytes) {
 static void cpu_synchronize(Backend *be) { (void)be; }
 
 static void cpu_destroy(Backend *be) {
+    cpu_gemm_destroy(cpu_ctx(be)->gemm);
     free(be->ctx);
     free(be);
 }
 
-Backend *backend_cpu_create(int threads) {
+Backend *backend_cpu_create_for(int threads, int bf16) {
     if (threads > 0) omp_set_num_threads(threads);
-    // Parallelism comes from OpenMP alone (sgemm calls are split across OpenMP threads):
-    // OpenBLAS's own pthreads would oversubscribe the cores inside parallel regions.
-    openblas_set_num_threads(1);
+    // Parallelism comes from OpenMP alone: oneDNN runs on OpenMP too and keeps to the calling
+    // thread inside parallel regions (attention's per-head products), so nothing oversubscribes.
     Backend *be = mhe_calloc(1, sizeof *be);
     be->name = "cpu";
     CpuContext *ctx = mhe_calloc(1, sizeof *ctx);
     ctx->threads = omp_get_max_threads();
+    ctx->gemm = cpu_gemm_create(ctx->threads);
+    ctx->bf16 = bf16 != 0;
+    static int warned;
+    if (ctx->bf16 && !cpu_gemm_native_bf16(ctx->gemm) && !warned++)
+        fprintf(stderr, "note: this CPU has no native bf16 instructions; bf16 is emulated and slower than fp32\n");
     be->ctx = ctx;
     be->destroy = cpu_destroy;
     be->alloc = cpu_alloc;
@@ -64,3 +69,5 @@ Backend *backend_cpu_create(int threads) {
     cpu_install_optim(be);
     return be;
 }
+
+Backend *backend_cpu_create(int threads) { return backend_cpu_create_for(threads, 0); }

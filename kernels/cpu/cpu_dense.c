@@ -1,54 +1,13 @@
 // Dense algebra and elementwise ops of the CPU backend.
-#include <cblas.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
-
-// Slices of C's rows (or columns when C is wide), one sgemm each, handed out dynamically:
-// OpenBLAS runs single-threaded (backend_cpu_create), so it never competes with OpenMP for the
-// cores.  A few slices per thread rather than one: on a shared machine a descheduled thread
-// then delays the product by one small slice, not by half of it.
-#define SGEMM_SLICES_PER_THREAD 4
-#define SGEMM_MIN_SLICE 128  // rows/columns: smaller slices pack B (or A) too often
-static void sgemm_split(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                        const float *B, int ldb, float beta, float *C, int ldc) {
-    const int nt = omp_get_max_threads();
-    const double work = (double)M * N * K;
-    const int split_rows = M >= N;
-    const int total = split_rows ? M : N;
-    int parts = work < 262144.0 || omp_in_parallel() ? 1 : nt * SGEMM_SLICES_PER_THREAD;
-    if (parts > 1 && total / parts < SGEMM_MIN_SLICE) parts = total / SGEMM_MIN_SLICE;
-    if (parts > 1 && parts < nt) parts = total >= nt ? nt : 1;
-    if (parts < 1) parts = 1;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (parts > 1)
-    for (int p = 0; p < parts; p++) {
-        // Slice boundaries on multiples of 16 keep the kernels' vector tiles whole.
-        int lo = (int)((long)total * p / parts) & ~15, hi = p + 1 == parts ? total : (int)((long)total * (p + 1) / parts) & ~15;
-        if (hi <= lo) continue;
-        if (split_rows) {
-            const float *a = ta ? A + lo : A + (size_t)lo * lda;
-            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                        hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
-        } else {
-            const float *b = tb ? B + (size_t)lo * ldb : B + lo;
-            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                        M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
-        }
-    }
-}
 
 static void cpu_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
                        int ldc) {
     double t0 = cpu_prof_begin(be);
-    if (M > 0 && N > 0) {
-        if (K == 0) {
-            for (int i = 0; i < M; i++)
-                for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] *= beta;
-        } else {
-            sgemm_split(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        }
-    }
+    cpu_gemm_be(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K);
 }
 

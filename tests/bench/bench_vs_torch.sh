@@ -1,24 +1,25 @@
 #!/bin/sh
 # mhetrain vs PyTorch: one full training step (forward, backward, AdamW) of the same BERT, batch
-# and sequence length, alternating the two programs run by run; prints the medians of tokens/s,
-# their ratio, mhetrain's MFU against the measured sgemm rate, and both peak RSS.
+# and sequence length.  Per run, alternating: mhetrain fp32, mhetrain bf16 (runtime.precision),
+# Debian's PyTorch 1.13 eager fp32 (continuity with earlier tables), and PyTorch 2 from PyPI
+# written the fast way (SDPA, MLM head on the scored rows, fused AdamW) in fp32 and with bf16
+# autocast.  Prints the medians of tokens/s, the ratios, mhetrain's MFU at each precision
+# against its own ceiling (the backend's matmul at that precision), and the peak RSS.
 #
 #   tests/bench/bench_vs_torch.sh [--runs R] [--steps S] [--threads N] [--sizes "tiny small tiny512"]
-#                                 [--attention "mha mhe_add mhe_mul"] [--quick]
+#                                 [--attention "mha mhe_add mhe_mul"] [--no-torch2] [--quick]
 #
 # Each run is a fresh process: one warm-up step, then S timed steps (median within the run);
-# the table shows the median over R runs (default 5).  --quick shrinks every model (for the
-# ctest smoke).  Environment: MHETRAIN (default build/mhetrain), TORCH_PYTHON (/usr/bin/python3).
-#
-# OpenBLAS 0.3.21 does not know AMD Zen 4 and runs its AVX2 (Haswell) sgemm there, half the
-# AVX-512 rate; when the CPU has AVX-512 and OPENBLAS_CORETYPE is unset we set SKYLAKEX for
-# BOTH programs (torch's matmuls go through the same OpenBLAS), so neither side is handicapped.
+# the table shows the median over R runs (default 5).  --quick shrinks every model and skips
+# PyTorch 2 (the ctest smoke).  PyTorch 2 is installed on first use into its own venv,
+# TORCH2_VENV (default build/torch2-venv), with pip from PyPI; never in CI.  Environment:
+# MHETRAIN (default build/mhetrain), TORCH_PYTHON (/usr/bin/python3, Debian's torch 1.13).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=${MHE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
 mhetrain=${MHETRAIN:-$src/build/mhetrain}
 py=${TORCH_PYTHON:-/usr/bin/python3}
-runs=5 steps=2 threads=2 sizes="tiny small tiny512" attns="mha mhe_add mhe_mul" quick=0
+runs=5 steps=2 threads=2 sizes="tiny small tiny512" attns="mha mhe_add mhe_mul" quick=0 torch2=1
 while [ $# -gt 0 ]; do
     case $1 in
     --runs) runs=$2; shift 2 ;;
@@ -26,12 +27,22 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --attention) attns=$2; shift 2 ;;
-    --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --quick) quick=1; torch2=0; shift ;;
+    --no-torch2) torch2=0; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "bench_vs_torch: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
 [ -x "$mhetrain" ] || { echo "bench_vs_torch: no mhetrain at $mhetrain (set MHETRAIN)" >&2; exit 2; }
+venv=${TORCH2_VENV:-$src/build/torch2-venv}
+if [ "$torch2" = 1 ] && ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+    echo "bench_vs_torch: installing PyTorch 2 from PyPI into $venv (once)" >&2
+    /usr/bin/python3 -m venv "$venv" && "$venv/bin/pip" install -q torch numpy >&2 ||
+        { echo "bench_vs_torch: cannot install PyTorch 2 (use --no-torch2)" >&2; exit 2; }
+fi
+# Debian's torch 1.13 multiplies through OpenBLAS 0.3.21, which does not know AMD Zen 4/5 and
+# runs its AVX2 (Haswell) kernels there: on AVX-512 CPUs with OPENBLAS_CORETYPE unset we set
+# SKYLAKEX so that column is not handicapped (mhetrain's matmuls are oneDNN's, unaffected).
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
     OPENBLAS_CORETYPE=SKYLAKEX
     export OPENBLAS_CORETYPE
@@ -44,8 +55,11 @@ trap 'rm -rf "$tmp"' EXIT
 field() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p" | tail -n 1; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "bench_vs_torch: runs=$runs steps/run=$steps threads=$threads OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto} $(date -u +%FT%TZ)"
-printf '%-8s %-8s %10s %10s %7s %7s %9s %9s %9s\n' size attn mhe_tok/s torch_tok/s ratio MFU sgemm_GF mhe_MiB torch_MiB
+t2ver=-
+[ "$torch2" = 1 ] && t2ver=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
+echo "bench_vs_torch: runs=$runs steps/run=$steps threads=$threads torch2=$t2ver OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto} $(date -u +%FT%TZ) load=$(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-7s %-7s %8s %8s %8s %8s %8s %7s %7s %7s %6s %6s %7s %7s %6s %6s %6s %6s %6s\n' size attn mhe32 mhe16 t1_32 t2_32 t2_16 \
+    16/t2_16 32/t2_32 32/t1 MFU32 MFU16 peak32 peak16 MiB32 MiB16 MiBt1 MiBt2 MiBt2b
 for size in $sizes; do
     case $size in
     tiny) L=4 D=256 n=8 T=128 B=32 V=8192 ;;
@@ -57,28 +71,43 @@ for size in $sizes; do
     F=$((4 * D))
     for attn in $attns; do
         cfg="$src/configs/tiny-bert-$(echo "$attn" | tr _ -).yaml"
-        : >"$tmp/ours" && : >"$tmp/torch"
+        for f in m32 m16 t1 t232 t216; do : >"$tmp/$f"; done
         r=0
         while [ "$r" -lt "$runs" ]; do
-            "$mhetrain" bench "$cfg" model.layers=$L model.hidden=$D model.heads=$n model.ffn=$F \
-                model.vocab_size=$V model.max_seq=$T data.seq_len=$T train.micro_batch=$B \
-                runtime.threads="$threads" --steps "$steps" >"$tmp/o.txt"
-            grep '^bench-result:' "$tmp/o.txt" >>"$tmp/ours"
-            "$py" "$here/torch_bert.py" --attention "$attn" --layers $L --hidden $D --heads $n \
-                --ffn $F --vocab $V --seq $T --batch $B --threads "$threads" --steps "$steps" >"$tmp/t.txt"
-            grep '^torch-result:' "$tmp/t.txt" >>"$tmp/torch"
+            for prec in fp32 bf16; do
+                "$mhetrain" bench "$cfg" model.layers=$L model.hidden=$D model.heads=$n model.ffn=$F \
+                    model.vocab_size=$V model.max_seq=$T data.seq_len=$T train.micro_batch=$B \
+                    runtime.threads="$threads" runtime.precision=$prec --steps "$steps" >"$tmp/o.txt"
+                grep '^bench-result:' "$tmp/o.txt" >>"$tmp/m$(echo $prec | tr -d fpbf)"
+            done
+            targs="--attention $attn --layers $L --hidden $D --heads $n --ffn $F --vocab $V --seq $T --batch $B --threads $threads --steps $steps"
+            "$py" "$here/torch_bert.py" $targs >"$tmp/t.txt"
+            grep '^torch-result:' "$tmp/t.txt" >>"$tmp/t1"
+            if [ "$torch2" = 1 ]; then
+                "$venv/bin/python" "$here/torch_bert.py" $targs --fast >"$tmp/t.txt"
+                grep '^torch-result:' "$tmp/t.txt" >>"$tmp/t232"
+                "$venv/bin/python" "$here/torch_bert.py" $targs --fast --bf16 >"$tmp/t.txt"
+                grep '^torch-result:' "$tmp/t.txt" >>"$tmp/t216"
+            fi
             r=$((r + 1))
         done
         col() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p" | median; }
-        ours=$(col "$tmp/ours" tokens_per_s) theirs=$(col "$tmp/torch" tokens_per_s)
-        mfu=$(col "$tmp/ours" mfu) peak=$(col "$tmp/ours" peak_gflops)
-        orss=$(col "$tmp/ours" peak_rss_mib) trss=$(col "$tmp/torch" peak_rss_mib)
-        awk -v s="$size" -v a="$attn" -v o="$ours" -v t="$theirs" -v m="$mfu" -v p="$peak" \
-            -v r1="$orss" -v r2="$trss" 'BEGIN { printf "%-8s %-8s %10.0f %10.0f %6.2fx %6.1f%% %9.1f %9.0f %9.0f\n", s, a, o, t, o / t, 100 * m, p, r1, r2 }'
-        echo "$size $attn $ours" >>"$tmp/table"
+        m32=$(col "$tmp/m32" tokens_per_s) m16=$(col "$tmp/m16" tokens_per_s) t1=$(col "$tmp/t1" tokens_per_s)
+        t232=$(col "$tmp/t232" tokens_per_s) t216=$(col "$tmp/t216" tokens_per_s)
+        awk -v s="$size" -v a="$attn" -v m32="$m32" -v m16="$m16" -v t1="$t1" -v t232="$t232" -v t216="$t216" \
+            -v u32="$(col "$tmp/m32" mfu)" -v u16="$(col "$tmp/m16" mfu)" \
+            -v p32="$(col "$tmp/m32" peak_gflops)" -v p16="$(col "$tmp/m16" peak_gflops)" \
+            -v r32="$(col "$tmp/m32" peak_rss_mib)" -v r16="$(col "$tmp/m16" peak_rss_mib)" \
+            -v rt1="$(col "$tmp/t1" peak_rss_mib)" -v rt2="$(col "$tmp/t232" peak_rss_mib)" -v rt2b="$(col "$tmp/t216" peak_rss_mib)" '
+            function num(x) { return x == "nan" ? "-" : sprintf("%.0f", x) }
+            function ratio(x, y) { return (x == "nan" || y == "nan" || y <= 0) ? "-" : sprintf("%.2fx", x / y) }
+            BEGIN { printf "%-7s %-7s %8s %8s %8s %8s %8s %7s %7s %7s %5.1f%% %5.1f%% %7.0f %7.0f %6s %6s %6s %6s %6s\n",
+                    s, a, num(m32), num(m16), num(t1), num(t232), num(t216), ratio(m16, t216), ratio(m32, t232),
+                    ratio(m32, t1), 100 * u32, 100 * u16, p32, p16, num(r32), num(r16), num(rt1), num(rt2), num(rt2b) }'
+        echo "$size $attn $m32 $m16" >>"$tmp/table"
     done
 done
-# The attention types against mha on the same size (mhetrain's tokens/s).
-awk '$2 == "mha" { base[$1] = $3 } { v[$1 " " $2] = $3; k[NR] = $1 " " $2; sz[NR] = $1 }
-     END { for (i = 1; i <= NR; i++) if (base[sz[i]] > 0 && k[i] !~ / mha$/)
-               printf "speed vs mha: %s %.2fx\n", k[i], v[k[i]] / base[sz[i]] }' "$tmp/table"
+# The attention types against mha on the same size (mhetrain's tokens/s, fp32 and bf16).
+awk '$2 == "mha" { b32[$1] = $3; b16[$1] = $4 } { v32[NR] = $3; v16[NR] = $4; k[NR] = $1 " " $2; sz[NR] = $1 }
+     END { for (i = 1; i <= NR; i++) if (b32[sz[i]] > 0 && b16[sz[i]] > 0 && k[i] !~ / mha$/)
+               printf "speed vs mha: %s fp32 %.2fx bf16 %.2fx\n", k[i], v32[i] / b32[sz[i]], v16[i] / b16[sz[i]] }' "$tmp/table"

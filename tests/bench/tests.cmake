@@ -2,3 +2,5 @@
 add_test(NAME bench_vs_torch_smoke COMMAND sh ${CMAKE_SOURCE_DIR}/tests/bench/smoke.sh)
 set_tests_properties(bench_vs_torch_smoke PROPERTIES TIMEOUT 300 LABELS bench ENVIRONMENT
     "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2")
+# Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+set_property(TEST bench_vs_torch_smoke APPEND PROPERTY LABELS e2e)

@@ -3,10 +3,15 @@ training, written in torch the way users write it (eager fp32, logits at every p
 CrossEntropyLoss(ignore_index=-100), torch.optim.AdamW).  Same shapes, dropout and random
 token/label draw rule (mask_prob of positions scored) as `mhetrain bench`.
 
+--fast (PyTorch 2): written the fast way instead: F.scaled_dot_product_attention (its own
+dropout), the MLM head on the scored positions only, AdamW(fused=True).  --bf16 adds
+torch.autocast("cpu", dtype=torch.bfloat16) around the forward (fp32 master weights).
+
 Prints one line: `torch-result: tokens_per_s=... step_ms=... peak_rss_mib=... loss=...`,
 the median step time over --steps timed steps after one warm-up step.
 """
 import argparse
+import contextlib
 import math
 import resource
 import statistics
@@ -21,9 +26,9 @@ class SelfAttention(nn.Module):
     one shared d-wide Q, K, V projection and per-head embeddings e^Q, e^K, e^V [n, d] added to
     (or, as 1 + e, multiplied into) the shared vectors to make each head."""
 
-    def __init__(self, kind, hidden, heads, head_dim, attn_dropout):
+    def __init__(self, kind, hidden, heads, head_dim, attn_dropout, fast=False):
         super().__init__()
-        self.kind, self.n, self.d = kind, heads, head_dim
+        self.kind, self.n, self.d, self.fast, self.p = kind, heads, head_dim, fast, attn_dropout
         width = heads * head_dim if kind == "mha" else head_dim
         self.query = nn.Linear(hidden, width)
         self.key = nn.Linear(hidden, width)
@@ -49,6 +54,11 @@ class SelfAttention(nn.Module):
         q = self.heads(self.query(x), getattr(self, "eq", None))
         k = self.heads(self.key(x), getattr(self, "ek", None))
         v = self.heads(self.value(x), getattr(self, "ev", None))
+        if self.fast:
+            n = self.n
+            q, k, v = (t.expand(b, n, t.shape[2], self.d) for t in (q, k, v))
+            ctx = nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0)
+            return self.out(ctx.transpose(1, 2).reshape(b, t, n * self.d))
         scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d)
         probs = self.dropout(torch.softmax(scores, dim=-1))
         ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, self.n * self.d)
@@ -58,7 +68,7 @@ class SelfAttention(nn.Module):
 class Layer(nn.Module):
     def __init__(self, a):
         super().__init__()
-        self.attn = SelfAttention(a.attention, a.hidden, a.heads, a.hidden // a.heads, a.attn_dropout)
+        self.attn = SelfAttention(a.attention, a.hidden, a.heads, a.hidden // a.heads, a.attn_dropout, a.fast)
         self.ln1 = nn.LayerNorm(a.hidden, eps=1e-12)
         self.up = nn.Linear(a.hidden, a.ffn)
         self.down = nn.Linear(a.ffn, a.hidden)
@@ -83,6 +93,7 @@ class BertForMaskedLM(nn.Module):
         self.head_ln = nn.LayerNorm(a.hidden, eps=1e-12)
         self.decoder_bias = nn.Parameter(torch.zeros(a.vocab))
         self.loss = nn.CrossEntropyLoss(ignore_index=-100)
+        self.fast = a.fast
         self.apply(self.init_weights)
 
     @staticmethod
@@ -100,6 +111,10 @@ class BertForMaskedLM(nn.Module):
         x = self.drop(self.emb_ln(x))
         for layer in self.layers:
             x = layer(x)
+        if self.fast:
+            # The head on the scored positions only.
+            scored = labels.view(-1) >= 0
+            x, labels = x.reshape(-1, x.shape[-1])[scored], labels.view(-1)[scored]
         h = self.head_ln(nn.functional.gelu(self.head_dense(x)))
         logits = h @ self.word.weight.t() + self.decoder_bias  # tied decoder, every position
         return self.loss(logits.view(-1, logits.shape[-1]), labels.view(-1))
@@ -120,11 +135,15 @@ def main():
     p.add_argument("--mask-prob", type=float, default=0.15)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--fast", action="store_true", help="SDPA, head on scored rows, fused AdamW")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (with --fast)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = BertForMaskedLM(a)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
+    kw = {"fused": True} if a.fast else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, **kw)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
     ids = torch.randint(0, a.vocab, (a.batch, a.seq))
     scored = torch.rand(a.batch, a.seq) < a.mask_prob
     labels = torch.where(scored, torch.randint(0, a.vocab, (a.batch, a.seq)), torch.full_like(ids, -100))
@@ -133,7 +152,8 @@ def main():
     for s in range(a.steps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = model(ids, labels)
+        with autocast():
+            out = model(ids, labels)
         out.backward()
         opt.step()
         loss = out.item()
@@ -142,7 +162,7 @@ def main():
     step = statistics.median(times)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"torch-result: tokens_per_s={a.batch * a.seq / step:.1f} step_ms={1e3 * step:.3f} "
-          f"peak_rss_mib={rss:.1f} loss={loss:.4f} threads={torch.get_num_threads()}")
+          f"peak_rss_mib={rss:.1f} loss={loss:.4f} threads={torch.get_num_threads()} torch={torch.__version__}")
 
 
 if __name__ == "__main__":

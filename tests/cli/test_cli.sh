@@ -3,7 +3,7 @@
 # libraries and (under mpirun) the rank -> host -> device map.
 set -euo pipefail
 : "${MHETRAIN:?}"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/../common/lib.sh"
 for c in prepare tokenizer train eval params export bench info; do
   out=$("$MHETRAIN" "$c" --help) || fail "$c --help exited $?"
   echo "$out" | grep -q "usage: mhetrain $c" || fail "$c --help does not print its usage"
@@ -18,7 +18,7 @@ info=$("$MHETRAIN" info)
 for key in "mhetrain [0-9]" "backends: cpu" "mpi: Open MPI" "blas: OpenBLAS" "openmp:" "libyaml:" "cjson:" "nccl:" "cublas:"; do
   echo "$info" | grep -q "^$key" || fail "info lacks '$key'"
 done
-map=$(mpirun --allow-run-as-root --oversubscribe -np 2 "$MHETRAIN" info)
+map=$("${MPIRUN[@]}" -np 2 "$MHETRAIN" info)
 echo "$map" | grep -q "^world: 2 ranks" || fail "no world line under mpirun"
 [ "$(echo "$map" | grep -c '^rank [01] -> host .* (local rank [01]) -> ')" = 2 ] || fail "rank map: $map"
 echo PASS

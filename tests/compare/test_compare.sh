@@ -6,9 +6,8 @@ set -euo pipefail
 : "${MHETRAIN:?}" "${MHE_SOURCE_DIR:?}" "${MHE_BINARY_DIR:?}"
 CORPUS="$MHE_BINARY_DIR/test-corpus"
 COMPARE="$MHE_SOURCE_DIR/launch/compare.sh"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mhe-compare-test.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$MHE_SOURCE_DIR/tests/common/lib.sh"
+mhe_workdir compare-test
 out="$WORK/cmp"
 # 12 steps of 512 tokens; lr and validation batches large enough that mha's masked-token
 # accuracy is not 0 (PRR divides by it).

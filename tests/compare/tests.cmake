@@ -3,3 +3,5 @@ set(MHE_COMPARE_ENV "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_B
 add_test(NAME test_compare_table_and_resume COMMAND bash ${CMAKE_SOURCE_DIR}/tests/compare/test_compare.sh)
 set_tests_properties(test_compare_table_and_resume PROPERTIES FIXTURES_REQUIRED train_corpus
   ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 300)
+# Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+set_property(TEST test_compare_table_and_resume APPEND PROPERTY LABELS e2e)

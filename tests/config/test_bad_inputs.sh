@@ -53,7 +53,6 @@ dry "el_att_shape.yaml:4:13: " "el_att needs model.heads * model.head_dim = mode
 dry "gqa_groups.yaml:5:11: " "attention.groups (3) must divide model.heads (4)" gqa_groups.yaml
 dry "micro_batch.yaml:3:16: " "train.micro_batch (12) must divide train.global_batch (32)" micro_batch.yaml
 dry "seq_len.yaml:4:12: " "data.seq_len (128) must be <= model.max_seq (64)" seq_len.yaml
-dry "bf16_cpu.yaml:3:14: " "bf16 needs runtime.device cuda" bf16_cpu.yaml
 dry "arch_objective.yaml:4:9: " "objective.type mlm needs model.arch bert" arch_objective.yaml
 dry "heads_divide.yaml:3:10: " "model.hidden (100) must be divisible by model.heads (8)" heads_divide.yaml
 dry "cycle_b.yaml:1:7: " "base cycle: cycle_a.yaml -> cycle_b.yaml -> cycle_a.yaml" cycle_a.yaml

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "trainer/config/config.h"
+#include "trainer/config/config_internal.h"
 
 typedef struct {
     char dir[256];
@@ -255,6 +256,53 @@ static void test_names_match_yaml_spellings(void **state) {
     assert_string_equal(objective_name(OBJ_MLM), "mlm");
 }
 
+// The field table is the only declaration of a key, so its shape is what the parser, the
+// writer and the README rely on: every section known, each section's keys contiguous (the
+// writer prints a section header when the section changes), no key or member twice, and the
+// defaults the historic code set.
+static void test_field_table_is_consistent(void **state) {
+    (void)state;
+    const int n = config_field_count();
+    assert_true(n >= 60);
+    int section_seen[16] = {0}, last = -1;
+    for (int i = 0; i < n; i++) {
+        const ConfigField *f = config_field(i);
+        int s = 0;
+        while (CONFIG_SECTIONS[s].name && strcmp(CONFIG_SECTIONS[s].name, f->section)) s++;
+        assert_non_null(CONFIG_SECTIONS[s].name);
+        if (s != last) {
+            assert_false(section_seen[s]);
+            assert_true(s > last);
+            section_seen[s] = 1;
+            last = s;
+        }
+        assert_ptr_equal(config_field_find(f->section, f->key), f);
+        for (int j = 0; j < i; j++) assert_int_not_equal(config_field(j)->offset, f->offset);
+        assert_non_null(f->def);
+        assert_true(f->doc && f->doc[0]);
+        assert_true(f->type != F_ENUM || f->names);
+    }
+    Config c;
+    config_defaults(&c);
+    assert_int_equal(c.model.arch, ARCH_BERT);
+    assert_int_equal(c.model.layers, 2);
+    assert_int_equal(c.model.hidden, 128);
+    assert_true(c.model.ln_eps == 1e-12f && c.model.init_std == 0.02f);
+    assert_int_equal(c.attention.type, ATTN_MHA);
+    assert_true(c.attention.fast_path && c.attention.embed_std == 0.02f);
+    assert_true(c.objective.mask_prob == 0.15f && !c.objective.whole_word);
+    assert_string_equal(c.data.tokenizer, "");
+    assert_int_equal(c.data.n_train, 0);
+    assert_int_equal(c.data.shuffle_seed, 1234);
+    assert_true(c.optim.lr == 1e-3f && c.optim.beta2 == 0.999f && c.optim.eps == 1e-8f);
+    assert_int_equal(c.train.steps, 200);
+    assert_int_equal(c.train.seed, 42);
+    assert_string_equal(c.train.out_dir, "out/run");
+    assert_true(c.dist.bucket_mb == 25.0f && c.dist.timeout_s == 300.0f);
+    assert_int_equal(c.runtime.precision, PREC_FP32);
+    config_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_written_yaml_loads_back_to_the_same_struct,
@@ -269,6 +317,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_more_derived_budget_wins, scratch_setup,
                                         scratch_teardown),
         cmocka_unit_test(test_names_match_yaml_spellings),
+        cmocka_unit_test(test_field_table_is_consistent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,15 +50,25 @@ if [ "$layers" -lt 2 ] || [ "$layers" -gt 4 ] || [ "$hidden" -lt 128 ] || [ "$hi
     failures=$((failures + 1))
 fi
 
-# Every key of the resolved config is documented in the section's table of configs/README.md.
+# configs/README.md's key reference is exactly what the field table prints, and every key of
+# a resolved config has its row there.
 readme="$MHE_SOURCE_DIR/configs/README.md"
+"$MHETRAIN" info --config-reference > "$tmp/ref.md"
+sed -n '/^<!-- config-reference:/,/^<!-- end of config-reference -->/p' "$readme" \
+    | sed '1,/-->$/d;$d' > "$tmp/readme-ref.md"
+if ! diff "$tmp/ref.md" "$tmp/readme-ref.md" > "$tmp/diff"; then
+    echo "FAIL: configs/README.md's key reference differs from the field table (< table, > README);"
+    echo "      run tests/config/update_reference.sh"
+    cat "$tmp/diff"
+    failures=$((failures + 1))
+fi
 section=""
 while IFS= read -r line; do
     case "$line" in
         "#"*) ;;
         "  "*) key=${line#  }; key=${key%%:*}
-               awk -v s="## $section" -v k="| \`$key\` |" '$0 == s { on = 1; next } /^## / { on = 0 } on && index($0, k) == 1 { found = 1 } END { exit !found }' "$readme" \
-                   || { echo "FAIL: $section.$key is not documented in configs/README.md"; failures=$((failures + 1)); } ;;
+               awk -v s="### $section" -v k="| \`$key\` |" '$0 == s { on = 1; next } /^##/ { on = 0 } on && index($0, k) == 1 { found = 1 } END { exit !found }' "$tmp/readme-ref.md" \
+                   || { echo "FAIL: $section.$key has no row in configs/README.md"; failures=$((failures + 1)); } ;;
         *) section=${line%%:*} ;;
     esac
 done < "$tmp/q.yaml"

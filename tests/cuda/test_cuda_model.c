@@ -18,6 +18,7 @@
 #include "common/rng.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ops.h"
+#include "tests/common/test_util.h"
 #include "trainer/model/model.h"
 
 #define B_ 2
@@ -47,22 +48,12 @@ static const Case CASES[] = {
 };
 
 static void make_config(const Case *c, Config *cfg) {
-    config_defaults(cfg);
-    cfg->model.arch = c->arch;
-    cfg->model.layers = 2;
-    cfg->model.hidden = 12;
-    cfg->model.heads = 4;
-    cfg->model.ffn = 20;
-    cfg->model.vocab_size = V_;
-    cfg->model.max_seq = 9;
-    cfg->model.init_std = 0.2f;
+    tiny_config(cfg, c->arch, c->type, TINY_SHAPE);
     cfg->model.dropout = 0.1f;
     cfg->model.attn_dropout = 0.1f;
-    cfg->attention.type = c->type;
     cfg->attention.groups = c->groups;
     cfg->attention.embed_std = 0.3f;
     cfg->attention.fast_path = c->fast;
-    cfg->data.seq_len = 0;
     config_resolve(cfg, "test_cuda_model");
 }
 
@@ -122,16 +113,6 @@ static void free_pair(Side s[2]) {
     }
 }
 
-static double norm_diff(const float *a, const float *b, size_t n, double *ref_norm) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    *ref_norm = sqrt(r);
-    return sqrt(d);
-}
-
 // Returns the number of failed comparisons of one case.
 static int run_case(const Case *c) {
     Side s[2];
@@ -151,12 +132,12 @@ static int run_case(const Case *c) {
         model_get_grads(s[i].m, grads[i]);
     }
     int bad = 0;
-    double e = fabs(loss[1] - loss[0]) / fabs(loss[0]), ref, worst = 0;
+    double e = fabs(loss[1] - loss[0]) / fabs(loss[0]), worst = 0;
     if (!(e <= 1e-4)) {
         print_error("%s: loss cpu %.7f cuda %.7f\n", c->name, loss[0], loss[1]);
         bad++;
     }
-    double le = norm_diff(logits[1], logits[0], nl, &ref) / ref;
+    double le = rel_l2(logits[1], logits[0], nl);
     if (!(le <= 1e-4)) {
         print_error("%s: logits rel err %.3g\n", c->name, le);
         bad++;
@@ -164,9 +145,8 @@ static int run_case(const Case *c) {
     const ParamTable *t = model_param_table(s[0].m);
     for (int i = 0; i < t->count; i++) {
         const ParamTensor *p = &t->tensors[i];
-        double d = norm_diff(grads[1] + p->offset, grads[0] + p->offset, p->numel, &ref);
-        int is_abs = ref < 1e-6;
-        double err = is_abs ? d : d / ref;
+        int is_abs;
+        double err = rel_l2_or_abs(grads[1] + p->offset, grads[0] + p->offset, p->numel, &is_abs);
         if (!(err <= (is_abs ? 1e-6 : 1e-4))) {
             print_error("%s: grad %s %s err %.3g\n", c->name, p->name, is_abs ? "abs" : "rel", err);
             bad++;

@@ -18,6 +18,7 @@
 #include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_nccl.h"
+#include "tests/common/test_util.h"
 #include "trainer/model/model.h"
 
 #define T_ 6
@@ -35,18 +36,8 @@ static int failures;
     } while (0)
 
 static void make_config(Config *cfg) {
-    config_defaults(cfg);
-    cfg->model.arch = ARCH_GPT;
-    cfg->model.layers = 1;
-    cfg->model.hidden = 8;
-    cfg->model.heads = 2;
-    cfg->model.ffn = 16;
-    cfg->model.vocab_size = V_;
-    cfg->model.max_seq = 8;
-    cfg->model.init_std = 0.2f;
-    cfg->attention.type = ATTN_GQA;
+    tiny_config(cfg, ARCH_GPT, ATTN_GQA, (TinyShape){1, 8, 2, 0, 16, V_, 8, 0.2f});
     cfg->attention.groups = 1;
-    cfg->data.seq_len = 0;
     config_resolve(cfg, "test_cuda_nccl");
 }
 

@@ -17,10 +17,10 @@ if(TARGET mhecuda_emu)
   add_executable(test_cuda_cost ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost.c)
   target_link_libraries(test_cuda_cost PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_cost COMMAND test_cuda_cost)
-  set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120)
+  set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
 
   add_executable(test_cuda_model ${CMAKE_CURRENT_LIST_DIR}/test_cuda_model.c)
-  target_link_libraries(test_cuda_model PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  target_link_libraries(test_cuda_model PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
   # One warp per row-kernel block here: test_cuda_parity covers the cross-warp reductions, and
   # the emulation's cost grows with threads per block.
   foreach(part variants training)
@@ -31,7 +31,7 @@ if(TARGET mhecuda_emu)
 
   # NCCL served by MPI: two ranks, each with its own emulated GPU.
   add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)
-  target_link_libraries(test_cuda_nccl PRIVATE mhecore mhecuda_emu)
+  target_link_libraries(test_cuda_nccl PRIVATE mhe_testutil mhecore mhecuda_emu)
   add_test(NAME test_cuda_nccl_np2
     COMMAND mpirun --allow-run-as-root --oversubscribe -np 2 $<TARGET_FILE:test_cuda_nccl>)
   # MPI's own allocations are not ours to audit.
@@ -48,4 +48,13 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_train_end_to_end PROPERTIES FIXTURES_REQUIRED train_corpus
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 900)
+  # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+  set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
+    test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
+    test_cuda_train_end_to_end test_cuda_cost APPEND PROPERTY LABELS cuda)
+  set_property(TEST test_cuda_emu_reduce test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
+    APPEND PROPERTY LABELS unit)
+  set_property(TEST test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job test_cuda_train_end_to_end
+    APPEND PROPERTY LABELS dist)
+  set_property(TEST test_cuda_train_end_to_end APPEND PROPERTY LABELS e2e)
 endif()

@@ -29,6 +29,7 @@
 #include "common/rng.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
+#include "tests/common/test_util.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/model/model.h"
 #include "trainer/io/safetensors.h"
@@ -136,16 +137,10 @@ static char *read_line_pair(const char *book, int line) {
 }
 
 static void make_config(const ExportCase *c, Config *cfg) {
-    config_defaults(cfg);
+    // The real tokenizers' vocabularies around a 64-wide model (ffn 0 = 4D).
+    const int vocab = c->arch == ARCH_BERT ? 30522 : 50257;
+    tiny_config(cfg, c->arch, c->type, (TinyShape){2, 64, 4, c->head_dim, 0, vocab, MAX_SEQ, 0.15f});
     ModelConfig *m = &cfg->model;
-    m->arch = c->arch;
-    m->layers = 2;
-    m->hidden = 64;
-    m->heads = 4;
-    m->head_dim = c->head_dim;
-    m->max_seq = MAX_SEQ;
-    m->vocab_size = c->arch == ARCH_BERT ? 30522 : 50257;
-    m->init_std = 0.15f;
     if (c->norm >= 0) {
         m->norm = (NormPlacement)c->norm;
         cfg->explicit_fields |= CONFIG_SET_NORM;
@@ -154,7 +149,6 @@ static void make_config(const ExportCase *c, Config *cfg) {
         m->activation = (Activation)c->activation;
         cfg->explicit_fields |= CONFIG_SET_ACTIVATION;
     }
-    cfg->attention.type = c->type;
     cfg->attention.groups = c->groups;
     cfg->attention.collab_dim = c->type == ATTN_COLLAB ? 48 : 0;
     char tok[1024];

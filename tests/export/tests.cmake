@@ -3,3 +3,5 @@
 mhe_add_cmocka_test(export_matches_transformers ${CMAKE_SOURCE_DIR}/tests/export/test_export.c)
 add_dependencies(export_matches_transformers mhetrain)
 set_tests_properties(export_matches_transformers PROPERTIES TIMEOUT 600 LABELS export)
+# Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+set_property(TEST export_matches_transformers APPEND PROPERTY LABELS oracle)

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
+#include "tests/common/test_util.h"
 #include "tests/infra/infra_util.h"
 #include "trainer/train/optim.h"
 #include "trainer/io/safetensors.h"
@@ -74,16 +75,6 @@ static void problem_free(Problem *p) {
     param_table_free(&p->t);
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > num) num = d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return den > 0 ? num / den : num;
-}
-
 static void check_against_torch(OptimizerKind kind, bool decay_all) {
     Problem p;
     problem_make(&p);
@@ -139,8 +130,8 @@ static void check_against_torch(OptimizerKind kind, bool decay_all) {
     const float *ew = st_find(&e, "params")->data, *em = st_find(&e, "m")->data, *ev = st_find(&e, "v")->data;
     const float *eclip = st_find(&e, "clip_out")->data;
     const double enorm = *(const double *)st_find(&e, "clip_norm")->data;
-    double err_w = rel_err(w, ew, n), err_m = rel_err(s.m, em, n), err_v = rel_err(s.v, ev, n);
-    double err_c = rel_err(clip, eclip, n), err_n = fabs(norm - enorm) / enorm;
+    double err_w = rel_max(w, ew, n), err_m = rel_max(s.m, em, n), err_v = rel_max(s.v, ev, n);
+    double err_c = rel_max(clip, eclip, n), err_n = fabs(norm - enorm) / enorm;
     // The change of the weights, compared on its own scale: much more sensitive than the
     // weights themselves, whose fp32 rounding (1 ulp of |w| ~ 2) dominates above.
     float *dw = mhe_malloc(n * sizeof(float)), *edw = mhe_malloc(n * sizeof(float));
@@ -148,7 +139,7 @@ static void check_against_torch(OptimizerKind kind, bool decay_all) {
         dw[i] = w[i] - p.params0[i];
         edw[i] = ew[i] - p.params0[i];
     }
-    const double err_d = rel_err(dw, edw, n);
+    const double err_d = rel_max(dw, edw, n);
     free(dw);
     free(edw);
     printf("%s%s: rel err params %.3g update %.3g m %.3g v %.3g | clip %.3g norm %.3g (%.6f)\n",
@@ -160,7 +151,7 @@ static void check_against_torch(OptimizerKind kind, bool decay_all) {
     assert_true(err_c <= TOL);
     assert_true(err_n <= TOL);
     // The parameters really moved, so the comparison is not vacuous.
-    assert_true(rel_err(w, p.params0, n) > 1e-3);
+    assert_true(rel_max(w, p.params0, n) > 1e-3);
     assert_true(norm > clip_max);
 
     st_free(&e);
@@ -283,7 +274,7 @@ static void check_sharded(OptimizerKind kind) {
     // Moments of each shard equal the matching slice of the whole state.
     assert_memory_equal(wk[0].s.m, whole.m, cut * sizeof(float));
     assert_memory_equal(wk[1].s.v, whole.v + cut, (n - cut) * sizeof(float));
-    double err = rel_err(w, ref, n);
+    double err = rel_max(w, ref, n);
     printf("%s sharded vs whole: rel err %.3g\n", kind == OPT_ADAMW ? "adamw" : "lamb", err);
     if (kind == OPT_ADAMW) assert_memory_equal(w, ref, n * sizeof(float));  // elementwise: exact
     else assert_true(err <= 1e-7);  // norms summed in another order (double): ~1 ulp of fp32
@@ -356,13 +347,13 @@ static void check_backend(OptimizerKind kind) {
     be->download(be, w, dw, n * sizeof(float));
     float *hm = mhe_malloc(n * sizeof(float));
     be->download(be, hm, m, n * sizeof(float));
-    double ew = rel_err(w, ref, n), em = rel_err(hm, host.m, n);
+    double ew = rel_max(w, ref, n), em = rel_max(hm, host.m, n);
     float *d1 = mhe_malloc(n * sizeof(float)), *d2 = mhe_malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
         d1[i] = w[i] - p.params0[i];
         d2[i] = ref[i] - p.params0[i];
     }
-    double ed = rel_err(d1, d2, n);
+    double ed = rel_max(d1, d2, n);
     printf("%s backend vs host: rel err params %.3g update %.3g m %.3g\n", kind == OPT_ADAMW ? "adamw" : "lamb", ew, ed, em);
     assert_true(ew <= TOL);
     assert_true(ed <= TOL_BACKEND_UPDATE);

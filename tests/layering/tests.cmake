@@ -41,3 +41,5 @@ add_test(NAME test_layering_enforced
   COMMAND bash ${CMAKE_SOURCE_DIR}/tests/layering/test_layering.sh ${CMAKE_BINARY_DIR} ${MHE_LAYERING_TARGETS})
 # It runs the build tool on this build tree: nothing else may build or run meanwhile.
 set_tests_properties(test_layering_enforced PROPERTIES RUN_SERIAL TRUE)
+# Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+set_property(TEST test_layering_enforced APPEND PROPERTY LABELS unit)

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "tests/common/test_util.h"
 #include "kernels/ops.h"
 
 static float *random_floats(size_t n, uint64_t seed) {
@@ -147,21 +148,11 @@ static void test_optimizer_ops_match_formulas(void **state) {
     free(u);
 }
 
-static int setup(void **state) {
-    *state = backend_cpu_create(0);
-    return 0;
-}
-static int teardown(void **state) {
-    Backend *be = *state;
-    be->destroy(be);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_naive_for_every_transpose),
         cmocka_unit_test(test_matmul_batched_matches_naive),
         cmocka_unit_test(test_optimizer_ops_match_formulas),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cpu_backend_setup, cpu_backend_teardown);
 }

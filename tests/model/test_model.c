@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
+#include "tests/common/test_util.h"
 #include "trainer/model/model.h"
 #include "trainer/io/safetensors.h"
 
@@ -46,22 +47,13 @@ typedef struct {
 } Result;
 
 static void make_config(const Case *c, Config *cfg) {
-    config_defaults(cfg);
-    cfg->model.arch = c->arch;
-    cfg->model.layers = 2;
-    cfg->model.hidden = 12;
-    cfg->model.heads = 4;
-    cfg->model.head_dim = c->head_dim;
-    cfg->model.ffn = 20;
-    cfg->model.vocab_size = 17;
-    cfg->model.max_seq = 9;
-    cfg->model.init_std = 0.2f;
-    cfg->attention.type = c->type;
+    TinyShape shape = TINY_SHAPE;
+    shape.head_dim = c->head_dim;
+    tiny_config(cfg, c->arch, c->type, shape);
     cfg->attention.groups = c->groups;
     cfg->attention.collab_dim = c->collab_dim;
     cfg->attention.embed_std = 0.3f;
     cfg->attention.fast_path = c->fast;
-    cfg->data.seq_len = 0;
     config_resolve(cfg, "test_model");
     if (c->norm >= 0) cfg->model.norm = (NormPlacement)c->norm;
 }
@@ -344,15 +336,6 @@ static double sumsq(const float *a, size_t n) {
     return s;
 }
 
-static double max_rel(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
 // Fast and plain paths compute the same function: loss and logits ≤ 1e-5 relative, every
 // gradient ≤ 1e-5 relative (e^K of mhe_add excepted: exactly 0 on the fast path, checked below).
 static void test_fast_paths_equal_plain_paths(void **state) {
@@ -368,7 +351,7 @@ static void test_fast_paths_equal_plain_paths(void **state) {
             run_case(be, &c, &plain, NULL);
             double e = fabs(fast.loss - plain.loss) / fabs(plain.loss);
             assert_true(e <= 1e-5);
-            assert_true(max_rel(fast.logits, plain.logits, (size_t)B_ * T_ * 17) <= 1e-5);
+            assert_true(rel_l2(fast.logits, plain.logits, (size_t)B_ * T_ * 17) <= 1e-5);
             for (int i = 0; i < fast.table.count; i++) {
                 const ParamTensor *p = &fast.table.tensors[i];
                 const float *gf = fast.grads + p->offset;
@@ -378,7 +361,7 @@ static void test_fast_paths_equal_plain_paths(void **state) {
                 }
                 // Analytically zero gradients (e.g. every K bias: a per-row constant score
                 // shift) are round-off on both sides: compared in absolute norm.
-                double ge = max_rel(gf, plain.grads + p->offset, p->numel);
+                double ge = rel_l2(gf, plain.grads + p->offset, p->numel);
                 if (sqrt(sumsq(plain.grads + p->offset, p->numel)) < 1e-6)
                     ge = sqrt(sumsq(gf, p->numel)) <= 1e-6 ? 0.0 : 1.0;
                 if (ge > 1e-5) print_message("%s %s: %s rel err %.3g (norm %.3g)\n", arch_name(arches[a]),
@@ -490,17 +473,12 @@ static void test_gradients_match_double_finite_differences(void **state) {
 }
 
 static int setup(void **state) {
-    *state = backend_cpu_create(0);
+    cpu_backend_setup(state);
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests", out_dir());
     mkdir(dir, 0755);
     snprintf(dir, sizeof dir, "%s/tests/model", out_dir());
     mkdir(dir, 0755);
-    return 0;
-}
-static int teardown(void **state) {
-    Backend *be = *state;
-    be->destroy(be);
     return 0;
 }
 
@@ -510,5 +488,5 @@ int main(void) {
         cmocka_unit_test(test_fast_paths_equal_plain_paths),
         cmocka_unit_test(test_gradients_match_double_finite_differences),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, cpu_backend_teardown);
 }

@@ -13,24 +13,18 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/ops.h"
+#include "tests/common/test_util.h"
 #include "trainer/model/model.h"
 
-static void tiny_config(Config *cfg, Arch arch, AttentionType type, float dropout) {
-    config_defaults(cfg);
-    cfg->model.arch = arch;
-    cfg->model.layers = 2;
-    cfg->model.hidden = 12;
-    cfg->model.heads = 4;
-    cfg->model.ffn = 20;
-    cfg->model.vocab_size = 17;
-    cfg->model.max_seq = 8;
-    cfg->model.init_std = 0.2f;
+// The oracle tests' model with 8 positions, the given dropout and (gqa) 2 K/V groups.
+static void train_config(Config *cfg, Arch arch, AttentionType type, float dropout) {
+    TinyShape shape = TINY_SHAPE;
+    shape.max_seq = 8;
+    tiny_config(cfg, arch, type, shape);
     cfg->model.dropout = dropout;
     cfg->model.attn_dropout = dropout;
-    cfg->attention.type = type;
     cfg->attention.embed_std = 0.3f;
     cfg->attention.groups = type == ATTN_GQA ? 2 : 0;
-    cfg->data.seq_len = 0;
     config_resolve(cfg, "test_model_train");
 }
 
@@ -44,15 +38,6 @@ static void random_batch(int B, int T, int V, int32_t *ids, int32_t *labels, uin
     labels[T] = 2;
 }
 
-static double rel(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / den);
-}
-
 // Two micro-batches of one sequence, each backward divided by the total label count, give the
 // gradient of the mean loss over the two-sequence batch (≤ 1e-5 relative: only the summation
 // order differs).
@@ -61,7 +46,7 @@ static void test_accumulation_over_micro_batches_gives_global_mean(void **state)
     const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
     for (int a = 0; a < 2; a++) {
         Config cfg;
-        tiny_config(&cfg, arches[a], ATTN_MHE_MUL, 0.0f);
+        train_config(&cfg, arches[a], ATTN_MHE_MUL, 0.0f);
         const int T = 6, V = 17;
         int32_t ids[12], labels[12];
         random_batch(2, T, V, ids, labels, 11);
@@ -84,7 +69,7 @@ static void test_accumulation_over_micro_batches_gives_global_mean(void **state)
         }
         model_get_grads(m, acc);
         assert_true(fabs(loss_sum / total - loss_full) <= 1e-5 * fabs(loss_full));
-        double e = rel(acc, full, n);
+        double e = rel_l2(acc, full, n);
         print_message("%s: accumulated vs full-batch gradient rel err %.2e\n", arch_name(arches[a]), e);
         assert_true(e <= 1e-5);
         free(full);
@@ -99,7 +84,7 @@ static void test_accumulation_over_micro_batches_gives_global_mean(void **state)
 static void test_smaller_batch_than_arena_is_exact(void **state) {
     Backend *be = *state;
     Config cfg;
-    tiny_config(&cfg, ARCH_GPT, ATTN_MHE_ADD, 0.0f);
+    train_config(&cfg, ARCH_GPT, ATTN_MHE_ADD, 0.0f);
     const int B = 2, T = 6, V = 17;
     int32_t ids[12], labels[12];
     random_batch(B, T, V, ids, labels, 14);
@@ -132,7 +117,7 @@ static void test_compact_head_equals_full_head(void **state) {
     const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
     for (int a = 0; a < 2; a++) {
         Config cfg;
-        tiny_config(&cfg, arches[a], ATTN_GQA, 0.0f);
+        train_config(&cfg, arches[a], ATTN_GQA, 0.0f);
         const int B = 2, T = 6, V = 17, N = B * T;
         int32_t ids[12], labels[12];
         random_batch(B, T, V, ids, labels, 13);
@@ -160,7 +145,7 @@ static void test_compact_head_equals_full_head(void **state) {
                 for (int v = 0; v < V; v++) assert_true(fabsf(lc[r * V + v] - lf[(size_t)i * V + v]) <= 1e-5f);
                 r++;
             }
-        double e = rel(gc, gf, n);
+        double e = rel_l2(gc, gf, n);
         print_message("%s: compact vs full head gradient rel err %.2e\n", arch_name(arches[a]), e);
         assert_true(e <= 1e-6);
         free(gf);
@@ -182,7 +167,7 @@ static void test_dropout_backward_uses_forward_masks(void **state) {
     const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
     for (int a = 0; a < 2; a++) {
         Config cfg;
-        tiny_config(&cfg, arches[a], ATTN_MHA, 0.3f);
+        train_config(&cfg, arches[a], ATTN_MHA, 0.3f);
         const int B = 2, T = 6, V = 17;
         int32_t ids[12], labels[12];
         random_batch(B, T, V, ids, labels, 12);
@@ -289,16 +274,6 @@ static void test_dropout_fast_decision_equals_reference(void **state) {
     }
 }
 
-static int setup(void **state) {
-    *state = backend_cpu_create(0);
-    return 0;
-}
-static int teardown(void **state) {
-    Backend *be = *state;
-    be->destroy(be);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accumulation_over_micro_batches_gives_global_mean),
@@ -308,5 +283,5 @@ int main(void) {
         cmocka_unit_test(test_dropout_keeps_expected_fraction),
         cmocka_unit_test(test_dropout_fast_decision_equals_reference),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cpu_backend_setup, cpu_backend_teardown);
 }

@@ -12,3 +12,15 @@ set_tests_properties(cpu_ops_match_naive PROPERTIES TIMEOUT 60 LABELS model)
 add_test(NAME model_bench_smoke COMMAND sh ${CMAKE_SOURCE_DIR}/tests/model/bench_smoke.sh)
 set_tests_properties(model_bench_smoke PROPERTIES TIMEOUT 120 LABELS model ENVIRONMENT
   "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2")
+# Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+set_property(TEST model_matches_pytorch APPEND PROPERTY LABELS unit oracle)
+set_property(TEST model_training_properties cpu_ops_match_naive model_bench_smoke
+  APPEND PROPERTY LABELS unit)
+# bf16 mode op by op against fp32 and a rounded-operand double oracle (matmul, attention core);
+# again with oneDNN limited to AVX2, where no bf16 kernel exists (the emulated path).
+mhe_add_cmocka_test(cpu_bf16_matches_fp32 ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_bf16.c)
+set_tests_properties(cpu_bf16_matches_fp32 PROPERTIES TIMEOUT 300 LABELS model)
+add_test(NAME cpu_bf16_emulated_matches_fp32 COMMAND cpu_bf16_matches_fp32)
+set_tests_properties(cpu_bf16_emulated_matches_fp32 PROPERTIES TIMEOUT 300 LABELS model ENVIRONMENT
+  "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
+set_property(TEST cpu_bf16_matches_fp32 cpu_bf16_emulated_matches_fp32 APPEND PROPERTY LABELS unit)

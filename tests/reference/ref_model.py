@@ -4,12 +4,16 @@
 Written from DESIGN.md §1-§2 only (not from the C code), as plain nn.Modules whose gradients come
 from autograd. Every attention type materialises its per-head Q_i, K_i, V_i and runs the textbook
 softmax(Q_i K_iᵀ/√d + mask) V_i, so the C model's fast paths are checked against the definition.
+The per-head Q_i, K_i, V_i of each type come from its module in trainer/hf/attention/ (one file
+per variant, shared with the Hugging Face code, torch only); every module found there is a type.
 
 Usage (see README.md for the file formats):
   /usr/bin/python3 ref_model.py --config cfg.json --weights w.safetensors \
       --inputs in.safetensors --out out.safetensors [--dtype float32|float64] [--hidden]
 """
 import argparse
+import glob
+import importlib.util
 import json
 import math
 import os
@@ -22,7 +26,25 @@ import torch.nn as nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 
-ATTENTION_TYPES = ("mha", "sha", "mhe_add", "mhe_mul", "mqa", "gqa", "el_att", "skv", "collab")
+VARIANT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "trainer", "hf", "attention")
+
+
+def _load_variants():
+    """name -> module for every trainer/hf/attention/<name>.py (loaded by path: no package needed)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(VARIANT_DIR, "*.py"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(f"mhe_attention_{name}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        if mod.NAME != name:
+            raise AssertionError(f"{path}: NAME is {mod.NAME!r}")
+        out[name] = mod
+    return out
+
+
+VARIANTS = _load_variants()
+ATTENTION_TYPES = tuple(VARIANTS)
 # Masked scores are replaced by this (not -inf) so a row with no allowed key stays finite
 # (it becomes uniform over all keys) instead of turning the whole batch into NaN.
 MASKED_SCORE = -1e30
@@ -66,13 +88,15 @@ class Cfg:
         self.attention = raw.get("attention") or "mha"
         if self.attention not in ATTENTION_TYPES:
             raise ConfigError(f"config: unknown attention {self.attention!r}")
-        self.groups = int(raw.get("groups") or 1)
-        self.collab_dim = int(raw.get("collab_dim") or self.heads * self.head_dim)
-        n, d, D = self.heads, self.head_dim, self.hidden
-        if self.attention == "gqa" and (self.groups <= 0 or n % self.groups):
-            raise ConfigError(f"config: gqa needs groups dividing heads ({self.groups} vs {n})")
-        if self.attention == "el_att" and n * d != D:
-            raise ConfigError(f"config: el_att needs heads*head_dim == hidden ({n}*{d} != {D})")
+        # The variant's own keys (e.g. groups, latent_dim), resolved and checked by its module.
+        self.variant = VARIANTS[self.attention]
+        opts = {k: raw.get(k, v) for k, v in self.variant.OPTIONS.items()}
+        try:
+            self.options = self.variant.resolve(opts, self.hidden, self.heads, self.head_dim)
+        except ValueError as e:
+            raise ConfigError(f"config: {e}") from None
+        for k, v in self.options.items():
+            setattr(self, k, v)
 
 
 def activation(x, kind):
@@ -82,90 +106,22 @@ def activation(x, kind):
     return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * x * x * x)))
 
 
-class HeadEmbed(nn.Module):
-    """e^Q, e^K, e^V ∈ R^{n×d} of mhe_add / mhe_mul."""
-
-    def __init__(self, n, d):
-        super().__init__()
-        self.q = nn.Parameter(torch.zeros(n, d))
-        self.k = nn.Parameter(torch.zeros(n, d))
-        self.v = nn.Parameter(torch.zeros(n, d))
-
-
 class Attention(nn.Module):
+    """The variant's projections (its module's build / per_head), the textbook core, `o`."""
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
-        t, D, n, d = cfg.attention, cfg.hidden, cfg.heads, cfg.head_dim
-        if t == "mha":
-            self.q, self.k, self.v = nn.Linear(D, n * d), nn.Linear(D, n * d), nn.Linear(D, n * d)
-        elif t in ("sha", "mhe_add", "mhe_mul"):
-            self.q, self.k, self.v = nn.Linear(D, d), nn.Linear(D, d), nn.Linear(D, d)
-            if t != "sha":
-                self.head_embed = HeadEmbed(n, d)
-        elif t == "mqa":
-            self.q, self.k, self.v = nn.Linear(D, n * d), nn.Linear(D, d), nn.Linear(D, d)
-        elif t == "gqa":
-            g = cfg.groups
-            self.q, self.k, self.v = nn.Linear(D, n * d), nn.Linear(D, g * d), nn.Linear(D, g * d)
-        elif t == "el_att":
-            self.q = nn.Linear(D, n * d)
-        elif t == "skv":
-            self.q, self.kv = nn.Linear(D, n * d), nn.Linear(D, n * d)
-        elif t == "collab":
-            Dt = cfg.collab_dim
-            self.q, self.k = nn.Linear(D, Dt), nn.Linear(D, Dt)
-            self.mix = nn.Parameter(torch.zeros(n, Dt))
-            self.content_bias = nn.Parameter(torch.zeros(n, D))
-            self.v = nn.Linear(D, n * d)
-        self.o = nn.Linear(n * d, D)
-
-    @staticmethod
-    def _split(y, heads):
-        """[B,T,heads·e] -> [B,heads,T,e]."""
-        B, T, _ = y.shape
-        return y.reshape(B, T, heads, -1).transpose(1, 2)
+        cfg.variant.build(self, cfg.hidden, cfg.heads, cfg.head_dim, cfg.options)
+        self.o = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden)
 
     def per_head(self, x):
-        """Materialised per-head Q_i, K_i, V_i, each [B,n,T,·], and an optional key bias [B,n,1,T]."""
+        """Per-head Q_i, K_i, V_i, each [B,n,T,·] (K/V expanded from 1 or g heads), and an optional key bias [B,n,1,T]."""
         cfg = self.cfg
-        t, n, d = cfg.attention, cfg.heads, cfg.head_dim
-        B, T, _ = x.shape
-        bias = None
-        if t == "mha":
-            q, k, v = (self._split(f(x), n) for f in (self.q, self.k, self.v))
-        elif t in ("sha", "mhe_add", "mhe_mul"):
-            q, k, v = (f(x).unsqueeze(1).expand(B, n, T, d) for f in (self.q, self.k, self.v))
-            if t != "sha":
-                e = self.head_embed
-                eq, ek, ev = (p.view(1, n, 1, d) for p in (e.q, e.k, e.v))
-                if t == "mhe_add":
-                    q, k, v = q + eq, k + ek, v + ev
-                else:
-                    q, k, v = q * (1 + eq), k * (1 + ek), v * (1 + ev)
-        elif t == "mqa":
-            q = self._split(self.q(x), n)
-            k, v = (f(x).unsqueeze(1).expand(B, n, T, d) for f in (self.k, self.v))
-        elif t == "gqa":
-            g = cfg.groups
-            q = self._split(self.q(x), n)
-            # K/V head j serves query heads j·(n/g) … (j+1)·(n/g)−1.
-            k, v = (self._split(f(x), g).repeat_interleave(n // g, dim=1) for f in (self.k, self.v))
-        elif t == "el_att":
-            q = self._split(self.q(x), n)
-            k = v = self._split(x, n)
-        elif t == "skv":
-            q = self._split(self.q(x), n)
-            k = v = self._split(self.kv(x), n)
-        elif t == "collab":
-            Dt = cfg.collab_dim
-            q = self.q(x).unsqueeze(1) * self.mix.view(1, n, 1, Dt)
-            k = self.k(x).unsqueeze(1).expand(B, n, T, Dt)
-            v = self._split(self.v(x), n)
-            # score_i(r, j) += x_j · W_cb[:, i]
-            bias = torch.einsum("btc,nc->bnt", x, self.content_bias).unsqueeze(2)
-        else:
-            raise AssertionError(t)
+        n = cfg.heads
+        q, k, v, bias = cfg.variant.per_head(self, x, n, cfg.head_dim, cfg.options)
+        B, _, T, _ = q.shape
+        k, v = (z.expand(B, n, T, z.shape[-1]) for z in (k, v))
         return q, k, v, bias
 
     def forward(self, x, allowed):
@@ -387,7 +343,7 @@ def main(argv=None):
             att = raw.get("attention")
             if isinstance(att, dict):
                 merged["attention"] = att.get("type", "mha")
-                for k in ("groups", "collab_dim"):
+                for k in VARIANTS.get(merged["attention"], VARIANTS["mha"]).OPTIONS:
                     if k in att:
                         merged[k] = att[k]
             raw = merged

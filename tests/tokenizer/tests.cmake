@@ -12,3 +12,7 @@ foreach(t bad_inputs parity train_oracle unicode_parity)
   set_tests_properties(tokenizer_${t} PROPERTIES ENVIRONMENT "${MHE_TOKENIZER_TEST_ENV}")
 endforeach()
 set_tests_properties(tokenizer_parity tokenizer_unicode_parity PROPERTIES TIMEOUT 300)
+# Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
+set_property(TEST tokenizer_unit tokenizer_bad_inputs APPEND PROPERTY LABELS unit)
+set_property(TEST tokenizer_parity tokenizer_train_oracle tokenizer_unicode_parity
+  APPEND PROPERTY LABELS oracle)

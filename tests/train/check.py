@@ -5,6 +5,9 @@
   check.py loss-falls RUN_DIR                               the last valid loss < the first
   check.py skipped RUN_DIR STEP                             step STEP was skipped, later ones not
   check.py tensorboard RUN_DIR                              event-file scalars == JSON lines
+  check.py mfu-valid RUN_DIR                                every logged MFU is in (0, 1]
+  check.py valid-close A_RUN B_RUN FINAL_RTOL ANY_RTOL      A's valid losses vs B's: the last
+                                                            within FINAL_RTOL, every one within ANY_RTOL
 """
 import glob
 import json
@@ -116,6 +119,34 @@ def tensorboard(run):
     print(f"{checked} scalars read back by TensorBoard equal the JSON lines")
 
 
+def mfu_valid(run):
+    # MFU counts only the flops the step computes against the best matmul rate of the process,
+    # so it can never exceed 1 (DESIGN.md §9).
+    m = [r["mfu"] for r in rows(os.path.join(run, "metrics.jsonl")) if "mfu" in r]
+    if not m:
+        sys.exit("FAIL: no MFU logged")
+    print(f"MFU over {len(m)} logs: {min(m):.3f} .. {max(m):.3f}")
+    if not all(0 < x <= 1 for x in m):
+        sys.exit("FAIL: an MFU outside (0, 1]")
+
+
+def valid_close(a, b, final_rtol, any_rtol):
+    va = [r for r in rows(os.path.join(a, "metrics.jsonl")) if r.get("split") == "valid"]
+    vb = [r for r in rows(os.path.join(b, "metrics.jsonl")) if r.get("split") == "valid"]
+    if not va or [r["step"] for r in va] != [r["step"] for r in vb]:
+        sys.exit(f"FAIL: evaluation steps differ: {[r['step'] for r in va]} vs {[r['step'] for r in vb]}")
+    worst = 0.0
+    for x, y in zip(va, vb):
+        err = abs(x["valid_loss"] - y["valid_loss"]) / abs(y["valid_loss"])
+        worst = max(worst, err)
+        print(f"step {x['step']}: valid loss {x['valid_loss']:.5f} vs {y['valid_loss']:.5f} (rel {err:.2e})")
+    last = abs(va[-1]["valid_loss"] - vb[-1]["valid_loss"]) / abs(vb[-1]["valid_loss"])
+    if last > final_rtol:
+        sys.exit(f"FAIL: final valid loss differs by {last:.3e} > {final_rtol}")
+    if worst > any_rtol:
+        sys.exit(f"FAIL: a valid loss differs by {worst:.3e} > {any_rtol}")
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "losses-close":
@@ -128,6 +159,10 @@ def main():
         skipped(args[0], int(args[1]))
     elif cmd == "tensorboard":
         tensorboard(args[0])
+    elif cmd == "mfu-valid":
+        mfu_valid(args[0])
+    elif cmd == "valid-close":
+        valid_close(args[0], args[1], float(args[2]), float(args[3]))
     else:
         sys.exit(f"unknown check {cmd}")
 

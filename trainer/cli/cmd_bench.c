@@ -1,6 +1,5 @@
 // mhetrain bench: a full training step (forward, backward, AdamW) on random tokens, timed by op
 // class, with MFU against the sgemm rate this machine reaches (measured at startup).
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,31 +37,6 @@ static void usage(FILE *out) {
             "  -h, --help       this help\n");
 }
 
-// Best of a few large products through the backend's own matmul: the practical fp32 peak that
-// MFU is measured against.
-static double sgemm_peak_gflops(Backend *be) {
-    const int n = 1024;
-    const size_t bytes = (size_t)n * n * sizeof(float);
-    float *host = mhe_malloc(bytes);
-    for (size_t i = 0; i < (size_t)n * n; i++) host[i] = (float)(i % 7) * 0.01f;
-    float *a = be->alloc(be, bytes), *b = be->alloc(be, bytes), *c = be->alloc(be, bytes);
-    be->upload(be, a, host, bytes);
-    be->upload(be, b, host, bytes);
-    double best = 0;
-    for (int rep = 0; rep < 6; rep++) {
-        double t0 = omp_get_wtime();
-        be->matmul(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        be->synchronize(be);
-        double g = 2.0 * n * n * n / (omp_get_wtime() - t0) / 1e9;
-        if (rep > 0 && g > best) best = g;  // the first call warms threads and caches
-    }
-    be->free(be, a);
-    be->free(be, b);
-    be->free(be, c);
-    free(host);
-    return best;
-}
-
 // The measured half of the report: time per op class, MFU against the measured sgemm peak,
 // memory, and the bench-result line.
 static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *prof, int steps,
@@ -87,7 +61,8 @@ static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *p
     printf("  (optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
            cfg->optim.name == OPT_ADAMW ? "adamw" : "lamb");
     printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
-    printf("sgemm peak (backend matmul, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n", peak, 100.0 * gflops / peak);
+    printf("matmul peak (backend matmul %s, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n",
+           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", peak, 100.0 * gflops / peak);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
@@ -138,17 +113,11 @@ int cmd_bench(int argc, char **argv) {
         record_only = backend_cuda_cost_dry_run(1);
         if (record_only) steps = 1;  // nothing runs: one recorded step is the prediction
     }
-    double peak = 0;
-    if (!cuda) {
-        // OpenBLAS on every thread the backend will use (the backend then pins it to one
-        // thread per OpenMP thread): the machine's all-core sgemm rate.
-        if (cfg.runtime.threads > 0) omp_set_num_threads(cfg.runtime.threads);
-        openblas_set_num_threads(omp_get_max_threads());
-        peak = peak_sgemm_gflops(1024, 5);
-    }
     Backend *be = cuda ? backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16)
-                       : backend_cpu_create(cfg.runtime.threads);
-    if (cuda && !record_only) peak = sgemm_peak_gflops(be);
+                       : backend_cpu_create_for(cfg.runtime.threads, cfg.runtime.precision == PREC_BF16);
+    // The ceiling: the backend's own matmul at the precision in use (DESIGN.md §9); a
+    // record-only run executes nothing, so it has no measured ceiling.
+    const double peak = record_only ? 0 : peak_matmul_gflops(be, 1024, 5);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);
     model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions

@@ -42,7 +42,7 @@ int cmd_eval(int argc, char **argv) {
     if (cfg.data.n_valid == 0) mhe_fail("%s: data.valid names no validation shards", cfg_path);
     Backend *be = cfg.runtime.device == DEVICE_CUDA
                       ? backend_cuda_create_for(comm_local_rank(comm), cfg.runtime.precision == PREC_BF16)
-                      : backend_cpu_create(cfg.runtime.threads);
+                      : backend_cpu_create_for(cfg.runtime.threads, cfg.runtime.precision == PREC_BF16);
     Model *m = model_create(&cfg, be, cfg.train.micro_batch, cfg.data.seq_len);
     const ParamTable *t = model_param_table(m);
     float *host = mhe_malloc(t->total * sizeof(float));

@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "kernels/backend_info.h"
 #include "trainer/cli/commands.h"
+#include "trainer/config/config.h"
 
 // Under mpirun: which rank runs on which host and device (one line per rank, from rank 0).
 static void print_rank_map(Comm *comm) {
@@ -33,10 +34,34 @@ static void print_rank_map(Comm *comm) {
     free(all);
 }
 
+// One line per registered attention type, tab-separated: name, the overrides that make a
+// tiny model of it valid (its keys at their test values; "-" when none), one-line doc.
+// Scripts and tests enumerate the variants from this (`cut -f1`).
+static void print_attention_types(void) {
+    for (int t = 0; t < ATTN_TYPE_COUNT; t++) {
+        const AttnTypeSpec *s = attention_type_spec((AttentionType)t);
+        printf("%s\t", s->name);
+        int any = 0;
+        for (const AttnTypeKey *k = s->keys; k->key; k++)
+            if (k->test_value >= 0) printf("%s%s=%d", any++ ? " " : "", k->key, k->test_value);
+        printf("%s\t%s\n", any ? "" : "-", s->doc);
+    }
+}
+
 int cmd_info(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
-        printf("usage: mhetrain info\n\nPrints the version, the backends compiled in, and the MPI, NCCL, cuBLAS,\n"
-               "BLAS, OpenMP, libyaml and cJSON versions in use.\n");
+        printf("usage: mhetrain info [--config-reference | --attention-types]\n\nPrints the version, the backends compiled in, and the MPI, NCCL, cuBLAS,\n"
+               "BLAS, OpenMP, libyaml and cJSON versions in use.\n"
+               "  --config-reference  print the config key reference of configs/README.md (markdown)\n"
+               "  --attention-types   one line per attention type: name<TAB>test overrides<TAB>doc\n");
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--config-reference") == 0) {
+        config_write_reference(stdout);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--attention-types") == 0) {
+        print_attention_types();
         return 0;
     }
     // Launched by mpirun: print the rank map once, then the library versions from rank 0 only.

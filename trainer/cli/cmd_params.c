@@ -107,8 +107,13 @@ int cmd_params(int argc, char **argv) {
            arch_name(m->arch), m->layers, m->hidden, m->heads, m->head_dim, m->ffn,
            m->vocab_size, m->max_seq);
     printf("attention: %s", attention_type_name(cfg.attention.type));
-    if (cfg.attention.type == ATTN_GQA) printf(", groups=%d", cfg.attention.groups);
-    if (cfg.attention.type == ATTN_COLLAB) printf(", collab_dim=%d", cfg.attention.collab_dim);
+    // The variant's own integer keys (registry), e.g. groups=2, latent_dim=256.
+    const AttnTypeSpec *spec = attention_type_spec(cfg.attention.type);
+    for (const AttnTypeKey *k = spec->keys; k->key; k++) {
+        const char *field = strchr(k->key, '.') + 1;
+        int value = 0;
+        if (config_get_int(&cfg, k->key, &value)) printf(", %s=%d", field, value);
+    }
     printf("\n\n");
     if (!totals_only) {
         print_table(&t, m->layers);

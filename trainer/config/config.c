@@ -1,5 +1,6 @@
-// Config defaults, resolution of arch-dependent values and validation (ranges and shapes).
-// Parsing lives in config_yaml.c / config_load.c, printing in config_write.c.
+// Enum spellings, resolution of arch-dependent values and the checks that involve more than
+// one field.  Each key's default and range live in the table of config_fields.c; parsing in
+// config_yaml.c / config_load.c, printing in config_write.c and config_doc.c.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,9 @@
 const char *const CONFIG_ARCH_NAMES[] = {"bert", "gpt", NULL};
 const char *const CONFIG_NORM_NAMES[] = {"post", "pre", NULL};
 const char *const CONFIG_ACTIVATION_NAMES[] = {"gelu", "gelu_tanh", NULL};
-const char *const CONFIG_ATTENTION_NAMES[] = {"mha", "sha", "mhe_add", "mhe_mul", "mqa",
-                                              "gqa", "el_att", "skv", "collab", NULL};
+#define MHE_ATTN_NAME_(E, name) #name,
+const char *const CONFIG_ATTENTION_NAMES[] = {MHE_ATTENTION_TYPES(MHE_ATTN_NAME_) NULL};
+#undef MHE_ATTN_NAME_
 const char *const CONFIG_OBJECTIVE_NAMES[] = {"mlm", "clm", NULL};
 const char *const CONFIG_OPTIMIZER_NAMES[] = {"adamw", "lamb", NULL};
 const char *const CONFIG_SCHEDULE_NAMES[] = {"linear", "cosine", "constant", NULL};
@@ -31,97 +33,6 @@ const char *arch_name(Arch a) { return (unsigned)a <= ARCH_GPT ? CONFIG_ARCH_NAM
 
 const char *objective_name(Objective o) {
     return (unsigned)o <= OBJ_CLM ? CONFIG_OBJECTIVE_NAMES[o] : "?";
-}
-
-// Defaults are sized for a laptop CPU: a 2-layer, 128-wide BERT trains in minutes.
-// configs/README.md documents every one of them; keep the two in step.
-void config_defaults(Config *cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    ModelConfig *m = &cfg->model;
-    m->arch = ARCH_BERT;
-    m->layers = 2;
-    m->hidden = 128;
-    m->heads = 4;
-    m->head_dim = 0;
-    m->ffn = 0;
-    m->vocab_size = 8192;
-    m->max_seq = 128;
-    m->type_vocab = 2;
-    m->norm = NORM_POST;
-    m->activation = ACT_GELU_ERF;
-    m->ln_eps = 1e-12f;
-    m->dropout = 0.1f;
-    m->attn_dropout = 0.1f;
-    m->init_std = 0.02f;
-
-    AttentionConfig *a = &cfg->attention;
-    a->type = ATTN_MHA;
-    a->groups = 0;
-    a->collab_dim = 0;
-    a->embed_std = 0.02f;
-    a->fast_path = true;
-
-    ObjectiveConfig *o = &cfg->objective;
-    o->type = OBJ_MLM;
-    o->mask_prob = 0.15f;
-    o->mask_token_frac = 0.8f;
-    o->random_token_frac = 0.1f;
-    o->whole_word = false;
-
-    DataConfig *d = &cfg->data;
-    d->tokenizer = mhe_strdup("");
-    d->tokenizer_kind = TOK_WORDPIECE;
-    d->seq_len = 0;
-    d->shuffle_seed = 1234;
-
-    OptimConfig *op = &cfg->optim;
-    op->name = OPT_ADAMW;
-    op->lr = 1e-3f;
-    op->beta1 = 0.9f;
-    op->beta2 = 0.999f;
-    op->eps = 1e-8f;
-    op->weight_decay = 0.01f;
-    op->decay_all = false;
-    op->clip_norm = 1.0f;
-    op->schedule = SCHED_LINEAR;
-    op->warmup_steps = 20;
-    op->min_lr = 0.0f;
-
-    TrainConfig *t = &cfg->train;
-    t->global_batch = 32;
-    t->micro_batch = 8;
-    t->steps = 200;
-    t->tokens = 0;
-    t->seed = 42;
-    t->log_every = 10;
-    t->eval_every = 100;
-    t->eval_batches = 20;
-    t->checkpoint_every = 100;
-    t->keep_last = 3;
-    t->out_dir = mhe_strdup("out/run");
-    t->on_nonfinite = NONFINITE_SKIP;
-    t->init_from = mhe_strdup("");
-
-    DistConfig *ds = &cfg->dist;
-    ds->backend = DIST_AUTO;
-    ds->bucket_mb = 25.0f;
-    ds->zero = 0;
-    ds->timeout_s = 300.0f;
-
-    RuntimeConfig *r = &cfg->runtime;
-    r->device = DEVICE_CPU;
-    r->threads = 0;
-    r->precision = PREC_FP32;
-}
-
-void config_free(Config *cfg) {
-    for (int i = 0; i < cfg->data.n_train; i++) free(cfg->data.train[i]);
-    for (int i = 0; i < cfg->data.n_valid; i++) free(cfg->data.valid[i]);
-    free(cfg->data.tokenizer);
-    free(cfg->train.out_dir);
-    free(cfg->train.init_from);
-    free(cfg->source);
-    memset(cfg, 0, sizeof *cfg);
 }
 
 void config_marks_set(ConfigMarks *m, const char *key, const char *file, int line, int col) {
@@ -152,10 +63,7 @@ void config_marks_free(ConfigMarks *m) {
     memset(m, 0, sizeof *m);
 }
 
-// Fails at the first key of the '|'-separated list that the user wrote, else at the fallback.
-__attribute__((format(printf, 3, 4))) _Noreturn static void fail_key(const ConfigMarks *m,
-                                                                     const char *keys,
-                                                                     const char *fmt, ...) {
+_Noreturn void config_fail_key(const ConfigMarks *m, const char *keys, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -175,27 +83,6 @@ __attribute__((format(printf, 3, 4))) _Noreturn static void fail_key(const Confi
                 m->fallback_col, "%s", msg);
 }
 
-static void check_int(const ConfigMarks *m, const char *key, long long v, long long lo, long long hi) {
-    if (v < lo || v > hi) {
-        if (hi >= 0x7fffffffLL)
-            fail_key(m, key, "%s must be >= %lld, got %lld", key, lo, v);
-        fail_key(m, key, "%s must be in [%lld, %lld], got %lld", key, lo, hi, v);
-    }
-}
-
-#define BIG ((long long)1 << 40)
-
-// Half-open or closed float ranges, spelled out in the message.
-static void check_float(const ConfigMarks *m, const char *key, double v, double lo, int lo_open,
-                        double hi, int hi_open) {
-    int bad = v != v || (lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi);
-    if (!bad) return;
-    if (hi > 1e30)
-        fail_key(m, key, "%s must be %s %g, got %g", key, lo_open ? ">" : ">=", lo, v);
-    fail_key(m, key, "%s must be in %c%g, %g%c, got %g", key, lo_open ? '(' : '[', lo, hi,
-             hi_open ? ')' : ']', v);
-}
-
 static void resolve_arch_defaults(Config *c) {
     const int gpt = c->model.arch == ARCH_GPT;
     unsigned set = c->explicit_fields;
@@ -211,181 +98,124 @@ static void resolve_arch_defaults(Config *c) {
 
 static void check_model(Config *c, const ConfigMarks *mk) {
     ModelConfig *m = &c->model;
-    // Upper bounds far beyond any real model keep every derived product (n*d, 4D, V*D) in range.
-    check_int(mk, "model.layers", m->layers, 1, 10000);
-    check_int(mk, "model.hidden", m->hidden, 1, 1 << 20);
-    check_int(mk, "model.heads", m->heads, 1, 1 << 14);
-    check_int(mk, "model.head_dim", m->head_dim, 0, 1 << 16);
-    check_int(mk, "model.ffn", m->ffn, 0, 1 << 22);
-    check_int(mk, "model.vocab_size", m->vocab_size, 2, 1 << 24);
-    check_int(mk, "model.max_seq", m->max_seq, 2, 1 << 22);
-    if (m->arch == ARCH_BERT)
-        check_int(mk, "model.type_vocab", m->type_vocab, 1, 1 << 16);
-    else if (m->type_vocab != 0)
-        fail_key(mk, "model.type_vocab|model.arch",
-                 "model.type_vocab must be 0 for arch gpt (GPT has no token types), got %d",
-                 m->type_vocab);
-    check_float(mk, "model.ln_eps", m->ln_eps, 0, 1, 1, 1);
-    check_float(mk, "model.dropout", m->dropout, 0, 0, 1, 1);
-    check_float(mk, "model.attn_dropout", m->attn_dropout, 0, 0, 1, 1);
-    check_float(mk, "model.init_std", m->init_std, 0, 1, 1e38, 0);
+    config_check_ranges(c, mk, "model");
+    if (m->arch == ARCH_BERT) {
+        if (m->type_vocab < 1 || m->type_vocab > (1 << 16))
+            config_fail_key(mk, "model.type_vocab", "model.type_vocab must be in [1, 65536], got %d",
+                            m->type_vocab);
+    } else if (m->type_vocab != 0)
+        config_fail_key(mk, "model.type_vocab|model.arch",
+                        "model.type_vocab must be 0 for arch gpt (GPT has no token types), got %d",
+                        m->type_vocab);
     if (m->head_dim == 0) {
         if (m->hidden % m->heads != 0)
-            fail_key(mk, "model.heads|model.hidden",
-                     "model.hidden (%d) must be divisible by model.heads (%d) when model.head_dim "
-                     "is 0 (d = D/n); set model.head_dim explicitly otherwise",
-                     m->hidden, m->heads);
+            config_fail_key(mk, "model.heads|model.hidden",
+                            "model.hidden (%d) must be divisible by model.heads (%d) when model.head_dim "
+                            "is 0 (d = D/n); set model.head_dim explicitly otherwise",
+                            m->hidden, m->heads);
         m->head_dim = m->hidden / m->heads;
     }
     if ((long long)m->heads * m->head_dim > (1 << 22))
-        fail_key(mk, "model.head_dim|model.heads",
-                 "model.heads * model.head_dim must be <= %d, got %lld", 1 << 22,
-                 (long long)m->heads * m->head_dim);
+        config_fail_key(mk, "model.head_dim|model.heads",
+                        "model.heads * model.head_dim must be <= %d, got %lld", 1 << 22,
+                        (long long)m->heads * m->head_dim);
     if (m->ffn == 0) m->ffn = 4 * m->hidden;
 }
 
 static void check_attention(Config *c, const ConfigMarks *mk) {
     AttentionConfig *a = &c->attention;
-    const int D = c->model.hidden, n = c->model.heads, d = c->model.head_dim;
-    check_int(mk, "attention.groups", a->groups, 0, BIG);
-    check_int(mk, "attention.collab_dim", a->collab_dim, 0, 1 << 22);
-    check_float(mk, "attention.embed_std", a->embed_std, 0, 0, 1e38, 0);
-    switch (a->type) {
-    case ATTN_GQA:
-        if (a->groups == 0)
-            fail_key(mk, "attention.type",
-                     "attention.type gqa needs attention.groups (the number of K/V heads, "
-                     "dividing model.heads = %d)", n);
-        if (a->groups > n || n % a->groups != 0)
-            fail_key(mk, "attention.groups|model.heads",
-                     "attention.groups (%d) must divide model.heads (%d) for gqa", a->groups, n);
-        break;
-    case ATTN_EL_ATT:
-        if ((long long)n * d != D)
-            fail_key(mk, "model.head_dim|model.heads|attention.type",
-                     "el_att needs model.heads * model.head_dim = model.hidden (keys and values "
-                     "are slices of the input), got %d * %d = %lld != %d",
-                     n, d, (long long)n * d, D);
-        break;
-    default:
-        break;
-    }
-    if (a->collab_dim == 0) a->collab_dim = n * d;
+    config_check_ranges(c, mk, "attention");
+    // The variant's own shape checks, then every variant's derived defaults (registry order).
+    const AttnTypeSpec *spec = attention_type_spec(a->type);
+    const char *keys = NULL;
+    char msg[512];
+    if (spec->check && spec->check(c, &keys, msg, sizeof msg)) config_fail_key(mk, keys, "%s", msg);
+    for (int t = 0; t < ATTN_TYPE_COUNT; t++)
+        if (attention_type_spec((AttentionType)t)->resolve) attention_type_spec((AttentionType)t)->resolve(c);
 }
 
 static void check_objective(Config *c, const ConfigMarks *mk) {
     ObjectiveConfig *o = &c->objective;
     if (o->type == OBJ_MLM && c->model.arch != ARCH_BERT)
-        fail_key(mk, "objective.type|model.arch",
-                 "objective.type mlm needs model.arch bert (gpt is causal: use clm)");
+        config_fail_key(mk, "objective.type|model.arch",
+                        "objective.type mlm needs model.arch bert (gpt is causal: use clm)");
     if (o->type == OBJ_CLM && c->model.arch != ARCH_GPT)
-        fail_key(mk, "objective.type|model.arch",
-                 "objective.type clm needs model.arch gpt (bert is bidirectional: use mlm)");
-    check_float(mk, "objective.mask_prob", o->mask_prob, 0, 1, 1, 1);
-    check_float(mk, "objective.mask_token_frac", o->mask_token_frac, 0, 0, 1, 0);
-    check_float(mk, "objective.random_token_frac", o->random_token_frac, 0, 0, 1, 0);
+        config_fail_key(mk, "objective.type|model.arch",
+                        "objective.type clm needs model.arch gpt (bert is bidirectional: use mlm)");
+    config_check_ranges(c, mk, "objective");
     if (o->mask_token_frac + o->random_token_frac > 1.0f + 1e-6f)
-        fail_key(mk, "objective.random_token_frac|objective.mask_token_frac",
-                 "objective.mask_token_frac + objective.random_token_frac must be <= 1, got "
-                 "%g + %g", o->mask_token_frac, o->random_token_frac);
+        config_fail_key(mk, "objective.random_token_frac|objective.mask_token_frac",
+                        "objective.mask_token_frac + objective.random_token_frac must be <= 1, got "
+                        "%g + %g", o->mask_token_frac, o->random_token_frac);
 }
 
 static void check_data(Config *c, const ConfigMarks *mk) {
     DataConfig *d = &c->data;
-    check_int(mk, "data.seq_len", d->seq_len, 0, BIG);
+    config_check_ranges(c, mk, "data");
     if (d->seq_len == 0) d->seq_len = c->model.max_seq;
-    if (d->seq_len < 2) fail_key(mk, "data.seq_len", "data.seq_len must be >= 2, got %d", d->seq_len);
+    if (d->seq_len < 2) config_fail_key(mk, "data.seq_len", "data.seq_len must be >= 2, got %d", d->seq_len);
     if (d->seq_len > c->model.max_seq)
-        fail_key(mk, "data.seq_len|model.max_seq",
-                 "data.seq_len (%d) must be <= model.max_seq (%d), the number of learned "
-                 "positions", d->seq_len, c->model.max_seq);
+        config_fail_key(mk, "data.seq_len|model.max_seq",
+                        "data.seq_len (%d) must be <= model.max_seq (%d), the number of learned "
+                        "positions", d->seq_len, c->model.max_seq);
 }
 
 static void check_optim(Config *c, const ConfigMarks *mk) {
     OptimConfig *o = &c->optim;
-    check_float(mk, "optim.lr", o->lr, 0, 1, 1e38, 0);
-    check_float(mk, "optim.beta1", o->beta1, 0, 0, 1, 1);
-    check_float(mk, "optim.beta2", o->beta2, 0, 0, 1, 1);
-    check_float(mk, "optim.eps", o->eps, 0, 1, 1e38, 0);
-    check_float(mk, "optim.weight_decay", o->weight_decay, 0, 0, 1e38, 0);
-    check_float(mk, "optim.clip_norm", o->clip_norm, 0, 0, 1e38, 0);
-    check_int(mk, "optim.warmup_steps", o->warmup_steps, 0, BIG);
-    check_float(mk, "optim.min_lr", o->min_lr, 0, 0, 1e38, 0);
+    config_check_ranges(c, mk, "optim");
     if (o->min_lr > o->lr)
-        fail_key(mk, "optim.min_lr|optim.lr", "optim.min_lr (%g) must be <= optim.lr (%g)",
-                 o->min_lr, o->lr);
+        config_fail_key(mk, "optim.min_lr|optim.lr", "optim.min_lr (%g) must be <= optim.lr (%g)",
+                        o->min_lr, o->lr);
 }
 
 static void check_train(Config *c, const ConfigMarks *mk) {
     TrainConfig *t = &c->train;
-    check_int(mk, "train.global_batch", t->global_batch, 1, 1 << 30);
-    check_int(mk, "train.micro_batch", t->micro_batch, 1, 1 << 30);
+    config_check_ranges(c, mk, "train");
     if (t->global_batch % t->micro_batch != 0)
-        fail_key(mk, "train.micro_batch|train.global_batch",
-                 "train.micro_batch (%d) must divide train.global_batch (%d)", t->micro_batch,
-                 t->global_batch);
-    if (t->steps < 0) fail_key(mk, "train.steps", "train.steps must be >= 0, got %lld", (long long)t->steps);
-    if (t->tokens < 0) fail_key(mk, "train.tokens", "train.tokens must be >= 0, got %lld", (long long)t->tokens);
+        config_fail_key(mk, "train.micro_batch|train.global_batch",
+                        "train.micro_batch (%d) must divide train.global_batch (%d)", t->micro_batch,
+                        t->global_batch);
     if (t->tokens > 0) {
         // A token budget fixes the step count; an explicit different step count contradicts it.
         const int64_t per_step = (int64_t)t->global_batch * c->data.seq_len;
         const int64_t derived = (t->tokens + per_step - 1) / per_step;
         if ((c->explicit_fields & CONFIG_SET_STEPS) && t->steps != 0 && t->steps != derived)
-            fail_key(mk, "train.steps|train.tokens",
-                     "train.steps (%lld) contradicts train.tokens (%lld tokens = %lld steps of "
-                     "%lld tokens); give one of them, or steps: 0",
-                     (long long)t->steps, (long long)t->tokens, (long long)derived,
-                     (long long)per_step);
+            config_fail_key(mk, "train.steps|train.tokens",
+                            "train.steps (%lld) contradicts train.tokens (%lld tokens = %lld steps of "
+                            "%lld tokens); give one of them, or steps: 0",
+                            (long long)t->steps, (long long)t->tokens, (long long)derived,
+                            (long long)per_step);
         t->steps = derived;
         c->explicit_fields |= CONFIG_SET_STEPS;
     }
     if (t->steps == 0)
-        fail_key(mk, "train.steps|train.tokens",
-                 "train.steps or train.tokens must be > 0 (the training budget)");
-    check_int(mk, "train.log_every", t->log_every, 1, BIG);
-    check_int(mk, "train.eval_every", t->eval_every, 0, BIG);
-    check_int(mk, "train.eval_batches", t->eval_batches, 1, BIG);
-    check_int(mk, "train.checkpoint_every", t->checkpoint_every, 0, BIG);
-    check_int(mk, "train.keep_last", t->keep_last, 0, BIG);
+        config_fail_key(mk, "train.steps|train.tokens",
+                        "train.steps or train.tokens must be > 0 (the training budget)");
     if (!t->out_dir || !t->out_dir[0])
-        fail_key(mk, "train.out_dir", "train.out_dir must be a non-empty directory path");
+        config_fail_key(mk, "train.out_dir", "train.out_dir must be a non-empty directory path");
 }
 
 static void check_dist_runtime(Config *c, const ConfigMarks *mk) {
-    check_float(mk, "dist.bucket_mb", c->dist.bucket_mb, 0, 1, 1e38, 0);
-    check_int(mk, "dist.zero", c->dist.zero, 0, 1);
-    check_float(mk, "dist.timeout_s", c->dist.timeout_s, 0, 1, 1e38, 0);
-    check_int(mk, "runtime.threads", c->runtime.threads, 0, 4096);
-    if (c->runtime.precision == PREC_BF16 && c->runtime.device == DEVICE_CPU)
-        fail_key(mk, "runtime.precision|runtime.device",
-                 "runtime.precision bf16 needs runtime.device cuda (the CPU backend computes "
-                 "in fp32)");
+    config_check_ranges(c, mk, "dist");
+    config_check_ranges(c, mk, "runtime");
     if (c->dist.backend == DIST_NCCL && c->runtime.device == DEVICE_CPU)
-        fail_key(mk, "dist.backend|runtime.device",
-                 "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");
+        config_fail_key(mk, "dist.backend|runtime.device",
+                        "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");
 }
 
 // Configs built in code can hold any integer in an enum field; YAML ones cannot.
 static void check_enums(const Config *c, const ConfigMarks *mk) {
-    struct { const char *key; int value; const char *const *names; } e[] = {
-        {"model.arch", (int)c->model.arch, CONFIG_ARCH_NAMES},
-        {"model.norm", (int)c->model.norm, CONFIG_NORM_NAMES},
-        {"model.activation", (int)c->model.activation, CONFIG_ACTIVATION_NAMES},
-        {"attention.type", (int)c->attention.type, CONFIG_ATTENTION_NAMES},
-        {"objective.type", (int)c->objective.type, CONFIG_OBJECTIVE_NAMES},
-        {"data.tokenizer_kind", (int)c->data.tokenizer_kind, CONFIG_TOKENIZER_NAMES},
-        {"optim.name", (int)c->optim.name, CONFIG_OPTIMIZER_NAMES},
-        {"optim.schedule", (int)c->optim.schedule, CONFIG_SCHEDULE_NAMES},
-        {"train.on_nonfinite", (int)c->train.on_nonfinite, CONFIG_NONFINITE_NAMES},
-        {"dist.backend", (int)c->dist.backend, CONFIG_BACKEND_NAMES},
-        {"runtime.device", (int)c->runtime.device, CONFIG_DEVICE_NAMES},
-        {"runtime.precision", (int)c->runtime.precision, CONFIG_PRECISION_NAMES},
-    };
-    for (size_t i = 0; i < sizeof e / sizeof *e; i++) {
+    for (int i = 0, nf = config_field_count(); i < nf; i++) {
+        const ConfigField *f = config_field(i);
+        if (f->type != F_ENUM) continue;
+        const int value = *(const int *)((const char *)c + f->offset);
         int n = 0;
-        while (e[i].names[n]) n++;
-        if (e[i].value < 0 || e[i].value >= n)
-            fail_key(mk, e[i].key, "%s holds %d, not one of its %d values", e[i].key, e[i].value, n);
+        while (f->names[n]) n++;
+        if (value < 0 || value >= n) {
+            char key[64];
+            snprintf(key, sizeof key, "%s.%s", f->section, f->key);
+            config_fail_key(mk, key, "%s holds %d, not one of its %d values", key, value, n);
+        }
     }
 }
 

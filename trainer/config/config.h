@@ -1,5 +1,5 @@
 // The experiment configuration: one typed struct per YAML section (DESIGN.md §1-§6).
-// config.c parses YAML strictly into it; defaults are documented in README.md.
+// Every key's type, default, range and documentation is one row of config_fields.c.
 #ifndef MHE_TRAINER_CONFIG_H
 #define MHE_TRAINER_CONFIG_H
 
@@ -9,14 +9,15 @@
 
 #include "data/loader.h"     // Objective, LoaderOptions, Loader
 #include "data/tokenizer.h"  // TokenizerKind, Tokenizer
+#include "trainer/config/attention_types.h"
 
 typedef enum { ARCH_BERT, ARCH_GPT } Arch;
 typedef enum { NORM_POST, NORM_PRE } NormPlacement;
 typedef enum { ACT_GELU_ERF, ACT_GELU_TANH } Activation;
-typedef enum {
-    ATTN_MHA, ATTN_SHA, ATTN_MHE_ADD, ATTN_MHE_MUL, ATTN_MQA, ATTN_GQA,
-    ATTN_EL_ATT, ATTN_SKV, ATTN_COLLAB, ATTN_TYPE_COUNT
-} AttentionType;
+// ATTN_MHA, ATTN_SHA, ...: one value per line of the registry (attention_types.h).
+#define MHE_ATTN_ENUM_(E, name) ATTN_##E,
+typedef enum { MHE_ATTENTION_TYPES(MHE_ATTN_ENUM_) ATTN_TYPE_COUNT } AttentionType;
+#undef MHE_ATTN_ENUM_
 typedef enum { OPT_ADAMW, OPT_LAMB } OptimizerKind;
 typedef enum { SCHED_LINEAR, SCHED_COSINE, SCHED_CONSTANT } ScheduleKind;
 typedef enum { NONFINITE_SKIP, NONFINITE_STOP } NonfinitePolicy;
@@ -46,6 +47,8 @@ typedef struct {
     AttentionType type;
     int groups;          // gqa: number of K/V heads (divides heads)
     int collab_dim;      // collab: D~ (0 means n*d)
+    int latent_dim;      // mla: d_c, width of the shared K/V latent (0 means 4*d)
+    int q_latent_dim;    // mla: width of the query latent (0: queries straight from X)
     float embed_std;     // mhe_*: head embeddings ~ N(0, embed_std)
     bool fast_path;      // mhe_*: use the shared-score / shared-K,V identities
 } AttentionConfig;
@@ -111,7 +114,7 @@ typedef struct {
     Precision precision;
 } RuntimeConfig;
 
-typedef struct {
+typedef struct Config {
     ModelConfig model;
     AttentionConfig attention;
     ObjectiveConfig objective;
@@ -150,7 +153,7 @@ void config_load(Config *cfg, const char *path, int n_overrides, char **override
 // type_vocab, objective.type and data.tokenizer_kind from model.arch unless their
 // CONFIG_SET_* bit is in cfg->explicit_fields: code that wants e.g. a pre-LN BERT sets
 // `cfg.model.norm = NORM_PRE; cfg.explicit_fields |= CONFIG_SET_NORM;`.  It also replaces
-// head_dim 0 (D/n), ffn 0 (4D), collab_dim 0 (n*d), data.seq_len 0 (max_seq) and derives
+// head_dim 0 (D/n), ffn 0 (4D), collab_dim 0 (n*d), latent_dim 0 (4d), data.seq_len 0 (max_seq) and derives
 // train.steps from train.tokens.
 void config_resolve(Config *cfg, const char *where);
 
@@ -159,8 +162,17 @@ void config_write_yaml(const Config *cfg, FILE *out);
 
 void config_free(Config *cfg);
 
+// The key reference of configs/README.md (markdown, one table per section) from the field table.
+void config_write_reference(FILE *out);
+
+// An integer field by its key ("attention.groups"); 0 when no such integer key exists.
+int config_get_int(const Config *cfg, const char *key, int *value);
+int config_set_int(Config *cfg, const char *key, int value);
+
 // Names used in YAML and in messages.
 const char *attention_type_name(AttentionType t);
+// The config-facing spec of a variant (trainer/config/attention_types.h); NULL when out of range.
+const AttnTypeSpec *attention_type_spec(AttentionType t);
 const char *arch_name(Arch a);
 const char *objective_name(Objective o);
 

@@ -11,110 +11,6 @@
 #include "trainer/config/config_internal.h"
 #include "trainer/config/config_tree.h"
 
-typedef enum { F_INT, F_I64, F_U64, F_FLOAT, F_BOOL, F_ENUM, F_STRING, F_PATHS } FieldType;
-
-typedef struct {
-    const char *section;
-    const char *key;
-    FieldType type;
-    size_t offset;
-    const char *const *names;  // F_ENUM spellings
-    unsigned set_bit;          // CONFIG_SET_* recorded when the key is given
-    size_t count_offset;       // F_PATHS: where the number of paths goes
-} Field;
-
-#define OFF(member) offsetof(Config, member)
-#define INT(s, k) {#s, #k, F_INT, OFF(s.k), NULL, 0, 0}
-#define INT_BIT(s, k, bit) {#s, #k, F_INT, OFF(s.k), NULL, bit, 0}
-#define I64(s, k) {#s, #k, F_I64, OFF(s.k), NULL, 0, 0}
-#define U64(s, k) {#s, #k, F_U64, OFF(s.k), NULL, 0, 0}
-#define FLT(s, k) {#s, #k, F_FLOAT, OFF(s.k), NULL, 0, 0}
-#define BOOL(s, k) {#s, #k, F_BOOL, OFF(s.k), NULL, 0, 0}
-#define ENUM(s, k, names, bit) {#s, #k, F_ENUM, OFF(s.k), names, bit, 0}
-#define STR(s, k) {#s, #k, F_STRING, OFF(s.k), NULL, 0, 0}
-#define PATHS(s, k, n) {#s, #k, F_PATHS, OFF(s.k), NULL, 0, OFF(s.n)}
-
-// Every key a config may contain; configs/README.md documents the same list.
-static const Field FIELDS[] = {
-    ENUM(model, arch, CONFIG_ARCH_NAMES, 0),
-    INT(model, layers),
-    INT(model, hidden),
-    INT(model, heads),
-    INT(model, head_dim),
-    INT(model, ffn),
-    INT(model, vocab_size),
-    INT(model, max_seq),
-    INT_BIT(model, type_vocab, CONFIG_SET_TYPE_VOCAB),
-    ENUM(model, norm, CONFIG_NORM_NAMES, CONFIG_SET_NORM),
-    ENUM(model, activation, CONFIG_ACTIVATION_NAMES, CONFIG_SET_ACTIVATION),
-    {"model", "ln_eps", F_FLOAT, OFF(model.ln_eps), NULL, CONFIG_SET_LN_EPS, 0},
-    FLT(model, dropout),
-    FLT(model, attn_dropout),
-    FLT(model, init_std),
-
-    ENUM(attention, type, CONFIG_ATTENTION_NAMES, 0),
-    INT(attention, groups),
-    INT(attention, collab_dim),
-    FLT(attention, embed_std),
-    BOOL(attention, fast_path),
-
-    ENUM(objective, type, CONFIG_OBJECTIVE_NAMES, CONFIG_SET_OBJECTIVE),
-    FLT(objective, mask_prob),
-    FLT(objective, mask_token_frac),
-    FLT(objective, random_token_frac),
-    BOOL(objective, whole_word),
-
-    PATHS(data, train, n_train),
-    PATHS(data, valid, n_valid),
-    STR(data, tokenizer),
-    ENUM(data, tokenizer_kind, CONFIG_TOKENIZER_NAMES, CONFIG_SET_TOKENIZER_KIND),
-    INT(data, seq_len),
-    U64(data, shuffle_seed),
-
-    ENUM(optim, name, CONFIG_OPTIMIZER_NAMES, 0),
-    FLT(optim, lr),
-    FLT(optim, beta1),
-    FLT(optim, beta2),
-    FLT(optim, eps),
-    FLT(optim, weight_decay),
-    BOOL(optim, decay_all),
-    FLT(optim, clip_norm),
-    ENUM(optim, schedule, CONFIG_SCHEDULE_NAMES, 0),
-    INT(optim, warmup_steps),
-    FLT(optim, min_lr),
-
-    INT(train, global_batch),
-    INT(train, micro_batch),
-    {"train", "steps", F_I64, OFF(train.steps), NULL, CONFIG_SET_STEPS, 0},
-    I64(train, tokens),
-    U64(train, seed),
-    INT(train, log_every),
-    INT(train, eval_every),
-    INT(train, eval_batches),
-    INT(train, checkpoint_every),
-    INT(train, keep_last),
-    STR(train, out_dir),
-    ENUM(train, on_nonfinite, CONFIG_NONFINITE_NAMES, 0),
-    STR(train, init_from),
-
-    ENUM(dist, backend, CONFIG_BACKEND_NAMES, 0),
-    FLT(dist, bucket_mb),
-    INT(dist, zero),
-    FLT(dist, timeout_s),
-
-    ENUM(runtime, device, CONFIG_DEVICE_NAMES, 0),
-    INT(runtime, threads),
-    ENUM(runtime, precision, CONFIG_PRECISION_NAMES, 0),
-};
-// Enum fields are written through an int pointer.
-_Static_assert(sizeof(AttentionType) == sizeof(int) && sizeof(Arch) == sizeof(int),
-               "enums must be int-sized");
-
-#define N_FIELDS (int)(sizeof FIELDS / sizeof *FIELDS)
-
-static const char *const SECTIONS[] = {"model", "data", "attention", "objective",
-                                       "optim", "train", "dist", "runtime", NULL};
-
 static _Noreturn void fail_node(const CNode *n, const char *key, const char *what) {
     const char *found = n->kind == CNODE_SEQ   ? "a list"
                         : n->kind == CNODE_MAP ? "a mapping"
@@ -215,7 +111,7 @@ static void parse_paths(const CNode *n, const char *key, char **paths, int *coun
     }
 }
 
-static void set_field(Config *cfg, const Field *f, const CNode *n, const char *key) {
+static void set_field(Config *cfg, const ConfigField *f, const CNode *n, const char *key) {
     char *p = (char *)cfg + f->offset;
     switch (f->type) {
     case F_INT: *(int *)p = (int)parse_integer(n, key, -2147483647LL - 1, 2147483647LL); break;
@@ -234,10 +130,11 @@ static void set_field(Config *cfg, const Field *f, const CNode *n, const char *k
 
 static void list_keys(char *out, size_t cap, const char *section) {
     out[0] = '\0';
-    for (int i = 0; i < N_FIELDS; i++) {
-        if (strcmp(FIELDS[i].section, section) != 0) continue;
+    for (int i = 0, n = config_field_count(); i < n; i++) {
+        const ConfigField *f = config_field(i);
+        if (strcmp(f->section, section) != 0) continue;
         size_t used = strlen(out);
-        snprintf(out + used, cap - used, "%s%s", used ? ", " : "", FIELDS[i].key);
+        snprintf(out + used, cap - used, "%s%s", used ? ", " : "", f->key);
     }
 }
 
@@ -246,9 +143,7 @@ static void convert_section(Config *cfg, ConfigMarks *marks, const char *section
     if (map->kind != CNODE_MAP) fail_node(map, section, "a mapping of keys");
     for (int i = 0; i < map->n; i++) {
         const CNode *k = map->keys[i];
-        const Field *f = NULL;
-        for (int j = 0; j < N_FIELDS && !f; j++)
-            if (!strcmp(FIELDS[j].section, section) && !strcmp(FIELDS[j].key, k->text)) f = &FIELDS[j];
+        const ConfigField *f = config_field_find(section, k->text);
         if (!f) {
             char keys[1024];
             list_keys(keys, sizeof keys, section);
@@ -265,21 +160,32 @@ static void convert_section(Config *cfg, ConfigMarks *marks, const char *section
     }
 }
 
+// "base, model, attention, ... or runtime" from the table.
+static void list_sections(char *out, size_t cap) {
+    snprintf(out, cap, "base");
+    for (int s = 0; CONFIG_SECTIONS[s].name; s++) {
+        size_t used = strlen(out);
+        snprintf(out + used, cap - used, "%s%s", CONFIG_SECTIONS[s + 1].name ? ", " : " or ",
+                 CONFIG_SECTIONS[s].name);
+    }
+}
+
 static void convert(Config *cfg, ConfigMarks *marks, const CNode *root) {
     for (int i = 0; i < root->n; i++) {
         const CNode *k = root->keys[i];
         int s = 0;
-        while (SECTIONS[s] && strcmp(SECTIONS[s], k->text) != 0) s++;
-        char shown[CNODE_SHOW_MAX];
-        if (!SECTIONS[s])
-            mhe_fail_at(k->file, k->line, k->col,
-                        "unknown section '%s' (expected base, model, attention, objective, data, "
-                        "optim, train, dist or runtime)", cnode_show(k->text, shown));
+        while (CONFIG_SECTIONS[s].name && strcmp(CONFIG_SECTIONS[s].name, k->text) != 0) s++;
+        if (!CONFIG_SECTIONS[s].name) {
+            char shown[CNODE_SHOW_MAX], expected[256];
+            list_sections(expected, sizeof expected);
+            mhe_fail_at(k->file, k->line, k->col, "unknown section '%s' (expected %s)",
+                        cnode_show(k->text, shown), expected);
+        }
     }
-    // Sections in dependency order does not matter for parsing; validation runs afterwards.
-    for (int s = 0; SECTIONS[s]; s++) {
-        const CNode *section = cnode_get(root, SECTIONS[s]);
-        if (section) convert_section(cfg, marks, SECTIONS[s], section);
+    // The order of sections does not matter for parsing; validation runs afterwards.
+    for (int s = 0; CONFIG_SECTIONS[s].name; s++) {
+        const CNode *section = cnode_get(root, CONFIG_SECTIONS[s].name);
+        if (section) convert_section(cfg, marks, CONFIG_SECTIONS[s].name, section);
     }
 }
 

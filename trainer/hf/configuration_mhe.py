@@ -1,9 +1,10 @@
 # Hugging Face configuration for mhetrain models whose attention has no stock transformers class
 # (every type but `mha`, or a non-standard norm placement / head size).  `mhetrain export`
-# copies this file next to config.json; load with trust_remote_code=True.
+# copies this file next to config.json; load with trust_remote_code=True.  The attention type's
+# own keys (kv_groups, collab_dim, latent_dim, ...) are kept as given (PretrainedConfig stores
+# extra keyword arguments) and resolved and checked by the type's module (attention/<type>.py)
+# when the model is built.
 from transformers import PretrainedConfig
-
-ATTENTION_TYPES = ("mha", "sha", "mhe_add", "mhe_mul", "mqa", "gqa", "el_att", "skv", "collab")
 
 
 class MheConfig(PretrainedConfig):
@@ -24,16 +25,12 @@ class MheConfig(PretrainedConfig):
         hidden_act=None,
         layer_norm_eps=None,
         attention_type="mha",
-        kv_groups=1,
-        collab_dim=None,
         hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1,
         **kwargs,
     ):
         if arch not in ("bert", "gpt"):
             raise ValueError(f"MheConfig: arch must be 'bert' or 'gpt', got {arch!r}")
-        if attention_type not in ATTENTION_TYPES:
-            raise ValueError(f"MheConfig: unknown attention_type {attention_type!r}")
         is_bert = arch == "bert"
         self.arch = arch
         self.vocab_size = vocab_size
@@ -49,17 +46,11 @@ class MheConfig(PretrainedConfig):
         self.hidden_act = hidden_act or ("gelu" if is_bert else "gelu_new")
         self.layer_norm_eps = layer_norm_eps if layer_norm_eps is not None else (1e-12 if is_bert else 1e-5)
         self.attention_type = attention_type
-        self.kv_groups = kv_groups
-        self.collab_dim = collab_dim or num_attention_heads * self.head_dim
         self.hidden_dropout_prob = hidden_dropout_prob
         self.attention_probs_dropout_prob = attention_probs_dropout_prob
         if self.norm_placement not in ("post", "pre"):
             raise ValueError(f"MheConfig: norm_placement must be 'post' or 'pre', got {self.norm_placement!r}")
         if self.hidden_act not in ("gelu", "gelu_new"):
             raise ValueError(f"MheConfig: hidden_act must be 'gelu' or 'gelu_new', got {self.hidden_act!r}")
-        if attention_type == "gqa" and num_attention_heads % kv_groups:
-            raise ValueError("MheConfig: kv_groups must divide num_attention_heads")
-        if attention_type == "el_att" and num_attention_heads * self.head_dim != hidden_size:
-            raise ValueError("MheConfig: el_att needs num_attention_heads * head_dim == hidden_size")
         kwargs.setdefault("tie_word_embeddings", True)
         super().__init__(**kwargs)

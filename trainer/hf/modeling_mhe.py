@@ -5,7 +5,9 @@
 # config.json; load with AutoModelFor{MaskedLM,CausalLM}.from_pretrained(dir, trust_remote_code=True).
 #
 # Every head is materialised (Q_i, K_i, V_i per head) and attention is computed literally: this
-# file favours obviously-correct over fast; the C trainer holds the fast paths.
+# file favours obviously-correct over fast; the C trainer holds the fast paths.  The per-head
+# Q_i, K_i, V_i of each type are its module in attention/ (one file per variant).
+import importlib
 import math
 
 import torch
@@ -16,11 +18,31 @@ from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
 
 from .configuration_mhe import MheConfig
 
+# `mhetrain export` ships the model's attention variant (trainer/hf/attention/<type>.py) as
+# mhe_attention.py; this static relative import is what makes transformers copy it along.
+try:
+    from .mhe_attention import NAME as _SHIPPED_NAME  # noqa: F401
 
-def _split_heads(x, heads):
-    # [B, T, heads*d] -> [B, heads, T, d]
-    B, T, _ = x.shape
-    return x.view(B, T, heads, -1).transpose(1, 2)
+    _shipped = importlib.import_module(f"{__package__}.mhe_attention")
+except ImportError:
+    _shipped = None
+
+
+def _variant(name):
+    """The module of attention type `name`: in an exported folder, the one shipped next to this
+    file as mhe_attention.py; in the mhetrain sources, trainer/hf/attention/<name>.py."""
+    if _shipped is not None and _shipped.NAME == name:
+        return _shipped
+    try:
+        return importlib.import_module(f"{__package__}.attention.{name}" if __package__ else f"attention.{name}")
+    except ImportError:
+        raise ValueError(f"unknown attention type {name!r} (no module for it next to modeling_mhe.py)") from None
+
+
+def variant_options(config, variant):
+    """The variant's own keys from the config (config.json names may differ: HF_KEYS)."""
+    raw = {k: getattr(config, variant.HF_KEYS.get(k, k), v) for k, v in variant.OPTIONS.items()}
+    return variant.resolve(raw, config.hidden_size, config.num_attention_heads, config.head_dim)
 
 
 class MheAttention(nn.Module):
@@ -29,81 +51,20 @@ class MheAttention(nn.Module):
         D, n, d = config.hidden_size, config.num_attention_heads, config.head_dim
         self.kind = config.attention_type
         self.heads, self.head_dim = n, d
-        self.groups = config.kv_groups
+        self.variant = _variant(self.kind)
+        self.options = variant_options(config, self.variant)
         self.drop = nn.Dropout(config.attention_probs_dropout_prob)
-        t = self.kind
-        if t == "mha":
-            self.q, self.k, self.v = nn.Linear(D, n * d), nn.Linear(D, n * d), nn.Linear(D, n * d)
-        elif t in ("sha", "mhe_add", "mhe_mul"):
-            self.q, self.k, self.v = nn.Linear(D, d), nn.Linear(D, d), nn.Linear(D, d)
-            if t != "sha":
-                self.head_embed = nn.ParameterDict({w: nn.Parameter(torch.zeros(n, d)) for w in "qkv"})
-        elif t == "mqa":
-            self.q, self.k, self.v = nn.Linear(D, n * d), nn.Linear(D, d), nn.Linear(D, d)
-        elif t == "gqa":
-            g = self.groups
-            self.q, self.k, self.v = nn.Linear(D, n * d), nn.Linear(D, g * d), nn.Linear(D, g * d)
-        elif t == "el_att":
-            self.q = nn.Linear(D, n * d)
-        elif t == "skv":
-            self.q, self.kv = nn.Linear(D, n * d), nn.Linear(D, n * d)
-        elif t == "collab":
-            Dt = config.collab_dim
-            self.q, self.k = nn.Linear(D, Dt), nn.Linear(D, Dt)
-            self.mix = nn.Parameter(torch.ones(n, Dt))
-            self.content_bias = nn.Parameter(torch.zeros(n, D))  # row i = W_cb[:, i]
-            self.v = nn.Linear(D, n * d)
-        else:
-            raise ValueError(f"unknown attention type {t!r}")
+        self.variant.build(self, D, n, d, self.options)
         self.o = nn.Linear(n * d, D)
-
-    def _per_head(self, x):
-        """Q_i, K_i, V_i as [B, n, T, d] (K/V may have 1 or g heads; broadcast below)."""
-        n, t = self.heads, self.kind
-        if t in ("sha", "mhe_add", "mhe_mul"):
-            q, k, v = (p(x).unsqueeze(1) for p in (self.q, self.k, self.v))  # [B, 1, T, d]
-            if t == "mhe_add":
-                e = self.head_embed
-                q, k, v = (z + e[w][None, :, None, :] for z, w in ((q, "q"), (k, "k"), (v, "v")))
-            elif t == "mhe_mul":
-                e = self.head_embed
-                q, k, v = (z * (1 + e[w][None, :, None, :]) for z, w in ((q, "q"), (k, "k"), (v, "v")))
-            else:
-                q, k, v = (z.expand(-1, n, -1, -1) for z in (q, k, v))
-            return q, k, v
-        q = _split_heads(self.q(x), n)
-        if t == "mha":
-            return q, _split_heads(self.k(x), n), _split_heads(self.v(x), n)
-        if t == "mqa":
-            return q, self.k(x).unsqueeze(1), self.v(x).unsqueeze(1)
-        if t == "gqa":
-            # K/V head j serves query heads j*(n/g) ... (j+1)*(n/g)-1.
-            rep = n // self.groups
-            k = _split_heads(self.k(x), self.groups).repeat_interleave(rep, dim=1)
-            v = _split_heads(self.v(x), self.groups).repeat_interleave(rep, dim=1)
-            return q, k, v
-        if t == "el_att":
-            kv = _split_heads(x, n)  # K_i = V_i = X[:, i*d:(i+1)*d]
-            return q, kv, kv
-        if t == "skv":
-            kv = _split_heads(self.kv(x), n)
-            return q, kv, kv
-        raise AssertionError(t)
 
     def forward(self, x, allowed):
         """x [B, T, D]; allowed [B, 1, T, T] bool (query r may attend key j)."""
         B, T, _ = x.shape
         scale = 1.0 / math.sqrt(self.head_dim)
-        if self.kind == "collab":
-            q = self.q(x).unsqueeze(1) * self.mix[None, :, None, :]  # [B, n, T, Dt]
-            k = self.k(x).unsqueeze(1)  # [B, 1, T, Dt]
-            scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-            key_bias = torch.matmul(x, self.content_bias.t())  # [B, T, n]: per key j and head i
-            scores = scores + key_bias.permute(0, 2, 1).unsqueeze(2)
-            v = _split_heads(self.v(x), self.heads)
-        else:
-            q, k, v = self._per_head(x)
-            scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+        q, k, v, key_bias = self.variant.per_head(self, x, self.heads, self.head_dim, self.options)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+        if key_bias is not None:
+            scores = scores + key_bias
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
         probs = self.drop(torch.softmax(scores, dim=-1))
         heads = torch.matmul(probs, v.expand(B, self.heads, T, -1) if v.shape[1] == 1 else v)
@@ -190,9 +151,7 @@ class MhePreTrainedModel(PreTrainedModel):
             for p in module.parameters(recurse=False):
                 p.data.normal_(0.0, std)
         elif isinstance(module, MheAttention):
-            if hasattr(module, "mix"):
-                module.mix.data.fill_(1.0)
-                module.content_bias.data.normal_(0.0, std)
+            module.variant.init_weights(module, std)
         elif isinstance(module, MheMlmHead):
             module.bias.data.zero_()
 

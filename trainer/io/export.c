@@ -89,20 +89,30 @@ static int find_modeling_dir(char *out) {
     return -1;
 }
 
-void export_copy_modeling_files(const char *dir) {
-    char src_dir[EXPORT_PATH_MAX], src[EXPORT_PATH_MAX], dst[EXPORT_PATH_MAX];
+static void copy_file(const char *src, const char *dst) {
+    size_t len;
+    char *text = mhe_read_file(src, &len);
+    FILE *f = fopen(dst, "wb");
+    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("export: cannot write %s", dst);
+    free(text);
+}
+
+void export_copy_modeling_files(const char *dir, const Config *cfg) {
+    char src_dir[EXPORT_PATH_MAX], src[EXPORT_PATH_MAX], dst[EXPORT_PATH_MAX], rel[EXPORT_PATH_MAX];
     if (find_modeling_dir(src_dir) != 0)
         mhe_fatal("export: cannot find modeling_mhe.py (set MHE_HF_DIR to the folder trainer/hf of the mhetrain "
                   "sources)");
     for (size_t i = 0; i < sizeof MODELING_FILES / sizeof MODELING_FILES[0]; i++) {
         path_join(src, src_dir, MODELING_FILES[i]);
         path_join(dst, dir, MODELING_FILES[i]);
-        size_t len;
-        char *text = mhe_read_file(src, &len);
-        FILE *f = fopen(dst, "wb");
-        if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("export: cannot write %s", dst);
-        free(text);
+        copy_file(src, dst);
     }
+    // The model's attention variant (attention/<type>.py) goes along as mhe_attention.py, the
+    // name modeling_mhe.py imports (transformers copies only statically imported files).
+    snprintf(rel, sizeof rel, "attention/%s.py", attention_type_name(cfg->attention.type));
+    path_join(src, src_dir, rel);
+    path_join(dst, dir, "mhe_attention.py");
+    copy_file(src, dst);
 }
 
 static const char *format_label(ExportFormat f) {
@@ -190,7 +200,7 @@ void export_run(const ExportOptions *opt) {
     export_write_weights(&cfg, &t, params, format, path);
     path_join(path, opt->out_dir, "config.json");
     export_write_config(&cfg, format, tok, path);
-    if (format == EXPORT_MHETRAIN) export_copy_modeling_files(opt->out_dir);
+    if (format == EXPORT_MHETRAIN) export_copy_modeling_files(opt->out_dir, &cfg);
     if (tok) export_write_tokenizer(tok, &cfg, opt->out_dir);
     path_join(path, opt->out_dir, "README.md");
     export_write_card(&cfg, format, dir, tok != NULL, path);

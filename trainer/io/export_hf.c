@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "trainer/io/export.h"
 #include "trainer/io/safetensors.h"
+#include "trainer/model/attention/variant.h"
 
 // Tensors handed to StFile are not copied: derived ones (transposes, fused q|k|v) are owned
 // here until the file is written.
@@ -107,6 +108,8 @@ static void bert_name(const char *canon, char *out, size_t n) {
     }
     mhe_fatal("export: internal error: no BertForMaskedLM name for %s", canon);
 }
+
+void export_bert_name(const char *canon, char *out, size_t n) { bert_name(canon, out, n); }
 
 // BertForMaskedLM: same layout, renamed.  cls.predictions.decoder.{weight,bias} are tied to the
 // word embeddings and cls.predictions.bias, so (as save_pretrained does) they are not written.
@@ -255,6 +258,8 @@ static void gpt2_config(cJSON *o, const Config *cfg) {
     cJSON_AddBoolToObject(o, "use_cache", 1);
 }
 
+static void put_number(void *obj, const char *key, double value) { cJSON_AddNumberToObject(obj, key, value); }
+
 static void mhetrain_config(cJSON *o, const Config *cfg) {
     const ModelConfig *m = &cfg->model;
     const int bert = m->arch == ARCH_BERT;
@@ -268,8 +273,8 @@ static void mhetrain_config(cJSON *o, const Config *cfg) {
     cJSON_AddStringToObject(map, bert ? "AutoModelForMaskedLM" : "AutoModelForCausalLM", target);
     cJSON_AddStringToObject(o, "arch", arch_name(m->arch));
     cJSON_AddStringToObject(o, "attention_type", attention_type_name(cfg->attention.type));
-    cJSON_AddNumberToObject(o, "kv_groups", cfg->attention.groups);
-    cJSON_AddNumberToObject(o, "collab_dim", cfg->attention.collab_dim);
+    const AttnVariant *v = attn_variant(cfg->attention.type);
+    if (v->export_keys) v->export_keys(cfg, put_number, o);  // e.g. kv_groups, latent_dim
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
     cJSON_AddNumberToObject(o, "hidden_size", m->hidden);
     cJSON_AddNumberToObject(o, "num_hidden_layers", m->layers);

@@ -5,8 +5,6 @@
 #include "common/error.h"
 #include "trainer/model/model_internal.h"
 
-AttnPlan attn_plan_for(const Config *cfg, int fast);
-
 static size_t find(const ParamTable *t, const char *fmt, int l) {
     char name[PARAM_NAME_MAX];
     snprintf(name, sizeof name, fmt, l);
@@ -31,21 +29,15 @@ static void lookup_params(Model *m) {
     m->lp = mhe_calloc((size_t)m->cfg.model.layers, sizeof *m->lp);
     for (int l = 0; l < m->cfg.model.layers; l++) {
         LayerParams *p = &m->lp[l];
-        p->wq = find(t, "layers.%d.attn.q.weight", l);
-        p->bq = find(t, "layers.%d.attn.q.bias", l);
-        p->wk = find(t, "layers.%d.attn.k.weight", l);
-        p->bk = find(t, "layers.%d.attn.k.bias", l);
-        p->wv = find(t, "layers.%d.attn.v.weight", l);
-        p->bv = find(t, "layers.%d.attn.v.bias", l);
-        p->wkv = find(t, "layers.%d.attn.kv.weight", l);
-        p->bkv = find(t, "layers.%d.attn.kv.bias", l);
+        AttnTensor at[ATTN_MAX_TENSORS];
+        const int count = m->variant->tensors(&m->cfg, at);
+        for (int i = 0; i < count; i++) {
+            char name[PARAM_NAME_MAX];
+            snprintf(name, sizeof name, "layers.%d.attn.%s", l, at[i].name);
+            p->attn[i] = param_offset(t, name);
+        }
         p->wo = find(t, "layers.%d.attn.o.weight", l);
         p->bo = find(t, "layers.%d.attn.o.bias", l);
-        p->eq = find(t, "layers.%d.attn.head_embed.q", l);
-        p->ek = find(t, "layers.%d.attn.head_embed.k", l);
-        p->ev = find(t, "layers.%d.attn.head_embed.v", l);
-        p->mix = find(t, "layers.%d.attn.mix", l);
-        p->wcb = find(t, "layers.%d.attn.content_bias", l);
         p->ln1_g = find(t, "layers.%d.ln1.weight", l);
         p->ln1_b = find(t, "layers.%d.ln1.bias", l);
         p->ln2_g = find(t, "layers.%d.ln2.weight", l);
@@ -83,6 +75,7 @@ static void layout(Model *m, Bump *b) {
     const int qc = imax(p0.qc, p1.qc), kc = imax(p0.kc, p1.kc), vc = imax(p0.vc, p1.vc);
     const int qhc = imax(p0.qhc, p1.qhc), khc = imax(p0.khc, p1.khc), vhc = imax(p0.vhc, p1.vhc);
     const int kbias = p0.key_bias || p1.key_bias, small = imax(p0.small, p1.small);
+    const int extra = imax(p0.extra, p1.extra);
     size_t saved = 0, scratch = 0;
     for (int fast = 0; fast < 2; fast++) {
         AttnPlan pl = fast ? p1 : p0;
@@ -126,6 +119,7 @@ static void layout(Model *m, Bump *b) {
         a->vh = take(b, N * vhc);
         a->kbias = kbias ? take(b, N * n) : NULL;
         a->small = take(b, (size_t)small);
+        a->extra = take(b, N * extra);
         a->att_saved = take(b, saved);
         a->ctx = take(b, N * nd);
         a->r1 = take(b, N * D);
@@ -158,16 +152,18 @@ static void layout(Model *m, Bump *b) {
     m->dC = take(b, N * D);
     m->dY = take(b, N * D);
     m->dF = take(b, N * F);
-    // el_att's dK, dV are [N, D] slices of the input's gradient layout.
+    // Keys/values read from the input (el_att) have [N, D] gradients; values read from the
+    // key buffer (skv) have the key's width.
     m->dq = take(b, N * qc);
-    m->dk = take(b, N * imax(kc, p0.el_att ? D : 0));
-    m->dv = take(b, N * imax(vc, p0.el_att || p0.skv ? imax(D, kc) : 0));
+    m->dk = take(b, N * imax(kc, p0.k_src == ATTN_SRC_INPUT ? D : 0));
+    m->dv = take(b, N * imax(vc, p0.v_src != ATTN_SRC_OWN ? imax(D, kc) : 0));
     m->dqh = take(b, N * qhc);
     m->dkh = take(b, N * khc);
     m->dvh = take(b, N * vhc);
     m->dkbias = kbias ? take(b, N * n) : NULL;
     m->dctx = take(b, N * nd);
     m->dsmall = take(b, (size_t)imax(small, 1));
+    m->dextra = take(b, N * extra);
     m->att_scratch = take(b, scratch);
 }
 
@@ -181,6 +177,7 @@ Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) 
     m->max_batch = max_batch;
     m->max_seq = max_seq;
     m->fast_path = cfg->attention.fast_path;
+    m->variant = attn_variant(cfg->attention.type);
     m->plan = attn_plan_for(&m->cfg, m->fast_path);
     param_table_build(&m->table, cfg);
     lookup_params(m);
@@ -267,16 +264,24 @@ void model_download_logits(const Model *m, float *host) {
 size_t model_arena_bytes(const Model *m) { return m->arena_floats * sizeof(float); }
 size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }
 
-// Forward flops; the backward costs twice the forward for every product.
+// The flops the step computes: the forward's products, and twice each of them in the backward
+// (DESIGN.md §9: MFU counts only what the step computes, so it can never exceed 100%).  When
+// the core shares one Q and one K across the heads, the score product is computed once per
+// sequence, not once per head.  The MLM head runs on the scored rows only: the count of the
+// last forward of this shape, or before any forward the expected count N * mask_prob.
 double model_step_flops(const Model *m, int B, int T) {
     const ModelConfig *mc = &m->cfg.model;
     const double N = (double)B * T, D = mc->hidden, F = mc->ffn, V = mc->vocab_size;
     const AttnPlan *pl = &m->plan;
     const double n = mc->heads, nd = n * mc->head_dim;
-    double layer = 2 * N * D * (pl->qc + pl->kc + pl->vc + (pl->key_bias ? n : 0)) + 2 * N * nd * D + 4 * N * D * F +
-                   2 * B * n * (double)T * T * (pl->qk_dim + pl->v_dim);
-    // The head runs on the rows of the last forward when that forward had this shape.
-    const double R = (m->B == B && m->T == T && m->head_rows > 0) ? m->head_rows : N;
+    const double score_heads = pl->q_heads == 1 && pl->k_heads == 1 ? 1 : n;
+    // Projections: the variant's count, or D-input projections of the plan's widths.
+    const double proj = pl->proj_macs > 0 ? pl->proj_macs : D * (pl->qc + pl->kc + pl->vc + (pl->key_bias ? n : 0));
+    double layer = 2 * N * proj + 2 * N * nd * D + 4 * N * D * F +
+                   2 * B * (double)T * T * (score_heads * pl->qk_dim + n * pl->v_dim);
+    double R = N;
+    if (m->B == B && m->T == T && m->head_rows > 0) R = m->head_rows;
+    else if (m->cfg.objective.type == OBJ_MLM && !m->full_logits) R = N * m->cfg.objective.mask_prob;
     double fwd = mc->layers * layer + 2 * R * D * V + (mc->arch == ARCH_BERT ? 2 * R * D * D : 0);
     return 3 * fwd;
 }

@@ -2,30 +2,19 @@
 #ifndef MHE_TRAINER_MODEL_INTERNAL_H
 #define MHE_TRAINER_MODEL_INTERNAL_H
 
+#include "trainer/model/attention/variant.h"
 #include "trainer/model/model.h"
 
 #define NO_PARAM ((size_t)-1)
 
-// Offsets (floats) of one layer's tensors; NO_PARAM when the type has no such tensor.
+// Offsets (floats) of one layer's tensors: the variant's own (in its tensors() order), then
+// the shared output projection, norms and FFN.
 typedef struct {
-    size_t wq, bq, wk, bk, wv, bv, wkv, bkv, wo, bo;
-    size_t eq, ek, ev;            // mhe head embeddings [n, d]
-    size_t mix, wcb;              // collab [n, D~], [n, D]
+    size_t attn[ATTN_MAX_TENSORS];
+    size_t wo, bo;
     size_t ln1_g, ln1_b, ln2_g, ln2_b;
     size_t up_w, up_b, down_w, down_b;
 } LayerParams;
-
-// How the attention sublayer maps onto the core: widths of the projections (0 = none), of
-// the per-head tensors materialised before the core (0 = none), and the core's head sharing.
-typedef struct {
-    int qc, kc, vc;               // projection output columns (k/v: kv for skv)
-    int qhc, khc, vhc;            // materialised per-head columns
-    int q_heads, k_heads, v_heads, qk_dim, v_dim;
-    int key_bias;                 // core gets a [N, n] key bias
-    int out_scale, out_shift;
-    int el_att, skv;
-    int small;                    // floats of per-layer small tensors (1+e, products)
-} AttnPlan;
 
 typedef struct {
     float *x;                     // layer input [N, D] (previous output)
@@ -35,6 +24,7 @@ typedef struct {
     float *qh, *kh, *vh;
     float *kbias;                 // [N, n]
     float *small;                 // AttnPlan.small floats
+    float *extra;                 // [N, AttnPlan.extra]: the variant's saved latents
     float *att_saved;
     float *ctx;                   // [N, n*d]
     float *r1;                    // post: LN1 input x + drop(attn); pre: h = x + drop(attn)
@@ -51,6 +41,7 @@ struct Model {
     Backend *be;
     int max_batch, max_seq;
     int fast_path;
+    const AttnVariant *variant;
     AttnPlan plan;
     float *params, *grads;
     LayerParams *lp;
@@ -78,6 +69,7 @@ struct Model {
     // backward scratch
     float *dA, *dB, *dC, *dY, *dF;
     float *dq, *dk, *dv, *dqh, *dkh, *dvh, *dkbias, *dctx, *dsmall;
+    float *dextra;                // [N, AttnPlan.extra]
     float *att_scratch;
 
     // last forward
@@ -91,6 +83,7 @@ struct Model {
 };
 
 AttnPlan attn_plan(const Config *cfg);
+AttnPlan attn_plan_for(const Config *cfg, int fast);
 // AttnShape of layer l for the current (B, T).
 AttnShape attn_shape(const Model *m, const LayerActs *a);
 // out [N, D] = attention sublayer (before dropout) of a->a_in.
@@ -107,5 +100,8 @@ void linear_backward(Backend *be, const float *dy, const float *x, const float *
 
 #define MP(m, off) ((m)->params + (off))
 #define MG(m, off) ((m)->grads + (off))
+// Parameter / gradient of tensor i of layer l's attention variant.
+#define AP(m, l, i) MP(m, (m)->lp[l].attn[i])
+#define AG(m, l, i) MG(m, (m)->lp[l].attn[i])
 
 #endif

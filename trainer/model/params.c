@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "trainer/model/attention/variant.h"
 
 static void add(ParamTable *t, ParamKind kind, int layer, int in_attn, int rows, int cols,
                 const char *fmt, ...) {
@@ -44,55 +45,18 @@ static void layernorm(ParamTable *t, int layer, int dim, const char *prefix) {
     add(t, PARAM_NORM, layer, 0, dim, 0, "%s.bias", prefix);
 }
 
+// The layer's attention tensors: the variant's own (trainer/model/attention/), then `o`.
 static void attention(ParamTable *t, const Config *cfg, int l) {
-    const int D = cfg->model.hidden, n = cfg->model.heads, d = cfg->model.head_dim;
+    const int D = cfg->model.hidden, nd = cfg->model.heads * cfg->model.head_dim;
+    AttnTensor at[ATTN_MAX_TENSORS];
+    const int count = attn_variant(cfg->attention.type)->tensors(cfg, at);
+    for (int i = 0; i < count; i++) {
+        add(t, at[i].kind, l, 1, at[i].rows, at[i].cols, "layers.%d.attn.%s", l, at[i].name);
+        t->tensors[t->count - 1].init_center = at[i].init_center;
+    }
     char p[PARAM_NAME_MAX];
-#define LIN(out, in, what)                                   \
-    do {                                                     \
-        snprintf(p, sizeof p, "layers.%d.attn.%s", l, what); \
-        linear(t, l, 1, out, in, p);                         \
-    } while (0)
-    switch (cfg->attention.type) {
-    case ATTN_MHA:
-        LIN(n * d, D, "q"); LIN(n * d, D, "k"); LIN(n * d, D, "v");
-        break;
-    case ATTN_SHA:
-        LIN(d, D, "q"); LIN(d, D, "k"); LIN(d, D, "v");
-        break;
-    case ATTN_MHE_ADD:
-    case ATTN_MHE_MUL:
-        LIN(d, D, "q"); LIN(d, D, "k"); LIN(d, D, "v");
-        add(t, PARAM_HEAD_EMBED, l, 1, n, d, "layers.%d.attn.head_embed.q", l);
-        add(t, PARAM_HEAD_EMBED, l, 1, n, d, "layers.%d.attn.head_embed.k", l);
-        add(t, PARAM_HEAD_EMBED, l, 1, n, d, "layers.%d.attn.head_embed.v", l);
-        break;
-    case ATTN_MQA:
-        LIN(n * d, D, "q"); LIN(d, D, "k"); LIN(d, D, "v");
-        break;
-    case ATTN_GQA:
-        LIN(n * d, D, "q");
-        LIN(cfg->attention.groups * d, D, "k");
-        LIN(cfg->attention.groups * d, D, "v");
-        break;
-    case ATTN_EL_ATT:
-        LIN(n * d, D, "q");
-        break;
-    case ATTN_SKV:
-        LIN(n * d, D, "q"); LIN(n * d, D, "kv");
-        break;
-    case ATTN_COLLAB: {
-        const int Dt = cfg->attention.collab_dim;
-        LIN(Dt, D, "q"); LIN(Dt, D, "k");
-        add(t, PARAM_HEAD_EMBED, l, 1, n, Dt, "layers.%d.attn.mix", l);
-        add(t, PARAM_WEIGHT, l, 1, n, D, "layers.%d.attn.content_bias", l);
-        LIN(n * d, D, "v");
-        break;
-    }
-    default:
-        assert(!"unknown attention type");
-    }
-    LIN(D, n * d, "o");
-#undef LIN
+    snprintf(p, sizeof p, "layers.%d.attn.o", l);
+    linear(t, l, 1, D, nd, p);
 }
 
 void param_table_build(ParamTable *t, const Config *cfg) {
@@ -178,12 +142,11 @@ void param_init(const ParamTable *t, const Config *cfg, float *params, uint64_t 
             switch (p->kind) {
             case PARAM_BIAS: w[j] = 0.0f; break;
             case PARAM_NORM: w[j] = is_gain ? 1.0f : 0.0f; break;
-            case PARAM_HEAD_EMBED: {
-                // collab mixing vectors start at 1 (all heads see the full shared space).
-                int is_mix = strstr(p->name, ".mix") != NULL;
-                w[j] = (float)((is_mix ? 1.0 : 0.0) + cfg->attention.embed_std * rng_next_normal(&r));
+            case PARAM_HEAD_EMBED:
+                // Centred where the variant says (collab's mixing vectors at 1: every head
+                // starts seeing the full shared space; MHE's embeddings at 0).
+                w[j] = (float)((double)p->init_center + cfg->attention.embed_std * rng_next_normal(&r));
                 break;
-            }
             default:
                 w[j] = (float)((is_residual_projection(p->name) ? resid_std : std) * rng_next_normal(&r));
             }

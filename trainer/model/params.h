@@ -26,6 +26,7 @@ typedef struct {
     ParamKind kind;
     int layer;                  // transformer layer, -1 for embeddings and head
     int in_attention;           // belongs to an attention sublayer
+    float init_center;          // PARAM_HEAD_EMBED: mean of its initial values
 } ParamTensor;
 
 typedef struct {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comm/grad_reducer.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/rng.h"
@@ -16,7 +17,6 @@
 #include "kernels/ops.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train/evaluate.h"
-#include "trainer/train/grad_sync.h"
 #include "trainer/io/metrics.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
@@ -39,12 +39,13 @@ typedef struct {
     int n_micro;
     float *params, *grads;      // backend memory
     float *host_params;         // host mirror (the CPU backend's own buffer)
-    float *host_grads;          // where MPI reduces: the CPU backend's own buffer, else staging
     float *dev_m, *dev_v, *dev_u;  // device optimizer state (non-host backends)
     DeviceComm *dcomm;          // NCCL between GPUs (dist.backend auto|nccl on a device)
     OptimState opt_state;       // this rank's range (ZeRO-1) or the whole buffer
-    ZeroShards zero;
-    GradSync *sync;
+    GradReducer *reducer;       // MPI buckets / ZeRO-1 / MPI staged / NCCL: chosen in setup
+    const GradShards *zero;     // the reducer's ranges: this rank's optimizer range
+    GradDevice device;          // device gradients: the backend's copies, NCCL when present
+    GradPiece *pieces;          // the parameter table as the reducer sees it
     int64_t step, total_steps, start_step;
     double peak_gflops;         // all ranks together; <= 0 unknown
     double flops_per_step;
@@ -70,10 +71,30 @@ static char *config_to_yaml(const Config *cfg) {
 }
 
 
+// The backward stage after which tensor i's gradient is final.  Layer tensors: their layer.
+// Tensors outside the layers: the head and final norm (after the layers in the table) are done
+// first, stage n_layers; the embeddings (before the layers) last, stage -1 -- the tied word
+// embedding also receives the head's gradient but is only final after the embedding backward.
+static int ready_stage(const ParamTable *t, int i, int n_layers) {
+    const ParamTensor *p = &t->tensors[i];
+    if (p->layer >= 0) return p->layer;
+    for (int j = 0; j < i; j++)
+        if (t->tensors[j].layer >= 0) return n_layers;
+    return -1;
+}
+
+static void dev_allreduce(void *dcomm, float *buf, size_t n) { device_comm_allreduce_sum(dcomm, buf, n); }
+static void dev_to_host(void *be, float *host, const float *dev, size_t n) {
+    ((Backend *)be)->download(be, host, dev, n * sizeof(float));
+}
+static void dev_to_device(void *be, float *dev, const float *host, size_t n) {
+    ((Backend *)be)->upload(be, dev, host, n * sizeof(float));
+}
+
 static Backend *make_backend(const Config *cfg, Comm *comm) {
     if (cfg->runtime.device == DEVICE_CUDA)
         return backend_cuda_create_for(comm_local_rank(comm), cfg->runtime.precision == PREC_BF16);
-    return backend_cpu_create(cfg->runtime.threads);
+    return backend_cpu_create_for(cfg->runtime.threads, cfg->runtime.precision == PREC_BF16);
 }
 
 static int64_t total_steps_of(const Config *cfg) {
@@ -87,19 +108,19 @@ static void restore(Trainer *t, const char *dir, int weights_only) {
     CheckpointState st = {0};
     // Checkpoints hold the whole optimizer state; under ZeRO-1 rank 0 reads it and scatters.
     OptimState full = {0};
-    if (t->zero.enabled && !weights_only && t->rank == 0) optim_state_init(&full, t->table, 0, t->table->total);
+    if (t->zero->enabled && !weights_only && t->rank == 0) optim_state_init(&full, t->table, 0, t->table->total);
     if (t->rank == 0) {
         if (weights_only) {
             checkpoint_load_weights(dir, t->table, t->host_params);
         } else {
-            checkpoint_load(dir, t->table, t->host_params, t->zero.enabled ? &full : &t->opt_state, &st);
+            checkpoint_load(dir, t->table, t->host_params, t->zero->enabled ? &full : &t->opt_state, &st);
             fprintf(stderr, "resumed from %s (step %lld, saved by %d worker%s)\n", dir, (long long)st.step,
                     st.world_size, st.world_size == 1 ? "" : "s");
         }
     }
     comm_broadcast(t->comm, t->host_params, t->table->total * sizeof(float), 0);
-    if (!weights_only && t->zero.enabled) {
-        zero_scatter_state(&t->zero, t->comm, &full, &t->opt_state);
+    if (!weights_only && t->zero->enabled) {
+        zero_scatter_state(t->zero, t->comm, &full, &t->opt_state);
         comm_broadcast(t->comm, &st.step, sizeof st.step, 0);
         t->step = st.step;
     } else if (!weights_only) {
@@ -127,9 +148,9 @@ static void save(Trainer *t) {
     }
     OptimState full = {0};
     const OptimState *opt = &t->opt_state;
-    if (t->zero.enabled) {
+    if (t->zero->enabled) {
         if (t->rank == 0) optim_state_init(&full, t->table, 0, t->table->total);
-        zero_gather_state(&t->zero, t->comm, &t->opt_state, &full);
+        zero_gather_state(t->zero, t->comm, &t->opt_state, &full);
         opt = &full;
     }
     if (t->rank == 0) {
@@ -173,22 +194,32 @@ static void setup(Trainer *t) {
     t->n_micro = loader_micro_batches(t->train, t->world);
     t->micro = mhe_calloc((size_t)t->n_micro, sizeof *t->micro);
     for (int i = 0; i < t->n_micro; i++) t->micro[i] = loader_batch_alloc(t->train);
-    zero_init(&t->zero, t->comm, t->table->total, cfg->dist.zero == 1);
-    optim_state_init(&t->opt_state, t->table, t->zero.begin, t->zero.end);
-    if (!is_host_backend(t->be)) {
-        if (t->zero.enabled) mhe_fail("%s: dist.zero: 1 needs runtime.device: cpu in this version", cfg->source);
-        size_t bytes = (t->zero.end - t->zero.begin) * sizeof(float);
+    const int host = is_host_backend(t->be);
+    if (!host && cfg->dist.zero == 1) mhe_fail("%s: dist.zero: 1 needs runtime.device: cpu in this version", cfg->source);
+    if (!host && cfg->dist.backend != DIST_MPI && t->world > 1)
+        t->dcomm = device_comm_create(comm_mpi_handle(t->comm), t->be, cfg->dist.timeout_s);
+    t->device = (GradDevice){.ctx = t->be, .to_host = dev_to_host, .to_device = dev_to_device};
+    if (t->dcomm) {
+        t->device.ctx = t->dcomm;
+        t->device.allreduce = dev_allreduce;
+    }
+    t->pieces = mhe_calloc((size_t)t->table->count + 1, sizeof *t->pieces);
+    for (int i = 0; i < t->table->count; i++)
+        t->pieces[i] = (GradPiece){t->table->tensors[i].offset, t->table->tensors[i].numel,
+                                   ready_stage(t->table, i, cfg->model.layers)};
+    GradReducerSpec spec = {.grads = t->grads, .total = t->table->total, .pieces = t->pieces,
+                            .n_pieces = t->table->count, .bucket_mb = cfg->dist.bucket_mb,
+                            .zero = cfg->dist.zero == 1, .device = host ? NULL : &t->device};
+    t->reducer = grad_reducer_create(t->comm, &spec);
+    grad_reducer_set_overlap(t->reducer, !t->opt->no_overlap);
+    t->zero = grad_reducer_shards(t->reducer);
+    optim_state_init(&t->opt_state, t->table, t->zero->begin, t->zero->end);
+    if (!host) {
+        size_t bytes = (t->zero->end - t->zero->begin) * sizeof(float);
         t->dev_m = t->be->alloc(t->be, bytes);
         t->dev_v = t->be->alloc(t->be, bytes);
         t->dev_u = t->be->alloc(t->be, bytes);
-        t->host_grads = mhe_malloc(t->table->total * sizeof(float));
-        if (cfg->dist.backend != DIST_MPI && t->world > 1)
-            t->dcomm = device_comm_create(comm_mpi_handle(t->comm), t->be, cfg->dist.timeout_s);
-    } else {
-        t->host_grads = t->grads;
     }
-    t->sync = grad_sync_create(t->comm, t->table, cfg->model.layers, t->host_grads, cfg->dist.bucket_mb);
-    grad_sync_set_overlap(t->sync, !t->opt->no_overlap);
     t->total_steps = total_steps_of(cfg);
 
     // Weights: resume > init_from > fresh initialisation (identical on every rank by seed).
@@ -218,7 +249,7 @@ static void setup(Trainer *t) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     t->flops_per_step = model_step_flops(t->model, B, T) * t->n_micro * t->world;
     if (is_host_backend(t->be)) {
-        double mine = peak_sgemm_gflops(1024, 5);
+        double mine = peak_matmul_gflops(t->be, 1024, 5);
         comm_allreduce_sum_f64(t->comm, &mine, 1);
         t->peak_gflops = mine;
     }
@@ -237,17 +268,13 @@ static void setup(Trainer *t) {
                 t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
         fprintf(stderr,
                 "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
-                "activations %.1f MiB | sgemm ceiling %.1f GFLOP/s\n"
+                "activations %.1f MiB | matmul ceiling %.1f GFLOP/s\n"
                 "device %s | gradients all-reduced by %s\n",
                 model_state_bytes(t->model) / 1048576.0,
-                2.0 * (t->zero.end - t->zero.begin) * sizeof(float) / 1048576.0, t->zero.enabled,
-                2 * (t->zero.end - t->zero.begin) * sizeof(float),
+                2.0 * (t->zero->end - t->zero->begin) * sizeof(float) / 1048576.0, t->zero->enabled,
+                2 * (t->zero->end - t->zero->begin) * sizeof(float),
                 model_arena_bytes(t->model) / 1048576.0, t->peak_gflops, t->be->name,
-                t->world == 1 ? "nobody (one worker)"
-                : t->dcomm    ? "NCCL on device buffers"
-                : t->dev_m    ? "MPI through host staging"
-                : t->zero.enabled ? "MPI reduce-scatter + all-gather (ZeRO-1)"
-                                  : "MPI in buckets overlapped with the backward pass");
+                grad_reducer_describe(t->reducer));
     }
     if (t->valid) {
         LoaderBatch probe = loader_batch_alloc(t->valid);
@@ -269,14 +296,13 @@ static void teardown(Trainer *t) {
     for (int i = 0; i < t->n_micro; i++) loader_batch_free(&t->micro[i]);
     free(t->micro);
     free(t->eval_logits);
-    grad_sync_free(t->sync);
     optim_state_free(&t->opt_state);
-    zero_free(&t->zero);
+    grad_reducer_free(t->reducer);
+    free(t->pieces);
     loader_close(t->train);
     if (t->valid) loader_close(t->valid);
     if (!is_host_backend(t->be)) {
         free(t->host_params);
-        free(t->host_grads);
         device_comm_free(t->dcomm);
         t->be->free(t->be, t->dev_m);
         t->be->free(t->be, t->dev_v);
@@ -310,7 +336,7 @@ static void evaluate(Trainer *t) {
     tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals);
 }
 
-static void bucket_ready(void *sync, int stage) { grad_sync_stage_done(sync, stage); }
+static void bucket_ready(void *reducer, int stage) { grad_reducer_stage_done(reducer, stage); }
 
 // LAMB's per-tensor norms when tensors straddle ZeRO shards.
 static void sum_across_ranks(double *norms, int n, void *comm) { comm_allreduce_sum_f64(comm, norms, (size_t)n); }
@@ -340,22 +366,11 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
                       b->seq_len, 1);
         loss_sum += model_loss_sum(t->model);
         // The last micro-batch completes the gradients: reduce buckets as they become final.
-        int overlap = i == t->n_micro - 1 && !t->zero.enabled && t->host_grads == t->grads;
-        model_set_backward_hook(t->model, overlap ? bucket_ready : NULL, t->sync);
+        int overlap = i == t->n_micro - 1 && grad_reducer_overlaps(t->reducer);
+        model_set_backward_hook(t->model, overlap ? bucket_ready : NULL, t->reducer);
         model_backward(t->model, divisor);
     }
-    if (t->zero.enabled) {
-        zero_reduce_grads(&t->zero, t->comm, t->grads);
-    } else if (t->dcomm) {
-        device_comm_allreduce_sum(t->dcomm, t->grads, t->table->total);
-    } else if (t->host_grads != t->grads) {
-        // Device gradients reach MPI through host staging (the NCCL path reduces in place).
-        t->be->download(t->be, t->host_grads, t->grads, t->table->total * sizeof(float));
-        grad_sync_finish(t->sync);
-        t->be->upload(t->be, t->grads, t->host_grads, t->table->total * sizeof(float));
-    } else {
-        grad_sync_finish(t->sync);
-    }
+    grad_reducer_finish(t->reducer);
     counts[1] = loss_sum;
     comm_allreduce_sum_f64(t->comm, counts + 1, 1);
     const double loss = counts[1] / divisor;
@@ -364,10 +379,10 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         t->be->upload(t->be, t->grads, &nan, sizeof nan);
     }
     // Under ZeRO-1 each rank holds the reduced gradients of its range only.
-    float *g = t->grads + t->zero.begin;
-    const size_t gn = t->zero.end - t->zero.begin;
+    float *g = t->grads + t->zero->begin;
+    const size_t gn = t->zero->end - t->zero->begin;
     double sq = t->be->sum_squares(t->be, g, gn);
-    if (t->zero.enabled) comm_allreduce_sum_f64(t->comm, &sq, 1);
+    if (t->zero->enabled) comm_allreduce_sum_f64(t->comm, &sq, 1);
     const double gnorm = sqrt(sq);
     const double lr = schedule_lr(&cfg->optim, t->step, t->total_steps);
     *loss_out = loss;
@@ -375,7 +390,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
     *lr_out = lr;
     if (!isfinite(loss) || !isfinite(gnorm)) return cfg->train.on_nonfinite == NONFINITE_STOP ? 2 : 1;
     const float coef = optim_clip_coef(gnorm, cfg->optim.clip_norm);
-    OptimReduceFn reduce = t->zero.enabled ? sum_across_ranks : NULL;
+    OptimReduceFn reduce = t->zero->enabled ? sum_across_ranks : NULL;
     if (t->dev_m) {
         optim_step_backend(t->be, &t->opt_state, &cfg->optim, t->table, t->params, t->grads, t->dev_m, t->dev_v,
                            t->dev_u, (float)lr, coef, reduce, t->comm);
@@ -383,7 +398,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         if (coef < 1.0f) t->be->scale(t->be, g, coef, gn);
         optim_step(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr, reduce, t->comm);
     }
-    if (t->zero.enabled) zero_gather_params(&t->zero, t->comm, t->params);
+    grad_reducer_gather_params(t->reducer, t->params);
     return 0;
 }
 

@@ -1,0 +1,168 @@
+#include "comm/grad_reducer.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+
+typedef struct {
+    size_t begin, end;  // float range of the gradient buffer
+    int ready_stage;    // the bucket is final once this backward stage is done
+    int handle;         // comm request, -1 when not started
+} Bucket;
+
+typedef enum { WAY_BUCKETS, WAY_ZERO, WAY_STAGED, WAY_DEVICE } Way;
+
+struct GradReducer {
+    Comm *comm;
+    Way way;
+    int world;
+    float *grads;       // the backward pass's buffer
+    size_t total;
+    GradDevice device;  // copied from the spec (WAY_STAGED, WAY_DEVICE)
+    float *host;        // WAY_STAGED: host copy the buckets reduce; else grads
+    Bucket *buckets;    // WAY_BUCKETS, WAY_STAGED
+    int n_buckets;
+    int next;           // buckets [0, next) have started (they are ordered by ready_stage)
+    int overlap;
+    GradShards shards;
+    float *shard;       // WAY_ZERO: reduce-scatter output scratch, end - begin floats
+};
+
+// Every rank's range: equal ceil(total/world) slices under ZeRO-1, else the whole buffer.
+static void shards_init(GradShards *z, Comm *comm, size_t total, int enabled) {
+    memset(z, 0, sizeof *z);
+    z->enabled = enabled;
+    const int world = comm_world(comm), rank = comm_rank(comm);
+    z->counts = mhe_calloc((size_t)world, sizeof *z->counts);
+    z->displs = mhe_calloc((size_t)world, sizeof *z->displs);
+    size_t per = enabled ? (total + (size_t)world - 1) / (size_t)world : total;
+    if (per > INT_MAX) mhe_fatal("ZeRO shard of %zu floats exceeds an MPI count; use more ranks", per);
+    for (int r = 0; r < world; r++) {
+        size_t b = enabled ? (size_t)r * per : 0, e = b + per;
+        if (b > total) b = total;
+        if (e > total) e = total;
+        z->counts[r] = (int)(e - b);
+        z->displs[r] = (int)b;
+    }
+    z->begin = (size_t)z->displs[rank];
+    z->end = z->begin + (size_t)z->counts[rank];
+}
+
+// Buckets from the pieces, walked from the end of the buffer: the order backward finishes them.
+static void buckets_init(GradReducer *r, const GradReducerSpec *s) {
+    size_t cap = s->bucket_mb > 0 ? (size_t)(s->bucket_mb * 1024.0 * 1024.0 / sizeof(float)) : s->total;
+    if (cap == 0) cap = 1;
+    r->buckets = mhe_calloc((size_t)s->n_pieces + 1, sizeof *r->buckets);
+    for (int i = s->n_pieces - 1; i >= 0; i--) {
+        const GradPiece *p = &s->pieces[i];
+        Bucket *b = r->n_buckets ? &r->buckets[r->n_buckets - 1] : NULL;
+        // A bucket is a contiguous range whose pieces become final together or earlier; it is
+        // ready at the latest (smallest) stage of its pieces.
+        if (b && b->end - b->begin + p->numel <= cap && b->begin == p->offset + p->numel) {
+            b->begin = p->offset;
+            if (p->stage < b->ready_stage) b->ready_stage = p->stage;
+        } else {
+            b = &r->buckets[r->n_buckets++];
+            b->begin = p->offset;
+            b->end = p->offset + p->numel;
+            b->ready_stage = p->stage;
+        }
+        b->handle = -1;
+    }
+    // Ready stages are non-increasing along the bucket list; make it strictly monotone so a
+    // prefix of buckets is always what can start.
+    for (int k = 1; k < r->n_buckets; k++)
+        if (r->buckets[k].ready_stage > r->buckets[k - 1].ready_stage)
+            r->buckets[k].ready_stage = r->buckets[k - 1].ready_stage;
+}
+
+GradReducer *grad_reducer_create(Comm *comm, const GradReducerSpec *s) {
+    GradReducer *r = mhe_calloc(1, sizeof *r);
+    r->comm = comm;
+    r->world = comm_world(comm);
+    r->grads = s->grads;
+    r->total = s->total;
+    r->overlap = 1;
+    if (s->zero && s->device) mhe_fatal("ZeRO-1 reduces host gradients only");
+    shards_init(&r->shards, comm, s->total, s->zero);
+    r->host = s->grads;
+    if (s->device) {
+        r->device = *s->device;
+        r->way = s->device->allreduce ? WAY_DEVICE : WAY_STAGED;
+        if (r->way == WAY_STAGED) r->host = mhe_malloc(s->total * sizeof(float));
+    } else {
+        r->way = s->zero ? WAY_ZERO : WAY_BUCKETS;
+    }
+    if (r->way == WAY_ZERO) r->shard = mhe_malloc((r->shards.end - r->shards.begin + 1) * sizeof(float));
+    if (r->way == WAY_BUCKETS || r->way == WAY_STAGED) buckets_init(r, s);
+    return r;
+}
+
+void grad_reducer_free(GradReducer *r) {
+    if (!r) return;
+    if (r->host != r->grads) free(r->host);
+    free(r->buckets);
+    free(r->shard);
+    free(r->shards.counts);
+    free(r->shards.displs);
+    free(r);
+}
+
+const GradShards *grad_reducer_shards(const GradReducer *r) { return &r->shards; }
+int grad_reducer_overlaps(const GradReducer *r) { return r->way == WAY_BUCKETS; }
+void grad_reducer_set_overlap(GradReducer *r, int on) { r->overlap = on; }
+int grad_reducer_bucket_count(const GradReducer *r) { return r->n_buckets; }
+
+const char *grad_reducer_describe(const GradReducer *r) {
+    if (r->world == 1) return "nobody (one worker)";
+    switch (r->way) {
+    case WAY_DEVICE: return "NCCL on device buffers";
+    case WAY_STAGED: return "MPI through host staging";
+    case WAY_ZERO: return "MPI reduce-scatter + all-gather (ZeRO-1)";
+    default: return "MPI in buckets overlapped with the backward pass";
+    }
+}
+
+static void start(GradReducer *r, Bucket *b) {
+    b->handle = comm_allreduce_start_f32(r->comm, r->host + b->begin, b->end - b->begin);
+}
+
+void grad_reducer_stage_done(GradReducer *r, int stage) {
+    if (r->way != WAY_BUCKETS || !r->overlap) return;
+    while (r->next < r->n_buckets && r->buckets[r->next].ready_stage >= stage) start(r, &r->buckets[r->next++]);
+    // MPI advances non-blocking collectives only inside MPI calls: poll once per stage.
+    comm_progress(r->comm);
+}
+
+static void buckets_finish(GradReducer *r) {
+    while (r->next < r->n_buckets) start(r, &r->buckets[r->next++]);
+    for (int k = 0; k < r->n_buckets; k++) {
+        comm_wait(r->comm, r->buckets[k].handle);
+        r->buckets[k].handle = -1;
+    }
+    r->next = 0;
+}
+
+void grad_reducer_finish(GradReducer *r) {
+    switch (r->way) {
+    case WAY_BUCKETS: buckets_finish(r); break;
+    case WAY_ZERO: {
+        const GradShards *z = &r->shards;
+        comm_reduce_scatter_f32(r->comm, r->grads, r->shard, z->counts);
+        memcpy(r->grads + z->begin, r->shard, (z->end - z->begin) * sizeof(float));
+        break;
+    }
+    case WAY_STAGED:
+        r->device.to_host(r->device.ctx, r->host, r->grads, r->total);
+        buckets_finish(r);
+        r->device.to_device(r->device.ctx, r->grads, r->host, r->total);
+        break;
+    case WAY_DEVICE: r->device.allreduce(r->device.ctx, r->grads, r->total); break;
+    }
+}
+
+void grad_reducer_gather_params(GradReducer *r, float *params) {
+    if (r->way == WAY_ZERO) comm_allgatherv_f32(r->comm, params, r->shards.counts, r->shards.displs);
+}

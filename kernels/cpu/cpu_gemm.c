@@ -1,0 +1,280 @@
+// Every matmul of the CPU backend goes through cpu_gemm: oneDNN's matmul primitive (its C API),
+// fp32 or bf16 x bf16 -> fp32.  oneDNN picks the ISA at run time (brgemm AVX-512, AVX2, ...),
+// so one binary is right on any x86-64.  Primitives are created once per shape and cached:
+// creation costs tens of microseconds to milliseconds (kernel JIT), execution of the small
+// per-head products of attention only a few microseconds.
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#define DNNL_OK(call)                                                                       \
+    do {                                                                                    \
+        dnnl_status_t st_ = (call);                                                         \
+        if (st_ != dnnl_success) mhe_fatal("oneDNN: %s failed (status %d)", #call, (int)st_); \
+    } while (0)
+
+// One cached primitive: the key is everything its creation depends on.
+typedef struct {
+    int ta, tb, M, N, K, lda, ldb, ldc, bf16;
+    float alpha, beta;
+} GemmKey;
+
+typedef struct GemmEntry {
+    GemmKey key;
+    dnnl_primitive_t prim;          // NULL: oneDNN has no kernel for it (bf16 on an old CPU)
+    dnnl_memory_t *mem;             // per thread: src, weights, dst, scratchpad (NULL: none)
+    void **scratch;                 // per thread scratchpad buffers (user scratchpad mode)
+    size_t scratch_bytes;
+    struct GemmEntry *next;
+} GemmEntry;
+
+#define GEMM_BUCKETS 1024
+// The MLM head's row count changes from batch to batch (the scored positions), so shapes keep
+// arriving during training; past this many primitives the cache is emptied (outside parallel
+// regions only, where no other thread can be executing one) and refills with the live shapes.
+#define GEMM_CACHE_MAX 384
+struct CpuGemm {
+    dnnl_engine_t engine;
+    dnnl_stream_t *streams;         // one per thread: executions from parallel loops never share one
+    int threads;
+    int native_bf16;                // the CPU has bf16 dot-product instructions
+    pthread_mutex_t lock;           // guards the cache's buckets (lookups are cheap next to a product)
+    GemmEntry *buckets[GEMM_BUCKETS];
+    int entries;
+    uint16_t **bf16_buf;            // per thread operand copies rounded to bf16 (grow-only)
+    size_t *bf16_elems;
+};
+
+static int key_eq(const GemmKey *a, const GemmKey *b) { return memcmp(a, b, sizeof *a) == 0; }
+static unsigned key_hash(const GemmKey *k) {
+    const unsigned char *p = (const unsigned char *)k;
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 16777619u;
+    return h % GEMM_BUCKETS;
+}
+
+CpuGemm *cpu_gemm_create(int threads) {
+    CpuGemm *g = mhe_calloc(1, sizeof *g);
+    g->threads = threads;
+    DNNL_OK(dnnl_engine_create(&g->engine, dnnl_cpu, 0));
+    g->streams = mhe_calloc((size_t)threads, sizeof *g->streams);
+    for (int t = 0; t < threads; t++)
+        DNNL_OK(dnnl_stream_create(&g->streams[t], g->engine, dnnl_stream_default_flags));
+    pthread_mutex_init(&g->lock, NULL);
+    g->bf16_buf = mhe_calloc((size_t)threads, sizeof *g->bf16_buf);
+    g->bf16_elems = mhe_calloc((size_t)threads, sizeof *g->bf16_elems);
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    g->native_bf16 = isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+    return g;
+}
+
+static void free_entries(CpuGemm *g) {
+    for (int b = 0; b < GEMM_BUCKETS; b++) {
+        for (GemmEntry *e = g->buckets[b], *next; e; e = next) {
+            next = e->next;
+            for (int t = 0; t < g->threads; t++) {
+                for (int i = 0; i < 4; i++)
+                    if (e->mem[t * 4 + i]) dnnl_memory_destroy(e->mem[t * 4 + i]);
+                free(e->scratch[t]);
+            }
+            if (e->prim) dnnl_primitive_destroy(e->prim);
+            free(e->mem);
+            free(e->scratch);
+            free(e);
+        }
+        g->buckets[b] = NULL;
+    }
+    g->entries = 0;
+}
+
+void cpu_gemm_destroy(CpuGemm *g) {
+    if (!g) return;
+    free_entries(g);
+    for (int t = 0; t < g->threads; t++) {
+        dnnl_stream_destroy(g->streams[t]);
+        free(g->bf16_buf[t]);
+    }
+    dnnl_engine_destroy(g->engine);
+    pthread_mutex_destroy(&g->lock);
+    free(g->streams);
+    free(g->bf16_buf);
+    free(g->bf16_elems);
+    free(g);
+}
+
+int cpu_gemm_native_bf16(const CpuGemm *g) { return g->native_bf16; }
+
+// Row-major op(X) of `rows` x `cols` stored with leading dimension ld (transposed: stored
+// [cols, rows]): strides of the logical matrix.
+static void plain_md(dnnl_memory_desc_t *md, int rows, int cols, int trans, int ld,
+                     dnnl_data_type_t dt) {
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
+    DNNL_OK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides));
+}
+
+static GemmEntry *create_entry(CpuGemm *g, const GemmKey *k) {
+    GemmEntry *e = mhe_calloc(1, sizeof *e);
+    e->key = *k;
+    e->mem = mhe_calloc((size_t)g->threads * 4, sizeof *e->mem);
+    e->scratch = mhe_calloc((size_t)g->threads, sizeof *e->scratch);
+    const dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t a, b, c;
+    plain_md(&a, k->M, k->K, k->ta, k->lda, in);
+    plain_md(&b, k->K, k->N, k->tb, k->ldb, in);
+    plain_md(&c, k->M, k->N, 0, k->ldc, dnnl_f32);
+    dnnl_matmul_desc_t md;
+    DNNL_OK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
+    dnnl_primitive_attr_t attr;
+    DNNL_OK(dnnl_primitive_attr_create(&attr));
+    // User scratchpad: each thread passes its own, so one primitive may run in several
+    // threads at once (attention runs per-head products inside a parallel loop).
+    DNNL_OK(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+    if (k->alpha != 1.0f) DNNL_OK(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha));
+    if (k->beta != 0.0f) {
+        // C = alpha AB + beta C: the sum post-op reads C before the primitive overwrites it.
+        dnnl_post_ops_t po;
+        DNNL_OK(dnnl_post_ops_create(&po));
+        DNNL_OK(dnnl_post_ops_append_sum(po, k->beta));
+        DNNL_OK(dnnl_primitive_attr_set_post_ops(attr, po));
+        dnnl_post_ops_destroy(po);
+    }
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, g->engine, NULL);
+    dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) {
+        if (!k->bf16) mhe_fatal("oneDNN: no fp32 matmul for %dx%dx%d (status %d)", k->M, k->N, k->K, (int)st);
+        return e;  // bf16 without a kernel: the caller computes the rounded operands in fp32
+    }
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+    DNNL_OK(dnnl_primitive_create(&e->prim, pd));
+    for (int t = 0; t < g->threads; t++) {
+        dnnl_memory_t *m = e->mem + t * 4;
+        DNNL_OK(dnnl_memory_create(&m[0], &a, g->engine, DNNL_MEMORY_NONE));
+        DNNL_OK(dnnl_memory_create(&m[1], &b, g->engine, DNNL_MEMORY_NONE));
+        DNNL_OK(dnnl_memory_create(&m[2], &c, g->engine, DNNL_MEMORY_NONE));
+        if (e->scratch_bytes) {
+            e->scratch[t] = aligned_alloc(64, (e->scratch_bytes + 63) / 64 * 64);
+            if (!e->scratch[t]) mhe_fatal("out of memory allocating a oneDNN scratchpad");
+            DNNL_OK(dnnl_memory_create(&m[3], sp, g->engine, e->scratch[t]));
+        }
+    }
+    dnnl_primitive_desc_destroy(pd);
+    return e;
+}
+
+static GemmEntry *lookup(CpuGemm *g, const GemmKey *k) {
+    const unsigned h = key_hash(k);
+    pthread_mutex_lock(&g->lock);
+    GemmEntry *e = g->buckets[h];
+    while (e && !key_eq(&e->key, k)) e = e->next;
+    if (!e) {
+        if (g->entries >= GEMM_CACHE_MAX && !omp_in_parallel()) free_entries(g);
+        g->entries++;
+        e = create_entry(g, k);
+        e->next = g->buckets[h];
+        g->buckets[h] = e;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return e;
+}
+
+// fp32 -> bf16, round to nearest even (NaN stays NaN: its quiet bit is set first).
+static inline uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// X stored as `rows` rows of `cols` values, leading dimension ld -> contiguous bf16.  Split
+// over the threads when large (a serial pass over an activation would idle the other cores);
+// inside a parallel loop (attention) the pragma's region runs on the calling thread.
+static void pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out) {
+#pragma omp parallel for schedule(dynamic, 16) if ((size_t)rows * cols >= (1u << 17))
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * ld;
+        uint16_t *o = out + (size_t)r * cols;
+#pragma omp simd
+        for (int c = 0; c < cols; c++) o[c] = to_bf16(xr[c]);
+    }
+}
+
+void cpu_round_bf16(const float *x, float *out, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) out[i] = from_bf16(to_bf16(x[i]));
+}
+
+static uint16_t *thread_bf16(CpuGemm *g, int t, size_t elems) {
+    if (elems > g->bf16_elems[t]) {
+        free(g->bf16_buf[t]);
+        g->bf16_buf[t] = aligned_alloc(64, (elems * 2 + 63) / 64 * 64);
+        if (!g->bf16_buf[t]) mhe_fatal("out of memory allocating %zu bf16 values", elems);
+        g->bf16_elems[t] = elems;
+    }
+    return g->bf16_buf[t];
+}
+
+static void execute(CpuGemm *g, GemmEntry *e, int t, const void *A, const void *B, float *C) {
+    dnnl_memory_t *m = e->mem + t * 4;
+    DNNL_OK(dnnl_memory_set_data_handle(m[0], (void *)A));
+    DNNL_OK(dnnl_memory_set_data_handle(m[1], (void *)B));
+    DNNL_OK(dnnl_memory_set_data_handle(m[2], C));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
+                               {DNNL_ARG_SCRATCHPAD, m[3]}};
+    DNNL_OK(dnnl_primitive_execute(e->prim, g->streams[t], m[3] ? 4 : 3, args));
+    DNNL_OK(dnnl_stream_wait(g->streams[t]));
+}
+
+void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : C[(size_t)i * ldc + j] * beta;
+        return;
+    }
+    const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
+    // Per-thread streams, memory objects and scratch exist for the backend's threads only.
+    if (t >= g->threads) mhe_fatal("cpu_gemm called from OpenMP thread %d of a team wider than the backend's %d threads", t, g->threads);
+    if (!bf16) {
+        GemmKey k = {ta, tb, M, N, K, lda, ldb, ldc, 0, alpha, beta};
+        execute(g, lookup(g, &k), t, A, B, C);
+        return;
+    }
+    // bf16: the operands are rounded into contiguous per-thread copies (same orientation,
+    // leading dimension = stored row length), products accumulate in fp32.
+    const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+    const size_t na = (size_t)arows * acols, nb = (size_t)brows * bcols;
+    GemmKey k = {ta, tb, M, N, K, acols, bcols, ldc, 1, alpha, beta};
+    GemmEntry *e = lookup(g, &k);
+    if (e->prim) {
+        uint16_t *ha = thread_bf16(g, t, na + nb), *hb = ha + na;
+        pack_bf16(A, arows, acols, lda, ha);
+        pack_bf16(B, brows, bcols, ldb, hb);
+        execute(g, e, t, ha, hb, C);
+        return;
+    }
+    // No bf16 kernel on this CPU: the same arithmetic (bf16-rounded operands, fp32 products
+    // and sums) through the fp32 primitive.
+    float *fa = (float *)thread_bf16(g, t, 2 * (na + nb)), *fb = fa + na;
+#pragma omp parallel for schedule(dynamic, 16) if (na >= (1u << 17))
+    for (int r = 0; r < arows; r++) cpu_round_bf16(A + (size_t)r * lda, fa + (size_t)r * acols, acols);
+#pragma omp parallel for schedule(dynamic, 16) if (nb >= (1u << 17))
+    for (int r = 0; r < brows; r++) cpu_round_bf16(B + (size_t)r * ldb, fb + (size_t)r * bcols, bcols);
+    GemmKey kf = {ta, tb, M, N, K, acols, bcols, ldc, 0, alpha, beta};
+    execute(g, lookup(g, &kf), t, fa, fb, C);
+}

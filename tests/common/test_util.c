@@ -1,0 +1,63 @@
+// Fixtures shared by the C tests (test_util.h).
+#include "tests/common/test_util.h"
+
+#include <math.h>
+
+#include "kernels/ops.h"
+
+void tiny_config(Config *cfg, Arch arch, AttentionType type, TinyShape shape) {
+    config_defaults(cfg);
+    cfg->model.arch = arch;
+    cfg->model.layers = shape.layers;
+    cfg->model.hidden = shape.hidden;
+    cfg->model.heads = shape.heads;
+    cfg->model.head_dim = shape.head_dim;
+    cfg->model.ffn = shape.ffn;
+    cfg->model.vocab_size = shape.vocab_size;
+    cfg->model.max_seq = shape.max_seq;
+    cfg->model.init_std = shape.init_std;
+    cfg->attention.type = type;
+    cfg->data.seq_len = 0;
+}
+
+double rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double rel_l2_or_abs(const float *a, const float *ref, size_t n, int *is_abs) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    *is_abs = sqrt(den) < 1e-6;
+    return *is_abs ? sqrt(num) : sqrt(num / den);
+}
+
+double rel_max(const float *a, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - ref[i]);
+        if (d > num) num = d;
+        if (fabs(ref[i]) > den) den = fabs(ref[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+
+int cpu_backend_setup(void **state) {
+    *state = backend_cpu_create(0);
+    return *state ? 0 : -1;
+}
+
+int cpu_backend_teardown(void **state) {
+    Backend *be = *state;
+    be->destroy(be);
+    return 0;
+}

@@ -1,0 +1,38 @@
+// Fixtures shared by the C tests: small model configs, norm-wise and max-wise relative errors,
+// and the CPU-backend group setup/teardown for cmocka.  Linked as mhe_testutil.
+#ifndef MHE_TESTS_TEST_UTIL_H
+#define MHE_TESTS_TEST_UTIL_H
+
+#include <stddef.h>
+
+#include "trainer/config/config.h"
+
+// The shape of a test model; every field is what config.h calls it.
+typedef struct {
+    int layers, hidden, heads, head_dim, ffn, vocab_size, max_seq;
+    float init_std;
+} TinyShape;
+
+// The model of the oracle tests: 2 layers, D = 12, n = 4 (d = D/n), FFN 20, V = 17, 9 positions,
+// weights N(0, 0.2²) so that a few layers still move the logits.
+#define TINY_SHAPE ((TinyShape){2, 12, 4, 0, 20, 17, 9, 0.2f})
+
+// config_defaults, then arch, attention type and shape, with data.seq_len 0 (= max_seq).
+// Not resolved: callers set what else they need and call config_resolve.
+void tiny_config(Config *cfg, Arch arch, AttentionType type, TinyShape shape);
+
+// ‖a − ref‖₂ / ‖ref‖₂ in double precision (‖a − ref‖₂ when ref is all zeros).
+double rel_l2(const float *a, const float *ref, size_t n);
+
+// ‖a − ref‖₂ / ‖ref‖₂, or the absolute ‖a − ref‖₂ when ‖ref‖₂ < 1e-6 (tensors that are zero
+// up to rounding, where a relative error means nothing); *is_abs says which it returned.
+double rel_l2_or_abs(const float *a, const float *ref, size_t n, int *is_abs);
+
+// max|a − ref| / max|ref| (max|a − ref| when ref is all zeros).
+double rel_max(const float *a, const float *ref, size_t n);
+
+// cmocka group setup/teardown: *state is a CPU backend with the OpenMP default thread count.
+int cpu_backend_setup(void **state);
+int cpu_backend_teardown(void **state);
+
+#endif

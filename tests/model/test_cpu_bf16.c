@@ -1,0 +1,242 @@
+// The CPU backend's bf16 mode (runtime.precision: bf16) op by op against its fp32 counterpart
+// and against independent double-precision oracles.
+//   matmul: equals the double product of the operands rounded to bf16 (the oracle rounds with
+//     frexp/nearbyint, not the backend's bit trick) within 1e-5 relative (fp32 accumulation),
+//     and the fp32 product within 1e-2 relative (Frobenius): bf16 keeps 8 significant bits,
+//     so each operand carries a relative rounding error up to 2^-9 ≈ 2e-3.
+//   attention core forward and backward (per-head and shared scores; causal, key mask,
+//     dropout, key bias, output scale): within 1e-2 relative of the fp32 backend (bf16 inputs
+//     to the score, P V and all backward products; the softmax and its statistics stay fp32).
+//   the primitive cache: right results across its refill (hundreds of shapes).
+// Run also with ONEDNN_MAX_CPU_ISA=AVX2 (tests.cmake): no bf16 kernel, the emulated path.
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/ops.h"
+
+typedef struct {
+    Backend *f32, *bf16;
+} Fixture;
+
+static float *random_floats(size_t n, uint64_t seed, double scale) {
+    float *x = mhe_malloc(n * sizeof *x);
+    Rng r = rng_stream(seed, 7, 1);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_next_normal(&r));
+    return x;
+}
+
+// Nearest bf16 (8 significant bits), ties to even: nearbyint in the default rounding mode.
+static double oracle_bf16(float x) {
+    if (x == 0.0f || !isfinite(x)) return x;
+    int e;
+    double m = frexp((double)x, &e);  // |m| in [0.5, 1)
+    return ldexp(nearbyint(ldexp(m, 8)), e - 8);
+}
+
+static double rel_err(const float *x, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += (x[i] - ref[i]) * (x[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+static double rel_err_f(const float *x, const float *ref, size_t n) {
+    double *r = mhe_malloc(n * sizeof *r);
+    for (size_t i = 0; i < n; i++) r[i] = ref[i];
+    double e = rel_err(x, r, n);
+    free(r);
+    return e;
+}
+
+static void check_matmul(const Fixture *f, int ta, int tb, int M, int N, int K, float beta) {
+    const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+    const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = random_floats(na, 11 + ta, 1.0), *B = random_floats(nb, 13 + tb, 1.0), *C0 = random_floats(nc, 17, 1.0);
+    float *C = mhe_malloc(nc * sizeof *C), *Cf = mhe_malloc(nc * sizeof *Cf);
+    double *rounded = mhe_calloc(nc, sizeof *rounded);
+    memcpy(C, C0, nc * sizeof *C);
+    memcpy(Cf, C0, nc * sizeof *Cf);
+    const float alpha = 0.75f;
+    f->bf16->matmul(f->bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    f->f32->matmul(f->f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cf, ldc);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += oracle_bf16(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]) *
+                     oracle_bf16(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+            rounded[(size_t)i * ldc + j] = alpha * s + beta * C0[(size_t)i * ldc + j];
+        }
+    // Compare the M x N block only (columns beyond N must be untouched).
+    for (int i = 0; i < M; i++)
+        for (int j = N; j < ldc; j++) {
+            assert_true(C[(size_t)i * ldc + j] == C0[(size_t)i * ldc + j]);
+            rounded[(size_t)i * ldc + j] = C0[(size_t)i * ldc + j];
+            Cf[(size_t)i * ldc + j] = C0[(size_t)i * ldc + j];
+        }
+    const double e_round = rel_err(C, rounded, nc), e_f32 = rel_err_f(C, Cf, nc);
+    print_message("bf16 matmul ta=%d tb=%d %dx%dx%d beta=%g: vs rounded-operand oracle %.2e, vs fp32 %.2e\n",
+                  ta, tb, M, N, K, beta, e_round, e_f32);
+    assert_true(e_round <= 1e-5);
+    assert_true(e_f32 <= 1e-2);
+    assert_true(e_f32 >= 1e-5);  // it did round: bf16 is not fp32
+    free(A);
+    free(B);
+    free(C0);
+    free(C);
+    free(Cf);
+    free(rounded);
+}
+
+static void test_matmul_bf16(void **state) {
+    const Fixture *f = *state;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_matmul(f, ta, tb, 37, 29, 53, 0.0f);
+            check_matmul(f, ta, tb, 150, 140, 130, 1.0f);
+        }
+    check_matmul(f, 0, 1, 64, 48, 0 + 96, 0.5f);
+}
+
+// One attention configuration run on both backends; forward outputs and all gradients compared.
+static void check_attention(const Fixture *f, int shared, int causal, float dropout, int extras) {
+    AttnShape s = {0};
+    s.B = 2, s.T = 48, s.n_heads = 4;
+    s.q_heads = s.k_heads = shared ? 1 : 4;
+    s.v_heads = 4;
+    s.qk_dim = 16, s.v_dim = 16;
+    s.ldq = s.q_heads * s.qk_dim, s.ldk = s.k_heads * s.qk_dim, s.ldv = s.v_heads * s.v_dim;
+    s.scale = 0.25f;
+    s.causal = causal;
+    s.dropout = dropout;
+    s.seed = 99, s.offset = 3;
+    const int BT = s.B * s.T, n = s.n_heads;
+    const size_t nq = (size_t)BT * s.ldq, nk = (size_t)BT * s.ldk, nv = (size_t)BT * s.ldv, no = (size_t)BT * n * s.v_dim;
+    float *q = random_floats(nq, 21, 1.0), *k = random_floats(nk, 22, 1.0), *v = random_floats(nv, 23, 1.0);
+    float *dout = random_floats(no, 24, 1.0);
+    int32_t *km = mhe_malloc((size_t)BT * sizeof *km);
+    for (int i = 0; i < BT; i++) km[i] = i % 11 != 5;
+    float *kb = extras ? random_floats((size_t)BT * n, 25, 0.5) : NULL;
+    float *osc = extras ? random_floats((size_t)n * s.v_dim, 26, 1.0) : NULL;
+    float *osh = extras ? random_floats((size_t)n * s.v_dim, 27, 1.0) : NULL;
+    s.key_mask = km;
+    s.key_bias = kb;
+    s.out_scale = osc;
+    s.out_shift = osh;
+    Backend *bes[2] = {f->f32, f->bf16};
+    float *out[2], *dq[2], *dk[2], *dv[2], *dkb[2], *dsc[2], *dsh[2];
+    for (int p = 0; p < 2; p++) {
+        Backend *be = bes[p];
+        size_t saved_n, scratch_n;
+        be->attention_sizes(be, &s, &saved_n, &scratch_n);
+        float *saved = mhe_calloc(saved_n, sizeof(float)), *scratch = mhe_calloc(scratch_n, sizeof(float));
+        out[p] = mhe_calloc(no, sizeof(float));
+        dq[p] = mhe_calloc(nq, sizeof(float));
+        dk[p] = mhe_calloc(nk, sizeof(float));
+        dv[p] = mhe_calloc(nv, sizeof(float));
+        dkb[p] = mhe_calloc((size_t)BT * n, sizeof(float));
+        dsc[p] = mhe_calloc((size_t)n * s.v_dim, sizeof(float));
+        dsh[p] = mhe_calloc((size_t)n * s.v_dim, sizeof(float));
+        be->attention_forward(be, &s, q, k, v, out[p], saved, scratch);
+        be->attention_backward(be, &s, q, k, v, saved, dout, dq[p], dk[p], dv[p], extras ? dkb[p] : NULL,
+                               extras ? dsc[p] : NULL, extras ? dsh[p] : NULL, scratch);
+        free(saved);
+        free(scratch);
+    }
+    const double e[] = {rel_err_f(out[1], out[0], no), rel_err_f(dq[1], dq[0], nq), rel_err_f(dk[1], dk[0], nk),
+                        rel_err_f(dv[1], dv[0], nv), extras ? rel_err_f(dkb[1], dkb[0], (size_t)BT * n) : 0,
+                        extras ? rel_err_f(dsc[1], dsc[0], (size_t)n * s.v_dim) : 0};
+    print_message("bf16 attention shared=%d causal=%d dropout=%g extras=%d: out %.2e dq %.2e dk %.2e dv %.2e "
+                  "dkbias %.2e dscale %.2e\n", shared, causal, dropout, extras, e[0], e[1], e[2], e[3], e[4], e[5]);
+    for (int i = 0; i < 6; i++) assert_true(e[i] <= 1e-2);
+    assert_true(e[0] >= 1e-5);  // the bf16 path was taken
+    for (int p = 0; p < 2; p++) {
+        free(out[p]);
+        free(dq[p]);
+        free(dk[p]);
+        free(dv[p]);
+        free(dkb[p]);
+        free(dsc[p]);
+        free(dsh[p]);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+    free(km);
+    free(kb);
+    free(osc);
+    free(osh);
+}
+
+static void test_attention_bf16(void **state) {
+    const Fixture *f = *state;
+    check_attention(f, 0, 0, 0.0f, 0);
+    check_attention(f, 0, 1, 0.1f, 1);
+    check_attention(f, 1, 0, 0.0f, 1);
+    check_attention(f, 1, 1, 0.1f, 0);
+}
+
+// The primitive cache empties itself past a few hundred shapes (the MLM head's row count changes
+// every batch): 450 row counts in both precisions, each still right (bf16 against the rounded-
+// operand oracle, 1e-5), and shapes from before the refill still work.
+static void test_cache_refills(void **state) {
+    const Fixture *f = *state;
+    const int N = 24, K = 40, maxM = 450;
+    float *A = random_floats((size_t)maxM * K, 31, 1.0), *B = random_floats((size_t)N * K, 32, 1.0);
+    float *C = mhe_malloc((size_t)maxM * N * sizeof *C);
+    double *ref = mhe_malloc((size_t)maxM * N * sizeof *ref);
+    for (int pass = 0; pass < 2; pass++)
+        for (int M = 1; M <= maxM; M += pass ? 37 : 1) {
+            for (int p = 0; p < 2; p++) {
+                Backend *be = p ? f->bf16 : f->f32;
+                be->matmul(be, 0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        double sum = 0;
+                        for (int k = 0; k < K; k++)
+                            sum += p ? oracle_bf16(A[(size_t)i * K + k]) * oracle_bf16(B[(size_t)j * K + k])
+                                     : (double)A[(size_t)i * K + k] * B[(size_t)j * K + k];
+                        ref[(size_t)i * N + j] = sum;
+                    }
+                assert_true(rel_err(C, ref, (size_t)M * N) <= 1e-5);
+            }
+        }
+    free(A);
+    free(B);
+    free(C);
+    free(ref);
+}
+
+static int setup(void **state) {
+    Fixture *f = mhe_calloc(1, sizeof *f);
+    f->f32 = backend_cpu_create_for(0, 0);
+    f->bf16 = backend_cpu_create_for(0, 1);
+    *state = f;
+    return 0;
+}
+static int teardown(void **state) {
+    Fixture *f = *state;
+    f->f32->destroy(f->f32);
+    f->bf16->destroy(f->bf16);
+    free(f);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_attention_bf16),
+        cmocka_unit_test(test_cache_refills),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

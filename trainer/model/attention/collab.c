@@ -1,0 +1,55 @@
+// collab: collaborative heads (Cordonnier et al. 2020): shared W̃_Q, W̃_K ∈ R^{D×D̃}, mixing
+// vectors m_i ∈ R^{D̃} (init 1 + N(0, embed_std)), content bias W_cb ∈ R^{D×n}, per-head V:
+// S_i = (X W̃_Q ⊙ m_i)(X W̃_K)ᵀ/√d + 1·(X W_cb[:,i])ᵀ.
+#include "trainer/model/model_internal.h"
+
+enum { WQ = 0, WK = 2, MIX = 4, WCB = 5, WV = 6 };
+
+static int tensors(const Config *c, AttnTensor *t) {
+    const int D = c->model.hidden, n = c->model.heads, Dt = c->attention.collab_dim;
+    int k = attn_linear(t, 0, "q.weight", "q.bias", Dt, D);
+    k = attn_linear(t, k, "k.weight", "k.bias", Dt, D);
+    t[k++] = (AttnTensor){"mix", PARAM_HEAD_EMBED, n, Dt, 1.0f};
+    t[k++] = (AttnTensor){"content_bias", PARAM_WEIGHT, n, D, 0.0f};
+    return attn_linear(t, k, "v.weight", "v.bias", n * c->model.head_dim, D);
+}
+
+static AttnPlan plan(const Config *c, int fast) {
+    (void)fast;
+    const int n = c->model.heads, Dt = c->attention.collab_dim;
+    AttnPlan p = attn_plan_base(c);
+    p.qc = p.kc = Dt;
+    p.vc = n * c->model.head_dim;
+    p.qhc = n * Dt;
+    p.k_heads = 1;
+    p.qk_dim = Dt;
+    p.key_bias = 1;
+    return p;
+}
+
+static void forward(Model *m, int l) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const int N = m->B * m->T, D = m->cfg.model.hidden, n = m->cfg.model.heads;
+    const int Dt = m->cfg.attention.collab_dim;
+    attn_project(m, l, WQ, WK, WV);
+    be->head_expand(be, a->q, Dt, AP(m, l, MIX), NULL, N, n, Dt, a->qh);
+    // Content bias: the key's own score for head h, X W_cb[:, h] (not scaled).
+    be->matmul(be, 0, 1, N, n, D, 1.0f, a->a_in, D, AP(m, l, WCB), D, 0.0f, a->kbias, n);
+}
+
+static void backward(Model *m, int l, float *d_ain) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const int N = m->B * m->T, D = m->cfg.model.hidden, n = m->cfg.model.heads;
+    const int Dt = m->cfg.attention.collab_dim;
+    be->head_expand_backward(be, m->dqh, a->q, Dt, AP(m, l, MIX), N, n, Dt, m->dq, 0, AG(m, l, MIX), NULL);
+    linear_backward(be, m->dkbias, a->a_in, AP(m, l, WCB), N, D, n, d_ain, 1, AG(m, l, WCB), NULL);
+    attn_project_backward(m, l, WQ, WK, WV, d_ain);
+}
+
+static void export_keys(const Config *c, void (*put)(void *, const char *, double), void *ctx) {
+    put(ctx, "collab_dim", c->attention.collab_dim);
+}
+
+const AttnVariant attn_collab = {"collab", tensors, plan, forward, backward, export_keys};

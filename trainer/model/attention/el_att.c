@@ -1,0 +1,28 @@
+// el_att: per-head Q_i; no K/V projections: K_i = V_i = X[:, i·d:(i+1)·d] (needs nd = D).
+#include "trainer/model/model_internal.h"
+
+enum { WQ = 0 };
+
+static int tensors(const Config *c, AttnTensor *t) {
+    return attn_linear(t, 0, "q.weight", "q.bias", c->model.heads * c->model.head_dim, c->model.hidden);
+}
+
+static AttnPlan plan(const Config *c, int fast) {
+    (void)fast;
+    AttnPlan p = attn_plan_base(c);
+    p.qc = c->model.heads * c->model.head_dim;
+    p.k_src = p.v_src = ATTN_SRC_INPUT;
+    return p;
+}
+
+static void forward(Model *m, int l) { attn_project(m, l, WQ, -1, -1); }
+
+static void backward(Model *m, int l, float *d_ain) {
+    // The core wrote dK, dV in the input's [N, D] layout: both flow straight into it.
+    const size_t ND = (size_t)m->B * m->T * m->cfg.model.hidden;
+    m->be->axpy(m->be, 1.0f, m->dk, d_ain, ND);
+    m->be->axpy(m->be, 1.0f, m->dv, d_ain, ND);
+    attn_project_backward(m, l, WQ, -1, -1, d_ain);
+}
+
+const AttnVariant attn_el_att = {"el_att", tensors, plan, forward, backward, NULL};

@@ -1,0 +1,55 @@
+// mhe_add: shared Q, K, V; Q_i = Q + 1·e_i^Qᵀ, K_i = K + 1·e_i^Kᵀ, V_i = V + 1·e_i^Vᵀ.
+// Fast path (DESIGN.md §1): score_i = (q·k + e_i^Q·k)/√d, head_i = A_i V + e_i^V, so the core
+// runs one shared head with a per-head key bias and output shift; e^K gets no gradient.
+#include <math.h>
+
+#include "trainer/model/attention/mhe_common.h"
+
+static AttnPlan plan(const Config *c, int fast) {
+    const int n = c->model.heads, d = c->model.head_dim;
+    AttnPlan p = attn_plan_base(c);
+    p.qc = p.kc = p.vc = d;
+    if (fast) {
+        p.q_heads = p.k_heads = p.v_heads = 1;
+        p.key_bias = p.out_shift = 1;
+        p.out_tensor = MHE_EV;
+    } else {
+        p.qhc = p.khc = p.vhc = n * d;
+    }
+    return p;
+}
+
+static void forward(Model *m, int l) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim;
+    attn_project(m, l, MHE_WQ, MHE_WK, MHE_WV);
+    if (m->fast_path) {
+        // kbias[r, h] = scale * k_r · e_h^Q
+        const float scale = (float)(1.0 / sqrt((double)d));
+        be->matmul(be, 0, 1, N, n, d, scale, a->k, d, AP(m, l, MHE_EQ), d, 0.0f, a->kbias, n);
+    } else {
+        be->head_expand(be, a->q, d, NULL, AP(m, l, MHE_EQ), N, n, d, a->qh);
+        be->head_expand(be, a->k, d, NULL, AP(m, l, MHE_EK), N, n, d, a->kh);
+        be->head_expand(be, a->v, d, NULL, AP(m, l, MHE_EV), N, n, d, a->vh);
+    }
+}
+
+static void backward(Model *m, int l, float *d_ain) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim;
+    if (m->fast_path) {
+        // kbias = scale k e^Qᵀ: dk += scale dkbias e^Q; de^Q += scale dkbiasᵀ k.  e^K: none.
+        const float scale = (float)(1.0 / sqrt((double)d));
+        be->matmul(be, 0, 0, N, d, n, scale, m->dkbias, n, AP(m, l, MHE_EQ), d, 1.0f, m->dk, d);
+        be->matmul(be, 1, 0, n, d, N, scale, m->dkbias, n, a->k, d, 1.0f, AG(m, l, MHE_EQ), d);
+    } else {
+        be->head_expand_backward(be, m->dqh, a->q, d, NULL, N, n, d, m->dq, 0, NULL, AG(m, l, MHE_EQ));
+        be->head_expand_backward(be, m->dkh, a->k, d, NULL, N, n, d, m->dk, 0, NULL, AG(m, l, MHE_EK));
+        be->head_expand_backward(be, m->dvh, a->v, d, NULL, N, n, d, m->dv, 0, NULL, AG(m, l, MHE_EV));
+    }
+    attn_project_backward(m, l, MHE_WQ, MHE_WK, MHE_WV, d_ain);
+}
+
+const AttnVariant attn_mhe_add = {"mhe_add", mhe_tensors, plan, forward, backward, NULL};

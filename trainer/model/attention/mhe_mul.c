@@ -1,0 +1,63 @@
+// mhe_mul: shared Q, K, V; Q_i = Q ⊙ (1 + e_i^Q), K_i = K ⊙ (1 + e_i^K), V_i = V ⊙ (1 + e_i^V).
+// Fast path (DESIGN.md §1): Q_i K_iᵀ = (Q ⊙ m_i) Kᵀ with m_i = (1+e_i^Q)(1+e_i^K), and
+// A_i V_i = (A_i V)(1+e_i^V): K and V stay one head, the core scales its output per head.
+// `small` holds 1+e^Q, 1+e^K, 1+e^V and (fast) m, each [n, d].
+#include "trainer/model/attention/mhe_common.h"
+
+static AttnPlan plan(const Config *c, int fast) {
+    const int n = c->model.heads, d = c->model.head_dim;
+    AttnPlan p = attn_plan_base(c);
+    p.qc = p.kc = p.vc = d;
+    if (fast) {
+        p.qhc = n * d;
+        p.k_heads = p.v_heads = 1;
+        p.out_scale = 1;
+        p.out_scale_at = 2 * n * d;
+        p.out_tensor = MHE_EV;  // d(1 + e^V) = d e^V
+        p.small = 4 * n * d;
+    } else {
+        p.qhc = p.khc = p.vhc = n * d;
+        p.small = 3 * n * d;
+    }
+    return p;
+}
+
+static void forward(Model *m, int l) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim, nd = n * d;
+    float *s0 = a->small, *s1 = a->small + nd, *s2 = a->small + 2 * nd, *s3 = a->small + 3 * nd;
+    attn_project(m, l, MHE_WQ, MHE_WK, MHE_WV);
+    be->add_scalar(be, AP(m, l, MHE_EQ), 1.0f, s0, nd);
+    be->add_scalar(be, AP(m, l, MHE_EK), 1.0f, s1, nd);
+    be->add_scalar(be, AP(m, l, MHE_EV), 1.0f, s2, nd);
+    if (m->fast_path) {
+        be->mul(be, s0, s1, s3, nd);
+        be->head_expand(be, a->q, d, s3, NULL, N, n, d, a->qh);
+    } else {
+        be->head_expand(be, a->q, d, s0, NULL, N, n, d, a->qh);
+        be->head_expand(be, a->k, d, s1, NULL, N, n, d, a->kh);
+        be->head_expand(be, a->v, d, s2, NULL, N, n, d, a->vh);
+    }
+}
+
+static void backward(Model *m, int l, float *d_ain) {
+    Backend *be = m->be;
+    LayerActs *a = &m->la[l];
+    const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim, nd = n * d;
+    const float *s0 = a->small, *s1 = a->small + nd, *s2 = a->small + 2 * nd, *s3 = a->small + 3 * nd;
+    if (m->fast_path) {
+        // dm from the query scale; m = (1+e^Q)(1+e^K) splits by the product rule.
+        be->zero(be, m->dsmall, (size_t)nd * sizeof(float));
+        be->head_expand_backward(be, m->dqh, a->q, d, s3, N, n, d, m->dq, 0, m->dsmall, NULL);
+        be->mul_acc(be, m->dsmall, s1, AG(m, l, MHE_EQ), nd);
+        be->mul_acc(be, m->dsmall, s0, AG(m, l, MHE_EK), nd);
+    } else {
+        be->head_expand_backward(be, m->dqh, a->q, d, s0, N, n, d, m->dq, 0, AG(m, l, MHE_EQ), NULL);
+        be->head_expand_backward(be, m->dkh, a->k, d, s1, N, n, d, m->dk, 0, AG(m, l, MHE_EK), NULL);
+        be->head_expand_backward(be, m->dvh, a->v, d, s2, N, n, d, m->dv, 0, AG(m, l, MHE_EV), NULL);
+    }
+    attn_project_backward(m, l, MHE_WQ, MHE_WK, MHE_WV, d_ain);
+}
+
+const AttnVariant attn_mhe_mul = {"mhe_mul", mhe_tensors, plan, forward, backward, NULL};

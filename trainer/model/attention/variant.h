@@ -1,0 +1,78 @@
+// The interface every attention variant implements (one file each in this folder) and the
+// registry that lists them.  A variant is a set of projections around the generic attention
+// core (kernels/ops.h AttnShape): it names its parameter tensors, plans how its Q/K/V feed the
+// core, computes them (pre-core forward) and takes their gradients back to the layer input
+// (post-core backward).  The output projection `o`, the core and dropout are shared
+// (attention.c).  Its config keys and checks are its spec in trainer/config/attention_types.c.
+#ifndef MHE_TRAINER_MODEL_ATTENTION_VARIANT_H
+#define MHE_TRAINER_MODEL_ATTENTION_VARIANT_H
+
+#include "trainer/config/config.h"
+#include "trainer/model/params.h"
+
+typedef struct Model Model;
+
+// One of the variant's tensors of a layer, named "layers.<l>.attn.<name>".
+typedef struct {
+    const char *name;
+    ParamKind kind;
+    int rows, cols;        // cols 0: a vector
+    float init_center;     // PARAM_HEAD_EMBED: init_center + N(0, attention.embed_std)
+} AttnTensor;
+
+#define ATTN_MAX_TENSORS 16
+
+// Where the core reads K or V from.
+typedef enum {
+    ATTN_SRC_OWN,          // its own buffer (projection, or materialised per-head copy)
+    ATTN_SRC_INPUT,        // the layer input itself ([N, D]; el_att)
+    ATTN_SRC_K,            // the key buffer (V only; skv)
+} AttnSource;
+
+// How the sublayer maps onto the core: widths of the projections (0 = none), of the per-head
+// tensors materialised before the core (0 = none), and the core's head sharing.
+typedef struct {
+    int qc, kc, vc;               // projection output columns
+    int qhc, khc, vhc;            // materialised per-head columns
+    int q_heads, k_heads, v_heads, qk_dim, v_dim;
+    AttnSource k_src, v_src;
+    int key_bias;                 // core gets a [N, n] key bias
+    int out_scale, out_shift;     // core output ⊙ small[out_scale_at..] / + tensor out_tensor
+    int out_scale_at;             // offset in `small` of the [n, d] output scale
+    int out_tensor;               // variant tensor receiving d(out_scale | out_shift)
+    int small;                    // floats of per-layer small tensors (1+e, products)
+    int extra;                    // columns of a per-layer [N, extra] buffer (latents), saved
+    double proj_macs;             // multiply-adds per token of the projections (flop count)
+} AttnPlan;
+
+typedef struct {
+    const char *name;             // == its spec's name (checked by the registry)
+    // Writes the layer's tensors (before the shared `o`) into out[ATTN_MAX_TENSORS]; returns
+    // how many.  Their order is the parameter table's order.
+    int (*tensors)(const Config *cfg, AttnTensor *out);
+    AttnPlan (*plan)(const Config *cfg, int fast);
+    // Pre-core forward of layer l: from a->a_in fill the plan's q/k/v (or per-head copies),
+    // the key bias, `small` and `extra`.
+    void (*forward)(Model *m, int l);
+    // Post-core backward: given dq/dk/dv (and dkbias) from the core, accumulate into d_ain
+    // (already holding zeros or earlier terms) and into the variant's parameter gradients.
+    void (*backward)(Model *m, int l, float *d_ain);
+    // Extra keys of the exported Hugging Face config.json (besides attention_type).
+    void (*export_keys)(const Config *cfg, void (*put)(void *ctx, const char *key, double value),
+                        void *ctx);
+} AttnVariant;
+
+// The registry: ATTN_TYPE_COUNT variants in enum order (generated from MHE_ATTENTION_TYPES).
+const AttnVariant *attn_variant(AttentionType t);
+
+// Helpers for variant files.
+// Appends "<name>.weight" [out, in] and "<name>.bias" [out]; returns the new count.
+int attn_linear(AttnTensor *t, int k, const char *weight, const char *bias, int out, int in);
+// A plan with every head separate, widths 0, sources own, qk_dim = v_dim = d.
+AttnPlan attn_plan_base(const Config *cfg);
+// The projections X W + b of the plan's nonzero qc, kc, vc widths, with the (weight, bias)
+// pair at tensor index iq, ik, iv; and their backward into d_ain (q, then k, then v).
+void attn_project(Model *m, int l, int iq, int ik, int iv);
+void attn_project_backward(Model *m, int l, int iq, int ik, int iv, float *d_ain);
+
+#endif
