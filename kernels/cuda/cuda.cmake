@@ -36,7 +36,7 @@ target_compile_definitions(mhecuda_emu PUBLIC MHE_CUDA_EMU=1)
 target_include_directories(mhecuda_emu PUBLIC ${CMAKE_SOURCE_DIR})
 target_include_directories(mhecuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${MHE_NCCL_INCLUDE_DIR})
 target_compile_options(mhecuda_emu PUBLIC -fsanitize=address -fno-omit-frame-pointer)
-# #pragma unroll is a hint to nvcc; the host compiler of the emulation does not know it.
+# nvcc's `#pragma unroll` means nothing to g++; the emulated build ignores it.
 target_compile_options(mhecuda_emu PRIVATE -Werror -Wno-unknown-pragmas)
 target_link_options(mhecuda_emu PUBLIC -fsanitize=address)
 target_link_libraries(mhecuda_emu PUBLIC mhe_kernels PkgConfig::OPENBLAS MPI::MPI_C pthread)

@@ -10,14 +10,14 @@ if(TARGET mhecuda_emu)
   add_executable(test_cuda_parity ${CMAKE_CURRENT_LIST_DIR}/test_cuda_parity.c)
   target_link_libraries(test_cuda_parity PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
-  set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300)
+  set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 600)
 
   # The cost model in record-only mode: per-call bytes/FLOPs vs hand figures, step FLOPs vs
   # model_step_flops.
   add_executable(test_cuda_cost ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost.c)
   target_link_libraries(test_cuda_cost PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_cost COMMAND test_cuda_cost)
-  set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120)
+  set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
 
   add_executable(test_cuda_model ${CMAKE_CURRENT_LIST_DIR}/test_cuda_model.c)
   target_link_libraries(test_cuda_model PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
@@ -49,7 +49,7 @@ if(TARGET mhecuda_emu)
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 900)
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
-  set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_model_variants
+  set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
     test_cuda_train_end_to_end test_cuda_cost APPEND PROPERTY LABELS cuda)
   set_property(TEST test_cuda_emu_reduce test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job

@@ -5,12 +5,9 @@ set_tests_properties(train_corpus_fixture PROPERTIES FIXTURES_SETUP train_corpus
 foreach(name resume_is_bit_exact resume_bf16_is_bit_exact sigterm_checkpoints_and_resumes init_from_loads_weights_only nonfinite_policy world_sizes_agree zero1_matches_zero0 dead_rank_ends_job)
   add_test(NAME test_train_${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/train/test_${name}.sh)
   set_tests_properties(test_train_${name} PROPERTIES FIXTURES_REQUIRED train_corpus ENVIRONMENT "${MHE_TRAIN_ENV}"
-    TIMEOUT 600)
+    TIMEOUT 600 LABELS e2e)
 endforeach()
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST train_corpus_fixture APPEND PROPERTY LABELS e2e)
-set_property(TEST test_train_resume_is_bit_exact test_train_resume_bf16_is_bit_exact test_train_sigterm_checkpoints_and_resumes
-  test_train_init_from_loads_weights_only test_train_nonfinite_policy test_train_world_sizes_agree
-  test_train_zero1_matches_zero0 test_train_dead_rank_ends_job APPEND PROPERTY LABELS e2e)
 set_property(TEST test_train_world_sizes_agree test_train_zero1_matches_zero0
   test_train_dead_rank_ends_job APPEND PROPERTY LABELS dist)

@@ -11,6 +11,8 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_params(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 

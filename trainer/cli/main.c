@@ -17,6 +17,8 @@ static const Command COMMANDS[] = {
     {"eval", cmd_eval, "evaluate a checkpoint on the validation split"},
     {"params", cmd_params, "print the parameter table and counts of a config"},
     {"export", cmd_export, "export a checkpoint to safetensors + Hugging Face config"},
+    {"import", cmd_import, "import a Hugging Face BERT / GPT-2 folder as a run directory"},
+    {"convert", cmd_convert, "re-parametrize a checkpoint's attention (collab, gqa, mqa)"},
     {"bench", cmd_bench, "time training steps and report tokens/s and MFU"},
     {"info", cmd_info, "print version, backends and libraries"},
 };

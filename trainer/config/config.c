@@ -105,20 +105,20 @@ static void check_model(Config *c, const ConfigMarks *mk) {
                             m->type_vocab);
     } else if (m->type_vocab != 0)
         config_fail_key(mk, "model.type_vocab|model.arch",
-                 "model.type_vocab must be 0 for arch gpt (GPT has no token types), got %d",
-                 m->type_vocab);
+                        "model.type_vocab must be 0 for arch gpt (GPT has no token types), got %d",
+                        m->type_vocab);
     if (m->head_dim == 0) {
         if (m->hidden % m->heads != 0)
             config_fail_key(mk, "model.heads|model.hidden",
-                     "model.hidden (%d) must be divisible by model.heads (%d) when model.head_dim "
-                     "is 0 (d = D/n); set model.head_dim explicitly otherwise",
-                     m->hidden, m->heads);
+                            "model.hidden (%d) must be divisible by model.heads (%d) when model.head_dim "
+                            "is 0 (d = D/n); set model.head_dim explicitly otherwise",
+                            m->hidden, m->heads);
         m->head_dim = m->hidden / m->heads;
     }
     if ((long long)m->heads * m->head_dim > (1 << 22))
         config_fail_key(mk, "model.head_dim|model.heads",
-                 "model.heads * model.head_dim must be <= %d, got %lld", 1 << 22,
-                 (long long)m->heads * m->head_dim);
+                        "model.heads * model.head_dim must be <= %d, got %lld", 1 << 22,
+                        (long long)m->heads * m->head_dim);
     if (m->ffn == 0) m->ffn = 4 * m->hidden;
 }
 
@@ -138,15 +138,15 @@ static void check_objective(Config *c, const ConfigMarks *mk) {
     ObjectiveConfig *o = &c->objective;
     if (o->type == OBJ_MLM && c->model.arch != ARCH_BERT)
         config_fail_key(mk, "objective.type|model.arch",
-                 "objective.type mlm needs model.arch bert (gpt is causal: use clm)");
+                        "objective.type mlm needs model.arch bert (gpt is causal: use clm)");
     if (o->type == OBJ_CLM && c->model.arch != ARCH_GPT)
         config_fail_key(mk, "objective.type|model.arch",
-                 "objective.type clm needs model.arch gpt (bert is bidirectional: use mlm)");
+                        "objective.type clm needs model.arch gpt (bert is bidirectional: use mlm)");
     config_check_ranges(c, mk, "objective");
     if (o->mask_token_frac + o->random_token_frac > 1.0f + 1e-6f)
         config_fail_key(mk, "objective.random_token_frac|objective.mask_token_frac",
-                 "objective.mask_token_frac + objective.random_token_frac must be <= 1, got "
-                 "%g + %g", o->mask_token_frac, o->random_token_frac);
+                        "objective.mask_token_frac + objective.random_token_frac must be <= 1, got "
+                        "%g + %g", o->mask_token_frac, o->random_token_frac);
 }
 
 static void check_data(Config *c, const ConfigMarks *mk) {
@@ -156,8 +156,8 @@ static void check_data(Config *c, const ConfigMarks *mk) {
     if (d->seq_len < 2) config_fail_key(mk, "data.seq_len", "data.seq_len must be >= 2, got %d", d->seq_len);
     if (d->seq_len > c->model.max_seq)
         config_fail_key(mk, "data.seq_len|model.max_seq",
-                 "data.seq_len (%d) must be <= model.max_seq (%d), the number of learned "
-                 "positions", d->seq_len, c->model.max_seq);
+                        "data.seq_len (%d) must be <= model.max_seq (%d), the number of learned "
+                        "positions", d->seq_len, c->model.max_seq);
 }
 
 static void check_optim(Config *c, const ConfigMarks *mk) {
@@ -165,7 +165,7 @@ static void check_optim(Config *c, const ConfigMarks *mk) {
     config_check_ranges(c, mk, "optim");
     if (o->min_lr > o->lr)
         config_fail_key(mk, "optim.min_lr|optim.lr", "optim.min_lr (%g) must be <= optim.lr (%g)",
-                 o->min_lr, o->lr);
+                        o->min_lr, o->lr);
 }
 
 static void check_train(Config *c, const ConfigMarks *mk) {
@@ -173,24 +173,24 @@ static void check_train(Config *c, const ConfigMarks *mk) {
     config_check_ranges(c, mk, "train");
     if (t->global_batch % t->micro_batch != 0)
         config_fail_key(mk, "train.micro_batch|train.global_batch",
-                 "train.micro_batch (%d) must divide train.global_batch (%d)", t->micro_batch,
-                 t->global_batch);
+                        "train.micro_batch (%d) must divide train.global_batch (%d)", t->micro_batch,
+                        t->global_batch);
     if (t->tokens > 0) {
         // A token budget fixes the step count; an explicit different step count contradicts it.
         const int64_t per_step = (int64_t)t->global_batch * c->data.seq_len;
         const int64_t derived = (t->tokens + per_step - 1) / per_step;
         if ((c->explicit_fields & CONFIG_SET_STEPS) && t->steps != 0 && t->steps != derived)
             config_fail_key(mk, "train.steps|train.tokens",
-                     "train.steps (%lld) contradicts train.tokens (%lld tokens = %lld steps of "
-                     "%lld tokens); give one of them, or steps: 0",
-                     (long long)t->steps, (long long)t->tokens, (long long)derived,
-                     (long long)per_step);
+                            "train.steps (%lld) contradicts train.tokens (%lld tokens = %lld steps of "
+                            "%lld tokens); give one of them, or steps: 0",
+                            (long long)t->steps, (long long)t->tokens, (long long)derived,
+                            (long long)per_step);
         t->steps = derived;
         c->explicit_fields |= CONFIG_SET_STEPS;
     }
     if (t->steps == 0)
         config_fail_key(mk, "train.steps|train.tokens",
-                 "train.steps or train.tokens must be > 0 (the training budget)");
+                        "train.steps or train.tokens must be > 0 (the training budget)");
     if (!t->out_dir || !t->out_dir[0])
         config_fail_key(mk, "train.out_dir", "train.out_dir must be a non-empty directory path");
 }
@@ -200,7 +200,7 @@ static void check_dist_runtime(Config *c, const ConfigMarks *mk) {
     config_check_ranges(c, mk, "runtime");
     if (c->dist.backend == DIST_NCCL && c->runtime.device == DEVICE_CPU)
         config_fail_key(mk, "dist.backend|runtime.device",
-                 "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");
+                        "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");
 }
 
 // Configs built in code can hold any integer in an enum field; YAML ones cannot.

@@ -35,6 +35,10 @@ void export_write_weights(const Config *cfg, const ParamTable *t, const float *p
                           const char *path);
 void export_write_config(const Config *cfg, ExportFormat format, const Tokenizer *tok, const char *path);
 
+// The BertForMaskedLM name ("bert.encoder.layer.0.attention.self.query.weight") of a canonical
+// parameter name; also used by import.c to read Hugging Face BERT folders.
+void export_bert_name(const char *canon, char *out, size_t n);
+
 // export_tokenizer.c: tokenizer.json (+ vocab files), tokenizer_config.json and
 // special_tokens_map.json, so AutoTokenizer gives the ids mhetrain trained on ([CLS] … [SEP]
 // around WordPiece text).

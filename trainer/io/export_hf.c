@@ -109,6 +109,8 @@ static void bert_name(const char *canon, char *out, size_t n) {
     mhe_fatal("export: internal error: no BertForMaskedLM name for %s", canon);
 }
 
+void export_bert_name(const char *canon, char *out, size_t n) { bert_name(canon, out, n); }
+
 // BertForMaskedLM: same layout, renamed.  cls.predictions.decoder.{weight,bias} are tied to the
 // word embeddings and cls.predictions.bias, so (as save_pretrained does) they are not written.
 static void bert_weights(WeightSet *w, const ParamTable *t, const float *params) {
