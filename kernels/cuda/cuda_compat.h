@@ -26,6 +26,13 @@
     type *name = reinterpret_cast<type *>(mhe_dynamic_smem)
 #endif
 
+// Loop unrolling for nvcc (fragment arrays must stay in registers); g++ has no `unroll`.
+#if defined(MHE_CUDA_EMU)
+#define MHE_UNROLL
+#else
+#define MHE_UNROLL _Pragma("unroll")
+#endif
+
 // common/error.h is C11 (_Noreturn); the one function the CUDA side needs, declared for C++.
 extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

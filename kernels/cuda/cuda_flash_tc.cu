@@ -1,8 +1,8 @@
 // Fused attention on tensor cores (bf16 mode): the kernels of cuda_flash.cu with every product
 // as nvcuda::wmma 16x16x16 bf16 multiplies accumulating in fp32, tiles staged through shared
 // memory.  Same semantics, same saved buffers (L, Opre) and scratch (D), same dropout index.
-// Blocks of two warps; each warp owns 16 rows (queries in the forward and dQ, keys in dK/dV)
-// of a 32-row tile and multiplies against 32-column tiles of the other side.
+// Each warp owns 16 rows: four warps (64 query rows) per forward / dQ block, two (32 key
+// rows) per dK/dV block; they multiply against 32-column tiles of the other side.
 // The forward takes two passes over the keys: the first finds each row's max and sum (scalars
 // only), the second accumulates O = Pd V with P already normalised by L, so the accumulator
 // fragments never need a per-row rescale (whose element layout is the hardware's).
@@ -13,9 +13,11 @@
 
 using namespace nvcuda;
 
-#define TC_ROWS 32  // rows per block: 2 warps x 16
-#define TC_COLS 32  // columns of the other side per staged tile
+#define TC_ROWS 32    // key rows per dK/dV block: 2 warps x 16
 #define TC_THREADS 64
+#define TC_QROWS 64   // query rows per forward / dQ block: 4 warps x 16 (halves K/V re-reads)
+#define TC_QTHREADS 128
+#define TC_COLS 32    // columns of the other side per staged tile
 
 typedef __nv_bfloat16 bf16_t;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> AccFrag;
@@ -45,10 +47,10 @@ __device__ __forceinline__ float tc_key_bias(const TcArgs &f, int b, int j, int 
 
 // rows x D of a [B, T, heads, D] operand (row r = t0 + r of sequence b, head h/ratio) into
 // shared bf16, rows past T as zeros; `mul` (per column, may be NULL) scales on the way.
-template <int D>
+template <int D, int ROWS>
 __device__ __forceinline__ void tc_stage(bf16_t *dst, const float *src, int ld, int ratio, int b, int t0,
                                          int h, const AttnIdx &a, const float *mul) {
-    for (int e = threadIdx.x; e < TC_ROWS * D; e += blockDim.x) {
+    for (int e = threadIdx.x; e < ROWS * D; e += blockDim.x) {
         const int r = e / D, c = e % D, t = t0 + r;
         float x = 0.0f;
         if (t < a.T) x = src[((size_t)b * a.T + t) * ld + (size_t)(h / ratio) * D + c] * (mul ? mul[c] : 1.0f);
@@ -60,11 +62,11 @@ __device__ __forceinline__ void tc_stage(bf16_t *dst, const float *src, int ld, 
 // 32 x D rows of `bm` (ld D): one warp.
 template <int D>
 __device__ __forceinline__ void tc_abt(const bf16_t *a, const bf16_t *bm, float *c) {
-    #pragma unroll
+    MHE_UNROLL
     for (int n = 0; n < TC_COLS / 16; n++) {
         AccFrag acc;
         wmma::fill_fragment(acc, 0.0f);
-        #pragma unroll
+        MHE_UNROLL
         for (int k = 0; k < D / 16; k++) {
             ARow fa;
             BCol fb;
@@ -78,9 +80,9 @@ __device__ __forceinline__ void tc_abt(const bf16_t *a, const bf16_t *bm, float 
 // acc[c] (16 x D in D/16 fragments) += A (16 x 32 of `a`, ld TC_COLS) times B (32 x D, ld D).
 template <int D>
 __device__ __forceinline__ void tc_ab_acc(AccFrag *acc, const bf16_t *a, const bf16_t *bm) {
-    #pragma unroll
+    MHE_UNROLL
     for (int c = 0; c < D / 16; c++)
-        #pragma unroll
+        MHE_UNROLL
         for (int k = 0; k < TC_COLS / 16; k++) {
             ARow fa;
             BRow fb;
@@ -92,33 +94,33 @@ __device__ __forceinline__ void tc_ab_acc(AccFrag *acc, const bf16_t *a, const b
 
 // grid (query tiles, n, B).  Shared: Q, K, V tiles (bf16), S (fp32), P (bf16), O (fp32), L.
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_forward_kernel(TcArgs f, const float *q, const float *k,
+__global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_forward_kernel(TcArgs f, const float *q, const float *k,
                                                                       const float *v, const float *out_shift,
                                                                       float *out, float *opre, float *lse) {
     MHE_DYNAMIC_SHARED(float, sm);
     const AttnIdx &a = f.a;
-    const int h = blockIdx.y, b = blockIdx.z, t = threadIdx.x, w = t / 32, q0 = blockIdx.x * TC_ROWS;
-    float *Ss = sm, *Os = Ss + TC_ROWS * TC_COLS, *Ls = Os + TC_ROWS * D;
-    bf16_t *Qs = reinterpret_cast<bf16_t *>(Ls + TC_ROWS), *Ks = Qs + TC_ROWS * D, *Vs = Ks + TC_COLS * D,
+    const int h = blockIdx.y, b = blockIdx.z, t = threadIdx.x, w = t / 32, q0 = blockIdx.x * TC_QROWS;
+    float *Ss = sm, *Os = Ss + TC_QROWS * TC_COLS, *Ls = Os + TC_QROWS * D;
+    bf16_t *Qs = reinterpret_cast<bf16_t *>(Ls + TC_QROWS), *Ks = Qs + TC_QROWS * D, *Vs = Ks + TC_COLS * D,
            *Ps = Vs + TC_COLS * D;
-    tc_stage<D>(Qs, q, a.ldq, a.qr, b, q0, h, a, nullptr);
+    tc_stage<D, TC_QROWS>(Qs, q, a.ldq, a.qr, b, q0, h, a, nullptr);
     const int i = q0 + t;  // the row whose softmax statistics thread t < 32 keeps
-    const int jend = f.causal ? tc_imin(a.T, q0 + TC_ROWS) : a.T;
+    const int jend = f.causal ? tc_imin(a.T, q0 + TC_QROWS) : a.T;
     float m = -INFINITY, l = 0.0f;
     for (int pass = 0; pass < 2; pass++) {
         AccFrag acc[D / 16];
-        #pragma unroll
+        MHE_UNROLL
         for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
-        const float L = pass && t < TC_ROWS ? Ls[t] : 0.0f;
+        const float L = pass && t < TC_QROWS ? Ls[t] : 0.0f;
         for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
             const int nb = tc_imin(TC_COLS, a.T - j0);
             __syncthreads();  // the previous tile is consumed
-            tc_stage<D>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
-            if (pass) tc_stage<D>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
+            if (pass) tc_stage<D, TC_COLS>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
             __syncthreads();
             tc_abt<D>(Qs + w * 16 * D, Ks, Ss + w * 16 * TC_COLS);  // S = Q Kᵀ
             __syncthreads();
-            if (t < TC_ROWS && i < a.T) {
+            if (t < TC_QROWS && i < a.T) {
                 float *srow = Ss + t * TC_COLS;
                 if (!pass) {  // running max and sum
                     float tmax = -INFINITY;
@@ -143,23 +145,23 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_forward_kernel(TcArgs 
                         Ps[t * TC_COLS + jj] = __float2bfloat16(p);
                     }
                 }
-            } else if (t < TC_ROWS && pass) {
+            } else if (t < TC_QROWS && pass) {
                 for (int jj = 0; jj < TC_COLS; jj++) Ps[t * TC_COLS + jj] = __float2bfloat16(0.0f);
             }
             __syncthreads();
             if (pass) tc_ab_acc<D>(acc, Ps + w * 16 * TC_COLS, Vs);  // O += Pd V
         }
         if (!pass) {
-            if (t < TC_ROWS) Ls[t] = l > 0.0f ? m + logf(l) : INFINITY;  // no visible key: P = 0
+            if (t < TC_QROWS) Ls[t] = l > 0.0f ? m + logf(l) : INFINITY;  // no visible key: P = 0
             __syncthreads();
         } else {
-            #pragma unroll
+            MHE_UNROLL
             for (int c = 0; c < D / 16; c++)
                 wmma::store_matrix_sync(Os + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
         }
     }
     __syncthreads();
-    for (int e = t; e < TC_ROWS * D; e += blockDim.x) {
+    for (int e = t; e < TC_QROWS * D; e += blockDim.x) {
         const int r = e / D, c = e % D;
         if (q0 + r >= a.T) continue;
         const size_t at = (((size_t)b * a.T + q0 + r) * a.n + h) * D + c;
@@ -167,42 +169,43 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_forward_kernel(TcArgs 
         opre[at] = o;
         out[at] = o * (f.out_scale ? f.out_scale[h * D + c] : 1.0f) + (out_shift ? out_shift[h * D + c] : 0.0f);
     }
-    if (t < TC_ROWS && i < a.T) lse[((size_t)b * a.n + h) * a.T + i] = Ls[t];
+    if (t < TC_QROWS && i < a.T) lse[((size_t)b * a.n + h) * a.T + i] = Ls[t];
 }
 
 // grid (query tiles, B): dQ over every head and key.  Shared: Q, G, K, V (bf16), S, dPd (fp32),
-// dS (bf16), the dQ output (fp32), L, D.
+// dS (bf16); the dQ output reuses S and dPd.
 template <int D>
-__global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dq_kernel(TcArgs f, const float *q, const float *k,
+__global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_dq_kernel(TcArgs f, const float *q, const float *k,
                                                                  const float *v, const float *dout,
                                                                  const float *lse, const float *Dd, float *dq) {
     MHE_DYNAMIC_SHARED(float, sm);
     const AttnIdx &a = f.a;
-    const int b = blockIdx.y, t = threadIdx.x, w = t / 32, q0 = blockIdx.x * TC_ROWS, i = q0 + t;
-    float *Ss = sm, *Ps = Ss + TC_ROWS * TC_COLS, *Out = Ps + TC_ROWS * TC_COLS;
-    bf16_t *Qs = reinterpret_cast<bf16_t *>(Out + TC_ROWS * D), *Gs = Qs + TC_ROWS * D, *Ks = Gs + TC_ROWS * D,
+    const int b = blockIdx.y, t = threadIdx.x, w = t / 32, q0 = blockIdx.x * TC_QROWS, i = q0 + t;
+    // Out (the dQ tile at a group's end, TC_QROWS x D <= 2 TC_QROWS TC_COLS) reuses S and dPd.
+    float *Ss = sm, *Ps = Ss + TC_QROWS * TC_COLS, *Out = Ss;
+    bf16_t *Qs = reinterpret_cast<bf16_t *>(Ps + TC_QROWS * TC_COLS), *Gs = Qs + TC_QROWS * D, *Ks = Gs + TC_QROWS * D,
            *Vs = Ks + TC_COLS * D, *dSs = Vs + TC_COLS * D;
-    const int jend = f.causal ? tc_imin(a.T, q0 + TC_ROWS) : a.T;
+    const int jend = f.causal ? tc_imin(a.T, q0 + TC_QROWS) : a.T;
     AccFrag acc[D / 16];
-    #pragma unroll
+    MHE_UNROLL
     for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
     for (int h = 0; h < a.n; h++) {
         __syncthreads();
-        tc_stage<D>(Qs, q, a.ldq, a.qr, b, q0, h, a, nullptr);
-        tc_stage<D>(Gs, dout, a.n * D, 1, b, q0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
-        const bool live = t < TC_ROWS && i < a.T;
+        tc_stage<D, TC_QROWS>(Qs, q, a.ldq, a.qr, b, q0, h, a, nullptr);
+        tc_stage<D, TC_QROWS>(Gs, dout, a.n * D, 1, b, q0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+        const bool live = t < TC_QROWS && i < a.T;
         const float L = live ? lse[((size_t)b * a.n + h) * a.T + i] : INFINITY;
         const float Di = live ? Dd[((size_t)b * a.n + h) * a.T + i] : 0.0f;
         for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
             const int nb = tc_imin(TC_COLS, a.T - j0);
             __syncthreads();
-            tc_stage<D>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
-            tc_stage<D>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
             __syncthreads();
             tc_abt<D>(Qs + w * 16 * D, Ks, Ss + w * 16 * TC_COLS);  // S = Q Kᵀ
             tc_abt<D>(Gs + w * 16 * D, Vs, Ps + w * 16 * TC_COLS);  // dPd = G Vᵀ
             __syncthreads();
-            if (t < TC_ROWS)
+            if (t < TC_QROWS)
                 for (int jj = 0; jj < TC_COLS; jj++) {
                     float ds = 0.0f;
                     const int j = j0 + jj;
@@ -216,13 +219,13 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dq_kernel(TcArgs f, co
             tc_ab_acc<D>(acc, dSs + w * 16 * TC_COLS, Ks);  // dQ += dS K
         }
         if ((h + 1) % a.qr == 0) {  // the last head sharing this Q head
-            #pragma unroll
+            MHE_UNROLL
             for (int c = 0; c < D / 16; c++) {
                 wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
                 wmma::fill_fragment(acc[c], 0.0f);
             }
             __syncthreads();
-            for (int e = t; e < TC_ROWS * D; e += blockDim.x) {
+            for (int e = t; e < TC_QROWS * D; e += blockDim.x) {
                 const int r = e / D, c = e % D;
                 if (dq && q0 + r < a.T) dq[((size_t)b * a.T + q0 + r) * a.ldq + (size_t)(h / a.qr) * D + c] = f.scale * Out[e];
             }
@@ -247,22 +250,22 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
     const bool live = t < TC_ROWS && j < a.T;
     const int i_first = f.causal ? j0 : 0;  // query tiles of 32 align with key tiles of 32
     AccFrag dka[D / 16], dva[D / 16];
-    #pragma unroll
+    MHE_UNROLL
     for (int c = 0; c < D / 16; c++) {
         wmma::fill_fragment(dka[c], 0.0f);
         wmma::fill_fragment(dva[c], 0.0f);
     }
     for (int h = 0; h < a.n; h++) {
         __syncthreads();
-        tc_stage<D>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
-        tc_stage<D>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
+        tc_stage<D, TC_ROWS>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
+        tc_stage<D, TC_ROWS>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
         const float kb = live ? tc_key_bias(f, b, j, h) : 0.0f;
         float dkb = 0.0f;
         for (int i0 = i_first; i0 < a.T; i0 += TC_COLS) {
             const int nq = tc_imin(TC_COLS, a.T - i0);
             __syncthreads();
-            tc_stage<D>(Qs, q, a.ldq, a.qr, b, i0, h, a, nullptr);
-            tc_stage<D>(Gs, dout, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+            tc_stage<D, TC_COLS>(Qs, q, a.ldq, a.qr, b, i0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Gs, dout, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
             if (t < TC_COLS) {
                 Ls[t] = t < nq ? lse[((size_t)b * a.n + h) * a.T + i0 + t] : INFINITY;
                 Ds[t] = t < nq ? Dd[((size_t)b * a.n + h) * a.T + i0 + t] : 0.0f;
@@ -295,7 +298,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
             if ((h + 1) % ratio != 0) continue;  // uniform over the block
             AccFrag *acc = which ? dva : dka;
             __syncthreads();  // Out is free
-            #pragma unroll
+            MHE_UNROLL
             for (int c = 0; c < D / 16; c++) {
                 wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
                 wmma::fill_fragment(acc[c], 0.0f);
@@ -313,8 +316,8 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
 
 // ---- host side ----
 
-static size_t tc_smem_fwd(int d) { return 4 * (TC_ROWS * TC_COLS + TC_ROWS * d + TC_ROWS) + 2 * (TC_ROWS * d + 2 * TC_COLS * d + TC_ROWS * TC_COLS); }
-static size_t tc_smem_dq(int d) { return 4 * (2 * TC_ROWS * TC_COLS + TC_ROWS * d) + 2 * (2 * TC_ROWS * d + 2 * TC_COLS * d + TC_ROWS * TC_COLS); }
+static size_t tc_smem_fwd(int d) { return 4 * (TC_QROWS * TC_COLS + TC_QROWS * d + TC_QROWS) + 2 * (TC_QROWS * d + 2 * TC_COLS * d + TC_QROWS * TC_COLS); }
+static size_t tc_smem_dq(int d) { return 4 * (2 * TC_QROWS * TC_COLS) + 2 * (2 * TC_QROWS * d + 2 * TC_COLS * d + TC_QROWS * TC_COLS); }
 static size_t tc_smem_dkv(int d) { return 4 * (2 * TC_ROWS * TC_COLS + TC_ROWS * d + 2 * TC_COLS) + 2 * (2 * TC_ROWS * d + 2 * TC_COLS * d + 2 * TC_ROWS * TC_COLS); }
 
 int cuda_flash_tc_supported(Backend *be, const AttnShape *s) {
@@ -345,14 +348,14 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     const TcArgs f = tc_args(s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
-    const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_ROWS - 1) / TC_ROWS;
+    const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_QROWS - 1) / TC_QROWS;
     MheCost cost{tt * 6.0 * d, tt * 16.0, 4.0 * (rows_n * d + tiles * rows_n * 3.0 * d + 2.0 * rows_n * d + rows_n), 0};
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;
     cudaStream_t st = cuda_stream(be);
-    if (d == 16) MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_THREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
-    else if (d == 32) MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_THREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
-    else MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_THREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+    if (d == 16) MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_QTHREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+    else if (d == 32) MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_QTHREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+    else MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_QTHREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -374,10 +377,12 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         CUDA_CHECK_LAUNCH();
     }
     if (dq) {
-        MheCost cost{tt * 6.0 * d, tt * 10.0, 4.0 * (tiles * rows_n * 2.0 * d + 3.0 * rows_n * d + 2.0 * rows_n), 0};
-        if (d == 16) MHE_LAUNCH(flash_tc_dq_kernel<16>, grid, TC_THREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dq);
-        else if (d == 32) MHE_LAUNCH(flash_tc_dq_kernel<32>, grid, TC_THREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dq);
-        else MHE_LAUNCH(flash_tc_dq_kernel<64>, grid, TC_THREADS, tc_smem_dq(64), st, cost)(f, q, k, v, dout, lse, D, dq);
+        const double qtiles = (s->T + TC_QROWS - 1) / TC_QROWS;
+        MheCost cost{tt * 6.0 * d, tt * 10.0, 4.0 * (qtiles * rows_n * 2.0 * d + 3.0 * rows_n * d + 2.0 * rows_n), 0};
+        dim3 qgrid((unsigned)qtiles, (unsigned)s->B);
+        if (d == 16) MHE_LAUNCH(flash_tc_dq_kernel<16>, qgrid, TC_QTHREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dq);
+        else if (d == 32) MHE_LAUNCH(flash_tc_dq_kernel<32>, qgrid, TC_QTHREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dq);
+        else MHE_LAUNCH(flash_tc_dq_kernel<64>, qgrid, TC_QTHREADS, tc_smem_dq(64), st, cost)(f, q, k, v, dout, lse, D, dq);
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -2,6 +2,7 @@
 #include "tests/common/test_util.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/ops.h"
 
@@ -18,6 +19,22 @@ void tiny_config(Config *cfg, Arch arch, AttentionType type, TinyShape shape) {
     cfg->model.init_std = shape.init_std;
     cfg->attention.type = type;
     cfg->data.seq_len = 0;
+    attention_test_keys(cfg);
+}
+
+void attention_test_keys(Config *cfg) {
+    const AttnTypeSpec *s = attention_type_spec(cfg->attention.type);
+    for (const AttnTypeKey *k = s ? s->keys : NULL; k && k->key; k++)
+        if (k->test_value >= 0) config_set_int(cfg, k->key, k->test_value);
+}
+
+void oracle_attention_json(FILE *f, const Config *cfg) {
+    const AttnTypeSpec *s = attention_type_spec(cfg->attention.type);
+    fprintf(f, "\"attention\": \"%s\"", s->name);
+    for (const AttnTypeKey *k = s->keys; k->key; k++) {
+        int v;
+        if (config_get_int(cfg, k->key, &v)) fprintf(f, ", \"%s\": %d", strchr(k->key, '.') + 1, v);
+    }
 }
 
 double rel_l2(const float *a, const float *ref, size_t n) {

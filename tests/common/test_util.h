@@ -4,6 +4,7 @@
 #define MHE_TESTS_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "trainer/config/config.h"
 
@@ -17,9 +18,18 @@ typedef struct {
 // weights N(0, 0.2²) so that a few layers still move the logits.
 #define TINY_SHAPE ((TinyShape){2, 12, 4, 0, 20, 17, 9, 0.2f})
 
-// config_defaults, then arch, attention type and shape, with data.seq_len 0 (= max_seq).
+// config_defaults, then arch, attention type and shape, with data.seq_len 0 (= max_seq), and
+// the type's own keys at their test values (attention_test_keys).
 // Not resolved: callers set what else they need and call config_resolve.
 void tiny_config(Config *cfg, Arch arch, AttentionType type, TinyShape shape);
+
+// Sets the keys of cfg's attention type to the registry's test values (gqa: groups 2, mla:
+// latent_dim 5, ...), so that every registered type makes a valid small model.
+void attention_test_keys(Config *cfg);
+
+// The oracle's JSON members for the attention type: "attention": "<name>" then each integer key
+// of the type's spec as "<key>": value (tests/reference/ref_model.py reads them by name).
+void oracle_attention_json(FILE *f, const Config *cfg);
 
 // ‖a − ref‖₂ / ‖ref‖₂ in double precision (‖a − ref‖₂ when ref is all zeros).
 double rel_l2(const float *a, const float *ref, size_t n);

@@ -9,8 +9,17 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
 n=0
-for v in mha sha mhe-add mhe-mul mqa gqa el-att skv collab; do
-    [ -f "bert-base-$v.yaml" ] || { echo "FAIL: missing configs/bert-base-$v.yaml"; failures=$((failures + 1)); }
+# Every registered attention type (mhetrain info --attention-types) has its tiny and BERT-base
+# config; file names spell the type with '-'.
+types=$("$MHETRAIN" info --attention-types | cut -f1)
+[ -n "$types" ] || { echo "FAIL: mhetrain info --attention-types lists no type"; failures=$((failures + 1)); }
+for t in $types; do
+    v=${t//_/-}
+    for f in "bert-base-$v.yaml" "tiny-bert-$v.yaml"; do
+        [ -f "$f" ] || { echo "FAIL: missing configs/$f"; failures=$((failures + 1)); continue; }
+        "$MHETRAIN" train "$f" --dry-run 2>/dev/null | grep -qxF "  type: $t" \
+            || { echo "FAIL: configs/$f does not resolve to attention.type $t"; failures=$((failures + 1)); }
+    done
 done
 for f in gpt2-small-mha.yaml gpt2-small-mhe-mul.yaml quickstart.yaml; do
     [ -f "$f" ] || { echo "FAIL: missing configs/$f"; failures=$((failures + 1)); }

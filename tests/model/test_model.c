@@ -20,6 +20,7 @@
 #include "common/rng.h"
 #include "kernels/ops.h"
 #include "tests/common/test_util.h"
+#include "trainer/model/attention/variant.h"
 #include "trainer/model/model.h"
 #include "trainer/io/safetensors.h"
 
@@ -49,9 +50,9 @@ typedef struct {
 static void make_config(const Case *c, Config *cfg) {
     TinyShape shape = TINY_SHAPE;
     shape.head_dim = c->head_dim;
-    tiny_config(cfg, c->arch, c->type, shape);
-    cfg->attention.groups = c->groups;
-    cfg->attention.collab_dim = c->collab_dim;
+    tiny_config(cfg, c->arch, c->type, shape);  // the type's keys at their test values
+    if (c->groups) cfg->attention.groups = c->groups;
+    if (c->collab_dim) cfg->attention.collab_dim = c->collab_dim;
     cfg->attention.embed_std = 0.3f;
     cfg->attention.fast_path = c->fast;
     config_resolve(cfg, "test_model");
@@ -114,13 +115,13 @@ static void write_cfg_json(const Config *cfg, const char *path) {
     fprintf(f,
             "{\"arch\": \"%s\", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"head_dim\": %d, "
             "\"ffn\": %d, \"vocab_size\": %d, \"max_seq\": %d, \"type_vocab\": %d, \"norm\": \"%s\", "
-            "\"activation\": \"%s\", \"ln_eps\": %.9g, \"attention\": \"%s\", \"groups\": %d, "
-            "\"collab_dim\": %d}\n",
+            "\"activation\": \"%s\", \"ln_eps\": %.9g, ",
             m->arch == ARCH_BERT ? "bert" : "gpt", m->layers, m->hidden, m->heads, m->head_dim, m->ffn,
             m->vocab_size, m->max_seq, m->arch == ARCH_BERT ? m->type_vocab : 2,
             m->norm == NORM_PRE ? "pre" : "post", m->activation == ACT_GELU_TANH ? "gelu_tanh" : "gelu",
-            (double)m->ln_eps, attention_type_name(cfg->attention.type),
-            cfg->attention.groups ? cfg->attention.groups : 1, cfg->attention.collab_dim);
+            (double)m->ln_eps);
+    oracle_attention_json(f, cfg);  // "attention": type and the type's own keys
+    fputs("}\n", f);
     fclose(f);
 }
 
@@ -267,30 +268,11 @@ static int compare_with_oracle(const char *name, const Result *r, int V) {
     return bad;
 }
 
-static const Case CASES[] = {
-    {"bert_mha", ARCH_BERT, ATTN_MHA, -1, 0, 0, 0, 1, 1},
-    {"bert_sha", ARCH_BERT, ATTN_SHA, -1, 0, 0, 0, 1, 1},
-    {"bert_mhe_add_fast", ARCH_BERT, ATTN_MHE_ADD, -1, 0, 0, 0, 1, 1},
-    {"bert_mhe_add_plain", ARCH_BERT, ATTN_MHE_ADD, -1, 0, 0, 0, 1, 0},
-    {"bert_mhe_mul_fast", ARCH_BERT, ATTN_MHE_MUL, -1, 0, 0, 0, 1, 1},
-    {"bert_mhe_mul_plain", ARCH_BERT, ATTN_MHE_MUL, -1, 0, 0, 0, 1, 0},
-    {"bert_mqa", ARCH_BERT, ATTN_MQA, -1, 0, 0, 0, 1, 1},
-    {"bert_gqa2", ARCH_BERT, ATTN_GQA, -1, 0, 2, 0, 1, 1},
-    {"bert_el_att", ARCH_BERT, ATTN_EL_ATT, -1, 0, 0, 0, 1, 1},
-    {"bert_skv", ARCH_BERT, ATTN_SKV, -1, 0, 0, 0, 1, 1},
-    {"bert_collab", ARCH_BERT, ATTN_COLLAB, -1, 0, 0, 0, 1, 1},
-    {"gpt_mha", ARCH_GPT, ATTN_MHA, -1, 0, 0, 0, 0, 1},
-    {"gpt_sha", ARCH_GPT, ATTN_SHA, -1, 0, 0, 0, 0, 1},
-    {"gpt_mhe_add_fast", ARCH_GPT, ATTN_MHE_ADD, -1, 0, 0, 0, 0, 1},
-    {"gpt_mhe_add_plain", ARCH_GPT, ATTN_MHE_ADD, -1, 0, 0, 0, 0, 0},
-    {"gpt_mhe_mul_fast", ARCH_GPT, ATTN_MHE_MUL, -1, 0, 0, 0, 0, 1},
-    {"gpt_mhe_mul_plain", ARCH_GPT, ATTN_MHE_MUL, -1, 0, 0, 0, 0, 0},
-    {"gpt_mqa", ARCH_GPT, ATTN_MQA, -1, 0, 0, 0, 0, 1},
-    {"gpt_gqa2", ARCH_GPT, ATTN_GQA, -1, 0, 2, 0, 0, 1},
-    {"gpt_el_att", ARCH_GPT, ATTN_EL_ATT, -1, 0, 0, 0, 0, 1},
-    {"gpt_skv", ARCH_GPT, ATTN_SKV, -1, 0, 0, 0, 0, 1},
-    {"gpt_collab", ARCH_GPT, ATTN_COLLAB, -1, 0, 0, 0, 0, 1},
-    // head_dim != D/n, collab D~ != n*d, the other norm placement, padded causal sequences
+// Every registered attention type (trainer/config/attention_types.h), for both arches, with its
+// keys at the registry's test values; a type whose fast path changes the plan runs both paths.
+// Then cases that stress one feature: head_dim != D/n, collab D~ != n*d, the other norm
+// placement, padded causal sequences.
+static const Case EXTRA_CASES[] = {
     {"bert_mha_d5", ARCH_BERT, ATTN_MHA, -1, 5, 0, 0, 1, 1},
     {"bert_mhe_add_d5", ARCH_BERT, ATTN_MHE_ADD, -1, 5, 0, 0, 1, 1},
     {"gpt_mhe_mul_d5", ARCH_GPT, ATTN_MHE_MUL, -1, 5, 0, 0, 0, 1},
@@ -301,7 +283,38 @@ static const Case CASES[] = {
     {"gpt_postnorm_mhe_add", ARCH_GPT, ATTN_MHE_ADD, NORM_POST, 0, 0, 0, 1, 1},
     {"gpt_padded_skv", ARCH_GPT, ATTN_SKV, -1, 0, 0, 0, 1, 1},
 };
-#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+#define N_EXTRA ((int)(sizeof EXTRA_CASES / sizeof EXTRA_CASES[0]))
+#define MAX_CASES (2 * 2 * ATTN_TYPE_COUNT + N_EXTRA)
+
+static int has_fast_path(AttentionType t) {
+    Config cfg;
+    tiny_config(&cfg, ARCH_BERT, t, TINY_SHAPE);
+    config_resolve(&cfg, "test_model");
+    const AttnVariant *v = attn_variant(t);
+    AttnPlan p0 = v->plan(&cfg, 0), p1 = v->plan(&cfg, 1);
+    config_free(&cfg);
+    return memcmp(&p0, &p1, sizeof p0) != 0;
+}
+
+static char CASE_NAMES[MAX_CASES][64];
+
+// Fills cases[]; returns how many.
+static int all_cases(Case *cases) {
+    int k = 0;
+    const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t < ATTN_TYPE_COUNT; t++)
+            for (int fast = 1; fast >= (has_fast_path((AttentionType)t) ? 0 : 1); fast--) {
+                snprintf(CASE_NAMES[k], sizeof CASE_NAMES[k], "%s_%s%s", arch_name(arches[a]),
+                         attention_type_name((AttentionType)t),
+                         has_fast_path((AttentionType)t) ? (fast ? "_fast" : "_plain") : "");
+                cases[k] = (Case){CASE_NAMES[k], arches[a], (AttentionType)t, -1, 0, 0, 0,
+                                  arches[a] == ARCH_BERT, fast};
+                k++;
+            }
+    for (int i = 0; i < N_EXTRA; i++) cases[k++] = EXTRA_CASES[i];
+    return k;
+}
 
 static void test_every_variant_matches_pytorch(void **state) {
     Backend *be = *state;
@@ -313,7 +326,9 @@ static void test_every_variant_matches_pytorch(void **state) {
     mkdir(dir, 0755);
     FILE *jf = fopen(jobs, "w");
     assert_non_null(jf);
-    Result res[N_CASES];
+    Case CASES[MAX_CASES];
+    const int N_CASES = all_cases(CASES);
+    Result res[MAX_CASES];
     for (int i = 0; i < N_CASES; i++) {
         snprintf(dir, sizeof dir, "%s/tests/model/%s", out_dir(), CASES[i].name);
         run_case(be, &CASES[i], &res[i], dir);
