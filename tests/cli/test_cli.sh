@@ -4,9 +4,9 @@
 set -euo pipefail
 : "${MHETRAIN:?}"
 source "$(dirname "${BASH_SOURCE[0]}")/../common/lib.sh"
-for c in prepare tokenizer train eval params export bench info; do
+for c in prepare tokenizer train eval params export import convert bench info; do
   out=$("$MHETRAIN" "$c" --help) || fail "$c --help exited $?"
-  echo "$out" | grep -q "usage: mhetrain $c" || fail "$c --help does not print its usage"
+  grep -q "usage: mhetrain $c" <<<"$out" || fail "$c --help does not print its usage"
 done
 "$MHETRAIN" --help | grep -q "^  params " || fail "top-level help lists no commands"
 set +e
@@ -16,9 +16,9 @@ set +e
 set -e
 info=$("$MHETRAIN" info)
 for key in "mhetrain [0-9]" "backends: cpu" "mpi: Open MPI" "blas: OpenBLAS" "openmp:" "libyaml:" "cjson:" "nccl:" "cublas:"; do
-  echo "$info" | grep -q "^$key" || fail "info lacks '$key'"
+  grep -q "^$key" <<<"$info" || fail "info lacks '$key'"
 done
 map=$("${MPIRUN[@]}" -np 2 "$MHETRAIN" info)
-echo "$map" | grep -q "^world: 2 ranks" || fail "no world line under mpirun"
+grep -q "^world: 2 ranks" <<<"$map" || fail "no world line under mpirun"
 [ "$(echo "$map" | grep -c '^rank [01] -> host .* (local rank [01]) -> ')" = 2 ] || fail "rank map: $map"
 echo PASS

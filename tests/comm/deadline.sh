@@ -13,5 +13,5 @@ echo "status=$status elapsed=${elapsed}s"
 [ "$status" -ne 0 ] || fail "job exited 0"
 [ "$status" -ne 124 ] || fail "job hung until the test's own timeout"
 [ "$elapsed" -le 30 ] || fail "took ${elapsed}s"
-echo "$out" | grep -q "did not complete within dist.timeout_s=5 s" || fail "no deadline message"
+grep -q "did not complete within dist.timeout_s=5 s" <<<"$out" || fail "no deadline message"
 echo PASS
