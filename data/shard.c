@@ -4,6 +4,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +119,62 @@ void shard_writer_close(ShardWriter *w) {
     free(w);
 }
 
+// Truncation while mapped: another job re-preparing the corpus shrinks a .bin under a running
+// trainer, and touching the vanished pages raises SIGBUS.  Mapped .bin ranges are registered
+// here so the handler can name the file in one line before exiting.  The table is written only
+// at open/close (never concurrently with a fault in the same mapping), read by the handler.
+#define MAX_MAPPED 256
+static struct {
+    const unsigned char *volatile start;
+    size_t size;
+    const char *path;
+} mapped[MAX_MAPPED];
+
+static void put_str(const char *s) {
+    ssize_t ignored = write(STDERR_FILENO, s, strlen(s));  // async-signal-safe, unlike stdio
+    (void)ignored;
+}
+
+static void on_sigbus(int signo, siginfo_t *info, void *ctx) {
+    (void)ctx;
+    const unsigned char *a = info->si_addr;
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (mapped[i].start && a >= mapped[i].start && a < mapped[i].start + mapped[i].size) {
+            put_str("mhetrain: ");
+            put_str(mapped[i].path);
+            put_str(": the shard shrank while it was being read (truncated or rewritten by another "
+                    "process?); stopping -- restore the data and resume from the last checkpoint\n");
+            _exit(1);
+        }
+    signal(signo, SIG_DFL);  // not ours: the default action (a core dump) is the right report
+    raise(signo);
+}
+
+static void register_mapping(const unsigned char *p, size_t size, const char *path) {
+    static int installed;
+    if (!installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, NULL);
+        installed = 1;
+    }
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (!mapped[i].start) {
+            mapped[i].size = size;
+            mapped[i].path = path;
+            mapped[i].start = p;
+            return;
+        }
+}
+
+static void unregister_mapping(const unsigned char *p) {
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (mapped[i].start == p) mapped[i].start = NULL;
+}
+
 static const unsigned char *map_file(const char *path, size_t *size) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) mhe_fail("%s: cannot open shard: %s", path, strerror(errno));
@@ -170,6 +227,7 @@ ShardReader *shard_reader_open(const char *prefix) {
     r->doc_idx = mhe_malloc(D * sizeof *r->doc_idx);
     const unsigned char *pl = idx + SHARD_HEADER_LEN, *pp = pl + S * 4, *pd = pp + S * 8;
     r->bin = map_file(r->bin_path, &r->bin_size);
+    if (r->bin) register_mapping(r->bin, r->bin_size, r->bin_path);
     int64_t expect = 0;
     for (uint64_t i = 0; i < S; i++) {
         r->lengths[i] = (int32_t)(uint32_t)get_le(pl + 4 * i, 4);
@@ -268,7 +326,10 @@ void shard_reader_check_ids(const ShardReader *r, int vocab_size) {
 
 void shard_reader_close(ShardReader *r) {
     if (!r) return;
-    if (r->bin) munmap((void *)r->bin, r->bin_size);
+    if (r->bin) {
+        unregister_mapping(r->bin);
+        munmap((void *)r->bin, r->bin_size);
+    }
     free(r->lengths);
     free(r->pointers);
     free(r->doc_idx);

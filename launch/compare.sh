@@ -4,11 +4,12 @@
 #
 #   launch/compare.sh BASE.yaml [TYPE ...] [-o OUTDIR] [--tokens N] [--stop-after N] [key=value ...]
 #
-# TYPE       attention types (default: mha sha mhe_add mhe_mul mqa el_att skv collab); gqa gets
-#            groups = heads/2 and collab D~ = hidden/2 unless attention.groups= / collab_dim= are given
+# TYPE       attention types (default: every type of `mhetrain info --attention-types`); gqa gets
+#            groups = heads/2 and collab D~ = hidden/2 unless attention.groups= / collab_dim= are
+#            given; the other types' keys keep their defaults (mla: d_c = 4d)
 # -o         output folder (default: out/compare-<base name>); each type trains into OUTDIR/TYPE/
 # --tokens   training tokens per type (default 819200: 200 steps of the tiny configs, so that all
-#            eight types take under 30 minutes on 2 idle cores); a train.steps= or train.tokens=
+#            ten types take about 30 minutes on 2 idle cores); a train.steps= or train.tokens=
 #            override replaces it
 # --stop-after N   stop every type after step N with a checkpoint (rerun to continue)
 # key=value  overrides for every type (after the script's own, so they win)
@@ -39,10 +40,13 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$base" ] || die "expected BASE.yaml (see --help)"
 [ -r "$base" ] || die "cannot read $base"
-((${#types[@]})) || types=(mha sha mhe_add mhe_mul mqa el_att skv collab)
 [ -n "$outdir" ] || outdir="out/compare-$(basename "$base" .yaml)"
 bin="${MHETRAIN:-$here/build/mhetrain}"
 [ -x "$bin" ] || die "$bin is not built (cmake --build build), or set MHETRAIN"
+if ! ((${#types[@]})); then
+  mapfile -t types < <("$bin" info --attention-types | cut -f1)
+  ((${#types[@]})) || die "$bin info --attention-types listed no attention type"
+fi
 if [ -n "${MHE_LAUNCH:-}" ]; then read -r -a launch <<<"$MHE_LAUNCH"; else launch=("$bin" train); fi
 for t in "${types[@]}"; do
   [[ "$t" =~ ^(mha|sha|mhe_add|mhe_mul|mqa|gqa|el_att|skv|collab)$ ]] || die "unknown attention type '$t'"

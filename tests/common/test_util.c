@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "trainer/model/attention/variant.h"
 
 void tiny_config(Config *cfg, Arch arch, AttentionType type, TinyShape shape) {
     config_defaults(cfg);
@@ -77,4 +78,32 @@ int cpu_backend_teardown(void **state) {
     Backend *be = *state;
     be->destroy(be);
     return 0;
+}
+
+int attention_has_fast_path(AttentionType t) {
+    Config cfg;
+    tiny_config(&cfg, ARCH_BERT, t, TINY_SHAPE);
+    config_resolve(&cfg, "attention_has_fast_path");
+    const AttnVariant *v = attn_variant(t);
+    AttnPlan p0 = v->plan(&cfg, 0), p1 = v->plan(&cfg, 1);
+    config_free(&cfg);
+    return memcmp(&p0, &p1, sizeof p0) != 0;
+}
+
+int variant_cases(VariantCase *out) {
+    int k = 0;
+    const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t < ATTN_TYPE_COUNT; t++) {
+            const int both = attention_has_fast_path((AttentionType)t);
+            for (int fast = 1; fast >= (both ? 0 : 1); fast--) {
+                VariantCase *c = &out[k++];
+                snprintf(c->name, sizeof c->name, "%s_%s%s", arch_name(arches[a]),
+                         attention_type_name((AttentionType)t), both ? (fast ? "_fast" : "_plain") : "");
+                c->arch = arches[a];
+                c->type = (AttentionType)t;
+                c->fast = fast;
+            }
+        }
+    return k;
 }

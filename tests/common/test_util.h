@@ -27,6 +27,20 @@ void tiny_config(Config *cfg, Arch arch, AttentionType type, TinyShape shape);
 // latent_dim 5, ...), so that every registered type makes a valid small model.
 void attention_test_keys(Config *cfg);
 
+// One model per (arch, registered attention type, path): the C tests' sweep over the registry.
+// A type whose fast path changes its plan gets a "_fast" and a "_plain" case.
+typedef struct {
+    char name[64];       // e.g. "gpt_mla", "bert_mhe_add_plain"
+    Arch arch;
+    AttentionType type;
+    int fast;            // attention.fast_path
+} VariantCase;
+#define MAX_VARIANT_CASES (4 * ATTN_TYPE_COUNT)
+// Fills out[MAX_VARIANT_CASES] (bert first, registry order); returns how many.
+int variant_cases(VariantCase *out);
+// Does attention.fast_path change how type t runs?
+int attention_has_fast_path(AttentionType t);
+
 // The oracle's JSON members for the attention type: "attention": "<name>" then each integer key
 // of the type's spec as "<key>": value (tests/reference/ref_model.py reads them by name).
 void oracle_attention_json(FILE *f, const Config *cfg);

@@ -57,9 +57,11 @@ check "collab D~=256, d=32 per layer" \
     "$(value "$per" bert-base-collab.yaml attention.collab_dim=256 model.head_dim=32)" \
     $((2 * 768 * 256 + 12 * 256 + 768 * 12 + 2 * 768 * 12 * 32))
 
-# Every type with a head size other than D/n (D=96, n=6, d=20, g=3, D~=40) against §1's table.
-D=96; n=6; d=20; g=3; Dt=40; nd=$((n * d))
-for t in mha sha mhe_add mhe_mul mqa gqa el_att skv collab; do
+# Every registered type (mhetrain info --attention-types) with a head size other than D/n
+# (D=96, n=6, d=20, g=3, D~=40, d_c=24, d_q=10) against §1's table; a type without its formula
+# here fails.
+D=96; n=6; d=20; g=3; Dt=40; dc=24; dq=10; nd=$((n * d))
+for t in $("$MHETRAIN" info --attention-types | cut -f1); do
     dd=$d; [ $t = el_att ] && dd=16  # el_att needs n*d = D
     nd=$((n * dd))
     case $t in
@@ -71,11 +73,22 @@ for t in mha sha mhe_add mhe_mul mqa gqa el_att skv collab; do
         el_att) want=$((2 * D * nd)) ;;
         skv) want=$((3 * D * nd)) ;;
         collab) want=$((2 * D * Dt + n * Dt + D * n + D * nd + nd * D)) ;;
+        mla) want=$((D * dc + 2 * dc * nd + D * nd + nd * D)) ;;
+        *) echo "FAIL: no parameter-count formula for attention type $t (DESIGN.md §1)"
+           failures=$((failures + 1)); continue ;;
     esac
     check "$t per layer at D=$D n=$n d=$dd" \
         "$(value "$per" tiny-bert.yaml attention.type=$t model.hidden=$D model.heads=$n \
-            model.head_dim=$dd attention.groups=$g attention.collab_dim=$Dt)" "$want"
+            model.head_dim=$dd attention.groups=$g attention.collab_dim=$Dt attention.latent_dim=$dc)" "$want"
 done
+# mla with its queries through their own latent: W_DQ (D×d_q) and W_UQ (d_q×nd) replace W_Q.
+nd=$((n * d))
+check "mla with q_latent_dim per layer at D=$D n=$n d=$d" \
+    "$(value "$per" tiny-bert.yaml attention.type=mla model.hidden=$D model.heads=$n model.head_dim=$d \
+        attention.latent_dim=$dc attention.q_latent_dim=$dq)" \
+    $((D * dc + 2 * dc * nd + D * dq + dq * nd + nd * D))
+# BERT-base mla (d_c = 4d = 256): 12 · (768·256 + 2·256·768 + 2·768·768).
+check "bert-base mla attention weights" "$(value "attention weights (no biases)" bert-base-mla.yaml)" 21233664
 
 # Whole models: the published counts of the Hugging Face reference models.
 check "bert-base MHA, all parameters (BertForMaskedLM)" "$(value "all parameters" bert-base-mha.yaml)" 109514298

@@ -71,6 +71,16 @@ if ! diff "$tmp/ref.md" "$tmp/readme-ref.md" > "$tmp/diff"; then
     cat "$tmp/diff"
     failures=$((failures + 1))
 fi
+# README.md's table of attention types is the registry's (tests/config/attention_table.sh).
+bash "$MHE_SOURCE_DIR/tests/config/attention_table.sh" "$MHETRAIN" > "$tmp/types.md"
+sed -n '/^<!-- attention-types:/,/^<!-- end of attention-types -->/p' "$MHE_SOURCE_DIR/README.md" \
+    | sed '1,/-->$/d;$d' > "$tmp/readme-types.md"
+if ! diff "$tmp/types.md" "$tmp/readme-types.md" > "$tmp/diff"; then
+    echo "FAIL: README.md's attention types differ from the registry (< registry, > README);"
+    echo "      run tests/config/update_reference.sh"
+    cat "$tmp/diff"
+    failures=$((failures + 1))
+fi
 section=""
 while IFS= read -r line; do
     case "$line" in

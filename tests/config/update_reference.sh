@@ -15,3 +15,14 @@ awk -v ref="$ref" '
   inside && /-->$/ { while ((getline line < ref) > 0) print line; skip = 1; inside = 0 }
 ' "$readme" > "$ref.new"
 mv "$ref.new" "$readme"
+
+# README.md's table of attention types (between its attention-types markers) from the registry.
+readme="$here/README.md"
+bash "$here/tests/config/attention_table.sh" "$exe" > "$ref"
+awk -v ref="$ref" '
+  /^<!-- end of attention-types -->/ { skip = 0 }
+  !skip { print }
+  /^<!-- attention-types:/ { inside = 1 }
+  inside && /-->$/ { while ((getline line < ref) > 0) print line; skip = 1; inside = 0 }
+' "$readme" > "$ref.new"
+mv "$ref.new" "$readme"

@@ -52,35 +52,36 @@ typedef struct {
 
 #define BERT_MHE "MheForMaskedLM"
 #define GPT_MHE "MheForCausalLM"
-static const ExportCase CASES[] = {
+// mha's stock-class exports and their fallbacks to the remote code...
+static const ExportCase MHA_CASES[] = {
     {"bert_mha", ARCH_BERT, ATTN_MHA, -1, -1, 0, 1, NULL, "BertForMaskedLM"},
     {"bert_mha_tanh", ARCH_BERT, ATTN_MHA, -1, ACT_GELU_TANH, 0, 1, NULL, "BertForMaskedLM"},
     {"bert_mha_as_mhetrain", ARCH_BERT, ATTN_MHA, -1, -1, 0, 1, "mhetrain", BERT_MHE},
     {"bert_mha_pre_ln", ARCH_BERT, ATTN_MHA, NORM_PRE, -1, 0, 1, NULL, BERT_MHE},
     {"bert_mha_head_dim24", ARCH_BERT, ATTN_MHA, -1, -1, 24, 1, NULL, BERT_MHE},
-    {"bert_sha", ARCH_BERT, ATTN_SHA, -1, -1, 0, 1, NULL, BERT_MHE},
-    {"bert_mhe_add", ARCH_BERT, ATTN_MHE_ADD, -1, -1, 0, 1, NULL, BERT_MHE},
-    {"bert_mhe_mul", ARCH_BERT, ATTN_MHE_MUL, -1, -1, 0, 1, NULL, BERT_MHE},
-    {"bert_mhe_mul_pre_ln", ARCH_BERT, ATTN_MHE_MUL, NORM_PRE, -1, 0, 1, NULL, BERT_MHE},
-    {"bert_mqa", ARCH_BERT, ATTN_MQA, -1, -1, 0, 1, NULL, BERT_MHE},
-    {"bert_gqa", ARCH_BERT, ATTN_GQA, -1, -1, 0, 2, NULL, BERT_MHE},
-    {"bert_el_att", ARCH_BERT, ATTN_EL_ATT, -1, -1, 0, 1, NULL, BERT_MHE},
-    {"bert_skv", ARCH_BERT, ATTN_SKV, -1, -1, 0, 1, NULL, BERT_MHE},
-    {"bert_collab", ARCH_BERT, ATTN_COLLAB, -1, -1, 0, 1, NULL, BERT_MHE},
     {"gpt_mha", ARCH_GPT, ATTN_MHA, -1, -1, 0, 1, NULL, "GPT2LMHeadModel"},
     {"gpt_mha_erf", ARCH_GPT, ATTN_MHA, -1, ACT_GELU_ERF, 0, 1, NULL, "GPT2LMHeadModel"},
     {"gpt_mha_as_mhetrain", ARCH_GPT, ATTN_MHA, -1, -1, 0, 1, "mhetrain", GPT_MHE},
     {"gpt_mha_post_ln", ARCH_GPT, ATTN_MHA, NORM_POST, -1, 0, 1, NULL, GPT_MHE},
-    {"gpt_sha", ARCH_GPT, ATTN_SHA, -1, -1, 0, 1, NULL, GPT_MHE},
-    {"gpt_mhe_add", ARCH_GPT, ATTN_MHE_ADD, -1, -1, 0, 1, NULL, GPT_MHE},
-    {"gpt_mhe_mul", ARCH_GPT, ATTN_MHE_MUL, -1, -1, 0, 1, NULL, GPT_MHE},
-    {"gpt_mqa", ARCH_GPT, ATTN_MQA, -1, -1, 0, 1, NULL, GPT_MHE},
-    {"gpt_gqa", ARCH_GPT, ATTN_GQA, -1, -1, 0, 2, NULL, GPT_MHE},
-    {"gpt_el_att", ARCH_GPT, ATTN_EL_ATT, -1, -1, 0, 1, NULL, GPT_MHE},
-    {"gpt_skv", ARCH_GPT, ATTN_SKV, -1, -1, 0, 1, NULL, GPT_MHE},
-    {"gpt_collab", ARCH_GPT, ATTN_COLLAB, -1, -1, 0, 1, NULL, GPT_MHE},
 };
-#define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
+#define N_MHA_CASES ((int)(sizeof MHA_CASES / sizeof MHA_CASES[0]))
+// ...then every other registered attention type, both arches, through the remote code
+// (its keys at the registry's test values; groups 0 = the test value).
+static ExportCase CASES[N_MHA_CASES + 2 * ATTN_TYPE_COUNT];
+static char CASE_NAMES[2 * ATTN_TYPE_COUNT][64];
+static int N_CASES;
+
+static void make_cases(void) {
+    for (int i = 0; i < N_MHA_CASES; i++) CASES[N_CASES++] = MHA_CASES[i];
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t < ATTN_TYPE_COUNT; t++) {
+            if (t == ATTN_MHA) continue;
+            const Arch arch = a ? ARCH_GPT : ARCH_BERT;
+            char *name = CASE_NAMES[a * ATTN_TYPE_COUNT + t];
+            snprintf(name, 64, "%s_%s", arch_name(arch), attention_type_name((AttentionType)t));
+            CASES[N_CASES++] = (ExportCase){name, arch, (AttentionType)t, -1, -1, 0, 0, NULL, a ? GPT_MHE : BERT_MHE};
+        }
+}
 #define N_BAD 5  // bad-input tests after the cases
 
 // Real text: pairs of consecutive lines (joined by a space) from the books of ../shared/data,
@@ -149,7 +150,7 @@ static void make_config(const ExportCase *c, Config *cfg) {
         m->activation = (Activation)c->activation;
         cfg->explicit_fields |= CONFIG_SET_ACTIVATION;
     }
-    cfg->attention.groups = c->groups;
+    if (c->groups) cfg->attention.groups = c->groups;  // else tiny_config's test value
     cfg->attention.collab_dim = c->type == ATTN_COLLAB ? 48 : 0;
     char tok[1024];
     shared_path(tok, sizeof tok, c->arch == ARCH_BERT ? "tokenizers/bert-base-uncased-vocab.txt" : "tokenizers/gpt2-vocab.json");
@@ -434,7 +435,8 @@ int main(void) {
         fprintf(stderr, "MHETRAIN is not set (run through ctest)\n");
         return 1;
     }
-    struct CMUnitTest tests[N_CASES + N_BAD];
+    make_cases();
+    struct CMUnitTest tests[sizeof CASES / sizeof CASES[0] + N_BAD];
     for (int i = 0; i < N_CASES; i++)
         tests[i] = (struct CMUnitTest){CASES[i].name, check_case, NULL, NULL, (void *)&CASES[i]};
     tests[N_CASES + 0] = (struct CMUnitTest)cmocka_unit_test(test_missing_checkpoint_exits_2);

@@ -20,7 +20,6 @@
 #include "common/rng.h"
 #include "kernels/ops.h"
 #include "tests/common/test_util.h"
-#include "trainer/model/attention/variant.h"
 #include "trainer/model/model.h"
 #include "trainer/io/safetensors.h"
 
@@ -284,34 +283,15 @@ static const Case EXTRA_CASES[] = {
     {"gpt_padded_skv", ARCH_GPT, ATTN_SKV, -1, 0, 0, 0, 1, 1},
 };
 #define N_EXTRA ((int)(sizeof EXTRA_CASES / sizeof EXTRA_CASES[0]))
-#define MAX_CASES (2 * 2 * ATTN_TYPE_COUNT + N_EXTRA)
-
-static int has_fast_path(AttentionType t) {
-    Config cfg;
-    tiny_config(&cfg, ARCH_BERT, t, TINY_SHAPE);
-    config_resolve(&cfg, "test_model");
-    const AttnVariant *v = attn_variant(t);
-    AttnPlan p0 = v->plan(&cfg, 0), p1 = v->plan(&cfg, 1);
-    config_free(&cfg);
-    return memcmp(&p0, &p1, sizeof p0) != 0;
-}
-
-static char CASE_NAMES[MAX_CASES][64];
+#define MAX_CASES (MAX_VARIANT_CASES + N_EXTRA)
 
 // Fills cases[]; returns how many.
 static int all_cases(Case *cases) {
+    static VariantCase v[MAX_VARIANT_CASES];
+    const int nv = variant_cases(v);
     int k = 0;
-    const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
-    for (int a = 0; a < 2; a++)
-        for (int t = 0; t < ATTN_TYPE_COUNT; t++)
-            for (int fast = 1; fast >= (has_fast_path((AttentionType)t) ? 0 : 1); fast--) {
-                snprintf(CASE_NAMES[k], sizeof CASE_NAMES[k], "%s_%s%s", arch_name(arches[a]),
-                         attention_type_name((AttentionType)t),
-                         has_fast_path((AttentionType)t) ? (fast ? "_fast" : "_plain") : "");
-                cases[k] = (Case){CASE_NAMES[k], arches[a], (AttentionType)t, -1, 0, 0, 0,
-                                  arches[a] == ARCH_BERT, fast};
-                k++;
-            }
+    for (int i = 0; i < nv; i++)
+        cases[k++] = (Case){v[i].name, v[i].arch, v[i].type, -1, 0, 0, 0, v[i].arch == ARCH_BERT, v[i].fast};
     for (int i = 0; i < N_EXTRA; i++) cases[k++] = EXTRA_CASES[i];
     return k;
 }

@@ -1,4 +1,5 @@
 // mhetrain eval: evaluate a checkpoint on the validation split.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,21 @@ static void usage(FILE *out) {
             "valid checkpoint) on the validation split of its config: MLM loss and masked-token\n"
             "accuracy, or CLM loss and perplexity.  Overrides apply to the checkpoint's config,\n"
             "e.g. data.valid=[other/valid] train.eval_batches=50.  Prints one JSON line.\n");
+}
+
+static void json_number(double v) {
+    if (isfinite(v)) printf("%.8g", v);
+    else fputs("null", stdout);  // JSON has no NaN or Infinity
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -50,10 +66,20 @@ int cmd_eval(int argc, char **argv) {
     model_set_params(m, host);
     Loader *valid = loader_open_config(&cfg, true);
     EvalResult r = evaluate_split(m, valid, comm, cfg.train.eval_batches, NULL);
-    if (comm_rank(comm) == 0)
-        printf("{\"checkpoint\": \"%s\", \"valid_loss\": %.8g, \"%s\": %.8g, \"tokens\": %lld}\n", dir, r.loss,
-               cfg.objective.type == OBJ_MLM ? "valid_accuracy" : "valid_perplexity",
-               cfg.objective.type == OBJ_MLM ? r.accuracy : r.perplexity, (long long)r.tokens);
+    // Valid JSON whatever the numbers: non-finite ones are null and "nonfinite" says so.
+    const double metric = cfg.objective.type == OBJ_MLM ? r.accuracy : r.perplexity;
+    const int nonfinite = !isfinite(r.loss) || !isfinite(metric);
+    if (comm_rank(comm) == 0) {
+        fputs("{\"checkpoint\": ", stdout);
+        json_string(dir);
+        fputs(", \"valid_loss\": ", stdout);
+        json_number(r.loss);
+        printf(", \"%s\": ", cfg.objective.type == OBJ_MLM ? "valid_accuracy" : "valid_perplexity");
+        json_number(metric);
+        printf(", \"tokens\": %lld, \"nonfinite\": %s}\n", (long long)r.tokens, nonfinite ? "true" : "false");
+        fflush(stdout);
+        if (nonfinite) fprintf(stderr, "mhetrain: eval: %s: the validation loss is not finite (NaN or infinite weights?)\n", dir);
+    }
     loader_close(valid);
     free(host);
     model_free(m);
@@ -61,5 +87,5 @@ int cmd_eval(int argc, char **argv) {
     config_free(&cfg);
     free(dir);
     comm_finalize(comm);
-    return 0;
+    return nonfinite ? 1 : 0;
 }

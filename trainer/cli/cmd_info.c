@@ -34,9 +34,9 @@ static void print_rank_map(Comm *comm) {
     free(all);
 }
 
-// One line per registered attention type, tab-separated: name, the overrides that make a
-// tiny model of it valid (its keys at their test values; "-" when none), one-line doc.
-// Scripts and tests enumerate the variants from this (`cut -f1`).
+// One line per registered attention type, tab-separated: name; the overrides that make a tiny
+// model of it valid (its keys at their test values; "-" when none); its own keys ("-": none);
+// the one-line doc.  Scripts and tests enumerate the variants from this (`cut -f1`).
 static void print_attention_types(void) {
     for (int t = 0; t < ATTN_TYPE_COUNT; t++) {
         const AttnTypeSpec *s = attention_type_spec((AttentionType)t);
@@ -44,7 +44,9 @@ static void print_attention_types(void) {
         int any = 0;
         for (const AttnTypeKey *k = s->keys; k->key; k++)
             if (k->test_value >= 0) printf("%s%s=%d", any++ ? " " : "", k->key, k->test_value);
-        printf("%s\t%s\n", any ? "" : "-", s->doc);
+        printf("%s\t", any ? "" : "-");
+        for (const AttnTypeKey *k = s->keys; k->key; k++) printf("%s%s", k == s->keys ? "" : " ", k->key);
+        printf("%s\t%s\n", s->keys[0].key ? "" : "-", s->doc);
     }
 }
 
@@ -53,7 +55,7 @@ int cmd_info(int argc, char **argv) {
         printf("usage: mhetrain info [--config-reference | --attention-types]\n\nPrints the version, the backends compiled in, and the MPI, NCCL, cuBLAS,\n"
                "BLAS, OpenMP, libyaml and cJSON versions in use.\n"
                "  --config-reference  print the config key reference of configs/README.md (markdown)\n"
-               "  --attention-types   one line per attention type: name<TAB>test overrides<TAB>doc\n");
+               "  --attention-types   one line per attention type: name<TAB>test overrides<TAB>its keys<TAB>doc\n");
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "--config-reference") == 0) {

@@ -30,11 +30,16 @@ static void usage(FILE *out) {
             "                   any), none (start afresh), or a checkpoint / run directory\n"
             "  --stop-after N   stop after step N with a checkpoint (the schedule still spans\n"
             "                   the whole run; resume with the same command)\n"
+            "  --allow-config-change  resume although a key that alters the data order or the\n"
+            "                   model changed (seed, seq_len, global_batch, lr, ...); the change is\n"
+            "                   printed and recorded in metrics.jsonl\n"
             "  --no-overlap     all-reduce gradients only after the whole backward pass\n"
             "  --inject-nonfinite N  testing: make the gradient of step N non-finite\n"
             "\n"
-            "Under mpirun every rank runs this command; SIGTERM/SIGINT checkpoint at the next\n"
-            "step boundary and exit.\n"
+            "Under mpirun every rank runs this command.  SIGTERM/SIGINT/SIGHUP checkpoint at the\n"
+            "next step boundary and exit with status 128+signal (143/130/129); a second signal\n"
+            "exits at once without the checkpoint.  One trainer per train.out_dir (out_dir/.lock).\n"
+            "Exit status: 0 finished, 1 runtime failure, 2 bad input, 128+N stopped by signal N.\n"
             "  -h, --help       this help\n");
 }
 
@@ -56,6 +61,8 @@ int cmd_train(int argc, char **argv) {
             opt.stop_after = parse_count("--stop-after", i + 1 < argc ? argv[++i] : NULL);
         } else if (strcmp(argv[i], "--inject-nonfinite") == 0) {
             opt.inject_nonfinite_step = parse_count("--inject-nonfinite", i + 1 < argc ? argv[++i] : NULL) - 1;
+        } else if (strcmp(argv[i], "--allow-config-change") == 0) {
+            opt.allow_config_change = 1;
         } else if (strcmp(argv[i], "--no-overlap") == 0) {
             opt.no_overlap = 1;
         } else {

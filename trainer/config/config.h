@@ -99,6 +99,7 @@ typedef struct {
     char *out_dir;
     NonfinitePolicy on_nonfinite;
     char *init_from;       // weights-only initialisation from a checkpoint ("" = none)
+    int max_nonfinite;     // consecutive non-finite steps that end the run (0: never)
 } TrainConfig;
 
 typedef struct {

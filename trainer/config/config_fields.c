@@ -182,6 +182,9 @@ static const ConfigField TRAIN_FIELDS[] = {
             "good checkpoint"},
     {KEY(train, init_from, F_STRING), .def = "",
      .doc = "weights-only initialisation from a checkpoint; `\"\"` = none"},
+    {KEY(train, max_nonfinite, F_INT), .def = "10", IRANGE(0, UNBOUNDED),
+     .doc = "this many non-finite steps in a row end the run with exit status 1 (NaN weights or "
+            "data would otherwise skip every step and save a useless model); 0 never stops"},
 };
 
 static const ConfigField DIST_FIELDS[] = {

@@ -295,8 +295,10 @@ static void prune(const char *ck, int keep_last, int64_t keep) {
     int n = list_steps(ck, &steps), kept = 0;
     char dir[CKPT_PATH_MAX], trash[CKPT_PATH_MAX];
     for (int i = 0; i < n; i++) {
-        if (steps[i] == keep || kept < keep_last - 1) {
-            kept += steps[i] != keep;
+        // Only checkpoints older than the one just saved are superseded: a newer step_* (a
+        // previous run's, perhaps failing its checksum) is never deleted by this run.
+        if (steps[i] >= keep || kept < keep_last - 1) {
+            kept += steps[i] < keep;
             continue;
         }
         step_dir(dir, ck, steps[i]);
@@ -436,6 +438,22 @@ char *checkpoint_find_latest(const char *out_dir) {
     }
     free(steps);
     return found;
+}
+
+int checkpoint_list(const char *out_dir, char *names, size_t len) {
+    char ck[CKPT_PATH_MAX];
+    join(ck, out_dir, "checkpoints");
+    int64_t *steps;
+    int n = list_steps(ck, &steps);
+    size_t used = 0;
+    if (len) names[0] = 0;
+    for (int i = 0; i < n && len; i++) {
+        int w = snprintf(names + used, len - used, "%s%s/step_%08" PRId64, i ? ", " : "", ck, steps[i]);
+        if (w < 0 || (size_t)w >= len - used) break;
+        used += (size_t)w;
+    }
+    free(steps);
+    return n;
 }
 
 char *checkpoint_resolve(const char *path) {

@@ -32,7 +32,8 @@ typedef struct {
 } CheckpointState;
 
 // Writes out_dir/checkpoints/step_<state->step>/ atomically, points `latest` at it, then keeps
-// only the newest `keep_last` checkpoints (0 keeps all).  `opt` may be NULL (no optimizer
+// only the newest `keep_last` checkpoints (0 keeps all); checkpoints of a later step than the
+// one saved are never deleted (nothing is removed that a valid checkpoint did not supersede).  `opt` may be NULL (no optimizer
 // file).  Returns 0, or -1 after printing why on stderr (disk full, permissions): the caller
 // decides whether a failed save is fatal.
 int checkpoint_save(const char *out_dir, const CheckpointState *state, const ParamTable *t, const float *params,
@@ -46,6 +47,10 @@ int checkpoint_validate(const char *dir, char *why, size_t why_len);
 // The newest valid checkpoint under out_dir/checkpoints (malloc'd path), or NULL when there is
 // none.  Invalid or partial ones are reported on stderr and skipped.  For `--resume auto`.
 char *checkpoint_find_latest(const char *out_dir);
+
+// How many step_* directories out_dir/checkpoints holds, valid or not, and their paths
+// (newest first, comma separated, truncated to len) in `names`.
+int checkpoint_list(const char *out_dir, char *names, size_t len);
 
 // A user-supplied path: a checkpoint directory itself, or a run's output directory (then its
 // newest valid checkpoint).  Exit 2 with a message when neither.  Malloc'd.

@@ -18,9 +18,11 @@
 #include "trainer/io/checkpoint.h"
 #include "trainer/train/evaluate.h"
 #include "trainer/io/metrics.h"
+#include "trainer/io/run_lock.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/peak.h"
+#include "trainer/train/run_identity.h"
 #include "trainer/train/schedule.h"
 #include "trainer/train/signals.h"
 #include "trainer/io/tensorboard.h"
@@ -56,7 +58,29 @@ typedef struct {
     char *config_yaml;
     float *eval_logits;
     int64_t replica_checks;     // logging steps at which all ranks compared weight checksums
+    int lock_fd;                // rank 0: flock on out_dir/.lock (-1 elsewhere)
+    int64_t nonfinite_run;      // consecutive non-finite steps so far
 } Trainer;
+
+// Rank 0's outputs must be written: a run whose metrics or events are lost is not a success.
+static void check_write(Trainer *t, int rc, const char *what) {
+    if (rc == 0) return;
+    char msg[4352];
+    snprintf(msg, sizeof msg, "%s/%s: write failed: %s; stopping (the last checkpoint is kept)", t->cfg->train.out_dir,
+             what, strerror(errno));
+    comm_abort(t->comm, 1, msg);
+}
+
+// A refusal decided on rank 0 (lock held, unusable checkpoints): every rank learns it, rank 0
+// prints the one line, and all leave with the input-error status.
+static void refuse_if(Trainer *t, int refuse, const char *why) {
+    int r = refuse;
+    comm_broadcast(t->comm, &r, sizeof r, 0);
+    if (!r) return;
+    if (t->rank == 0) fprintf(stderr, "mhetrain: %s\n", why);
+    comm_finalize(t->comm);
+    exit(MHE_EXIT_INPUT);
+}
 
 static int is_host_backend(const Backend *be) { return strcmp(be->name, "cpu") == 0; }
 
@@ -180,6 +204,9 @@ static void setup(Trainer *t) {
         mhe_fail("%s: train.global_batch %d is not a multiple of %d workers x train.micro_batch %d", cfg->source,
                  cfg->train.global_batch, t->world, cfg->train.micro_batch);
     if (cfg->runtime.threads > 0) omp_set_num_threads(cfg->runtime.threads);
+    char why[8192] = "";
+    t->lock_fd = t->rank == 0 ? run_lock_take(cfg->train.out_dir, why, sizeof why) : -1;
+    refuse_if(t, t->rank == 0 && t->lock_fd < 0, why);
     t->config_yaml = config_to_yaml(cfg);
     t->be = make_backend(cfg, t->comm);
     t->model = model_create(cfg, t->be, cfg->train.micro_batch, cfg->data.seq_len);
@@ -229,6 +256,16 @@ static void setup(Trainer *t) {
     if (strcmp(t->opt->resume, "none") != 0) {
         if (strcmp(t->opt->resume, "auto") == 0) {
             if (t->rank == 0) ckpt = checkpoint_find_latest(cfg->train.out_dir);
+            // Checkpoints that all fail validation are the user's to repair or discard: starting
+            // from step 0 over them would later prune them away.
+            char names[4096] = "";
+            int unusable = t->rank == 0 && !ckpt && checkpoint_list(cfg->train.out_dir, names, sizeof names) > 0;
+            if (unusable)
+                snprintf(why, sizeof why,
+                         "%s: no valid checkpoint among %s (reasons above); refusing to start over them -- "
+                         "repair or move them, or pass --resume none to start afresh deliberately",
+                         cfg->train.out_dir, names);
+            refuse_if(t, unusable, why);
             int found = ckpt != NULL;
             comm_broadcast(t->comm, &found, sizeof found, 0);
             if (found && t->rank != 0) ckpt = mhe_strdup("(rank 0)");
@@ -243,6 +280,20 @@ static void setup(Trainer *t) {
         if (t->rank == 0) fprintf(stderr, "initialised weights from %s\n", dir);
         free(dir);
     }
+    RunDiff diff = {NULL, NULL};
+    if (ckpt && t->rank == 0) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.yaml", ckpt);
+        char *saved = mhe_read_file(path, NULL);
+        diff = run_identity_diff(saved, t->config_yaml);
+        free(saved);
+        if (diff.identity && !t->opt->allow_config_change)
+            snprintf(why, sizeof why,
+                     "%s: resuming would change the run's data order or model (%s); pass --allow-config-change "
+                     "to resume anyway (the change is recorded in metrics.jsonl), or use another train.out_dir",
+                     ckpt, diff.identity);
+    }
+    refuse_if(t, t->rank == 0 && diff.identity && !t->opt->allow_config_change, why);
     free(ckpt);
     t->start_step = t->step;
 
@@ -261,6 +312,12 @@ static void setup(Trainer *t) {
         snprintf(path, sizeof path, "%s/tensorboard", cfg->train.out_dir);
         mhe_mkdirs(path);
         if (tb_open(&t->tb, path, tb_wall_time()) != 0) mhe_fail("%s: cannot open an event file: %s", path, strerror(errno));
+        if (diff.harmless) fprintf(stderr, "mhetrain: resuming with changed settings (harmless): %s\n", diff.harmless);
+        if (diff.identity) {
+            fprintf(stderr, "mhetrain: --allow-config-change: resuming with a changed run identity: %s\n", diff.identity);
+            MetricValue v[] = {{"event", 0, "config_change"}, {"changes", 0, diff.identity}};
+            check_write(t, metrics_write(&t->metrics, t->step, 2, v), "metrics.jsonl");
+        }
             fprintf(stderr,
                 "model: %s %s, %zu parameters | workers %d x micro-batch %d x %d accumulation = global batch %d | "
                 "seq %d | steps %lld\n",
@@ -276,6 +333,7 @@ static void setup(Trainer *t) {
                 model_arena_bytes(t->model) / 1048576.0, t->peak_gflops, t->be->name,
                 grad_reducer_describe(t->reducer));
     }
+    run_diff_free(&diff);
     if (t->valid) {
         LoaderBatch probe = loader_batch_alloc(t->valid);
         t->eval_logits = mhe_malloc((size_t)probe.batch * probe.seq_len * cfg->model.vocab_size * sizeof(float));
@@ -287,6 +345,7 @@ static void setup(Trainer *t) {
 
 static void teardown(Trainer *t) {
     signals_restore(&t->signals);
+    run_lock_release(t->lock_fd);
     if (t->rank == 0 && t->replica_checks > 0)
         fprintf(stderr, "replicas identical at all %lld checks (%d workers)\n", (long long)t->replica_checks, t->world);
     if (t->rank == 0) {
@@ -330,10 +389,10 @@ static void evaluate(Trainer *t) {
                        {"valid_loss", r.loss, NULL},
                        {mlm ? "valid_accuracy" : "valid_perplexity", mlm ? r.accuracy : r.perplexity, NULL},
                        {"tokens_seen", tokens_seen, NULL}};
-    metrics_write(&t->metrics, t->step, 4, v);
+    check_write(t, metrics_write(&t->metrics, t->step, 4, v), "metrics.jsonl");
     const char *tags[] = {"valid/loss", mlm ? "valid/accuracy" : "valid/perplexity"};
     float vals[] = {(float)r.loss, (float)(mlm ? r.accuracy : r.perplexity)};
-    tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals);
+    check_write(t, tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals), "tensorboard");
 }
 
 static void bucket_ready(void *reducer, int stage) { grad_reducer_stage_done(reducer, stage); }
@@ -353,6 +412,13 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         for (int j = 0; j < t->micro[i].batch * t->micro[i].seq_len; j++) counts[0] += lab[j] >= 0;
     }
     comm_allreduce_sum_f64(t->comm, counts, 1);
+    if (counts[0] == 0) {
+        // Nothing to learn from (a corpus of padding): a loss of 0 would look like success.
+        char msg[4352];
+        snprintf(msg, sizeof msg, "step %lld: the global batch holds no trainable token (only padding?) in data.train %s",
+                 (long long)t->step + 1, cfg->data.n_train > 0 ? cfg->data.train[0] : "");
+        comm_abort(t->comm, MHE_EXIT_INPUT, msg);
+    }
     const double divisor = counts[0] > 0 ? counts[0] : 1.0;
 
     model_zero_grad(t->model);
@@ -444,10 +510,10 @@ static void log_step(Trainer *t, double loss, double gnorm, double lr, double st
                        {"grad_norm", gnorm, NULL},     {"tokens_per_s", tps, NULL},
                        {"mfu", mfu, NULL},             {"elapsed_s", p.elapsed_s, NULL},
                        {"tokens_seen", t->step * tokens, NULL}, {"skipped", skipped, NULL}};
-    metrics_write(&t->metrics, t->step, 8, v);
+    check_write(t, metrics_write(&t->metrics, t->step, 8, v), "metrics.jsonl");
     const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s"};
     float vals[] = {(float)loss, (float)lr, (float)gnorm, (float)tps};
-    tb_write_scalars(&t->tb, t->step, tb_wall_time(), 4, tags, vals);
+    check_write(t, tb_write_scalars(&t->tb, t->step, tb_wall_time(), 4, tags, vals), "tensorboard");
 }
 
 int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
@@ -468,12 +534,24 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
             break;
         }
         if (r == 1) model_zero_grad(t.model);
+        t.nonfinite_run = r == 1 ? t.nonfinite_run + 1 : 0;
         t.step++;
         if (r == 1 || t.step % cfg->train.log_every == 0 || t.step == t.total_steps) {
             log_step(&t, loss, gnorm, lr, omp_get_wtime() - t0, r == 1);
             check_replicas(&t);
         }
-        int64_t stop = signals_pending(&t.signals) != 0;
+        if (cfg->train.max_nonfinite > 0 && t.nonfinite_run >= cfg->train.max_nonfinite) {
+            // Every step skipped (NaN weights, a broken batch): saving would publish a useless model.
+            if (t.rank == 0)
+                fprintf(stderr,
+                        "mhetrain: steps %lld-%lld: %lld non-finite steps in a row (train.max_nonfinite: %d); "
+                        "stopping, the last checkpoint is kept\n",
+                        (long long)(t.step - t.nonfinite_run + 1), (long long)t.step, (long long)t.nonfinite_run,
+                        cfg->train.max_nonfinite);
+            status = 1;
+            break;
+        }
+        int64_t stop = signals_pending(&t.signals);  // the signal number: every rank exits alike
         comm_allreduce_max_i64(comm, &stop, 1);
         int stop_here = stop || (opt->stop_after > 0 && t.step == opt->stop_after);
         if (cfg->train.eval_every > 0 && t.step % cfg->train.eval_every == 0 && t.step < t.total_steps) evaluate(&t);
@@ -487,7 +565,7 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
                 fprintf(stderr, "stopping after step %lld (%s); run the same command to resume\n", (long long)t.step,
                         stop ? "signal" : "--stop-after");
             teardown(&t);
-            return 0;
+            return stop ? 128 + (int)stop : 0;
         }
     }
     if (status == 0) {

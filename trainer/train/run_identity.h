@@ -1,0 +1,21 @@
+// A run's identity on resume: the resolved config saved in the checkpoint (config.yaml) against
+// the one resuming.  Keys that change the data order, the model or the optimisation (seed,
+// seq_len, global_batch, lr, the data, every model key, ...) are identity; keys that only say
+// how long to run or how to report, checkpoint, or where/how to compute (steps, tokens,
+// log/eval/checkpoint intervals, keep_last, out_dir, runtime.*, dist.*, micro_batch) are
+// harmless.  Keys present in only one text (another version's config) are not compared.
+#ifndef MHE_TRAINER_RUN_IDENTITY_H
+#define MHE_TRAINER_RUN_IDENTITY_H
+
+#include <stddef.h>
+
+typedef struct {
+    char *identity;   // "data.seq_len 64 -> 32, optim.lr 0.002 -> 0.001" or NULL (malloc'd)
+    char *harmless;   // the same for harmless keys, or NULL
+} RunDiff;
+
+// Compares two texts written by config_write_yaml (saved first, then current).
+RunDiff run_identity_diff(const char *saved_yaml, const char *current_yaml);
+void run_diff_free(RunDiff *d);
+
+#endif
