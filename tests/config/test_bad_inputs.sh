@@ -75,6 +75,14 @@ dry "<command line>:arg1: " "malformed YAML value" valid.yaml "data.train=[a,"
 # An override that makes the shape inconsistent is reported at the override.
 dry "<command line>:arg2: " "el_att needs model.heads * model.head_dim = model.hidden" valid.yaml attention.type=el_att model.head_dim=16
 expect "<command line>:arg1: " "train.micro_batch (5) must divide" params valid.yaml train.micro_batch=5
+# Nesting beyond the limit is refused while parsing, at the first level too deep, not after
+# loading the whole (quadratic) tree: a 400 KB file of brackets took 68 s before.
+deep_dir=$(mktemp -d)
+/usr/bin/python3 -c "print('a: ' + '[' * 200000 + ']' * 200000)" >"$deep_dir/deep.yaml"
+t0=$SECONDS
+dry "$deep_dir/deep.yaml:1:20: " "YAML nested too deeply (more than 16 levels)" "$deep_dir/deep.yaml"
+if [ $((SECONDS - t0)) -gt 10 ]; then echo "FAIL: the deep file took $((SECONDS - t0)) s to reject"; failures=$((failures + 1)); fi
+rm -rf "$deep_dir"
 
 rm -f /tmp/mhe_config_err.$$
 echo "$cases cases, $failures failures"

@@ -11,7 +11,7 @@ foreach(t bad_inputs parity train_oracle unicode_parity)
     COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/tokenizer/${t}.py)
   set_tests_properties(tokenizer_${t} PROPERTIES ENVIRONMENT "${MHE_TOKENIZER_TEST_ENV}")
 endforeach()
-set_tests_properties(tokenizer_parity tokenizer_unicode_parity PROPERTIES TIMEOUT 300)
+set_tests_properties(tokenizer_parity tokenizer_unicode_parity PROPERTIES TIMEOUT 600)
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST tokenizer_unit tokenizer_bad_inputs APPEND PROPERTY LABELS unit)
 set_property(TEST tokenizer_parity tokenizer_train_oracle tokenizer_unicode_parity

@@ -184,5 +184,10 @@ const char *objective_name(Objective o);
 void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
                                 uint8_t **continuation);
 Loader *loader_open_config(const Config *cfg, bool valid);
+// Settings that are legal but probably not meant, printed as "mhetrain: warning: ..." lines on
+// stderr (the trainer's rank 0 calls it): model.vocab_size above the tokenizer's vocabulary
+// (embedding rows no token uses), and a data.valid entry that is also a data.train entry
+// (validation would measure training data).  Returns the number of warnings.
+int config_data_warnings(const Config *cfg);
 
 #endif

@@ -1,5 +1,7 @@
 // The data loader opened from a resolved Config: the only place that knows both (data/ knows
 // no Config, so the loader stays usable without the trainer).
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +33,46 @@ void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tok
         for (int i = 0; i < tv; i++) (*continuation)[i] = tokenizer_is_continuation(tok, i);
         opt->continuation = *continuation;
     }
+}
+
+// The entry as an absolute path when its directory exists (shard prefixes and stems are not
+// files themselves), so "./shards/train" and "shards/train" compare equal.
+static void canonical_entry(const char *entry, char *out, size_t n) {
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(entry, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - entry) : 1, slash ? entry : ".");
+    if (slash == entry) snprintf(dir, sizeof dir, "/");
+    if (realpath(dir, real)) snprintf(out, n, "%s/%s", strcmp(real, "/") ? real : "", slash ? slash + 1 : entry);
+    else snprintf(out, n, "%s", entry);
+}
+
+int config_data_warnings(const Config *cfg) {
+    int n = 0;
+    if (cfg->data.tokenizer && cfg->data.tokenizer[0]) {
+        Tokenizer *tok = tokenizer_load(cfg->data.tokenizer);
+        int tv = tokenizer_vocab_size(tok);
+        tokenizer_free(tok);
+        if (tv < cfg->model.vocab_size) {
+            fprintf(stderr,
+                    "mhetrain: warning: model.vocab_size %d is larger than the %d tokens of %s: %d embedding rows "
+                    "are never used (set model.vocab_size: %d unless the padding is deliberate)\n",
+                    cfg->model.vocab_size, tv, cfg->data.tokenizer, cfg->model.vocab_size - tv, tv);
+            n++;
+        }
+    }
+    for (int i = 0; i < cfg->data.n_valid; i++)
+        for (int j = 0; j < cfg->data.n_train; j++) {
+            char a[2 * PATH_MAX], b[2 * PATH_MAX];
+            canonical_entry(cfg->data.valid[i], a, sizeof a);
+            canonical_entry(cfg->data.train[j], b, sizeof b);
+            if (strcmp(a, b) != 0) continue;
+            fprintf(stderr,
+                    "mhetrain: warning: data.valid %s is also in data.train: the validation loss measures "
+                    "training data\n",
+                    cfg->data.valid[i]);
+            n++;
+        }
+    return n;
 }
 
 Loader *loader_open_config(const Config *cfg, bool valid) {

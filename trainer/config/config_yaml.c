@@ -162,8 +162,34 @@ static _Noreturn void fail_parser(const char *file, const yaml_parser_t *p, int 
     mhe_fail_at(file, line, col, "malformed YAML: %s", problem);
 }
 
+// The depth limit enforced event by event before the document is loaded: libyaml's loader (and
+// its scanner's simple-key bookkeeping) is quadratic in the nesting, so a deeply nested file
+// would take minutes to load only to be rejected by build().  This pass stops at the first
+// node deeper than build() accepts, having parsed only that far.
+static void check_depth(const char *file, const char *text, size_t len, int cmdline) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) mhe_fatal("libyaml: cannot initialise a parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int depth = 0, done = 0;
+    while (!done) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev)) fail_parser(file, &parser, cmdline);
+        int node = ev.type == YAML_SCALAR_EVENT || ev.type == YAML_ALIAS_EVENT ||
+                   ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT;
+        if (node && depth > CNODE_MAX_DEPTH)
+            mhe_fail_at(file, cmdline ? 0 : (int)ev.start_mark.line + 1, cmdline ? 0 : (int)ev.start_mark.column + 1,
+                        "YAML nested too deeply (more than %d levels)", CNODE_MAX_DEPTH);
+        if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) depth++;
+        if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) depth--;
+        done = ev.type == YAML_STREAM_END_EVENT;
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&parser);
+}
+
 // Parses text (one document) into a tree; an empty document gives NULL.
 static CNode *parse_text(const char *file, const char *text, size_t len, int cmdline) {
+    check_depth(file, text, len, cmdline);
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) mhe_fatal("libyaml: cannot initialise a parser");

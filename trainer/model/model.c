@@ -1,6 +1,8 @@
 // Model construction: parameter lookup, the activation arena sized up front, accessors.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "trainer/model/model_internal.h"
@@ -10,6 +12,33 @@ static size_t find(const ParamTable *t, const char *fmt, int l) {
     snprintf(name, sizeof name, fmt, l);
     const ParamTensor *p = param_table_find(t, name);
     return p ? p->offset : NO_PARAM;
+}
+
+// MemAvailable from /proc/meminfo (what can be allocated without swapping), or the free pages;
+// -1 when unknown.
+static double host_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb > 0) return kb * 1024.0;
+    long pages = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : -1;
+}
+
+// Refuses at once a model this machine cannot hold rather than failing (or swapping) minutes
+// into building it.  CPU backend only (a device's memory is its own).
+static void check_memory(const Model *m, size_t arena_floats) {
+    if (strcmp(m->be->name, "cpu") != 0) return;
+    double need = (2.0 * (double)m->table.total + (double)arena_floats) * sizeof(float);
+    double have = host_available_bytes();
+    if (have > 0 && need > have)
+        mhe_fail("model: %zu parameters need %.1f GiB for weights%s (batch %d x seq %d) but this "
+                 "machine has %.1f GiB available; reduce model.layers/hidden/ffn or the batch",
+                 m->table.total, need / 1073741824.0, arena_floats ? ", gradients and activations" : " and gradients", m->max_batch,
+                 m->max_seq, have / 1073741824.0);
 }
 
 static void lookup_params(Model *m) {
@@ -180,14 +209,16 @@ Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) 
     m->variant = attn_variant(cfg->attention.type);
     m->plan = attn_plan_for(&m->cfg, m->fast_path);
     param_table_build(&m->table, cfg);
+    check_memory(m, 0);  // weights and gradients alone, before the per-layer lookups
     lookup_params(m);
-    m->params = be->alloc(be, m->table.total * sizeof(float));
-    m->grads = be->alloc(be, m->table.total * sizeof(float));
     m->xs = mhe_calloc((size_t)cfg->model.layers + 1, sizeof *m->xs);
     m->la = mhe_calloc((size_t)cfg->model.layers, sizeof *m->la);
     Bump measure = {NULL, 0};
     layout(m, &measure);
     m->arena_floats = measure.used;
+    check_memory(m, m->arena_floats);
+    m->params = be->alloc(be, m->table.total * sizeof(float));
+    m->grads = be->alloc(be, m->table.total * sizeof(float));
     m->arena = be->alloc(be, m->arena_floats * sizeof(float));
     Bump real = {m->arena, 0};
     layout(m, &real);

@@ -216,6 +216,7 @@ static void setup(Trainer *t) {
     t->params = model_params(t->model);
     t->grads = model_grads(t->model);
     t->host_params = is_host_backend(t->be) ? t->params : mhe_malloc(t->table->total * sizeof(float));
+    if (t->rank == 0) config_data_warnings(cfg);
     t->train = loader_open_config(cfg, false);
     t->valid = cfg->data.n_valid > 0 ? loader_open_config(cfg, true) : NULL;
     t->n_micro = loader_micro_batches(t->train, t->world);
