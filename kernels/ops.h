@@ -228,14 +228,16 @@ struct Backend {
     // ---- optimizer side ----
     // sum_i x[i]^2 accumulated in double; returned to the host (synchronises).
     double (*sum_squares)(Backend *be, const float *x, size_t n);
-    // AdamW (decoupled decay), with g = grad_scale * grad:
+    // AdamW (decoupled decay) in PyTorch's form, element by element through kernels/optim_math.h
+    // (the host optimizer uses the same functions), with g = grad_scale * grad:
     //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;
-    //   p -= lr * ( (m / bc1) / (sqrt(v / bc2) + eps) + wd * p )
-    // bc1 = 1 - b1^t, bc2 = 1 - b2^t computed by the caller.
+    //   p = p * decay - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+    // The caller precomputes decay = 1 - lr wd, step_size = lr / bc1 and bc2_sqrt = sqrt(bc2)
+    // (optim_math.h's optim_bias and adamw_scalars), bc1 = 1 - b1^t, bc2 = 1 - b2^t.
     void (*adamw_update)(Backend *be, float *p, const float *grad, float *m, float *v, size_t n,
-                         float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                         float b1, float b2, float eps, float step_size, float decay, float bc2_sqrt,
                          float grad_scale);
-    // LAMB direction, same moment updates as adamw_update, then
+    // LAMB direction, same moment updates as adamw_update, then (optim_math.h's lamb_direction_of)
     //   u = (m / bc1) / (sqrt(v / bc2) + eps) + wd * p   (p unchanged)
     // The caller computes the trust ratio ‖p‖/‖u‖ with sum_squares and applies axpy(-lr*ratio, u, p).
     void (*lamb_direction)(Backend *be, const float *p, const float *grad, float *m, float *v,

@@ -1,7 +1,6 @@
 // Optimizer-side ops of the CPU backend: reductions and the AdamW / LAMB element updates.
-#include <math.h>
-
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/optim_math.h"
 
 static double cpu_sum_squares(Backend *be, const float *x, size_t n) {
     double t0 = cpu_prof_begin(be);
@@ -13,15 +12,13 @@ static double cpu_sum_squares(Backend *be, const float *x, size_t n) {
 }
 
 static void cpu_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v,
-                             size_t n, float lr, float b1, float b2, float eps, float wd,
-                             float bc1, float bc2, float grad_scale) {
+                             size_t n, float b1, float b2, float eps, float step_size, float decay,
+                             float bc2_sqrt, float grad_scale) {
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * grad_scale;
-        m[i] = b1 * m[i] + (1.0f - b1) * g;
-        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-        p[i] -= lr * ((m[i] / bc1) / (sqrtf(v[i] / bc2) + eps) + wd * p[i]);
+        optim_moments(&m[i], &v[i], grad[i] * grad_scale, b1, b2);
+        p[i] = adamw_param(p[i], m[i], v[i], step_size, decay, bc2_sqrt, eps);
     }
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -32,10 +29,8 @@ static void cpu_lamb_direction(Backend *be, const float *p, const float *grad, f
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * grad_scale;
-        m[i] = b1 * m[i] + (1.0f - b1) * g;
-        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-        u[i] = (m[i] / bc1) / (sqrtf(v[i] / bc2) + eps) + wd * p[i];
+        optim_moments(&m[i], &v[i], grad[i] * grad_scale, b1, b2);
+        u[i] = lamb_direction_of(p[i], m[i], v[i], bc1, bc2, eps, wd);
     }
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }

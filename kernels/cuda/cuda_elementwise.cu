@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/optim_math.h"
 
 #define GRID_STRIDE(i, n)                                                               \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);            \
@@ -299,27 +300,26 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
 // Cost model: ~16 FLOPs per element (sqrt and division count as one each); AdamW reads and
 // writes p, m, v and reads g (28 bytes), LAMB reads p and writes u instead (also 28).
 #define ADAM_FLOPS 16.0
-// m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g²;  u = (m/bc1) / (sqrt(v/bc2) + eps) + wd p
-// AdamW applies p -= lr u; LAMB stores u for the caller's trust ratio.
-__global__ void adam_kernel(float *p, const float *grad, float *m, float *v, float *u, size_t n,
-                            float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                            float grad_scale) {
+// The element formulas are kernels/optim_math.h's, shared with the CPU backend and the host
+// optimizer; nvcc may still contract multiply-adds, so agreement is to fp32 rounding.
+// One kernel for both (one name in the cost model and the profile): u set means LAMB (store the
+// direction, p only read), u NULL means AdamW (update p).
+__global__ void adam_kernel(float *p, const float *grad, float *m, float *v, float *u, size_t n, float b1,
+                            float b2, float eps, float wd, float bc1, float bc2, float step_size, float decay,
+                            float bc2_sqrt, float grad_scale) {
     GRID_STRIDE(i, n) {
-        float g = grad_scale * grad[i];
-        float mi = b1 * m[i] + (1.0f - b1) * g;
-        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        float mi = m[i], vi = v[i];
+        optim_moments(&mi, &vi, grad_scale * grad[i], b1, b2);
         m[i] = mi;
         v[i] = vi;
-        float dir = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i];
-        if (u) u[i] = dir;
-        else p[i] -= lr * dir;
+        if (u) u[i] = lamb_direction_of(p[i], mi, vi, bc1, bc2, eps, wd);
+        else p[i] = adamw_param(p[i], mi, vi, step_size, decay, bc2_sqrt, eps);
     }
 }
-static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n,
-                              float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                              float grad_scale) {
+static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n, float b1,
+                              float b2, float eps, float step_size, float decay, float bc2_sqrt, float grad_scale) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(p, grad, m, v, nullptr, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(p, grad, m, v, nullptr, n, b1, b2, eps, 0.0f, 1.0f, 1.0f, step_size, decay, bc2_sqrt, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -328,7 +328,7 @@ static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, 
                                 float bc1, float bc2, float grad_scale) {
     double t0 = cuda_prof_begin(be);
     // p is only read when u is set.
-    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(const_cast<float *>(p), grad, m, v, u, n, 0.0f, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(const_cast<float *>(p), grad, m, v, u, n, b1, b2, eps, wd, bc1, bc2, 0.0f, 1.0f, 1.0f, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }

@@ -74,7 +74,7 @@ static void test_single_calls(void **state) {
     // 28e6 / 2.039e12 s = 13.732 us, plus the 4 us launch = 17.732 us.
     float *big = be->alloc(be, 4000000);
     backend_cuda_cost_start();
-    be->adamw_update(be, big, big, big, big, 1000000, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f, 1.0f);
+    be->adamw_update(be, big, big, big, big, 1000000, 0.9f, 0.999f, 1e-8f, 1e-2f, 0.99999f, 0.0316f, 1.0f);
     backend_cuda_cost_stop(a100, &r);
     e = find(&r, "adam_kernel");
     assert_true(e->bytes == 28e6);

@@ -194,7 +194,7 @@ static void train(const Case *c, int bf16, float losses[2][20]) {
                                                 in.mask, in.labels, B_, T_, 1);
             model_backward(s[i].m, 0);
             s[i].be->adamw_update(s[i].be, model_params(s[i].m), model_grads(s[i].m), mom[i][0],
-                                  mom[i][1], n, lr, b1, b2, 1e-8f, 0.01f, bc1, bc2, 1.0f);
+                                  mom[i][1], n, b1, b2, 1e-8f, lr / bc1, 1.0f - lr * 0.01f, sqrtf(bc2), 1.0f);
         }
     }
     for (int i = 0; i < 2; i++)

@@ -313,7 +313,8 @@ static void test_optimizers_match_cpu(void **state) {
     Buf v = buf_new(f, n, 0.0f, 0.5f);
     for (int step = 1; step <= 3; step++) {
         float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
-        PAIR(f, adamw_update, D(p), D(g), D(m), D(v), n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2, 0.5f);
+        PAIR(f, adamw_update, D(p), D(g), D(m), D(v), n, 0.9f, 0.999f, 1e-8f, 1e-2f / bc1, 1.0f - 1e-2f * 0.01f, sqrtf(bc2),
+             0.5f);
     }
     expect_close(f, &p, 1e-5, "adamw p");
     expect_close(f, &m, 1e-5, "adamw m");

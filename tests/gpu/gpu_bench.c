@@ -12,6 +12,7 @@
 #include "common/rng.h"
 #include "kernels/backend_info.h"
 #include "kernels/ops.h"
+#include "kernels/optim_math.h"
 #include "trainer/config/config.h"
 #include "trainer/model/model.h"
 
@@ -58,8 +59,10 @@ int main(int argc, char **argv) {
         model_zero_grad(m);
         float loss = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
         model_backward(m, 0);
-        be->adamw_update(be, model_params(m), model_grads(m), mom, mom + n, n, lr, b1, b2, 1e-8f,
-                         0.01f, 1.0f - powf(b1, (float)s), 1.0f - powf(b2, (float)s), 1.0f);
+        const OptimBias bc = optim_bias(b1, b2, s);
+        const AdamwScalars a = adamw_scalars(lr, 0.01f, bc.bc1);
+        be->adamw_update(be, model_params(m), model_grads(m), mom, mom + n, n, b1, b2, 1e-8f, a.step_size,
+                         a.decay, bc.bc2_sqrt, 1.0f);
         if (s == 1) first = loss;
         last = loss;
         if (s == 1 || s % 10 == 0 || s == steps) printf("step %4d  loss %.4f\n", s, loss);

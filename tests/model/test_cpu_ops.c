@@ -116,7 +116,7 @@ static void test_optimizer_ops_match_formulas(void **state) {
     memcpy(p2, p, n * sizeof *p);
     memcpy(m2, m, n * sizeof *m);
     memcpy(v2, v, n * sizeof *v);
-    be->adamw_update(be, p2, g, m2, v2, n, lr, b1, b2, eps, wd, bc1, bc2, gs);
+    be->adamw_update(be, p2, g, m2, v2, n, b1, b2, eps, lr / bc1, 1.0f - lr * wd, sqrtf(bc2), gs);
     for (size_t i = 0; i < n; i++) {
         double gg = (double)g[i] * gs;
         double mm = b1 * (double)m[i] + (1 - b1) * gg, vv = b2 * (double)v[i] + (1 - b2) * gg * gg;

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "kernels/ops.h"
+#include "kernels/optim_math.h"
 
 // Below this many floats a tensor's update runs on one thread: a parallel region per small
 // tensor (biases, norms) costs more than the work, badly so on a loaded machine.  Sums use
@@ -41,29 +42,25 @@ static int overlap(const OptimState *s, const ParamTensor *p, size_t *lo, size_t
 }
 
 typedef struct {
-    float b1, b2, eps, bc1, bc2, bc2_sqrt;   // bias corrections as float, like torch's scalar ops
+    float b1, b2, eps;
+    OptimBias bc;
 } Moments;
 
 static void adamw_tensor(OptimState *s, const Moments *k, size_t lo, size_t hi, float *w, const float *g,
                          float lr, float wd) {
     float *m = s->m, *v = s->v;
     const size_t base = s->begin;
-    const float step_size = (float)((double)lr / k->bc1), decay = (float)(1.0 - (double)lr * wd);
+    const AdamwScalars a = adamw_scalars(lr, wd, k->bc.bc1);
 #pragma omp parallel for schedule(static) if (hi - lo >= OPTIM_PARALLEL_MIN)
     for (size_t i = lo; i < hi; i++) {
         const size_t j = i - base;
-        if (wd != 0.0f) w[i] *= decay;
-        m[j] = k->b1 * m[j] + (1.0f - k->b1) * g[i];
-        v[j] = k->b2 * v[j] + (1.0f - k->b2) * g[i] * g[i];
-        const float denom = sqrtf(v[j]) / k->bc2_sqrt + k->eps;
-        w[i] -= step_size * (m[j] / denom);
+        optim_moments(&m[j], &v[j], g[i], k->b1, k->b2);
+        w[i] = adamw_param(w[i], m[j], v[j], a.step_size, a.decay, k->bc.bc2_sqrt, k->eps);
     }
 }
 
 static inline float lamb_update(const OptimState *s, const Moments *k, size_t i, const float *w, float wd) {
-    const float mh = s->m[i - s->begin] / k->bc1;
-    const float vh = s->v[i - s->begin] / k->bc2;
-    return mh / (sqrtf(vh) + k->eps) + wd * w[i];
+    return lamb_direction_of(w[i], s->m[i - s->begin], s->v[i - s->begin], k->bc.bc1, k->bc.bc2, k->eps, wd);
 }
 
 // Fixed chunk boundaries, whatever the thread count: the double sums come out the same with
@@ -82,8 +79,7 @@ static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, 
         double aw = 0, au = 0;
         for (size_t i = a; i < b; i++) {
             const size_t j = i - base;
-            m[j] = k->b1 * m[j] + (1.0f - k->b1) * g[i];
-            v[j] = k->b2 * v[j] + (1.0f - k->b2) * g[i] * g[i];
+            optim_moments(&m[j], &v[j], g[i], k->b1, k->b2);
             const float u = lamb_update(s, k, i, w, wd);
             aw += (double)w[i] * w[i];
             au += (double)u * u;
@@ -103,12 +99,7 @@ static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, 
 void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params, const float *grads,
                 float lr, OptimReduceFn reduce, void *reduce_ctx) {
     s->step++;
-    Moments k = {o->beta1, o->beta2, o->eps, 0, 0, 0};
-    // Powers in double then rounded once: torch computes them as Python floats.
-    k.bc1 = (float)(1.0 - pow(o->beta1, (double)s->step));
-    const double bc2 = 1.0 - pow(o->beta2, (double)s->step);
-    k.bc2 = (float)bc2;
-    k.bc2_sqrt = (float)sqrt(bc2);
+    const Moments k = {o->beta1, o->beta2, o->eps, optim_bias(o->beta1, o->beta2, s->step)};
     size_t lo, hi;
     if (o->name == OPT_ADAMW) {
         for (int j = 0; j < t->count; j++) {
@@ -148,8 +139,7 @@ void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const 
                         const float *grads, float *m, float *v, float *u, float lr, float grad_scale,
                         OptimReduceFn reduce, void *reduce_ctx) {
     s->step++;
-    const float bc1 = (float)(1.0 - pow(o->beta1, (double)s->step));
-    const float bc2 = (float)(1.0 - pow(o->beta2, (double)s->step));
+    const OptimBias bc = optim_bias(o->beta1, o->beta2, s->step);
     size_t lo, hi;
     for (int j = 0; j < t->count; j++) {
         const ParamTensor *p = &t->tensors[j];
@@ -157,11 +147,12 @@ void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const 
         const float wd = optim_decays(o, p) ? o->weight_decay : 0.0f;
         const size_t at = lo - s->begin, n = hi - lo;
         if (o->name == OPT_ADAMW) {
-            be->adamw_update(be, params + lo, grads + lo, m + at, v + at, n, lr, o->beta1, o->beta2, o->eps, wd, bc1,
-                             bc2, grad_scale);
+            const AdamwScalars a = adamw_scalars(lr, wd, bc.bc1);
+            be->adamw_update(be, params + lo, grads + lo, m + at, v + at, n, o->beta1, o->beta2, o->eps, a.step_size,
+                             a.decay, bc.bc2_sqrt, grad_scale);
         } else {
             be->lamb_direction(be, params + lo, grads + lo, m + at, v + at, u + at, n, o->beta1, o->beta2, o->eps, wd,
-                               bc1, bc2, grad_scale);
+                               bc.bc1, bc.bc2, grad_scale);
             s->norms[j] = be->sum_squares(be, params + lo, n);
             s->norms[t->count + j] = be->sum_squares(be, u + at, n);
         }

@@ -54,7 +54,8 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
 // all in the backend's space.  `s` supplies the range, the step counter and the host norm
 // scratch; its host m/v are not touched (download into them before a checkpoint).  Gradients
 // are multiplied by grad_scale first (a clip coefficient or 1/loss-scale).  Agrees with
-// optim_step to fp32 rounding (the kernels group the arithmetic differently).
+// optim_step bit for bit on the CPU backend (both use kernels/optim_math.h), to fp32 rounding on
+// CUDA (nvcc contracts multiply-adds).
 struct Backend;
 void optim_step_backend(struct Backend *be, OptimState *s, const OptimConfig *o, const ParamTable *t,
                         float *params, const float *grads, float *m, float *v, float *u, float lr,
