@@ -44,6 +44,9 @@ static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *p
                                  double peak, float loss) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     const double gflops = flops / step / 1e9;
+    // The best matmul rate this process reached: the probe, or the model itself when a loaded
+    // machine slowed the probe (MFU never reads above 100%).
+    if (gflops > peak) peak = gflops;
     static const char *names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
     double accounted = 0;
     for (int c = 0; c < OPC_COUNT; c++) accounted += prof->seconds[c];
