@@ -44,9 +44,7 @@ static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *p
                                  double peak, float loss) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     const double gflops = flops / step / 1e9;
-    // The best matmul rate this process reached: the probe, or the model itself when a loaded
-    // machine slowed the probe (MFU never reads above 100%).
-    if (gflops > peak) peak = gflops;
+    const double mfu = peak_mfu(&peak, gflops);
     static const char *names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
     double accounted = 0;
     for (int c = 0; c < OPC_COUNT; c++) accounted += prof->seconds[c];
@@ -65,14 +63,14 @@ static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *p
            cfg->optim.name == OPT_ADAMW ? "adamw" : "lamb");
     printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
     printf("matmul peak (backend matmul %s, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n",
-           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", peak, 100.0 * gflops / peak);
+           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", peak, 100.0 * mfu);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
            model_arena_bytes(m) / 1048576.0, model_state_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0);
     printf("bench-result: tokens_per_s=%.1f step_ms=%.3f gflops=%.3f peak_gflops=%.3f mfu=%.4f "
            "peak_rss_mib=%.1f loss=%.4f\n",
-           (double)B * T / step, 1e3 * step, gflops, peak, gflops / peak, ru.ru_maxrss / 1024.0, loss);
+           (double)B * T / step, 1e3 * step, gflops, peak, mfu, ru.ru_maxrss / 1024.0, loss);
 }
 
 int cmd_bench(int argc, char **argv) {

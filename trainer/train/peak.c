@@ -30,3 +30,9 @@ double peak_matmul_gflops(Backend *be, int n, int reps) {
     free(host);
     return best;
 }
+
+double peak_mfu(double *peak, double achieved) {
+    if (*peak <= 0 || achieved <= 0) return -1;
+    if (achieved > *peak) *peak = achieved;
+    return achieved / *peak;
+}

@@ -9,4 +9,10 @@
 // warm-up.  Takes about (reps + 1) * 2n³ / rate seconds.
 double peak_matmul_gflops(Backend *be, int n, int reps);
 
+// MFU of a step that ran at `achieved` GFLOP/s, against the best matmul rate this process has
+// reached.  The start-up probe can land in a slice where other jobs held the cores; when the
+// model's own step (whose matmuls ran at least this fast) beats it, *peak is raised to the
+// step's rate, so MFU never reads above 1.  -1 when the ceiling or the rate is unknown.
+double peak_mfu(double *peak, double achieved);
+
 #endif

@@ -495,11 +495,7 @@ static void log_step(Trainer *t, double loss, double gnorm, double lr, double st
     const double tokens = (double)cfg->train.global_batch * cfg->data.seq_len;
     const double tps = step_s > 0 ? tokens / step_s : 0;
     const double achieved = step_s > 0 ? t->flops_per_step / step_s / 1e9 : 0;
-    // The ceiling is the best matmul rate this process has reached. The start-up probe can
-    // land in a slice where other jobs held the cores; when the model's own step (whose
-    // matmuls ran at least this fast) beats it, the step's rate is the better-known ceiling.
-    if (t->peak_gflops > 0 && achieved > t->peak_gflops) t->peak_gflops = achieved;
-    const double mfu = t->peak_gflops > 0 && step_s > 0 ? achieved / t->peak_gflops : -1;
+    const double mfu = peak_mfu(&t->peak_gflops, achieved);
     Progress p = {.step = t->step,
                   .total_steps = t->total_steps,
                   .start_step = t->start_step,
