@@ -318,8 +318,9 @@ void shard_reader_check_ids(const ShardReader *r, int vocab_size) {
             else v = shard_reader_token(r, s, j);
             if (v < 0 || v >= vocab_size)
                 mhe_fail_byte(r->bin_path, (long long)(p - r->bin),
-                              "token id %lld of sequence %lld is outside the vocabulary "
-                              "(size %d)", (long long)v, (long long)s, vocab_size);
+                              "token id %lld of sequence %lld is outside the vocabulary: ids "
+                              "must be in [0, %d) (model.vocab_size)", (long long)v, (long long)s,
+                              vocab_size);
         }
     }
 }

@@ -11,6 +11,7 @@
 #include "common/fs.h"
 #include "trainer/cli/commands.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/io/run_lock.h"
 #include "trainer/model/convert.h"
 
 static void usage(FILE *out) {
@@ -96,6 +97,7 @@ int cmd_convert(int argc, char **argv) {
     }
     if (o.max_iter < 1) mhe_fail("convert: --max-iter must be >= 1");
 
+    run_lock_read(ckpt, "convert");  // held until exit
     char *dir = checkpoint_resolve(ckpt);
     char why[4352], cfg_path[4200];
     if (checkpoint_validate(dir, why, sizeof why) != 0) mhe_fail("convert: %s", why);

@@ -9,6 +9,7 @@
 #include "data/loader.h"
 #include "kernels/backend_info.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/io/run_lock.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/train/evaluate.h"
@@ -49,6 +50,7 @@ int cmd_eval(int argc, char **argv) {
         mhe_fail("eval: missing the checkpoint");
     }
     Comm *comm = comm_init(&argc, &argv, 0.0f);
+    int lock = run_lock_read(argv[1], "eval");
     char *dir = checkpoint_resolve(argv[1]);
     char cfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", dir);
@@ -86,6 +88,7 @@ int cmd_eval(int argc, char **argv) {
     be->destroy(be);
     config_free(&cfg);
     free(dir);
+    run_lock_release(lock);
     comm_finalize(comm);
     return nonfinite ? 1 : 0;
 }

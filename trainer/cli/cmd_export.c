@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "trainer/cli/commands.h"
 #include "trainer/io/export.h"
+#include "trainer/io/run_lock.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -69,6 +70,8 @@ int cmd_export(int argc, char **argv) {
         opt.format = EXPORT_HF;
     else
         mhe_fail("export: --format must be auto, hf or mhetrain, got %s", format);
+    int lock = run_lock_read(opt.checkpoint, "export");
     export_run(&opt);
+    run_lock_release(lock);
     return 0;
 }

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "trainer/config/config.h"
+#include "trainer/config/config_internal.h"
 
 void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tokenizer *tok,
                                 uint8_t **continuation) {
@@ -24,9 +25,17 @@ void loader_options_from_config(LoaderOptions *opt, const Config *cfg, const Tok
     opt->vocab_size = cfg->model.vocab_size;
     opt->special = tokenizer_special_ids(tok);
     int tv = tokenizer_vocab_size(tok);
+    if (tokenizer_kind(tok) != cfg->data.tokenizer_kind) {
+        const char *is = tokenizer_kind(tok) == TOK_WORDPIECE ? "a WordPiece" : "a byte-level BPE";
+        const char *want = CONFIG_TOKENIZER_NAMES[cfg->data.tokenizer_kind];
+        mhe_fail("%s: %s tokenizer, but data.tokenizer_kind is %s (set data.tokenizer_kind: %s, or point "
+                 "data.tokenizer at a %s tokenizer)", cfg->data.tokenizer, is, want,
+                 CONFIG_TOKENIZER_NAMES[tokenizer_kind(tok)], want);
+    }
     if (tv > cfg->model.vocab_size)
-        mhe_fail("%s: tokenizer has %d tokens but model.vocab_size is %d", cfg->data.tokenizer,
-                 tv, cfg->model.vocab_size);
+        mhe_fail("%s: the tokenizer has %d tokens but model.vocab_size is %d: ids %d..%d would have no "
+                 "embedding row (set model.vocab_size: %d or more)", cfg->data.tokenizer, tv,
+                 cfg->model.vocab_size, cfg->model.vocab_size, tv - 1, tv);
     *continuation = NULL;
     if (opt->whole_word) {
         *continuation = mhe_calloc((size_t)opt->vocab_size, 1);
