@@ -123,6 +123,9 @@ struct Backend {
     void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(Backend *be, void *dst, size_t bytes);
     void (*synchronize)(Backend *be);
+    // Free and total bytes of the backend's own memory (a device's); NULL when the backend's
+    // memory is the host's (the caller asks the operating system).
+    void (*memory_info)(Backend *be, size_t *free_bytes, size_t *total_bytes);
 
     // ---- dense algebra ----
     // C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]: A is [M,K] (lda >= K)

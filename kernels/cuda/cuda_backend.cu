@@ -30,6 +30,11 @@ void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
 }
 
+static void cuda_memory_info(Backend *be, size_t *free_bytes, size_t *total_bytes) {
+    CUDA_CHECK(cudaSetDevice(cuda_ctx(be)->device));
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 static void *cuda_alloc(Backend *be, size_t bytes) {
     void *p = cuda_device_alloc(bytes, cuda_ctx(be)->device);
     // On the backend's stream: a legacy-stream memset would not be ordered before its work
@@ -250,6 +255,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     be->name = "cuda";
     be->destroy = cuda_destroy;
     be->alloc = cuda_alloc;
+    be->memory_info = cuda_memory_info;
     be->free = cuda_free;
     be->upload = cuda_upload;
     be->download = cuda_download;

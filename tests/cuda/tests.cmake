@@ -48,6 +48,12 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_train_end_to_end PROPERTIES FIXTURES_REQUIRED train_corpus
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 900)
+  # runtime.device: cuda refuses a model larger than the device's free memory before allocating
+  # (an emulated device of MHE_EMU_DEVICE_MEMORY bytes).
+  add_test(NAME test_cuda_device_memory_check COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_device_memory.sh)
+  set_tests_properties(test_cuda_device_memory_check PROPERTIES FIXTURES_REQUIRED train_corpus
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
+    TIMEOUT 300 LABELS "e2e;cuda")
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
   set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job

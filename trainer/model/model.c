@@ -28,17 +28,41 @@ static double host_available_bytes(void) {
     return pages > 0 && size > 0 ? (double)pages * (double)size : -1;
 }
 
-// Refuses at once a model this machine cannot hold rather than failing (or swapping) minutes
-// into building it.  CPU backend only (a device's memory is its own).
+// "1.5 GiB" or, below a GiB, "12.3 MiB" (small emulated devices, small models).
+static const char *show_bytes(double b, char *buf, size_t n) {
+    if (b >= 1073741824.0) snprintf(buf, n, "%.1f GiB", b / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", b / 1048576.0);
+    return buf;
+}
+
+// Refuses at once a model the machine (or the device) cannot hold rather than failing, or
+// swapping, minutes into building it.  Called before any parameter, gradient or activation
+// buffer is allocated: first for weights, gradients and state alone, then with the arena.
 static void check_memory(const Model *m, size_t arena_floats) {
+    const double per_param = 2.0 + m->state_per_param;
+    double need = (per_param * (double)m->table.total + (double)arena_floats) * sizeof(float);
+    char what[96], a[32], b[32], c[32];
+    const bool state = m->state_per_param > 0;
+    snprintf(what, sizeof what, "weights%s gradients%s%s", state || arena_floats ? "," : " and",
+             state ? (arena_floats ? ", optimizer state" : " and optimizer state") : "",
+             arena_floats ? " and activations" : "");
+    if (m->be->memory_info) {
+        size_t free_bytes = 0, total_bytes = 0;
+        m->be->memory_info(m->be, &free_bytes, &total_bytes);
+        if (need > (double)free_bytes)
+            mhe_fail("model: %zu parameters need %s of %s device memory for %s (batch %d x seq %d) but "
+                     "the device has %s free of %s; reduce model.layers/hidden/ffn or the batch",
+                     m->table.total, show_bytes(need, a, sizeof a), m->be->name, what, m->max_batch, m->max_seq,
+                     show_bytes((double)free_bytes, b, sizeof b), show_bytes((double)total_bytes, c, sizeof c));
+        return;
+    }
     if (strcmp(m->be->name, "cpu") != 0) return;
-    double need = (2.0 * (double)m->table.total + (double)arena_floats) * sizeof(float);
     double have = host_available_bytes();
     if (have > 0 && need > have)
-        mhe_fail("model: %zu parameters need %.1f GiB for weights%s (batch %d x seq %d) but this "
-                 "machine has %.1f GiB available; reduce model.layers/hidden/ffn or the batch",
-                 m->table.total, need / 1073741824.0, arena_floats ? ", gradients and activations" : " and gradients", m->max_batch,
-                 m->max_seq, have / 1073741824.0);
+        mhe_fail("model: %zu parameters need %s for %s (batch %d x seq %d) but this machine has %s "
+                 "available; reduce model.layers/hidden/ffn or the batch",
+                 m->table.total, show_bytes(need, a, sizeof a), what, m->max_batch, m->max_seq,
+                 show_bytes(have, b, sizeof b));
 }
 
 static void lookup_params(Model *m) {
@@ -197,6 +221,11 @@ static void layout(Model *m, Bump *b) {
 }
 
 Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) {
+    return model_create_with_state(cfg, be, max_batch, max_seq, 0.0);
+}
+
+Model *model_create_with_state(const Config *cfg, Backend *be, int max_batch, int max_seq,
+                               double state_per_param) {
     if (max_batch < 1 || max_seq < 1 || max_seq > cfg->model.max_seq)
         mhe_fail("model: batch %d x seq %d does not fit (model.max_seq = %d)", max_batch, max_seq,
                  cfg->model.max_seq);
@@ -205,6 +234,7 @@ Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) 
     m->be = be;
     m->max_batch = max_batch;
     m->max_seq = max_seq;
+    m->state_per_param = state_per_param;
     m->fast_path = cfg->attention.fast_path;
     m->variant = attn_variant(cfg->attention.type);
     m->plan = attn_plan_for(&m->cfg, m->fast_path);

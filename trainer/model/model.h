@@ -25,6 +25,13 @@ typedef struct Model Model;
 // config and parameter table; `be` must outlive it.  Parameters start at zero: call
 // model_init_params or model_set_params.
 Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq);
+// The same, counting `state_per_param` more floats per parameter (the optimizer state the
+// caller will allocate in the same memory) in the memory check: before anything is allocated,
+// weights + gradients + activation arena + state are compared with the memory available (the
+// device's free memory for a device backend, MemAvailable for the CPU), and a model that does
+// not fit ends with one line (exit 2) saying how much it needs and has.
+Model *model_create_with_state(const Config *cfg, Backend *be, int max_batch, int max_seq,
+                               double state_per_param);
 void model_free(Model *m);
 
 // param_init on the host (seed) and upload.

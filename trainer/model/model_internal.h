@@ -40,6 +40,7 @@ struct Model {
     ParamTable table;
     Backend *be;
     int max_batch, max_seq;
+    double state_per_param;     // optimizer floats per parameter, for the memory check
     int fast_path;
     const AttnVariant *variant;
     AttnPlan plan;

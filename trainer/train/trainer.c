@@ -209,7 +209,10 @@ static void setup(Trainer *t) {
     refuse_if(t, t->rank == 0 && t->lock_fd < 0, why);
     t->config_yaml = config_to_yaml(cfg);
     t->be = make_backend(cfg, t->comm);
-    t->model = model_create(cfg, t->be, cfg->train.micro_batch, cfg->data.seq_len);
+    // Optimizer state in the model's memory: m and v (host), or m, v and the update buffer on
+    // a device; a ZeRO-1 rank holds its 1/world share.
+    double state = (is_host_backend(t->be) ? 2.0 : 3.0) / (cfg->dist.zero == 1 ? t->world : 1);
+    t->model = model_create_with_state(cfg, t->be, cfg->train.micro_batch, cfg->data.seq_len, state);
     t->table = model_param_table(t->model);
     // Training needs logits only where a label is (MLM: ~15% of positions); eval turns them on.
     model_set_full_logits(t->model, 0);

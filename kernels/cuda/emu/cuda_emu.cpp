@@ -186,24 +186,73 @@ int mhe_emu_block_threads(void) {
 // and a bug that does faults at once instead of reading garbage.
 static std::mutex reserved_mu;
 static std::unordered_map<void *, size_t> reserved;
+// Device memory: MHE_EMU_DEVICE_MEMORY bytes (decimal digits only; default 1 TiB, more than any
+// test needs), of which `in_use` is allocated.  cudaMalloc fails past it and cudaMemGetInfo
+// reports it, as a real device does, so memory checks can be tested without one.
+static std::unordered_map<void *, size_t> sizes;
+static size_t in_use;
+
+static size_t device_memory(void) {
+    static const size_t total = [] {
+        const char *e = std::getenv("MHE_EMU_DEVICE_MEMORY");
+        if (!e) return (size_t)1 << 40;
+        size_t v = 0;
+        bool ok = *e != 0;
+        for (const char *c = e; ok && *c; c++) {
+            ok = *c >= '0' && *c <= '9' && v <= (SIZE_MAX - 9) / 10;
+            v = v * 10 + (size_t)(*c - '0');
+        }
+        if (!ok || v == 0) {
+            std::fprintf(stderr, "cuda_emu: MHE_EMU_DEVICE_MEMORY=%s is not a positive number of bytes\n", e);
+            std::exit(2);
+        }
+        return v;
+    }();
+    return total;
+}
+
+cudaError_t mhe_emu_mem_get_info(size_t *free_bytes, size_t *total_bytes) {
+    std::lock_guard<std::mutex> lock(reserved_mu);
+    *total_bytes = device_memory();
+    *free_bytes = *total_bytes - (in_use < *total_bytes ? in_use : *total_bytes);
+    return cudaSuccess;
+}
 
 cudaError_t mhe_emu_malloc(void **p, size_t bytes) {
     size_t padded = (bytes + 255) / 256 * 256 + 256;
+    {
+        std::lock_guard<std::mutex> lock(reserved_mu);
+        if (bytes > device_memory() - in_use) return cudaErrorMemoryAllocation;
+        in_use += bytes;
+    }
     if (mhe_cost_dry_run()) {
         void *q = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (q == MAP_FAILED) return cudaErrorMemoryAllocation;
         std::lock_guard<std::mutex> lock(reserved_mu);
         reserved[q] = padded;
+        sizes[q] = bytes;
         *p = q;
         return cudaSuccess;
     }
     // 256-byte alignment, as cudaMalloc guarantees.
     *p = std::aligned_alloc(256, padded);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> lock(reserved_mu);
+    if (!*p) {
+        in_use -= bytes;
+        return cudaErrorMemoryAllocation;
+    }
+    sizes[*p] = bytes;
+    return cudaSuccess;
 }
 cudaError_t mhe_emu_free(void *p) {
+    if (!p) return cudaSuccess;
     {
         std::lock_guard<std::mutex> lock(reserved_mu);
+        auto s = sizes.find(p);
+        if (s != sizes.end()) {
+            in_use -= s->second;
+            sizes.erase(s);
+        }
         auto it = reserved.find(p);
         if (it != reserved.end()) {
             munmap(p, it->second);

@@ -201,6 +201,7 @@ int mhe_emu_block_threads(void);
 // ---- runtime (host memory, synchronous streams) ----
 cudaError_t mhe_emu_malloc(void **p, size_t bytes);
 cudaError_t mhe_emu_free(void *p);
+cudaError_t mhe_emu_mem_get_info(size_t *free_bytes, size_t *total_bytes);
 cudaError_t mhe_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t mhe_emu_memcpy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                                  cudaStream_t s);
@@ -229,6 +230,7 @@ const char *mhe_emu_error_string(cudaError_t e);
 
 #define cudaMalloc(p, n) mhe_emu_malloc(reinterpret_cast<void **>(p), (n))
 #define cudaFree mhe_emu_free
+#define cudaMemGetInfo mhe_emu_mem_get_info
 #define cudaMemcpy mhe_emu_memcpy
 #define cudaMemcpyAsync mhe_emu_memcpy_async
 #define cudaMemset mhe_emu_memset
