@@ -72,6 +72,18 @@ dry "<command line>:arg1: " "expected section.key=value" valid.yaml model.layers
 dry "<command line>:arg1: " "unknown section 'modl'" valid.yaml modl.layers=3
 dry "<command line>:arg1: " "attention.groups: expected an integer, found a list" valid.yaml "attention.groups=[1]"
 dry "<command line>:arg1: " "malformed YAML value" valid.yaml "data.train=[a,"
+# Numbers accept exactly README's forms (common/num.h), in files, overrides and options alike:
+# strtod's hex, hex floats and leading spaces, and fractions for counts, were taken before.
+dry "<command line>:arg1: " "model.layers: expected an integer, found '0x4'" valid.yaml model.layers=0x4
+dry "<command line>:arg1: " "optim.lr: expected a finite number, found '0x1p-10'" valid.yaml optim.lr=0x1p-10
+dry "<command line>:arg1: " "train.steps: expected an integer, found '1_000'" valid.yaml train.steps=1_000
+dry "<command line>:arg1: " "optim.lr: expected a finite number, found '.inf'" valid.yaml optim.lr=.inf
+dry "<command line>:arg1: " "train.steps: expected an integer in [" valid.yaml train.steps=1e30
+expect "mhetrain: " 'train: --stop-after expects an integer in [0, 9223372036854775807], got " 5"' train valid.yaml --dry-run --stop-after " 5"
+expect "mhetrain: " 'prepare: --threads expects an integer in [1, 256], got "2.5"' prepare --threads 2.5 --out /nonexistent x
+expect "mhetrain: " 'prepare: --seed expects an integer in [0, 9223372036854775807], got "0x10"' prepare --seed 0x10 --out /nonexistent x
+expect "mhetrain: " 'tokenizer train: --vocab-size expects an integer in [0, 100000000], got "+ 100"' tokenizer train --type bpe --vocab-size "+ 100" --out /nonexistent x
+expect "mhetrain: " 'convert: --tol expects a number in [0, 1], got "nan"' convert x --to gqa --tol nan --out /nonexistent
 # An override that makes the shape inconsistent is reported at the override.
 dry "<command line>:arg2: " "el_att needs model.heads * model.head_dim = model.hidden" valid.yaml attention.type=el_att model.head_dim=16
 expect "<command line>:arg1: " "train.micro_batch (5) must divide" params valid.yaml train.micro_batch=5

@@ -1,6 +1,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/num.h"
 #include "trainer/cli/commands.h"
 
 int cli_wants_help(int argc, char **argv) {
@@ -20,6 +21,20 @@ void cli_take_config_arg(CliConfigArgs *a, const char *cmd, const char *arg, voi
     }
     if (a->n_overrides == CLI_MAX_OVERRIDES) mhe_fail("%s: too many overrides", cmd);
     a->overrides[a->n_overrides++] = (char *)arg;
+}
+
+long long cli_int_option(const char *cmd, const char *opt, const char *v, long long lo, long long hi) {
+    long long x;
+    if (mhe_parse_int(v, lo, hi, &x) != MHE_NUM_OK)
+        mhe_fail("%s: %s expects an integer in [%lld, %lld], got \"%s\"", cmd, opt, lo, hi, v);
+    return x;
+}
+
+double cli_real_option(const char *cmd, const char *opt, const char *v, double lo, double hi) {
+    double x;
+    if (mhe_parse_real(v, lo, hi, &x) != MHE_NUM_OK)
+        mhe_fail("%s: %s expects a number in [%g, %g], got \"%s\"", cmd, opt, lo, hi, v);
+    return x;
 }
 
 void cli_require_config(const CliConfigArgs *a, const char *cmd, void (*usage)(FILE *)) {

@@ -84,10 +84,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --steps needs a value");
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 1000000) mhe_fail("bench: --steps must be a positive integer, got '%s'", argv[i]);
-            steps = (int)v;
+            steps = (int)cli_int_option("bench", "--steps", argv[++i], 1, 1000000);
         } else if (strcmp(argv[i], "--gpu") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --gpu needs a value (a100 or h100)");
             gpu = argv[++i];

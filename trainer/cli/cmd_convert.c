@@ -35,10 +35,7 @@ static void usage(FILE *out) {
 }
 
 static long parse_long(const char *opt, const char *v) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end) mhe_fail("convert: %s needs an integer, got %s", opt, v);
-    return x;
+    return (long)cli_int_option("convert", opt, v, 0, INT32_MAX);
 }
 
 static char *text_of(const Config *cfg) {
@@ -65,13 +62,10 @@ int cmd_convert(int argc, char **argv) {
         else if (strcmp(a, "--to") == 0 && v) to = argv[++i];
         else if (strcmp(a, "--collab-dim") == 0 && v) o.collab_dim = (int)parse_long(a, argv[++i]);
         else if (strcmp(a, "--groups") == 0 && v) o.groups = (int)parse_long(a, argv[++i]);
-        else if (strcmp(a, "--seed") == 0 && v) o.seed = (uint64_t)parse_long(a, argv[++i]);
+        else if (strcmp(a, "--seed") == 0 && v) o.seed = (uint64_t)cli_int_option("convert", a, argv[++i], 0, INT64_MAX);
         else if (strcmp(a, "--max-iter") == 0 && v) o.max_iter = (int)parse_long(a, argv[++i]);
-        else if (strcmp(a, "--tol") == 0 && v) {
-            char *end;
-            o.tol = strtod(argv[++i], &end);
-            if (*end || o.tol < 0) mhe_fail("convert: --tol needs a non-negative number, got %s", argv[i]);
-        } else if (a[0] == '-') {
+        else if (strcmp(a, "--tol") == 0 && v) o.tol = cli_real_option("convert", a, argv[++i], 0, 1);
+        else if (a[0] == '-') {
             usage(stderr);
             mhe_fail("convert: unknown option or missing value: %s", a);
         } else if (!ckpt) ckpt = a;

@@ -39,13 +39,6 @@ static const char *need_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
-static double parse_double(const char *opt, const char *v, double lo, double hi) {
-    char *end;
-    double d = strtod(v, &end);
-    if (*v == 0 || *end || !(d >= lo && d <= hi))
-        mhe_fail("prepare: %s expects a number in [%g, %g], got \"%s\"", opt, lo, hi, v);
-    return d;
-}
 
 int cmd_prepare(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
@@ -62,13 +55,13 @@ int cmd_prepare(int argc, char **argv) {
         else if (strcmp(a, "--out") == 0) o.out_dir = need_value(argc, argv, &i);
         else if (strcmp(a, "--text-out") == 0) o.text_out = need_value(argc, argv, &i);
         else if (strcmp(a, "--shard-size-mb") == 0)
-            o.shard_size_mb = parse_double(a, need_value(argc, argv, &i), 1e-6, 1e6);
+            o.shard_size_mb = cli_real_option("prepare", a, need_value(argc, argv, &i), 1e-6, 1e6);
         else if (strcmp(a, "--valid-fraction") == 0)
-            o.valid_fraction = parse_double(a, need_value(argc, argv, &i), 0, 1);
+            o.valid_fraction = cli_real_option("prepare", a, need_value(argc, argv, &i), 0, 1);
         else if (strcmp(a, "--seed") == 0)
-            o.seed = (uint64_t)parse_double(a, need_value(argc, argv, &i), 0, 9007199254740992.0);
+            o.seed = (uint64_t)cli_int_option("prepare", a, need_value(argc, argv, &i), 0, INT64_MAX);
         else if (strcmp(a, "--threads") == 0)
-            o.threads = (int)parse_double(a, need_value(argc, argv, &i), 1, 256);
+            o.threads = (int)cli_int_option("prepare", a, need_value(argc, argv, &i), 1, 256);
         else if (strcmp(a, "--format") == 0) {
             const char *f = need_value(argc, argv, &i);
             if (!corpus_format_parse(f, &o.format))

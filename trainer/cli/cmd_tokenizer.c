@@ -37,10 +37,7 @@ static double cpu_s(void) {
 }
 
 static int parse_int(const char *flag, const char *v) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < 0 || x > 100000000) mhe_fail("%s: expected a non-negative integer, got \"%s\"", flag, v);
-    return (int)x;
+    return (int)cli_int_option("tokenizer train", flag, v, 0, 100000000);
 }
 
 static bool ends_with(const char *s, const char *suffix) {

@@ -11,10 +11,8 @@
 #include "trainer/train/trainer.h"
 
 static long long parse_count(const char *opt, const char *v) {
-    char *end = NULL;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || !*v || *end || x < 0) mhe_fail("train: %s expects a non-negative integer, got '%s'", opt, v ? v : "");
-    return x;
+    if (!v) mhe_fail("train: %s needs a value", opt);
+    return cli_int_option("train", opt, v, 0, INT64_MAX);
 }
 
 static void usage(FILE *out) {

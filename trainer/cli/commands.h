@@ -30,6 +30,10 @@ typedef struct {
 // Takes argv[i], which the command did not recognise as one of its own options: an unknown
 // --option, or one override too many, prints usage and exits 2.
 void cli_take_config_arg(CliConfigArgs *a, const char *cmd, const char *arg, void (*usage)(FILE *));
+// Option values, through the one number parser (common/num.h; README "Numbers"): exit 2 with
+// "CMD: OPT expects an integer in [LO, HI], got "V"" (or "a number") for anything else.
+long long cli_int_option(const char *cmd, const char *opt, const char *v, long long lo, long long hi);
+double cli_real_option(const char *cmd, const char *opt, const char *v, double lo, double hi);
 // Exits 2 (after usage) when no config file was given.
 void cli_require_config(const CliConfigArgs *a, const char *cmd, void (*usage)(FILE *));
 

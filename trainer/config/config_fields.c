@@ -3,11 +3,13 @@
 // a key is one row here (plus its member in config.h and any cross-field check in config.c).
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/num.h"
 #include "trainer/config/config.h"
 #include "trainer/config/config_internal.h"
 
@@ -250,12 +252,26 @@ const ConfigField *config_field_find(const char *section, const char *key) {
 static void set_default(Config *cfg, const ConfigField *f) {
     char *p = (char *)cfg + f->offset;
     char *end = NULL;
+    long long i64 = 0;
+    uint64_t u64 = 0;
+    // The same number parser as the values users write (common/num.h).
     switch (f->type) {
-    case F_INT: *(int *)p = (int)strtol(f->def, &end, 10); break;
-    case F_I64: *(int64_t *)p = (int64_t)strtoll(f->def, &end, 10); break;
-    case F_U64: *(uint64_t *)p = (uint64_t)strtoull(f->def, &end, 10); break;
-    // strtof rounds once, like the float literal it replaces.
-    case F_FLOAT: *(float *)p = strtof(f->def, &end); break;
+    case F_INT:
+        if (mhe_parse_int(f->def, INT32_MIN, INT32_MAX, &i64) == MHE_NUM_OK) end = (char *)f->def + strlen(f->def);
+        *(int *)p = (int)i64;
+        break;
+    case F_I64:
+        if (mhe_parse_int(f->def, INT64_MIN, INT64_MAX, &i64) == MHE_NUM_OK) end = (char *)f->def + strlen(f->def);
+        *(int64_t *)p = (int64_t)i64;
+        break;
+    case F_U64:
+        if (mhe_parse_u64(f->def, &u64) == MHE_NUM_OK) end = (char *)f->def + strlen(f->def);
+        *(uint64_t *)p = u64;
+        break;
+    // strtof rounds once, like the float literal it replaces (the form checked first).
+    case F_FLOAT:
+        if (mhe_num_is_number(f->def)) *(float *)p = strtof(f->def, &end);
+        break;
     case F_BOOL:
         *(bool *)p = !strcmp(f->def, "true");
         end = (char *)f->def + (!strcmp(f->def, "true") || !strcmp(f->def, "false") ? strlen(f->def) : 0);

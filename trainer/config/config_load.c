@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/num.h"
 #include "trainer/config/config.h"
 #include "trainer/config/config_internal.h"
 #include "trainer/config/config_tree.h"
@@ -27,22 +28,15 @@ static const char *plain_scalar(const CNode *n, const char *key, const char *wha
     return n->text;
 }
 
-// Integers in decimal; an exact float literal (1e9, 2.0) is accepted too, for token budgets.
+// Numbers go through common/num.h, the parser of every number we read (README: "Numbers"):
+// decimal integers, or a whole-number literal (1e9, 2.0) for token budgets.
 static long long parse_integer(const CNode *n, const char *key, long long lo, long long hi) {
     const char *what = "an integer";
     const char *s = plain_scalar(n, key, what);
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (*end != '\0' || end == s || errno) {
-        errno = 0;
-        double d = strtod(s, &end);
-        if (*end != '\0' || end == s || errno || !isfinite(d) || d != floor(d) ||
-            fabs(d) > 9.2e18)
-            fail_node(n, key, what);
-        v = (long long)d;
-    }
-    if (v < lo || v > hi)
+    long long v;
+    MheNum r = mhe_parse_int(s, lo, hi, &v);
+    if (r == MHE_NUM_SYNTAX) fail_node(n, key, what);
+    if (r == MHE_NUM_RANGE)
         mhe_fail_at(n->file, n->line, n->col, "%s: expected an integer in [%lld, %lld], found %s",
                     key, lo, hi, s);
     return v;
@@ -50,20 +44,20 @@ static long long parse_integer(const CNode *n, const char *key, long long lo, lo
 
 static unsigned long long parse_unsigned(const CNode *n, const char *key) {
     const char *s = plain_scalar(n, key, "a non-negative integer");
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end != '\0' || end == s || errno || s[0] == '-')
-        fail_node(n, key, "a non-negative integer");
+    uint64_t v;
+    MheNum r = mhe_parse_u64(s, &v);
+    if (r == MHE_NUM_SYNTAX) fail_node(n, key, "a non-negative integer");
+    if (r == MHE_NUM_RANGE)
+        mhe_fail_at(n->file, n->line, n->col, "%s: expected an integer in [0, %llu], found %s", key,
+                    (unsigned long long)UINT64_MAX, s);
     return v;
 }
 
 static float parse_float(const CNode *n, const char *key) {
     const char *s = plain_scalar(n, key, "a number");
-    char *end;
-    errno = 0;
-    double d = strtod(s, &end);
-    if (*end != '\0' || end == s || !isfinite(d) || fabs(d) > 3.4e38) fail_node(n, key, "a finite number");
+    double d;
+    MheNum r = mhe_parse_real(s, -3.4e38, 3.4e38, &d);
+    if (r != MHE_NUM_OK) fail_node(n, key, "a finite number");
     return (float)d;
 }
 

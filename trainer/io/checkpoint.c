@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/num.h"
 #include "common/sha256.h"
 #include "trainer/io/safetensors.h"
 
@@ -537,14 +538,25 @@ static void load_optim(const char *dir, const ParamTable *t, OptimState *opt) {
     st_free(&f);
 }
 
-static uint64_t u64_field(cJSON *obj, const char *key) {
+// state.json's fields, strictly: a state that validates (its checksums match) but lacks a
+// field or holds the wrong kind of value was written by something else, and resuming from
+// made-up defaults would silently change the run.  u64s are decimal strings (JSON numbers are
+// doubles), read by the one number parser (common/num.h).
+static uint64_t u64_field(const char *path, cJSON *obj, const char *key) {
     cJSON *e = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(e) ? strtoull(e->valuestring, NULL, 10) : 0;
+    uint64_t v;
+    if (!cJSON_IsString(e) || mhe_parse_u64(e->valuestring, &v) != MHE_NUM_OK)
+        mhe_fail_at(path, 0, 0, "rng.%s: expected a decimal integer string", key);
+    return v;
 }
 
-static double num_field(cJSON *obj, const char *key, double dflt) {
+static double num_field(const char *path, cJSON *obj, const char *key, double dflt, double lo, double hi,
+                        int required) {
     cJSON *e = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsNumber(e) ? e->valuedouble : dflt;
+    if (!e && !required) return dflt;
+    if (!cJSON_IsNumber(e) || !(e->valuedouble >= lo && e->valuedouble <= hi))
+        mhe_fail_at(path, 0, 0, "%s: expected a number in [%g, %g]", key, lo, hi);
+    return e->valuedouble;
 }
 
 void checkpoint_load(const char *dir, const ParamTable *t, float *params, OptimState *opt, CheckpointState *state) {
@@ -555,14 +567,16 @@ void checkpoint_load(const char *dir, const ParamTable *t, float *params, OptimS
     load_model(dir, t, params);
     if (opt) load_optim(dir, t, opt);
     if (state) {
+        char sp[CKPT_PATH_MAX];
+        join(sp, dir, STATE_FILE);
         memset(state, 0, sizeof *state);
-        state->step = (int64_t)num_field(root, "step", 0);
-        state->consumed_samples = (int64_t)num_field(root, "consumed_samples", 0);
+        state->step = (int64_t)num_field(sp, root, "step", 0, 0, 9007199254740992.0, 1);
+        state->consumed_samples = (int64_t)num_field(sp, root, "consumed_samples", 0, 0, 9007199254740992.0, 1);
         cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "rng");
-        state->rng_seed = u64_field(rng, "seed");
-        state->rng_offset = u64_field(rng, "offset");
-        state->loss_scale = num_field(root, "loss_scale", 1.0);
-        state->world_size = (int)num_field(root, "world_size", 1);
+        state->rng_seed = u64_field(sp, rng, "seed");
+        state->rng_offset = u64_field(sp, rng, "offset");
+        state->loss_scale = num_field(sp, root, "loss_scale", 1.0, 0, 3.4e38, 0);
+        state->world_size = (int)num_field(sp, root, "world_size", 1, 1, 1 << 20, 0);
         cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
         state->config_yaml = mhe_strdup(cJSON_IsString(cfg) ? cfg->valuestring : "");
     }

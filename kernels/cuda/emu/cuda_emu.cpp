@@ -2,6 +2,10 @@
 // runtime, cuBLAS over OpenBLAS and NCCL over MPI.
 #include "kernels/cuda/emu/cuda_emu.h"
 
+extern "C" {
+#include "common/num.h"
+}
+
 #include <cblas.h>
 // The C API only: Open MPI would otherwise pull in its removed C++ bindings.
 #define OMPI_SKIP_MPICXX 1
@@ -171,12 +175,12 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
 int mhe_emu_block_threads(void) {
     static const int threads = [] {
         const char *e = std::getenv("MHE_EMU_BLOCK");
-        int t = e ? std::atoi(e) : 64;
-        if (t < 32 || t > 1024 || t % 32) {
+        long long t = 64;
+        if (e && (mhe_parse_int(e, 32, 1024, &t) != MHE_NUM_OK || t % 32)) {
             std::fprintf(stderr, "cuda_emu: MHE_EMU_BLOCK=%s is not a multiple of 32 in [32, 1024]\n", e);
             std::abort();
         }
-        return t;
+        return (int)t;
     }();
     return threads;
 }
@@ -186,7 +190,7 @@ int mhe_emu_block_threads(void) {
 // and a bug that does faults at once instead of reading garbage.
 static std::mutex reserved_mu;
 static std::unordered_map<void *, size_t> reserved;
-// Device memory: MHE_EMU_DEVICE_MEMORY bytes (decimal digits only; default 1 TiB, more than any
+// Device memory: MHE_EMU_DEVICE_MEMORY bytes (an integer, README "Numbers"; default 1 TiB, more than any
 // test needs), of which `in_use` is allocated.  cudaMalloc fails past it and cudaMemGetInfo
 // reports it, as a real device does, so memory checks can be tested without one.
 static std::unordered_map<void *, size_t> sizes;
@@ -196,13 +200,8 @@ static size_t device_memory(void) {
     static const size_t total = [] {
         const char *e = std::getenv("MHE_EMU_DEVICE_MEMORY");
         if (!e) return (size_t)1 << 40;
-        size_t v = 0;
-        bool ok = *e != 0;
-        for (const char *c = e; ok && *c; c++) {
-            ok = *c >= '0' && *c <= '9' && v <= (SIZE_MAX - 9) / 10;
-            v = v * 10 + (size_t)(*c - '0');
-        }
-        if (!ok || v == 0) {
+        uint64_t v = 0;
+        if (mhe_parse_u64(e, &v) != MHE_NUM_OK || v == 0) {
             std::fprintf(stderr, "cuda_emu: MHE_EMU_DEVICE_MEMORY=%s is not a positive number of bytes\n", e);
             std::exit(2);
         }
@@ -281,8 +280,16 @@ cudaError_t mhe_emu_memset_async(void *p, int value, size_t bytes, cudaStream_t)
 // Emulated GPUs per host: MHE_EMU_DEVICES (default 1), so multi-rank runs can each "own" one.
 // They are all the same host memory; each process only touches its own.
 cudaError_t mhe_emu_get_device_count(int *n) {
-    const char *e = std::getenv("MHE_EMU_DEVICES");
-    *n = e && std::atoi(e) > 0 ? std::atoi(e) : 1;
+    static const int count = [] {
+        const char *e = std::getenv("MHE_EMU_DEVICES");
+        long long v = 1;
+        if (e && mhe_parse_int(e, 1, 1024, &v) != MHE_NUM_OK) {
+            std::fprintf(stderr, "cuda_emu: MHE_EMU_DEVICES=%s is not an integer in [1, 1024]\n", e);
+            std::exit(2);
+        }
+        return (int)v;
+    }();
+    *n = count;
     return cudaSuccess;
 }
 cudaError_t mhe_emu_set_device(int d) {
