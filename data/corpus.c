@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "data/byte_source.h"
+#include "data/unicode_text.h"
 
 static const char *const FORMAT_NAMES[] = {"auto", "wiki", "wikiextractor", "books", "jsonl"};
 
@@ -132,30 +133,10 @@ void corpus_read_file(const char *file, CorpusFormat format, CorpusDocFn fn, voi
     corpus_read_file_threads(file, format, 1, fn, ctx, stats);
 }
 
-long long utf8_invalid_offset(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        unsigned cp;
-        if (c >= 0xC2 && c <= 0xDF) k = 1, cp = c & 0x1F;
-        else if (c >= 0xE0 && c <= 0xEF) k = 2, cp = c & 0x0F;
-        else if (c >= 0xF0 && c <= 0xF4) k = 3, cp = c & 0x07;
-        else return (long long)i;
-        if (i + k >= n) return (long long)i;  // sequence cut by the end of the text
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return (long long)i;
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp < 0xE000))
-            return (long long)i;
-        i += k + 1;
-    }
-    return -1;
+// One UTF-8 validator for the corpus readers, the tokenizer files and `tokenizer encode`.
+long long utf8_invalid_offset(const char *str, size_t n) { return utf8_first_invalid(str, n); }
+
+void corpus_check_utf8(const char *file, const char *s, size_t n, long long base) {
+    long long bad = utf8_first_invalid(s, n);
+    if (bad >= 0) mhe_fail_byte(file, base + bad, "invalid UTF-8 (byte 0x%02x)", (unsigned char)s[bad]);
 }

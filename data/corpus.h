@@ -55,5 +55,8 @@ void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, 
 void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats);
 // Offset of the first byte that is not valid UTF-8, or -1 when all n bytes are valid.
 long long utf8_invalid_offset(const char *s, size_t n);
+// Exits 2 with "file: byte base+N: invalid UTF-8 (byte 0x..)" at the first invalid byte: the
+// message of every reader of text (prepare's readers, `tokenizer encode`).
+void corpus_check_utf8(const char *file, const char *s, size_t n, long long base);
 
 #endif

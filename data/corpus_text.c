@@ -11,10 +11,6 @@
 #include "data/strbuf.h"
 #include "data/wikitext.h"
 
-static void check_utf8(const char *file, const char *s, size_t n, long long base) {
-    long long bad = utf8_invalid_offset(s, n);
-    if (bad >= 0) mhe_fail_byte(file, base + bad, "invalid UTF-8 (byte 0x%02x)", (unsigned char)s[bad]);
-}
 
 static void emit(CorpusDocFn fn, void *ctx, CorpusStats *stats, const char *s, size_t n) {
     if (n == 0) {
@@ -99,7 +95,7 @@ void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, 
     while ((got = byte_source_read(src, chunk, sizeof chunk)) > 0) strbuf_append(&all, chunk, got);
     byte_source_close(src);
     if (!all.s) strbuf_puts(&all, "");
-    check_utf8(file, all.s, all.len, 0);
+    corpus_check_utf8(file, all.s, all.len, 0);
     const char *s = all.s;
     size_t n = all.len;
     if (n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, n -= 3;
@@ -159,7 +155,7 @@ void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx,
         lineno++;
         long long line_offset = offset;
         offset = byte_source_offset(src);
-        check_utf8(file, line, len, line_offset);
+        corpus_check_utf8(file, line, len, line_offset);
         size_t a = 0;
         while (a < len && isspace((unsigned char)line[a])) a++;
         if (a == len) continue;
@@ -210,7 +206,7 @@ void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, vo
         lineno++;
         long long line_offset = offset;
         offset = byte_source_offset(src);
-        check_utf8(file, line, len, line_offset);
+        corpus_check_utf8(file, line, len, line_offset);
         if (!in_doc) {
             if (strncmp(line, "<doc", 4) == 0 && (line[4] == ' ' || line[4] == '>')) {
                 in_doc = first = true;

@@ -9,7 +9,7 @@ args=("$TINY" "${DATA[@]}" train.eval_every=0 train.checkpoint_every=0)
 "$MHETRAIN" train "${args[@]}" train.out_dir="$WORK/good" train.steps=2 2>"$WORK/good.log" ||
   { cat "$WORK/good.log"; fail "setup run"; }
 ck="$WORK/good/checkpoints/step_00000002"
-# Poison one weight (first float of the first tensor) and re-record its checksum, so the
+# Poison one weight (first float of the first tensor) and re-record the checksums, so the
 # checkpoint is valid but holds a NaN.
 $PY - "$ck" <<'PY'
 import hashlib, json, os, struct, sys
@@ -21,7 +21,11 @@ b[8 + n:8 + n + 4] = struct.pack("<f", float("nan"))
 open(p, "wb").write(b)
 s = json.load(open(os.path.join(d, "state.json")))
 s["files"]["model.safetensors"]["sha256"] = hashlib.sha256(b).hexdigest()
-json.dump(s, open(os.path.join(d, "state.json"), "w"))
+# state.json's own checksum: sha256 of its text with the value zeroed.
+s["state_sha256"] = "0" * 64
+text = json.dumps(s)
+text = text.replace('"state_sha256": "' + "0" * 64, '"state_sha256": "' + hashlib.sha256(text.encode()).hexdigest())
+open(os.path.join(d, "state.json"), "w").write(text)
 PY
 set +e; "$MHETRAIN" eval "$ck" >"$WORK/eval.json" 2>"$WORK/eval.log"; status=$?; set -e
 [ "$status" = 1 ] || { cat "$WORK/eval.log" "$WORK/eval.json"; fail "eval of NaN weights: exit $status, expected 1"; }

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "common/error.h"
+#include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "trainer/cli/commands.h"
 
@@ -62,6 +63,8 @@ static int tok_cmd_encode(int argc, char **argv) {
                        : tokenizer_load(pos[0]);
     size_t len;
     char *text = mhe_read_file(pos[1], &len);
+    // What prepare refuses in a text input, refused here with prepare's message.
+    corpus_check_utf8(pos[1], text, len, 0);
     IdBuf ids = {0};
     size_t lines = 0, tokens = 0;
     double t0 = now_s(), c0 = cpu_s();

@@ -20,7 +20,9 @@
 #include "trainer/io/safetensors.h"
 
 #define CKPT_FORMAT "mhetrain-checkpoint"
-#define CKPT_VERSION 1
+// 2: state.json carries "state_sha256", the checksum of its own text (version 1 had none).
+#define CKPT_VERSION 2
+#define STATE_SUM_KEY "\"state_sha256\":"
 #define CKPT_PATH_MAX 4096
 #define MODEL_FILE "model.safetensors"
 #define OPTIM_FILE "optimizer.safetensors"
@@ -243,6 +245,15 @@ static char *u64_text(uint64_t v, char buf[24]) {
     return buf;
 }
 
+// The 64 hex digits of "state_sha256" in a state.json text, or NULL.
+static char *state_sum_at(char *text) {
+    char *k = strstr(text, STATE_SUM_KEY);
+    if (!k) return NULL;
+    char *q = strchr(k + strlen(STATE_SUM_KEY), '"');
+    if (!q || strlen(q + 1) < SHA256_HEX_LEN || q[SHA256_HEX_LEN] != '"') return NULL;
+    return q + 1;
+}
+
 static int write_state(const char *dir, const CheckpointState *s, int has_optim) {
     cJSON *root = cJSON_CreateObject(), *files;
     char num[24], path[CKPT_PATH_MAX];
@@ -262,7 +273,18 @@ static int write_state(const char *dir, const CheckpointState *s, int has_optim)
     if (rc == 0 && has_optim) rc = add_file_entry(files, dir, OPTIM_FILE);
     if (rc == 0) rc = add_file_entry(files, dir, CONFIG_FILE);
     if (rc == 0) {
+        // The state's own checksum: sha256 of the text with the value's 64 characters zeroed
+        // (state.json holds the other files' checksums; this covers its own bytes).
+        char zeros[SHA256_HEX_LEN];
+        memset(zeros, '0', SHA256_HEX_LEN - 1);
+        zeros[SHA256_HEX_LEN - 1] = 0;
+        cJSON_AddStringToObject(root, "state_sha256", zeros);
         char *text = cJSON_Print(root);
+        char *at = state_sum_at(text);
+        if (!at) mhe_fatal("checkpoint: state_sha256 missing from the serialized state");
+        char hex[SHA256_HEX_LEN];
+        sha256_hex(text, strlen(text), hex);
+        memcpy(at, hex, SHA256_HEX_LEN - 1);
         join(path, dir, STATE_FILE);
         rc = write_synced(path, text, strlen(text));
         free(text);
@@ -376,7 +398,27 @@ static cJSON *read_state(const char *dir, char *why, size_t why_len) {
         return NULL;
     }
     cJSON *root = cJSON_Parse(text);
+    // Its own checksum (version 2 on): any changed byte, the config text and the RNG words
+    // included, makes the checkpoint invalid rather than silently different.
+    char *sum = state_sum_at(text), recorded[SHA256_HEX_LEN], hex[SHA256_HEX_LEN];
+    if (sum) {
+        memcpy(recorded, sum, SHA256_HEX_LEN - 1);
+        recorded[SHA256_HEX_LEN - 1] = 0;
+        memset(sum, '0', SHA256_HEX_LEN - 1);
+        sha256_hex(text, strlen(text), hex);
+    }
     free(text);
+    cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (root && (sum ? strcmp(recorded, hex) != 0
+                     : !cJSON_IsNumber(version) || version->valuedouble != 1)) {
+        cJSON_Delete(root);
+        if (sum)
+            why_set(why, why_len, "%s: sha256 checksum of its own text mismatch (file %.12s…, recorded %.12s…): corrupt",
+                    path, hex, recorded);
+        else
+            why_set(why, why_len, "%s: no state_sha256 checksum (a version 2 state): corrupt", path);
+        return NULL;
+    }
     cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT) != 0 ||
         !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "step")) ||
@@ -465,7 +507,11 @@ char *checkpoint_resolve(const char *path) {
     join(probe, path, "checkpoints");
     if (stat(probe, &st) == 0 && S_ISDIR(st.st_mode)) {
         char *dir = checkpoint_find_latest(path);
-        if (!dir) mhe_fail_at(path, 0, 0, "no valid checkpoint under %s", probe);
+        if (!dir) {
+            char names[2048];
+            if (checkpoint_list(path, names, sizeof names) == 0) mhe_fail_at(path, 0, 0, "no checkpoint under %s", probe);
+            mhe_fail_at(path, 0, 0, "no valid checkpoint: %s failed validation (reasons above)", names);
+        }
         return dir;
     }
     mhe_fail_at(path, 0, 0, "not a checkpoint (no %s) nor a run directory (no checkpoints/)", STATE_FILE);
