@@ -27,7 +27,7 @@ static void check_utf8(const char *path, const char *buf, size_t len) {
     if (bad >= 0) {
         int line, col;
         line_col(buf, (size_t)bad, &line, &col);
-        mhe_fail_at(path, line, col, "invalid UTF-8 byte 0x%02x", (unsigned)(uint8_t)buf[bad]);
+        mhe_fail_at(path, line, col, "invalid UTF-8 (byte 0x%02x)", (unsigned)(uint8_t)buf[bad]);
     }
 }
 

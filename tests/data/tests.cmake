@@ -10,6 +10,12 @@ foreach(check wiki_dump shards_python prepare_determinism bad_inputs bounded_mem
   set_tests_properties(test_data_${check} PROPERTIES ENVIRONMENT
     "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")
 endforeach()
+# The same bad file gets the same line from every command that reads it (needs the training
+# fixture's corpus for the tokenizer, shards and a run to evaluate).
+add_test(NAME test_data_same_strictness COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/test_same_strictness.sh)
+set_tests_properties(test_data_same_strictness PROPERTIES FIXTURES_REQUIRED train_corpus ENVIRONMENT
+  "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=1"
+  TIMEOUT 300 LABELS e2e)
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST test_corpus test_loader test_loader_config APPEND PROPERTY LABELS unit)
 set_property(TEST test_data_wiki_dump test_data_shards_python APPEND PROPERTY LABELS oracle)

@@ -37,7 +37,7 @@ def main():
     ok = True
     vj = json.dumps(GOOD_VOCAB)
     ok &= case("vocab_txt_invalid_utf8", {"vocab.txt": b"[UNK]\nhello\nwor\xffld\n"}, "vocab.txt",
-               r":3:4: invalid UTF-8 byte 0xff")
+               r":3:4: invalid UTF-8 \(byte 0xff\)")
     ok &= case("vocab_txt_duplicate", {"vocab.txt": "[UNK]\nhello\n[PAD]\nhello\n"}, "vocab.txt",
                r':4:1: duplicate token "hello" \(first on line 2\)')
     ok &= case("vocab_txt_blank_line", {"vocab.txt": "[UNK]\n\nhello\n"}, "vocab.txt",
