@@ -127,7 +127,9 @@ static const ConfigField DATA_FIELDS[] = {
      .doc = "tokenizer file: `vocab.txt` or `tokenizer.json` (WordPiece), `vocab.json` (next "
             "to `merges.txt`) or `tokenizer.json` (BPE)"},
     {ENUM_KEY(data, tokenizer_kind, CONFIG_TOKENIZER_NAMES), .set_bit = CONFIG_SET_TOKENIZER_KIND,
-     .def = "wordpiece", .def_doc = "bert `wordpiece` / gpt `bpe`", .doc = "the tokenizer's algorithm"},
+     .def = "wordpiece", .def_doc = "bert `wordpiece` / gpt `bpe`",
+     .doc = "the tokenizer's algorithm; must be that of the `data.tokenizer` file (checked when "
+            "the data is opened)"},
     {KEY(data, seq_len, F_INT), .def = "0", .def_doc = "0 → `model.max_seq`", IRANGE(0, UNBOUNDED),
      .range_doc = "2 ≤ seq_len ≤ `model.max_seq` once resolved", .doc = "training sequence length"},
     {KEY(data, shuffle_seed, F_U64), .def = "1234",
