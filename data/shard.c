@@ -244,10 +244,10 @@ ShardReader *shard_reader_open(const char *prefix) {
     }
     if ((int64_t)r->bin_size < expect)
         mhe_fail_byte(r->bin_path, (long long)r->bin_size,
-                      "truncated: the index describes %lld bytes of tokens", (long long)expect);
+                      "truncated: %s describes %lld bytes of tokens", r->idx_path, (long long)expect);
     if ((int64_t)r->bin_size > expect)
         mhe_fail_byte(r->bin_path, (long long)expect,
-                      "%zu bytes but the index describes only %lld", r->bin_size, (long long)expect);
+                      "%zu bytes but %s describes only %lld", r->bin_size, r->idx_path, (long long)expect);
     for (uint64_t i = 0; i < D; i++) {
         r->doc_idx[i] = (int64_t)get_le(pd + 8 * i, 8);
         bool bad = (i == 0 && r->doc_idx[i] != 0) || (i > 0 && r->doc_idx[i] < r->doc_idx[i - 1]) ||

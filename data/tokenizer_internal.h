@@ -90,7 +90,8 @@ struct cJSON;
 Tokenizer *tokenizer_load_json(const char *path);
 struct cJSON *tok_parse_json(const char *path, const char *buf, size_t len);
 char **tok_vocab_from_json(const char *path, const struct cJSON *obj, const char *what, int *n);
-void tok_add_merge(Tokenizer *t, const char *path, int line, const char *a, size_t la,
-                   const char *b, size_t lb, int rank);
+// `vocab` names the vocabulary's file in errors (the merges may live in another file).
+void tok_add_merge(Tokenizer *t, const char *path, const char *vocab, int line, const char *a,
+                   size_t la, const char *b, size_t lb, int rank);
 
 #endif

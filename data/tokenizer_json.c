@@ -98,9 +98,9 @@ static void load_bpe(Tokenizer **tp, const char *path, const cJSON *root, const 
         }
         if (!a || !la || !lb)
             mhe_fail_at(path, 0, 0, "model.merges[%d]: expected \"left right\" or [\"left\", \"right\"]", rank);
-        char where[64];
+        char where[4200];
         snprintf(where, sizeof where, "%s (model.merges[%d])", path, rank);
-        tok_add_merge(t, where, 0, a, la, b, lb, rank);
+        tok_add_merge(t, where, "model.vocab", 0, a, la, b, lb, rank);
         rank++;
     }
     const cJSON *norm = get(root, "normalizer");

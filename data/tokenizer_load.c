@@ -117,17 +117,18 @@ char **tok_vocab_from_json(const char *path, const cJSON *obj, const char *what,
 }
 
 // Adds merge `rank` "a b"; `where` names it in errors.
-void tok_add_merge(Tokenizer *t, const char *path, int line, const char *a, size_t la,
-                   const char *b, size_t lb, int rank) {
+void tok_add_merge(Tokenizer *t, const char *path, const char *vocab, int line, const char *a,
+                   size_t la, const char *b, size_t lb, int rank) {
     int ia = strmap_get(&t->vocab, a, la), ib = strmap_get(&t->vocab, b, lb);
     if (ia < 0 || ib < 0)
-        mhe_fail_at(path, line, ia < 0 ? 1 : (int)la + 2, "merge token \"%.*s\" is not in the vocabulary",
-                    ia < 0 ? (int)la : (int)lb, ia < 0 ? a : b);
+        mhe_fail_at(path, line, ia < 0 ? 1 : (int)la + 2, "merge token \"%.*s\" is not in %s",
+                    ia < 0 ? (int)la : (int)lb, ia < 0 ? a : b, vocab);
     char *ab = mhe_malloc(la + lb + 1);
     memcpy(ab, a, la);
     memcpy(ab + la, b, lb);
+    ab[la + lb] = 0;  // (the message below once printed whatever followed on the heap)
     int m = strmap_get(&t->vocab, ab, la + lb);
-    if (m < 0) mhe_fail_at(path, line, 1, "merged token \"%s\" is not in the vocabulary", ab);
+    if (m < 0) mhe_fail_at(path, line, 1, "merged token \"%s\" is not in %s", ab, vocab);
     free(ab);
     pairmap_put(&t->merges, ia, ib, rank, m);
     t->n_merges = rank + 1;
@@ -158,7 +159,7 @@ Tokenizer *tokenizer_load_bpe_files(const char *vocab_json, const char *merges_t
             const char *sp = memchr(buf + i, ' ', te - i);
             if (!sp || sp == buf + i || sp + 1 == buf + te || memchr(sp + 1, ' ', (size_t)(buf + te - sp - 1)))
                 mhe_fail_at(merges_txt, line, 1, "expected two tokens separated by one space");
-            tok_add_merge(t, merges_txt, line, buf + i, (size_t)(sp - buf - i), sp + 1,
+            tok_add_merge(t, merges_txt, vocab_json, line, buf + i, (size_t)(sp - buf - i), sp + 1,
                           (size_t)(buf + te - sp - 1), rank++);
         }
         i = e + 1;
