@@ -1,4 +1,4 @@
-// manifest.json writer.
+// manifest.json: the writer, and the reader of the fields training checks.
 #include "data/manifest.h"
 
 #include <cjson/cJSON.h>
@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
+#include "data/tokenizer_internal.h"
 
 void manifest_add_input(Manifest *m, const char *path, const char *format) {
     if (m->n_inputs == m->cap_inputs) {
@@ -19,6 +20,35 @@ void manifest_add_input(Manifest *m, const char *path, const char *format) {
     }
     m->input_paths[m->n_inputs] = mhe_strdup(path);
     m->input_formats[m->n_inputs++] = format;
+}
+
+bool manifest_read_tokenizer(const char *path, ManifestTokenizer *out) {
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    size_t len;
+    char *buf = mhe_read_file(path, &len);
+    cJSON *root = tok_parse_json(path, buf, len);  // positioned "invalid JSON" errors
+    free(buf);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsObject(root) || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, "megatron-indexed-dataset") != 0)
+        mhe_fail_at(path, 0, 0, "format: expected \"megatron-indexed-dataset\" (a manifest written by prepare)");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
+    const cJSON *tpath = cJSON_GetObjectItemCaseSensitive(tok, "path");
+    const cJSON *vs = cJSON_GetObjectItemCaseSensitive(tok, "vocab_size");
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(tok, "sha256");
+    if (!cJSON_IsObject(tok) || !cJSON_IsString(tpath))
+        mhe_fail_at(path, 0, 0, "tokenizer.path: expected a string");
+    if (!cJSON_IsNumber(vs) || vs->valuedouble < 1 || vs->valuedouble > 2147483647.0 ||
+        vs->valuedouble != (double)(int)vs->valuedouble)
+        mhe_fail_at(path, 0, 0, "tokenizer.vocab_size: expected a positive integer");
+    bool hex = cJSON_IsString(sha) && strlen(sha->valuestring) == SHA256_HEX_LEN - 1 &&
+               strspn(sha->valuestring, "0123456789abcdef") == SHA256_HEX_LEN - 1;
+    if (sha && !hex) mhe_fail_at(path, 0, 0, "tokenizer.sha256: expected 64 lowercase hex digits");
+    snprintf(out->tokenizer_path, sizeof out->tokenizer_path, "%s", tpath->valuestring);
+    snprintf(out->tokenizer_sha256, sizeof out->tokenizer_sha256, "%s", hex ? sha->valuestring : "");
+    out->vocab_size = (int)vs->valuedouble;
+    cJSON_Delete(root);
+    return true;
 }
 
 void manifest_free(Manifest *m) {

@@ -3,6 +3,7 @@
 #ifndef MHE_DATA_MANIFEST_H
 #define MHE_DATA_MANIFEST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "data/corpus.h"
@@ -27,5 +28,16 @@ void manifest_add_input(Manifest *m, const char *path, const char *format);
 void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareResult *res,
                     ManifestShard *const shards[2], const int n_shards[2]);
 void manifest_free(Manifest *m);
+
+// Reading back what a training run checks against its settings: the tokenizer the shards were
+// made with.  Returns false when `path` does not exist; a manifest that is not the JSON prepare
+// writes exits 2 with "path:line:col: ..." or "path: key: expected ...".  sha256 is "" when
+// the manifest records none (the tokenizer was a directory).
+typedef struct {
+    char tokenizer_path[4096];
+    char tokenizer_sha256[65];
+    int vocab_size;
+} ManifestTokenizer;
+bool manifest_read_tokenizer(const char *path, ManifestTokenizer *out);
 
 #endif

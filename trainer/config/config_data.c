@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "common/error.h"
+#include "common/sha256.h"
+#include "data/manifest.h"
 #include "trainer/config/config.h"
 #include "trainer/config/config_internal.h"
 
@@ -55,8 +59,47 @@ static void canonical_entry(const char *entry, char *out, size_t n) {
     else snprintf(out, n, "%s", entry);
 }
 
+// The manifest.json prepare wrote beside each data entry, read strictly (a corrupt one exits 2
+// naming it); with `warn`, a warning when the shards were tokenized with another tokenizer file
+// than data.tokenizer (same bytes = same ids; another file may number tokens differently).
+// Returns the number of warnings.
+static int check_manifests(const Config *cfg, char *const *entries, int n, bool warn) {
+    char tok_sha[SHA256_HEX_LEN] = "";
+    struct stat st;
+    const char *tok = cfg->data.tokenizer;
+    if (warn && tok && stat(tok, &st) == 0 && S_ISREG(st.st_mode) && sha256_file_hex(tok, tok_sha) != 0)
+        tok_sha[0] = 0;
+    int warnings = 0;
+    char seen[8][PATH_MAX + 16];
+    int n_seen = 0;
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX + 16];
+        const char *slash = strrchr(entries[i], '/');
+        snprintf(path, sizeof path, "%.*s/manifest.json", slash ? (int)(slash - entries[i]) : 1,
+                 slash ? entries[i] : ".");
+        bool dup = false;
+        for (int k = 0; k < n_seen; k++) dup |= strcmp(seen[k], path) == 0;
+        if (dup) continue;
+        if (n_seen < 8) snprintf(seen[n_seen++], sizeof seen[0], "%s", path);
+        ManifestTokenizer m;
+        if (!manifest_read_tokenizer(path, &m) || !warn || !tok_sha[0] || !m.tokenizer_sha256[0]) continue;
+        if (strcmp(m.tokenizer_sha256, tok_sha) != 0) {
+            fprintf(stderr,
+                    "mhetrain: warning: %s: these shards were tokenized with %s (sha256 %.12s…), not with "
+                    "data.tokenizer %s (sha256 %.12s…): unless both number the tokens alike, ids stand for "
+                    "other tokens\n", path, m.tokenizer_path, m.tokenizer_sha256, tok, tok_sha);
+            warnings++;
+        }
+    }
+    return warnings;
+}
+
 int config_data_warnings(const Config *cfg) {
-    int n = 0;
+    char *entries[2 * MHE_MAX_PATHS];
+    int n_entries = 0;
+    for (int i = 0; i < cfg->data.n_train; i++) entries[n_entries++] = cfg->data.train[i];
+    for (int i = 0; i < cfg->data.n_valid; i++) entries[n_entries++] = cfg->data.valid[i];
+    int n = check_manifests(cfg, entries, n_entries, true);
     if (cfg->data.tokenizer && cfg->data.tokenizer[0]) {
         Tokenizer *tok = tokenizer_load(cfg->data.tokenizer);
         int tv = tokenizer_vocab_size(tok);
@@ -93,6 +136,7 @@ Loader *loader_open_config(const Config *cfg, bool valid) {
     loader_options_from_config(&opt, cfg, tok, &cont);
     tokenizer_free(tok);
     int n = valid ? cfg->data.n_valid : cfg->data.n_train;
+    check_manifests(cfg, valid ? cfg->data.valid : cfg->data.train, n, false);
     if (n == 0) mhe_fail("%s: data.%s lists no shards", cfg->source ? cfg->source : "config",
                          valid ? "valid" : "train");
     Loader *l = loader_open(n, valid ? cfg->data.valid : cfg->data.train, &opt);
