@@ -75,8 +75,11 @@ Tokenizer *tokenizer_load_wordpiece_vocab(const char *vocab_txt, bool lowercase)
     return t;
 }
 
-// Parses JSON text; a syntax error is reported at its line and column.
+// Parses JSON text (which must be UTF-8, as RFC 8259 says); an invalid byte or a syntax error
+// is reported at its line and column.  Every JSON file we read goes through here: tokenizer
+// files and the shards' manifest.
 cJSON *tok_parse_json(const char *path, const char *buf, size_t len) {
+    check_utf8(path, buf, len);
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
     if (!j) {

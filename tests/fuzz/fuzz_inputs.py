@@ -1,7 +1,8 @@
 """A deterministic fuzz pass over everything mhetrain reads (issue 17): data files (plain text,
 JSON lines, WikiExtractor output, MediaWiki XML plain and bz2), Megatron shards (.bin/.idx),
 checkpoints (model/optimizer safetensors, state.json, config.yaml, wrong shapes), tokenizer
-files (vocab.txt, tokenizer.json, vocab.json + merges.txt), run configs and number-valued
+files (vocab.txt, tokenizer.json, vocab.json + merges.txt), the shards' manifest.json, run
+configs and number-valued
 overrides.  Each case mutates one file (or override) of a good copy and runs the subcommand that
 reads it under a timeout.  A case fails when mhetrain
 
@@ -277,6 +278,28 @@ def shard_cases(work, rng, n, run_dir):
                    must, d)
 
 
+def manifest_cases(work, rng, n, run_dir):
+    """eval over good shards beside a mutated manifest.json (read strictly by the loader)."""
+    prefix = os.path.join(CORPUS, "shards", "valid_00000")
+    good = read(os.path.join(CORPUS, "shards", "manifest.json"))
+    for i in range(n):
+        d = os.path.join(work, "manifest%d" % i)
+        os.makedirs(d)
+        for ext in (".idx", ".bin"):
+            shutil.copy(prefix + ext, os.path.join(d, "valid_00000" + ext))
+        must = None
+        if rng.random() < 0.3:
+            cut = rng.randrange(0, len(good) - 2)
+            data, what, must = good[:cut], "truncate to %d" % cut, "a truncated manifest (invalid JSON)"
+        else:
+            data, what = mutate_text(good, rng)
+            if invalid_utf8(data):
+                must = "invalid UTF-8 in JSON"
+        write(os.path.join(d, "manifest.json"), data)
+        argv = [EXE, "eval", run_dir, "data.valid=[%s]" % os.path.join(d, "valid_00000")]
+        yield Case("manifest", "manifest.json: %s" % what, argv, "manifest.json", must, d)
+
+
 def checkpoint_cases(work, rng, n, run_dir):
     """eval (and train's resume) of a mutated checkpoint copy."""
     step = sorted(f for f in os.listdir(os.path.join(run_dir, "checkpoints")) if f.startswith("step_"))[0]
@@ -392,7 +415,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases-per-kind", type=int, default=int(os.environ.get("MHE_FUZZ_CASES", "30")))
     ap.add_argument("--seed", type=int, default=17)
-    ap.add_argument("--kinds", default="data,tokenizer,shard,checkpoint,number,config")
+    ap.add_argument("--kinds", default="data,tokenizer,shard,manifest,checkpoint,number,config")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
     failures, counts = [], {}
@@ -402,6 +425,7 @@ def main():
         n = args.cases_per_kind
         gens = {"data": lambda r: data_cases(work, r, n), "tokenizer": lambda r: tokenizer_cases(work, r, n),
                 "shard": lambda r: shard_cases(work, r, n, run_dir),
+                "manifest": lambda r: manifest_cases(work, r, n, run_dir),
                 "checkpoint": lambda r: checkpoint_cases(work, r, n, run_dir),
                 "number": lambda r: number_cases(work, r, n), "config": lambda r: config_cases(work, r, n, run_dir)}
         for kind in args.kinds.split(","):
