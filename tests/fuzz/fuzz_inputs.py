@@ -413,7 +413,7 @@ def make_run(work):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cases-per-kind", type=int, default=int(os.environ.get("MHE_FUZZ_CASES", "30")))
+    ap.add_argument("--cases-per-kind", type=int, default=int(os.environ.get("MHE_FUZZ_CASES", "25")))
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--kinds", default="data,tokenizer,shard,manifest,checkpoint,number,config")
     ap.add_argument("--verbose", action="store_true")
