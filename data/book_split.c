@@ -116,7 +116,7 @@ bool book_is_heading(const char *s, size_t n) {
     bool number = is_digits(w2, n2) || is_roman(w2, n2) ||
                   (caps_or_title(w2, n2) && word_in(w2, n2, NUMBER_WORDS));
     if (!number) return false;
-    return e2 == n || strchr(".:;,-", s[e2]) || (unsigned char)s[e2] == 0xE2;  // 0xE2: "—"
+    return e2 == n || strchr(".:;,-", s[e2]) || (n - e2 >= 3 && memcmp(s + e2, "\xE2\x80\x94", 3) == 0);  // "—"
 }
 
 // Paragraph k of the text spans [start, end); calls emit for each document (a run of whole
