@@ -20,7 +20,6 @@
 static bool g_split_books = true;
 
 void corpus_set_book_chapters(bool on) { g_split_books = on; }
-bool corpus_book_chapters(void) { return g_split_books; }
 
 static bool is_upper(char c) { return c >= 'A' && c <= 'Z'; }
 static bool is_lower(char c) { return c >= 'a' && c <= 'z'; }
@@ -119,8 +118,8 @@ bool book_is_heading(const char *s, size_t n) {
     return e2 == n || strchr(".:;,-", s[e2]) || (n - e2 >= 3 && memcmp(s + e2, "\xE2\x80\x94", 3) == 0);  // "—"
 }
 
-// Paragraph k of the text spans [start, end); calls emit for each document (a run of whole
-// paragraphs, joined by '\n' as in the text).
+// Calls emit_doc for each document of the cleaned book s (one paragraph per line): runs of
+// whole paragraphs, joined by '\n' as in s, that together are s.
 void book_split(const char *s, size_t n, void (*emit_doc)(void *, const char *, size_t), void *ctx) {
     if (!g_split_books || n == 0) {
         emit_doc(ctx, s, n);

@@ -57,7 +57,6 @@ void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx,
 // chapter.  corpus_set_book_chapters(false) makes a book one document (process-wide setting,
 // set before reading).
 void corpus_set_book_chapters(bool on);
-bool corpus_book_chapters(void);
 bool book_is_heading(const char *paragraph, size_t n);
 void book_split(const char *text, size_t n, void (*emit_doc)(void *ctx, const char *, size_t),
                 void *ctx);
