@@ -66,7 +66,7 @@ typedef struct {
     FILE *staging;
     char staging_path[4200];
     int *doc_src;
-    int64_t *doc_tok, n_staged, cap_staged;
+    int64_t *doc_tok, n_staged, cap_staged, staged_tokens;
     double t0, last_report;  // progress lines for long runs
 } Pipeline;
 
@@ -207,6 +207,7 @@ static void write_doc(Pipeline *p, int64_t doc, int source, const int32_t *ids, 
         }
         p->doc_src[p->n_staged] = source;
         p->doc_tok[p->n_staged++] = (int64_t)n;
+        p->staged_tokens += (int64_t)n;
         return;
     }
     int split = prepare_is_valid_doc(p->opt->seed, doc, p->opt->valid_fraction) ? 1 : 0;
@@ -275,8 +276,8 @@ static void *writer_main(void *arg) {
         double now = now_seconds();
         if (now - p->last_report >= PROGRESS_SECONDS) {
             p->last_report = now;
-            int64_t docs = p->res->documents[0] + p->res->documents[1];
-            int64_t tokens = p->res->tokens[0] + p->res->tokens[1];
+            int64_t docs = p->res->documents[0] + p->res->documents[1] + p->n_staged;
+            int64_t tokens = p->res->tokens[0] + p->res->tokens[1] + p->staged_tokens;
             fprintf(stderr, "prepare: %lld documents, %lld tokens, %.0f s, %.0f tokens/s\n",
                     (long long)docs, (long long)tokens, now - p->t0, (double)tokens / (now - p->t0));
         }
