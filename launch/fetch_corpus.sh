@@ -11,7 +11,8 @@
 #     - Alice in Wonderland, the LOC workshop on electronic texts: the Canterbury corpus files
 #       in Debian golang-github-klauspost-compress-dev (zstd test data; needs `zstd`)
 # Each group is fetched once: a group whose files are all present is skipped, so a second run
-# costs nothing and an interrupted one resumes.  A package or member that is gone fails with
+# costs nothing and an interrupted one resumes.  Files are written under hidden temporary
+# names (which corpus readers skip) and renamed when complete.  A package or member that is gone fails with
 # one line naming it (exit 1).
 #
 #   launch/fetch_corpus.sh [DIR]       fetch what is missing, print DIR's absolute path
@@ -86,9 +87,10 @@ else:
 for member, out in zip(pairs[::2], pairs[1::2]):
     if member not in names:
         sys.exit(f"fetch: {member} not found in {os.path.basename(arc)}")
-    with opener(member) as src, open(out + ".tmp", "wb") as dst:
+    tmp = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".tmp")
+    with opener(member) as src, open(tmp, "wb") as dst:
         shutil.copyfileobj(src, dst)
-    os.replace(out + ".tmp", out)
+    os.replace(tmp, out)
 PY
 }
 pip_fetch() {  # pip_fetch SPEC [pip options]: downloads into $work/pip, prints nothing
@@ -113,7 +115,7 @@ for pair in "${GO_BOOKS[@]}"; do
   have_all "$b/$name" && continue
   echo "fetch: $name from Debian package $pkg" >&2
   deb_extract "$pkg"
-  cp "$(deb_member "$pkg" "$name")" "$b/$name.tmp" && mv "$b/$name.tmp" "$b/$name"
+  cp "$(deb_member "$pkg" "$name")" "$b/.$name.tmp" && mv "$b/.$name.tmp" "$b/$name"
 done
 
 # --- Jane Austen's six novels: Debian r-cran-janeaustenr --------------------------------------
@@ -160,9 +162,10 @@ while pos < len(data):
     title = next(l for l in lines if l.strip())       # the title line: "PRIDE AND PREJUDICE"
     name = "-".join(title.lower().split())
     if name in wanted:
-        with open(os.path.join(out_dir, f"austen-{name}.txt.tmp"), "w", encoding="utf-8") as f:
+        tmp = os.path.join(out_dir, f".austen-{name}.txt.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-        os.replace(os.path.join(out_dir, f"austen-{name}.txt.tmp"), os.path.join(out_dir, f"austen-{name}.txt"))
+        os.replace(tmp, os.path.join(out_dir, f"austen-{name}.txt"))
         found.add(name)
 if found != wanted:
     sys.exit(f"fetch: {', '.join(sorted(wanted - found))} not found in {rdb}")
@@ -193,7 +196,7 @@ if ! have_all "${CANTERBURY[@]/#/$b/canterbury-}"; then
   zip=$(deb_member golang-github-klauspost-compress-dev benchdecoder.zip)
   for name in "${CANTERBURY[@]}"; do
     unpack "$zip" "$name.zst" "$work/$name.zst"
-    zstd -q -d -f "$work/$name.zst" -o "$b/canterbury-$name.tmp" && mv "$b/canterbury-$name.tmp" "$b/canterbury-$name"
+    zstd -q -d -f "$work/$name.zst" -o "$b/.canterbury-$name.tmp" && mv "$b/.canterbury-$name.tmp" "$b/canterbury-$name"
   done
 fi
 
@@ -212,7 +215,8 @@ books = con.execute("SELECT TestamentID, BookID, LongName FROM Books ORDER BY Te
 if len(books) != 66:
     sys.exit(f"fetch: {db}: {len(books)} books, expected 66")
 number = re.compile(r"(?<!\S)[0-9]+:[0-9]+\s+")
-with open(out + ".tmp", "w", encoding="utf-8") as f:
+tmp = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".tmp")
+with open(tmp, "w", encoding="utf-8") as f:
     for n, (testament, book, name) in enumerate(books, 1):
         f.write(f"BOOK {n}.\n\n{name}\n\n")
         chapter = None
@@ -225,7 +229,7 @@ with open(out + ".tmp", "w", encoding="utf-8") as f:
                 text = " ".join(number.sub("", part or "").split())
                 if text:
                     f.write(text + "\n\n")
-os.replace(out + ".tmp", out)
+os.replace(tmp, out)
 PY
 fi
 
