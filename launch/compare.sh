@@ -48,13 +48,12 @@ done
 [ -n "$outdir" ] || outdir="out/compare-$(basename "$base" .yaml)"
 bin="${MHETRAIN:-$here/build/mhetrain}"
 [ -x "$bin" ] || die "$bin is not built (cmake --build build), or set MHETRAIN"
-if ! ((${#types[@]})); then
-  mapfile -t types < <("$bin" info --attention-types | cut -f1)
-  ((${#types[@]})) || die "$bin info --attention-types listed no attention type"
-fi
+mapfile -t known < <("$bin" info --attention-types | cut -f1)
+((${#known[@]})) || die "$bin info --attention-types listed no attention type"
+((${#types[@]})) || types=("${known[@]}")
 if [ -n "${MHE_LAUNCH:-}" ]; then read -r -a launch <<<"$MHE_LAUNCH"; else launch=("$bin" train); fi
 for t in "${types[@]}"; do
-  [[ "$t" =~ ^(mha|sha|mhe_add|mhe_mul|mqa|gqa|el_att|skv|collab)$ ]] || die "unknown attention type '$t'"
+  [[ " ${known[*]} " == *" $t "* ]] || die "unknown attention type '$t' (known: ${known[*]})"
 done
 
 has_user() { local k; for k in "${user[@]+"${user[@]}"}"; do [[ "$k" == "$1="* ]] && return 0; done; return 1; }
