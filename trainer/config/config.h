@@ -126,7 +126,7 @@ typedef struct {
     int num_labels;       // resolved from the format (or labels); 1 for regression; 0 for span
     char *metric;         // primary metric: accuracy f1 mcc pearson spearman squad_f1 ... (default per format)
     int max_seq;          // 0: data.seq_len
-    int doc_stride;       // span (default 128)
+    int doc_stride;       // span (0 → min(128, context window / 2), resolved by the config)
     int max_query_len;    // span (default 64)
     int max_answer_len;   // span (default 30)
     int epochs;           // default 3; train.steps, when > 0, caps the steps
