@@ -26,7 +26,7 @@ double metric_mse(const double *x, const double *y, long n);
 
 // SQuAD (the official evaluate-v2.0.py): normalised text = lowercase, ASCII punctuation
 // removed, the words a/an/the removed, whitespace collapsed.  `out` gets the normalised string
-// (at most 4·strlen(s)+1 bytes).
+// (4·strlen(s)+8 bytes always suffice).
 void squad_normalize(const char *s, char *out, size_t cap);
 int squad_exact(const char *gold, const char *pred);   // 1 when the normalised texts are equal
 double squad_f1(const char *gold, const char *pred);   // bag-of-words F1 of normalised tokens

@@ -48,13 +48,60 @@ static size_t decode(const char *s, int32_t **out) {
     return n;
 }
 
-void squad_normalize(const char *s, char *out, size_t cap) {
-    int32_t *cp;
-    size_t n = decode(s, &cp), m = 0;
-    for (size_t i = 0; i < n; i++) {  // lower, then punctuation
-        const int32_t c = utf8proc_tolower(cp[i]);
-        if (!py_punct(c)) cp[m++] = c;
+static int cased(int32_t c) {
+    const utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
+}
+
+// Unicode's Case_Ignorable: marks, format characters, modifiers, and the word-internal
+// punctuation (apostrophe, period, colon, middle dot, ...).
+static int case_ignorable(int32_t c) {
+    switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_SK: return 1;
+    default: break;
     }
+    static const int32_t mid[] = {0x27, 0x2E, 0x3A, 0x5E, 0x60, 0xA8, 0xAD, 0xAF, 0xB4, 0xB7, 0xB8, 0x387,
+                                  0x5F4, 0x2018, 0x2019, 0x2024, 0x2027, 0xFE13, 0xFE52, 0xFE55, 0xFF07,
+                                  0xFF0E, 0xFF1A};
+    for (size_t i = 0; i < sizeof mid / sizeof *mid; i++)
+        if (c == mid[i]) return 1;
+    return 0;
+}
+
+// Python's str.lower(): the simple lowercase mapping plus the two special cases it applies,
+// U+0130 (İ → i + U+0307) and the final sigma (Σ → ς after a cased letter and not before one,
+// case-ignorable characters skipped).  `out` has room for 2n code points.
+static size_t py_lower(const int32_t *cp, size_t n, int32_t *out) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int32_t c = cp[i];
+        if (c == 0x130) {
+            out[m++] = 'i';
+            out[m++] = 0x307;
+        } else if (c == 0x3A3) {
+            size_t j = i;
+            while (j > 0 && case_ignorable(cp[j - 1])) j--;
+            const int after_cased = j > 0 && cased(cp[j - 1]);
+            size_t k = i + 1;
+            while (k < n && case_ignorable(cp[k])) k++;
+            const int before_cased = k < n && cased(cp[k]);
+            out[m++] = after_cased && !before_cased ? 0x3C2 : 0x3C3;
+        } else {
+            out[m++] = utf8proc_tolower(c);
+        }
+    }
+    return m;
+}
+
+void squad_normalize(const char *s, char *out, size_t cap) {
+    int32_t *raw;
+    const size_t n_raw = decode(s, &raw);
+    int32_t *cp = mhe_malloc((2 * n_raw + 1) * sizeof *cp);
+    size_t n = py_lower(raw, n_raw, cp), m = 0;
+    free(raw);
+    for (size_t i = 0; i < n; i++)  // then punctuation
+        if (!py_punct(cp[i])) cp[m++] = cp[i];
     n = m;
     // Articles: a maximal run of word characters that is exactly a, an or the becomes a space.
     for (size_t i = 0; i < n;) {
