@@ -71,6 +71,7 @@ void task_data_free(TaskData *d) {
         free(dt->word);
         free(dt->b_from);
         free(dt->b_to);
+        free(dt->cont);
         free(dt->word_first_tok);
     }
     free(d->docs);

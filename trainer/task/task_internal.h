@@ -109,6 +109,7 @@ typedef struct {
     int32_t *ids;
     int *word;          // tok_to_orig_index
     int *b_from, *b_to;    // bytes of its word the token spells, [from, to); -1 when unaligned
+    uint8_t *cont;         // a WordPiece "##" continuation
     int *word_first_tok;   // orig_to_tok_index, per word
 } DocTokens;
 

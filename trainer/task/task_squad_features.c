@@ -46,6 +46,7 @@ static void doc_tokens(DocTokens *dt, const SquadContext *c, const Tokenizer *to
             dt->word = mhe_realloc(dt->word, (size_t)cap * sizeof *dt->word);
             dt->b_from = mhe_realloc(dt->b_from, (size_t)cap * sizeof *dt->b_from);
             dt->b_to = mhe_realloc(dt->b_to, (size_t)cap * sizeof *dt->b_to);
+            dt->cont = mhe_realloc(dt->cont, (size_t)cap * sizeof *dt->cont);
         }
         int pos = 0, ok = 1;  // units (code points or bytes) of the word spelled so far
         const int units = bpe ? wlen : (int)utf8_count(word, (size_t)wlen);
@@ -54,6 +55,7 @@ static void doc_tokens(DocTokens *dt, const SquadContext *c, const Tokenizer *to
             dt->ids[t] = buf.ids[k];
             dt->word[t] = w;
             const char *s = tokenizer_id_to_token(tok, buf.ids[k]);
+            dt->cont[t] = !bpe && s && !strncmp(s, "##", 2);
             int n = 0;
             if (!s) ok = 0;
             else if (bpe) n = (int)utf8_count(s, strlen(s)) - (k == 0 && w > 0);

@@ -11,13 +11,17 @@
 #include "trainer/task/task_internal.h"
 
 // The text of context tokens [a, b]: from the first byte token a spells to the last byte b
-// spells, inside their words; a token not aligned with its word extends to the word's edge.
+// spells, inside their words (get_final_text's projection of the tokens onto the original
+// text); a token not aligned with its word extends to the word's edge.  A span that starts with
+// a "##" continuation is given its whole words, as transformers' compute_predictions_logits
+// does (its detokenised text keeps the "##" and so never matches the original).
 static char *span_text(const TaskData *d, const SquadExample *e, int a, int b) {
     const DocTokens *dt = &d->docs[e->context];
     const SquadContext *c = &d->ex.contexts[e->context];
     const int wa = dt->word[a], wb = dt->word[b];
-    const int s = c->word_start[wa] + (dt->b_from[a] >= 0 ? dt->b_from[a] : 0);
-    int t = dt->b_to[b] >= 0 ? c->word_start[wb] + dt->b_to[b] : c->word_end[wb];
+    const int whole = dt->cont[a];
+    const int s = c->word_start[wa] + (dt->b_from[a] >= 0 && !whole ? dt->b_from[a] : 0);
+    int t = dt->b_to[b] >= 0 && !whole ? c->word_start[wb] + dt->b_to[b] : c->word_end[wb];
     if (t > c->word_end[wb]) t = c->word_end[wb];
     if (t < s) t = s;
     char *out = mhe_malloc((size_t)(t - s) + 1);
