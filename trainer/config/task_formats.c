@@ -2,6 +2,7 @@
 // distribution files spell them and ordered as Hugging Face's processors order them
 // (transformers.data.processors.glue get_labels; SuperGLUE as the `super_glue` datasets), so
 // class indices mean the same thing here and in an exported model's config.
+#include <stdio.h>
 #include <string.h>
 
 #include "trainer/config/task_formats.h"
@@ -97,6 +98,25 @@ int task_metric_names(TaskType type, int num_labels, int squad_v2, const char *n
         }
         break;
     case TASK_NONE: break;
+    }
+    return n;
+}
+
+int task_config_labels(const TaskConfig *t, const char *out[TASK_MAX_LABELS], char *buf, size_t cap) {
+    const TaskFormatSpec *fmt = task_format_find(t->format);
+    if (!fmt || t->type != TASK_CLASSIFICATION) return 0;
+    if (fmt->family != TASK_FAMILY_GENERIC) {
+        for (int i = 0; i < fmt->num_labels; i++) out[i] = fmt->labels[i];
+        return fmt->num_labels;
+    }
+    snprintf(buf, cap, "%s", t->labels ? t->labels : "");
+    int n = 0;
+    for (char *p = buf; *p && n < TASK_MAX_LABELS;) {
+        out[n++] = p;
+        char *comma = strchr(p, ',');
+        if (!comma) break;
+        *comma = '\0';
+        p = comma + 1;
     }
     return n;
 }

@@ -31,6 +31,10 @@ typedef struct {
 const TaskFormatSpec *task_format_find(const char *name);
 int task_format_count(void);
 const TaskFormatSpec *task_format_at(int i);
+// The label strings of a resolved task section in class-index order (the format's, or task.labels
+// for generic classification), e.g. for an export's id2label; pointers into the format table or
+// into `buf`.  Returns the count (0 for regression and span).
+int task_config_labels(const TaskConfig *t, const char *out[TASK_MAX_LABELS], char *buf, size_t cap);
 // "cola, sst2, ..." (for messages and docs).
 const char *task_format_names(void);
 

@@ -41,7 +41,7 @@ static void read_generic_tsv(TaskExamples *out, const TaskConfig *t, const char 
     if (cl < 0) missing_column(path, "task.label_column", t->label_column, h, nh);
     char buf[1024];
     const char *labels[TASK_MAX_LABELS];
-    const int n_labels = task_split_labels(t->labels, buf, sizeof buf, labels);
+    const int n_labels = task_config_labels(t, labels, buf, sizeof buf);
     for (long i = 1; i < tl.n; i++) {
         const int line = (int)i + 1;
         const int n = split_tabs(tl.line[i], f, CAP);

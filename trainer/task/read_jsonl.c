@@ -104,20 +104,6 @@ void task_read_superglue(TaskExamples *out, const TaskFormatSpec *fmt, const cha
     text_lines_free(&tl);
 }
 
-// Splits task.labels ("a,b,c") into at most TASK_MAX_LABELS pointers into `buf`.
-int task_split_labels(const char *labels, char *buf, size_t cap, const char *out[TASK_MAX_LABELS]) {
-    snprintf(buf, cap, "%s", labels ? labels : "");
-    int n = 0;
-    for (char *p = buf; *p && n < TASK_MAX_LABELS;) {
-        out[n++] = p;
-        char *comma = strchr(p, ',');
-        if (!comma) break;
-        *comma = '\0';
-        p = comma + 1;
-    }
-    return n;
-}
-
 void task_read_generic_jsonl(TaskExamples *out, const TaskConfig *t, const char *path) {
     TextLines tl;
     text_lines_read(&tl, path);
@@ -126,7 +112,7 @@ void task_read_generic_jsonl(TaskExamples *out, const TaskConfig *t, const char 
     out->text = mhe_calloc((size_t)(tl.n ? tl.n : 1), sizeof *out->text);
     char buf[1024];
     const char *labels[TASK_MAX_LABELS];
-    const int n_labels = task_split_labels(t->labels, buf, sizeof buf, labels);
+    const int n_labels = task_config_labels(t, labels, buf, sizeof buf);
     for (long i = 0; i < tl.n; i++) {
         const int line = (int)i + 1;
         cJSON *o = parse_line(path, line, tl.line[i]);

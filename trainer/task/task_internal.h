@@ -64,8 +64,6 @@ void task_examples_free(TaskExamples *ex);
 int task_label_index(const char *const *labels, int n_labels, const char *s);
 // A regression target: a finite decimal number and nothing else around it.  0 when not.
 int task_parse_target(const char *s, float *out);
-// Splits task.labels ("a,b,c") into at most TASK_MAX_LABELS pointers into `buf`.
-int task_split_labels(const char *labels, char *buf, size_t cap, const char *out[TASK_MAX_LABELS]);
 void task_read_generic_jsonl(TaskExamples *out, const TaskConfig *t, const char *path);
 
 // ---- text helpers (task_text.c) ----
