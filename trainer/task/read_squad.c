@@ -70,10 +70,10 @@ static int *split_context(SquadContext *c, long *n_cp) {
 }
 
 static const cJSON *need(const Src *s, const cJSON *o, const char *key, int (*is)(const cJSON *),
-                         const char *what, const char *where, int line) {
+                         const char *what, const char *where, const char *id) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || !is(v))
-        mhe_fail_at(s->path, line, 0, "expected \"%s\": %s%s%s", key, what, where ? " in " : "", where ? where : "");
+        mhe_fail_at(s->path, id ? line_of(s, id) : 0, 0, "expected \"%s\": %s%s%s", key, what, where ? " in " : "", where ? where : "");
     return v;
 }
 
@@ -85,26 +85,29 @@ static void read_question(TaskExamples *out, const Src *s, const TaskFormatSpec 
                           int ctx, const int *cp_word, long n_cp, const char *where) {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(qa, "id");
     if (!cJSON_IsString(id)) mhe_fail_at(s->path, 0, 0, "expected \"id\": a string in every question of %s", where);
-    const int line = line_of(s, id->valuestring);
+    // The line is looked up only for a message: a scan of the file per question would make
+    // reading SQuAD's 130,000 questions quadratic.
+    const char *qid = id->valuestring;
+#define LINE line_of(s, qid)
     char qwhere[600];
     snprintf(qwhere, sizeof qwhere, "question '%s'", id->valuestring);
     SquadExample *e = &out->squad[out->n++];
     memset(e, 0, sizeof *e);
-    e->line = line;
+    e->line = 0;
     e->context = ctx;
     e->id = mhe_strdup(id->valuestring);
-    e->question = mhe_strdup(need(s, qa, "question", is_string, "a string", qwhere, line)->valuestring);
+    e->question = mhe_strdup(need(s, qa, "question", is_string, "a string", qwhere, qid)->valuestring);
     const cJSON *imp = cJSON_GetObjectItemCaseSensitive(qa, "is_impossible");
     if (imp && !cJSON_IsBool(imp))
-        mhe_fail_at(s->path, line, 0, "expected \"is_impossible\": true or false in %s", qwhere);
+        mhe_fail_at(s->path, LINE, 0, "expected \"is_impossible\": true or false in %s", qwhere);
     e->impossible = imp && cJSON_IsTrue(imp);
     if (e->impossible && !strcmp(fmt->name, "squad1"))
-        mhe_fail_at(s->path, line, 0, "expected answerable questions in a squad1 file, found "
+        mhe_fail_at(s->path, LINE, 0, "expected answerable questions in a squad1 file, found "
                     "is_impossible in %s (use task.format squad2)", qwhere);
-    const cJSON *answers = need(s, qa, "answers", is_array, "a list of {text, answer_start}", qwhere, line);
+    const cJSON *answers = need(s, qa, "answers", is_array, "a list of {text, answer_start}", qwhere, qid);
     e->n_answers = cJSON_GetArraySize(answers);
     if (!e->impossible && e->n_answers == 0)
-        mhe_fail_at(s->path, line, 0, "expected at least one answer in %s (or is_impossible: true "
+        mhe_fail_at(s->path, LINE, 0, "expected at least one answer in %s (or is_impossible: true "
                     "in squad2)", qwhere);
     e->answers = mhe_calloc((size_t)(e->n_answers ? e->n_answers : 1), sizeof *e->answers);
     e->start_word = e->end_word = -1;
@@ -113,15 +116,15 @@ static void read_question(TaskExamples *out, const Src *s, const TaskFormatSpec 
     int k = 0;
     const cJSON *a;
     cJSON_ArrayForEach(a, answers) {
-        const char *atext = need(s, a, "text", is_string, "a string", qwhere, line)->valuestring;
-        const cJSON *st = need(s, a, "answer_start", is_number, "a character offset", qwhere, line);
+        const char *atext = need(s, a, "text", is_string, "a string", qwhere, qid)->valuestring;
+        const cJSON *st = need(s, a, "answer_start", is_number, "a character offset", qwhere, qid);
         const long start = (long)st->valuedouble, n = utf8_count(atext, strlen(atext));
         if (st->valuedouble != (double)start || start < 0 || n == 0 || start + n > n_cp)
-            mhe_fail_at(s->path, line, 0, "expected a non-empty answer text inside the context at "
+            mhe_fail_at(s->path, LINE, 0, "expected a non-empty answer text inside the context at "
                         "answer_start %g (the context has %ld characters) in %s", st->valuedouble, n_cp, qwhere);
         const size_t b0 = utf8_offset(text, tlen, start), b1 = utf8_offset(text, tlen, start + n);
         if (b1 - b0 != strlen(atext) || memcmp(text + b0, atext, b1 - b0) != 0)
-            mhe_fail_at(s->path, line, 0, "expected the answer text '%s' at answer_start %ld of the "
+            mhe_fail_at(s->path, LINE, 0, "expected the answer text '%s' at answer_start %ld of the "
                         "context, found '%.*s' in %s", atext, start, (int)(b1 - b0), text + b0, qwhere);
         e->answers[k].text = mhe_strdup(atext);
         e->answers[k].start = (int)start;
@@ -132,6 +135,7 @@ static void read_question(TaskExamples *out, const Src *s, const TaskFormatSpec 
         }
         k++;
     }
+#undef LINE
 }
 
 void task_read_squad(TaskExamples *out, const TaskFormatSpec *fmt, const char *path) {

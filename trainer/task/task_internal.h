@@ -33,7 +33,7 @@ typedef struct {
     int n_answers;
     SquadAnswer *answers;   // gold answers (the first one is the training target)
     int start_word, end_word;  // the first answer's words (-1 when impossible)
-    int line;
+    int line;               // 0: looked up from the id only when a message needs it
 } SquadExample;
 
 typedef struct {
