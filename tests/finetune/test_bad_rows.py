@@ -134,6 +134,11 @@ config_case(dict(type="classification", format="tsv", text_a="s", label_column="
 config_case(dict(type="classification", format="mnli", metric="f1", **F),
             "{c}:10:11: task.metric: expected one of accuracy, f1_macro, mcc, acc_and_f1_macro for format "
             "mnli, found 'f1'")
+config_case(dict(type="regression", format="stsb", metric="mse", **F),
+            "{c}:10:11: task.metric: mse cannot choose the best epoch (the highest primary metric wins); use "
+            "pearson, spearman or corr (it is reported anyway)")
+config_case(dict(type="regression", format="stsb", metric="f1", **F),
+            "{c}:10:11: task.metric: expected one of pearson, spearman, corr for format stsb, found 'f1'")
 config_case(dict(type="classification", format="mnli", num_labels=2, **F),
             "{c}:10:15: task.num_labels is 2, but task.format mnli has 3")
 config_case(dict(type="span", format="squad2", doc_stride=100, **F),

@@ -278,7 +278,12 @@ static void check_task(Config *c, const ConfigMarks *mk) {
     }
     int known = 0;
     char list[256] = "";
+    // The best epoch has the highest primary metric, so an error measure cannot be primary.
+    if (!strcmp(t->metric, "mse"))
+        config_fail_key(mk, "task.metric", "task.metric: mse cannot choose the best epoch (the highest "
+                        "primary metric wins); use pearson, spearman or corr (it is reported anyway)");
     for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i], "mse")) continue;
         known |= !strcmp(names[i], t->metric);
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
     }

@@ -242,7 +242,7 @@ static const ConfigField TASK_FIELDS[] = {
      .doc = "outputs of the head: the format's label count (or `labels`'), 1 for regression, 0 for "
             "span; a value given must agree"},
     {KEY(task, metric, F_STRING), .def = "", .def_doc = "per format",
-     .range_doc = "a metric the task reports",
+     .range_doc = "a metric the task reports, not `mse`",
      .doc = "primary metric (the best epoch is chosen by it): GLUE's per task (CoLA `mcc`, MRPC/QQP "
             "`acc_and_f1`, STS-B `corr`, CB `acc_and_f1_macro`, SQuAD `squad_f1`, else `accuracy`)"},
     {KEY(task, max_seq, F_INT), .def = "0", .def_doc = "0 → `data.seq_len`", IRANGE(0, 1 << 22),
