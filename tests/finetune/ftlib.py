@@ -1,7 +1,9 @@
 """Shared by the tests of tests/finetune/: configs for task_dump, running it, random texts."""
+import atexit
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +34,11 @@ def finish(name):
 
 
 def workdir(name):
-    return tempfile.mkdtemp(prefix=f"mhe-ft-{name}-")
+    """A scratch directory removed when the test exits (kept with MHE_KEEP_WORK=1)."""
+    d = tempfile.mkdtemp(prefix=f"mhe-ft-{name}-")
+    if not os.environ.get("MHE_KEEP_WORK"):
+        atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def yaml_value(v):
