@@ -146,7 +146,9 @@ with open(os.path.join(d, "train.tsv"), "w") as f:
     f.write("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
     for i in range(60):
         f.write(f"{rng.choice('01')}\t1\t2\t{ftlib.sentence(rng, 1, 40)}\t{ftlib.sentence(rng, 1, 40)}\n")
-with open(os.path.join(d, "dev.tsv"), "w") as f:
+sst = os.path.join(work, "sst2")
+os.makedirs(sst)
+with open(os.path.join(sst, "train.tsv"), "w") as f:
     f.write("sentence\tlabel\n" + "".join(f"{ftlib.sentence(rng, 1, 60)}\t{rng.choice('01')}\n" for _ in range(30)))
 cfg = write_config(os.path.join(d, "c.yaml"), {"type": "classification", "format": "mrpc",
                                                 "train_file": os.path.join(d, "train.tsv"),
@@ -159,13 +161,12 @@ bad = sum(1 for o, h in zip(ours, hf) if o["padded_ids"] != h.input_ids or o["ma
 check(len(ours) == len(hf) and bad == 0, f"mrpc rows: {bad} of {len(hf)} differ from glue_convert_examples_to_features")
 cut = sum(1 for h in hf if sum(h.attention_mask) == 48)
 print(f"mrpc: {len(ours)} BERT pair rows equal glue_convert_examples_to_features ({cut} truncated longest-first)")
-cfg = write_config(os.path.join(d, "s.yaml"), {"type": "classification", "format": "sst2",
-                                                "train_file": os.path.join(d, "dev.tsv"),
-                                                "dev_file": os.path.join(d, "dev.tsv")}, max_seq=32)
+cfg = write_config(os.path.join(sst, "s.yaml"), {"type": "classification", "format": "sst2",
+                                                  "train_file": os.path.join(sst, "train.tsv"),
+                                                  "dev_file": os.path.join(sst, "train.tsv")}, max_seq=32)
 ours = dump("features", cfg, "train")["features"]
-hf = hf_glue.glue_convert_examples_to_features(hf_glue.Sst2Processor().get_train_examples(d.replace("mrpc", "mrpc")) if False else
-                                               hf_glue.Sst2Processor()._create_examples(hf_glue.Sst2Processor._read_tsv(os.path.join(d, "dev.tsv")), "train"),
-                                               bert, max_length=32, task="sst-2")
+hf = hf_glue.glue_convert_examples_to_features(hf_glue.Sst2Processor().get_train_examples(sst), bert, max_length=32,
+                                               task="sst-2")
 check([o["padded_ids"] for o in ours] == [h.input_ids for h in hf], "sst2 single-sentence rows differ from HF")
 print(f"sst2: {len(ours)} BERT single-text rows equal glue_convert_examples_to_features")
 
