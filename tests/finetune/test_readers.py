@@ -141,6 +141,23 @@ for form in ("tsv", "jsonl"):
               for o, r in zip(ours, rows)) and len(ours) == len(rows), f"generic {form} regression")
     print(f"generic {form}: {len(rows)} rows equal (classification and regression)")
 
+# JSON labels that are not strings: integers and booleans match their decimal / true-false text.
+path = os.path.join(d, "typed.jsonl")
+typed = [{"s": ftlib.sentence(rng), "y": rng.choice([0, 1, True, False, "0", "true"])} for _ in range(20)]
+with open(path, "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in typed))
+for labels in ("0,1", "false,true"):
+    rows = [r for r in typed if str(r["y"]).lower() in labels.split(",")]
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = write_config(os.path.join(d, "typed.yaml"), {
+        "type": "classification", "format": "jsonl", "train_file": path, "dev_file": path, "text_a": "s",
+        "label_column": "y", "labels": labels})
+    ours = dump("examples", cfg, "train")
+    want = [labels.split(",").index(str(r["y"]).lower()) for r in rows]
+    check([o["label"] for o in ours] == want, f"jsonl typed labels {labels}: {[o['label'] for o in ours]} vs {want}")
+print("generic jsonl: integer and boolean labels match task.labels")
+
 # SQuAD v1.1 / v2.0 against HF's SquadV1Processor / SquadV2Processor examples: whitespace words
 # (doc_tokens), the answer's word span, impossibility, answers.
 def squad_file(path, v2, n_par=6):
