@@ -299,10 +299,13 @@ def main():
         squad, nq = blank_task(rng("blank"), ds, n_span, "dev" if split == "dev" else "tr")
         with open(os.path.join(a.out, "blank", f"{split}.json"), "w", encoding="utf-8") as f:
             json.dump(squad, f, ensure_ascii=False, indent=1)
-    tasks = {"pair": ("classification", "mrpc", "tsv"), "source": ("classification", "sst2", "tsv"),
-             "distance": ("regression", "stsb", "tsv"), "blank": ("span", "squad2", "json")}
-    for t, (typ, fmt, ext) in tasks.items():
-        manifest["tasks"][t] = {"type": typ, "format": fmt, "train_file": f"{t}/train.{ext}", "dev_file": f"{t}/dev.{ext}"}
+    # The metric to judge each task by.  pair: accuracy, not MRPC's default acc_and_f1, because
+    # with balanced labels a constant "1" has F1 0.67 and so acc_and_f1 0.58 without reading.
+    tasks = {"pair": ("classification", "mrpc", "tsv", "accuracy"), "source": ("classification", "sst2", "tsv", "accuracy"),
+             "distance": ("regression", "stsb", "tsv", "corr"), "blank": ("span", "squad2", "json", "squad_f1")}
+    for t, (typ, fmt, ext, metric) in tasks.items():
+        manifest["tasks"][t] = {"type": typ, "format": fmt, "metric": metric, "train_file": f"{t}/train.{ext}",
+                                "dev_file": f"{t}/dev.{ext}"}
     with open(os.path.join(a.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
         f.write("\n")
