@@ -14,7 +14,7 @@ source "$MHE_SOURCE_DIR/tests/train/lib.sh"
 export MHE_EMU_DEVICE_MEMORY=67108864
 SMALL=(model.hidden=32 model.heads=2 model.ffn=64 model.max_seq=16 data.seq_len=16
        train.global_batch=4 train.micro_batch=2 train.steps=1 train.eval_every=0
-       train.checkpoint_every=0 runtime.threads=1 runtime.device=cuda)
+       train.checkpoint_every=0 train.final_eval_batches=1 runtime.threads=1 runtime.device=cuda)
 refused() {  # NAME overrides...
   local name=$1 status start=$(date +%s)
   shift
