@@ -2,13 +2,14 @@
 # `mhetrain train` end to end with runtime.device: cuda on the emulated GPU (mhetrain_emu) against
 # runtime.device: cpu, on the tests/train fixture corpus with a shrunken tiny model (the
 # emulation is slow): per-step losses within 1e-4 relative in fp32 at 1 and 2 ranks, within 2%
-# in bf16; the 2-rank CUDA run also agrees with the 1-rank CUDA run (same global batch).
+# in bf16; the 2-rank CUDA run also agrees with the 1-rank CUDA run (same global batch).  One
+# final evaluation batch: the whole validation split takes minutes in the emulation.
 set -euo pipefail
 : "${MHETRAIN_EMU:?}"
 source "$MHE_SOURCE_DIR/tests/train/lib.sh"
 SMALL=(model.hidden=32 model.heads=2 model.ffn=64 model.max_seq=16 data.seq_len=16
        train.global_batch=4 train.micro_batch=2 train.steps=4 train.eval_every=0
-       train.checkpoint_every=0 runtime.threads=1)
+       train.checkpoint_every=0 train.final_eval_batches=1 runtime.threads=1)
 run() {  # run NP NAME overrides...
   local np=$1 name=$2; shift 2
   "${MPIRUN[@]}" -np "$np" "$MHETRAIN_EMU" train "$TINY" "${DATA[@]}" "${SMALL[@]}" \
