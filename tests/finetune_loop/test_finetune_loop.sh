@@ -6,6 +6,7 @@
 #   metric, TensorBoard events, out/best (the best evaluation's checkpoint) and best.json,
 #   finetune_result.json with the best scores and the trivial predictor's;
 # - --stop-after then the same command resumes and ends with the straight run's losses and weights;
+# - GPT: the classifier on the last real token learns a length label (beats the trivial accuracy);
 # - one-line errors, exit 2: encoder shapes that differ from the checkpoint's, no task section.
 source "$MHE_SOURCE_DIR/tests/finetune_loop/lib.sh"
 make_task "$WORK/task"
@@ -60,6 +61,20 @@ $PY "$CHECK" losses-close "$WORK/stop/metrics.jsonl" "$WORK/full/metrics.jsonl" 
 $PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-weights "$WORK/stop/checkpoints/step_00000024/model.safetensors" \
   "$WORK/full/checkpoints/step_00000024/model.safetensors" 1e-6
 cmp -s "$WORK/stop/finetune_result.json" "$WORK/full/finetune_result.json" || fail "resumed result differs"
+
+# GPT (classifier on the last real token): a BPE tokenizer (for <|endoftext|>), gqa attention.
+# Random init learns the length label within 2 epochs (0.92 accuracy when written, trivial 0.67):
+# asserted as at least the trivial accuracy + 0.1.
+"$MHETRAIN" tokenizer train --type bpe --vocab-size 2000 --out "$WORK/bpe" "$CORPUS/text.txt" >/dev/null
+"$MHETRAIN" finetune "$TINY" data.tokenizer="$WORK/bpe/tokenizer.json" data.tokenizer_kind=bpe "${TASK[@]}" \
+  model.arch=gpt attention.type=gqa attention.groups=2 train.out_dir="$WORK/gpt" >"$WORK/gpt.log" 2>&1 ||
+  { cat "$WORK/gpt.log"; fail "gpt fine-tuning"; }
+tail -n 1 "$WORK/gpt.log"
+$PY - "$WORK/gpt/finetune_result.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["value"] >= r["trivial"]["accuracy"] + 0.1, r
+PY
 
 # Errors: one line, exit 2.
 set +e
