@@ -93,7 +93,8 @@ typedef struct {
     uint64_t seed;
     int log_every;
     int eval_every;        // 0: only at the end
-    int eval_batches;
+    int eval_batches;      // 0: the whole validation split
+    int final_eval_batches;  // at the end of the run; 0: the whole split
     int checkpoint_every;  // 0: only at the end
     int keep_last;         // checkpoints kept (0 keeps all)
     char *out_dir;
@@ -126,7 +127,7 @@ typedef struct {
     int num_labels;       // resolved from the format (or labels); 1 for regression; 0 for span
     char *metric;         // primary metric: accuracy f1 mcc pearson spearman squad_f1 ... (default per format)
     int max_seq;          // 0: data.seq_len
-    int doc_stride;       // span (default 128)
+    int doc_stride;       // span (0 → min(128, context window / 2), resolved by the config)
     int max_query_len;    // span (default 64)
     int max_answer_len;   // span (default 30)
     int epochs;           // default 3; train.steps, when > 0, caps the steps
