@@ -57,6 +57,10 @@ def cmd_tasks(outdir, args):
                 text = "task:\n  type: %s\n  format: %s\n  train_file: %s\n  dev_file: %s\n  metric: %s\n  epochs: 3\n" % (
                     t["type"], t["format"], os.path.join(root, t["train_file"]), os.path.join(root, t["dev_file"]),
                     t["metric"])
+                if t["type"] == "span":
+                    # make_tasks' questions are at most 30 words; half of a 64-token window
+                    # still leaves the context room in the tiny configs.
+                    text += "  max_query_len: 32\n"
                 names.append((name, text + DEFAULT_BUDGET))
         elif arg.endswith((".yaml", ".yml")) and os.path.isfile(arg):
             text = open(arg).read()
