@@ -73,6 +73,7 @@ static void assert_config_equal(const Config *a, const Config *b) {
     assert_int_equal(x->log_every, y->log_every);
     assert_int_equal(x->eval_every, y->eval_every);
     assert_int_equal(x->eval_batches, y->eval_batches);
+    assert_int_equal(x->final_eval_batches, y->final_eval_batches);
     assert_int_equal(x->checkpoint_every, y->checkpoint_every);
     assert_int_equal(x->keep_last, y->keep_last);
     assert_string_equal(x->out_dir, y->out_dir);

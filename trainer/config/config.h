@@ -93,7 +93,8 @@ typedef struct {
     uint64_t seed;
     int log_every;
     int eval_every;        // 0: only at the end
-    int eval_batches;
+    int eval_batches;      // 0: the whole validation split
+    int final_eval_batches;  // at the end of the run; 0: the whole split
     int checkpoint_every;  // 0: only at the end
     int keep_last;         // checkpoints kept (0 keeps all)
     char *out_dir;

@@ -176,8 +176,12 @@ static const ConfigField TRAIN_FIELDS[] = {
      .doc = "steps between progress lines"},
     {KEY(train, eval_every, F_INT), .def = "100", IRANGE(0, UNBOUNDED),
      .doc = "steps between evaluations; 0 evaluates only at the end"},
-    {KEY(train, eval_batches, F_INT), .def = "20", IRANGE(1, UNBOUNDED),
-     .doc = "global batches per evaluation"},
+    {KEY(train, eval_batches, F_INT), .def = "20", IRANGE(0, UNBOUNDED),
+     .doc = "global batches per evaluation during training (the same batches each time); 0 = "
+            "the whole validation split"},
+    {KEY(train, final_eval_batches, F_INT), .def = "0", IRANGE(0, UNBOUNDED),
+     .doc = "global batches of the evaluation at the end of the run; 0 = every sample of the "
+            "validation split once (the number to compare runs by)"},
     {KEY(train, checkpoint_every, F_INT), .def = "100", IRANGE(0, UNBOUNDED),
      .doc = "steps between checkpoints; 0 checkpoints only at the end"},
     {KEY(train, keep_last, F_INT), .def = "3", IRANGE(0, UNBOUNDED),
