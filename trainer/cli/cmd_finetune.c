@@ -1,4 +1,5 @@
 // mhetrain finetune: fine-tune a (pretrained) model on a task (issue 14).
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,11 +50,8 @@ int cmd_finetune(int argc, char **argv) {
             if (i + 1 >= argc) mhe_fail("finetune: --resume expects auto, none or a path");
             opt.resume = argv[++i];
         } else if (strcmp(argv[i], "--stop-after") == 0) {
-            char *end = NULL;
-            const char *v = i + 1 < argc ? argv[++i] : "";
-            long long x = strtoll(v, &end, 10);
-            if (!*v || *end || x < 0) mhe_fail("finetune: --stop-after expects a non-negative integer, got '%s'", v);
-            opt.stop_after = x;
+            if (i + 1 >= argc) mhe_fail("finetune: --stop-after needs a value");
+            opt.stop_after = cli_int_option("finetune", "--stop-after", argv[++i], 0, INT64_MAX);
         } else {
             cli_take_config_arg(&args, "finetune", argv[i], usage);
         }
