@@ -115,13 +115,6 @@ void export_copy_modeling_files(const char *dir, const Config *cfg) {
     copy_file(src, dst);
 }
 
-static const char *format_label(ExportFormat f) {
-    switch (f) {
-    case EXPORT_HF_BERT: return "BertForMaskedLM";
-    case EXPORT_HF_GPT2: return "GPT2LMHeadModel";
-    default: return "mhetrain (trust_remote_code=True)";
-    }
-}
 
 // A relative data.tokenizer is relative to where training ran.  When the checkpoint sits at
 // <cwd>/<train.out_dir>/checkpoints/step_N (out_dir relative), that <cwd> is known: returns
@@ -196,18 +189,19 @@ void export_run(const ExportOptions *opt) {
     char real_out[PATH_MAX], real_ckpt[PATH_MAX];
     if (realpath(opt->out_dir, real_out) && realpath(dir, real_ckpt) && strcmp(real_out, real_ckpt) == 0)
         mhe_fail("export: --out %s is the checkpoint directory itself: choose another directory", opt->out_dir);
+    const ExportHead head = export_head(&t);
     path_join(path, opt->out_dir, "model.safetensors");
     export_write_weights(&cfg, &t, params, format, path);
     path_join(path, opt->out_dir, "config.json");
-    export_write_config(&cfg, format, tok, path);
+    export_write_config(&cfg, format, &head, tok, path);
     if (format == EXPORT_MHETRAIN) export_copy_modeling_files(opt->out_dir, &cfg);
     if (tok) export_write_tokenizer(tok, &cfg, opt->out_dir);
     path_join(path, opt->out_dir, "README.md");
-    export_write_card(&cfg, format, dir, tok != NULL, path);
+    export_write_card(&cfg, format, &head, dir, tok != NULL, path);
 
-    printf("exported %s (%s %s, %zu parameters) to %s as %s%s\n", dir, arch_name(cfg.model.arch),
-           attention_type_name(cfg.attention.type), t.total, opt->out_dir, format_label(format),
-           tok ? " with tokenizer files" : "");
+    printf("exported %s (%s %s, %zu parameters) to %s as %s%s%s\n", dir, arch_name(cfg.model.arch),
+           attention_type_name(cfg.attention.type), t.total, opt->out_dir, export_class_name(&cfg, format, &head),
+           format == EXPORT_MHETRAIN ? " (trust_remote_code=True)" : "", tok ? " with tokenizer files" : "");
     if (tok) tokenizer_free(tok);
     free(params);
     param_table_free(&t);
