@@ -1,0 +1,13 @@
+# The exports' remote code with Hugging Face transformers (venv python): every Auto class, the
+# embedding accessors and resize, attentions, the heads' losses (oracle), and a transformers
+# Trainer fine-tuning an MHE export for one epoch (e2e).  hf_make_checkpoint writes the small
+# random checkpoints the scripts export.
+add_executable(hf_make_checkpoint ${CMAKE_SOURCE_DIR}/tests/hf/make_checkpoint.c)
+target_link_libraries(hf_make_checkpoint PRIVATE mhe_testutil mhecore)
+foreach(t test_auto_classes test_trainer)
+  add_test(NAME hf_${t} COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/hf/${t}.py)
+  set_tests_properties(hf_${t} PROPERTIES TIMEOUT 900 ENVIRONMENT
+    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;MHE_MAKE_CHECKPOINT=$<TARGET_FILE:hf_make_checkpoint>;OMP_NUM_THREADS=2;HF_HUB_OFFLINE=1;TRANSFORMERS_OFFLINE=1")
+endforeach()
+set_tests_properties(hf_test_auto_classes PROPERTIES LABELS "oracle;export")
+set_tests_properties(hf_test_trainer PROPERTIES LABELS "e2e;export")
