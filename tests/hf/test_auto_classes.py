@@ -20,7 +20,8 @@ For bert and gpt x every registered attention type: a small random checkpoint
     gpt sequence logits of a right-padded batch = each row run alone (its last token); the losses
     of regression (MSE), single-label (CE), multi-label (BCE), token classification and QA equal
     the formulas written here with torch.nn.functional;
-  - return_dict=False gives tuples with the same tensors.
+  - return_dict=False gives tuples with the same tensors; inputs_embeds = the ids' embeddings;
+    gradient_checkpointing_enable() leaves the training loss and every gradient unchanged.
 For mha the same checkpoint is also exported to the stock classes: MheModel (--format mhetrain)
 gives the same attentions and hidden states as transformers' own BertModel / GPT2Model
 (≤ 1e-5), and AutoModelForSequenceClassification / QuestionAnswering load the stock export as
@@ -193,6 +194,24 @@ def check_resize(name, d, auto, arch, ids, mask, extra):
                   "input embedding row")
 
 
+def check_checkpointing(name, d, ids, mask, extra):
+    """gradient_checkpointing_enable(): the same loss and gradients in training mode (no dropout)."""
+    grads = []
+    for ckpt in (False, True):
+        torch.manual_seed(0)  # the same new pooler (bert) and classifier for both
+        m = tf.AutoModelForSequenceClassification.from_pretrained(
+            d, trust_remote_code=True, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        if ckpt:
+            m.gradient_checkpointing_enable()
+        m.train()
+        out = m(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1, 1]), **extra)
+        out.loss.backward()
+        grads.append((out.loss.detach(), [p.grad.clone() for p in m.parameters() if p.grad is not None]))
+    (l0, g0), (l1, g1) = grads
+    same = len(g0) == len(g1) and all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(g0, g1))
+    check(torch.equal(l0, l1) and same, f"{name}: gradient checkpointing gives the same loss and gradients")
+
+
 def check_heads(name, d, arch, ids, mask, extra, lens, base_out):
     g = torch.Generator().manual_seed(9)
     B, T = ids.shape
@@ -289,6 +308,8 @@ def check_export(name, d, arch):
             check(same and len(o.hidden_states) == L + 1, f"{name}: {cls} hidden states equal AutoModel's")
         tup = base(input_ids=ids, attention_mask=mask, return_dict=False, **extra)
         check(torch.equal(tup[0], out.last_hidden_state), f"{name}: AutoModel return_dict=False")
+        by_vectors = base(inputs_embeds=emb(ids), attention_mask=mask, **extra).last_hidden_state
+        check(torch.equal(by_vectors, out.last_hidden_state), f"{name}: inputs_embeds = input_ids")
     check_attentions(name, base, out, arch, mask, lens)
     lm_cls = "MheForMaskedLM" if arch == "bert" else "MheForCausalLM"
     with torch.no_grad():
@@ -297,6 +318,7 @@ def check_export(name, d, arch):
     check_attentions(name + "/" + lm_cls, models[lm_cls], o, arch, mask, lens)
     for auto in (getattr(tf, lm_auto), tf.AutoModelForSequenceClassification):
         check_resize(name, d, auto, arch, ids, mask, extra)
+    check_checkpointing(name, d, ids, mask, extra)
     check_heads(name, d, arch, ids, mask, extra, lens, out)
 
 

@@ -182,6 +182,7 @@ class MhePreTrainedModel(PreTrainedModel):
     config_class = MheConfig
     base_model_prefix = "mhe"
     _no_split_modules = ["MheLayer"]
+    supports_gradient_checkpointing = True  # per layer: MheModel.forward
 
     def _init_weights(self, module):
         std = getattr(self.config, "initializer_range", 0.02)
@@ -224,6 +225,7 @@ class MheModel(MhePreTrainedModel):
         if config.norm_placement == "pre":
             self.final_ln = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.pooler = MhePooler(config) if add_pooling_layer and config.arch == "bert" else None
+        self.gradient_checkpointing = False  # gradient_checkpointing_enable() sets it
         self.post_init()
 
     def get_input_embeddings(self):
@@ -257,7 +259,10 @@ class MheModel(MhePreTrainedModel):
         h = self.embed(input_ids, token_type_ids, position_ids, inputs_embeds)
         hidden, attentions = [h], []
         for layer, hm in zip(self.layers, head_mask):
-            h, probs = layer(h, allowed, hm)
+            if self.gradient_checkpointing and self.training:  # recompute the layer in backward
+                h, probs = self._gradient_checkpointing_func(layer.__call__, h, allowed, hm)
+            else:
+                h, probs = layer(h, allowed, hm)
             hidden.append(h)
             attentions.append(probs)
         if getattr(self, "final_ln", None) is not None:
