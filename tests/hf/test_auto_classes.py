@@ -20,6 +20,8 @@ For bert and gpt x every registered attention type: a small random checkpoint
     gpt sequence logits of a right-padded batch = each row run alone (its last token); the losses
     of regression (MSE), single-label (CE), multi-label (BCE), token classification and QA equal
     the formulas written here with torch.nn.functional;
+  - low_cpu_mem_usage loading gives the same logits and the tie; pipeline("fill-mask" /
+    "text-generation") finds the export's tokenizer by itself (config.json's tokenizer_class);
   - return_dict=False gives tuples with the same tensors; inputs_embeds = the ids' embeddings;
     gradient_checkpointing_enable() leaves the training loss and every gradient unchanged.
 For mha the same checkpoint is also exported to the stock classes: MheModel (--format mhetrain)
@@ -318,6 +320,17 @@ def check_export(name, d, arch):
     check_attentions(name + "/" + lm_cls, models[lm_cls], o, arch, mask, lens)
     for auto in (getattr(tf, lm_auto), tf.AutoModelForSequenceClassification):
         check_resize(name, d, auto, arch, ids, mask, extra)
+    lazy = getattr(tf, lm_auto).from_pretrained(d, trust_remote_code=True, low_cpu_mem_usage=True).eval()
+    with torch.no_grad():
+        same = torch.equal(lazy(input_ids=ids, attention_mask=mask, **extra).logits,
+                           models[lm_cls](input_ids=ids, attention_mask=mask, **extra).logits)
+    check(same and lazy.get_output_embeddings().weight is lazy.get_input_embeddings().weight,
+          f"{name}: low_cpu_mem_usage loading gives the same model, tied")
+    task = "fill-mask" if arch == "bert" else "text-generation"
+    text = "the cat sat on the [MASK]." if arch == "bert" else "the cat sat on the"
+    pipe = tf.pipeline(task, model=d, trust_remote_code=True)  # finds the tokenizer by itself
+    res = pipe(text, **({"max_new_tokens": 2, "do_sample": False} if arch == "gpt" else {}))
+    check(bool(res), f"{name}: pipeline({task!r}) runs: {str(res[0])[:60]}")
     check_checkpointing(name, d, ids, mask, extra)
     check_heads(name, d, arch, ids, mask, extra, lens, out)
 

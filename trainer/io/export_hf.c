@@ -411,6 +411,10 @@ void export_write_config(const Config *cfg, ExportFormat format, const ExportHea
     else
         mhetrain_config(o, cfg);
     add_special_ids(o, cfg, tok);
+    // transformers' pipelines load a tokenizer for a config class they do not know (MheConfig)
+    // only when config.json names its class (the same as tokenizer_config.json's).
+    if (format == EXPORT_MHETRAIN && tok)
+        cJSON_AddStringToObject(o, "tokenizer_class", cfg->model.arch == ARCH_BERT ? "BertTokenizer" : "GPT2Tokenizer");
     // GPT2ForSequenceClassification needs a pad id to find each row's last token in a batch.
     if (cfg->model.arch == ARCH_GPT && head->kind != EXPORT_HEAD_LM && tok && tokenizer_special_ids(tok).eos >= 0)
         cJSON_AddNumberToObject(o, "pad_token_id", tokenizer_special_ids(tok).eos);
