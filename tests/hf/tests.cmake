@@ -4,10 +4,10 @@
 # random checkpoints the scripts export.
 add_executable(hf_make_checkpoint ${CMAKE_SOURCE_DIR}/tests/hf/make_checkpoint.c)
 target_link_libraries(hf_make_checkpoint PRIVATE mhe_testutil mhecore)
+set(MHE_HF_TEST_ENV "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;MHE_MAKE_CHECKPOINT=$<TARGET_FILE:hf_make_checkpoint>;OMP_NUM_THREADS=2;HF_HUB_OFFLINE=1;TRANSFORMERS_OFFLINE=1")
 foreach(t test_auto_classes test_trainer)
   add_test(NAME hf_${t} COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/hf/${t}.py)
-  set_tests_properties(hf_${t} PROPERTIES TIMEOUT 900 ENVIRONMENT
-    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;MHE_MAKE_CHECKPOINT=$<TARGET_FILE:hf_make_checkpoint>;OMP_NUM_THREADS=2;HF_HUB_OFFLINE=1;TRANSFORMERS_OFFLINE=1")
+  set_tests_properties(hf_${t} PROPERTIES TIMEOUT 900 ENVIRONMENT "${MHE_HF_TEST_ENV}")
 endforeach()
 set_tests_properties(hf_test_auto_classes PROPERTIES LABELS "oracle;export")
 # ~2 min on a quiet machine; 9 min measured with the load average at 80
