@@ -53,6 +53,13 @@ void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, vo
                                CorpusStats *stats);
 void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats);
 void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats);
+// Books: one document per chapter (data/book_split.c); a heading paragraph starts its
+// chapter.  corpus_set_book_chapters(false) makes a book one document (process-wide setting,
+// set before reading).
+void corpus_set_book_chapters(bool on);
+bool book_is_heading(const char *paragraph, size_t n);
+void book_split(const char *text, size_t n, void (*emit_doc)(void *ctx, const char *, size_t),
+                void *ctx);
 // Offset of the first byte that is not valid UTF-8, or -1 when all n bytes are valid.
 long long utf8_invalid_offset(const char *s, size_t n);
 

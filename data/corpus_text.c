@@ -91,6 +91,17 @@ static void lines_as_paragraphs(const char *s, size_t n, StrBuf *out) {
     }
 }
 
+typedef struct {
+    CorpusDocFn fn;
+    void *ctx;
+    CorpusStats *stats;
+} BookEmit;
+
+static void book_emit(void *arg, const char *s, size_t n) {
+    BookEmit *be = arg;
+    emit(be->fn, be->ctx, be->stats, s, n);
+}
+
 void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
     ByteSource *src = byte_source_open_threads(file, threads);
     StrBuf all = {0};
@@ -145,7 +156,11 @@ void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, 
         memmove(text.s, text.s + cut, text.len - cut + 1);
         text.len -= cut;
     }
-    emit(fn, ctx, stats, text.s ? text.s : "", text.len);
+    if (text.len == 0) emit(fn, ctx, stats, "", 0);
+    else {
+        BookEmit be = {fn, ctx, stats};
+        book_split(text.s, text.len, book_emit, &be);
+    }
     strbuf_free(&text);
     strbuf_free(&all);
 }

@@ -64,7 +64,15 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
 
     cJSON *set = cJSON_AddObjectToObject(root, "settings");
     cJSON_AddNumberToObject(set, "shard_size_mb", opt->shard_size_mb);
-    cJSON_AddNumberToObject(set, "valid_fraction", opt->valid_fraction);
+    if (opt->valid_by_fraction) {
+        cJSON_AddStringToObject(set, "valid_rule", "fraction");
+        cJSON_AddNumberToObject(set, "valid_fraction", opt->valid_fraction);
+    } else {
+        cJSON_AddStringToObject(set, "valid_rule", "per_source");
+        cJSON_AddNumberToObject(set, "valid_docs_per_source", opt->valid_docs_per_source);
+        cJSON_AddNumberToObject(set, "valid_min_tokens", (double)opt->valid_min_tokens);
+    }
+    cJSON_AddStringToObject(set, "book_documents", opt->whole_books ? "one per book" : "one per chapter");
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)opt->seed);
     cJSON_AddStringToObject(set, "seed", seed);  // a string: u64 does not fit a double
@@ -99,6 +107,24 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
             add_file(o, "idx_sha256", path, false);
             cJSON_AddItemToArray(arr, o);
         }
+    }
+    // Per input ("source"): what it gave and how it was split.
+    cJSON *srcs = cJSON_AddArrayToObject(root, "sources");
+    for (int i = 0; i < res->n_sources; i++) {
+        const SourceSplit *ss = &res->sources[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "input", opt->inputs[i]);
+        cJSON_AddNumberToObject(o, "documents", (double)ss->documents);
+        cJSON_AddNumberToObject(o, "tokens", (double)ss->tokens);
+        cJSON_AddNumberToObject(o, "train_documents", (double)(ss->documents - ss->valid_documents));
+        cJSON_AddNumberToObject(o, "train_tokens", (double)(ss->tokens - ss->valid_tokens));
+        cJSON_AddNumberToObject(o, "valid_documents", (double)ss->valid_documents);
+        cJSON_AddNumberToObject(o, "valid_tokens", (double)ss->valid_tokens);
+        if (!opt->valid_by_fraction) {
+            cJSON_AddNumberToObject(o, "valid_tokens_wanted", (double)ss->tokens_wanted);
+            cJSON_AddBoolToObject(o, "valid_minimums_met", ss->met);
+        }
+        cJSON_AddItemToArray(srcs, o);
     }
     char *text = cJSON_Print(root);
     // Written under a temporary name and renamed: a manifest.json present means the corpus

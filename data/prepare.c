@@ -19,6 +19,7 @@
 #include "data/shard.h"
 #include "data/strbuf.h"
 #include "data/tokenizer.h"
+#include "data/valid_split.h"
 
 // Batches trade queue overhead against memory: ~1 MB of text or 256 documents each.
 #define BATCH_MAX_BYTES (1 << 20)
@@ -30,6 +31,7 @@ typedef struct Batch {
     int64_t first_doc;     // global index of its first document
     StrBuf text;           // documents back to back
     size_t *doc_end;       // end offset of each document in text
+    int *doc_source;       // input each document came from
     int n_docs, cap_docs;
     IdBuf ids;             // tokens of all documents back to back
     size_t *ids_end;       // end of each document's ids
@@ -50,6 +52,7 @@ typedef struct {
     int64_t produced;      // batches produced
     Batch *cur;
     int64_t next_doc;
+    int source;            // input being read
     FILE *text_out;
     // Writer state.
     ShardWriter *writer[2];
@@ -57,6 +60,13 @@ typedef struct {
     int n_shards[2], cap_shards[2];
     int64_t shard_bytes;
     PrepareResult *res;
+    // Per-source rule: every document goes to a staging file first (raw int32 ids, read back
+    // sequentially, so memory stays flat), the split is chosen once all token counts are
+    // known, then the documents are copied into the train and valid shards in input order.
+    FILE *staging;
+    char staging_path[4200];
+    int *doc_src;
+    int64_t *doc_tok, n_staged, cap_staged, staged_tokens;
     double t0, last_report;  // progress lines for long runs
 } Pipeline;
 
@@ -77,6 +87,7 @@ static void batch_free(Batch *b) {
     strbuf_free(&b->text);
     idbuf_free(&b->ids);
     free(b->doc_end);
+    free(b->doc_source);
     free(b->ids_end);
     free(b);
 }
@@ -110,7 +121,9 @@ static void on_doc(void *ctx, const char *text, size_t len) {
     if (b->n_docs == b->cap_docs) {
         b->cap_docs = b->cap_docs ? 2 * b->cap_docs : 32;
         b->doc_end = mhe_realloc(b->doc_end, (size_t)b->cap_docs * sizeof *b->doc_end);
+        b->doc_source = mhe_realloc(b->doc_source, (size_t)b->cap_docs * sizeof *b->doc_source);
     }
+    b->doc_source[b->n_docs] = p->source;
     strbuf_append(&b->text, text, len);
     b->doc_end[b->n_docs++] = b->text.len;
     if (b->text.len >= BATCH_MAX_BYTES || b->n_docs >= BATCH_MAX_DOCS) {
@@ -155,12 +168,7 @@ static void close_shard(Pipeline *p, int split) {
     p->writer[split] = NULL;
 }
 
-static void write_doc(Pipeline *p, int64_t doc, const int32_t *ids, size_t n) {
-    if (n == 0) {
-        p->res->skipped_empty++;
-        return;
-    }
-    int split = prepare_is_valid_doc(p->opt->seed, doc, p->opt->valid_fraction) ? 1 : 0;
+static void append_doc(Pipeline *p, int split, const int32_t *ids, size_t n) {
     if (!p->writer[split]) {
         int k = p->n_shards[split]++;
         if (k == p->cap_shards[split]) {
@@ -182,6 +190,58 @@ static void write_doc(Pipeline *p, int64_t doc, const int32_t *ids, size_t n) {
     p->res->documents[split]++;
     p->res->tokens[split] += (int64_t)n;
     if (shard_writer_bin_bytes(p->writer[split]) >= p->shard_bytes) close_shard(p, split);
+}
+
+static void write_doc(Pipeline *p, int64_t doc, int source, const int32_t *ids, size_t n) {
+    if (n == 0) {
+        p->res->skipped_empty++;
+        return;
+    }
+    if (p->staging) {
+        if (fwrite(ids, sizeof *ids, n, p->staging) != n)
+            mhe_fatal("%s: write failed: %s", p->staging_path, strerror(errno));
+        if (p->n_staged == p->cap_staged) {
+            p->cap_staged = p->cap_staged ? 2 * p->cap_staged : 1024;
+            p->doc_src = mhe_realloc(p->doc_src, (size_t)p->cap_staged * sizeof *p->doc_src);
+            p->doc_tok = mhe_realloc(p->doc_tok, (size_t)p->cap_staged * sizeof *p->doc_tok);
+        }
+        p->doc_src[p->n_staged] = source;
+        p->doc_tok[p->n_staged++] = (int64_t)n;
+        p->staged_tokens += (int64_t)n;
+        return;
+    }
+    int split = prepare_is_valid_doc(p->opt->seed, doc, p->opt->valid_fraction) ? 1 : 0;
+    SourceSplit *src = &p->res->sources[source];
+    src->documents++;
+    src->tokens += (int64_t)n;
+    src->valid_documents += split;
+    src->valid_tokens += split ? (int64_t)n : 0;
+    append_doc(p, split, ids, n);
+}
+
+// The per-source rule, once every document's token count is known.
+static void split_staged(Pipeline *p) {
+    if (fclose(p->staging) != 0) mhe_fatal("%s: write failed: %s", p->staging_path, strerror(errno));
+    p->staging = NULL;
+    bool *valid = mhe_calloc((size_t)(p->n_staged ? p->n_staged : 1), sizeof *valid);
+    valid_split_choose(p->opt->seed, p->res->n_sources, p->n_staged, p->doc_src, p->doc_tok,
+                       p->opt->valid_docs_per_source, p->opt->valid_min_tokens, valid,
+                       p->res->sources);
+    FILE *f = fopen(p->staging_path, "rb");
+    if (!f) mhe_fatal("%s: cannot read: %s", p->staging_path, strerror(errno));
+    int32_t *ids = NULL;
+    int64_t cap = 0;
+    for (int64_t d = 0; d < p->n_staged; d++) {
+        int64_t n = p->doc_tok[d];
+        if (n > cap) ids = mhe_realloc(ids, (size_t)(cap = n) * sizeof *ids);
+        if (fread(ids, sizeof *ids, (size_t)n, f) != (size_t)n)
+            mhe_fatal("%s: read failed (truncated?)", p->staging_path);
+        append_doc(p, valid[d] ? 1 : 0, ids, (size_t)n);
+    }
+    fclose(f);
+    unlink(p->staging_path);
+    free(ids);
+    free(valid);
 }
 
 static double now_seconds(void) {
@@ -210,14 +270,14 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&p->mu);
         size_t start = 0;
         for (int i = 0; i < b->n_docs; i++) {
-            write_doc(p, b->first_doc + i, b->ids.ids + start, b->ids_end[i] - start);
+            write_doc(p, b->first_doc + i, b->doc_source[i], b->ids.ids + start, b->ids_end[i] - start);
             start = b->ids_end[i];
         }
         double now = now_seconds();
         if (now - p->last_report >= PROGRESS_SECONDS) {
             p->last_report = now;
-            int64_t docs = p->res->documents[0] + p->res->documents[1];
-            int64_t tokens = p->res->tokens[0] + p->res->tokens[1];
+            int64_t docs = p->res->documents[0] + p->res->documents[1] + p->n_staged;
+            int64_t tokens = p->res->tokens[0] + p->res->tokens[1] + p->staged_tokens;
             fprintf(stderr, "prepare: %lld documents, %lld tokens, %.0f s, %.0f tokens/s\n",
                     (long long)docs, (long long)tokens, now - p->t0, (double)tokens / (now - p->t0));
         }
@@ -258,6 +318,8 @@ static void clear_stale_shards(const char *dir) {
         }
         globfree(&g);
     }
+    snprintf(path, sizeof path, "%s/staging.tmp", dir);
+    if (unlink(path) == 0) removed++;
     if (removed)
         fprintf(stderr, "prepare: removed %d shard files of an unfinished earlier run in %s\n",
                 removed, dir);
@@ -272,7 +334,15 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
         p.vocab_size = tokenizer_vocab_size(p.tok);
         mhe_mkdirs(opt->out_dir);
         clear_stale_shards(opt->out_dir);
+        if (!opt->valid_by_fraction) {
+            snprintf(p.staging_path, sizeof p.staging_path, "%s/staging.tmp", opt->out_dir);
+            p.staging = fopen(p.staging_path, "wb");
+            if (!p.staging) mhe_fatal("%s: cannot create: %s", p.staging_path, strerror(errno));
+        }
     }
+    res->n_sources = opt->n_inputs;
+    res->sources = mhe_calloc((size_t)(opt->n_inputs ? opt->n_inputs : 1), sizeof *res->sources);
+    corpus_set_book_chapters(!opt->whole_books);
     if (opt->text_out) {
         p.text_out = fopen(opt->text_out, "wb");
         if (!p.text_out) mhe_fatal("%s: cannot create: %s", opt->text_out, strerror(errno));
@@ -299,6 +369,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
         int nf;
         char **files = corpus_list_files(opt->inputs[i], &nf);
         long long before = stats.documents;
+        p.source = i;
         for (int f = 0; f < nf; f++) {
             CorpusFormat fmt = corpus_detect(files[f], opt->format);
             manifest_add_input(&m, files[f], corpus_format_name(fmt));
@@ -320,6 +391,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     if (p.tok) {
         for (int i = 0; i < threads; i++) pthread_join(workers[i], NULL);
         pthread_join(writer, NULL);
+        if (p.staging) split_staged(&p);
         close_shard(&p, 0);
         close_shard(&p, 1);
     }
@@ -341,6 +413,8 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     for (int s = 0; s < 2; s++) free(p.shards[s]);
     free(workers);
     free(p.ring);
+    free(p.doc_src);
+    free(p.doc_tok);
     pthread_mutex_destroy(&p.mu);
     pthread_cond_destroy(&p.work_cv);
     pthread_cond_destroy(&p.done_cv);

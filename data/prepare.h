@@ -9,12 +9,17 @@
 #include <stdint.h>
 
 #include "data/corpus.h"
+#include "data/valid_split.h"
 
 typedef struct {
     const char *tokenizer;     // NULL: only extract cleaned text (text_out required)
     const char *out_dir;       // NULL when only extracting text
     double shard_size_mb;      // a shard is closed once its .bin reaches this size
-    double valid_fraction;     // probability that a document goes to the validation split
+    bool valid_by_fraction;    // true: each document is valid with probability valid_fraction
+    double valid_fraction;     //   (the old rule); false: the per-source rule below
+    int valid_docs_per_source; // per-source rule (data/valid_split.h): at least this many
+    int64_t valid_min_tokens;  //   documents from each input, and together this many tokens
+    bool whole_books;          // a book is one document (default: one per chapter)
     uint64_t seed;             // split seed
     int threads;               // tokenizing threads (>= 1)
     CorpusFormat format;
@@ -28,6 +33,8 @@ typedef struct {
     int64_t tokens[2];
     int shards[2];
     int64_t skipped_empty;     // documents with no tokens (or no text)
+    int n_sources;             // = n_inputs; per input: documents, tokens and their split
+    SourceSplit *sources;      // (malloc'd; free it)
     double seconds;
     double tokens_per_second;
     double peak_rss_mb;

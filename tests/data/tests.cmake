@@ -10,8 +10,16 @@ foreach(check wiki_dump shards_python prepare_determinism bad_inputs bounded_mem
   set_tests_properties(test_data_${check} PROPERTIES ENVIRONMENT
     "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")
 endforeach()
+foreach(check book_chapters valid_split fetch_script)
+  add_test(NAME test_data_${check}
+    COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_split.py ${check})
+  set_tests_properties(test_data_${check} PROPERTIES ENVIRONMENT
+    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")
+endforeach()
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST test_corpus test_loader test_loader_config APPEND PROPERTY LABELS unit)
 set_property(TEST test_data_wiki_dump test_data_shards_python APPEND PROPERTY LABELS oracle)
+set_property(TEST test_data_book_chapters test_data_fetch_script APPEND PROPERTY LABELS unit)
+set_property(TEST test_data_valid_split APPEND PROPERTY LABELS e2e)
 set_property(TEST test_data_prepare_determinism test_data_bad_inputs test_data_bounded_memory
   test_data_fuzz_inputs APPEND PROPERTY LABELS e2e)

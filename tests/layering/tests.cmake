@@ -13,7 +13,8 @@ set(MHE_LAYERING_PROBES
   "mhe_config|trainer/model/params.h|trainer/config/config.h,data/tokenizer.h"
   "mhe_model|trainer/io/checkpoint.h|trainer/model/model.h,kernels/ops.h,trainer/config/config.h"
   "mhe_io|trainer/train/optim.h|trainer/io/checkpoint.h,trainer/model/params.h"
-  "mhe_train|trainer/cli/commands.h|trainer/train/trainer.h,trainer/io/checkpoint.h,comm/comm.h")
+  "mhe_task|trainer/io/checkpoint.h|trainer/task/task.h,trainer/model/task_batch.h,trainer/config/config.h"
+  "mhe_train|trainer/cli/commands.h|trainer/train/trainer.h,trainer/io/checkpoint.h,trainer/task/task.h,comm/comm.h")
 set(MHE_LAYERING_TARGETS)
 foreach(probe ${MHE_LAYERING_PROBES})
   string(REPLACE "|" ";" parts "${probe}")

@@ -20,8 +20,9 @@ static void usage(FILE *out) {
             "\n"
             "Evaluates a checkpoint (a step_* directory, or a run's output directory for its newest\n"
             "valid checkpoint) on the validation split of its config: MLM loss and masked-token\n"
-            "accuracy, or CLM loss and perplexity.  Overrides apply to the checkpoint's config,\n"
-            "e.g. data.valid=[other/valid] train.eval_batches=50.  Prints one JSON line.\n");
+            "accuracy, or CLM loss and perplexity, over train.final_eval_batches global batches (default\n"
+            "0: every sample of the split once).  Overrides apply to the checkpoint's config, e.g.\n"
+            "data.valid=[other/valid] train.final_eval_batches=50.  Prints one JSON line.\n");
 }
 
 static void json_number(double v) {
@@ -65,7 +66,7 @@ int cmd_eval(int argc, char **argv) {
     checkpoint_load_weights(dir, t, host);
     model_set_params(m, host);
     Loader *valid = loader_open_config(&cfg, true);
-    EvalResult r = evaluate_split(m, valid, comm, cfg.train.eval_batches, NULL);
+    EvalResult r = evaluate_split(m, valid, comm, cfg.train.final_eval_batches, NULL);
     // Valid JSON whatever the numbers: non-finite ones are null and "nonfinite" says so.
     const double metric = cfg.objective.type == OBJ_MLM ? r.accuracy : r.perplexity;
     const int nonfinite = !isfinite(r.loss) || !isfinite(metric);

@@ -26,9 +26,16 @@ static const char USAGE[] =
     "  --tokenizer PATH       vocab.txt, tokenizer.json, vocab.json (+merges.txt) or a folder\n"
     "  --out DIR              output directory (created)\n"
     "  --shard-size-mb N      close a shard once its .bin reaches N MB (default 256)\n"
-    "  --valid-fraction F     share of documents for validation (default 0.01)\n"
+    "  --valid-docs-per-source N  validation split: from every input, documents drawn in a\n"
+    "                         seeded order until it gives N of them (default 30) ...\n"
+    "  --valid-min-tokens T   ... and its equal share of T tokens (default 100000); never more\n"
+    "                         than half of an input's documents.  Each input is one source:\n"
+    "                         give a wiki dump and a books folder as two inputs\n"
+    "  --valid-fraction F     instead: each document goes to validation with probability F\n"
     "  --seed S               seed of the train/validation split (default 1234)\n"
     "  --threads N            tokenizing threads (default: the number of cores)\n"
+    "  --whole-books          one document per book (default: one per chapter, see\n"
+    "                         data/README.md)\n"
     "  --format F             auto|wiki|wikiextractor|books|jsonl (default auto: by file\n"
     "                         extension, then content)\n"
     "  --text-out FILE        also write the cleaned documents, one paragraph per line and\n"
@@ -53,9 +60,11 @@ int cmd_prepare(int argc, char **argv) {
         return 0;
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    PrepareOptions o = {.shard_size_mb = 256, .valid_fraction = 0.01, .seed = 1234,
+    PrepareOptions o = {.shard_size_mb = 256, .valid_docs_per_source = 30,
+                        .valid_min_tokens = 100000, .seed = 1234,
                         .threads = cores > 0 ? (int)cores : 1};
     o.inputs = mhe_calloc((size_t)argc, sizeof *o.inputs);
+    bool per_source_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--tokenizer") == 0) o.tokenizer = need_value(argc, argv, &i);
@@ -63,8 +72,17 @@ int cmd_prepare(int argc, char **argv) {
         else if (strcmp(a, "--text-out") == 0) o.text_out = need_value(argc, argv, &i);
         else if (strcmp(a, "--shard-size-mb") == 0)
             o.shard_size_mb = parse_double(a, need_value(argc, argv, &i), 1e-6, 1e6);
-        else if (strcmp(a, "--valid-fraction") == 0)
+        else if (strcmp(a, "--valid-fraction") == 0) {
             o.valid_fraction = parse_double(a, need_value(argc, argv, &i), 0, 1);
+            o.valid_by_fraction = true;
+        } else if (strcmp(a, "--valid-docs-per-source") == 0) {
+            o.valid_docs_per_source = (int)parse_double(a, need_value(argc, argv, &i), 0, 1e9);
+            per_source_given = true;
+        } else if (strcmp(a, "--valid-min-tokens") == 0) {
+            o.valid_min_tokens = (int64_t)parse_double(a, need_value(argc, argv, &i), 0, 1e15);
+            per_source_given = true;
+        } else if (strcmp(a, "--whole-books") == 0)
+            o.whole_books = true;
         else if (strcmp(a, "--seed") == 0)
             o.seed = (uint64_t)parse_double(a, need_value(argc, argv, &i), 0, 9007199254740992.0);
         else if (strcmp(a, "--threads") == 0)
@@ -79,6 +97,9 @@ int cmd_prepare(int argc, char **argv) {
         else
             o.inputs[o.n_inputs++] = argv[i];
     }
+    if (o.valid_by_fraction && per_source_given)
+        mhe_fail("prepare: --valid-fraction is another rule than --valid-docs-per-source and "
+                 "--valid-min-tokens: give one or the other");
     if (o.n_inputs == 0) mhe_fail("prepare: no inputs given (see mhetrain prepare --help)");
     if (!o.tokenizer && !o.text_out) mhe_fail("prepare: --tokenizer is required (or --text-out alone)");
     if (o.tokenizer && !o.out_dir) mhe_fail("prepare: --out DIR is required with --tokenizer");
@@ -95,11 +116,23 @@ int cmd_prepare(int argc, char **argv) {
                 (long long)r.documents[1], tokens, (long long)r.tokens[0],
                 (long long)r.tokens[1], r.shards[0], r.shards[1], (long long)r.skipped_empty);
     }
-    if (o.tokenizer && o.valid_fraction > 0 && r.documents[1] == 0)
+    for (int i = 0; o.tokenizer && !o.valid_by_fraction && i < r.n_sources; i++) {
+        const SourceSplit *s = &r.sources[i];
+        fprintf(stderr, "prepare: %s: %lld documents, %lld tokens; validation %lld documents, %lld tokens\n",
+                o.inputs[i], (long long)s->documents, (long long)s->tokens,
+                (long long)s->valid_documents, (long long)s->valid_tokens);
+        if (!s->met)
+            fprintf(stderr, "prepare: warning: %s: validation wanted %d documents and %lld tokens "
+                            "from it, got %lld and %lld (at most half of its documents are taken)\n",
+                    o.inputs[i], o.valid_docs_per_source, (long long)s->tokens_wanted,
+                    (long long)s->valid_documents, (long long)s->valid_tokens);
+    }
+    if (o.tokenizer && o.valid_by_fraction && o.valid_fraction > 0 && r.documents[1] == 0)
         fprintf(stderr, "prepare: warning: no document fell into the validation split "
                         "(raise --valid-fraction for a corpus this small)\n");
     fprintf(stderr, "prepare: %.2f s, %.0f tokens/s, peak RSS %.1f MB\n", r.seconds,
             r.tokens_per_second, r.peak_rss_mb);
     free(o.inputs);
+    free(r.sources);
     return 0;
 }

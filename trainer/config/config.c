@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "trainer/config/config.h"
 #include "trainer/config/config_internal.h"
+#include "trainer/config/task_formats.h"
 
 const char *const CONFIG_ARCH_NAMES[] = {"bert", "gpt", NULL};
 const char *const CONFIG_NORM_NAMES[] = {"post", "pre", NULL};
@@ -24,6 +25,7 @@ const char *const CONFIG_BACKEND_NAMES[] = {"auto", "mpi", "nccl", NULL};
 const char *const CONFIG_DEVICE_NAMES[] = {"cpu", "cuda", NULL};
 const char *const CONFIG_PRECISION_NAMES[] = {"fp32", "bf16", NULL};
 const char *const CONFIG_TOKENIZER_NAMES[] = {"wordpiece", "bpe", NULL};
+const char *const CONFIG_TASK_TYPE_NAMES[] = {"none", "classification", "regression", "span", NULL};
 
 const char *attention_type_name(AttentionType t) {
     return (unsigned)t < ATTN_TYPE_COUNT ? CONFIG_ATTENTION_NAMES[t] : "?";
@@ -203,6 +205,110 @@ static void check_dist_runtime(Config *c, const ConfigMarks *mk) {
                         "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");
 }
 
+static int count_labels(const char *labels) {
+    int n = 0;
+    for (const char *p = labels; p && *p; n++) {
+        const char *comma = strchr(p, ',');
+        if (!comma) return n + 1;
+        p = comma + 1;
+        if (!*p) return -1;  // a trailing comma: an empty label
+    }
+    return n;
+}
+
+// The task section (issue 14): the format decides the type, the labels and the default metric.
+// Nothing is checked for type none (pretraining), so a pretraining config may carry a task
+// section a fine-tuning run will complete with overrides.
+static void check_task(Config *c, const ConfigMarks *mk) {
+    TaskConfig *t = &c->task;
+    config_check_ranges(c, mk, "task");
+    if (t->type == TASK_NONE) return;
+    const char *tname = CONFIG_TASK_TYPE_NAMES[t->type];
+    if (!t->format || !t->format[0])
+        config_fail_key(mk, "task.format|task.type", "task.format is required for task.type %s (one of: %s)",
+                        tname, task_format_names());
+    const TaskFormatSpec *fmt = task_format_find(t->format);
+    if (!fmt)
+        config_fail_key(mk, "task.format", "task.format: expected one of %s, found '%s'",
+                        task_format_names(), t->format);
+    if (fmt->type != TASK_NONE && fmt->type != t->type)
+        config_fail_key(mk, "task.type|task.format", "task.format %s is a %s task, but task.type is %s",
+                        fmt->name, CONFIG_TASK_TYPE_NAMES[fmt->type], tname);
+    if (!t->train_file || !t->train_file[0])
+        config_fail_key(mk, "task.train_file|task.type", "task.train_file is required for task.type %s", tname);
+    if (!t->dev_file || !t->dev_file[0])
+        config_fail_key(mk, "task.dev_file|task.type", "task.dev_file is required for task.type %s", tname);
+    int labels = fmt->num_labels;
+    if (fmt->family == TASK_FAMILY_GENERIC) {
+        if (t->type == TASK_SPAN)
+            config_fail_key(mk, "task.type|task.format",
+                            "task.format %s reads classification or regression tasks; span tasks use "
+                            "squad1 or squad2", fmt->name);
+        if (!t->text_a || !t->text_a[0])
+            config_fail_key(mk, "task.text_a|task.format", "task.text_a (the column of the first text) "
+                            "is required for task.format %s", fmt->name);
+        if (!t->label_column || !t->label_column[0])
+            config_fail_key(mk, "task.label_column|task.format", "task.label_column is required for "
+                            "task.format %s", fmt->name);
+        if (t->type == TASK_CLASSIFICATION) {
+            labels = count_labels(t->labels);
+            if (labels < 2 || labels > TASK_MAX_LABELS)
+                config_fail_key(mk, "task.labels|task.format",
+                                "task.labels: expected 2 to %d comma-separated label strings for a "
+                                "%s classification task, found '%s'", TASK_MAX_LABELS, fmt->name,
+                                t->labels ? t->labels : "");
+        } else {
+            labels = 1;
+        }
+    }
+    if (t->labels && t->labels[0] && !(fmt->family == TASK_FAMILY_GENERIC && t->type == TASK_CLASSIFICATION))
+        config_fail_key(mk, "task.labels", "task.labels is for generic classification (tsv/jsonl); "
+                        "format %s defines its own labels", fmt->name);
+    if (t->num_labels != 0 && t->num_labels != labels)
+        config_fail_key(mk, "task.num_labels", "task.num_labels is %d, but task.format %s%s has %d",
+                        t->num_labels, fmt->name, fmt->family == TASK_FAMILY_GENERIC ? " (task.labels)" : "",
+                        labels);
+    t->num_labels = labels;
+    const char *names[TASK_MAX_METRICS];
+    const int n = task_metric_names(t->type, labels, !strcmp(fmt->name, "squad2"), names);
+    if (!t->metric || !t->metric[0]) {
+        free(t->metric);
+        t->metric = mhe_strdup(fmt->default_metric ? fmt->default_metric
+                               : t->type == TASK_REGRESSION ? "corr" : "accuracy");
+    }
+    int known = 0;
+    char list[256] = "";
+    // The best epoch has the highest primary metric, so an error measure cannot be primary.
+    if (!strcmp(t->metric, "mse"))
+        config_fail_key(mk, "task.metric", "task.metric: mse cannot choose the best epoch (the highest "
+                        "primary metric wins); use pearson, spearman or corr (it is reported anyway)");
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i], "mse")) continue;
+        known |= !strcmp(names[i], t->metric);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    }
+    if (!known)
+        config_fail_key(mk, "task.metric", "task.metric: expected one of %s for format %s, found '%s'",
+                        list, fmt->name, t->metric);
+    if (t->max_seq == 0) t->max_seq = c->data.seq_len;
+    if (t->max_seq < 4 || t->max_seq > c->model.max_seq)
+        config_fail_key(mk, "task.max_seq|model.max_seq",
+                        "task.max_seq (%d) must be in [4, model.max_seq = %d]", t->max_seq, c->model.max_seq);
+    if (t->type == TASK_SPAN) {
+        const int window = t->max_seq - t->max_query_len - 3;
+        if (window < 1)
+            config_fail_key(mk, "task.max_query_len|task.max_seq",
+                            "task.max_query_len (%d) leaves no room for the context in task.max_seq "
+                            "(%d tokens: question, context and 3 special tokens)",
+                            t->max_query_len, t->max_seq);
+        if (t->doc_stride == 0) t->doc_stride = window / 2 < 128 ? (window / 2 > 0 ? window / 2 : 1) : 128;
+        if (t->doc_stride > window)
+            config_fail_key(mk, "task.doc_stride|task.max_seq",
+                            "task.doc_stride (%d) must be <= the context window max_seq - max_query_len "
+                            "- 3 = %d, or context tokens would fall between windows", t->doc_stride, window);
+    }
+}
+
 // Configs built in code can hold any integer in an enum field; YAML ones cannot.
 static void check_enums(const Config *c, const ConfigMarks *mk) {
     for (int i = 0, nf = config_field_count(); i < nf; i++) {
@@ -229,6 +335,7 @@ void config_check(Config *cfg, const ConfigMarks *marks) {
     check_optim(cfg, marks);
     check_train(cfg, marks);
     check_dist_runtime(cfg, marks);
+    check_task(cfg, marks);
 }
 
 void config_resolve(Config *cfg, const char *where) {

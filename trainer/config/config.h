@@ -93,7 +93,8 @@ typedef struct {
     uint64_t seed;
     int log_every;
     int eval_every;        // 0: only at the end
-    int eval_batches;
+    int eval_batches;      // 0: the whole validation split
+    int final_eval_batches;  // at the end of the run; 0: the whole split
     int checkpoint_every;  // 0: only at the end
     int keep_last;         // checkpoints kept (0 keeps all)
     char *out_dir;
@@ -115,6 +116,24 @@ typedef struct {
     Precision precision;
 } RuntimeConfig;
 
+typedef enum { TASK_NONE, TASK_CLASSIFICATION, TASK_REGRESSION, TASK_SPAN } TaskType;
+typedef struct {
+    TaskType type;        // none (default): pretraining; the model has its LM/MLM head
+    char *format;         // cola sst2 mrpc qqp stsb mnli mnli_mm qnli rte wnli | boolq cb
+                          // superglue_rte wic | squad1 squad2 | tsv jsonl (generic, named columns)
+    char *train_file, *dev_file;
+    char *text_a, *text_b, *label_column;   // generic formats (tsv header names / jsonl keys)
+    char *labels;         // generic classification: comma-separated label strings, index order
+    int num_labels;       // resolved from the format (or labels); 1 for regression; 0 for span
+    char *metric;         // primary metric: accuracy f1 mcc pearson spearman squad_f1 ... (default per format)
+    int max_seq;          // 0: data.seq_len
+    int doc_stride;       // span (0 → min(128, context window / 2), resolved by the config)
+    int max_query_len;    // span (default 64)
+    int max_answer_len;   // span (default 30)
+    int epochs;           // default 3; train.steps, when > 0, caps the steps
+    float classifier_dropout;  // < 0: model.dropout
+} TaskConfig;
+
 typedef struct Config {
     ModelConfig model;
     AttentionConfig attention;
@@ -124,6 +143,7 @@ typedef struct Config {
     TrainConfig train;
     DistConfig dist;
     RuntimeConfig runtime;
+    TaskConfig task;
     char *source;          // the top-level file it was loaded from
     // CONFIG_SET_* bits: arch-dependent fields the user gave explicitly, so config_resolve
     // keeps them instead of applying the arch default.  config_resolve sets the bits of the

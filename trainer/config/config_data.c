@@ -83,6 +83,13 @@ Loader *loader_open_config(const Config *cfg, bool valid) {
     uint8_t *cont;
     loader_options_from_config(&opt, cfg, tok, &cont);
     tokenizer_free(tok);
+    if (valid) {
+        // The validation split is ordered and masked the same way in every run, whatever
+        // train.seed and data.shuffle_seed: runs with different seeds (compare.sh --seeds) are
+        // scored on the same positions, so their spread is the training's, not the scoring's.
+        opt.shuffle_seed = 0x76616c6964ull;  // "valid"
+        opt.mask_seed = 0x76616c6964ull;
+    }
     int n = valid ? cfg->data.n_valid : cfg->data.n_train;
     if (n == 0) mhe_fail("%s: data.%s lists no shards", cfg->source ? cfg->source : "config",
                          valid ? "valid" : "train");

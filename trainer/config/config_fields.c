@@ -34,6 +34,13 @@ const ConfigSection CONFIG_SECTIONS[] = {
     {"train", NULL},
     {"dist", NULL},
     {"runtime", NULL},
+    {"task",
+     "Fine-tuning (`mhetrain finetune`, issue 14): `type: none` is pretraining. Formats and their\n"
+     "files: `trainer/task/README.md`. `num_labels` and `metric` follow the format; the metrics a\n"
+     "task reports: classification `accuracy`, `f1` (2 labels, positive class 1), `f1_macro`, `mcc`,\n"
+     "`acc_and_f1`, `acc_and_f1_macro` (means of the two); regression `pearson`, `spearman`, `corr`\n"
+     "(their mean), `mse`; span `squad_em`, `squad_f1` (squad2 also `has_ans_em`, `has_ans_f1`,\n"
+     "`no_ans_acc`)."},
     {NULL, NULL},
 };
 
@@ -169,8 +176,12 @@ static const ConfigField TRAIN_FIELDS[] = {
      .doc = "steps between progress lines"},
     {KEY(train, eval_every, F_INT), .def = "100", IRANGE(0, UNBOUNDED),
      .doc = "steps between evaluations; 0 evaluates only at the end"},
-    {KEY(train, eval_batches, F_INT), .def = "20", IRANGE(1, UNBOUNDED),
-     .doc = "global batches per evaluation"},
+    {KEY(train, eval_batches, F_INT), .def = "20", IRANGE(0, UNBOUNDED),
+     .doc = "global batches per evaluation during training (the same batches each time); 0 = "
+            "the whole validation split"},
+    {KEY(train, final_eval_batches, F_INT), .def = "0", IRANGE(0, UNBOUNDED),
+     .doc = "global batches of the evaluation at the end of the run; 0 = every sample of the "
+            "validation split once (the number to compare runs by)"},
     {KEY(train, checkpoint_every, F_INT), .def = "100", IRANGE(0, UNBOUNDED),
      .doc = "steps between checkpoints; 0 checkpoints only at the end"},
     {KEY(train, keep_last, F_INT), .def = "3", IRANGE(0, UNBOUNDED),
@@ -209,6 +220,53 @@ static const ConfigField RUNTIME_FIELDS[] = {
              "device (a CPU without native bf16 emulates it and says so once)"},
 };
 
+// Fine-tuning (issue 14).  Cross-field checks and the per-format resolution: config.c check_task.
+static const ConfigField TASK_FIELDS[] = {
+    {ENUM_KEY(task, type, CONFIG_TASK_TYPE_NAMES), .def = "none",
+     .doc = "`none` (pretraining, the LM/MLM head), or the head fine-tuning trains: "
+            "`classification`, `regression` or `span` (must match the format)"},
+    {KEY(task, format, F_STRING), .def = "",
+     .range_doc = "cola sst2 mrpc qqp stsb mnli mnli_mm qnli rte wnli boolq cb superglue_rte wic "
+                  "squad1 squad2 tsv jsonl",
+     .doc = "the files' layout: GLUE TSV, SuperGLUE JSONL, SQuAD JSON, or generic `tsv` (header "
+            "row) / `jsonl` with named columns; required when type is not none"},
+    {KEY(task, train_file, F_STRING), .def = "", .doc = "training split (required when type is not none)"},
+    {KEY(task, dev_file, F_STRING), .def = "",
+     .doc = "dev split, evaluated every epoch (required when type is not none; it must have labels)"},
+    {KEY(task, text_a, F_STRING), .def = "",
+     .doc = "generic formats: column (tsv header name / jsonl key) of the first text; required"},
+    {KEY(task, text_b, F_STRING), .def = "",
+     .doc = "generic formats: column of the second text of a pair; `\"\"` = single text"},
+    {KEY(task, label_column, F_STRING), .def = "",
+     .doc = "generic formats: column of the label (classification) or target (regression); required"},
+    {KEY(task, labels, F_STRING), .def = "",
+     .doc = "generic classification: the label strings, comma-separated, in class-index order; "
+            "required there, empty otherwise"},
+    {KEY(task, num_labels, F_INT), .def = "0", .def_doc = "0 → from the format", IRANGE(0, 8),
+     .doc = "outputs of the head: the format's label count (or `labels`'), 1 for regression, 0 for "
+            "span; a value given must agree"},
+    {KEY(task, metric, F_STRING), .def = "", .def_doc = "per format",
+     .range_doc = "a metric the task reports, not `mse`",
+     .doc = "primary metric (the best epoch is chosen by it): GLUE's per task (CoLA `mcc`, MRPC/QQP "
+            "`acc_and_f1`, STS-B `corr`, CB `acc_and_f1_macro`, SQuAD `squad_f1`, else `accuracy`)"},
+    {KEY(task, max_seq, F_INT), .def = "0", .def_doc = "0 → `data.seq_len`", IRANGE(0, 1 << 22),
+     .range_doc = "≤ `model.max_seq` once resolved",
+     .doc = "tokens per row (pairs are truncated longest-first to fit)"},
+    {KEY(task, doc_stride, F_INT), .def = "0",
+     .def_doc = "0 → min(128, window / 2), window = max_seq − max_query_len − 3", IRANGE(0, 1 << 22),
+     .range_doc = "≤ the context window once resolved",
+     .doc = "span: distance between the starts of consecutive context windows"},
+    {KEY(task, max_query_len, F_INT), .def = "64", IRANGE(1, 1 << 22),
+     .doc = "span: question tokens kept (the rest are cut)"},
+    {KEY(task, max_answer_len, F_INT), .def = "30", IRANGE(1, 1 << 22),
+     .doc = "span: longest answer (in tokens) the predictor considers"},
+    {KEY(task, epochs, F_INT), .def = "3", IRANGE(1, 1 << 20),
+     .doc = "passes over the training split; `train.steps`, when given, caps the steps"},
+    {KEY(task, classifier_dropout, F_FLOAT), .def = "-1", .def_doc = "-1 → `model.dropout`",
+     FRANGE(-1, 0, 1, 1),
+     .doc = "dropout before the classifier/regressor; < 0 uses `model.dropout`"},
+};
+
 // Enum fields are written through an int pointer.
 _Static_assert(sizeof(AttentionType) == sizeof(int) && sizeof(Arch) == sizeof(int),
                "enums must be int-sized");
@@ -220,7 +278,7 @@ static const struct {
 } LISTS[] = {
     LIST(MODEL_FIELDS), LIST(ATTENTION_FIELDS), LIST(ATTENTION_VARIANT_FIELDS),
     LIST(OBJECTIVE_FIELDS), LIST(DATA_FIELDS), LIST(OPTIM_FIELDS), LIST(TRAIN_FIELDS),
-    LIST(DIST_FIELDS), LIST(RUNTIME_FIELDS),
+    LIST(DIST_FIELDS), LIST(RUNTIME_FIELDS), LIST(TASK_FIELDS),
 };
 #define N_LISTS (int)(sizeof LISTS / sizeof *LISTS)
 

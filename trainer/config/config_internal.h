@@ -20,6 +20,7 @@ extern const char *const CONFIG_BACKEND_NAMES[];
 extern const char *const CONFIG_DEVICE_NAMES[];
 extern const char *const CONFIG_PRECISION_NAMES[];
 extern const char *const CONFIG_TOKENIZER_NAMES[];
+extern const char *const CONFIG_TASK_TYPE_NAMES[];
 
 // Where each key came from ("model.hidden" -> file:line:col), so that validation can point
 // at the value a user wrote.  Keys absent from the map were left at their defaults.

@@ -278,6 +278,8 @@ void model_set_dropout_seed(Model *m, uint64_t seed) {
     m->drop_counter = 0;
 }
 
+int model_full_logits(const Model *m) { return m->full_logits; }
+
 void model_set_full_logits(Model *m, int on) {
     m->full_logits = on || !m->be->gather_rows || !m->be->scatter_rows;
 }

@@ -65,6 +65,7 @@ void model_backward(Model *m, double loss_divisor);
 // labelled positions — same loss and gradients, far fewer flops for MLM — and model_logits
 // holds model_label_count() rows [M, V] in (b, t) order.  Needs the backend's gather_rows.
 void model_set_full_logits(Model *m, int on);
+int model_full_logits(const Model *m);  // whether the head runs on every position (see above)
 
 // Called during model_backward as parameter gradients become final, so the caller can start
 // reducing them while the rest of the backward pass runs: stage = layers after the output head

@@ -16,7 +16,8 @@ typedef struct {
 } EvalResult;
 
 // Evaluates `batches` global batches of the loader (the same ones every time: the validation
-// order does not move), each rank its slice; sums are all-reduced so every rank gets the result.
+// order does not move), or with batches <= 0 every packed sample of the split once (epoch 0,
+// stream order); each rank its slice; sums are all-reduced so every rank gets the result.
 // `logits_host` is scratch of micro_batch * seq_len * vocab floats (NULL: allocated inside).
 EvalResult evaluate_split(Model *m, Loader *l, Comm *comm, int batches, float *logits_host);
 

@@ -44,7 +44,7 @@ static Flat flatten(const char *yaml) {
 
 static int harmless(const char *key) {
     static const char *const keys[] = {"train.steps", "train.tokens", "train.log_every", "train.eval_every",
-                                       "train.eval_batches", "train.checkpoint_every", "train.keep_last",
+                                       "train.eval_batches", "train.final_eval_batches", "train.checkpoint_every", "train.keep_last",
                                        "train.out_dir", "train.on_nonfinite", "train.init_from",
                                        "train.max_nonfinite", "train.micro_batch", "data.valid", NULL};
     if (strncmp(key, "runtime.", 8) == 0 || strncmp(key, "dist.", 5) == 0) return 1;

@@ -373,24 +373,28 @@ static void teardown(Trainer *t) {
     free(t->config_yaml);
 }
 
-static void evaluate(Trainer *t) {
+// batches <= 0: the whole validation split (the run's final, comparable number).
+static void evaluate(Trainer *t, int batches) {
     if (!t->valid) return;
     const Config *cfg = t->cfg;
-    EvalResult r = evaluate_split(t->model, t->valid, t->comm, cfg->train.eval_batches, t->eval_logits);
+    EvalResult r = evaluate_split(t->model, t->valid, t->comm, batches, t->eval_logits);
+    const char *scope = batches <= 0 ? " (whole split)" : "";
     if (t->rank != 0) return;
     int mlm = cfg->objective.type == OBJ_MLM;
     if (mlm)
-        fprintf(stderr, "eval step %lld: valid loss %.4f | masked-token accuracy %.4f | %lld tokens\n",
-                (long long)t->step, r.loss, r.accuracy, (long long)r.tokens);
+        fprintf(stderr, "eval step %lld%s: valid loss %.4f | masked-token accuracy %.4f | %lld tokens\n",
+                (long long)t->step, scope, r.loss, r.accuracy, (long long)r.tokens);
     else
-        fprintf(stderr, "eval step %lld: valid loss %.4f | perplexity %.2f | %lld tokens\n", (long long)t->step,
-                r.loss, r.perplexity, (long long)r.tokens);
+        fprintf(stderr, "eval step %lld%s: valid loss %.4f | perplexity %.2f | %lld tokens\n", (long long)t->step,
+                scope, r.loss, r.perplexity, (long long)r.tokens);
     double tokens_seen = (double)t->step * cfg->train.global_batch * cfg->data.seq_len;
     MetricValue v[] = {{"split", 0, "valid"},
                        {"valid_loss", r.loss, NULL},
                        {mlm ? "valid_accuracy" : "valid_perplexity", mlm ? r.accuracy : r.perplexity, NULL},
-                       {"tokens_seen", tokens_seen, NULL}};
-    check_write(t, metrics_write(&t->metrics, t->step, 4, v), "metrics.jsonl");
+                       {"tokens_seen", tokens_seen, NULL},
+                       {"valid_tokens", (double)r.tokens, NULL},
+                       {"whole_split", batches <= 0, NULL}};
+    check_write(t, metrics_write(&t->metrics, t->step, 6, v), "metrics.jsonl");
     const char *tags[] = {"valid/loss", mlm ? "valid/accuracy" : "valid/perplexity"};
     float vals[] = {(float)r.loss, (float)(mlm ? r.accuracy : r.perplexity)};
     check_write(t, tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals), "tensorboard");
@@ -523,7 +527,7 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
     setup(&t);
     int status = 0, saved_at_end = 0;
     // The untrained model's validation loss: the baseline the run's progress is read against.
-    if (t.step == 0 && cfg->train.eval_every > 0) evaluate(&t);
+    if (t.step == 0 && cfg->train.eval_every > 0) evaluate(&t, cfg->train.eval_batches);
     while (t.step < t.total_steps) {
         double t0 = omp_get_wtime(), loss, gnorm, lr;
         int r = train_step(&t, &loss, &gnorm, &lr);
@@ -556,7 +560,7 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
         int64_t stop = signals_pending(&t.signals);  // the signal number: every rank exits alike
         comm_allreduce_max_i64(comm, &stop, 1);
         int stop_here = stop || (opt->stop_after > 0 && t.step == opt->stop_after);
-        if (cfg->train.eval_every > 0 && t.step % cfg->train.eval_every == 0 && t.step < t.total_steps) evaluate(&t);
+        if (cfg->train.eval_every > 0 && t.step % cfg->train.eval_every == 0 && t.step < t.total_steps) evaluate(&t, cfg->train.eval_batches);
         if (stop_here || (cfg->train.checkpoint_every > 0 && t.step % cfg->train.checkpoint_every == 0) ||
             t.step == t.total_steps) {
             save(&t);
@@ -571,7 +575,7 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
         }
     }
     if (status == 0) {
-        evaluate(&t);
+        evaluate(&t, cfg->train.final_eval_batches);
         if (!saved_at_end) save(&t);
     }
     teardown(&t);
