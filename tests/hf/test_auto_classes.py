@@ -37,6 +37,11 @@ import subprocess
 import sys
 import tempfile
 
+# A work directory, and transformers' cache (remote code is copied there by folder name) inside it,
+# set before transformers is imported (it reads HF_HOME then): concurrent runs never share it.
+WORK = tempfile.mkdtemp(prefix="mhe_hf_auto_", dir=os.environ.get("MHE_BINARY_DIR"))
+os.environ["HF_HOME"] = os.path.join(WORK, "hf_home")
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -363,8 +368,7 @@ def check_stock(name, d_hf, d_mhe, arch):
 
 
 def main():
-    work = tempfile.mkdtemp(prefix="mhe_hf_auto_", dir=os.environ.get("MHE_BINARY_DIR"))
-    os.environ.setdefault("HF_HOME", os.path.join(work, "hf_home"))
+    work = WORK
     types = registered_types()
     check(set(TYPES) <= set(types), f"every listed type has a module ({types})")
     try:

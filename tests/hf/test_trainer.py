@@ -23,6 +23,11 @@ import subprocess
 import sys
 import tempfile
 
+# A work directory, and transformers' cache (remote code is copied there by folder name) inside it,
+# set before transformers is imported (it reads HF_HOME then): concurrent runs never share it.
+WORK = tempfile.mkdtemp(prefix="mhe_hf_trainer_", dir=os.environ.get("MHE_BINARY_DIR"))
+os.environ["HF_HOME"] = os.path.join(WORK, "hf_home")
+
 import numpy as np
 import torch
 import transformers as tf
@@ -123,8 +128,7 @@ def finetune(name, arch, attn, work, train_rows, held_rows):
 
 
 def main():
-    work = tempfile.mkdtemp(prefix="mhe_hf_trainer_", dir=os.environ.get("MHE_BINARY_DIR"))
-    os.environ.setdefault("HF_HOME", os.path.join(work, "hf_home"))
+    work = WORK
     train_rows, held_rows = dataset()
     try:
         for name, arch, attn in (("bert_mhe_mul", "bert", "mhe_mul"), ("gpt_gqa", "gpt", "gqa")):

@@ -39,7 +39,7 @@ typedef struct {
     ExportHeadKind kind;
     int num_labels;  // classification / regression outputs; 2 for span; 0 for LM
 } ExportHead;
-ExportHead export_head(const ParamTable *t);
+ExportHead export_head(const Config *cfg, const ParamTable *t);
 // config.json's architectures[0] (e.g. BertForSequenceClassification, MheForQuestionAnswering)
 // and the Auto class that loads it.
 const char *export_class_name(const Config *cfg, ExportFormat format, const ExportHead *head);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "trainer/config/task_formats.h"
 #include "trainer/io/export.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/model/attention/variant.h"
@@ -212,16 +213,18 @@ void export_mhetrain_name(const char *canon, Arch arch, char *out, size_t n) {
         snprintf(out, n, "mhe.%s", canon);
 }
 
-ExportHead export_head(const ParamTable *t) {
+ExportHead export_head(const Config *cfg, const ParamTable *t) {
     ExportHead h = {EXPORT_HEAD_LM, 0};
+    // The tensors decide (what the checkpoint holds); the config only tells regression apart.
     const ParamTensor *cls = param_table_find(t, "task.classifier.weight");
-    if (cls) {
-        // One output is regression (the contract's num_labels = 1), as transformers infers too.
-        h.kind = cls->shape[0] == 1 ? EXPORT_HEAD_REGRESSION : EXPORT_HEAD_CLASSIFICATION;
-        h.num_labels = (int)cls->shape[0];
-    } else if (param_table_find(t, "task.qa.weight")) {
+    if (param_table_find(t, "task.qa.weight")) {
         h.kind = EXPORT_HEAD_SPAN;
         h.num_labels = 2;
+    } else if (cls) {
+        // The contract's regression has num_labels = 1, which transformers also reads as regression.
+        h.kind = cfg->task.type == TASK_REGRESSION || cls->shape[0] == 1 ? EXPORT_HEAD_REGRESSION
+                                                                         : EXPORT_HEAD_CLASSIFICATION;
+        h.num_labels = (int)cls->shape[0];
     }
     return h;
 }
@@ -383,15 +386,36 @@ static void mhetrain_config(cJSON *o, const Config *cfg) {
     add_float(o, "initializer_range", m->init_std);
 }
 
-// The head's keys: num_labels through id2label / label2id (what transformers saves), and
-// problem_type, which the sequence classifiers read to pick their loss.
-static void head_config(cJSON *o, const ExportHead *head) {
-    if (head->kind != EXPORT_HEAD_CLASSIFICATION && head->kind != EXPORT_HEAD_REGRESSION) return;
+// The name of class i: task.labels (generic formats), else the format's own spelling
+// (task_formats.c: "entailment", "not_entailment", ...), else transformers' LABEL_i.
+static void label_name(const Config *cfg, int i, char *out, size_t n) {
+    snprintf(out, n, "LABEL_%d", i);
+    const char *p = cfg->task.labels;
+    if (p && *p) {
+        for (int k = 0; k < i && p; k++) p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+        if (p) snprintf(out, n, "%.*s", (int)(strchr(p, ',') ? (size_t)(strchr(p, ',') - p) : strlen(p)), p);
+        return;
+    }
+    const TaskFormatSpec *fmt = cfg->task.format ? task_format_find(cfg->task.format) : NULL;
+    if (fmt && i < TASK_MAX_LABELS && fmt->labels[i]) snprintf(out, n, "%s", fmt->labels[i]);
+}
+
+// The head's keys: num_labels through id2label / label2id (what transformers saves),
+// problem_type, which the sequence classifiers read to pick their loss, the task's format as
+// transformers' finetuning_task, and the classifier dropout when the task set its own.
+static void head_config(cJSON *o, const Config *cfg, const ExportHead *head) {
+    if (head->kind == EXPORT_HEAD_LM) return;
+    if (cfg->task.format && *cfg->task.format) cJSON_AddStringToObject(o, "finetuning_task", cfg->task.format);
+    if (cfg->task.classifier_dropout >= 0) {
+        cJSON_DeleteItemFromObject(o, "classifier_dropout");
+        add_float(o, "classifier_dropout", cfg->task.classifier_dropout);
+    }
+    if (head->kind == EXPORT_HEAD_SPAN) return;
     cJSON *id2label = cJSON_AddObjectToObject(o, "id2label"), *label2id = cJSON_AddObjectToObject(o, "label2id");
     for (int i = 0; i < head->num_labels; i++) {
-        char id[16], label[32];
+        char id[16], label[64];
         snprintf(id, sizeof id, "%d", i);
-        snprintf(label, sizeof label, "LABEL_%d", i);
+        label_name(cfg, i, label, sizeof label);
         cJSON_AddStringToObject(id2label, id, label);
         cJSON_AddNumberToObject(label2id, label, i);
     }
@@ -418,7 +442,7 @@ void export_write_config(const Config *cfg, ExportFormat format, const ExportHea
     // GPT2ForSequenceClassification needs a pad id to find each row's last token in a batch.
     if (cfg->model.arch == ARCH_GPT && head->kind != EXPORT_HEAD_LM && tok && tokenizer_special_ids(tok).eos >= 0)
         cJSON_AddNumberToObject(o, "pad_token_id", tokenizer_special_ids(tok).eos);
-    head_config(o, head);
+    head_config(o, cfg, head);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
     char *text = cJSON_Print(o);
