@@ -36,6 +36,12 @@ void export_write_card(const Config *cfg, ExportFormat format, const ExportHead 
         fprintf(f, "tok = AutoTokenizer.from_pretrained(\"path/to/this/dir\")\n"
                    "out = model(**tok(\"Some text.\", return_tensors=\"pt\"))\n");
     fprintf(f, "```\n");
+    static const char *kinds[] = {NULL, "classification", "regression", "span extraction"};
+    if (head->kind != EXPORT_HEAD_LM)
+        fprintf(f, "\nFine-tuned by `mhetrain finetune` on task format `%s` (%s, %d output%s); `config.json` "
+                   "holds `id2label`, `problem_type` and `finetuning_task`.\n",
+                cfg->task.format && *cfg->task.format ? cfg->task.format : "unknown", kinds[head->kind],
+                head->num_labels, head->num_labels == 1 ? "" : "s");
     if (format == EXPORT_MHETRAIN)
         fprintf(f, "\nThe same directory loads with `AutoModel` (hidden states%s), `%s`, "
                    "`AutoModelForSequenceClassification`, `AutoModelForTokenClassification` and "
