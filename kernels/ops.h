@@ -181,6 +181,10 @@ struct Backend {
     // dx = dy * gelu'(x); dx may alias dy.
     void (*gelu_backward)(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx,
                           size_t n);
+    // y = tanh(x) (the BERT pooler of the fine-tuning heads); y may alias x.
+    void (*tanh_forward)(Backend *be, const float *x, float *y, size_t n);
+    // dx = dy * (1 - y²) from the forward's output y; dx may alias dy.
+    void (*tanh_backward)(Backend *be, const float *y, const float *dy, float *dx, size_t n);
     // y[i] = keep(i) ? x[i] / (1 - p) : 0 with keep = ops_dropout_keep(seed, offset, i, p).
     // The backward is the same call on dy.  In-place ok.  p = 0 copies.
     void (*dropout)(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed,

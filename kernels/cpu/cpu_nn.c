@@ -99,6 +99,21 @@ static void cpu_gelu_forward(Backend *be, GeluKind kind, const float *x, float *
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+static void cpu_tanh_forward(Backend *be, const float *x, float *y, size_t n) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// tanh' = 1 - tanh², from the saved output.
+static void cpu_tanh_backward(Backend *be, const float *y, const float *dy, float *dx, size_t n) {
+    double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
 // erf: gelu' = Φ(x) + x φ(x);  tanh: gelu' = ½(1+t) + ½ x (1-t²) k0 (1 + 3 k1 x²).
 static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy,
                               float *dx, size_t n) {
@@ -225,6 +240,8 @@ void cpu_install_nn(Backend *be) {
     be->layernorm_backward = cpu_layernorm_backward;
     be->gelu_forward = cpu_gelu_forward;
     be->gelu_backward = cpu_gelu_backward;
+    be->tanh_forward = cpu_tanh_forward;
+    be->tanh_backward = cpu_tanh_backward;
     be->dropout = cpu_dropout;
     be->embedding_forward = cpu_embedding_forward;
     be->embedding_backward = cpu_embedding_backward;

@@ -166,6 +166,25 @@ __global__ void gelu_backward_kernel(int tanh_form, const float *x, const float 
         dx[i] = dy[i] * g;
     }
 }
+__global__ void tanh_forward_kernel(const float *x, float *y, size_t n) {
+    GRID_STRIDE(i, n) y[i] = tanhf(x[i]);
+}
+// tanh' = 1 - tanh², from the saved output.
+__global__ void tanh_backward_kernel(const float *y, const float *dy, float *dx, size_t n) {
+    GRID_STRIDE(i, n) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+}
+static void cuda_tanh_forward(Backend *be, const float *x, float *y, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(tanh_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(10.0 * n, 8.0 * n))(x, y, n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+static void cuda_tanh_backward(Backend *be, const float *y, const float *dy, float *dx, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(tanh_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(3.0 * n, 12.0 * n))(y, dy, dx, n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
 static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
     if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n))(kind == GELU_TANH, x, y, n);
@@ -346,6 +365,8 @@ void cuda_install_elementwise(Backend *be) {
     be->head_expand_backward = cuda_head_expand_backward;
     be->gelu_forward = cuda_gelu_forward;
     be->gelu_backward = cuda_gelu_backward;
+    be->tanh_forward = cuda_tanh_forward;
+    be->tanh_backward = cuda_tanh_backward;
     be->dropout = cuda_dropout;
     be->gather_rows = cuda_gather_rows;
     be->scatter_rows = cuda_scatter_rows;

@@ -55,6 +55,14 @@ out2="$WORK/cmp2"
 bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" mha sha --seeds 2 -o "$out2" "${SET[@]}" 2>"$WORK/log2" \
   || { cat "$WORK/log2" >&2; fail "compare --seeds 2"; }
 /usr/bin/python3 "$MHE_SOURCE_DIR/tests/compare/check_seeds.py" "$out2" 2 mha sha
+# 7. --finetune on the derived tasks (tiny sizes) with the random-init baseline: the pretraining
+#    of step 6 is reused, every (type, seed) fine-tuned from its own run.
+/usr/bin/python3 "$MHE_SOURCE_DIR/tests/finetune/make_tasks.py" "$WORK/tasks" --mhetrain "$MHETRAIN" \
+  --train 64 --dev 32 --span-train 32 --span-dev 16 >/dev/null || fail "make_tasks"
+bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" mha sha --seeds 2 -o "$out2" "${SET[@]}" \
+  --finetune "$WORK/tasks" --finetune-baseline 2>"$WORK/log4" || { cat "$WORK/log4" >&2; fail "compare --finetune"; }
+grep -q "compare: sha/seed-2: done" "$WORK/log4" || { cat "$WORK/log4" >&2; fail "pretraining not reused"; }
+/usr/bin/python3 "$MHE_SOURCE_DIR/tests/compare/check_finetune.py" "$out2" 2 mha sha random-init
 if bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" mha --seeds 2 -o "$WORK/cmp3" "${SET[@]}" train.seed=5 2>"$WORK/log3"; then
   fail "--seeds with train.seed= accepted"
 fi

@@ -222,7 +222,7 @@ static void test_head_expand_matches_cpu(void **state) {
     for (int i = 0; i < 7; i++) buf_free(f, all[i]);
 }
 
-static void test_layernorm_and_gelu_match_cpu(void **state) {
+static void test_layernorm_gelu_tanh_match_cpu(void **state) {
     Fix *f = *state;
     const int N = 9, C = 96;
     const size_t n = (size_t)N * C;
@@ -245,6 +245,10 @@ static void test_layernorm_and_gelu_match_cpu(void **state) {
         PAIR(f, gelu_backward, (GeluKind)kind, D(x), D(dy), D(dx), n);
         expect_close(f, &dx, 1e-5, "gelu_backward");
     }
+    PAIR(f, tanh_forward, D(x), D(y), n);
+    expect_close(f, &y, 1e-6, "tanh_forward");
+    PAIR(f, tanh_backward, D(y), D(dy), D(dx), n);
+    expect_close(f, &dx, 1e-6, "tanh_backward");
     Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
     for (int i = 0; i < 10; i++) buf_free(f, all[i]);
 }
@@ -462,7 +466,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_matches_cpu),
         cmocka_unit_test(test_bias_and_elementwise_match_cpu),
         cmocka_unit_test(test_head_expand_matches_cpu),
-        cmocka_unit_test(test_layernorm_and_gelu_match_cpu),
+        cmocka_unit_test(test_layernorm_gelu_tanh_match_cpu),
         cmocka_unit_test(test_embeddings_and_cross_entropy_match_cpu),
         cmocka_unit_test(test_gather_scatter_rows_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),

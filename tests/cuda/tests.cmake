@@ -29,6 +29,13 @@ if(TARGET mhecuda_emu)
       ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 900)
   endforeach()
 
+  # The fine-tuning heads (issue 14) on the emulated CUDA backend against the CPU backend.
+  add_executable(test_cuda_task ${CMAKE_CURRENT_LIST_DIR}/test_cuda_task.c)
+  target_link_libraries(test_cuda_task PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_task_heads COMMAND test_cuda_task)
+  set_tests_properties(test_cuda_task_heads PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 900 LABELS cuda)
+
   # NCCL served by MPI: two ranks, each with its own emulated GPU.
   add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)
   target_link_libraries(test_cuda_nccl PRIVATE mhe_testutil mhecore mhecuda_emu)

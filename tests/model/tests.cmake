@@ -24,3 +24,7 @@ add_test(NAME cpu_bf16_emulated_matches_fp32 COMMAND cpu_bf16_matches_fp32)
 set_tests_properties(cpu_bf16_emulated_matches_fp32 PROPERTIES TIMEOUT 300 LABELS model ENVIRONMENT
   "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
 set_property(TEST cpu_bf16_matches_fp32 cpu_bf16_emulated_matches_fp32 APPEND PROPERTY LABELS unit)
+# The fine-tuning heads (issue 14) against tests/reference/ref_task.py: every attention type x
+# bert/gpt x classification/regression/span, loss, outputs and every gradient; divisor semantics.
+mhe_add_cmocka_test(task_heads_match_pytorch ${CMAKE_SOURCE_DIR}/tests/model/test_task_heads.c)
+set_tests_properties(task_heads_match_pytorch PROPERTIES TIMEOUT 300 LABELS "model;unit;oracle")

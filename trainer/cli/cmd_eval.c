@@ -56,6 +56,9 @@ int cmd_eval(int argc, char **argv) {
     Config cfg;
     config_load(&cfg, cfg_path, argc - 2, argv + 2);
     comm_set_timeout(comm, cfg.dist.timeout_s);
+    if (cfg.task.type != TASK_NONE)
+        mhe_fail("%s: a fine-tuned task model (task.type is set): `mhetrain finetune` scores it on task.dev_file",
+                 cfg_path);
     if (cfg.data.n_valid == 0) mhe_fail("%s: data.valid names no validation shards", cfg_path);
     Backend *be = cfg.runtime.device == DEVICE_CUDA
                       ? backend_cuda_create_for(comm_local_rank(comm), cfg.runtime.precision == PREC_BF16)

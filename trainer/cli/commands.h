@@ -8,6 +8,7 @@
 int cmd_prepare(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_finetune(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_params(int argc, char **argv);
 int cmd_export(int argc, char **argv);

@@ -14,6 +14,7 @@ static const Command COMMANDS[] = {
     {"prepare", cmd_prepare, "tokenize corpora into Megatron-format shards"},
     {"tokenizer", cmd_tokenizer, "train a WordPiece or BPE tokenizer on a corpus"},
     {"train", cmd_train, "train a model from a YAML experiment"},
+    {"finetune", cmd_finetune, "fine-tune a model on a classification, regression or span task"},
     {"eval", cmd_eval, "evaluate a checkpoint on the validation split"},
     {"params", cmd_params, "print the parameter table and counts of a config"},
     {"export", cmd_export, "export a checkpoint to safetensors + Hugging Face config"},

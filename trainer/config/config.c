@@ -190,7 +190,8 @@ static void check_train(Config *c, const ConfigMarks *mk) {
         t->steps = derived;
         c->explicit_fields |= CONFIG_SET_STEPS;
     }
-    if (t->steps == 0)
+    // Fine-tuning's budget is task.epochs (train.steps > 0 only caps it).
+    if (t->steps == 0 && c->task.type == TASK_NONE)
         config_fail_key(mk, "train.steps|train.tokens",
                         "train.steps or train.tokens must be > 0 (the training budget)");
     if (!t->out_dir || !t->out_dir[0])

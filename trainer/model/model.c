@@ -78,13 +78,7 @@ static void lookup_params(Model *m) {
     }
 }
 
-// Bump allocator over the arena; with base == NULL it only measures.
-typedef struct {
-    float *base;
-    size_t used;
-} Bump;
-
-static float *take(Bump *b, size_t n) {
+float *arena_take(Bump *b, size_t n) {
     if (n == 0) return NULL;
     float *p = b->base ? b->base + b->used : NULL;
     b->used += (n + 15) / 16 * 16;  // 64-byte aligned slices
@@ -124,76 +118,78 @@ static void layout(Model *m, Bump *b) {
         if (sv > saved) saved = sv;
         if (sc > scratch) scratch = sc;
     }
-    m->ids = (int32_t *)take(b, N);
-    m->types = (int32_t *)take(b, N);
-    m->mask = (int32_t *)take(b, N);
-    m->labels = (int32_t *)take(b, N);
+    m->ids = (int32_t *)arena_take(b, N);
+    m->types = (int32_t *)arena_take(b, N);
+    m->mask = (int32_t *)arena_take(b, N);
+    m->labels = (int32_t *)arena_take(b, N);
     if (mc->arch == ARCH_BERT) {
-        m->emb = take(b, N * D);
-        m->emb_mean = take(b, N);
-        m->emb_rstd = take(b, N);
+        m->emb = arena_take(b, N * D);
+        m->emb_mean = arena_take(b, N);
+        m->emb_rstd = arena_take(b, N);
     }
-    for (int l = 0; l <= L; l++) m->xs[l] = take(b, N * D);
+    for (int l = 0; l <= L; l++) m->xs[l] = arena_take(b, N * D);
     for (int l = 0; l < L; l++) {
         LayerActs *a = &m->la[l];
         a->x = m->xs[l];
-        a->a_in = pre ? take(b, N * D) : a->x;
-        a->ln1_mean = take(b, N);
-        a->ln1_rstd = take(b, N);
-        a->q = take(b, N * qc);
-        a->k = take(b, N * kc);
-        a->v = take(b, N * vc);
-        a->qh = take(b, N * qhc);
-        a->kh = take(b, N * khc);
-        a->vh = take(b, N * vhc);
-        a->kbias = kbias ? take(b, N * n) : NULL;
-        a->small = take(b, (size_t)small);
-        a->extra = take(b, N * extra);
-        a->att_saved = take(b, saved);
-        a->ctx = take(b, N * nd);
-        a->r1 = take(b, N * D);
-        a->h = pre ? a->r1 : take(b, N * D);
-        a->f_in = pre ? take(b, N * D) : a->h;
-        a->ln2_mean = take(b, N);
-        a->ln2_rstd = take(b, N);
-        a->u = take(b, N * F);
-        a->g = take(b, N * F);
-        a->r2 = pre ? m->xs[l + 1] : take(b, N * D);
+        a->a_in = pre ? arena_take(b, N * D) : a->x;
+        a->ln1_mean = arena_take(b, N);
+        a->ln1_rstd = arena_take(b, N);
+        a->q = arena_take(b, N * qc);
+        a->k = arena_take(b, N * kc);
+        a->v = arena_take(b, N * vc);
+        a->qh = arena_take(b, N * qhc);
+        a->kh = arena_take(b, N * khc);
+        a->vh = arena_take(b, N * vhc);
+        a->kbias = kbias ? arena_take(b, N * n) : NULL;
+        a->small = arena_take(b, (size_t)small);
+        a->extra = arena_take(b, N * extra);
+        a->att_saved = arena_take(b, saved);
+        a->ctx = arena_take(b, N * nd);
+        a->r1 = arena_take(b, N * D);
+        a->h = pre ? a->r1 : arena_take(b, N * D);
+        a->f_in = pre ? arena_take(b, N * D) : a->h;
+        a->ln2_mean = arena_take(b, N);
+        a->ln2_rstd = arena_take(b, N);
+        a->u = arena_take(b, N * F);
+        a->g = arena_take(b, N * F);
+        a->r2 = pre ? m->xs[l + 1] : arena_take(b, N * D);
     }
-    m->fin = pre ? take(b, N * D) : m->xs[L];
-    m->fln_mean = take(b, N);
-    m->fln_rstd = take(b, N);
-    if (mc->arch == ARCH_BERT) {
-        m->t1 = take(b, N * D);
-        m->t2 = take(b, N * D);
-        m->t3 = take(b, N * D);
-        m->t3_mean = take(b, N);
-        m->t3_rstd = take(b, N);
+    m->fin = pre ? arena_take(b, N * D) : m->xs[L];
+    m->fln_mean = arena_take(b, N);
+    m->fln_rstd = arena_take(b, N);
+    const int task = m->cfg.task.type != TASK_NONE;  // no MLM/LM head: none of its buffers
+    if (mc->arch == ARCH_BERT && !task) {
+        m->t1 = arena_take(b, N * D);
+        m->t2 = arena_take(b, N * D);
+        m->t3 = arena_take(b, N * D);
+        m->t3_mean = arena_take(b, N);
+        m->t3_rstd = arena_take(b, N);
     }
-    m->rows = (int32_t *)take(b, N);
-    m->labels_c = (int32_t *)take(b, N);
-    m->fin_c = take(b, N * D);
-    m->logits = take(b, N * V);
-    m->loss = take(b, N);
-    m->lse = take(b, N);
-    m->dA = take(b, N * D);
-    m->dB = take(b, N * D);
-    m->dC = take(b, N * D);
-    m->dY = take(b, N * D);
-    m->dF = take(b, N * F);
+    m->rows = (int32_t *)arena_take(b, N);
+    m->labels_c = (int32_t *)arena_take(b, N);
+    m->fin_c = arena_take(b, N * D);
+    m->logits = task ? NULL : arena_take(b, N * V);
+    m->loss = arena_take(b, N);
+    m->lse = arena_take(b, N);
+    m->dA = arena_take(b, N * D);
+    m->dB = arena_take(b, N * D);
+    m->dC = arena_take(b, N * D);
+    m->dY = arena_take(b, N * D);
+    m->dF = arena_take(b, N * F);
     // Keys/values read from the input (el_att) have [N, D] gradients; values read from the
     // key buffer (skv) have the key's width.
-    m->dq = take(b, N * qc);
-    m->dk = take(b, N * imax(kc, p0.k_src == ATTN_SRC_INPUT ? D : 0));
-    m->dv = take(b, N * imax(vc, p0.v_src != ATTN_SRC_OWN ? imax(D, kc) : 0));
-    m->dqh = take(b, N * qhc);
-    m->dkh = take(b, N * khc);
-    m->dvh = take(b, N * vhc);
-    m->dkbias = kbias ? take(b, N * n) : NULL;
-    m->dctx = take(b, N * nd);
-    m->dsmall = take(b, (size_t)imax(small, 1));
-    m->dextra = take(b, N * extra);
-    m->att_scratch = take(b, scratch);
+    m->dq = arena_take(b, N * qc);
+    m->dk = arena_take(b, N * imax(kc, p0.k_src == ATTN_SRC_INPUT ? D : 0));
+    m->dv = arena_take(b, N * imax(vc, p0.v_src != ATTN_SRC_OWN ? imax(D, kc) : 0));
+    m->dqh = arena_take(b, N * qhc);
+    m->dkh = arena_take(b, N * khc);
+    m->dvh = arena_take(b, N * vhc);
+    m->dkbias = kbias ? arena_take(b, N * n) : NULL;
+    m->dctx = arena_take(b, N * nd);
+    m->dsmall = arena_take(b, (size_t)imax(small, 1));
+    m->dextra = arena_take(b, N * extra);
+    m->att_scratch = arena_take(b, scratch);
+    if (task) task_head_layout(m, b);
 }
 
 Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) {
@@ -211,6 +207,7 @@ Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) 
     param_table_build(&m->table, cfg);
     check_memory(m, 0);  // weights and gradients alone, before the per-layer lookups
     lookup_params(m);
+    task_head_lookup(m);
     m->xs = mhe_calloc((size_t)cfg->model.layers + 1, sizeof *m->xs);
     m->la = mhe_calloc((size_t)cfg->model.layers, sizeof *m->la);
     Bump measure = {NULL, 0};
@@ -222,7 +219,9 @@ Model *model_create(const Config *cfg, Backend *be, int max_batch, int max_seq) 
     m->arena = be->alloc(be, m->arena_floats * sizeof(float));
     Bump real = {m->arena, 0};
     layout(m, &real);
-    m->sites_per_step = 3 * cfg->model.layers + 1;
+    // Dropout sites per forward: embeddings, 3 per layer, and the task head's (task models only,
+    // so pretraining masks are unchanged).
+    m->sites_per_step = 3 * cfg->model.layers + 1 + (cfg->task.type != TASK_NONE);
     m->drop_seed = cfg->train.seed;
     m->full_logits = 1;
     m->host_rows = mhe_malloc((size_t)max_batch * max_seq * 2 * sizeof(int32_t));
@@ -239,6 +238,9 @@ void model_free(Model *m) {
     free(m->xs);
     free(m->la);
     free(m->host_rows);
+    free(m->tk_host_out);
+    free(m->tk_host_g);
+    free(m->tk_host_rows);
     free(m);
 }
 
@@ -316,6 +318,9 @@ double model_step_flops(const Model *m, int B, int T) {
     if (m->B == B && m->T == T && m->head_rows > 0) R = m->head_rows;
     else if (m->cfg.objective.type == OBJ_MLM && !m->full_logits) R = N * m->cfg.objective.mask_prob;
     double fwd = mc->layers * layer + 2 * R * D * V + (mc->arch == ARCH_BERT ? 2 * R * D * D : 0);
+    if (m->cfg.task.type == TASK_SPAN) fwd = mc->layers * layer + 2 * N * D * 2;
+    else if (m->cfg.task.type != TASK_NONE)
+        fwd = mc->layers * layer + 2.0 * B * D * (m->tk_C + (mc->arch == ARCH_BERT ? D : 0));
     return 3 * fwd;
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "trainer/config/config.h"
 #include "trainer/model/params.h"
+#include "trainer/model/task_batch.h"
 
 typedef struct Model Model;
 
@@ -59,6 +60,19 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
 // Accumulates gradients of the last forward (see the top of this file).  Overwrites the
 // logits (they become dlogits): read them before.  loss_divisor <= 0 means model_label_count.
 void model_backward(Model *m, double loss_divisor);
+
+// Fine-tuning (issue 14): when cfg->task.type != TASK_NONE the model has the task head's
+// parameters (task.*, see params.h and task_head.c) instead of the MLM/LM head, and only these
+// three calls run it (model_forward / model_backward refuse).  model_forward_task returns the mean
+// loss over the labelled rows (0 when no labels; a row is unlabelled when its label < 0, its
+// target is NaN or its start/end < 0).  model_backward_task adds d(sum of row losses)/dθ /
+// loss_divisor (<= 0: the labelled rows of the last forward) exactly as model_backward does, so
+// accumulation over micro-batches and workers gives the global-batch mean; model_label_count and
+// model_loss_sum count rows.  Outputs of the last forward, host copy, row-major: classification
+// [B, num_labels] logits; regression [B] values; span [B, T, 2] (start, end) logits.
+float model_forward_task(Model *m, const TaskBatch *b, int train);
+void model_backward_task(Model *m, double loss_divisor);
+void model_download_task_outputs(const Model *m, float *host);
 
 // Full logits (default on): the head runs on every position and model_logits is [B, T, V].
 // Off: when labels are given, the head (MLM transform, decoder, loss) runs only on the

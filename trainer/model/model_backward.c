@@ -1,4 +1,5 @@
-// The hand-written backward pass, mirroring model_forward.c in reverse.
+// The hand-written backward pass, mirroring model_forward.c in reverse: the pretraining head,
+// then encoder_backward (shared with the task heads of task_head.c).
 #include "common/error.h"
 #include "trainer/model/model_internal.h"
 
@@ -45,12 +46,42 @@ static void layer_backward(Model *m, int l, float *dy) {
     }
 }
 
+void encoder_backward(Model *m, const float *dfin) {
+    Backend *be = m->be;
+    const ModelConfig *mc = &m->cfg.model;
+    const int B = m->B, T = m->T, N = B * T, D = mc->hidden, L = mc->layers;
+    const size_t ND = (size_t)N * D;
+    float *dy = m->dY;
+    if (mc->norm == NORM_PRE)
+        be->layernorm_backward(be, dfin, m->xs[L], MP(m, m->fln_g), m->fln_mean, m->fln_rstd, N, D,
+                               dy, 0, MG(m, m->fln_g), MG(m, m->fln_b));
+    else
+        be->copy(be, dy, dfin, ND * sizeof(float));
+    if (m->bw_hook) m->bw_hook(m->bw_ctx, L);
+    for (int l = L - 1; l >= 0; l--) {
+        layer_backward(m, l, dy);
+        if (m->bw_hook) m->bw_hook(m->bw_ctx, l);
+    }
+
+    be->dropout(be, dy, dy, ND, m->train ? mc->dropout : 0.0f, m->drop_seed, m->drop_base);
+    if (mc->arch == ARCH_BERT) {
+        be->layernorm_backward(be, dy, m->emb, MP(m, m->eln_g), m->emb_mean, m->emb_rstd, N, D,
+                               m->dA, 0, MG(m, m->eln_g), MG(m, m->eln_b));
+        be->embedding_backward(be, m->dA, m->ids, m->has_types ? m->types : NULL, B, T, D,
+                               MG(m, m->word), MG(m, m->pos), MG(m, m->type));
+    } else {
+        be->embedding_backward(be, dy, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
+    }
+    if (m->bw_hook) m->bw_hook(m->bw_ctx, -1);
+}
+
 void model_backward(Model *m, double loss_divisor) {
     Backend *be = m->be;
     const ModelConfig *mc = &m->cfg.model;
+    if (m->cfg.task.type != TASK_NONE) mhe_fatal("model_backward: this model has a task head: use model_backward_task");
     if (m->label_count < 0) mhe_fatal("model_backward: the last forward had no labels");
     if (loss_divisor <= 0) loss_divisor = m->label_count > 0 ? (double)m->label_count : 1.0;
-    const int B = m->B, T = m->T, N = B * T, D = mc->hidden, V = mc->vocab_size, L = mc->layers;
+    const int N = m->B * m->T, D = mc->hidden, V = mc->vocab_size;
     const size_t ND = (size_t)N * D;
     const int R = m->head_rows, compact = m->compact;
     const float *head_in = compact ? m->fin_c : m->fin;
@@ -78,26 +109,5 @@ void model_backward(Model *m, double loss_divisor) {
         be->zero(be, m->dA, ND * sizeof(float));
         if (R > 0) be->scatter_rows(be, m->dC, m->rows, R, D, m->dA);
     }
-    float *dy = m->dY;
-    if (mc->norm == NORM_PRE)
-        be->layernorm_backward(be, m->dA, m->xs[L], MP(m, m->fln_g), m->fln_mean, m->fln_rstd, N, D,
-                               dy, 0, MG(m, m->fln_g), MG(m, m->fln_b));
-    else
-        be->copy(be, dy, m->dA, ND * sizeof(float));
-    if (m->bw_hook) m->bw_hook(m->bw_ctx, L);
-    for (int l = L - 1; l >= 0; l--) {
-        layer_backward(m, l, dy);
-        if (m->bw_hook) m->bw_hook(m->bw_ctx, l);
-    }
-
-    be->dropout(be, dy, dy, ND, m->train ? mc->dropout : 0.0f, m->drop_seed, m->drop_base);
-    if (mc->arch == ARCH_BERT) {
-        be->layernorm_backward(be, dy, m->emb, MP(m, m->eln_g), m->emb_mean, m->emb_rstd, N, D,
-                               m->dA, 0, MG(m, m->eln_g), MG(m, m->eln_b));
-        be->embedding_backward(be, m->dA, m->ids, m->has_types ? m->types : NULL, B, T, D,
-                               MG(m, m->word), MG(m, m->pos), MG(m, m->type));
-    } else {
-        be->embedding_backward(be, dy, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
-    }
-    if (m->bw_hook) m->bw_hook(m->bw_ctx, -1);
+    encoder_backward(m, m->dA);
 }

@@ -1,4 +1,5 @@
-// The forward pass: embeddings, post-LN (bert) or pre-LN (gpt) layers, head, loss.
+// The forward pass: embeddings, post-LN (bert) or pre-LN (gpt) layers (encoder_forward, shared
+// with the task heads of task_head.c), then the pretraining head and its loss.
 #include "common/error.h"
 #include "trainer/model/model_internal.h"
 
@@ -39,20 +40,19 @@ static void layer_forward(Model *m, int l) {
                               m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
 }
 
-float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
-                    const int32_t *attn_mask, const int32_t *labels, int B, int T, int train) {
+void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, const int32_t *attn_mask, int B,
+                     int T, int train, const char *who) {
     Backend *be = m->be;
     const ModelConfig *mc = &m->cfg.model;
     if (B < 1 || T < 1 || B > m->max_batch || T > m->max_seq)
-        mhe_fatal("model_forward: batch %d x seq %d exceeds the arena (%d x %d)", B, T,
-                  m->max_batch, m->max_seq);
+        mhe_fatal("%s: batch %d x seq %d exceeds the arena (%d x %d)", who, B, T, m->max_batch, m->max_seq);
     const int N = B * T, D = mc->hidden, V = mc->vocab_size, L = mc->layers;
     for (int i = 0; i < N; i++)
-        if (ids[i] < 0 || ids[i] >= V) mhe_fatal("model_forward: token id %d out of range [0, %d)", ids[i], V);
+        if (ids[i] < 0 || ids[i] >= V) mhe_fatal("%s: token id %d out of range [0, %d)", who, ids[i], V);
     if (type_ids && mc->arch == ARCH_BERT)
         for (int i = 0; i < N; i++)
             if (type_ids[i] < 0 || type_ids[i] >= mc->type_vocab)
-                mhe_fatal("model_forward: token type %d out of range [0, %d)", type_ids[i], mc->type_vocab);
+                mhe_fatal("%s: token type %d out of range [0, %d)", who, type_ids[i], mc->type_vocab);
     m->B = B;
     m->T = T;
     m->train = train != 0;
@@ -78,6 +78,16 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
     if (mc->norm == NORM_PRE)
         be->layernorm_forward(be, m->xs[L], MP(m, m->fln_g), MP(m, m->fln_b), N, D, mc->ln_eps,
                               m->fin, m->fln_mean, m->fln_rstd);
+}
+
+float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
+                    const int32_t *attn_mask, const int32_t *labels, int B, int T, int train) {
+    Backend *be = m->be;
+    const ModelConfig *mc = &m->cfg.model;
+    if (m->cfg.task.type != TASK_NONE)
+        mhe_fatal("model_forward: this model has a task head (task.type set): use model_forward_task");
+    encoder_forward(m, ids, type_ids, attn_mask, B, T, train, "model_forward");
+    const int N = B * T, D = mc->hidden, V = mc->vocab_size;
     // Labels first: they decide which rows the head runs on.
     m->label_count = 0;
     m->loss_sum = 0;

@@ -47,6 +47,8 @@ struct Model {
     LayerParams *lp;
     size_t word, pos, type, eln_g, eln_b, fln_g, fln_b;
     size_t hd_w, hd_b, hln_g, hln_b, head_bias;
+    // task head (task_head.c; NO_PARAM when absent)
+    size_t tk_pool_w, tk_pool_b, tk_cls_w, tk_cls_b, tk_qa_w, tk_qa_b;
 
     // activation arena
     void *arena;
@@ -71,6 +73,14 @@ struct Model {
     float *dq, *dk, *dv, *dqh, *dkh, *dvh, *dkbias, *dctx, *dsmall;
     float *dextra;                // [N, AttnPlan.extra]
     float *att_scratch;
+    // task head activations ([max_batch, D] unless noted) and host scratch
+    int32_t *tk_rows;             // [max_batch] the row each sequence's head reads
+    float *tk_in, *tk_pre, *tk_pool, *tk_drop, *tk_d1, *tk_d2;
+    float *tk_out, *tk_dout;      // [max_batch * tk_width] outputs and their gradient
+    float *tk_host_out, *tk_host_g;  // host: outputs; d(sum of row losses)/d outputs
+    int32_t *tk_host_rows;
+    int tk_width;                 // floats per sequence of tk_out (C, or 2T for span)
+    int tk_C;                     // outputs per head row: num_labels, 1 (regression), 2 (span)
 
     // last forward
     int B, T, train, has_types, has_mask;
@@ -81,6 +91,23 @@ struct Model {
     void *bw_ctx;
     int sites_per_step;
 };
+
+// Embeddings and layers (and GPT's final LayerNorm) of one batch: checks and uploads the inputs,
+// sets B, T, train and the dropout base, leaves the encoder output in m->fin [B*T, D].
+void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, const int32_t *attn_mask, int B,
+                     int T, int train, const char *who);
+// Backward from dfin = d loss / d m->fin [B*T, D] (may be m->dA) through the final LayerNorm, the
+// layers and the embeddings, calling the backward hook as model.h says.
+void encoder_backward(Model *m, const float *dfin);
+// Bump allocator over the activation arena; with base == NULL it only measures.
+typedef struct Bump {
+    float *base;
+    size_t used;
+} Bump;
+float *arena_take(Bump *b, size_t n);  // n floats, 64-byte aligned; NULL when n == 0 or measuring
+// task_head.c: the task head's arena slices and parameter lookup.
+void task_head_layout(Model *m, Bump *b);
+void task_head_lookup(Model *m);
 
 AttnPlan attn_plan(const Config *cfg);
 AttnPlan attn_plan_for(const Config *cfg, int fast);

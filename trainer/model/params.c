@@ -59,6 +59,17 @@ static void attention(ParamTable *t, const Config *cfg, int l) {
     linear(t, l, 1, D, nd, p);
 }
 
+int param_task_outputs(const Config *cfg) {
+    switch (cfg->task.type) {
+    case TASK_CLASSIFICATION:
+        if (cfg->task.num_labels < 1) mhe_fatal("internal error: task.num_labels %d not resolved", cfg->task.num_labels);
+        return cfg->task.num_labels;
+    case TASK_REGRESSION: return 1;
+    case TASK_SPAN: return 2;
+    default: return 0;
+    }
+}
+
 void param_table_build(ParamTable *t, const Config *cfg) {
     memset(t, 0, sizeof *t);
     const ModelConfig *m = &cfg->model;
@@ -82,6 +93,19 @@ void param_table_build(ParamTable *t, const Config *cfg) {
         layernorm(t, l, D, p);
     }
     if (m->norm == NORM_PRE) layernorm(t, -1, D, "final_ln");
+    if (cfg->task.type != TASK_NONE) {
+        // A fine-tuning model (issue 14): the task head replaces the MLM/LM head.
+        if (cfg->task.type == TASK_SPAN) {
+            linear(t, -1, 0, 2, D, "task.qa");
+        } else if (m->arch == ARCH_BERT) {
+            linear(t, -1, 0, D, D, "task.pooler");
+            linear(t, -1, 0, param_task_outputs(cfg), D, "task.classifier");
+        } else {
+            // GPT-2's `score`: no pooler, no bias.
+            add(t, PARAM_WEIGHT, -1, 0, param_task_outputs(cfg), D, "task.classifier.weight");
+        }
+        return;
+    }
     if (m->arch == ARCH_BERT) {
         linear(t, -1, 0, D, D, "head.dense");
         layernorm(t, -1, D, "head.ln");

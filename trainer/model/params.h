@@ -36,7 +36,11 @@ typedef struct {
     size_t total;               // floats in the buffer
 } ParamTable;
 
+// With cfg->task.type != TASK_NONE the MLM/LM head tensors (head.*) are replaced by the task
+// head's (task.pooler, task.classifier, task.qa; GPT keeps final_ln).
 void param_table_build(ParamTable *t, const Config *cfg);
+// Outputs per head row of the task head: num_labels, 1 (regression), 2 (span start/end); 0 none.
+int param_task_outputs(const Config *cfg);
 void param_table_free(ParamTable *t);
 // NULL when absent.
 const ParamTensor *param_table_find(const ParamTable *t, const char *name);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Data-parallel fine-tuning equals the single-worker run: 2 epochs of the tiny BERT (dropout on)
+# on a small SST-2-layout task, 1 rank vs mpirun -np 2 (each rank a disjoint half of every batch,
+# dropout keyed by the global micro-batch, gradients summed by the GradReducer, dev outputs
+# summed).  Train loss per step and dev scores within 1e-5 relative, final and best weights
+# within 1e-5 relative per tensor (the two differ only in the order of the gradient sums).
+source "$MHE_SOURCE_DIR/tests/finetune_loop/lib.sh"
+make_task "$WORK/task"
+read -r -a TASK <<<"$(task_args "$WORK/task")"
+run() {  # run OUT [mpirun ranks]
+  local out=$1; shift
+  "$@" "$MHETRAIN" finetune "$TINY" "${DATA[@]}" "${TASK[@]}" train.out_dir="$out" >"$out.log" 2>&1 ||
+    { cat "$out.log"; fail "finetune into $out"; }
+}
+run "$WORK/one"
+run "$WORK/two" "${MPIRUN[@]}" -np 2
+tail -n 1 "$WORK/one.log"
+tail -n 1 "$WORK/two.log"
+$PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-metrics "$WORK/two" "$WORK/one" 1e-5
+last=$(cat "$WORK/one/checkpoints/latest")
+$PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-weights "$WORK/two/checkpoints/$last/model.safetensors" \
+  "$WORK/one/checkpoints/$last/model.safetensors" 1e-5
+best=$(cat "$WORK/one/best/checkpoints/latest")
+$PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-weights "$WORK/two/best/checkpoints/$best/model.safetensors" \
+  "$WORK/one/best/checkpoints/$best/model.safetensors" 1e-5
+echo PASS
