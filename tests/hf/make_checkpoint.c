@@ -1,10 +1,13 @@
-// hf_make_checkpoint ARCH TYPE RUN_DIR SEED WEIGHTS: a run directory with one checkpoint of a small
+// hf_make_checkpoint ARCH TYPE RUN_DIR SEED WEIGHTS [TASK]: a run directory with one checkpoint of a small
 // model (2 layers, D = 64, 4 heads, the real bert-base-uncased / GPT-2 vocabularies, 64 positions,
 // the type's keys at the registry's test values, collab_dim 48), for the Python tests of this
 // folder to `mhetrain export` and load with transformers.
 //   WEIGHTS random: every tensor random and non-trivial (biases, LayerNorms, head embeddings
 //                   included, as tests/export does), so a misplaced tensor changes the outputs;
 //   WEIGHTS init:   param_init (N(0, 0.02)), what training starts from.
+//   TASK (default none): classification (format mnli: 3 labels, pairs), regression (stsb),
+//   span (squad2) or single (sst2: 2 labels, single sentences) gives the model the fine-tuning head of issue 14 (task.* tensors) instead of the
+//   LM head, as `mhetrain finetune` saves it; the task files are named, never read.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +33,15 @@ static void fill_random(const ParamTable *t, float *p, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6 || (strcmp(argv[5], "random") != 0 && strcmp(argv[5], "init") != 0)) {
-        fprintf(stderr, "usage: hf_make_checkpoint bert|gpt ATTENTION_TYPE RUN_DIR SEED random|init\n");
+    // TaskType's order (config.h), then "single": a single-text classification format.
+    static const char *tasks[][2] = {{"none", NULL},         {"classification", "mnli"}, {"regression", "stsb"},
+                                     {"span", "squad2"}, {"single", "sst2"}};
+    int task = argc == 7 ? -1 : 0;
+    for (int i = 0; argc == 7 && i < 5; i++)
+        if (strcmp(argv[6], tasks[i][0]) == 0) task = i;
+    if ((argc != 6 && argc != 7) || (strcmp(argv[5], "random") != 0 && strcmp(argv[5], "init") != 0) || task < 0) {
+        fprintf(stderr, "usage: hf_make_checkpoint bert|gpt ATTENTION_TYPE RUN_DIR SEED random|init "
+                        "[none|classification|regression|span|single]\n");
         return 2;
     }
     const Arch arch = strcmp(argv[1], "gpt") == 0 ? ARCH_GPT : ARCH_BERT;
@@ -55,6 +65,14 @@ int main(int argc, char **argv) {
     cfg.data.tokenizer = mhe_strdup(tok);
     cfg.data.seq_len = 64;
     cfg.model.dropout = cfg.model.attn_dropout = 0.1f;
+    cfg.task.type = task == 4 ? TASK_CLASSIFICATION : (TaskType)task;
+    if (task) {
+        free(cfg.task.format), free(cfg.task.train_file), free(cfg.task.dev_file);
+        cfg.task.format = mhe_strdup(tasks[task][1]);
+        cfg.task.train_file = mhe_strdup("never-read-train");
+        cfg.task.dev_file = mhe_strdup("never-read-dev");
+        if (task == TASK_SPAN) cfg.task.max_query_len = 24;  // leaves the 64 positions room for a context
+    }
     config_resolve(&cfg, "hf_make_checkpoint");
 
     ParamTable t;
@@ -71,7 +89,8 @@ int main(int argc, char **argv) {
     fclose(f);
     CheckpointState st = {.step = 1, .world_size = 1, .loss_scale = 1.0, .config_yaml = yaml};
     if (checkpoint_save(argv[3], &st, &t, params, NULL, 0) != 0) mhe_fatal("hf_make_checkpoint: cannot save %s", argv[3]);
-    printf("%s: %s %s, %zu parameters\n", argv[3], argv[1], argv[2], t.total);
+    printf("%s: %s %s%s%s, %zu parameters\n", argv[3], argv[1], argv[2], task ? " + " : "", task ? argv[6] : "",
+           t.total);
     free(yaml);
     free(params);
     param_table_free(&t);

@@ -12,3 +12,15 @@ endforeach()
 set_tests_properties(hf_test_auto_classes PROPERTIES LABELS "oracle;export")
 # ~2 min on a quiet machine; 9 min measured with the load average at 80
 set_tests_properties(hf_test_trainer PROPERTIES LABELS "e2e;export" TIMEOUT 1800)
+# Fine-tuned checkpoints (issue 14): hf_task_outputs gives mhetrain's outputs of a task model;
+# test_task_export compares them with the exported Auto classes (oracle), test_finetune_export
+# runs mhetrain finetune and scores the export's dev split with transformers (e2e).
+add_executable(hf_task_outputs ${CMAKE_SOURCE_DIR}/tests/hf/task_outputs.c)
+target_link_libraries(hf_task_outputs PRIVATE mhecore)
+foreach(t test_task_export test_finetune_export)
+  add_test(NAME hf_${t} COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/hf/${t}.py)
+  set_tests_properties(hf_${t} PROPERTIES TIMEOUT 1800 ENVIRONMENT
+    "${MHE_HF_TEST_ENV};MHE_TASK_OUTPUTS=$<TARGET_FILE:hf_task_outputs>")
+endforeach()
+set_tests_properties(hf_test_task_export PROPERTIES LABELS "oracle;export")
+set_tests_properties(hf_test_finetune_export PROPERTIES LABELS "e2e;export")
