@@ -27,6 +27,7 @@ class MheConfig(PretrainedConfig):
         attention_type="mha",
         hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1,
+        classifier_dropout=None,
         **kwargs,
     ):
         if arch not in ("bert", "gpt"):
@@ -48,6 +49,8 @@ class MheConfig(PretrainedConfig):
         self.attention_type = attention_type
         self.hidden_dropout_prob = hidden_dropout_prob
         self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        # Dropout before a classification head; None: hidden_dropout_prob (as BERT).
+        self.classifier_dropout = classifier_dropout
         if self.norm_placement not in ("post", "pre"):
             raise ValueError(f"MheConfig: norm_placement must be 'post' or 'pre', got {self.norm_placement!r}")
         if self.hidden_act not in ("gelu", "gelu_new"):

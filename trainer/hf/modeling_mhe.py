@@ -1,12 +1,22 @@
-# Hugging Face models for mhetrain checkpoints: BERT-style MLM (MheForMaskedLM) and GPT-style
-# CLM (MheForCausalLM) with any of mhetrain's attention types (DESIGN.md §1).  Parameter names
-# are mhetrain's canonical names (trainer/model/params.c), so an exported model.safetensors is the
-# checkpoint's own tensors.  `mhetrain export` copies this file and configuration_mhe.py next to
-# config.json; load with AutoModelFor{MaskedLM,CausalLM}.from_pretrained(dir, trust_remote_code=True).
+# Hugging Face models for mhetrain checkpoints with any of mhetrain's attention types
+# (DESIGN.md §1): the encoder/decoder MheModel (AutoModel) and its heads — MheForMaskedLM (bert),
+# MheForCausalLM (gpt, cache-less generate), MheForSequenceClassification,
+# MheForTokenClassification, MheForQuestionAnswering.  `mhetrain export` copies this file and
+# configuration_mhe.py next to config.json; load with AutoModel…from_pretrained(dir,
+# trust_remote_code=True).
+#
+# Layout as transformers' own models: the heads hold the transformer as `self.mhe`
+# (base_model_prefix), so an MLM export loads into every head class (new heads initialised, with
+# transformers' usual warning) and a fine-tuned export loads into AutoModel.  Tensor names are
+# mhetrain's canonical names (trainer/model/params.c) under `mhe.`, with `.weight` after the
+# three embeddings (nn.Embedding, so resize_token_embeddings and tying work); the MLM head is
+# `head.*` and the task heads are named as BERT's / GPT-2's (`mhe.pooler.dense`, `classifier`,
+# `score`, `qa_outputs`).  trainer/io/export_hf.c writes exactly these names.
 #
 # Every head is materialised (Q_i, K_i, V_i per head) and attention is computed literally: this
-# file favours obviously-correct over fast; the C trainer holds the fast paths.  The per-head
-# Q_i, K_i, V_i of each type are its module in attention/ (one file per variant).
+# file favours obviously-correct over fast; the C trainer holds the fast paths.  Because the
+# per-head probabilities always exist here, output_attentions=True returns them for every type.
+# The per-head Q_i, K_i, V_i of each type are its module in attention/ (one file per variant).
 import importlib
 import math
 
@@ -14,7 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    CausalLMOutput,
+    MaskedLMOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 
 from .configuration_mhe import MheConfig
 
@@ -45,6 +62,10 @@ def variant_options(config, variant):
     return variant.resolve(raw, config.hidden_size, config.num_attention_heads, config.head_dim)
 
 
+def _gelu(config):
+    return "tanh" if config.hidden_act == "gelu_new" else "none"
+
+
 class MheAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -57,8 +78,10 @@ class MheAttention(nn.Module):
         self.variant.build(self, D, n, d, self.options)
         self.o = nn.Linear(n * d, D)
 
-    def forward(self, x, allowed):
-        """x [B, T, D]; allowed [B, 1, T, T] bool (query r may attend key j)."""
+    def forward(self, x, allowed, head_mask=None):
+        """x [B, T, D]; allowed [B, 1, T, T] bool (query r may attend key j).  Returns the output
+        [B, T, D] and the attention probabilities [B, n, T, T] (after dropout, as BERT returns
+        them; every row sums to 1 in eval mode)."""
         B, T, _ = x.shape
         scale = 1.0 / math.sqrt(self.head_dim)
         q, k, v, key_bias = self.variant.per_head(self, x, self.heads, self.head_dim, self.options)
@@ -67,8 +90,10 @@ class MheAttention(nn.Module):
             scores = scores + key_bias
         scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
         probs = self.drop(torch.softmax(scores, dim=-1))
+        if head_mask is not None:
+            probs = probs * head_mask
         heads = torch.matmul(probs, v.expand(B, self.heads, T, -1) if v.shape[1] == 1 else v)
-        return self.o(heads.transpose(1, 2).reshape(B, T, -1))
+        return self.o(heads.transpose(1, 2).reshape(B, T, -1)), probs
 
 
 class MheFeedForward(nn.Module):
@@ -76,7 +101,7 @@ class MheFeedForward(nn.Module):
         super().__init__()
         self.up = nn.Linear(config.hidden_size, config.intermediate_size)
         self.down = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.approximate = "tanh" if config.hidden_act == "gelu_new" else "none"
+        self.approximate = _gelu(config)
 
     def forward(self, x):
         return self.down(F.gelu(self.up(x), approximate=self.approximate))
@@ -92,137 +117,366 @@ class MheLayer(nn.Module):
         self.ln2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.drop = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x, allowed):
+    def forward(self, x, allowed, head_mask=None):
         if self.pre_norm:
-            h = x + self.drop(self.attn(self.ln1(x), allowed))
-            return h + self.drop(self.ffn(self.ln2(h)))
-        h = self.ln1(x + self.drop(self.attn(x, allowed)))
-        return self.ln2(h + self.drop(self.ffn(h)))
+            a, probs = self.attn(self.ln1(x), allowed, head_mask)
+            h = x + self.drop(a)
+            return h + self.drop(self.ffn(self.ln2(h))), probs
+        a, probs = self.attn(x, allowed, head_mask)
+        h = self.ln1(x + self.drop(a))
+        return self.ln2(h + self.drop(self.ffn(h))), probs
 
 
 class MheEmbeddings(nn.Module):
-    # Raw parameters rather than nn.Embedding so the names stay "embed.word", "embed.pos", ...
     def __init__(self, config):
         super().__init__()
         D = config.hidden_size
-        self.word = nn.Parameter(torch.zeros(config.vocab_size, D))
-        self.pos = nn.Parameter(torch.zeros(config.max_position_embeddings, D))
+        self.word = nn.Embedding(config.vocab_size, D)
+        self.pos = nn.Embedding(config.max_position_embeddings, D)
         self.is_bert = config.arch == "bert"
         if self.is_bert:
-            # nn.Module has a method named `type`, so register_parameter refuses the name: put
-            # the parameter in _parameters directly (state_dict and loading only look there).
-            self._parameters["type"] = nn.Parameter(torch.zeros(config.type_vocab_size, D))
+            self.token_type = nn.Embedding(config.type_vocab_size, D)
             self.ln = nn.LayerNorm(D, eps=config.layer_norm_eps)
         self.drop = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids, token_type_ids, position_ids):
-        x = F.embedding(input_ids, self.word) + F.embedding(position_ids, self.pos)
+    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds=None):
+        x = self.word(input_ids) if inputs_embeds is None else inputs_embeds
+        x = x + self.pos(position_ids)
         if self.is_bert:
-            x = self.ln(x + F.embedding(token_type_ids, self._parameters["type"]))
+            x = self.ln(x + self.token_type(token_type_ids))
         return self.drop(x)
 
 
+class MhePooler(nn.Module):
+    """BERT's pooler: dense + tanh on the first token ([CLS])."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, h):
+        return torch.tanh(self.dense(h[:, 0]))
+
+
 class MheMlmHead(nn.Module):
+    """dense + GELU + LayerNorm, then the decoder tied to the word embeddings, whose bias is
+    `bias` (the same Parameter: written once, as `head.bias`)."""
+
     def __init__(self, config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.ln = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        self.approximate = "tanh" if config.hidden_act == "gelu_new" else "none"
+        self.decoder.bias = self.bias
+        self.approximate = _gelu(config)
 
-    def forward(self, h, word):
-        return F.linear(self.ln(F.gelu(self.dense(h), approximate=self.approximate)), word, self.bias)
+    def _tie_weights(self):  # called by PreTrainedModel.tie_weights, e.g. after a resize
+        self.decoder.bias = self.bias
+
+    def forward(self, h):
+        return self.decoder(self.ln(F.gelu(self.dense(h), approximate=self.approximate)))
 
 
 class MhePreTrainedModel(PreTrainedModel):
     config_class = MheConfig
-    base_model_prefix = "mhe"  # no submodule of that name: checkpoints hold the full model
+    base_model_prefix = "mhe"
     _no_split_modules = ["MheLayer"]
+    supports_gradient_checkpointing = True  # per layer: MheModel.forward
 
     def _init_weights(self, module):
         std = getattr(self.config, "initializer_range", 0.02)
         if isinstance(module, nn.Linear):
             module.weight.data.normal_(0.0, std)
-            module.bias.data.zero_()
+            if module.bias is not None:
+                module.bias.data.zero_()
+        elif isinstance(module, nn.Embedding):
+            module.weight.data.normal_(0.0, std)
         elif isinstance(module, nn.LayerNorm):
             module.weight.data.fill_(1.0)
             module.bias.data.zero_()
-        elif isinstance(module, MheEmbeddings):
-            for p in module.parameters(recurse=False):
-                p.data.normal_(0.0, std)
         elif isinstance(module, MheAttention):
             module.variant.init_weights(module, std)
         elif isinstance(module, MheMlmHead):
             module.bias.data.zero_()
 
+    def _check_arch(self, want):
+        if want is not None and self.config.arch != want:
+            raise ValueError(f"{type(self).__name__} needs arch {want!r}, the config says {self.config.arch!r}")
 
-class _MheTransformer(MhePreTrainedModel):
-    causal = False
+    def _return(self, return_dict, cls, **fields):
+        if return_dict is None:
+            return_dict = self.config.use_return_dict
+        if return_dict:
+            return cls(**fields)
+        return tuple(v for v in fields.values() if v is not None)
 
-    def __init__(self, config):
+
+class MheModel(MhePreTrainedModel):
+    """The transformer without a head (AutoModel): last_hidden_state (after the final LayerNorm
+    when pre-LN), pooler_output (bert, when add_pooling_layer), hidden_states (the embeddings
+    and every layer's output; with a final LayerNorm the last entry is last_hidden_state, as
+    GPT-2 does), attentions (every layer's probabilities [B, n, T, T])."""
+
+    def __init__(self, config, add_pooling_layer=True):
         super().__init__(config)
-        want = "gpt" if self.causal else "bert"
-        if config.arch != want:
-            raise ValueError(f"{type(self).__name__} needs arch {want!r}, the config says {config.arch!r}")
         self.embed = MheEmbeddings(config)
         self.layers = nn.ModuleList(MheLayer(config) for _ in range(config.num_hidden_layers))
         if config.norm_placement == "pre":
             self.final_ln = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        if config.arch == "bert":
-            self.head = MheMlmHead(config)
+        self.pooler = MhePooler(config) if add_pooling_layer and config.arch == "bert" else None
+        self.gradient_checkpointing = False  # gradient_checkpointing_enable() sets it
         self.post_init()
 
-    def _logits(self, input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states):
-        B, T = input_ids.shape
-        dev = input_ids.device
+    def get_input_embeddings(self):
+        return self.embed.word
+
+    def set_input_embeddings(self, value):
+        self.embed.word = value
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                head_mask=None, inputs_embeds=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, **unused):
+        cfg = self.config
+        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("MheModel: pass exactly one of input_ids and inputs_embeds")
+        B, T = input_ids.shape if input_ids is not None else inputs_embeds.shape[:2]
+        dev = input_ids.device if input_ids is not None else inputs_embeds.device
+        if T > cfg.max_position_embeddings:
+            raise ValueError(f"MheModel: sequence length {T} > max_position_embeddings {cfg.max_position_embeddings}")
         if position_ids is None:
             position_ids = torch.arange(T, device=dev).unsqueeze(0).expand(B, T)
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = torch.zeros(B, T, dtype=torch.long, device=dev)
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            attention_mask = torch.ones(B, T, dtype=torch.long, device=dev)
         allowed = attention_mask.bool()[:, None, None, :].expand(B, 1, T, T)
-        if self.causal:
+        if cfg.arch == "gpt":
             allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=dev).tril()
-        h = self.embed(input_ids, token_type_ids, position_ids)
-        hidden = [h]
-        for layer in self.layers:
-            h = layer(h, allowed)
+        head_mask = self.get_head_mask(head_mask, cfg.num_hidden_layers)
+        h = self.embed(input_ids, token_type_ids, position_ids, inputs_embeds)
+        hidden, attentions = [h], []
+        for layer, hm in zip(self.layers, head_mask):
+            if self.gradient_checkpointing and self.training:  # recompute the layer in backward
+                h, probs = self._gradient_checkpointing_func(layer.__call__, h, allowed, hm)
+            else:
+                h, probs = layer(h, allowed, hm)
             hidden.append(h)
-        if hasattr(self, "final_ln"):
+            attentions.append(probs)
+        if getattr(self, "final_ln", None) is not None:
             h = self.final_ln(h)
-        logits = self.head(h, self.embed.word) if hasattr(self, "head") else F.linear(h, self.embed.word)
-        return logits, (tuple(hidden) if output_hidden_states else None)
+            hidden[-1] = h
+        pooled = self.pooler(h) if self.pooler is not None else None
+        return self._return(return_dict, BaseModelOutputWithPooling, last_hidden_state=h, pooler_output=pooled,
+                            hidden_states=tuple(hidden) if output_hidden_states else None,
+                            attentions=tuple(attentions) if output_attentions else None)
 
 
-class MheForMaskedLM(_MheTransformer):
-    causal = False
+def _body(model, input_ids, attention_mask, token_type_ids, position_ids, head_mask, inputs_embeds,
+          output_attentions, output_hidden_states):
+    return model.mhe(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                     position_ids=position_ids, head_mask=head_mask, inputs_embeds=inputs_embeds,
+                     output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+                     return_dict=True)
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=None, return_dict=None, **unused):
-        logits, hidden = self._logits(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+
+class MheForMaskedLM(MhePreTrainedModel):
+    _tied_weights_keys = ["head.decoder.weight", "head.decoder.bias"]
+
+    def __init__(self, config):
+        super().__init__(config)
+        self._check_arch("bert")
+        self.mhe = MheModel(config, add_pooling_layer=False)
+        self.head = MheMlmHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.head.decoder
+
+    def set_output_embeddings(self, new):
+        self.head.decoder = new
+        self.head.bias = new.bias
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, head_mask=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, **unused):
+        out = _body(self, input_ids, attention_mask, token_type_ids, position_ids, head_mask, inputs_embeds,
+                    output_attentions, output_hidden_states)
+        logits = self.head(out.last_hidden_state)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
-        if return_dict is False:
-            return tuple(x for x in (loss, logits, hidden) if x is not None)
-        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=hidden)
+        return self._return(return_dict, MaskedLMOutput, loss=loss, logits=logits, hidden_states=out.hidden_states,
+                            attentions=out.attentions)
 
 
-class MheForCausalLM(_MheTransformer):
-    causal = True
+class MheForCausalLM(MhePreTrainedModel):
+    _tied_weights_keys = ["lm_head.weight"]
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=None, return_dict=None, **unused):
-        logits, hidden = self._logits(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
+    def __init__(self, config):
+        super().__init__(config)
+        self._check_arch("gpt")
+        self.mhe = MheModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new):
+        self.lm_head = new
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, head_mask=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, **unused):
+        out = _body(self, input_ids, attention_mask, token_type_ids, position_ids, head_mask, inputs_embeds,
+                    output_attentions, output_hidden_states)
+        logits = self.lm_head(out.last_hidden_state)
         loss = None
         if labels is not None:  # as GPT2LMHeadModel: position t predicts labels[t+1]
             shift = logits[:, :-1].reshape(-1, logits.shape[-1])
             loss = F.cross_entropy(shift, labels[:, 1:].reshape(-1), ignore_index=-100)
-        if return_dict is False:
-            return tuple(x for x in (loss, logits, hidden) if x is not None)
-        return CausalLMOutput(loss=loss, logits=logits, hidden_states=hidden)
+        return self._return(return_dict, CausalLMOutput, loss=loss, logits=logits, hidden_states=out.hidden_states,
+                            attentions=out.attentions)
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
         # No key/value cache: every step reruns the whole prefix (positions stay 0 … T-1).
         return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def _classifier_dropout(config):
+    p = getattr(config, "classifier_dropout", None)
+    return nn.Dropout(config.hidden_dropout_prob if p is None else p)
+
+
+def _sequence_loss(config, num_labels, logits, labels):
+    """transformers' rule: problem_type from the config, else regression for one label,
+    single-label for integer labels, multi-label otherwise."""
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        if num_labels == 1:
+            return F.mse_loss(logits.squeeze(), labels.squeeze().to(logits.dtype))
+        return F.mse_loss(logits, labels.to(logits.dtype))
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
+class MheForSequenceClassification(MhePreTrainedModel):
+    """bert: pooler ([CLS], dense + tanh), dropout, `classifier` (BertForSequenceClassification).
+    gpt: `score` (no bias) on the final hidden state of the last real token
+    (GPT2ForSequenceClassification).  The last real token is the last position whose
+    attention_mask is 1 (right or left padding); without a mask, as GPT-2: the token before the
+    first pad_token_id, else the last position (batches of one only when no pad_token_id)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.is_bert = config.arch == "bert"
+        self.mhe = MheModel(config)
+        if self.is_bert:
+            self.dropout = _classifier_dropout(config)
+            self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        else:
+            self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    def _last_token(self, input_ids, attention_mask, B, T, dev):
+        if attention_mask is not None:
+            pos = torch.arange(T, device=dev).expand(B, T)
+            return torch.where(attention_mask.bool(), pos, torch.full_like(pos, -1)).max(dim=1).values.clamp(min=0)
+        pad = self.config.pad_token_id
+        if pad is None or input_ids is None:
+            if B != 1:
+                raise ValueError("MheForSequenceClassification (gpt): batches of more than one sequence need an "
+                                 "attention_mask or config.pad_token_id to find each row's last token")
+            return torch.full((B,), T - 1, device=dev, dtype=torch.long)
+        return (torch.eq(input_ids, pad).int().argmax(-1) - 1) % T
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, head_mask=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, **unused):
+        out = _body(self, input_ids, attention_mask, token_type_ids, position_ids, head_mask, inputs_embeds,
+                    output_attentions, output_hidden_states)
+        h = out.last_hidden_state
+        if self.is_bert:
+            logits = self.classifier(self.dropout(out.pooler_output))
+        else:
+            B, T = h.shape[:2]
+            last = self._last_token(input_ids, attention_mask, B, T, h.device)
+            logits = self.score(h)[torch.arange(B, device=h.device), last]
+        loss = _sequence_loss(self.config, self.num_labels, logits, labels) if labels is not None else None
+        return self._return(return_dict, SequenceClassifierOutput, loss=loss, logits=logits,
+                            hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+class MheForTokenClassification(MhePreTrainedModel):
+    """dropout + `classifier` on every token (BertForTokenClassification /
+    GPT2ForTokenClassification); cross-entropy over labels != -100."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.mhe = MheModel(config, add_pooling_layer=False)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, head_mask=None,
+                inputs_embeds=None, labels=None, output_attentions=None, output_hidden_states=None,
+                return_dict=None, **unused):
+        out = _body(self, input_ids, attention_mask, token_type_ids, position_ids, head_mask, inputs_embeds,
+                    output_attentions, output_hidden_states)
+        logits = self.classifier(self.dropout(out.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
+        return self._return(return_dict, TokenClassifierOutput, loss=loss, logits=logits,
+                            hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+class MheForQuestionAnswering(MhePreTrainedModel):
+    """`qa_outputs` (D → 2) on every token: start and end logits; the loss is transformers'
+    (mean of the start and end cross-entropies, positions clamped to T and ignored there)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = 2
+        self.mhe = MheModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, head_mask=None,
+                inputs_embeds=None, start_positions=None, end_positions=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **unused):
+        out = _body(self, input_ids, attention_mask, token_type_ids, position_ids, head_mask, inputs_embeds,
+                    output_attentions, output_hidden_states)
+        start, end = self.qa_outputs(out.last_hidden_state).split(1, dim=-1)
+        start, end = start.squeeze(-1).contiguous(), end.squeeze(-1).contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            T = start.shape[1]
+            sp = start_positions.view(-1).clamp(0, T)
+            ep = end_positions.view(-1).clamp(0, T)
+            loss = (F.cross_entropy(start, sp, ignore_index=T) + F.cross_entropy(end, ep, ignore_index=T)) / 2
+        return self._return(return_dict, QuestionAnsweringModelOutput, loss=loss, start_logits=start,
+                            end_logits=end, hidden_states=out.hidden_states, attentions=out.attentions)
+
+
+# The classes each arch offers, by Auto class (export_hf.c writes the same table into auto_map).
+AUTO_CLASSES = {
+    "AutoModel": "MheModel",
+    "AutoModelForMaskedLM": "MheForMaskedLM",
+    "AutoModelForCausalLM": "MheForCausalLM",
+    "AutoModelForSequenceClassification": "MheForSequenceClassification",
+    "AutoModelForTokenClassification": "MheForTokenClassification",
+    "AutoModelForQuestionAnswering": "MheForQuestionAnswering",
+}

@@ -33,11 +33,24 @@ static void make_dirs(const char *dir) {
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) mhe_fail("export: --out %s is not a directory", dir);
 }
 
+// A GPT sequence task whose inputs are text pairs.  mhetrain joins a pair as
+// a <|endoftext|> b and pads with <|endoftext|> (trainer/task/task_features.c), while
+// GPT2ForSequenceClassification reads each row at the token before its first pad id, which for a
+// pair is the token before the separator; the remote code reads the last position of the
+// attention mask instead.  Single-text formats: GLUE's CoLA and SST-2, generic without text_b.
+static int gpt_pair_sequence_task(const Config *cfg) {
+    const TaskConfig *t = &cfg->task;
+    if (cfg->model.arch != ARCH_GPT || (t->type != TASK_CLASSIFICATION && t->type != TASK_REGRESSION)) return 0;
+    const char *f = t->format ? t->format : "";
+    if (!strcmp(f, "tsv") || !strcmp(f, "jsonl")) return t->text_b && t->text_b[0];
+    return strcmp(f, "cola") != 0 && strcmp(f, "sst2") != 0;
+}
+
 ExportFormat export_native_format(const Config *cfg) {
     const ModelConfig *m = &cfg->model;
     if (cfg->attention.type != ATTN_MHA || m->heads * m->head_dim != m->hidden) return EXPORT_MHETRAIN;
     if (m->arch == ARCH_BERT && m->norm == NORM_POST) return EXPORT_HF_BERT;
-    if (m->arch == ARCH_GPT && m->norm == NORM_PRE) return EXPORT_HF_GPT2;
+    if (m->arch == ARCH_GPT && m->norm == NORM_PRE && !gpt_pair_sequence_task(cfg)) return EXPORT_HF_GPT2;
     return EXPORT_MHETRAIN;
 }
 
@@ -52,6 +65,10 @@ const char *export_format_unsupported(const Config *cfg, ExportFormat format) {
     if (m->arch != want) return format == EXPORT_HF_BERT ? "BertForMaskedLM needs model.arch bert" : "GPT2LMHeadModel needs model.arch gpt";
     if (cfg->attention.type != ATTN_MHA) return "stock transformers classes need attention.type mha";
     if (m->heads * m->head_dim != m->hidden) return "stock transformers classes need heads * head_dim = hidden";
+    if (format == EXPORT_HF_GPT2 && m->norm == NORM_PRE && gpt_pair_sequence_task(cfg))
+        return "GPT2ForSequenceClassification reads a row at the token before its first pad id, which in "
+               "mhetrain's pair inputs (a <|endoftext|> b) is the separator: the remote code "
+               "(--format mhetrain, the default here) reads the attention mask";
     return format == EXPORT_HF_BERT ? "BertForMaskedLM is post-LN (model.norm post)" : "GPT2LMHeadModel is pre-LN (model.norm pre)";
 }
 
@@ -115,13 +132,6 @@ void export_copy_modeling_files(const char *dir, const Config *cfg) {
     copy_file(src, dst);
 }
 
-static const char *format_label(ExportFormat f) {
-    switch (f) {
-    case EXPORT_HF_BERT: return "BertForMaskedLM";
-    case EXPORT_HF_GPT2: return "GPT2LMHeadModel";
-    default: return "mhetrain (trust_remote_code=True)";
-    }
-}
 
 // A relative data.tokenizer is relative to where training ran.  When the checkpoint sits at
 // <cwd>/<train.out_dir>/checkpoints/step_N (out_dir relative), that <cwd> is known: returns
@@ -196,18 +206,19 @@ void export_run(const ExportOptions *opt) {
     char real_out[PATH_MAX], real_ckpt[PATH_MAX];
     if (realpath(opt->out_dir, real_out) && realpath(dir, real_ckpt) && strcmp(real_out, real_ckpt) == 0)
         mhe_fail("export: --out %s is the checkpoint directory itself: choose another directory", opt->out_dir);
+    const ExportHead head = export_head(&cfg, &t);
     path_join(path, opt->out_dir, "model.safetensors");
     export_write_weights(&cfg, &t, params, format, path);
     path_join(path, opt->out_dir, "config.json");
-    export_write_config(&cfg, format, tok, path);
+    export_write_config(&cfg, format, &head, tok, path);
     if (format == EXPORT_MHETRAIN) export_copy_modeling_files(opt->out_dir, &cfg);
     if (tok) export_write_tokenizer(tok, &cfg, opt->out_dir);
     path_join(path, opt->out_dir, "README.md");
-    export_write_card(&cfg, format, dir, tok != NULL, path);
+    export_write_card(&cfg, format, &head, dir, tok != NULL, path);
 
-    printf("exported %s (%s %s, %zu parameters) to %s as %s%s\n", dir, arch_name(cfg.model.arch),
-           attention_type_name(cfg.attention.type), t.total, opt->out_dir, format_label(format),
-           tok ? " with tokenizer files" : "");
+    printf("exported %s (%s %s, %zu parameters) to %s as %s%s%s\n", dir, arch_name(cfg.model.arch),
+           attention_type_name(cfg.attention.type), t.total, opt->out_dir, export_class_name(&cfg, format, &head),
+           format == EXPORT_MHETRAIN ? " (trust_remote_code=True)" : "", tok ? " with tokenizer files" : "");
     if (tok) tokenizer_free(tok);
     free(params);
     param_table_free(&t);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "trainer/config/task_formats.h"
 #include "trainer/io/export.h"
 #include "trainer/io/safetensors.h"
 #include "trainer/model/attention/variant.h"
@@ -89,6 +90,13 @@ static void bert_name(const char *canon, char *out, size_t n) {
         {"head.ln.weight", "cls.predictions.transform.LayerNorm.weight"},
         {"head.ln.bias", "cls.predictions.transform.LayerNorm.bias"},
         {"head.bias", "cls.predictions.bias"},
+        // Fine-tuning heads (issue 14): BertForSequenceClassification / BertForQuestionAnswering.
+        {"task.pooler.weight", "bert.pooler.dense.weight"},
+        {"task.pooler.bias", "bert.pooler.dense.bias"},
+        {"task.classifier.weight", "classifier.weight"},
+        {"task.classifier.bias", "classifier.bias"},
+        {"task.qa.weight", "qa_outputs.weight"},
+        {"task.qa.bias", "qa_outputs.bias"},
     };
     const char *rest;
     int l = layer_of(canon, &rest);
@@ -106,7 +114,7 @@ static void bert_name(const char *canon, char *out, size_t n) {
             return;
         }
     }
-    mhe_fatal("export: internal error: no BertForMaskedLM name for %s", canon);
+    mhe_fatal("export: internal error: no BERT name for %s", canon);
 }
 
 void export_bert_name(const char *canon, char *out, size_t n) { bert_name(canon, out, n); }
@@ -167,6 +175,81 @@ static void gpt2_weights(WeightSet *w, const Config *cfg, const ParamTable *t, c
     }
     add_as_is(w, "transformer.ln_f.weight", param_table_find(t, "final_ln.weight"), params);
     add_as_is(w, "transformer.ln_f.bias", param_table_find(t, "final_ln.bias"), params);
+    // Fine-tuning heads (issue 14) are nn.Linear in transformers, not Conv1D: [out, in] as ours.
+    static const char *heads[][2] = {
+        {"task.classifier.weight", "score.weight"},  // GPT2ForSequenceClassification: no bias
+        {"task.qa.weight", "qa_outputs.weight"},     // GPT2ForQuestionAnswering
+        {"task.qa.bias", "qa_outputs.bias"},
+    };
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        const ParamTensor *p = param_table_find(t, heads[i][0]);
+        if (p) add_as_is(w, heads[i][1], p, params);
+    }
+}
+
+// The name modeling_mhe.py gives a canonical parameter: the transformer under `mhe.` (its
+// base_model_prefix) with `.weight` after the three nn.Embedding tables, the MLM head as is, the
+// fine-tuning heads under BERT's / GPT-2's names.
+void export_mhetrain_name(const char *canon, Arch arch, char *out, size_t n) {
+    static const char *map[][2] = {
+        {"embed.word", "mhe.embed.word.weight"},
+        {"embed.pos", "mhe.embed.pos.weight"},
+        {"embed.type", "mhe.embed.token_type.weight"},
+        {"task.pooler.weight", "mhe.pooler.dense.weight"},
+        {"task.pooler.bias", "mhe.pooler.dense.bias"},
+        {"task.qa.weight", "qa_outputs.weight"},
+        {"task.qa.bias", "qa_outputs.bias"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(canon, map[i][0]) == 0) {
+            snprintf(out, n, "%s", map[i][1]);
+            return;
+        }
+    if (strncmp(canon, "task.classifier.", 16) == 0)
+        snprintf(out, n, "%s.%s", arch == ARCH_BERT ? "classifier" : "score", canon + 16);
+    else if (strncmp(canon, "head.", 5) == 0)
+        snprintf(out, n, "%s", canon);
+    else
+        snprintf(out, n, "mhe.%s", canon);
+}
+
+ExportHead export_head(const Config *cfg, const ParamTable *t) {
+    ExportHead h = {EXPORT_HEAD_LM, 0};
+    // The tensors decide (what the checkpoint holds); the config only tells regression apart.
+    const ParamTensor *cls = param_table_find(t, "task.classifier.weight");
+    if (param_table_find(t, "task.qa.weight")) {
+        h.kind = EXPORT_HEAD_SPAN;
+        h.num_labels = 2;
+    } else if (cls) {
+        // The contract's regression has num_labels = 1, which transformers also reads as regression.
+        h.kind = cfg->task.type == TASK_REGRESSION || cls->shape[0] == 1 ? EXPORT_HEAD_REGRESSION
+                                                                         : EXPORT_HEAD_CLASSIFICATION;
+        h.num_labels = (int)cls->shape[0];
+    }
+    return h;
+}
+
+const char *export_class_name(const Config *cfg, ExportFormat format, const ExportHead *head) {
+    static const char *names[3][4] = {
+        // LM, classification, regression, span
+        {"BertForMaskedLM", "BertForSequenceClassification", "BertForSequenceClassification",
+         "BertForQuestionAnswering"},
+        {"GPT2LMHeadModel", "GPT2ForSequenceClassification", "GPT2ForSequenceClassification",
+         "GPT2ForQuestionAnswering"},
+        {NULL, "MheForSequenceClassification", "MheForSequenceClassification", "MheForQuestionAnswering"},
+    };
+    const int row = format == EXPORT_HF_BERT ? 0 : format == EXPORT_HF_GPT2 ? 1 : 2;
+    if (row == 2 && head->kind == EXPORT_HEAD_LM) return cfg->model.arch == ARCH_BERT ? "MheForMaskedLM" : "MheForCausalLM";
+    return names[row][head->kind];
+}
+
+const char *export_auto_class(const Config *cfg, const ExportHead *head) {
+    switch (head->kind) {
+    case EXPORT_HEAD_CLASSIFICATION:
+    case EXPORT_HEAD_REGRESSION: return "AutoModelForSequenceClassification";
+    case EXPORT_HEAD_SPAN: return "AutoModelForQuestionAnswering";
+    default: return cfg->model.arch == ARCH_BERT ? "AutoModelForMaskedLM" : "AutoModelForCausalLM";
+    }
 }
 
 void export_write_weights(const Config *cfg, const ParamTable *t, const float *params, ExportFormat format,
@@ -178,7 +261,11 @@ void export_write_weights(const Config *cfg, const ParamTable *t, const float *p
     else if (format == EXPORT_HF_GPT2)
         gpt2_weights(&w, cfg, t, params);
     else
-        for (int i = 0; i < t->count; i++) add_as_is(&w, t->tensors[i].name, &t->tensors[i], params);
+        for (int i = 0; i < t->count; i++) {
+            char name[160];
+            export_mhetrain_name(t->tensors[i].name, cfg->model.arch, name, sizeof name);
+            add_as_is(&w, name, &t->tensors[i], params);
+        }
     if (st_write(&w.st, path) != 0) mhe_fatal("export: cannot write %s", path);
     for (int i = 0; i < w.n_owned; i++) free(w.owned[i]);
     free(w.owned);
@@ -217,7 +304,6 @@ static void add_special_ids(cJSON *o, const Config *cfg, const Tokenizer *tok) {
 
 static void bert_config(cJSON *o, const Config *cfg) {
     const ModelConfig *m = &cfg->model;
-    cJSON_AddItemToObject(o, "architectures", cJSON_CreateStringArray((const char *[]){"BertForMaskedLM"}, 1));
     cJSON_AddStringToObject(o, "model_type", "bert");
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
     cJSON_AddNumberToObject(o, "hidden_size", m->hidden);
@@ -238,7 +324,6 @@ static void bert_config(cJSON *o, const Config *cfg) {
 
 static void gpt2_config(cJSON *o, const Config *cfg) {
     const ModelConfig *m = &cfg->model;
-    cJSON_AddItemToObject(o, "architectures", cJSON_CreateStringArray((const char *[]){"GPT2LMHeadModel"}, 1));
     cJSON_AddStringToObject(o, "model_type", "gpt2");
     cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
     cJSON_AddNumberToObject(o, "n_positions", m->max_seq);
@@ -260,17 +345,27 @@ static void gpt2_config(cJSON *o, const Config *cfg) {
 
 static void put_number(void *obj, const char *key, double value) { cJSON_AddNumberToObject(obj, key, value); }
 
+// auto_map: every Auto class modeling_mhe.py serves for this arch (MLM for bert, CLM for gpt).
 static void mhetrain_config(cJSON *o, const Config *cfg) {
     const ModelConfig *m = &cfg->model;
     const int bert = m->arch == ARCH_BERT;
-    const char *cls = bert ? "MheForMaskedLM" : "MheForCausalLM";
-    char target[64];
-    snprintf(target, sizeof target, "modeling_mhe.%s", cls);
-    cJSON_AddItemToObject(o, "architectures", cJSON_CreateStringArray(&cls, 1));
+    static const char *autos[][2] = {
+        {"AutoModel", "MheModel"},
+        {"AutoModelForMaskedLM", "MheForMaskedLM"},
+        {"AutoModelForCausalLM", "MheForCausalLM"},
+        {"AutoModelForSequenceClassification", "MheForSequenceClassification"},
+        {"AutoModelForTokenClassification", "MheForTokenClassification"},
+        {"AutoModelForQuestionAnswering", "MheForQuestionAnswering"},
+    };
     cJSON_AddStringToObject(o, "model_type", "mhetrain");
     cJSON *map = cJSON_AddObjectToObject(o, "auto_map");
     cJSON_AddStringToObject(map, "AutoConfig", "configuration_mhe.MheConfig");
-    cJSON_AddStringToObject(map, bert ? "AutoModelForMaskedLM" : "AutoModelForCausalLM", target);
+    for (size_t i = 0; i < sizeof autos / sizeof autos[0]; i++) {
+        if ((i == 1 && !bert) || (i == 2 && bert)) continue;
+        char target[80];
+        snprintf(target, sizeof target, "modeling_mhe.%s", autos[i][1]);
+        cJSON_AddStringToObject(map, autos[i][0], target);
+    }
     cJSON_AddStringToObject(o, "arch", arch_name(m->arch));
     cJSON_AddStringToObject(o, "attention_type", attention_type_name(cfg->attention.type));
     const AttnVariant *v = attn_variant(cfg->attention.type);
@@ -291,8 +386,48 @@ static void mhetrain_config(cJSON *o, const Config *cfg) {
     add_float(o, "initializer_range", m->init_std);
 }
 
-void export_write_config(const Config *cfg, ExportFormat format, const Tokenizer *tok, const char *path) {
+// The name of class i: task.labels (generic formats), else the format's own spelling
+// (task_formats.c: "entailment", "not_entailment", ...), else transformers' LABEL_i.
+static void label_name(const Config *cfg, int i, char *out, size_t n) {
+    snprintf(out, n, "LABEL_%d", i);
+    const char *p = cfg->task.labels;
+    if (p && *p) {
+        for (int k = 0; k < i && p; k++) p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL;
+        if (p) snprintf(out, n, "%.*s", (int)(strchr(p, ',') ? (size_t)(strchr(p, ',') - p) : strlen(p)), p);
+        return;
+    }
+    const TaskFormatSpec *fmt = cfg->task.format ? task_format_find(cfg->task.format) : NULL;
+    if (fmt && i < TASK_MAX_LABELS && fmt->labels[i]) snprintf(out, n, "%s", fmt->labels[i]);
+}
+
+// The head's keys: num_labels through id2label / label2id (what transformers saves),
+// problem_type, which the sequence classifiers read to pick their loss, the task's format as
+// transformers' finetuning_task, and the classifier dropout when the task set its own.
+static void head_config(cJSON *o, const Config *cfg, const ExportHead *head) {
+    if (head->kind == EXPORT_HEAD_LM) return;
+    if (cfg->task.format && *cfg->task.format) cJSON_AddStringToObject(o, "finetuning_task", cfg->task.format);
+    if (cfg->task.classifier_dropout >= 0) {
+        cJSON_DeleteItemFromObject(o, "classifier_dropout");
+        add_float(o, "classifier_dropout", cfg->task.classifier_dropout);
+    }
+    if (head->kind == EXPORT_HEAD_SPAN) return;
+    cJSON *id2label = cJSON_AddObjectToObject(o, "id2label"), *label2id = cJSON_AddObjectToObject(o, "label2id");
+    for (int i = 0; i < head->num_labels; i++) {
+        char id[16], label[64];
+        snprintf(id, sizeof id, "%d", i);
+        label_name(cfg, i, label, sizeof label);
+        cJSON_AddStringToObject(id2label, id, label);
+        cJSON_AddNumberToObject(label2id, label, i);
+    }
+    cJSON_AddStringToObject(o, "problem_type",
+                            head->kind == EXPORT_HEAD_REGRESSION ? "regression" : "single_label_classification");
+}
+
+void export_write_config(const Config *cfg, ExportFormat format, const ExportHead *head, const Tokenizer *tok,
+                         const char *path) {
     cJSON *o = cJSON_CreateObject();
+    const char *cls = export_class_name(cfg, format, head);
+    cJSON_AddItemToObject(o, "architectures", cJSON_CreateStringArray(&cls, 1));
     if (format == EXPORT_HF_BERT)
         bert_config(o, cfg);
     else if (format == EXPORT_HF_GPT2)
@@ -300,6 +435,14 @@ void export_write_config(const Config *cfg, ExportFormat format, const Tokenizer
     else
         mhetrain_config(o, cfg);
     add_special_ids(o, cfg, tok);
+    // transformers' pipelines load a tokenizer for a config class they do not know (MheConfig)
+    // only when config.json names its class (the same as tokenizer_config.json's).
+    if (format == EXPORT_MHETRAIN && tok)
+        cJSON_AddStringToObject(o, "tokenizer_class", cfg->model.arch == ARCH_BERT ? "BertTokenizer" : "GPT2Tokenizer");
+    // GPT2ForSequenceClassification needs a pad id to find each row's last token in a batch.
+    if (cfg->model.arch == ARCH_GPT && head->kind != EXPORT_HEAD_LM && tok && tokenizer_special_ids(tok).eos >= 0)
+        cJSON_AddNumberToObject(o, "pad_token_id", tokenizer_special_ids(tok).eos);
+    head_config(o, cfg, head);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
     char *text = cJSON_Print(o);
