@@ -32,6 +32,7 @@
 #include "trainer/task/task.h"
 #include "trainer/train/finetune_init.h"
 #include "trainer/train/optim.h"
+#include "trainer/train/reducer_setup.h"
 #include "trainer/train/schedule.h"
 #include "trainer/train/signals.h"
 
@@ -80,34 +81,7 @@ static void check_write(Finetune *f, int rc, const char *what) {
     comm_abort(f->comm, 1, msg);
 }
 
-static char *config_to_yaml(const Config *cfg) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *fp = open_memstream(&text, &len);
-    if (!fp) mhe_fatal("cannot build the config text: %s", strerror(errno));
-    config_write_yaml(cfg, fp);
-    fclose(fp);
-    return text;
-}
 
-// Tensors outside the layers after them in the table (final LayerNorm, task head) are final once
-// the head's backward is done; the embeddings last (see trainer.c).
-static int ready_stage(const ParamTable *t, int i, int n_layers) {
-    const ParamTensor *p = &t->tensors[i];
-    if (p->layer >= 0) return p->layer;
-    for (int j = 0; j < i; j++)
-        if (t->tensors[j].layer >= 0) return n_layers;
-    return -1;
-}
-
-static void dev_allreduce(void *dcomm, float *buf, size_t n) { device_comm_allreduce_sum(dcomm, buf, n); }
-static void dev_to_host(void *be, float *host, const float *dev, size_t n) {
-    ((Backend *)be)->download(be, host, dev, n * sizeof(float));
-}
-static void dev_to_device(void *be, float *dev, const float *host, size_t n) {
-    ((Backend *)be)->upload(be, dev, host, n * sizeof(float));
-}
-static void bucket_ready(void *reducer, int stage) { grad_reducer_stage_done(reducer, stage); }
 
 static int row_labelled(const TaskBatch *b, int r) {
     if (b->label) return b->label[r] >= 0;
@@ -274,7 +248,7 @@ static int train_step(Finetune *f, double *loss_out, double *gnorm_out, double *
         model_forward_task(f->model, f->chunks[c - c0], 1);
         loss_sum += model_loss_sum(f->model);
         int overlap = c == c1 - 1 && grad_reducer_overlaps(f->reducer);
-        model_set_backward_hook(f->model, overlap ? bucket_ready : NULL, f->reducer);
+        model_set_backward_hook(f->model, overlap ? reducer_setup_stage_done : NULL, f->reducer);
         model_backward_task(f->model, counts[0]);
     }
     grad_reducer_finish(f->reducer);
@@ -413,19 +387,7 @@ static void setup(Finetune *f) {
         if (cfg->dist.backend != DIST_MPI && f->world > 1)
             f->dcomm = device_comm_create(comm_mpi_handle(f->comm), f->be, cfg->dist.timeout_s);
     }
-    f->device = (GradDevice){.ctx = f->be, .to_host = dev_to_host, .to_device = dev_to_device};
-    if (f->dcomm) {
-        f->device.ctx = f->dcomm;
-        f->device.allreduce = dev_allreduce;
-    }
-    f->pieces = mhe_calloc((size_t)f->table->count + 1, sizeof *f->pieces);
-    for (int i = 0; i < f->table->count; i++)
-        f->pieces[i] = (GradPiece){f->table->tensors[i].offset, f->table->tensors[i].numel,
-                                   ready_stage(f->table, i, cfg->model.layers)};
-    GradReducerSpec spec = {.grads = f->grads, .total = total, .pieces = f->pieces, .n_pieces = f->table->count,
-                            .bucket_mb = cfg->dist.bucket_mb, .zero = 0,
-                            .device = is_host(f->be) ? NULL : &f->device};
-    f->reducer = grad_reducer_create(f->comm, &spec);
+    f->reducer = reducer_setup(f->comm, f->be, f->dcomm, f->table, f->grads, cfg, 0, &f->device, &f->pieces);
 
     f->n_chunks_max = f->G / f->mb / f->world + 1;
     f->bufs = mhe_calloc((size_t)f->n_chunks_max, sizeof *f->bufs);

@@ -21,6 +21,7 @@
 #include "trainer/io/run_lock.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
+#include "trainer/train/reducer_setup.h"
 #include "trainer/train/peak.h"
 #include "trainer/train/run_identity.h"
 #include "trainer/train/schedule.h"
@@ -84,36 +85,8 @@ static void refuse_if(Trainer *t, int refuse, const char *why) {
 
 static int is_host_backend(const Backend *be) { return strcmp(be->name, "cpu") == 0; }
 
-static char *config_to_yaml(const Config *cfg) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) mhe_fatal("cannot build the config text: %s", strerror(errno));
-    config_write_yaml(cfg, f);
-    fclose(f);
-    return text;
-}
 
 
-// The backward stage after which tensor i's gradient is final.  Layer tensors: their layer.
-// Tensors outside the layers: the head and final norm (after the layers in the table) are done
-// first, stage n_layers; the embeddings (before the layers) last, stage -1 -- the tied word
-// embedding also receives the head's gradient but is only final after the embedding backward.
-static int ready_stage(const ParamTable *t, int i, int n_layers) {
-    const ParamTensor *p = &t->tensors[i];
-    if (p->layer >= 0) return p->layer;
-    for (int j = 0; j < i; j++)
-        if (t->tensors[j].layer >= 0) return n_layers;
-    return -1;
-}
-
-static void dev_allreduce(void *dcomm, float *buf, size_t n) { device_comm_allreduce_sum(dcomm, buf, n); }
-static void dev_to_host(void *be, float *host, const float *dev, size_t n) {
-    ((Backend *)be)->download(be, host, dev, n * sizeof(float));
-}
-static void dev_to_device(void *be, float *dev, const float *host, size_t n) {
-    ((Backend *)be)->upload(be, dev, host, n * sizeof(float));
-}
 
 static Backend *make_backend(const Config *cfg, Comm *comm) {
     if (cfg->runtime.device == DEVICE_CUDA)
@@ -229,19 +202,8 @@ static void setup(Trainer *t) {
     if (!host && cfg->dist.zero == 1) mhe_fail("%s: dist.zero: 1 needs runtime.device: cpu in this version", cfg->source);
     if (!host && cfg->dist.backend != DIST_MPI && t->world > 1)
         t->dcomm = device_comm_create(comm_mpi_handle(t->comm), t->be, cfg->dist.timeout_s);
-    t->device = (GradDevice){.ctx = t->be, .to_host = dev_to_host, .to_device = dev_to_device};
-    if (t->dcomm) {
-        t->device.ctx = t->dcomm;
-        t->device.allreduce = dev_allreduce;
-    }
-    t->pieces = mhe_calloc((size_t)t->table->count + 1, sizeof *t->pieces);
-    for (int i = 0; i < t->table->count; i++)
-        t->pieces[i] = (GradPiece){t->table->tensors[i].offset, t->table->tensors[i].numel,
-                                   ready_stage(t->table, i, cfg->model.layers)};
-    GradReducerSpec spec = {.grads = t->grads, .total = t->table->total, .pieces = t->pieces,
-                            .n_pieces = t->table->count, .bucket_mb = cfg->dist.bucket_mb,
-                            .zero = cfg->dist.zero == 1, .device = host ? NULL : &t->device};
-    t->reducer = grad_reducer_create(t->comm, &spec);
+    t->reducer = reducer_setup(t->comm, t->be, t->dcomm, t->table, t->grads, cfg, cfg->dist.zero == 1, &t->device,
+                               &t->pieces);
     grad_reducer_set_overlap(t->reducer, !t->opt->no_overlap);
     t->zero = grad_reducer_shards(t->reducer);
     optim_state_init(&t->opt_state, t->table, t->zero->begin, t->zero->end);
@@ -403,7 +365,6 @@ static void evaluate(Trainer *t, int batches) {
     check_write(t, tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals), "tensorboard");
 }
 
-static void bucket_ready(void *reducer, int stage) { grad_reducer_stage_done(reducer, stage); }
 
 // LAMB's per-tensor norms when tensors straddle ZeRO shards.
 static void sum_across_ranks(double *norms, int n, void *comm) { comm_allreduce_sum_f64(comm, norms, (size_t)n); }
@@ -441,7 +402,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         loss_sum += model_loss_sum(t->model);
         // The last micro-batch completes the gradients: reduce buckets as they become final.
         int overlap = i == t->n_micro - 1 && grad_reducer_overlaps(t->reducer);
-        model_set_backward_hook(t->model, overlap ? bucket_ready : NULL, t->reducer);
+        model_set_backward_hook(t->model, overlap ? reducer_setup_stage_done : NULL, t->reducer);
         model_backward(t->model, divisor);
     }
     grad_reducer_finish(t->reducer);
