@@ -214,8 +214,22 @@ static inline float from_bf16(uint16_t h) {
 // X stored as `rows` rows of `cols` values, leading dimension ld -> contiguous bf16.  Split
 // over the threads when large (a serial pass over an activation would idle the other cores);
 // inside a parallel loop (attention) the pragma's region runs on the calling thread.
+static void pack_rows(const float *x, int r0, int r1, int cols, int ld, uint16_t *out) {
+    for (int r = r0; r < r1; r++) {
+        const float *xr = x + (size_t)r * ld;
+        uint16_t *o = out + (size_t)r * cols;
+#pragma omp simd
+        for (int c = 0; c < cols; c++) o[c] = to_bf16(xr[c]);
+    }
+}
 static void pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out) {
-#pragma omp parallel for schedule(dynamic, 16) if ((size_t)rows * cols >= (1u << 17))
+    // Small operands (attention's per-head ones) without an OpenMP region: even one that the
+    // if clause keeps on one thread costs a nested team's set-up, a microsecond or more.
+    if ((size_t)rows * cols < (1u << 17)) {
+        pack_rows(x, 0, rows, cols, ld, out);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 16)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * ld;
         uint16_t *o = out + (size_t)r * cols;
