@@ -22,20 +22,23 @@ test -s "$out/results.csv" || fail "no results.csv after the first run"
 sum_mha=$(sha256sum "$out/mha/metrics.jsonl" "$out/mha/peak_rss_kb.txt" | sha256sum)
 rm "$out/results.csv" "$out/results.md" "$out/curves.png"
 
-# 2. mha is skipped; sha and mhe_mul stop after step 5 with a checkpoint, so no table yet.
-run mha sha mhe_mul --stop-after 5 || { cat "$WORK/log" >&2; fail "partial compare"; }
+# 2. mha is skipped; sha and mhe_mul (trained at once: --jobs defaults to one per core) stop
+#    after step 5 with a checkpoint, so no table yet.
+run mha sha mhe_mul --jobs 2 --stop-after 5 || { cat "$WORK/log" >&2; fail "partial compare"; }
 grep -q "compare: mha: done (12 steps), skipped" "$WORK/log" || fail "finished mha not skipped"
 grep -q "compare: not finished: sha mhe_mul" "$WORK/log" || { cat "$WORK/log" >&2; fail "partial run not reported"; }
 test ! -e "$out/results.csv" || fail "a table from unfinished runs"
 test -d "$out/sha/checkpoints/step_00000005" || fail "sha has no checkpoint at step 5"
 
-# 3. The same command without --stop-after finishes them from step 5.
-run mha sha mhe_mul || { cat "$WORK/log" >&2; fail "resumed compare"; }
+grep -q "compare: sha: training into .*log $out/sha/train.log" "$WORK/log" || { cat "$WORK/log" >&2; fail "sha not run as a job"; }
+
+# 3. The same command without --stop-after, one run at a time, finishes them from step 5.
+run mha sha mhe_mul --jobs 1 || { cat "$WORK/log" >&2; fail "resumed compare"; }
 grep -q "compare: mha: done (12 steps), skipped" "$WORK/log" || fail "finished mha retrained"
 for t in sha mhe_mul; do
-  grep -q "resumed from .*step_00000005 (step 5" "$WORK/log" || fail "$t did not resume from step 5"
+  grep -q "resumed from .*step_00000005 (step 5" "$out/$t/train.log" || fail "$t did not resume from step 5"
 done
-[ "$(grep -c "^resumed from" "$WORK/log")" = 2 ] || fail "expected exactly two resumed runs"
+[ "$(grep -c "^resumed from" "$WORK/log")" = 2 ] || fail "expected exactly two resumed runs (streamed with --jobs 1)"
 [ "$sum_mha" = "$(sha256sum "$out/mha/metrics.jsonl" "$out/mha/peak_rss_kb.txt" | sha256sum)" ] \
   || fail "mha's run files changed although it was finished"
 
@@ -55,6 +58,9 @@ out2="$WORK/cmp2"
 bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" mha sha --seeds 2 -o "$out2" "${SET[@]}" 2>"$WORK/log2" \
   || { cat "$WORK/log2" >&2; fail "compare --seeds 2"; }
 /usr/bin/python3 "$MHE_SOURCE_DIR/tests/compare/check_seeds.py" "$out2" 2 mha sha
+# Two runs at once train exactly what one run alone trains: seed 1 of mha is step 1's run.
+evals() { grep '"valid_loss"' "$1/metrics.jsonl"; }
+[ "$(evals "$out/mha")" = "$(evals "$out2/mha/seed-1")" ] || fail "mha seed 1 (parallel) differs from mha trained alone"
 # 7. --finetune on the derived tasks (tiny sizes) with the random-init baseline: the pretraining
 #    of step 6 is reused, every (type, seed) fine-tuned from its own run.
 /usr/bin/python3 "$MHE_SOURCE_DIR/tests/finetune/make_tasks.py" "$WORK/tasks" --mhetrain "$MHETRAIN" \
