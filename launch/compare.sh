@@ -9,9 +9,8 @@
 #            groups = heads/2 and collab D~ = hidden/2 unless attention.groups= / collab_dim= are
 #            given; the other types' keys keep their defaults (mla: d_c = 4d)
 # -o         output folder (default: out/compare-<base name>); each type trains into OUTDIR/TYPE/
-# --tokens   training tokens per type (default 819200: 200 steps of the tiny configs, so that all
-#            ten types take about 30 minutes on 2 idle cores); a train.steps= or train.tokens=
-#            override replaces it
+# --tokens   training tokens per type (default: BASE's own budget, e.g. the tiny recipe's 2,000
+#            steps of configs/tiny-bert.yaml); a train.steps= or train.tokens= override replaces it
 # --seeds N  train every type N times, run k with train.seed and data.shuffle_seed raised by k-1
 #            (initialisation, masking, dropout, data order); the table gives mean ± standard
 #            deviation and whether each type's gap to mha exceeds the seed noise (default 1)
@@ -37,7 +36,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 util=(/usr/bin/python3 "$here/launch/compare/compare_util.py")
 die() { echo "compare: $*" >&2; exit 2; }
 
-base="" outdir="" tokens=819200 stop_after="" seeds=1 jobs="" types=() user=() finetune=() ft_baseline=0
+base="" outdir="" tokens="" stop_after="" seeds=1 jobs="" types=() user=() finetune=() ft_baseline=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
@@ -74,7 +73,8 @@ done
 has_user() { local k; for k in "${user[@]+"${user[@]}"}"; do [[ "$k" == "$1="* ]] && return 0; done; return 1; }
 # The same budget for every type.  steps=0 lets a token budget replace the base's step count.
 common=()
-if ! has_user train.steps && ! has_user train.tokens; then common+=(train.steps=0 train.tokens="$tokens")
+if ! has_user train.steps && ! has_user train.tokens; then
+  [ -z "$tokens" ] || common+=(train.steps=0 train.tokens="$tokens")
 elif has_user train.tokens && ! has_user train.steps; then common+=(train.steps=0); fi
 mkdir -p "$outdir"
 "$bin" train "$base" "${common[@]+"${common[@]}"}" "${user[@]+"${user[@]}"}" --dry-run >"$outdir/base.resolved.yaml"

@@ -75,7 +75,7 @@ for size in $sizes; do
         r=0
         while [ "$r" -lt "$runs" ]; do
             for prec in fp32 bf16; do
-                "$mhetrain" bench "$cfg" model.layers=$L model.hidden=$D model.heads=$n model.ffn=$F \
+                "$mhetrain" bench "$cfg" model.norm=post model.dropout=0.1 model.attn_dropout=0.1 objective.mask_prob=0.15 model.layers=$L model.hidden=$D model.heads=$n model.ffn=$F \
                     model.vocab_size=$V model.max_seq=$T data.seq_len=$T train.micro_batch=$B \
                     runtime.threads="$threads" runtime.precision=$prec --steps "$steps" >"$tmp/o.txt"
                 grep '^bench-result:' "$tmp/o.txt" >>"$tmp/m$(echo $prec | tr -d fpbf)"

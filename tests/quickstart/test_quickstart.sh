@@ -10,7 +10,8 @@ source "$MHE_SOURCE_DIR/tests/common/lib.sh"
 mhe_workdir quickstart
 work=$WORK
 start=$(date +%s)
-MHE_SKIP_BUILD=1 MHE_QUICKSTART_DIR="$work" "$MHE_SOURCE_DIR/launch/quickstart.sh" \
+# The recipe trains in bf16 (configs/tiny-bert.yaml); this first run is the fp32 reference.
+MHE_SKIP_BUILD=1 MHE_QUICKSTART_DIR="$work" "$MHE_SOURCE_DIR/launch/quickstart.sh" runtime.precision=fp32 \
   train.steps=60 train.eval_every=20 train.eval_batches=4 train.checkpoint_every=30 train.log_every=10 \
   2>&1 | tee "$work/log.txt"
 echo "quickstart wall time: $(( $(date +%s) - start )) s"

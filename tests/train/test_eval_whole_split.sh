@@ -20,6 +20,9 @@ EXTRA=(train.micro_batch=8); ev whole_b3 "$MHETRAIN"
 EXTRA=(); ev whole_np2 "${MPIRUN[@]}" -np 2 "$MHETRAIN"
 EXTRA=(train.global_batch=1 train.micro_batch=1 train.final_eval_batches="$N"); ev sampled_n "$MHETRAIN"
 EXTRA=(train.global_batch=1 train.micro_batch=1 train.final_eval_batches=$((N - 1))); ev sampled_n1 "$MHETRAIN"
+# objective.eval_mask_prob scores the validation split at its own rate, whatever the training's.
+EXTRA=(objective.eval_mask_prob=0.4); ev rate40 "$MHETRAIN"
+EXTRA=(objective.mask_prob=0.4 objective.eval_mask_prob=0.15); ev trained40 "$MHETRAIN"
 $PY - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -30,6 +33,13 @@ for k in ["whole_b3", "whole_np2", "sampled_n"]:
     for m in ["valid_loss", "valid_accuracy"]:
         assert abs(r[k][m] - base[m]) <= 1e-5 * max(1.0, abs(base[m])), (k, m, r[k][m], base[m])
 assert r["sampled_n1"]["tokens"] < base["tokens"], "one sample fewer must score fewer tokens"
+for k in ["rate40", "trained40"]:
+    r[k] = json.load(open(f"{w}/{k}.json"))
+# The base run's mask_prob is 0.15: 0.4 selects 8/3 as many positions (binomial, thousands of them).
+ratio = r["rate40"]["tokens"] / base["tokens"]
+assert abs(ratio - 0.4 / 0.15) < 0.15, ("eval_mask_prob 0.4 scored", r["rate40"]["tokens"], "vs", base["tokens"])
+assert r["trained40"]["tokens"] == base["tokens"] and r["trained40"]["valid_loss"] == base["valid_loss"], \
+    ("mask_prob 0.4 with eval_mask_prob 0.15 must score the 0.15 positions", r["trained40"], base)
 rows = [json.loads(l) for l in open(f"{w}/run/metrics.jsonl")]
 final = [x for x in rows if x.get("split") == "valid"][-1]
 assert final["whole_split"] == 1 and final["valid_tokens"] == base["tokens"], final

@@ -56,6 +56,7 @@ typedef struct {
 typedef struct {
     Objective type;           // default: mlm for bert, clm for gpt
     float mask_prob;          // fraction of non-special positions selected (MLM)
+    float eval_mask_prob;     // the same for the validation split; 0: mask_prob
     float mask_token_frac;    // of those, replaced by [MASK]
     float random_token_frac;  // of those, replaced by a random token (rest unchanged)
     bool whole_word;          // whole-word masking (WordPiece ## continuation)

@@ -141,6 +141,7 @@ Loader *loader_open_config(const Config *cfg, bool valid) {
         // scored on the same positions, so their spread is the training's, not the scoring's.
         opt.shuffle_seed = 0x76616c6964ull;  // "valid"
         opt.mask_seed = 0x76616c6964ull;
+        if (cfg->objective.eval_mask_prob > 0) opt.mask_prob = cfg->objective.eval_mask_prob;
     }
     int n = valid ? cfg->data.n_valid : cfg->data.n_train;
     check_manifests(cfg, valid ? cfg->data.valid : cfg->data.train, n, false);

@@ -115,6 +115,9 @@ static const ConfigField OBJECTIVE_FIELDS[] = {
      .doc = "masked (bert only) or causal (gpt only) language modelling"},
     {KEY(objective, mask_prob, F_FLOAT), .def = "0.15", FRANGE(0, 1, 1, 1),
      .doc = "MLM: fraction of non-special positions selected"},
+    {KEY(objective, eval_mask_prob, F_FLOAT), .def = "0", FRANGE(0, 0, 1, 1),
+     .doc = "MLM: the fraction selected in the validation split (loss, accuracy); 0: `mask_prob`. "
+            "Lets runs trained at different masking rates be scored on the same positions"},
     {KEY(objective, mask_token_frac, F_FLOAT), .def = "0.8", FRANGE(0, 0, 1, 0),
      .doc = "MLM: of the selected, the fraction replaced by `[MASK]`"},
     {KEY(objective, random_token_frac, F_FLOAT), .def = "0.1", FRANGE(0, 0, 1, 0),
