@@ -137,6 +137,14 @@ struct Backend {
                            float alpha, const float *A, int lda, long stride_a, const float *B,
                            int ldb, long stride_b, float beta, float *C, int ldc, long stride_c,
                            int batch);
+    // Optional (NULL: the model uses matmul, bias_add and bias_backward): a linear layer,
+    // y [N, out] = x [N, in] Wᵀ (W [out, in]) + b (b may be NULL), and its backward,
+    // dx = dy W (dx may be NULL; accumulate adds to it), dW += dyᵀ x, db += Σ_rows dy (db may
+    // be NULL).  A backend implements them to fuse the bias and reuse the operands' copies.
+    void (*linear_forward)(Backend *be, const float *x, const float *W, const float *b, int N,
+                           int in, int out, float *y);
+    void (*linear_backward)(Backend *be, const float *dy, const float *x, const float *W, int N,
+                            int in, int out, float *dx, int accumulate, float *dW, float *db);
     // y[r, c] += bias[c] for y [N, C].
     void (*bias_add)(Backend *be, float *y, const float *bias, int N, int C);
     // dbias[c] += sum_r dy[r, c].

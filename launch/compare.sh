@@ -134,7 +134,7 @@ finish_one() {
     pid=""
     wait -n -p pid "${!job_label[@]}" && status=0 || status=$?
     # wait returns >128 with no pid when a trapped signal interrupts it; the jobs still run.
-    [ -n "$pid" ] && break
+    [ -n "${pid:-}" ] && break
   done
   local label="${job_label[$pid]}" dir="${job_dir[$pid]}" check="${job_done[$pid]}" log="${job_log[$pid]}"
   unset "job_label[$pid]" "job_dir[$pid]" "job_done[$pid]" "job_log[$pid]"

@@ -72,18 +72,21 @@ static void cpu_scale(Backend *be, float *x, float alpha, size_t n) {
 
 static void cpu_add_scalar(Backend *be, const float *x, float c, float *out, size_t n) {
     double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) out[i] = x[i] + c;
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cpu_mul(Backend *be, const float *a, const float *b, float *out, size_t n) {
     double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cpu_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) {
     double t0 = cpu_prof_begin(be);
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) out[i] += a[i] * b[i];
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -165,7 +168,40 @@ static void cpu_scatter_rows(Backend *be, const float *src, const int32_t *rows,
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
+// y = x Wᵀ + b: the bias goes into the product (oneDNN's bias argument), no second pass.
+static void cpu_linear_forward(Backend *be, const float *x, const float *W, const float *b, int N,
+                               int in, int out, float *y) {
+    double t0 = cpu_prof_begin(be);
+    CpuContext *c = cpu_ctx(be);
+    cpu_gemm_ex(c->gemm, c->bf16, 0, 1, N, out, in, 1.0f, (CpuOperand){x, NULL, in},
+                (CpuOperand){W, NULL, in}, b, 0.0f, y, out);
+    cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+}
+
+// dx = dy W, dW += dyᵀ x, db += Σ_rows dy.  In bf16 dy is rounded once for both products and
+// its column sums (db) are taken in the same pass; in fp32 the two products and the bias sum
+// are exactly those of the unfused ops.
+static void cpu_linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N,
+                                int in, int out, float *dx, int accumulate, float *dW, float *db) {
+    CpuContext *c = cpu_ctx(be);
+    if (!c->bf16 || omp_in_parallel()) {
+        if (dx) cpu_matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
+        cpu_matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+        if (db) cpu_bias_backward(be, dy, N, out, db);
+        return;
+    }
+    double t0 = cpu_prof_begin(be);
+    const CpuOperand hdy = {NULL, cpu_gemm_pack(c->gemm, dy, N, out, db), out};
+    if (dx)
+        cpu_gemm_ex(c->gemm, 1, 0, 0, N, in, out, 1.0f, hdy, (CpuOperand){W, NULL, in}, NULL,
+                    accumulate ? 1.0f : 0.0f, dx, in);
+    cpu_gemm_ex(c->gemm, 1, 1, 0, out, in, N, 1.0f, hdy, (CpuOperand){x, NULL, in}, NULL, 1.0f, dW, in);
+    cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in * (dx ? 2 : 1));
+}
+
 void cpu_install_dense(Backend *be) {
+    be->linear_forward = cpu_linear_forward;
+    be->linear_backward = cpu_linear_backward;
     be->gather_rows = cpu_gather_rows;
     be->scatter_rows = cpu_scatter_rows;
     be->matmul = cpu_matmul;

@@ -20,20 +20,21 @@
 
 // One cached primitive: the key is everything its creation depends on.
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc, bf16;
+    int ta, tb, M, N, K, lda, ldb, ldc, bf16, bias;
     float alpha, beta;
 } GemmKey;
 
 typedef struct GemmEntry {
     GemmKey key;
     dnnl_primitive_t prim;          // NULL: oneDNN has no kernel for it (bf16 on an old CPU)
-    dnnl_memory_t *mem;             // per thread: src, weights, dst, scratchpad (NULL: none)
+    dnnl_memory_t *mem;             // per thread: src, weights, dst, scratchpad (NULL: none), bias
     void **scratch;                 // per thread scratchpad buffers (user scratchpad mode)
     size_t scratch_bytes;
     struct GemmEntry *next;
 } GemmEntry;
 
 #define GEMM_BUCKETS 1024
+#define MEMS 5                      // memory objects per thread and entry
 // The MLM head's row count changes from batch to batch (the scored positions), so shapes keep
 // arriving during training; past this many primitives the cache is emptied (outside parallel
 // regions only, where no other thread can be executing one) and refills with the live shapes.
@@ -48,6 +49,10 @@ struct CpuGemm {
     int entries;
     uint16_t **bf16_buf;            // per thread operand copies rounded to bf16 (grow-only)
     size_t *bf16_elems;
+    uint16_t *keep_buf;             // cpu_gemm_pack's result (outside parallel regions only)
+    size_t keep_elems;
+    double *colsum;                 // cpu_gemm_pack's per-block column sums
+    size_t colsum_elems;
 };
 
 static int key_eq(const GemmKey *a, const GemmKey *b) { return memcmp(a, b, sizeof *a) == 0; }
@@ -78,8 +83,8 @@ static void free_entries(CpuGemm *g) {
         for (GemmEntry *e = g->buckets[b], *next; e; e = next) {
             next = e->next;
             for (int t = 0; t < g->threads; t++) {
-                for (int i = 0; i < 4; i++)
-                    if (e->mem[t * 4 + i]) dnnl_memory_destroy(e->mem[t * 4 + i]);
+                for (int i = 0; i < MEMS; i++)
+                    if (e->mem[t * MEMS + i]) dnnl_memory_destroy(e->mem[t * MEMS + i]);
                 free(e->scratch[t]);
             }
             if (e->prim) dnnl_primitive_destroy(e->prim);
@@ -104,6 +109,8 @@ void cpu_gemm_destroy(CpuGemm *g) {
     free(g->streams);
     free(g->bf16_buf);
     free(g->bf16_elems);
+    free(g->keep_buf);
+    free(g->colsum);
     free(g);
 }
 
@@ -121,15 +128,18 @@ static void plain_md(dnnl_memory_desc_t *md, int rows, int cols, int trans, int 
 static GemmEntry *create_entry(CpuGemm *g, const GemmKey *k) {
     GemmEntry *e = mhe_calloc(1, sizeof *e);
     e->key = *k;
-    e->mem = mhe_calloc((size_t)g->threads * 4, sizeof *e->mem);
+    e->mem = mhe_calloc((size_t)g->threads * MEMS, sizeof *e->mem);
     e->scratch = mhe_calloc((size_t)g->threads, sizeof *e->scratch);
     const dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_memory_desc_t a, b, c;
     plain_md(&a, k->M, k->K, k->ta, k->lda, in);
     plain_md(&b, k->K, k->N, k->tb, k->ldb, in);
     plain_md(&c, k->M, k->N, 0, k->ldc, dnnl_f32);
+    // Bias [1, N] fp32, added to the fp32 accumulators before they are stored (one pass less).
+    dnnl_memory_desc_t bias;
+    plain_md(&bias, 1, k->N, 0, k->N, dnnl_f32);
     dnnl_matmul_desc_t md;
-    DNNL_OK(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
+    DNNL_OK(dnnl_matmul_desc_init(&md, &a, &b, k->bias ? &bias : NULL, &c));
     dnnl_primitive_attr_t attr;
     DNNL_OK(dnnl_primitive_attr_create(&attr));
     // User scratchpad: each thread passes its own, so one primitive may run in several
@@ -155,10 +165,11 @@ static GemmEntry *create_entry(CpuGemm *g, const GemmKey *k) {
     e->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
     DNNL_OK(dnnl_primitive_create(&e->prim, pd));
     for (int t = 0; t < g->threads; t++) {
-        dnnl_memory_t *m = e->mem + t * 4;
+        dnnl_memory_t *m = e->mem + t * MEMS;
         DNNL_OK(dnnl_memory_create(&m[0], &a, g->engine, DNNL_MEMORY_NONE));
         DNNL_OK(dnnl_memory_create(&m[1], &b, g->engine, DNNL_MEMORY_NONE));
         DNNL_OK(dnnl_memory_create(&m[2], &c, g->engine, DNNL_MEMORY_NONE));
+        if (k->bias) DNNL_OK(dnnl_memory_create(&m[4], &bias, g->engine, DNNL_MEMORY_NONE));
         if (e->scratch_bytes) {
             e->scratch[t] = aligned_alloc(64, (e->scratch_bytes + 63) / 64 * 64);
             if (!e->scratch[t]) mhe_fatal("out of memory allocating a oneDNN scratchpad");
@@ -203,8 +214,22 @@ static inline float from_bf16(uint16_t h) {
 // X stored as `rows` rows of `cols` values, leading dimension ld -> contiguous bf16.  Split
 // over the threads when large (a serial pass over an activation would idle the other cores);
 // inside a parallel loop (attention) the pragma's region runs on the calling thread.
+static void pack_rows(const float *x, int r0, int r1, int cols, int ld, uint16_t *out) {
+    for (int r = r0; r < r1; r++) {
+        const float *xr = x + (size_t)r * ld;
+        uint16_t *o = out + (size_t)r * cols;
+#pragma omp simd
+        for (int c = 0; c < cols; c++) o[c] = to_bf16(xr[c]);
+    }
+}
 static void pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out) {
-#pragma omp parallel for schedule(dynamic, 16) if ((size_t)rows * cols >= (1u << 17))
+    // Small operands (attention's per-head ones) without an OpenMP region: even one that the
+    // if clause keeps on one thread costs a nested team's set-up, a microsecond or more.
+    if ((size_t)rows * cols < (1u << 17)) {
+        pack_rows(x, 0, rows, cols, ld, out);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 16)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * ld;
         uint16_t *o = out + (size_t)r * cols;
@@ -228,53 +253,133 @@ static uint16_t *thread_bf16(CpuGemm *g, int t, size_t elems) {
     return g->bf16_buf[t];
 }
 
-static void execute(CpuGemm *g, GemmEntry *e, int t, const void *A, const void *B, float *C) {
-    dnnl_memory_t *m = e->mem + t * 4;
+static void execute(CpuGemm *g, GemmEntry *e, int t, const void *A, const void *B,
+                    const float *bias, float *C) {
+    dnnl_memory_t *m = e->mem + t * MEMS;
     DNNL_OK(dnnl_memory_set_data_handle(m[0], (void *)A));
     DNNL_OK(dnnl_memory_set_data_handle(m[1], (void *)B));
     DNNL_OK(dnnl_memory_set_data_handle(m[2], C));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
-                               {DNNL_ARG_SCRATCHPAD, m[3]}};
-    DNNL_OK(dnnl_primitive_execute(e->prim, g->streams[t], m[3] ? 4 : 3, args));
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
+    int na = 3;
+    if (m[3]) args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[3]};
+    if (bias) {
+        DNNL_OK(dnnl_memory_set_data_handle(m[4], (void *)bias));
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, m[4]};
+    }
+    DNNL_OK(dnnl_primitive_execute(e->prim, g->streams[t], na, args));
     DNNL_OK(dnnl_stream_wait(g->streams[t]));
 }
 
-void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
-              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+static void bf16_to_f32(const uint16_t *h, size_t n, float *out) {
+#pragma omp parallel for schedule(static) if (n >= (1u << 17))
+    for (size_t i = 0; i < n; i++) out[i] = from_bf16(h[i]);
+}
+
+void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
+                 CpuOperand A, CpuOperand B, const float *bias, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : C[(size_t)i * ldc + j] * beta;
+            for (int j = 0; j < N; j++) {
+                float *c = &C[(size_t)i * ldc + j];
+                *c = (beta == 0.0f ? 0.0f : *c * beta) + (bias ? bias[j] : 0.0f);
+            }
         return;
     }
     const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
     // Per-thread streams, memory objects and scratch exist for the backend's threads only.
     if (t >= g->threads) mhe_fatal("cpu_gemm called from OpenMP thread %d of a team wider than the backend's %d threads", t, g->threads);
+    if ((A.h || B.h) && !bf16) mhe_fatal("cpu_gemm: a bf16 operand in an fp32 product");
+    const int hb_ = bias != NULL;
     if (!bf16) {
-        GemmKey k = {ta, tb, M, N, K, lda, ldb, ldc, 0, alpha, beta};
-        execute(g, lookup(g, &k), t, A, B, C);
+        GemmKey k = {ta, tb, M, N, K, A.ld, B.ld, ldc, 0, hb_, alpha, beta};
+        execute(g, lookup(g, &k), t, A.f, B.f, bias, C);
         return;
     }
-    // bf16: the operands are rounded into contiguous per-thread copies (same orientation,
-    // leading dimension = stored row length), products accumulate in fp32.
+    // bf16: fp32 operands are rounded into contiguous per-thread copies (same orientation,
+    // leading dimension = stored row length), products accumulate in fp32.  Operands packed
+    // by cpu_gemm_pack are contiguous already.
     const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
-    const size_t na = (size_t)arows * acols, nb = (size_t)brows * bcols;
-    GemmKey k = {ta, tb, M, N, K, acols, bcols, ldc, 1, alpha, beta};
+    const size_t na = A.h ? 0 : (size_t)arows * acols, nb = B.h ? 0 : (size_t)brows * bcols;
+    GemmKey k = {ta, tb, M, N, K, acols, bcols, ldc, 1, hb_, alpha, beta};
     GemmEntry *e = lookup(g, &k);
     if (e->prim) {
         uint16_t *ha = thread_bf16(g, t, na + nb), *hb = ha + na;
-        pack_bf16(A, arows, acols, lda, ha);
-        pack_bf16(B, brows, bcols, ldb, hb);
-        execute(g, e, t, ha, hb, C);
+        if (!A.h) pack_bf16(A.f, arows, acols, A.ld, ha);
+        if (!B.h) pack_bf16(B.f, brows, bcols, B.ld, hb);
+        execute(g, e, t, A.h ? A.h : ha, B.h ? B.h : hb, bias, C);
         return;
     }
     // No bf16 kernel on this CPU: the same arithmetic (bf16-rounded operands, fp32 products
     // and sums) through the fp32 primitive.
-    float *fa = (float *)thread_bf16(g, t, 2 * (na + nb)), *fb = fa + na;
-#pragma omp parallel for schedule(dynamic, 16) if (na >= (1u << 17))
-    for (int r = 0; r < arows; r++) cpu_round_bf16(A + (size_t)r * lda, fa + (size_t)r * acols, acols);
-#pragma omp parallel for schedule(dynamic, 16) if (nb >= (1u << 17))
-    for (int r = 0; r < brows; r++) cpu_round_bf16(B + (size_t)r * ldb, fb + (size_t)r * bcols, bcols);
-    GemmKey kf = {ta, tb, M, N, K, acols, bcols, ldc, 0, alpha, beta};
-    execute(g, lookup(g, &kf), t, fa, fb, C);
+    const size_t fa_n = (size_t)arows * acols, fb_n = (size_t)brows * bcols;
+    float *fa = (float *)thread_bf16(g, t, 2 * (fa_n + fb_n)), *fb = fa + fa_n;
+    if (A.h) bf16_to_f32(A.h, fa_n, fa);
+    else {
+#pragma omp parallel for schedule(dynamic, 16) if (fa_n >= (1u << 17))
+        for (int r = 0; r < arows; r++) cpu_round_bf16(A.f + (size_t)r * A.ld, fa + (size_t)r * acols, acols);
+    }
+    if (B.h) bf16_to_f32(B.h, fb_n, fb);
+    else {
+#pragma omp parallel for schedule(dynamic, 16) if (fb_n >= (1u << 17))
+        for (int r = 0; r < brows; r++) cpu_round_bf16(B.f + (size_t)r * B.ld, fb + (size_t)r * bcols, bcols);
+    }
+    GemmKey kf = {ta, tb, M, N, K, acols, bcols, ldc, 0, hb_, alpha, beta};
+    execute(g, lookup(g, &kf), t, fa, fb, bias, C);
+}
+
+void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    cpu_gemm_ex(g, bf16, ta, tb, M, N, K, alpha, (CpuOperand){A, NULL, lda}, (CpuOperand){B, NULL, ldb},
+                NULL, beta, C, ldc);
+}
+
+// Rows per block of cpu_gemm_pack's column sums: fixed, so the sums do not depend on the
+// number of threads (a resumed run with another thread count stays exact).
+#define COLSUM_ROWS 256
+
+const uint16_t *cpu_gemm_pack(CpuGemm *g, const float *x, int rows, int cols, float *colsum) {
+    const size_t n = (size_t)rows * cols;
+    if (n > g->keep_elems) {
+        free(g->keep_buf);
+        g->keep_buf = aligned_alloc(64, (n * 2 + 63) / 64 * 64);
+        if (!g->keep_buf) mhe_fatal("out of memory allocating %zu bf16 values", n);
+        g->keep_elems = n;
+    }
+    uint16_t *out = g->keep_buf;
+    if (!colsum) {
+        pack_bf16(x, rows, cols, cols, out);
+        return out;
+    }
+    const int blocks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    const size_t need = (size_t)blocks * cols;
+    if (need > g->colsum_elems) {
+        free(g->colsum);
+        g->colsum = mhe_malloc(need * sizeof *g->colsum);
+        g->colsum_elems = need;
+    }
+    double *part = g->colsum;
+    // One pass over x: round each row to bf16 and add it to its block's column sums (the
+    // block's sums, cols doubles, stay in cache).
+#pragma omp parallel for schedule(dynamic, 1) if (n >= (1u << 16))
+    for (int bl = 0; bl < blocks; bl++) {
+        double *acc = part + (size_t)bl * cols;
+        memset(acc, 0, (size_t)cols * sizeof *acc);
+        const int r1 = (bl + 1) * COLSUM_ROWS < rows ? (bl + 1) * COLSUM_ROWS : rows;
+        for (int r = bl * COLSUM_ROWS; r < r1; r++) {
+            const float *xr = x + (size_t)r * cols;
+            uint16_t *o = out + (size_t)r * cols;
+#pragma omp simd
+            for (int c = 0; c < cols; c++) {
+                o[c] = to_bf16(xr[c]);
+                acc[c] += xr[c];
+            }
+        }
+    }
+    for (int c = 0; c < cols; c++) {
+        double s = 0;
+        for (int bl = 0; bl < blocks; bl++) s += part[(size_t)bl * cols + c];
+        colsum[c] += (float)s;
+    }
+    return out;
 }

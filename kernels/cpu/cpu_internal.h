@@ -3,16 +3,22 @@
 #define MHE_KERNELS_CPU_INTERNAL_H
 
 #include <omp.h>
+#include <stdint.h>
 
 #include "kernels/ops.h"
 
-// Loops over fewer elements run on one thread: for memory-bound loops a parallel region costs
-// more than it saves, and far more on a loaded machine (a barrier waits for a descheduled thread).
-#define CPU_PARALLEL_MIN (1 << 20)
-// Memory-bound passes (bias, residual adds, dropout, LayerNorm, embeddings) take well under a
-// millisecond per million floats on one core; a parallel region on a loaded machine can cost
-// a scheduler time slice (several ms), so they only split when far larger.
-#define CPU_PARALLEL_MIN_MEM (1 << 23)
+// Loops over fewer elements run on one thread.  With the OpenMP threads spinning between
+// regions (oneDNN's matmuls keep them hot) a fork/join costs a few microseconds; a memory-bound
+// pass over 64K floats takes ~20 us on one core, so above that splitting pays on a quiet
+// machine.  The earlier thresholds (1M, 8M) kept every activation pass of the bench's models
+// (1M-4M floats) on one thread, and the non-matmul part of a step did not scale: 1.4x with 2
+// threads.  Loops use dynamic chunks, so on a loaded machine a descheduled thread holds up one
+// small chunk, not half the op.
+#define CPU_PARALLEL_MIN (1 << 15)       // compute-heavy loops (GELU, exp): ~10 ns/element
+#define CPU_PARALLEL_MIN_MEM (1 << 16)   // memory-bound passes (bias, adds, dropout, LayerNorm)
+// Reductions whose sums depend on how the loop is split (sum_squares' omp reduction) keep the
+// old threshold, so their results for the models' tensors do not change with the thread count.
+#define CPU_PARALLEL_MIN_REDUCE (1 << 20)
 
 // oneDNN matmuls (cpu_gemm.c): primitives cached per shape, per-thread streams and scratch.
 typedef struct CpuGemm CpuGemm;
@@ -24,6 +30,21 @@ int cpu_gemm_native_bf16(const CpuGemm *g);
 // product then runs on the calling thread).
 void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+// An operand: fp32 values (f, leading dimension ld) or, in bf16 products only, values already
+// rounded to bf16 by cpu_gemm_pack (h, contiguous: ld = the stored row length).
+typedef struct {
+    const float *f;
+    const uint16_t *h;
+    int ld;
+} CpuOperand;
+// cpu_gemm with either kind of operand and an optional bias [N] added to every row of the
+// product (inside the primitive: no separate pass over C).
+void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
+                 CpuOperand A, CpuOperand B, const float *bias, float beta, float *C, int ldc);
+// x [rows, cols] (contiguous) rounded to bf16 once, for several products; with colsum != NULL
+// also colsum[c] += Σ_r x[r, c] (summed in double) in the same pass.  The result lives in one
+// buffer of g until the next call; call outside parallel regions.
+const uint16_t *cpu_gemm_pack(CpuGemm *g, const float *x, int rows, int cols, float *colsum);
 // out[i] = x[i] rounded to the nearest bf16 (ties to even), as an fp32 value.
 void cpu_round_bf16(const float *x, float *out, size_t n);
 

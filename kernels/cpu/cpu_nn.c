@@ -205,9 +205,17 @@ static void cpu_cross_entropy_forward(Backend *be, const float *logits, const in
         float mx = z[0];
 #pragma omp simd reduction(max : mx)
         for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+        // Terms in float, sum in double.  In blocks through a buffer: GCC does not vectorise
+        // cpu_expf and the widening sum in one loop (it stayed scalar, ~3 ns per logit).
         double s = 0;
+        float e[256];
+        for (int v0 = 0; v0 < V; v0 += 256) {
+            const int w = V - v0 < 256 ? V - v0 : 256;
+#pragma omp simd
+            for (int v = 0; v < w; v++) e[v] = cpu_expf(z[v0 + v] - mx);
 #pragma omp simd reduction(+ : s)
-        for (int v = 0; v < V; v++) s += cpu_expf(z[v] - mx);  // terms in float, sum in double
+            for (int v = 0; v < w; v++) s += e[v];
+        }
         double l = mx + log(s);
         lse[r] = (float)l;
         loss[r] = (float)(l - z[labels[r]]);

@@ -4,7 +4,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "kernels/ops.h"
+#include "trainer/model/params.h"
 #include "trainer/model/attention/variant.h"
 
 void tiny_config(Config *cfg, Arch arch, AttentionType type, TinyShape shape) {
@@ -106,4 +108,18 @@ int variant_cases(VariantCase *out) {
             }
         }
     return k;
+}
+
+void test_fill_params(const ParamTable *t, float *p, uint64_t seed, uint64_t stream) {
+    for (int i = 0; i < t->count; i++) {
+        const ParamTensor *x = &t->tensors[i];
+        Rng r = rng_stream(seed, stream, (uint64_t)i);
+        const int gain = x->kind == PARAM_NORM && strstr(x->name, ".weight") != NULL;
+        const int mix = strstr(x->name, ".mix") != NULL;
+        double base = 0.0, std = 0.15;
+        if (x->kind == PARAM_BIAS) std = 0.1;
+        if (x->kind == PARAM_NORM) base = gain ? 1.0 : 0.0, std = gain ? 0.2 : 0.1;
+        if (x->kind == PARAM_HEAD_EMBED) base = mix ? 1.0 : 0.0, std = 0.5;
+        for (size_t j = 0; j < x->numel; j++) p[x->offset + j] = (float)(base + std * rng_next_normal(&r));
+    }
 }

@@ -4,9 +4,11 @@
 #define MHE_TESTS_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "trainer/config/config.h"
+#include "trainer/model/params.h"
 
 // The shape of a test model; every field is what config.h calls it.
 typedef struct {
@@ -54,6 +56,12 @@ double rel_l2_or_abs(const float *a, const float *ref, size_t n, int *is_abs);
 
 // max|a − ref| / max|ref| (max|a − ref| when ref is all zeros).
 double rel_max(const float *a, const float *ref, size_t n);
+
+// Every tensor of t random (stream `stream` of `seed`, one substream per tensor), biases and
+// LayerNorm included, so a misplaced or transposed tensor anywhere changes the outputs:
+// weights N(0, 0.15²), biases N(0, 0.1²), LayerNorm gains N(1, 0.2²) and shifts N(0, 0.1²),
+// head embeddings N(0, 0.5²) (collab mixing vectors N(1, 0.5²)).
+void test_fill_params(const ParamTable *t, float *p, uint64_t seed, uint64_t stream);
 
 // cmocka group setup/teardown: *state is a CPU backend with the OpenMP default thread count.
 int cpu_backend_setup(void **state);

@@ -160,22 +160,6 @@ static void make_config(const ExportCase *c, Config *cfg) {
     config_resolve(cfg, "test_export");
 }
 
-// Every tensor random, biases and LayerNorm included, so a misplaced or transposed tensor
-// anywhere changes the logits.
-static void fill_params(const ParamTable *t, float *p, uint64_t seed) {
-    for (int i = 0; i < t->count; i++) {
-        const ParamTensor *x = &t->tensors[i];
-        Rng r = rng_stream(seed, 0xE4, (uint64_t)i);
-        const int gain = x->kind == PARAM_NORM && strstr(x->name, ".weight") != NULL;
-        const int mix = strstr(x->name, ".mix") != NULL;
-        double base = 0.0, std = 0.15;
-        if (x->kind == PARAM_BIAS) std = 0.1;
-        if (x->kind == PARAM_NORM) base = gain ? 1.0 : 0.0, std = gain ? 0.2 : 0.1;
-        if (x->kind == PARAM_HEAD_EMBED) base = mix ? 1.0 : 0.0, std = 0.5;
-        for (size_t j = 0; j < x->numel; j++) p[x->offset + j] = (float)(base + std * rng_next_normal(&r));
-    }
-}
-
 static char *config_text(const Config *cfg) {
     char *buf = NULL;
     size_t len = 0;
@@ -212,7 +196,7 @@ static cJSON *prepare_case(const ExportCase *c, Backend *be, const Tokenizer *to
     ParamTable t;
     param_table_build(&t, &cfg);
     float *params = mhe_malloc(t.total * sizeof(float));
-    fill_params(&t, params, 1000u + (uint64_t)seed);
+    test_fill_params(&t, params, 1000u + (uint64_t)seed, 0xE4);
 
     char run_dir[1200], exp_dir[1200], path[1400];
     snprintf(run_dir, sizeof run_dir, "%s/runs/%s", g_fx.work, c->name);

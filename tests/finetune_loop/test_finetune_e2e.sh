@@ -15,12 +15,17 @@
 # NOT assert pretrained > random, which needs a longer pretraining than CI affords.
 source "$MHE_SOURCE_DIR/tests/finetune_loop/lib.sh"
 PRE_STEPS=${PRE_STEPS:-600}
+# The margins were measured with the quickstart's former training settings (post-LN, dropout 0.1,
+# 15% masking, lr 1e-3, fp32), pinned here. The tiny recipe (configs/README.md) at this shrunken
+# shape (2 layers, D=64, 600 steps) fine-tunes worse on source (0.65 pretrained against 0.85 from
+# random weights in one CI run): the recipe was measured at 4 layers, D=128, 2,000 steps.
 SHAPE=(model.layers=2 model.hidden=64 model.heads=4 model.ffn=128 model.vocab_size=2000 model.max_seq=64
-       data.seq_len=64 runtime.threads=2)
+       data.seq_len=64 runtime.threads=2 model.norm=post model.dropout=0.1 model.attn_dropout=0.1
+       objective.mask_prob=0.15 objective.eval_mask_prob=0 runtime.precision=fp32)
 $PY "$MHE_SOURCE_DIR/tests/finetune/make_tasks.py" "$WORK/tasks" --mhetrain "$MHETRAIN" --train 1000 --dev 300 \
   --span-train 300 --span-dev 200 >/dev/null
 "$MHETRAIN" train "$MHE_SOURCE_DIR/configs/quickstart.yaml" "${DATA[@]}" "${SHAPE[@]}" train.steps="$PRE_STEPS" \
-  train.global_batch=16 train.micro_batch=16 optim.warmup_steps=30 train.eval_every=0 train.checkpoint_every=0 \
+  train.global_batch=16 train.micro_batch=16 optim.lr=1e-3 optim.warmup_steps=30 train.eval_every=0 train.checkpoint_every=0 \
   train.log_every=100 train.out_dir="$WORK/pre" 2>"$WORK/pre.log" || { cat "$WORK/pre.log"; fail "pretraining"; }
 grep "^eval" "$WORK/pre.log" | tail -n 1
 FT=(train.steps=0 train.eval_every=0 train.global_batch=32 train.micro_batch=32 train.log_every=1000

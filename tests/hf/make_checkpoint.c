@@ -18,20 +18,6 @@
 #include "trainer/io/checkpoint.h"
 #include "trainer/model/params.h"
 
-static void fill_random(const ParamTable *t, float *p, uint64_t seed) {
-    for (int i = 0; i < t->count; i++) {
-        const ParamTensor *x = &t->tensors[i];
-        Rng r = rng_stream(seed, 0xF7, (uint64_t)i);
-        const int gain = x->kind == PARAM_NORM && strstr(x->name, ".weight") != NULL;
-        const int mix = strstr(x->name, ".mix") != NULL;
-        double base = 0.0, std = 0.15;
-        if (x->kind == PARAM_BIAS) std = 0.1;
-        if (x->kind == PARAM_NORM) base = gain ? 1.0 : 0.0, std = gain ? 0.2 : 0.1;
-        if (x->kind == PARAM_HEAD_EMBED) base = mix ? 1.0 : 0.0, std = 0.5;
-        for (size_t j = 0; j < x->numel; j++) p[x->offset + j] = (float)(base + std * rng_next_normal(&r));
-    }
-}
-
 int main(int argc, char **argv) {
     // TaskType's order (config.h), then "single": a single-text classification format.
     static const char *tasks[][2] = {{"none", NULL},         {"classification", "mnli"}, {"regression", "stsb"},
@@ -79,7 +65,7 @@ int main(int argc, char **argv) {
     param_table_build(&t, &cfg);
     float *params = mhe_malloc(t.total * sizeof(float));
     if (strcmp(argv[5], "random") == 0)
-        fill_random(&t, params, seed);
+        test_fill_params(&t, params, seed, 0xF7);
     else
         param_init(&t, &cfg, params, seed);
     char *yaml = NULL;

@@ -33,14 +33,10 @@ Bert… / GPT2… classes.
 import json
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 
-# A work directory, and transformers' cache (remote code is copied there by folder name) inside it,
-# set before transformers is imported (it reads HF_HOME then): concurrent runs never share it.
-WORK = tempfile.mkdtemp(prefix="mhe_hf_auto_", dir=os.environ.get("MHE_BINARY_DIR"))
-os.environ["HF_HOME"] = os.path.join(WORK, "hf_home")
+from hf_harness import check, finish, make_workdir, sh
+
+WORK = make_workdir("mhe_hf_auto_")  # before transformers is imported
 
 import numpy as np
 import torch
@@ -54,21 +50,9 @@ TYPES = ["mha", "sha", "mhe_add", "mhe_mul", "mqa", "gqa", "el_att", "skv", "col
 # Accessors, resizing, checkpointing, pipelines and the heads' losses live in code every type
 # shares: checked on these (one per family of Q/K/V sharing), the rest on every type.
 DEEP = {"mha", "mhe_mul", "mhe_add", "gqa", "collab"}
-failures = []
 torch.set_num_threads(2)
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def sh(*args):
-    p = subprocess.run(list(args), capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} exited {p.returncode}: {p.stderr.strip()}")
-    return p.stdout
 
 
 def registered_types():
@@ -387,10 +371,7 @@ def main():
                 shutil.rmtree(d, ignore_errors=True)
                 shutil.rmtree(run, ignore_errors=True)
     finally:
-        if not failures:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"{len(failures)} failure(s)" + (f"; work dir kept: {work}" if failures else ""))
-    sys.exit(1 if failures else 0)
+        finish(work)
 
 
 if __name__ == "__main__":

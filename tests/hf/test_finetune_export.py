@@ -25,15 +25,11 @@ transformers' and mhetrain's longest-first truncation may break ties differently
 import csv
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
-# A work directory, and transformers' cache (remote code is copied there by folder name) inside it,
-# set before transformers is imported (it reads HF_HOME then): concurrent runs never share it.
-WORK = tempfile.mkdtemp(prefix="mhe_hf_finetune_", dir=os.environ.get("MHE_BINARY_DIR"))
-os.environ["HF_HOME"] = os.path.join(WORK, "hf_home")
+from hf_harness import check, finish, make_workdir, sh
+
+WORK = make_workdir("mhe_hf_finetune_")  # before transformers is imported
 
 import numpy as np
 import torch
@@ -46,7 +42,6 @@ MAKE = os.environ["MHE_MAKE_CHECKPOINT"]
 SRC = os.environ["MHE_SOURCE_DIR"]
 REL_TOL = 1e-5
 CORR_TOL = 1e-5
-failures = []
 torch.set_num_threads(2)
 # name, arch, attention, task dir, task keys, expected class
 CASES = [
@@ -57,17 +52,6 @@ CASES = [
 ]
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def sh(*args, cwd=None):
-    p = subprocess.run(list(args), capture_output=True, text=True, cwd=cwd)
-    if p.returncode != 0:
-        raise RuntimeError(f"{os.path.basename(args[0])} {args[1]} exited {p.returncode}: {p.stderr.strip()[-600:]}")
-    return p.stdout
 
 
 def read_rows(path, fmt):
@@ -158,10 +142,7 @@ def main():
             except Exception as e:  # one line naming the case, then the next
                 check(False, f"{case[0]}: {type(e).__name__}: {e}")
     finally:
-        if not failures:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"{len(failures)} failure(s)" + (f"; work dir kept: {work}" if failures else ""))
-    sys.exit(1 if failures else 0)
+        finish(work)
 
 
 if __name__ == "__main__":

@@ -25,13 +25,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
 
-# A work directory, and transformers' cache (remote code is copied there by folder name) inside it,
-# set before transformers is imported (it reads HF_HOME then): concurrent runs never share it.
-WORK = tempfile.mkdtemp(prefix="mhe_hf_task_", dir=os.environ.get("MHE_BINARY_DIR"))
-os.environ["HF_HOME"] = os.path.join(WORK, "hf_home")
+from hf_harness import check, finish, make_workdir, sh
+
+WORK = make_workdir("mhe_hf_task_")  # before transformers is imported
 import zlib
 
 import numpy as np
@@ -46,21 +43,9 @@ TYPES = ["mha", "mhe_mul", "mhe_add", "gqa", "collab", "mla"]
 TASKS = {"classification": ("mnli", ["contradiction", "entailment", "neutral"]), "regression": ("stsb", None),
          "span": ("squad2", None), "single": ("sst2", ["0", "1"])}
 REL_TOL = 1e-5
-failures = []
 torch.set_num_threads(2)
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def sh(*args):
-    p = subprocess.run(list(args), capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{os.path.basename(args[0])} {args[1]} exited {p.returncode}: {p.stderr.strip()}")
-    return p.stdout
 
 
 def sentences():
@@ -190,10 +175,7 @@ def main():
         check(p.returncode == 2 and "separator" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               f"gpt mha pair task --format hf exits 2 with one line: {p.returncode} {p.stderr.strip()}")
     finally:
-        if not failures:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"{len(failures)} failure(s)" + (f"; work dir kept: {work}" if failures else ""))
-    sys.exit(1 if failures else 0)
+        finish(work)
 
 
 if __name__ == "__main__":

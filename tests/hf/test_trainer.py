@@ -19,15 +19,11 @@ only its falling losses are asserted); save_model writes a folder that loads aga
 import os
 import random
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 
-# A work directory, and transformers' cache (remote code is copied there by folder name) inside it,
-# set before transformers is imported (it reads HF_HOME then): concurrent runs never share it.
-WORK = tempfile.mkdtemp(prefix="mhe_hf_trainer_", dir=os.environ.get("MHE_BINARY_DIR"))
-os.environ["HF_HOME"] = os.path.join(WORK, "hf_home")
+from hf_harness import check, finish, make_workdir
+
+WORK = make_workdir("mhe_hf_trainer_")  # before transformers is imported
 
 import numpy as np
 import torch
@@ -37,14 +33,8 @@ MHETRAIN = os.environ["MHETRAIN"]
 MAKE = os.environ["MHE_MAKE_CHECKPOINT"]
 BOOKS = ["doyle-adventures-of-sherlock-holmes.txt", "melville-moby-dick.txt"]
 N_TRAIN, N_EVAL = 600, 150
-failures = []
 torch.set_num_threads(2)
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
 
 
 def sentences(path):
@@ -141,10 +131,7 @@ def main():
                                           ("gpt_gqa", "gpt", "gqa", 0.6)):
             finetune(name, arch, attn, work, train_rows, held_rows, min_acc)
     finally:
-        if not failures:
-            shutil.rmtree(work, ignore_errors=True)
-    print(f"{len(failures)} failure(s)" + (f"; work dir kept: {work}" if failures else ""))
-    sys.exit(1 if failures else 0)
+        finish(work)
 
 
 if __name__ == "__main__":

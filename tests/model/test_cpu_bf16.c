@@ -7,6 +7,8 @@
 //   attention core forward and backward (per-head and shared scores; causal, key mask,
 //     dropout, key bias, output scale): within 1e-2 relative of the fp32 backend (bf16 inputs
 //     to the score, P V and all backward products; the softmax and its statistics stay fp32).
+//   linear layer (fused bias, dy rounded once for dx and dW, db in the same pass): see
+//     check_linear.
 //   the primitive cache: right results across its refill (hundreds of shapes).
 // Run also with ONEDNN_MAX_CPU_ISA=AVX2 (tests.cmake): no bf16 kernel, the emulated path.
 #include <math.h>
@@ -105,6 +107,89 @@ static void test_matmul_bf16(void **state) {
             check_matmul(f, ta, tb, 150, 140, 130, 1.0f);
         }
     check_matmul(f, 0, 1, 64, 48, 0 + 96, 0.5f);
+}
+
+// The fused linear layer (ops.h linear_forward / linear_backward) on both backends against
+// double oracles: fp32 within 1e-5 relative of the exact product; bf16 within 1e-5 of the
+// product of the bf16-rounded operands (dy rounded once for dx and dW) and within 1e-2 of
+// fp32; db is the sum of the unrounded dy (in double, 1e-6) at either precision.  N = 300
+// rows spans two blocks of the bf16 path's column sums.
+static void check_linear(Backend *be, int bf16, int N, int in, int out, int accumulate) {
+    float *x = random_floats((size_t)N * in, 31, 1.0), *W = random_floats((size_t)out * in, 37, 0.5);
+    float *b = random_floats(out, 41, 1.0), *dy = random_floats((size_t)N * out, 43, 1.0);
+    float *dx0 = random_floats((size_t)N * in, 47, 1.0), *dW0 = random_floats((size_t)out * in, 53, 1.0);
+    float *db0 = random_floats(out, 59, 1.0);
+    float *y = mhe_malloc((size_t)N * out * sizeof *y), *dx = mhe_malloc((size_t)N * in * sizeof *dx);
+    float *dW = mhe_malloc((size_t)out * in * sizeof *dW), *db = mhe_malloc(out * sizeof *db);
+    memcpy(dx, dx0, (size_t)N * in * sizeof *dx);
+    memcpy(dW, dW0, (size_t)out * in * sizeof *dW);
+    memcpy(db, db0, out * sizeof *db);
+    be->linear_forward(be, x, W, b, N, in, out, y);
+    be->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
+#define R(v) (bf16 ? oracle_bf16(v) : (double)(v))
+    double *ry = mhe_malloc((size_t)N * out * sizeof *ry), *rdx = mhe_malloc((size_t)N * in * sizeof *rdx);
+    double *rdW = mhe_malloc((size_t)out * in * sizeof *rdW), *rdb = mhe_malloc(out * sizeof *rdb);
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < out; o++) {
+            double s = 0;
+            for (int k = 0; k < in; k++) s += R(x[(size_t)i * in + k]) * R(W[(size_t)o * in + k]);
+            ry[(size_t)i * out + o] = s + b[o];
+        }
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < in; k++) {
+            double s = accumulate ? dx0[(size_t)i * in + k] : 0.0;
+            for (int o = 0; o < out; o++) s += R(dy[(size_t)i * out + o]) * R(W[(size_t)o * in + k]);
+            rdx[(size_t)i * in + k] = s;
+        }
+    for (int o = 0; o < out; o++) {
+        for (int k = 0; k < in; k++) {
+            double s = dW0[(size_t)o * in + k];
+            for (int i = 0; i < N; i++) s += R(dy[(size_t)i * out + o]) * R(x[(size_t)i * in + k]);
+            rdW[(size_t)o * in + k] = s;
+        }
+        double s = 0;
+        for (int i = 0; i < N; i++) s += dy[(size_t)i * out + o];
+        rdb[o] = db0[o] + s;
+    }
+#undef R
+    const double ey = rel_err(y, ry, (size_t)N * out), edx = rel_err(dx, rdx, (size_t)N * in);
+    const double edW = rel_err(dW, rdW, (size_t)out * in), edb = rel_err(db, rdb, out);
+    print_message("linear bf16=%d %dx%d->%d acc=%d: y %.2e dx %.2e dW %.2e db %.2e\n", bf16, N, in, out,
+                  accumulate, ey, edx, edW, edb);
+    assert_true(ey <= 1e-5 && edx <= 1e-5 && edW <= 1e-5);
+    assert_true(edb <= 1e-6);
+    free(x), free(W), free(b), free(dy), free(dx0), free(dW0), free(db0);
+    free(y), free(dx), free(dW), free(db), free(ry), free(rdx), free(rdW), free(rdb);
+}
+
+static void test_linear_bf16(void **state) {
+    const Fixture *f = *state;
+    for (int acc = 0; acc < 2; acc++) {
+        check_linear(f->f32, 0, 300, 70, 90, acc);
+        check_linear(f->bf16, 1, 300, 70, 90, acc);
+    }
+    check_linear(f->bf16, 1, 17, 33, 5, 0);
+    // bf16 against fp32 on the same inputs (both backends' outputs): within 1e-2.
+    const int N = 300, in = 70, out = 90;
+    float *x = random_floats((size_t)N * in, 61, 1.0), *W = random_floats((size_t)out * in, 67, 0.5);
+    float *b = random_floats(out, 71, 1.0), *dy = random_floats((size_t)N * out, 73, 1.0);
+    float *y[2], *dx[2], *dW[2], *db[2];
+    for (int p = 0; p < 2; p++) {
+        Backend *be = p ? f->bf16 : f->f32;
+        y[p] = mhe_malloc((size_t)N * out * sizeof *y[p]);
+        dx[p] = mhe_malloc((size_t)N * in * sizeof *dx[p]);
+        dW[p] = mhe_calloc((size_t)out * in, sizeof *dW[p]);
+        db[p] = mhe_calloc(out, sizeof *db[p]);
+        be->linear_forward(be, x, W, b, N, in, out, y[p]);
+        be->linear_backward(be, dy, x, W, N, in, out, dx[p], 0, dW[p], db[p]);
+    }
+    const double ey = rel_err_f(y[1], y[0], (size_t)N * out), edx = rel_err_f(dx[1], dx[0], (size_t)N * in);
+    const double edW = rel_err_f(dW[1], dW[0], (size_t)out * in), edb = rel_err_f(db[1], db[0], out);
+    print_message("linear bf16 vs fp32: y %.2e dx %.2e dW %.2e db %.2e\n", ey, edx, edW, edb);
+    assert_true(ey <= 1e-2 && edx <= 1e-2 && edW <= 1e-2 && edb <= 1e-6);
+    assert_true(ey >= 1e-5);  // it did round
+    for (int p = 0; p < 2; p++) free(y[p]), free(dx[p]), free(dW[p]), free(db[p]);
+    free(x), free(W), free(b), free(dy);
 }
 
 // One attention configuration run on both backends; forward outputs and all gradients compared.
@@ -235,6 +320,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_bf16),
+        cmocka_unit_test(test_linear_bf16),
         cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_cache_refills),
     };

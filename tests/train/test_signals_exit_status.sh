@@ -12,14 +12,14 @@ set +e; wait "$pid"; status=$?; set -e
 grep -q "(signal); run the same command to resume" "$WORK/hup.log" || { cat "$WORK/hup.log"; fail "no stop message"; }
 [ -s "$WORK/hup/checkpoints/latest" ] || fail "no checkpoint after SIGHUP"
 # A second signal before the step ends ends the process at once, saying so.  Steps of a
-# 128-sequence batch take ~2 s; the signals go 0.1 s apart (back to back they could merge into
+# 2,048-sequence batch take ~2 s at 60k tokens/s; the signals go 0.1 s apart (back to back they could merge into
 # one).  If the step happened to end between them the handlers are already restored and the
 # second signal kills silently: that is timing, not the behaviour under test, so up to three
 # attempts (the old code never prints the message at all).
 ok=0
 for attempt in 1 2 3; do
   rm -rf "$WORK/twice"
-  "$MHETRAIN" train "${args[@]}" train.global_batch=128 train.out_dir="$WORK/twice" 2>"$WORK/twice.log" &
+  "$MHETRAIN" train "${args[@]}" train.global_batch=2048 train.out_dir="$WORK/twice" 2>"$WORK/twice.log" &
   pid=$!
   for _ in $(seq 1 600); do grep -q "^step 1/" "$WORK/twice.log" && break; sleep 0.05; done
   kill -INT "$pid"; sleep 0.1; kill -INT "$pid" 2>/dev/null || true

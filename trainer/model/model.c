@@ -356,6 +356,10 @@ double model_step_flops(const Model *m, int B, int T) {
 
 void linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
                     int out, float *y) {
+    if (be->linear_forward) {
+        be->linear_forward(be, x, W, b, N, in, out, y);
+        return;
+    }
     be->matmul(be, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
     if (b) be->bias_add(be, y, b, N, out);
 }
@@ -363,6 +367,10 @@ void linear_forward(Backend *be, const float *x, const float *W, const float *b,
 // dx = dy W;  dW += dyᵀ x;  db += Σ_rows dy
 void linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
                      int out, float *dx, int accumulate, float *dW, float *db) {
+    if (be->linear_backward) {
+        be->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
+        return;
+    }
     if (dx) be->matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
     be->matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
     if (db) be->bias_backward(be, dy, N, out, db);

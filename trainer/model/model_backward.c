@@ -90,10 +90,9 @@ void model_backward(Model *m, double loss_divisor) {
         be->cross_entropy_backward(be, m->logits, m->lse, compact ? m->labels_c : m->labels, R, V,
                                    (float)(1.0 / loss_divisor), dlogits);
         const float *last = mc->arch == ARCH_BERT ? m->t3 : head_in;
-        if (m->head_bias != NO_PARAM) be->bias_backward(be, dlogits, R, V, MG(m, m->head_bias));
-        // logits = last · wordᵀ: d last = dlogits · word, d word += dlogitsᵀ · last
-        be->matmul(be, 0, 0, R, D, V, 1.0f, dlogits, V, MP(m, m->word), D, 0.0f, m->dA, D);
-        be->matmul(be, 1, 0, V, D, R, 1.0f, dlogits, V, last, D, 1.0f, MG(m, m->word), D);
+        // logits = last · wordᵀ (+ bias): d last = dlogits · word, d word += dlogitsᵀ · last
+        linear_backward(be, dlogits, last, MP(m, m->word), R, D, V, m->dA, 0, MG(m, m->word),
+                        m->head_bias != NO_PARAM ? MG(m, m->head_bias) : NULL);
         if (mc->arch == ARCH_BERT) {
             const size_t RD = (size_t)R * D;
             be->layernorm_backward(be, m->dA, m->t2, MP(m, m->hln_g), m->t3_mean, m->t3_rstd, R, D,
