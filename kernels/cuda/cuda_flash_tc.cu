@@ -36,6 +36,10 @@ struct TcArgs {
     uint32_t threshold;
     // bf16 twins of the outputs (cuda_mirror.cu), same layout; nullptr: none.
     bf16_t *outb, *dqb, *dkb, *dvb;
+    // bf16 twins of the inputs, same layout: tiles are staged from them (half the bytes of the
+    // fp32 data, the same bf16 values); nullptr: staged from fp32.  G's only without out_scale
+    // (bf16(dout) * scale would round twice).
+    const bf16_t *qb, *kb, *vb, *gb;
 };
 
 __device__ __forceinline__ int tc_imin(int x, int y) { return x < y ? x : y; }
@@ -49,13 +53,19 @@ __device__ __forceinline__ float tc_key_bias(const TcArgs &f, int b, int j, int 
 
 // rows x D of a [B, T, heads, D] operand (row r = t0 + r of sequence b, head h/ratio) into
 // shared bf16, rows past T as zeros; `mul` (per column, may be NULL) scales on the way.
+// With srcb (the bf16 twin of src, same layout) the tile is copied from it instead.
 template <int D, int ROWS>
-__device__ __forceinline__ void tc_stage(bf16_t *dst, const float *src, int ld, int ratio, int b, int t0,
-                                         int h, const AttnIdx &a, const float *mul) {
+__device__ __forceinline__ void tc_stage(bf16_t *dst, const float *src, const bf16_t *srcb, int ld, int ratio,
+                                         int b, int t0, int h, const AttnIdx &a, const float *mul) {
     for (int e = threadIdx.x; e < ROWS * D; e += blockDim.x) {
         const int r = e / D, c = e % D, t = t0 + r;
+        const size_t at = ((size_t)b * a.T + t) * ld + (size_t)(h / ratio) * D + c;
+        if (srcb) {
+            dst[e] = t < a.T ? srcb[at] : __float2bfloat16(0.0f);
+            continue;
+        }
         float x = 0.0f;
-        if (t < a.T) x = src[((size_t)b * a.T + t) * ld + (size_t)(h / ratio) * D + c] * (mul ? mul[c] : 1.0f);
+        if (t < a.T) x = src[at] * (mul ? mul[c] : 1.0f);
         dst[e] = __float2bfloat16(x);
     }
 }
@@ -105,7 +115,7 @@ __global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_forward_kernel(TcArgs
     float *Ss = sm, *Os = Ss + TC_QROWS * TC_COLS, *Ls = Os + TC_QROWS * D;
     bf16_t *Qs = reinterpret_cast<bf16_t *>(Ls + TC_QROWS), *Ks = Qs + TC_QROWS * D, *Vs = Ks + TC_COLS * D,
            *Ps = Vs + TC_COLS * D;
-    tc_stage<D, TC_QROWS>(Qs, q, a.ldq, a.qr, b, q0, h, a, nullptr);
+    tc_stage<D, TC_QROWS>(Qs, q, f.qb, a.ldq, a.qr, b, q0, h, a, nullptr);
     const int i = q0 + t;  // the row whose softmax statistics thread t < 32 keeps
     const int jend = f.causal ? tc_imin(a.T, q0 + TC_QROWS) : a.T;
     float m = -INFINITY, l = 0.0f;
@@ -117,8 +127,8 @@ __global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_forward_kernel(TcArgs
         for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
             const int nb = tc_imin(TC_COLS, a.T - j0);
             __syncthreads();  // the previous tile is consumed
-            tc_stage<D, TC_COLS>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
-            if (pass) tc_stage<D, TC_COLS>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Ks, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+            if (pass) tc_stage<D, TC_COLS>(Vs, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
             __syncthreads();
             tc_abt<D>(Qs + w * 16 * D, Ks, Ss + w * 16 * TC_COLS);  // S = Q Kᵀ
             __syncthreads();
@@ -193,16 +203,16 @@ __global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_dq_kernel(TcArgs f, c
     for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
     for (int h = 0; h < a.n; h++) {
         __syncthreads();
-        tc_stage<D, TC_QROWS>(Qs, q, a.ldq, a.qr, b, q0, h, a, nullptr);
-        tc_stage<D, TC_QROWS>(Gs, dout, a.n * D, 1, b, q0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+        tc_stage<D, TC_QROWS>(Qs, q, f.qb, a.ldq, a.qr, b, q0, h, a, nullptr);
+        tc_stage<D, TC_QROWS>(Gs, dout, f.gb, a.n * D, 1, b, q0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
         const bool live = t < TC_QROWS && i < a.T;
         const float L = live ? lse[((size_t)b * a.n + h) * a.T + i] : INFINITY;
         const float Di = live ? Dd[((size_t)b * a.n + h) * a.T + i] : 0.0f;
         for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
             const int nb = tc_imin(TC_COLS, a.T - j0);
             __syncthreads();
-            tc_stage<D, TC_COLS>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
-            tc_stage<D, TC_COLS>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Ks, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Vs, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
             __syncthreads();
             tc_abt<D>(Qs + w * 16 * D, Ks, Ss + w * 16 * TC_COLS);  // S = Q Kᵀ
             tc_abt<D>(Gs + w * 16 * D, Vs, Ps + w * 16 * TC_COLS);  // dPd = G Vᵀ
@@ -259,15 +269,15 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
     }
     for (int h = 0; h < a.n; h++) {
         __syncthreads();
-        tc_stage<D, TC_ROWS>(Ks, k, a.ldk, a.kr, b, j0, h, a, nullptr);
-        tc_stage<D, TC_ROWS>(Vs, v, a.ldv, a.vr, b, j0, h, a, nullptr);
+        tc_stage<D, TC_ROWS>(Ks, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+        tc_stage<D, TC_ROWS>(Vs, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
         const float kb = live ? tc_key_bias(f, b, j, h) : 0.0f;
         float dkb = 0.0f;
         for (int i0 = i_first; i0 < a.T; i0 += TC_COLS) {
             const int nq = tc_imin(TC_COLS, a.T - i0);
             __syncthreads();
-            tc_stage<D, TC_COLS>(Qs, q, a.ldq, a.qr, b, i0, h, a, nullptr);
-            tc_stage<D, TC_COLS>(Gs, dout, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+            tc_stage<D, TC_COLS>(Qs, q, f.qb, a.ldq, a.qr, b, i0, h, a, nullptr);
+            tc_stage<D, TC_COLS>(Gs, dout, f.gb, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
             if (t < TC_COLS) {
                 Ls[t] = t < nq ? lse[((size_t)b * a.n + h) * a.T + i0 + t] : INFINITY;
                 Ds[t] = t < nq ? Dd[((size_t)b * a.n + h) * a.T + i0 + t] : 0.0f;
@@ -343,6 +353,26 @@ static TcArgs tc_args(const AttnShape *s) {
     return f;
 }
 
+// The bf16 twins of Q, K, V (and G = dout without out_scale) for the tile loads; made current by
+// cuda_mirror_operand (usually already: the projections' bias_add / head_expand store them).
+static const bf16_t *tc_input_twin(Backend *be, const AttnShape *s, const float *p, int heads, int dim, int ld) {
+    const size_t rows = (size_t)s->B * s->T;
+    return cuda_mirror_operand(be, p, (rows - 1) * ld + (size_t)heads * dim);
+}
+// Before any output twin is taken: a lookup may merge (and free) overlapping twins, so the
+// second round re-reads pointers the first one may have invalidated (it creates nothing).
+static void tc_twins(Backend *be, const AttnShape *s, TcArgs &f, const float *q, const float *k, const float *v,
+                     const float *dout) {
+    for (int round = 0; round < 2; round++) {
+        f.qb = tc_input_twin(be, s, q, s->q_heads, s->qk_dim, s->ldq);
+        f.kb = tc_input_twin(be, s, k, s->k_heads, s->qk_dim, s->ldk);
+        f.vb = tc_input_twin(be, s, v, s->v_heads, s->v_dim, s->ldv);
+        if (dout && !s->out_scale) f.gb = tc_input_twin(be, s, dout, s->n_heads, s->v_dim, s->n_heads * s->v_dim);
+    }
+}
+// Bytes per element read for an input: 2 from a twin, 4 from fp32.
+static double tc_el(const bf16_t *twin) { return twin ? 2.0 : 4.0; }
+
 // Cost model: tensor-core FLOPs of the products (the forward computes Q Kᵀ in both passes),
 // CUDA-core FLOPs of the elementwise softmax/dS work, operand tiles re-read from global
 // memory by every block of a sequence (no L2 reuse assumed).
@@ -352,8 +382,12 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_QROWS - 1) / TC_QROWS;
+    tc_twins(be, s, f, q, k, v, nullptr);
     f.outb = cuda_mirror_out(be, out, rows_n * d);
-    const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 16.0, 4.0 * (rows_n * d + tiles * rows_n * 3.0 * d + 2.0 * rows_n * d + rows_n), 0}, f.outb, (double)rows_n * d);
+    // Q once, K twice (both passes) and V once per query tile, Opre and out written, L.
+    const double bytes = rows_n * d * tc_el(f.qb) + tiles * rows_n * d * (2.0 * tc_el(f.kb) + tc_el(f.vb)) +
+                         4.0 * (2.0 * rows_n * d + rows_n);
+    const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0}, f.outb, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;
     cudaStream_t st = cuda_stream(be);
@@ -367,6 +401,7 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
                             const float *v, const float *saved, const float *dout, const float *D,
                             float *dq, float *dk, float *dv, float *dkey_bias) {
     TcArgs f = tc_args(s);
+    tc_twins(be, s, f, q, k, v, dout);
     const size_t rows = (size_t)s->B * s->T;
     f.dqb = dq ? cuda_mirror_out2d(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq) : nullptr;
     f.dkb = dk ? cuda_mirror_out2d(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk) : nullptr;
@@ -375,10 +410,12 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_ROWS - 1) / TC_ROWS;
     const float *lse = saved;
+    const double eq = tc_el(f.qb), ek = tc_el(f.kb), ev = tc_el(f.vb), eg = tc_el(f.gb);
     dim3 grid((unsigned)tiles, (unsigned)s->B);
     cudaStream_t st = cuda_stream(be);
     if (dk || dv || dkey_bias) {
-        MheCost cost{tt * 8.0 * d, tt * 12.0, 4.0 * (tiles * rows_n * (2.0 * d + 2) + 3.0 * rows_n * d), 0};
+        // Q, G, L, D per key tile; K, V once; dK, dV written.
+        MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev + 4.0), 0};
         cost = with_twin(cost, f.dkb, (double)rows * s->k_heads * d);
         cost = with_twin(cost, f.dvb, (double)rows * s->v_heads * d);
         if (d == 16) MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
@@ -388,7 +425,9 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     }
     if (dq) {
         const double qtiles = (s->T + TC_QROWS - 1) / TC_QROWS;
-        const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 10.0, 4.0 * (qtiles * rows_n * 2.0 * d + 3.0 * rows_n * d + 2.0 * rows_n), 0}, f.dqb, (double)rows * s->q_heads * d);
+        // K, V per query tile; Q, G once; dQ written; L, D.
+        const double bytes = qtiles * rows_n * d * (ek + ev) + rows_n * d * (eq + eg + 4.0) + 8.0 * rows_n;
+        const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 10.0, bytes, 0}, f.dqb, (double)rows * s->q_heads * d);
         dim3 qgrid((unsigned)qtiles, (unsigned)s->B);
         if (d == 16) MHE_LAUNCH(flash_tc_dq_kernel<16>, qgrid, TC_QTHREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dq);
         else if (d == 32) MHE_LAUNCH(flash_tc_dq_kernel<32>, qgrid, TC_QTHREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dq);

@@ -87,6 +87,42 @@ static void test_single_calls(void **state) {
     e = find(&r, "to_bf16_kernel");
     assert_true(e->calls == 1 && e->bytes == 1536.0);
 
+    // Tensor-core flash forward, mha, B = 1, T = 64, 2 heads of d = 16 (Q, K, V [64, 32] each,
+    // separate buffers): the first call rounds Q, K and V into their bf16 twins (2048 elements
+    // each, 4 B read + 2 B written: 3 x 12288 B).  The kernel (one 64-row query tile per head)
+    // reads Q's twin once (4096 B), K's twice (both passes: 8192 B) and V's once per query tile
+    // (4096 B), writes Opre and out (2 x 2048 x 4 B = 16384 B) and L (128 x 4 B = 512 B):
+    // 33280 B.  Tensor-core FLOPs: Q Kᵀ in both passes and P V, 3 x 2 x 64 x 64 x 16 per head,
+    // 786432 for the two.
+    AttnShape as;
+    memset(&as, 0, sizeof as);
+    as.B = 1;
+    as.T = 64;
+    as.n_heads = as.q_heads = as.k_heads = as.v_heads = 2;
+    as.qk_dim = as.v_dim = 16;
+    as.ldq = as.ldk = as.ldv = 32;
+    as.scale = 0.25f;
+    size_t saved_n, scratch_n;
+    be->attention_sizes(be, &as, &saved_n, &scratch_n);
+    float *saved = be->alloc(be, saved_n * sizeof(float)), *scratch = be->alloc(be, scratch_n * sizeof(float));
+    float *q = y + 1000, *k = y + 4000, *v = y + 7000, *out = z + 1000;
+    backend_cuda_cost_start();
+    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 4);
+    e = find(&r, "to_bf16_kernel");
+    assert_true(e->calls == 3 && e->bytes == 3 * 12288.0);
+    e = find(&r, "flash_tc_forward_kernel<16>");
+    assert_int_equal(e->op_class, OPC_ATTENTION);
+    assert_true(e->bytes == 33280.0 && e->tc_flops == 786432.0);
+    // The twins are current: the same forward again is the kernel alone.
+    backend_cuda_cost_start();
+    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    be->free(be, saved);
+    be->free(be, scratch);
+
     // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
     // (36 B) = 636 B.
     backend_cuda_cost_start();

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ops.h"
 
@@ -338,7 +339,13 @@ typedef struct {
     int mask_all_of_seq1;  // sequence 1 has no visible key: rows of zeros, output = shift
 } AttnCase;
 
-static void check_attention(Fix *f, const AttnCase *ac, double tol) {
+// rewrite (bf16 tensor-core shapes without out_scale): after the first comparison, Q and K are
+// rewritten by ops that store their bf16 twins alongside (scale, GELU over the operand's span),
+// V by an upload (which only invalidates its twin) and dout by scale; the second forward +
+// backward must again match the CPU backend, and must round exactly one operand (V) to bf16:
+// the fused kernels stage Q, K and dout tiles from the twins the writers left (the emulation
+// aborts on a twin that differs from bf16(fp32)).
+static void check_attention(Fix *f, const AttnCase *ac, double tol, int rewrite) {
     AttnShape s = {0};
     s.B = ac->B;
     s.T = ac->T;
@@ -375,31 +382,52 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     f->gpu->attention_sizes(f->gpu, &s, &sv[1], &sc[1]);
     float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
     float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
-    for (int side_ = 0; side_ < 2; side_++) {
-        Backend *be = side_ ? f->gpu : f->cpu;
-        AttnShape t = s;
-        t.key_mask = ac->use_mask ? D(M) : NULL;
-        t.key_bias = ac->use_bias ? D(kb) : NULL;
-        t.out_scale = ac->use_scale ? D(osc) : NULL;
-        t.out_shift = ac->use_shift ? D(osh) : NULL;
-        be->attention_forward(be, &t, D(q), D(k), D(v), D(out), saved[side_], scratch[side_]);
-        be->attention_backward(be, &t, D(q), D(k), D(v), saved[side_], D(dout), D(dq), D(dk), D(dv),
-                               ac->use_bias ? D(dkb) : NULL, ac->use_scale ? D(dosc) : NULL,
-                               ac->use_shift ? D(dosh) : NULL, scratch[side_]);
-    }
     char what[128];
-#define CLOSE(b, label)                                              \
-    snprintf(what, sizeof what, "attention %s: %s", ac->name, label); \
+#define CLOSE(b, label)                                                                  \
+    snprintf(what, sizeof what, "attention %s%s: %s", ac->name, pass ? " (rewritten)" : "", label); \
     expect_close(f, &(b), tol, what)
-    CLOSE(out, "out");
-    // Only the head columns are defined in the gradients; padding keeps its initial value on
-    // both sides, so whole buffers compare.
-    CLOSE(dq, "dq");
-    CLOSE(dk, "dk");
-    CLOSE(dv, "dv");
-    if (ac->use_bias) { CLOSE(dkb, "dkey_bias"); }
-    if (ac->use_scale) { CLOSE(dosc, "dout_scale"); }
-    if (ac->use_shift) { CLOSE(dosh, "dout_shift"); }
+    for (int pass = 0; pass <= rewrite; pass++) {
+        if (pass) {
+            const size_t qspan = (rows - 1) * s.ldq + (size_t)ac->qh * ac->dq;
+            const size_t kspan = (rows - 1) * s.ldk + (size_t)ac->kh * ac->dq;
+            PAIR(f, scale, D(q), 0.75f, qspan);
+            PAIR(f, gelu_forward, GELU_ERF, D(k), D(k), kspan);
+            for (size_t i = 0; i < v.n; i++) v.host[i] = 0.5f * v.host[i] - 0.25f;
+            PAIR(f, upload, D(v), v.host, v.n * sizeof(float));
+            PAIR(f, scale, D(dout), -1.5f, dout.n);
+            backend_cuda_cost_start();
+        }
+        for (int side_ = 0; side_ < 2; side_++) {
+            Backend *be = side_ ? f->gpu : f->cpu;
+            AttnShape t = s;
+            t.key_mask = ac->use_mask ? D(M) : NULL;
+            t.key_bias = ac->use_bias ? D(kb) : NULL;
+            t.out_scale = ac->use_scale ? D(osc) : NULL;
+            t.out_shift = ac->use_shift ? D(osh) : NULL;
+            be->attention_forward(be, &t, D(q), D(k), D(v), D(out), saved[side_], scratch[side_]);
+            be->attention_backward(be, &t, D(q), D(k), D(v), saved[side_], D(dout), D(dq), D(dk), D(dv),
+                                   ac->use_bias ? D(dkb) : NULL, ac->use_scale ? D(dosc) : NULL,
+                                   ac->use_shift ? D(dosh) : NULL, scratch[side_]);
+        }
+        if (pass) {
+            CostReport r;
+            backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+            long rounded = 0;
+            for (int i = 0; i < r.n_top; i++)
+                if (strcmp(r.top[i].label, "to_bf16_kernel") == 0) rounded = r.top[i].calls;
+            print_message("attention %s (rewritten): %ld bf16 rounding launches\n", ac->name, rounded);
+            assert_int_equal(rounded, 1);
+        }
+        CLOSE(out, "out");
+        // Only the head columns are defined in the gradients; padding keeps its initial value on
+        // both sides, so whole buffers compare.
+        CLOSE(dq, "dq");
+        CLOSE(dk, "dk");
+        CLOSE(dv, "dv");
+        if (ac->use_bias) { CLOSE(dkb, "dkey_bias"); }
+        if (ac->use_scale) { CLOSE(dosc, "dout_scale"); }
+        if (ac->use_shift) { CLOSE(dosh, "dout_shift"); }
+    }
 #undef CLOSE
     f->cpu->free(f->cpu, saved[0]);
     f->gpu->free(f->gpu, saved[1]);
@@ -433,7 +461,7 @@ static const AttnCase ATTN_CASES[] = {
 };
 
 static void run_attention_cases(Fix *f, double tol) {
-    for (size_t i = 0; i < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; i++) check_attention(f, &ATTN_CASES[i], tol);
+    for (size_t i = 0; i < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; i++) check_attention(f, &ATTN_CASES[i], tol, 0);
 }
 // The default path: the fused (flash) kernels.
 static void test_attention_matches_cpu(void **state) { run_attention_cases(*state, 1e-5); }
@@ -460,6 +488,14 @@ static void test_attention_plain_kernels_match_cpu(void **state) {
     f->gpu = gemm;
 }
 static void test_attention_bf16_within_1e2(void **state) { run_attention_cases(*state, 1e-2); }
+// The tensor-core kernels read the bf16 twins of their inputs (see check_attention's rewrite).
+static void test_attention_bf16_reads_twins(void **state) {
+    static const AttnCase cases[] = {
+        {"mha d=16 T=40 dropout mask", 2, 40, 2, 2, 2, 2, 16, 16, 0, 1, 0, 0, 0, 0.1f, 0},
+        {"gqa d=32 T=33 causal, key bias, shift", 1, 33, 4, 4, 2, 1, 32, 32, 1, 1, 1, 0, 1, 0.0f, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(*state, &cases[i], 1e-2, 1);
+}
 
 // The bf16 twins of matmul operands (kernels/cuda/cuda_mirror.cu): after the first matmul made
 // twins of A and W, every kind of write to A — ops that store the twin alongside (LayerNorm,
@@ -525,6 +561,7 @@ int main(void) {
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_matmul_bf16_within_1e2),
         cmocka_unit_test(test_attention_bf16_within_1e2),
+        cmocka_unit_test(test_attention_bf16_reads_twins),
         cmocka_unit_test(test_bf16_twins_follow_every_write),
     };
     int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
