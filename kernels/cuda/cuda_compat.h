@@ -9,6 +9,7 @@
 #if defined(MHE_CUDA_EMU)
 #include "kernels/cuda/emu/cuda_emu.h"
 #else
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

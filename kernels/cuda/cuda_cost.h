@@ -22,6 +22,11 @@ bool mhe_cost_record(const char *name, MheCost c);
 // A GEMM about to be issued through cuBLAS: C[M,N] (+)= A[M,K] B[K,N], `batch` times, with bf16
 // operands (tensor cores) or fp32 (CUDA cores, no TF32); beta != 0 reads C.
 bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c);
+// The same for a cuBLASLt matmul with a fused epilogue (`epilogue` ends the label, e.g. "+bias";
+// `epilogue_bytes`: what the epilogue reads or writes besides A, B, C: the bias vector or the
+// bias gradient, 4 B per element).
+bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, const char *epilogue,
+                                   double epilogue_bytes);
 // The emulated cuBLAS asks this before each call: fatal when no mhe_cost_record_gemm preceded
 // it (an unrecorded library call), else whether to compute.
 bool mhe_cost_take_blas(void);

@@ -21,6 +21,7 @@ struct CudaCtx {
     double *partials;             // per-block partial sums of sum_squares
     double *host_partials;
     struct MirrorSet *mirrors;    // bf16 twins of matmul operands (cuda_mirror.cu; bf16 mode)
+    struct LtState *lt;           // cuBLASLt handle, plans, workspace (cuda_linear.cu)
 };
 
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
@@ -123,5 +124,7 @@ static inline MheCost with_twin(MheCost c, const void *twin, double n) {
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);
 void cuda_install_attention(Backend *be);
+void cuda_install_linear(Backend *be);
+void cuda_linear_destroy(Backend *be);
 
 #endif

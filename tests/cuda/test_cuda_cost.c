@@ -123,6 +123,30 @@ static void test_single_calls(void **state) {
     be->free(be, saved);
     be->free(be, scratch);
 
+    // A linear layer with the bias fused (cuBLASLt BIAS epilogue): y [8, 16] = x [8, 32] Wᵀ + b
+    // with W = the [16, 32] at y, both twins current from the matmuls above: one call, reading
+    // 768 bf16 operands (1536 B), writing 128 fp32 (512 B), reading the 16 biases (64 B):
+    // 2112 B, 2 x 8 x 16 x 32 = 8192 tensor-core FLOPs; no bias_add pass.
+    backend_cuda_cost_start();
+    be->linear_forward(be, x, y, z + 600, 8, 32, 16, z);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    e = find(&r, "gemm 8x16x32 bf16 +bias");
+    assert_true(e->bytes == 2112.0 && e->tc_flops == 8192.0);
+    // Its backward without dx: dy (z, [8, 16], no twin yet) is rounded (128 x 6 B = 768 B); the
+    // weight gradient dW [16, 32] += dyᵀ x with the bias gradient summed by the BGRADB epilogue
+    // reads 128 + 256 bf16 (768 B), reads and writes dW (2 x 2048 B), writes 16 sums (64 B):
+    // 4928 B, 8192 FLOPs; the sums are added into db by a kernel (read 2 x 16, write 16 floats:
+    // 192 B).  No bias_backward pass over dy.
+    backend_cuda_cost_start();
+    be->linear_backward(be, z, x, y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 3);
+    assert_true(find(&r, "to_bf16_kernel")->bytes == 768.0);
+    e = find(&r, "gemm 16x32x8 bf16 +bgrad");
+    assert_true(e->bytes == 4928.0 && e->tc_flops == 8192.0);
+    assert_true(find(&r, "bias_grad_accumulate_kernel")->bytes == 192.0);
+
     // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
     // (36 B) = 636 B.
     backend_cuda_cost_start();

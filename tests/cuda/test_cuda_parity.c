@@ -171,6 +171,63 @@ static void test_matmul_matches_cpu(void **state) { check_matmuls(state, 1e-5); 
 // Within 1e-2, and visibly rounded: an error this small would mean the bf16 path never ran.
 static void test_matmul_bf16_within_1e2(void **state) { assert_true(check_matmuls(state, 1e-2) > 1e-5); }
 
+// The number of recorded calls whose label ends with `suffix` (the cost model's records).
+static long calls_labelled(const CostReport *r, const char *suffix) {
+    long n = 0;
+    const size_t ls = strlen(suffix);
+    for (int i = 0; i < r->n_top; i++) {
+        const size_t l = strlen(r->top[i].label);
+        if (l >= ls && strcmp(r->top[i].label + l - ls, suffix) == 0) n += r->top[i].calls;
+    }
+    return n;
+}
+
+// linear_forward / linear_backward (kernels/cuda/cuda_linear.cu: cuBLASLt with the bias fused
+// as the BIAS and BGRADB epilogues), against the CPU backend: with a bias the fused GEMMs
+// must run (their records are counted), without one the plain matmul; the backward
+// accumulates into dx, dW and db that start non-zero.  Twice, so bf16 mode also runs on twins
+// made by the first pass.
+static void check_linear(void **state, double tol) {
+    Fix *f = *state;
+    // Its own random stream: the later tests' inputs stay those their margins were seen with
+    // (the bf16 attention case "mhe_add shared qkv" at T = 5 reaches 1.08e-2 on dk with other
+    // draws: see kernels/cuda/README.md).
+    const uint64_t rng = f->rng;
+    f->rng = 777;
+    const int N = 13, in = 24, out = 20;
+    Buf x = buf_rand(f, (size_t)N * in), W = buf_rand(f, (size_t)out * in), b = buf_rand(f, out);
+    Buf y = buf_rand(f, (size_t)N * out), dy = buf_rand(f, (size_t)N * out), dx = buf_rand(f, (size_t)N * in);
+    Buf dW = buf_rand(f, (size_t)out * in), db = buf_rand(f, out);
+    for (int pass = 0; pass < 2; pass++) {
+        CostReport r;
+        backend_cuda_cost_start();
+        PAIR(f, linear_forward, D(x), D(W), D(b), N, in, out, D(y));
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_labelled(&r, " +bias"), 1);
+        expect_close(f, &y, tol, "linear_forward");
+        PAIR(f, linear_forward, D(x), D(W), NULL, N, in, out, D(y));
+        expect_close(f, &y, tol, "linear_forward without bias");
+        backend_cuda_cost_start();
+        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_labelled(&r, " +bgrad"), 1);
+        expect_close(f, &dx, tol, "linear_backward dx (accumulated)");
+        expect_close(f, &dW, tol, "linear_backward dW");
+        expect_close(f, &db, tol, "linear_backward db");
+        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, NULL, 0, D(dW), NULL);
+        expect_close(f, &dW, tol, "linear_backward dW without dx, db");
+        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 0, D(dW), D(db));
+        expect_close(f, &dx, tol, "linear_backward dx (overwritten)");
+        expect_close(f, &db, tol, "linear_backward db (again)");
+        PAIR(f, scale, D(dy), -0.5f, (size_t)N * out);  // new values under the twins
+    }
+    Buf *all[] = {&x, &W, &b, &y, &dy, &dx, &dW, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+    f->rng = rng;
+}
+static void test_linear_matches_cpu(void **state) { check_linear(state, 1e-5); }
+static void test_linear_bf16_within_1e2(void **state) { check_linear(state, 1e-2); }
+
 static void test_bias_and_elementwise_match_cpu(void **state) {
     Fix *f = *state;
     const int N = 37, C = 70;
@@ -548,6 +605,7 @@ static void test_bf16_twins_follow_every_write(void **state) {
 int main(void) {
     const struct CMUnitTest fp32[] = {
         cmocka_unit_test(test_matmul_matches_cpu),
+        cmocka_unit_test(test_linear_matches_cpu),
         cmocka_unit_test(test_bias_and_elementwise_match_cpu),
         cmocka_unit_test(test_head_expand_matches_cpu),
         cmocka_unit_test(test_layernorm_gelu_tanh_match_cpu),
@@ -560,6 +618,7 @@ int main(void) {
     };
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_matmul_bf16_within_1e2),
+        cmocka_unit_test(test_linear_bf16_within_1e2),
         cmocka_unit_test(test_attention_bf16_within_1e2),
         cmocka_unit_test(test_attention_bf16_reads_twins),
         cmocka_unit_test(test_bf16_twins_follow_every_write),

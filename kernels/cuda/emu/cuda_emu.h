@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <nccl.h>
 
 #include "kernels/cuda/cuda_cost.h"
@@ -304,6 +305,45 @@ cublasStatus_t mhe_emu_gemm_batched_ex(cublasHandle_t h, cublasOperation_t ta, c
 #define cublasGemmEx mhe_emu_gemm_ex
 #define cublasGemmStridedBatchedEx mhe_emu_gemm_strided_batched_ex
 #define cublasGemmBatchedEx mhe_emu_gemm_batched_ex
+
+// ---- cuBLASLt over OpenBLAS (cuda_emu_lt.cpp): matmuls with the DEFAULT, BIAS and BGRADB
+// epilogues, computed for real; any other attribute, epilogue or type is refused
+// (CUBLAS_STATUS_NOT_SUPPORTED), and pointers must meet the alignments the heuristic query
+// was promised (CUBLAS_STATUS_INVALID_VALUE otherwise), as on the GPU. ----
+cublasStatus_t mhe_emu_lt_create(cublasLtHandle_t *h);
+cublasStatus_t mhe_emu_lt_destroy(cublasLtHandle_t h);
+cublasStatus_t mhe_emu_lt_desc_create(cublasLtMatmulDesc_t *d, cublasComputeType_t compute, cudaDataType_t scale);
+cublasStatus_t mhe_emu_lt_desc_destroy(cublasLtMatmulDesc_t d);
+cublasStatus_t mhe_emu_lt_desc_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *buf,
+                                   size_t bytes);
+cublasStatus_t mhe_emu_lt_layout_create(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
+                                        int64_t ld);
+cublasStatus_t mhe_emu_lt_layout_destroy(cublasLtMatrixLayout_t l);
+cublasStatus_t mhe_emu_lt_pref_create(cublasLtMatmulPreference_t *p);
+cublasStatus_t mhe_emu_lt_pref_destroy(cublasLtMatmulPreference_t p);
+cublasStatus_t mhe_emu_lt_pref_set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a,
+                                   const void *buf, size_t bytes);
+cublasStatus_t mhe_emu_lt_heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl,
+                                    cublasLtMatmulPreference_t p, int requested,
+                                    cublasLtMatmulHeuristicResult_t results[], int *returned);
+cublasStatus_t mhe_emu_lt_matmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                                 cublasLtMatrixLayout_t al, const void *B, cublasLtMatrixLayout_t bl,
+                                 const void *beta, const void *C, cublasLtMatrixLayout_t cl, void *D,
+                                 cublasLtMatrixLayout_t dl, const cublasLtMatmulAlgo_t *algo, void *ws,
+                                 size_t ws_bytes, cudaStream_t s);
+#define cublasLtCreate mhe_emu_lt_create
+#define cublasLtDestroy mhe_emu_lt_destroy
+#define cublasLtMatmulDescCreate mhe_emu_lt_desc_create
+#define cublasLtMatmulDescDestroy mhe_emu_lt_desc_destroy
+#define cublasLtMatmulDescSetAttribute mhe_emu_lt_desc_set
+#define cublasLtMatrixLayoutCreate mhe_emu_lt_layout_create
+#define cublasLtMatrixLayoutDestroy mhe_emu_lt_layout_destroy
+#define cublasLtMatmulPreferenceCreate mhe_emu_lt_pref_create
+#define cublasLtMatmulPreferenceDestroy mhe_emu_lt_pref_destroy
+#define cublasLtMatmulPreferenceSetAttribute mhe_emu_lt_pref_set
+#define cublasLtMatmulAlgoGetHeuristic mhe_emu_lt_heuristic
+#define cublasLtMatmul mhe_emu_lt_matmul
 
 // ---- NCCL over MPI (MPI_COMM_WORLD must be initialised; one emulated GPU per rank) ----
 ncclResult_t mhe_emu_nccl_get_unique_id(ncclUniqueId *id);

@@ -1,0 +1,203 @@
+// Linear layers (ops.h linear_forward / linear_backward) through cuBLASLt with the bias fused
+// into the GEMM: the forward's EPILOGUE_BIAS adds b while the product is written (no bias_add
+// pass re-reading and re-writing y), the backward's EPILOGUE_BGRADB sums dy's columns while
+// the weight gradient's GEMM reads dy anyway (no bias_backward pass over dy).
+//
+// Layouts: cuBLASLt is column-major, so a row-major [rows, cols] buffer is a cols x rows
+// column-major matrix.  Forward, y [N, out] = x [N, in] Wᵀ + b:
+//     D (out x N, ld out) = op(A = W: in x out, ld in, transposed) · (B = x: in x N, ld in),
+//     the bias indexed by D's row (out), as EPILOGUE_BIAS wants.
+// Backward, dW [out, in] += dyᵀ x:
+//     D (in x out, ld in) = (A = x: in x N, ld in) · op(B = dy: out x N, ld out, transposed),
+//     k = N, so BGRADB's sum over k of op(B)'s column j is Σ_r dy[r, j] = the bias gradient.
+// BGRADB stores (does not add), so the gradient lands in a scratch vector that one small
+// kernel adds into db (ops.h accumulates).  dx = dy W is the plain matmul op.
+//
+// Operands are the bf16 twins in bf16 mode (cuda_mirror.cu), fp32 otherwise (CUBLAS_COMPUTE_32F,
+// no TF32: fp32 mode stays within 1e-5 of the CPU backend).  BGRADB sums the operand as the
+// GEMM sees it, i.e. the bf16 values of dy in bf16 mode.  Plans (descriptors, layouts, the
+// heuristic's algorithm) are cached per shape and pointer alignment; a shape cuBLASLt has no
+// algorithm for falls back to matmul + bias_add / bias_backward.
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/cuda_internal.h"
+
+static constexpr size_t LT_WORKSPACE = 32u << 20;  // NVIDIA's recommendation for Hopper
+
+// (epilogue, trans_a, trans_b, m, n, k, lda, ldb, ldd, operand type, alignments of A, B, D, bias)
+typedef std::tuple<int, int, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t> LtPlanKey;
+
+struct LtPlan {
+    bool ok = false;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+};
+
+
+struct LtState {
+    cublasLtHandle_t handle = nullptr;
+    void *workspace = nullptr;
+    float *dbias = nullptr;  // BGRADB's output before it is added into db (grow-only)
+    size_t dbias_n = 0;
+    std::map<LtPlanKey, LtPlan> plans;
+};
+
+static LtState *lt_state(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->lt) {
+        c->lt = new LtState();
+        CUBLAS_CHECK(cublasLtCreate(&c->lt->handle));
+        c->lt->workspace = cuda_device_alloc(LT_WORKSPACE, c->device);
+    }
+    return c->lt;
+}
+
+// The largest power of two (<= 256) dividing the address: what the heuristic may assume.
+static uint32_t alignment(const void *p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    uint32_t al = 256;
+    while (al > 1 && a % al) al >>= 1;
+    return al;
+}
+
+// The plan for D (m x n) = op(A) op(B) with the epilogue; nullptr when cuBLASLt has none.
+static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool tb, int m, int n, int k, int lda,
+                           int ldb, int ldd, const void *A, const void *B, const float *D, const float *bias) {
+    LtState *s = lt_state(be);
+    const cudaDataType t = cuda_ctx(be)->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const uint32_t al[4] = {alignment(A), alignment(B), alignment(D), alignment(bias)};
+    LtPlanKey key{(int)epi, ta, tb, m, n, k, lda, ldb, ldd, (int)t, al[0], al[1], al[2], al[3]};
+    auto it = s->plans.find(key);
+    if (it != s->plans.end()) return it->second.ok ? &it->second : nullptr;
+    LtPlan &p = s->plans[key];
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cudaDataType bias_type = CUDA_R_32F;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+    // The heuristic reads the bias pointer's alignment from the descriptor.
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, t, ta ? k : m, ta ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, t, tb ? n : k, tb ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, m, n, ldd));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = LT_WORKSPACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    const uint32_t want[4] = {al[0], al[1], al[2], al[2]};  // C is D
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &want[i], sizeof want[i]));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(s->handle, p.desc, p.a, p.b, p.d, p.d, pref, 1,
+                                                             &result, &found);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+    if (p.ok) p.algo = result.algo;
+    return p.ok ? &p : nullptr;
+}
+
+static void lt_run(Backend *be, const LtPlan *p, const void *A, const void *B, float beta, float *D, const float *bias) {
+    LtState *s = lt_state(be);
+    const float one = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    CUBLAS_CHECK(cublasLtMatmul(s->handle, p->desc, &one, A, p->a, B, p->b, &beta, D, p->d, D, p->d, &p->algo,
+                                s->workspace, LT_WORKSPACE, cuda_stream(be)));
+}
+
+// The bf16 twins of two operands (the second lookup may merge, i.e. move, the first's twin).
+static void twins(Backend *be, const float *A, size_t na, const float *B, size_t nb, const void **ha,
+                  const void **hb) {
+    *ha = cuda_mirror_operand(be, A, na);
+    *hb = cuda_mirror_operand(be, B, nb);
+    *ha = cuda_mirror_operand(be, A, na);
+}
+
+__global__ void bias_grad_accumulate_kernel(float *__restrict__ db, const float *__restrict__ g, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) db[i] += g[i];
+}
+
+static void cuda_linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
+                                int out, float *y) {
+    const bool bf16 = cuda_ctx(be)->bf16;
+    const void *A = W, *B = x;
+    if (b && N > 0 && out > 0 && in > 0 && bf16) twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
+    const LtPlan *p = b && N > 0 && out > 0 && in > 0
+                        ? lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, y, b)
+                        : nullptr;
+    if (!p) {  // no bias, nothing to do, or no fused algorithm: the two-op form
+        be->matmul(be, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+        if (b) be->bias_add(be, y, b, N, out);
+        return;
+    }
+    double t0 = cuda_prof_begin(be);
+    cuda_mirror_wrote(be, y, (size_t)N * out * sizeof(float));
+    mhe_cost_record_gemm_epilogue(N, out, in, bf16, 0, "+bias", 4.0 * out);
+    lt_run(be, p, A, B, 0.0f, y, b);
+    cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+}
+
+static void cuda_linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
+                                 int out, float *dx, int accumulate, float *dW, float *db) {
+    const bool bf16 = cuda_ctx(be)->bf16;
+    if (dx) be->matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
+    const LtPlan *p = nullptr;
+    const void *A = x, *B = dy;
+    LtState *s = nullptr;
+    if (db && N > 0 && out > 0 && in > 0) {
+        s = lt_state(be);
+        if ((size_t)out > s->dbias_n) {
+            CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+            cuda_device_free(s->dbias);
+            s->dbias = static_cast<float *>(cuda_device_alloc((size_t)out * sizeof(float), cuda_ctx(be)->device));
+            s->dbias_n = (size_t)out;
+        }
+        if (bf16) twins(be, x, (size_t)N * in, dy, (size_t)N * out, &A, &B);
+        p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, s->dbias);
+    }
+    if (!p) {  // no bias gradient, nothing to do, or no fused algorithm: the two-op form
+        be->matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
+        if (db) be->bias_backward(be, dy, N, out, db);
+        return;
+    }
+    double t0 = cuda_prof_begin(be);
+    cuda_mirror_wrote(be, dW, (size_t)out * in * sizeof(float));
+    cuda_mirror_wrote(be, db, (size_t)out * sizeof(float));
+    mhe_cost_record_gemm_epilogue(out, in, N, bf16, 1, "+bgrad", 4.0 * out);
+    lt_run(be, p, A, B, 1.0f, dW, s->dbias);
+    MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
+               mhe_cost(out, 12.0 * out))(db, s->dbias, out);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
+}
+
+void cuda_linear_destroy(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    LtState *s = c->lt;
+    if (!s) return;
+    for (auto &kv : s->plans) {
+        LtPlan &p = kv.second;
+        if (p.a) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.a));
+        if (p.b) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.b));
+        if (p.d) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p.d));
+        if (p.desc) CUBLAS_CHECK(cublasLtMatmulDescDestroy(p.desc));
+    }
+    cuda_device_free(s->workspace);
+    cuda_device_free(s->dbias);
+    CUBLAS_CHECK(cublasLtDestroy(s->handle));
+    delete s;
+    c->lt = nullptr;
+}
+
+void cuda_install_linear(Backend *be) {
+    be->linear_forward = cuda_linear_forward;
+    be->linear_backward = cuda_linear_backward;
+}
