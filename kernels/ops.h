@@ -254,6 +254,14 @@ struct Backend {
     void (*adamw_update)(Backend *be, float *p, const float *grad, float *m, float *v, size_t n,
                          float b1, float b2, float eps, float step_size, float decay, float bc2_sqrt,
                          float grad_scale);
+    // Optional (NULL: one adamw_update per range): adamw_update over `count` ranges at once (one
+    // launch for a whole model).  Range r is p/grad[start[r] .. start[r] + len[r]) with its
+    // moments at m/v[start[r] - m_base ..]; it uses `decay` when decays[r] != 0, else 1 (a
+    // tensor without weight decay).  start, len, decays are host arrays; ranges are disjoint.
+    void (*adamw_update_ranges)(Backend *be, float *p, const float *grad, float *m, float *v,
+                                size_t m_base, int count, const size_t *start, const size_t *len,
+                                const unsigned char *decays, float b1, float b2, float eps,
+                                float step_size, float decay, float bc2_sqrt, float grad_scale);
     // LAMB direction, same moment updates as adamw_update, then (optim_math.h's lamb_direction_of)
     //   u = (m / bc1) / (sqrt(v / bc2) + eps) + wd * p   (p unchanged)
     // The caller computes the trust ratio ‖p‖/‖u‖ with sum_squares and applies axpy(-lr*ratio, u, p).

@@ -241,6 +241,7 @@ static void cuda_destroy(Backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     cuda_mirror_destroy(be);
     cuda_linear_destroy(be);
+    cuda_optim_destroy(be);
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->gemm_ptrs);
     cuda_device_free(c->partials);
@@ -297,5 +298,6 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     cuda_install_norm_loss(be);
     cuda_install_attention(be);
     cuda_install_linear(be);
+    cuda_install_optim(be);
     return be;
 }

@@ -344,9 +344,8 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
     return s;
 }
 
-// Cost model: ~16 FLOPs per element (sqrt and division count as one each); AdamW reads and
-// writes p, m, v and reads g (28 bytes), LAMB reads p and writes u instead (also 28).
-#define ADAM_FLOPS 16.0
+// Cost model (ADAM_FLOPS, cuda_internal.h): AdamW reads and writes p, m, v and reads g (28
+// bytes), LAMB reads p and writes u instead (also 28).
 // The element formulas are kernels/optim_math.h's, shared with the CPU backend and the host
 // optimizer; nvcc may still contract multiply-adds, so agreement is to fp32 rounding.
 // One kernel for both (one name in the cost model and the profile): u set means LAMB (store the

@@ -22,10 +22,15 @@ struct CudaCtx {
     double *host_partials;
     struct MirrorSet *mirrors;    // bf16 twins of matmul operands (cuda_mirror.cu; bf16 mode)
     struct LtState *lt;           // cuBLASLt handle, plans, workspace (cuda_linear.cu)
+    struct AdamTable *adam;       // the range table of the multi-tensor AdamW (cuda_optim.cu)
 };
 
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
 static inline cudaStream_t cuda_stream(Backend *be) { return cuda_ctx(be)->stream; }
+
+// The cost model's FLOPs per element of the AdamW / LAMB kernels (sqrt and division count as one
+// each).
+#define ADAM_FLOPS 16.0
 
 #define CUDA_SUM_BLOCKS 64  // blocks of sum_squares (partials summed on the host in double)
 
@@ -125,6 +130,8 @@ void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);
 void cuda_install_attention(Backend *be);
 void cuda_install_linear(Backend *be);
+void cuda_install_optim(Backend *be);
+void cuda_optim_destroy(Backend *be);
 void cuda_linear_destroy(Backend *be);
 
 #endif

@@ -165,6 +165,21 @@ static void test_single_calls(void **state) {
     assert_true(fabs(r.seconds - 17.732e-6) < 0.001e-6);
     assert_int_equal(r.class_calls[OPC_OTHER], 1);
 
+    // The multi-tensor form over two ranges of that buffer (600,000 floats with weight decay,
+    // 300,000 without, a gap between): one launch moving 28 B per element plus the 2 x 32 B
+    // range table = 25,200,064 B; the first call also uploads the table (64 B over PCIe).
+    const size_t starts[2] = {0, 700000}, lens[2] = {600000, 300000};
+    const unsigned char decays[2] = {1, 0};
+    for (int call = 0; call < 2; call++) {
+        backend_cuda_cost_start();
+        be->adamw_update_ranges(be, big, big, big, big, 0, 2, starts, lens, decays, 0.9f, 0.999f, 1e-8f, 0.0316f,
+                                0.99999f, 1.0f, 1.0f);
+        backend_cuda_cost_stop(a100, &r);
+        assert_int_equal(r.launches, call ? 1 : 2);
+        assert_true(find(&r, "adam_ranges_kernel")->bytes == 25200064.0);
+        if (!call) assert_true(find(&r, "memcpy h2d")->bytes == 64.0);
+    }
+
     // A compute-bound prediction: 312e12 tensor-core FLOPs take 1 s on an A100, 989e12 on an H100.
     assert_true(fabs(backend_cuda_cost_predict(a100, 312e12, 0, 1e9, 0) - (1.0 + 4e-6)) < 1e-12);
     assert_true(fabs(backend_cuda_cost_predict(gpu_spec_find("h100"), 0, 67e12, 0, 0) - (1.0 + 4e-6)) < 1e-12);

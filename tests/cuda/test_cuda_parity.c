@@ -19,6 +19,7 @@
 typedef struct {
     Backend *cpu, *gpu;
     uint64_t rng;
+    int gpu_bf16;  // the CUDA backend runs in bf16 mode
 } Fix;
 
 // A buffer mirrored on both backends, with a host copy of its initial contents.
@@ -102,6 +103,7 @@ static int setup_bf16(void **state) {
     Fix *f = *state;
     f->gpu->destroy(f->gpu);
     f->gpu = backend_cuda_create(0, 1);
+    f->gpu_bf16 = 1;
     return 0;
 }
 static int teardown(void **state) {
@@ -388,6 +390,41 @@ static void test_optimizers_match_cpu(void **state) {
     for (int i = 0; i < 5; i++) buf_free(f, all[i]);
 }
 
+// adamw_update_ranges (one launch over many tensors) against the CPU backend's adamw_update per
+// range: ranges with and without weight decay, gaps between them (left untouched), moments
+// offset by m_base, three steps.  In bf16 mode a matmul reads part of p before and after, so
+// the weights' twins must follow the update (a stale one fails the comparison, and the
+// emulation's twin check).
+static void test_adamw_ranges_match_cpu(void **state) {
+    Fix *f = *state;
+    const size_t n = 500, m_base = 50;
+    const size_t start[5] = {50, 150, 160, 250, 300}, len[5] = {100, 0, 90, 1, 150};
+    const unsigned char decays[5] = {1, 1, 0, 1, 1};
+    Buf p = buf_rand(f, n), g = buf_rand(f, n), m = buf_rand(f, n - m_base), x = buf_rand(f, 8 * 10),
+        y = buf_rand(f, 8 * 20);
+    Buf v = buf_new(f, n - m_base, 0.0f, 0.5f);
+    const float lr = 1e-2f, wd = 0.01f;
+    for (int step = 1; step <= 3; step++) {
+        PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 300, 20, 0.0f, D(y), 20);  // W = p[300 .. 500)
+        expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
+        const float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
+        const float step_size = lr / bc1, decay = 1.0f - lr * wd;
+        for (int r = 0; r < 5; r++)
+            f->cpu->adamw_update(f->cpu, p.c + start[r], g.c + start[r], m.c + start[r] - m_base,
+                                 v.c + start[r] - m_base, len[r], 0.9f, 0.999f, 1e-8f, step_size,
+                                 decays[r] ? decay : 1.0f, sqrtf(bc2), 0.5f);
+        f->gpu->adamw_update_ranges(f->gpu, p.g, g.g, m.g, v.g, m_base, 5, start, len, decays, 0.9f, 0.999f,
+                                    1e-8f, step_size, decay, sqrtf(bc2), 0.5f);
+        expect_close(f, &p, 1e-5, "adamw ranges p");
+        expect_close(f, &m, 1e-5, "adamw ranges m");
+        expect_close(f, &v, 1e-5, "adamw ranges v");
+    }
+    PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 300, 20, 0.0f, D(y), 20);
+    expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
+    Buf *all[] = {&p, &g, &m, &v, &x, &y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
 // One attention configuration, forward and backward, every output compared.
 typedef struct {
     const char *name;
@@ -612,6 +649,7 @@ int main(void) {
         cmocka_unit_test(test_embeddings_and_cross_entropy_match_cpu),
         cmocka_unit_test(test_gather_scatter_rows_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),
+        cmocka_unit_test(test_adamw_ranges_match_cpu),
         cmocka_unit_test(test_attention_matches_cpu),
         cmocka_unit_test(test_attention_gemm_path_matches_cpu),
         cmocka_unit_test(test_attention_plain_kernels_match_cpu),
@@ -622,6 +660,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_within_1e2),
         cmocka_unit_test(test_attention_bf16_reads_twins),
         cmocka_unit_test(test_bf16_twins_follow_every_write),
+        cmocka_unit_test(test_adamw_ranges_match_cpu),
     };
     int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda parity bf16", bf16, setup_bf16, teardown);

@@ -141,6 +141,25 @@ void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const 
     s->step++;
     const OptimBias bc = optim_bias(o->beta1, o->beta2, s->step);
     size_t lo, hi;
+    if (o->name == OPT_ADAMW && be->adamw_update_ranges) {
+        // Every tensor in one call: step_size does not depend on the weight decay, and a tensor
+        // without decay is one whose decay is exactly 1 (adamw_scalars with wd = 0).
+        size_t *start = mhe_malloc(2 * (size_t)t->count * sizeof *start), *len = start + t->count;
+        unsigned char *decays = mhe_malloc((size_t)t->count);
+        int count = 0;
+        for (int j = 0; j < t->count; j++) {
+            if (!overlap(s, &t->tensors[j], &lo, &hi)) continue;
+            start[count] = lo;
+            len[count] = hi - lo;
+            decays[count++] = optim_decays(o, &t->tensors[j]) && o->weight_decay != 0.0f;
+        }
+        const AdamwScalars a = adamw_scalars(lr, o->weight_decay, bc.bc1);
+        be->adamw_update_ranges(be, params, grads, m, v, s->begin, count, start, len, decays, o->beta1, o->beta2,
+                                o->eps, a.step_size, a.decay, bc.bc2_sqrt, grad_scale);
+        free(start);
+        free(decays);
+        return;
+    }
     for (int j = 0; j < t->count; j++) {
         const ParamTensor *p = &t->tensors[j];
         if (!overlap(s, p, &lo, &hi)) continue;
