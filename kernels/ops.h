@@ -183,6 +183,13 @@ struct Backend {
     // rstd = 1/sqrt(var + eps) with the biased variance (as torch).  y may alias x.
     void (*layernorm_forward)(Backend *be, const float *x, const float *gamma, const float *beta,
                               int N, int C, float eps, float *y, float *mean, float *rstd);
+    // Optional (NULL: dropout, add, layernorm_forward): a layer's residual step in one pass,
+    // s = x + dropout(r) (dropout exactly as the dropout op with p, seed, offset over the N*C
+    // elements; s may alias r), then y = LayerNorm(s) as layernorm_forward (y may alias s).
+    void (*residual_layernorm_forward)(Backend *be, const float *x, const float *r, float p,
+                                       uint64_t seed, uint64_t offset, const float *gamma,
+                                       const float *beta, int N, int C, float eps, float *s,
+                                       float *y, float *mean, float *rstd);
     // xhat = (x - mean) * rstd;  dgamma += sum_r dy*xhat;  dbeta += sum_r dy;
     // dx (=, or += with accumulate) = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)), g = dy*gamma.
     // dx may alias dy only when accumulate == 0.

@@ -29,6 +29,39 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
     }
 }
 
+// A layer's residual step: s = x + dropout(r) (the dropout kernel's formula and element
+// index), stored, then LayerNorm(s) as layernorm_forward_kernel.  Each thread reads back only
+// the s it wrote, so s may alias r and y may alias s.  One pass instead of three kernels
+// (dropout, add, LayerNorm) re-reading the row from memory.
+__global__ void residual_layernorm_kernel(const float *x, const float *r, float p, uint64_t key, uint32_t threshold,
+                                          const float *gamma, const float *beta, int C, float eps, float *s,
+                                          float *y, __nv_bfloat16 *yb, float *mean, float *rstd) {
+    __shared__ float buf[32];
+    const size_t off = (size_t)blockIdx.x * C;
+    const float inv = 1.0f / (1.0f - p);
+    float sum = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const size_t i = off + c;
+        const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? r[i] * inv : 0.0f;
+        const float v = x[i] + d;
+        s[i] = v;
+        sum += v;
+    }
+    const float mu = block_sum(sum, buf) / (float)C;
+    float var = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const float d = s[off + c] - mu;
+        var += d * d;
+    }
+    const float rs = rsqrtf(block_sum(var, buf) / (float)C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        store_twin(y, yb, off + c, (s[off + c] - mu) * rs * gamma[c] + beta[c]);
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+
 // dgamma[c] += sum_r dy·xhat;  dbeta[c] += sum_r dy   (one thread per column: deterministic)
 __global__ void layernorm_dparam_kernel(const float *dy, const float *x, const float *mean,
                                         const float *rstd, int N, int C, float *dgamma, float *dbeta) {
@@ -74,6 +107,24 @@ static void cuda_layernorm_forward(Backend *be, const float *x, const float *gam
     cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
     __nv_bfloat16 *yb = cuda_mirror_out(be, y, (size_t)N * C);
     if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(8.0 * N * C, 8.0 * N * C + 8.0 * C + 8.0 * N), yb, (double)N * C))(x, gamma, beta, C, eps, y, yb, mean, rstd);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+static void cuda_residual_layernorm_forward(Backend *be, const float *x, const float *r, float p, uint64_t seed,
+                                            uint64_t offset, const float *gamma, const float *beta, int N, int C,
+                                            float eps, float *s, float *y, float *mean, float *rstd) {
+    double t0 = cuda_prof_begin(be);
+    const size_t n = (size_t)N * C;
+    cuda_mirror_wrote(be, s, n * sizeof(float));
+    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
+    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
+    __nv_bfloat16 *yb = cuda_mirror_out(be, y, n);
+    const float q = p > 0.0f ? p : 0.0f;
+    // Reads x and r, writes s and y (16 B per element; s is re-read from cache), gamma, beta,
+    // mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add, LayerNorm's 8).
+    const MheCost cost = with_twin(mhe_cost(10.0 * n, 16.0 * n + 8.0 * C + 8.0 * N), yb, (double)n);
+    if (N) MHE_LAUNCH(residual_layernorm_kernel, N, MHE_BLOCK, 0, cuda_stream(be), cost)(x, r, q, ops_dropout_key(seed, offset), ops_dropout_threshold(q), gamma, beta, C, eps, s, y, yb, mean, rstd);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -155,6 +206,7 @@ static void cuda_cross_entropy_backward(Backend *be, const float *logits, const 
 
 void cuda_install_norm_loss(Backend *be) {
     be->layernorm_forward = cuda_layernorm_forward;
+    be->residual_layernorm_forward = cuda_residual_layernorm_forward;
     be->layernorm_backward = cuda_layernorm_backward;
     be->cross_entropy_forward = cuda_cross_entropy_forward;
     be->cross_entropy_backward = cuda_cross_entropy_backward;

@@ -49,6 +49,16 @@ static void test_single_calls(void **state) {
     const CostEntry *e = find(&r, "layernorm_forward_kernel");
     assert_int_equal(e->op_class, OPC_NORM_ACT);
     assert_true(e->bytes == 608.0);
+    // The fused residual step on the same shape: reads x and r, writes s and y (4 x 60 floats),
+    // gamma, beta (20) and mean, rstd (12): 272 floats = 1088 bytes, one launch for what was
+    // three (dropout, add, LayerNorm).
+    backend_cuda_cost_start();
+    be->residual_layernorm_forward(be, x, x + 100, 0.1f, 1, 2, y, y + 100, 6, 10, 1e-5f, x + 100, z, z + 100, z + 200);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    e = find(&r, "residual_layernorm_kernel");
+    assert_int_equal(e->op_class, OPC_NORM_ACT);
+    assert_true(e->bytes == 1088.0);
 
     // bf16 matmul 8x16x32: operands rounded (A 256 elements: 4 B read + 2 B
     // written each = 1536 B; B 512 elements = 3072 B), then the GEMM reads 768 bf16 (1536 B),

@@ -282,6 +282,32 @@ static void test_head_expand_matches_cpu(void **state) {
     for (int i = 0; i < 7; i++) buf_free(f, all[i]);
 }
 
+// residual_layernorm_forward (one kernel) against the CPU backend's dropout, add and
+// layernorm_forward: with dropout and without, s written over r (as the model calls it) and
+// into a separate buffer; s, y, mean and rstd compared.
+static void test_residual_layernorm_matches_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 11, C = 80;
+    const size_t n = (size_t)N * C;
+    Buf x = buf_new(f, n, -2.0f, 3.0f), r = buf_rand(f, n), g = buf_rand(f, C), bt = buf_rand(f, C);
+    Buf y = buf_rand(f, n), s = buf_rand(f, n), mean = buf_rand(f, N), rstd = buf_rand(f, N);
+    for (int variant = 0; variant < 3; variant++) {
+        const float p = variant == 1 ? 0.0f : 0.25f;
+        Buf *out = variant == 2 ? &s : &r;  // the sum over r, or into s
+        f->cpu->dropout(f->cpu, r.c, out->c, n, p, 31, 5 + variant);
+        f->cpu->add(f->cpu, x.c, out->c, out->c, n);
+        f->cpu->layernorm_forward(f->cpu, out->c, g.c, bt.c, N, C, 1e-5f, y.c, mean.c, rstd.c);
+        f->gpu->residual_layernorm_forward(f->gpu, x.g, r.g, p, 31, 5 + variant, g.g, bt.g, N, C, 1e-5f, out->g, y.g,
+                                           mean.g, rstd.g);
+        expect_close(f, out, 1e-5, "residual_layernorm s");
+        expect_close(f, &y, 1e-5, "residual_layernorm y");
+        expect_close(f, &mean, 1e-5, "residual_layernorm mean");
+        expect_close(f, &rstd, 1e-5, "residual_layernorm rstd");
+    }
+    Buf *all[] = {&x, &r, &g, &bt, &y, &s, &mean, &rstd};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
 static void test_layernorm_gelu_tanh_match_cpu(void **state) {
     Fix *f = *state;
     const int N = 9, C = 96;
@@ -653,6 +679,7 @@ int main(void) {
         cmocka_unit_test(test_attention_matches_cpu),
         cmocka_unit_test(test_attention_gemm_path_matches_cpu),
         cmocka_unit_test(test_attention_plain_kernels_match_cpu),
+        cmocka_unit_test(test_residual_layernorm_matches_cpu),
     };
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_matmul_bf16_within_1e2),

@@ -9,6 +9,19 @@ static GeluKind gelu_kind(const Model *m) {
 
 static float hidden_p(const Model *m) { return m->train ? m->cfg.model.dropout : 0.0f; }
 
+// r = x + dropout(r), then y = LayerNorm(r): one backend call where the backend fuses them.
+static void residual_layernorm(Backend *be, const float *x, float *r, float p, uint64_t seed, uint64_t site,
+                               const float *gamma, const float *beta, int N, int D, float eps, float *y,
+                               float *mean, float *rstd) {
+    if (be->residual_layernorm_forward) {
+        be->residual_layernorm_forward(be, x, r, p, seed, site, gamma, beta, N, D, eps, r, y, mean, rstd);
+        return;
+    }
+    be->dropout(be, r, r, (size_t)N * D, p, seed, site);
+    be->add(be, x, r, r, (size_t)N * D);
+    be->layernorm_forward(be, r, gamma, beta, N, D, eps, y, mean, rstd);
+}
+
 static void layer_forward(Model *m, int l) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
@@ -22,22 +35,23 @@ static void layer_forward(Model *m, int l) {
         be->layernorm_forward(be, a->x, MP(m, p->ln1_g), MP(m, p->ln1_b), N, D, mc->ln_eps, a->a_in,
                               a->ln1_mean, a->ln1_rstd);
     attn_forward(m, l, a->r1);
-    be->dropout(be, a->r1, a->r1, ND, pd, m->drop_seed, site + 1);
-    be->add(be, a->x, a->r1, a->r1, ND);
+    // r1 = x + drop(attention), then LN1 (post-LN: h) or LN2 (pre-LN, where h is r1: f_in).
     if (mc->norm == NORM_POST)
-        be->layernorm_forward(be, a->r1, MP(m, p->ln1_g), MP(m, p->ln1_b), N, D, mc->ln_eps, a->h,
-                              a->ln1_mean, a->ln1_rstd);
+        residual_layernorm(be, a->x, a->r1, pd, m->drop_seed, site + 1, MP(m, p->ln1_g), MP(m, p->ln1_b), N, D,
+                           mc->ln_eps, a->h, a->ln1_mean, a->ln1_rstd);
     else
-        be->layernorm_forward(be, a->h, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D, mc->ln_eps, a->f_in,
-                              a->ln2_mean, a->ln2_rstd);
+        residual_layernorm(be, a->x, a->r1, pd, m->drop_seed, site + 1, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D,
+                           mc->ln_eps, a->f_in, a->ln2_mean, a->ln2_rstd);
     linear_forward(be, a->f_in, MP(m, p->up_w), MP(m, p->up_b), N, D, F, a->u);
     be->gelu_forward(be, gelu_kind(m), a->u, a->g, (size_t)N * F);
     linear_forward(be, a->g, MP(m, p->down_w), MP(m, p->down_b), N, F, D, a->r2);
-    be->dropout(be, a->r2, a->r2, ND, pd, m->drop_seed, site + 2);
-    be->add(be, a->h, a->r2, a->r2, ND);
-    if (mc->norm == NORM_POST)
-        be->layernorm_forward(be, a->r2, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D, mc->ln_eps,
-                              m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
+    if (mc->norm == NORM_POST) {
+        residual_layernorm(be, a->h, a->r2, pd, m->drop_seed, site + 2, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D,
+                           mc->ln_eps, m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
+    } else {
+        be->dropout(be, a->r2, a->r2, ND, pd, m->drop_seed, site + 2);
+        be->add(be, a->h, a->r2, a->r2, ND);
+    }
 }
 
 void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, const int32_t *attn_mask, int B,
