@@ -1,7 +1,7 @@
 // Fused attention on tensor cores (bf16 mode): the kernels of cuda_flash.cu with every product
 // as nvcuda::wmma 16x16x16 bf16 multiplies accumulating in fp32, tiles staged through shared
 // memory.  Same semantics, same saved buffers (L, Opre) and scratch (D), same dropout index.
-// Each warp owns 16 rows: four warps (64 query rows) per forward / dQ block, two (32 key
+// Each warp owns 16 rows: four warps (64 query rows) per forward / dQ block, four (64 key
 // rows) per dK/dV block; they multiply against 32-column tiles of the other side.
 // The forward takes two passes over the keys: the first finds each row's max and sum (scalars
 // only), the second accumulates O = Pd V with P already normalised by L, so the accumulator
@@ -13,8 +13,8 @@
 
 using namespace nvcuda;
 
-#define TC_ROWS 32    // key rows per dK/dV block: 2 warps x 16
-#define TC_THREADS 64
+#define TC_ROWS 64    // key rows per dK/dV block: 4 warps x 16 (halves Q/dout re-reads)
+#define TC_THREADS 128
 #define TC_QROWS 64   // query rows per forward / dQ block: 4 warps x 16 (halves K/V re-reads)
 #define TC_QTHREADS 128
 #define TC_COLS 32    // columns of the other side per staged tile
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
     bf16_t *Ks = reinterpret_cast<bf16_t *>(Ds + TC_COLS), *Vs = Ks + TC_ROWS * D, *Qs = Vs + TC_ROWS * D,
            *Gs = Qs + TC_COLS * D, *PdT = Gs + TC_COLS * D, *dST = PdT + TC_ROWS * TC_COLS;
     const bool live = t < TC_ROWS && j < a.T;
-    const int i_first = f.causal ? j0 : 0;  // query tiles of 32 align with key tiles of 32
+    const int i_first = f.causal ? j0 : 0;  // 32-row query tiles start at every 64-row key tile
     AccFrag dka[D / 16], dva[D / 16];
     MHE_UNROLL
     for (int c = 0; c < D / 16; c++) {
@@ -331,6 +331,14 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
 
 static size_t tc_smem_fwd(int d) { return 4 * (TC_QROWS * TC_COLS + TC_QROWS * d + TC_QROWS) + 2 * (TC_QROWS * d + 2 * TC_COLS * d + TC_QROWS * TC_COLS); }
 static size_t tc_smem_dq(int d) { return 4 * (2 * TC_QROWS * TC_COLS) + 2 * (2 * TC_QROWS * d + 2 * TC_COLS * d + TC_QROWS * TC_COLS); }
+// The dK/dV kernel's tiles pass 48 KB at d = 64 (64 KB): the kernel is opted in to more dynamic
+// shared memory once per head dim (sm_80 allows 163 KB, sm_90 227 KB).
+template <int D> static void tc_dkv_opt_in(size_t bytes) {
+    static bool done = false;
+    if (done || bytes <= 48 * 1024) return;
+    CUDA_CHECK(cudaFuncSetAttribute(flash_tc_dkv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    done = true;
+}
 static size_t tc_smem_dkv(int d) { return 4 * (2 * TC_ROWS * TC_COLS + TC_ROWS * d + 2 * TC_COLS) + 2 * (2 * TC_ROWS * d + 2 * TC_COLS * d + 2 * TC_ROWS * TC_COLS); }
 
 int cuda_flash_tc_supported(Backend *be, const AttnShape *s) {
@@ -418,6 +426,9 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev + 4.0), 0};
         cost = with_twin(cost, f.dkb, (double)rows * s->k_heads * d);
         cost = with_twin(cost, f.dvb, (double)rows * s->v_heads * d);
+        if (d == 16) tc_dkv_opt_in<16>(tc_smem_dkv(16));
+        else if (d == 32) tc_dkv_opt_in<32>(tc_smem_dkv(32));
+        else tc_dkv_opt_in<64>(tc_smem_dkv(64));
         if (d == 16) MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
         else if (d == 32) MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, TC_THREADS, tc_smem_dkv(32), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
         else MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, TC_THREADS, tc_smem_dkv(64), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);

@@ -129,11 +129,32 @@ static ThreadPool &pool() {
     return p;
 }
 
-void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()> &body) {
+static std::mutex smem_mu;
+static std::unordered_map<const void *, size_t> smem_limit;  // kernels opted in past 48 KB
+
+cudaError_t func_set_attribute(const void *kernel, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > 227 * 1024)
+        return cudaErrorInvalidValue;
+    std::lock_guard<std::mutex> lock(smem_mu);
+    smem_limit[kernel] = (size_t)value;
+    return cudaSuccess;
+}
+
+void launch(const void *kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+            const std::function<void()> &body) {
     const int n = (int)(block.x * block.y * block.z);
     if (n <= 0 || n > 1024) {
         std::fprintf(stderr, "cuda_emu: block of %d threads\n", n);
         std::abort();
+    }
+    if (dynamic_shared_bytes > 48 * 1024) {
+        std::lock_guard<std::mutex> lock(smem_mu);
+        auto it = smem_limit.find(kernel);
+        if (it == smem_limit.end() || it->second < dynamic_shared_bytes) {
+            std::fprintf(stderr, "cuda_emu: a launch with %zu bytes of dynamic shared memory needs "
+                                 "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first\n", dynamic_shared_bytes);
+            std::abort();
+        }
     }
     const int n_warps = (n + WARP - 1) / WARP;
     std::barrier<> block_sync(n);

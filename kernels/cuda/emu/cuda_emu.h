@@ -66,7 +66,12 @@ struct ThreadState {
 inline thread_local ThreadState self;
 
 // Runs body once per (block, thread); blocks in order, threads of a block concurrently.
-void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()> &body);
+// `kernel` identifies the function: more than 48 KB of dynamic shared memory needs its
+// cudaFuncAttributeMaxDynamicSharedMemorySize raised first, as on the GPU (else abort).
+void launch(const void *kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+            const std::function<void()> &body);
+// cudaFuncSetAttribute: MaxDynamicSharedMemorySize up to the sm_90 limit (227 KB).
+cudaError_t func_set_attribute(const void *kernel, cudaFuncAttribute attr, int value);
 
 template <typename T> T shuffle(T v, int src_lane, bool keep_own) {
     static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>);
@@ -196,10 +201,15 @@ int mhe_emu_block_threads(void);
     [&](auto &&...mhe_args) {                                                               \
         (void)(stream);                                                                     \
         if (mhe_cost_record(#kernel, (cost)))                                               \
-            mhe_emu::launch((grid), (block), (shmem), [&] { kernel(mhe_args...); });        \
+            mhe_emu::launch(reinterpret_cast<const void *>(&kernel), (grid), (block), (shmem), \
+                            [&] { kernel(mhe_args...); });                                  \
     }
 
 // ---- runtime (host memory, synchronous streams) ----
+template <typename F> cudaError_t mhe_emu_func_set_attribute(F *kernel, cudaFuncAttribute attr, int value) {
+    return mhe_emu::func_set_attribute(reinterpret_cast<const void *>(kernel), attr, value);
+}
+#define cudaFuncSetAttribute mhe_emu_func_set_attribute
 cudaError_t mhe_emu_malloc(void **p, size_t bytes);
 cudaError_t mhe_emu_free(void *p);
 cudaError_t mhe_emu_mem_get_info(size_t *free_bytes, size_t *total_bytes);
