@@ -1,8 +1,10 @@
 // Fused attention on tensor cores (bf16 mode): the kernels of cuda_flash.cu with every product
 // as nvcuda::wmma 16x16x16 bf16 multiplies accumulating in fp32, tiles staged through shared
 // memory.  Same semantics, same saved buffers (L, Opre) and scratch (D), same dropout index.
-// Each warp owns 16 rows: four warps (64 query rows) per forward / dQ block, four (64 key
-// rows) per dK/dV block; they multiply against 32-column tiles of the other side.
+// Each warp owns 16 rows: eight warps (128 query rows) per forward / dQ block, four (64 key
+// rows) per dK/dV block; they multiply against 32-column tiles of the other side.  Larger
+// blocks re-read the other side's tiles less often; their shared memory passes 48 KB at
+// d = 64 (tc_opt_in).
 // The forward takes two passes over the keys: the first finds each row's max and sum (scalars
 // only), the second accumulates O = Pd V with P already normalised by L, so the accumulator
 // fragments never need a per-row rescale (whose element layout is the hardware's).
@@ -15,8 +17,8 @@ using namespace nvcuda;
 
 #define TC_ROWS 64    // key rows per dK/dV block: 4 warps x 16 (halves Q/dout re-reads)
 #define TC_THREADS 128
-#define TC_QROWS 64   // query rows per forward / dQ block: 4 warps x 16 (halves K/V re-reads)
-#define TC_QTHREADS 128
+#define TC_QROWS 128  // query rows per forward / dQ block: 8 warps x 16 (fewer K/V re-reads)
+#define TC_QTHREADS 256
 #define TC_COLS 32    // columns of the other side per staged tile
 
 typedef __nv_bfloat16 bf16_t;
@@ -331,13 +333,10 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
 
 static size_t tc_smem_fwd(int d) { return 4 * (TC_QROWS * TC_COLS + TC_QROWS * d + TC_QROWS) + 2 * (TC_QROWS * d + 2 * TC_COLS * d + TC_QROWS * TC_COLS); }
 static size_t tc_smem_dq(int d) { return 4 * (2 * TC_QROWS * TC_COLS) + 2 * (2 * TC_QROWS * d + 2 * TC_COLS * d + TC_QROWS * TC_COLS); }
-// The dK/dV kernel's tiles pass 48 KB at d = 64 (64 KB): the kernel is opted in to more dynamic
-// shared memory once per head dim (sm_80 allows 163 KB, sm_90 227 KB).
-template <int D> static void tc_dkv_opt_in(size_t bytes) {
-    static bool done = false;
-    if (done || bytes <= 48 * 1024) return;
-    CUDA_CHECK(cudaFuncSetAttribute(flash_tc_dkv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    done = true;
+// Tiles past 48 KB of shared memory (d = 64: forward 80 KB, dQ 80 KB, dK/dV 64 KB) need the
+// kernel opted in first (sm_80 allows 163 KB per block, sm_90 227 KB).
+template <typename K> static void tc_opt_in(K *kernel, size_t bytes) {
+    if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 static size_t tc_smem_dkv(int d) { return 4 * (2 * TC_ROWS * TC_COLS + TC_ROWS * d + 2 * TC_COLS) + 2 * (2 * TC_ROWS * d + 2 * TC_COLS * d + 2 * TC_ROWS * TC_COLS); }
 
@@ -399,9 +398,16 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;
     cudaStream_t st = cuda_stream(be);
-    if (d == 16) MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_QTHREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
-    else if (d == 32) MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_QTHREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
-    else MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_QTHREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+    if (d == 16) {
+        tc_opt_in(flash_tc_forward_kernel<16>, tc_smem_fwd(16));
+        MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_QTHREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+    } else if (d == 32) {
+        tc_opt_in(flash_tc_forward_kernel<32>, tc_smem_fwd(32));
+        MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_QTHREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+    } else {
+        tc_opt_in(flash_tc_forward_kernel<64>, tc_smem_fwd(64));
+        MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_QTHREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
@@ -426,12 +432,16 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev + 4.0), 0};
         cost = with_twin(cost, f.dkb, (double)rows * s->k_heads * d);
         cost = with_twin(cost, f.dvb, (double)rows * s->v_heads * d);
-        if (d == 16) tc_dkv_opt_in<16>(tc_smem_dkv(16));
-        else if (d == 32) tc_dkv_opt_in<32>(tc_smem_dkv(32));
-        else tc_dkv_opt_in<64>(tc_smem_dkv(64));
-        if (d == 16) MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
-        else if (d == 32) MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, TC_THREADS, tc_smem_dkv(32), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
-        else MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, TC_THREADS, tc_smem_dkv(64), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
+        if (d == 16) {
+            tc_opt_in(flash_tc_dkv_kernel<16>, tc_smem_dkv(16));
+            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
+        } else if (d == 32) {
+            tc_opt_in(flash_tc_dkv_kernel<32>, tc_smem_dkv(32));
+            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, TC_THREADS, tc_smem_dkv(32), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
+        } else {
+            tc_opt_in(flash_tc_dkv_kernel<64>, tc_smem_dkv(64));
+            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, TC_THREADS, tc_smem_dkv(64), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
+        }
         CUDA_CHECK_LAUNCH();
     }
     if (dq) {
@@ -440,9 +450,16 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         const double bytes = qtiles * rows_n * d * (ek + ev) + rows_n * d * (eq + eg + 4.0) + 8.0 * rows_n;
         const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 10.0, bytes, 0}, f.dqb, (double)rows * s->q_heads * d);
         dim3 qgrid((unsigned)qtiles, (unsigned)s->B);
-        if (d == 16) MHE_LAUNCH(flash_tc_dq_kernel<16>, qgrid, TC_QTHREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dq);
-        else if (d == 32) MHE_LAUNCH(flash_tc_dq_kernel<32>, qgrid, TC_QTHREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dq);
-        else MHE_LAUNCH(flash_tc_dq_kernel<64>, qgrid, TC_QTHREADS, tc_smem_dq(64), st, cost)(f, q, k, v, dout, lse, D, dq);
+        if (d == 16) {
+            tc_opt_in(flash_tc_dq_kernel<16>, tc_smem_dq(16));
+            MHE_LAUNCH(flash_tc_dq_kernel<16>, qgrid, TC_QTHREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dq);
+        } else if (d == 32) {
+            tc_opt_in(flash_tc_dq_kernel<32>, tc_smem_dq(32));
+            MHE_LAUNCH(flash_tc_dq_kernel<32>, qgrid, TC_QTHREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dq);
+        } else {
+            tc_opt_in(flash_tc_dq_kernel<64>, tc_smem_dq(64));
+            MHE_LAUNCH(flash_tc_dq_kernel<64>, qgrid, TC_QTHREADS, tc_smem_dq(64), st, cost)(f, q, k, v, dout, lse, D, dq);
+        }
         CUDA_CHECK_LAUNCH();
     }
 }

@@ -578,8 +578,9 @@ static const AttnCase ATTN_CASES[] = {
         {"mha d=16 T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
         {"mhe d=32 T=37 shared qkv, bias, scale, shift", 1, 37, 3, 1, 1, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
         {"gqa d=16 T=33 k 2 v 1 of 4, masked seq", 2, 33, 4, 4, 2, 1, 16, 16, 0, 1, 1, 0, 1, 0.0f, 1},
-        // Past the tensor-core dK/dV kernel's 64-row key tile (causal: the second tile's queries start at 64).
-        {"mha d=16 T=83 causal dropout, key bias", 1, 83, 2, 2, 2, 2, 16, 16, 1, 0, 1, 0, 0, 0.1f, 0},
+        // Past the tensor-core kernels' 128-row query tiles and 64-row key tiles (causal: each
+        // key tile's queries start at its first key).
+        {"mha d=16 T=150 causal dropout, key bias", 1, 150, 2, 2, 2, 2, 16, 16, 1, 0, 1, 0, 0, 0.1f, 0},
         // d = 64: the dK/dV kernel's 64 KB of shared memory (opted in past 48 KB).
         {"mha d=64 T=21 mask", 1, 21, 1, 1, 1, 1, 64, 64, 0, 1, 0, 0, 0, 0.0f, 0},
 };
