@@ -39,8 +39,9 @@ static inline float cpu_expf(float x) {
     return x > 88.72f ? INFINITY : y;
 }
 
-// erf(x) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x²), t = 1 / (1 + p|x|), odd.
-static inline float cpu_erff(float x) {
+// erf(x) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x²), t = 1 / (1 + p|x|), odd;
+// cpu_erff_with_exp takes exp(-x²) from the caller (GELU's backward has it already).
+static inline float cpu_erff_with_exp(float x, float exp_mx2) {
     const float ax = fabsf(x);
     const float t = 1.0f / fmaf(0.3275911f, ax, 1.0f);
     float q = 1.061405429f;
@@ -48,9 +49,10 @@ static inline float cpu_erff(float x) {
     q = fmaf(q, t, 1.421413741f);
     q = fmaf(q, t, -0.284496736f);
     q = fmaf(q, t, 0.254829592f);
-    const float y = 1.0f - q * t * cpu_expf(-ax * ax);
+    const float y = 1.0f - q * t * exp_mx2;
     return copysignf(y, x);
 }
+static inline float cpu_erff(float x) { return cpu_erff_with_exp(x, cpu_expf(-x * x)); }
 
 static inline float cpu_tanhf(float x) {
     // Saturates to ±1 through exp overflow/underflow; no NaN for large |x|.

@@ -119,11 +119,13 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
                               float *dx, size_t n) {
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
+        // erf(v/√2) and φ(v) share one exp: cpu_erff's exp(-(v/√2)²) is φ's exp(-v²/2).
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
-            float v = x[i];
-            float cdf = 0.5f * (1.0f + cpu_erff(v * (float)M_SQRT1_2));
-            float pdf = cpu_expf(-0.5f * v * v) * 0.3989422804014327f;
+            const float v = x[i];
+            const float e = cpu_expf(-0.5f * v * v);
+            const float cdf = 0.5f * (1.0f + cpu_erff_with_exp(v * (float)M_SQRT1_2, e));
+            const float pdf = e * 0.3989422804014327f;
             dx[i] = dy[i] * (cdf + v * pdf);
         }
     } else {
