@@ -113,14 +113,14 @@ static void softmax_rows(const AttnShape *s, int b, int h, float *S, float *lse,
         if (km) {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
-                float e = km[j] ? cpu_expf(row[j] - mx) : 0.0f;
+                float e = km[j] ? cpu_expf_noover(row[j] - mx) : 0.0f;
                 row[j] = e;
                 sum += e;
             }
         } else {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
-                float e = cpu_expf(row[j] - mx);
+                float e = cpu_expf_noover(row[j] - mx);
                 row[j] = e;
                 sum += e;
             }
@@ -171,10 +171,10 @@ static void probs_from_lse(const AttnShape *s, int b, int h, float *S, const flo
         const int je = l > -INFINITY ? row_end(s, i) : 0;
         if (km) {
 #pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = km[j] ? cpu_expf(row[j] - l) : 0.0f;
+            for (int j = 0; j < je; j++) row[j] = km[j] ? cpu_expf_noover(row[j] - l) : 0.0f;
         } else {
 #pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = cpu_expf(row[j] - l);
+            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] - l);
         }
         if (je < T) memset(row + je, 0, (size_t)(T - je) * sizeof *row);
         const uint64_t rb = base + (uint64_t)i * T;

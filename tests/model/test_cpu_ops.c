@@ -15,6 +15,7 @@
 #include "common/rng.h"
 #include "tests/common/test_util.h"
 #include "kernels/ops.h"
+#include "kernels/cpu/cpu_math.h"
 
 static float *random_floats(size_t n, uint64_t seed) {
     float *x = mhe_malloc(n * sizeof *x);
@@ -180,12 +181,36 @@ static void test_gelu_matches_double(void **state) {
     free(dx);
 }
 
+// cpu_expf against double exp: relative error < 3e-7 on [-87, 88] (cpu_math.h's bound), 0 below
+// -87.33, +inf above 88.72; cpu_expf_noover equal to cpu_expf bit for bit wherever it applies
+// (x <= 88.72), so switching the softmax and loss loops to it changes no result.
+static void test_expf_accuracy_and_noover(void **state) {
+    (void)state;
+    double worst = 0;
+    long differ = 0;
+    for (long i = 0; i <= 2000000; i++) {
+        const float x = (float)(-100.0 + 188.72 * (double)i / 2000000.0);
+        const float e = cpu_expf(x), en = cpu_expf_noover(x);
+        if (memcmp(&e, &en, sizeof e) != 0) differ++;
+        if (x >= -87.0f && x <= 88.0f) {
+            const double r = fabs(e - exp((double)x)) / exp((double)x);
+            worst = r > worst ? r : worst;
+        }
+        if (x < -87.34f) assert_true(e == 0.0f);
+    }
+    assert_true(isinf(cpu_expf(88.8f)) && cpu_expf(88.8f) > 0);
+    print_message("cpu_expf: worst relative error %.3g; noover differs at %ld points\n", worst, differ);
+    assert_true(worst < 3e-7);
+    assert_int_equal(differ, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_naive_for_every_transpose),
         cmocka_unit_test(test_matmul_batched_matches_naive),
         cmocka_unit_test(test_optimizer_ops_match_formulas),
         cmocka_unit_test(test_gelu_matches_double),
+        cmocka_unit_test(test_expf_accuracy_and_noover),
     };
     return cmocka_run_group_tests(tests, cpu_backend_setup, cpu_backend_teardown);
 }
