@@ -178,8 +178,10 @@ struct Backend {
     // ---- row gather / scatter (the MLM head runs on the selected positions only) ----
     // dst[i, :] = src[rows[i], :] for i < M; rows [M] int32; src, dst have C columns.
     void (*gather_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst);
-    // dst[rows[i], :] = src[i, :] for i < M (rows distinct); other rows of dst untouched.
-    void (*scatter_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst);
+    // dst[rows[i], :] = src[i, :] for i < M (rows distinct, each < dst_rows, the rows of dst);
+    // other rows of dst untouched.
+    void (*scatter_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+                         int dst_rows);
 
     // ---- normalisation and activations ----
     // y = (x - mean) * rstd * gamma + beta per row of [N, C]; saves mean[N], rstd[N].

@@ -159,7 +159,8 @@ static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, 
 }
 
 static void cpu_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
-                             float *dst) {
+                             float *dst, int dst_rows) {
+    (void)dst_rows;  // the extent matters to backends that track writes (CUDA's bf16 twins)
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN_MEM)
     for (int i = 0; i < M; i++)

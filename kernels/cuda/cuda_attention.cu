@@ -435,11 +435,34 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
     }
 }
 
+// What an attention call writes, for the bf16 twins (cuda_mirror.cu): every output span, saved
+// and scratch are invalidated first; the tensor-core flash kernels then re-mark the outputs
+// they store twins of.
+static void attention_wrote(Backend *be, const AttnShape *s, float *out, float *saved, float *dq, float *dk,
+                            float *dv, float *dkey_bias, float *dout_scale, float *dout_shift, float *scratch) {
+    size_t sv = 0, sc = 0;
+    cuda_attention_sizes(be, s, &sv, &sc);
+    const size_t rows = (size_t)s->B * s->T, f = sizeof(float);
+    auto span = [&](float *p, int heads, int dim, int ld) {
+        if (p) cuda_mirror_wrote(be, p, ((rows - 1) * ld + (size_t)heads * dim) * f);
+    };
+    if (out) cuda_mirror_wrote(be, out, rows * s->n_heads * s->v_dim * f);
+    if (saved) cuda_mirror_wrote(be, saved, sv * f);
+    if (scratch) cuda_mirror_wrote(be, scratch, sc * f);
+    span(dq, s->q_heads, s->qk_dim, s->ldq);
+    span(dk, s->k_heads, s->qk_dim, s->ldk);
+    span(dv, s->v_heads, s->v_dim, s->ldv);
+    if (dkey_bias) cuda_mirror_wrote(be, dkey_bias, rows * s->n_heads * f);
+    if (dout_scale) cuda_mirror_wrote(be, dout_scale, (size_t)s->n_heads * s->v_dim * f);
+    if (dout_shift) cuda_mirror_wrote(be, dout_shift, (size_t)s->n_heads * s->v_dim * f);
+}
+
 static void cuda_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                                    const float *v, float *out, float *saved, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
+    attention_wrote(be, s, out, saved, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, scratch);
     if (path == PATH_FLASH)
         cuda_flash_forward(be, s, q, k, v, out, saved);
     else if (path == PATH_GEMM)
@@ -457,6 +480,7 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
+    attention_wrote(be, s, nullptr, nullptr, dq, dk, dv, dkey_bias, dout_scale, dout_shift, scratch);
     if (path == PATH_FLASH) {
         cuda_flash_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, scratch);
         if (dout_scale || dout_shift) {  // from Opre, saved by the forward after L

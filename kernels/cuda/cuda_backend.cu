@@ -22,10 +22,12 @@ void cuda_device_free(void *p) {
     CUDA_CHECK(cudaFree(p));
 }
 void cuda_memset(Backend *be, void *p, size_t bytes) {
+    cuda_mirror_wrote(be, p, bytes);
     if (bytes && mhe_cost_record("memset", mhe_cost(0, (double)bytes)))
         CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
 }
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_mirror_wrote(be, dst, bytes);
     if (bytes && mhe_cost_record("memcpy d2d", mhe_cost(0, 2.0 * bytes)))
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
 }
@@ -37,6 +39,7 @@ static void cuda_memory_info(Backend *be, size_t *free_bytes, size_t *total_byte
 
 static void *cuda_alloc(Backend *be, size_t bytes) {
     void *p = cuda_device_alloc(bytes, cuda_ctx(be)->device);
+    cuda_mirror_track_alloc(be, p, bytes);
     // On the backend's stream: a legacy-stream memset would not be ordered before its work
     // (the stream is non-blocking).
     cuda_memset(be, p, bytes);
@@ -46,10 +49,12 @@ static void *cuda_alloc(Backend *be, size_t bytes) {
 static void cuda_free(Backend *be, void *p) {
     if (!p) return;
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // it may still be in use on the stream
+    cuda_mirror_release(be, p);
     cuda_device_free(p);
 }
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_mirror_wrote(be, dst, bytes);
     if (!bytes || !mhe_cost_record("memcpy h2d", MheCost{0, 0, (double)bytes, (double)bytes})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // the host buffer may be reused at once
@@ -93,7 +98,7 @@ static __nv_bfloat16 *bf16_scratch(Backend *be, size_t elems) {
     return c->bf16_scratch;
 }
 
-static void round_to_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
+void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
     MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, y, n);
     CUDA_CHECK_LAUNCH();
 }
@@ -105,15 +110,19 @@ static size_t operand_span(int rows, int cols, int ld, long stride, int batch) {
     return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
 }
 
-void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                       const float *A, int lda, long stride_a, const float *B, int ldb,
-                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
+// twins != 0 (the public matmul ops) takes bf16 operands from the persistent twins of
+// cuda_mirror.cu; the attention core's internal GEMMs round into the scratch buffer instead.
+static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                         const float *A, int lda, long stride_a, const float *B, int ldb,
+                         long stride_b, float beta, float *C, int ldc, long stride_c, int batch,
+                         bool twins) {
     if (M == 0 || N == 0 || batch == 0) return;
     CudaCtx *c = cuda_ctx(be);
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    mhe_cost_record_gemm(M, N, K, batch, c->bf16 && K > 0, beta != 0.0f);
+    cuda_mirror_wrote(be, C, operand_span(M, N, ldc, stride_c, batch) * sizeof(float));
     if (!c->bf16 || K == 0) {
+        mhe_cost_record_gemm(M, N, K, batch, 0, beta != 0.0f);
         CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb,
                                                stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
                                                batch));
@@ -121,14 +130,31 @@ void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int 
         // bf16 inputs, fp32 accumulation and fp32 output (beta accumulates into fp32 C).
         size_t na = operand_span(trans_a ? K : M, trans_a ? M : K, lda, stride_a, batch);
         size_t nb = operand_span(trans_b ? N : K, trans_b ? K : N, ldb, stride_b, batch);
-        __nv_bfloat16 *ha = bf16_scratch(be, na + nb), *hb = ha + na;
-        round_to_bf16(be, A, ha, na);
-        round_to_bf16(be, B, hb, nb);
+        const __nv_bfloat16 *ha, *hb;
+        if (twins) {
+            ha = cuda_mirror_operand(be, A, na);
+            hb = cuda_mirror_operand(be, B, nb);
+            ha = cuda_mirror_operand(be, A, na);  // B's lookup may have merged (moved) A's twin
+        } else {
+            __nv_bfloat16 *sa = bf16_scratch(be, na + nb), *sb = sa + na;
+            cuda_round_bf16(be, A, sa, na);
+            cuda_round_bf16(be, B, sb, nb);
+            ha = sa;
+            hb = sb;
+        }
+        mhe_cost_record_gemm(M, N, K, batch, 1, beta != 0.0f);
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, op_b, op_a, N, M, K, &alpha, hb,
                                                 CUDA_R_16BF, ldb, stride_b, ha, CUDA_R_16BF, lda,
                                                 stride_a, &beta, C, CUDA_R_32F, ldc, stride_c,
                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
+}
+
+void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                       const float *A, int lda, long stride_a, const float *B, int ldb,
+                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
+    gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                 ldc, stride_c, batch, false);
 }
 
 // Device pointer arrays for cuda_gemm_heads: entry i = b * n_heads + h of each operand.
@@ -168,13 +194,14 @@ void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alp
     const bool bf16 = c->bf16 && K > 0;
     const size_t el = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
     const void *a_base = A.base, *b_base = B.base;
+    cuda_mirror_wrote(be, C.base, heads_span(C, M, N, n_seq, n_heads) * sizeof(float));
     mhe_cost_record_gemm(M, N, K, count, bf16, beta != 0.0f);
     if (bf16) {
         size_t na = heads_span(A, ta ? K : M, ta ? M : K, n_seq, n_heads);
         size_t nb = heads_span(B, tb ? N : K, tb ? K : N, n_seq, n_heads);
         __nv_bfloat16 *ha = bf16_scratch(be, na + nb), *hb = ha + na;
-        round_to_bf16(be, A.base, ha, na);
-        round_to_bf16(be, B.base, hb, nb);
+        cuda_round_bf16(be, A.base, ha, na);
+        cuda_round_bf16(be, B.base, hb, nb);
         a_base = ha;
         b_base = hb;
     }
@@ -197,8 +224,8 @@ static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, in
                                 const float *B, int ldb, long stride_b, float beta, float *C,
                                 int ldc, long stride_c, int batch) {
     double t0 = cuda_prof_begin(be);
-    cuda_gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
-                      beta, C, ldc, stride_c, batch);
+    gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                 ldc, stride_c, batch, true);
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
 }
 
@@ -212,6 +239,7 @@ static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int
 static void cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    cuda_mirror_destroy(be);
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->gemm_ptrs);
     cuda_device_free(c->partials);

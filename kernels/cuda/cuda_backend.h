@@ -13,6 +13,10 @@ extern "C" {
 // the optimizer state stay fp32.  Exits with a message when the device cannot be used.
 Backend *backend_cuda_create(int device, int bf16);
 
+// bf16 mode: how many bf16 twins of matmul operands the backend holds and their bytes
+// (cuda_mirror.cu; tests check that a steady-state step creates none).
+long backend_cuda_mirror_segments(Backend *be, size_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,8 +13,8 @@
 
 static unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BLOCK - 1) / MHE_BLOCK); }
 
-__global__ void bias_add_kernel(float *y, const float *bias, size_t total, int C) {
-    GRID_STRIDE(i, total) y[i] += bias[i % C];
+__global__ void bias_add_kernel(float *y, __nv_bfloat16 *yb, const float *bias, size_t total, int C) {
+    GRID_STRIDE(i, total) store_twin(y, yb, i, y[i] + bias[i % C]);
 }
 __global__ void bias_backward_kernel(const float *dy, int N, int C, float *dbias) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -27,13 +27,15 @@ __global__ void bias_backward_kernel(const float *dy, int N, int C, float *dbias
 static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)N * C;
-    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)total, 8.0 * total + 4.0 * C))(y, bias, total, C);
+    __nv_bfloat16 *yb = cuda_mirror_out(be, y, total);
+    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost((double)total, 8.0 * total + 4.0 * C), yb, total))(y, yb, bias, total, C);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 // dbias[c] += sum_r dy[r, c]
 static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
     double t0 = cuda_prof_begin(be);
+    cuda_mirror_wrote(be, dbias, (size_t)C * sizeof(float));
     if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)N * C, 4.0 * N * C + 8.0 * C))(dy, N, C, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -41,16 +43,19 @@ static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float
 
 enum { EW_ADD, EW_AXPY, EW_SCALE, EW_ADD_SCALAR, EW_MUL, EW_MUL_ACC };
 
-__global__ void elementwise_kernel(int op, const float *a, const float *b, float c, float *out, size_t n) {
+__global__ void elementwise_kernel(int op, const float *a, const float *b, float c, float *out,
+                                   __nv_bfloat16 *outb, size_t n) {
     GRID_STRIDE(i, n) {
+        float r;
         switch (op) {
-        case EW_ADD: out[i] = a[i] + b[i]; break;
-        case EW_AXPY: out[i] += c * a[i]; break;
-        case EW_SCALE: out[i] *= c; break;
-        case EW_ADD_SCALAR: out[i] = a[i] + c; break;
-        case EW_MUL: out[i] = a[i] * b[i]; break;
-        default: out[i] += a[i] * b[i]; break;
+        case EW_ADD: r = a[i] + b[i]; break;
+        case EW_AXPY: r = out[i] + c * a[i]; break;
+        case EW_SCALE: r = out[i] * c; break;
+        case EW_ADD_SCALAR: r = a[i] + c; break;
+        case EW_MUL: r = a[i] * b[i]; break;
+        default: r = out[i] + a[i] * b[i]; break;
         }
+        store_twin(out, outb, i, r);
     }
 }
 
@@ -61,7 +66,8 @@ static MheCost ew_cost(int op, size_t n) {
 }
 static void elementwise(Backend *be, int op, const float *a, const float *b, float c, float *out, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), ew_cost(op, n))(op, a, b, c, out, n);
+    __nv_bfloat16 *outb = cuda_mirror_out(be, out, n);
+    if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(ew_cost(op, n), outb, n))(op, a, b, c, out, outb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -73,7 +79,7 @@ static void cuda_mul(Backend *be, const float *a, const float *b, float *out, si
 static void cuda_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL_ACC, a, b, 0, out, n); }
 
 __global__ void head_expand_kernel(const float *x, int ldx, const float *mul, const float *add,
-                                   int N, int n, int d, float *out) {
+                                   int N, int n, int d, float *out, __nv_bfloat16 *outb) {
     size_t total = (size_t)N * n * d;
     GRID_STRIDE(i, total) {
         int c = (int)(i % d), h = (int)((i / d) % n);
@@ -81,20 +87,19 @@ __global__ void head_expand_kernel(const float *x, int ldx, const float *mul, co
         float v = x[r * ldx + c];
         if (mul) v *= mul[h * d + c];
         if (add) v += add[h * d + c];
-        out[i] = v;
+        store_twin(out, outb, i, v);
     }
 }
 // dx[r, c] = sum_h dout[r, h, c] * mul[h, c]
 __global__ void head_expand_dx_kernel(const float *dout, const float *mul, int N, int n, int d,
-                                      float *dx, int ldx, int accumulate) {
+                                      float *dx, __nv_bfloat16 *dxb, int ldx, int accumulate) {
     size_t total = (size_t)N * d;
     GRID_STRIDE(i, total) {
         int c = (int)(i % d);
         size_t r = i / d;
         float s = 0;
         for (int h = 0; h < n; h++) s += dout[(r * n + h) * d + c] * (mul ? mul[h * d + c] : 1.0f);
-        if (accumulate) dx[r * ldx + c] += s;
-        else dx[r * ldx + c] = s;
+        store_twin(dx, dxb, r * ldx + c, accumulate ? dx[r * ldx + c] + s : s);
     }
 }
 // dmul[h, c] += sum_r dout[r, h, c] x[r, c];  dadd[h, c] += sum_r dout[r, h, c]
@@ -117,7 +122,8 @@ static void cuda_head_expand(Backend *be, const float *x, int ldx, const float *
                              const float *add, int N, int n, int d, float *out) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)N * n * d;
-    if (total) MHE_LAUNCH(head_expand_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(2.0 * total, 4.0 * (total + (double)N * d + ((mul != nullptr) + (add != nullptr)) * (double)n * d)))(x, ldx, mul, add, N, n, d, out);
+    __nv_bfloat16 *outb = cuda_mirror_out(be, out, total);
+    if (total) MHE_LAUNCH(head_expand_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(2.0 * total, 4.0 * (total + (double)N * d + ((mul != nullptr) + (add != nullptr)) * (double)n * d)), outb, total))(x, ldx, mul, add, N, n, d, out, outb);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -126,11 +132,14 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
                                       int accumulate, float *dmul, float *dadd) {
     double t0 = cuda_prof_begin(be);
     cudaStream_t s = cuda_stream(be);
+    if (dmul) cuda_mirror_wrote(be, dmul, (size_t)n * d * sizeof(float));
+    if (dadd) cuda_mirror_wrote(be, dadd, (size_t)n * d * sizeof(float));
+    __nv_bfloat16 *dxb = dx ? cuda_mirror_out2d(be, dx, N, d, ldx) : nullptr;
     if ((dmul || dadd) && n > 0 && d > 0)
         MHE_LAUNCH(head_expand_dparam_kernel, cols_grid((size_t)n * d), MHE_BLOCK, 0, s, mhe_cost(3.0 * N * n * d, 4.0 * ((double)N * n * d + (dmul ? (double)N * d : 0)) + 8.0 * ((dmul != nullptr) + (dadd != nullptr)) * n * d))(dout, x, ldx, N, n, d, dmul, dadd);
     CUDA_CHECK_LAUNCH();
     if (dx && N > 0 && d > 0)
-        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s, mhe_cost(2.0 * N * n * d, 4.0 * ((double)N * n * d + (mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)))(dout, mul, N, n, d, dx, ldx, accumulate);
+        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s, with_twin(mhe_cost(2.0 * N * n * d, 4.0 * ((double)N * n * d + (mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), dxb, (double)N * d))(dout, mul, N, n, d, dx, dxb, ldx, accumulate);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -142,18 +151,19 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
 #define GELU_FWD_FLOPS 16.0
 #define GELU_BWD_FLOPS 28.0
 
-__global__ void gelu_forward_kernel(int tanh_form, const float *x, float *y, size_t n) {
+__global__ void gelu_forward_kernel(int tanh_form, const float *x, float *y, __nv_bfloat16 *yb, size_t n) {
     GRID_STRIDE(i, n) {
         float v = x[i];
         if (tanh_form)
-            y[i] = 0.5f * v * (1.0f + tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v)));
+            store_twin(y, yb, i, 0.5f * v * (1.0f + tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))));
         else
-            y[i] = 0.5f * v * (1.0f + erff(v * GELU_INV_SQRT_2));
+            store_twin(y, yb, i, 0.5f * v * (1.0f + erff(v * GELU_INV_SQRT_2)));
     }
 }
 // erf:  gelu'(x) = Φ(x) + x φ(x)
 // tanh: gelu'(x) = (1 + t)/2 + x/2 (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(u(x))
-__global__ void gelu_backward_kernel(int tanh_form, const float *x, const float *dy, float *dx, size_t n) {
+__global__ void gelu_backward_kernel(int tanh_form, const float *x, const float *dy, float *dx,
+                                     __nv_bfloat16 *dxb, size_t n) {
     GRID_STRIDE(i, n) {
         float v = x[i], g;
         if (tanh_form) {
@@ -163,58 +173,67 @@ __global__ void gelu_backward_kernel(int tanh_form, const float *x, const float 
         } else {
             g = 0.5f * (1.0f + erff(v * GELU_INV_SQRT_2)) + v * GELU_INV_SQRT_2PI * expf(-0.5f * v * v);
         }
-        dx[i] = dy[i] * g;
+        store_twin(dx, dxb, i, dy[i] * g);
     }
 }
-__global__ void tanh_forward_kernel(const float *x, float *y, size_t n) {
-    GRID_STRIDE(i, n) y[i] = tanhf(x[i]);
+__global__ void tanh_forward_kernel(const float *x, float *y, __nv_bfloat16 *yb, size_t n) {
+    GRID_STRIDE(i, n) store_twin(y, yb, i, tanhf(x[i]));
 }
 // tanh' = 1 - tanh², from the saved output.
-__global__ void tanh_backward_kernel(const float *y, const float *dy, float *dx, size_t n) {
-    GRID_STRIDE(i, n) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+__global__ void tanh_backward_kernel(const float *y, const float *dy, float *dx, __nv_bfloat16 *dxb, size_t n) {
+    GRID_STRIDE(i, n) store_twin(dx, dxb, i, dy[i] * (1.0f - y[i] * y[i]));
 }
 static void cuda_tanh_forward(Backend *be, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(tanh_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(10.0 * n, 8.0 * n))(x, y, n);
+    __nv_bfloat16 *yb = cuda_mirror_out(be, y, n);
+    if (n) MHE_LAUNCH(tanh_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(10.0 * n, 8.0 * n), yb, n))(x, y, yb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 static void cuda_tanh_backward(Backend *be, const float *y, const float *dy, float *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(tanh_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(3.0 * n, 12.0 * n))(y, dy, dx, n);
+    __nv_bfloat16 *dxb = cuda_mirror_out(be, dx, n);
+    if (n) MHE_LAUNCH(tanh_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(3.0 * n, 12.0 * n), dxb, n))(y, dy, dx, dxb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n))(kind == GELU_TANH, x, y, n);
+    __nv_bfloat16 *yb = cuda_mirror_out(be, y, n);
+    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n), yb, n))(kind == GELU_TANH, x, y, yb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(GELU_BWD_FLOPS * n, 12.0 * n))(kind == GELU_TANH, x, dy, dx, n);
+    __nv_bfloat16 *dxb = cuda_mirror_out(be, dx, n);
+    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(GELU_BWD_FLOPS * n, 12.0 * n), dxb, n))(kind == GELU_TANH, x, dy, dx, dxb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-__global__ void dropout_kernel(const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
+__global__ void dropout_kernel(const float *x, float *y, __nv_bfloat16 *yb, size_t n, float p, uint64_t seed,
+                               uint64_t offset) {
     float inv = 1.0f / (1.0f - p);
-    GRID_STRIDE(i, n) y[i] = ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f;
+    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f);
 }
 static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
     double t0 = cuda_prof_begin(be);
-    if (p <= 0.0f) {
+    // p = 0 is a copy (nothing when in place: y and its twin stay as they are), through the
+    // kernel when y has a twin to fill (every draw keeps, the scale is 1).
+    __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out(be, y, n) : nullptr;
+    if (p <= 0.0f && !yb) {
         if (x != y) cuda_memcpy_d2d(be, y, x, n * sizeof(float));
     } else if (n) {
-        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 8.0 * n))(x, y, n, p, seed, offset);
+        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost((double)n, 8.0 * n), yb, n))(x, y, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
         CUDA_CHECK_LAUNCH();
     }
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
 __global__ void embedding_forward_kernel(const int32_t *ids, const int32_t *type_ids, const float *word,
-                                         const float *pos, const float *type, int B, int T, int D, float *out) {
+                                         const float *pos, const float *type, int B, int T, int D, float *out,
+                                         __nv_bfloat16 *outb) {
     size_t total = (size_t)B * T * D;
     GRID_STRIDE(i, total) {
         int c = (int)(i % D);
@@ -222,7 +241,7 @@ __global__ void embedding_forward_kernel(const int32_t *ids, const int32_t *type
         int t = (int)(bt % T);
         float v = word[(size_t)ids[bt] * D + c] + pos[(size_t)t * D + c];
         if (type) v += type[(size_t)(type_ids ? type_ids[bt] : 0) * D + c];
-        out[i] = v;
+        store_twin(out, outb, i, v);
     }
 }
 // Word and type rows repeat across tokens: scatter with atomics.
@@ -250,7 +269,8 @@ static void cuda_embedding_forward(Backend *be, const int32_t *ids, const int32_
                                    int T, int D, float *out) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)B * T * D;
-    if (total) MHE_LAUNCH(embedding_forward_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(2.0 * total, 4.0 * ((type ? 3.0 : 2.0) * total + (double)T * D + (type_ids ? 2.0 : 1.0) * B * T)))(ids, type_ids, word, pos, type, B, T, D, out);
+    __nv_bfloat16 *outb = cuda_mirror_out(be, out, total);
+    if (total) MHE_LAUNCH(embedding_forward_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(2.0 * total, 4.0 * ((type ? 3.0 : 2.0) * total + (double)T * D + (type_ids ? 2.0 : 1.0) * B * T)), outb, total))(ids, type_ids, word, pos, type, B, T, D, out, outb);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -260,6 +280,10 @@ static void cuda_embedding_backward(Backend *be, const float *dout, const int32_
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)B * T * D;
     cudaStream_t s = cuda_stream(be);
+    // The scatter's extent (vocabulary rows) is not known here: the gradient buffers' twins go.
+    if (dword) cuda_mirror_wrote_alloc(be, dword);
+    if (dtype) cuda_mirror_wrote_alloc(be, dtype);
+    if (dpos) cuda_mirror_wrote(be, dpos, (size_t)T * D * sizeof(float));
     if (total && (dword || dtype))
         MHE_LAUNCH(embedding_scatter_kernel, cuda_grid_for(total), MHE_BLOCK, 0, s, mhe_cost(((dword != nullptr) + (dtype != nullptr)) * (double)total, 4.0 * (total + ((dword != nullptr) + (dtype != nullptr)) * 2.0 * total + (type_ids ? 2.0 : 1.0) * B * T)))(dout, ids, type_ids, B, T, D, dword, dtype);
     CUDA_CHECK_LAUNCH();
@@ -271,8 +295,9 @@ static void cuda_embedding_backward(Backend *be, const float *dout, const int32_
 
 // Row gather / scatter: the MLM head runs on the scored rows only (ops.h).  One element per
 // thread of a grid-stride loop; rows are distinct for the scatter, so no atomics.
-__global__ void gather_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
-    GRID_STRIDE(i, (size_t)M * C) dst[i] = src[(size_t)rows[i / C] * C + i % C];
+__global__ void gather_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst,
+                                   __nv_bfloat16 *dstb) {
+    GRID_STRIDE(i, (size_t)M * C) store_twin(dst, dstb, i, src[(size_t)rows[i / C] * C + i % C]);
 }
 __global__ void scatter_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
     GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
@@ -280,12 +305,15 @@ __global__ void scatter_rows_kernel(const float *src, const int32_t *rows, int M
 static void cuda_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)M * C;
-    if (total) MHE_LAUNCH(gather_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 8.0 * total + 4.0 * M))(src, rows, M, C, dst);
+    __nv_bfloat16 *dstb = cuda_mirror_out(be, dst, total);
+    if (total) MHE_LAUNCH(gather_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(0, 8.0 * total + 4.0 * M), dstb, total))(src, rows, M, C, dst, dstb);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
-static void cuda_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst) {
+static void cuda_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+                              int dst_rows) {
     double t0 = cuda_prof_begin(be);
+    cuda_mirror_wrote(be, dst, (size_t)dst_rows * C * sizeof(float));
     size_t total = (size_t)M * C;
     if (total) MHE_LAUNCH(scatter_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 8.0 * total + 4.0 * M))(src, rows, M, C, dst);
     CUDA_CHECK_LAUNCH();
@@ -323,7 +351,7 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
 // optimizer; nvcc may still contract multiply-adds, so agreement is to fp32 rounding.
 // One kernel for both (one name in the cost model and the profile): u set means LAMB (store the
 // direction, p only read), u NULL means AdamW (update p).
-__global__ void adam_kernel(float *p, const float *grad, float *m, float *v, float *u, size_t n, float b1,
+__global__ void adam_kernel(float *p, __nv_bfloat16 *pb, const float *grad, float *m, float *v, float *u, size_t n, float b1,
                             float b2, float eps, float wd, float bc1, float bc2, float step_size, float decay,
                             float bc2_sqrt, float grad_scale) {
     GRID_STRIDE(i, n) {
@@ -332,13 +360,17 @@ __global__ void adam_kernel(float *p, const float *grad, float *m, float *v, flo
         m[i] = mi;
         v[i] = vi;
         if (u) u[i] = lamb_direction_of(p[i], mi, vi, bc1, bc2, eps, wd);
-        else p[i] = adamw_param(p[i], mi, vi, step_size, decay, bc2_sqrt, eps);
+        else store_twin(p, pb, i, adamw_param(p[i], mi, vi, step_size, decay, bc2_sqrt, eps));
     }
 }
 static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n, float b1,
                               float b2, float eps, float step_size, float decay, float bc2_sqrt, float grad_scale) {
     double t0 = cuda_prof_begin(be);
-    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(p, grad, m, v, nullptr, n, b1, b2, eps, 0.0f, 1.0f, 1.0f, step_size, decay, bc2_sqrt, grad_scale);
+    // The weights' bf16 twins (matmul operands) are refreshed here, once per optimizer step.
+    __nv_bfloat16 *pb = cuda_mirror_out(be, p, n);
+    cuda_mirror_wrote(be, m, n * sizeof(float));
+    cuda_mirror_wrote(be, v, n * sizeof(float));
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(ADAM_FLOPS * n, 28.0 * n), pb, n))(p, pb, grad, m, v, nullptr, n, b1, b2, eps, 0.0f, 1.0f, 1.0f, step_size, decay, bc2_sqrt, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -347,7 +379,10 @@ static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, 
                                 float bc1, float bc2, float grad_scale) {
     double t0 = cuda_prof_begin(be);
     // p is only read when u is set.
-    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(const_cast<float *>(p), grad, m, v, u, n, b1, b2, eps, wd, bc1, bc2, 0.0f, 1.0f, 1.0f, grad_scale);
+    cuda_mirror_wrote(be, m, n * sizeof(float));
+    cuda_mirror_wrote(be, v, n * sizeof(float));
+    cuda_mirror_wrote(be, u, n * sizeof(float));
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(const_cast<float *>(p), nullptr, grad, m, v, u, n, b1, b2, eps, wd, bc1, bc2, 0.0f, 1.0f, 1.0f, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }

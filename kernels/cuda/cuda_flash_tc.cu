@@ -34,6 +34,8 @@ struct TcArgs {
     float drop, inv_keep;
     uint64_t key;
     uint32_t threshold;
+    // bf16 twins of the outputs (cuda_mirror.cu), same layout; nullptr: none.
+    bf16_t *outb, *dqb, *dkb, *dvb;
 };
 
 __device__ __forceinline__ int tc_imin(int x, int y) { return x < y ? x : y; }
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_forward_kernel(TcArgs
         const size_t at = (((size_t)b * a.T + q0 + r) * a.n + h) * D + c;
         const float o = Os[e];
         opre[at] = o;
-        out[at] = o * (f.out_scale ? f.out_scale[h * D + c] : 1.0f) + (out_shift ? out_shift[h * D + c] : 0.0f);
+        store_twin(out, f.outb, at, o * (f.out_scale ? f.out_scale[h * D + c] : 1.0f) + (out_shift ? out_shift[h * D + c] : 0.0f));
     }
     if (t < TC_QROWS && i < a.T) lse[((size_t)b * a.n + h) * a.T + i] = Ls[t];
 }
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_dq_kernel(TcArgs f, c
             __syncthreads();
             for (int e = t; e < TC_QROWS * D; e += blockDim.x) {
                 const int r = e / D, c = e % D;
-                if (dq && q0 + r < a.T) dq[((size_t)b * a.T + q0 + r) * a.ldq + (size_t)(h / a.qr) * D + c] = f.scale * Out[e];
+                if (dq && q0 + r < a.T) store_twin(dq, f.dqb, ((size_t)b * a.T + q0 + r) * a.ldq + (size_t)(h / a.qr) * D + c, f.scale * Out[e]);
             }
         }
     }
@@ -295,6 +297,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
         for (int which = 0; which < 2; which++) {
             const int ratio = which ? a.vr : a.kr;
             float *dst = which ? dv : dk;
+            bf16_t *dstb = which ? f.dvb : f.dkb;
             if ((h + 1) % ratio != 0) continue;  // uniform over the block
             AccFrag *acc = which ? dva : dka;
             __syncthreads();  // Out is free
@@ -308,7 +311,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
             const float sc = which ? 1.0f : f.scale;
             for (int e = t; e < TC_ROWS * D; e += blockDim.x) {
                 const int r = e / D, c = e % D;
-                if (dst && j0 + r < a.T) dst[((size_t)b * a.T + j0 + r) * ld + (size_t)(h / ratio) * D + c] = sc * Out[e];
+                if (dst && j0 + r < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + r) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
             }
         }
     }
@@ -326,7 +329,7 @@ int cuda_flash_tc_supported(Backend *be, const AttnShape *s) {
 }
 
 static TcArgs tc_args(const AttnShape *s) {
-    TcArgs f;
+    TcArgs f{};
     f.a = attn_idx(s);
     f.scale = s->scale;
     f.causal = s->causal;
@@ -345,11 +348,12 @@ static TcArgs tc_args(const AttnShape *s) {
 // memory by every block of a sequence (no L2 reuse assumed).
 void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                            const float *v, float *out, float *saved) {
-    const TcArgs f = tc_args(s);
+    TcArgs f = tc_args(s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_QROWS - 1) / TC_QROWS;
-    MheCost cost{tt * 6.0 * d, tt * 16.0, 4.0 * (rows_n * d + tiles * rows_n * 3.0 * d + 2.0 * rows_n * d + rows_n), 0};
+    f.outb = cuda_mirror_out(be, out, rows_n * d);
+    const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 16.0, 4.0 * (rows_n * d + tiles * rows_n * 3.0 * d + 2.0 * rows_n * d + rows_n), 0}, f.outb, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;
     cudaStream_t st = cuda_stream(be);
@@ -362,7 +366,11 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
 void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
                             const float *v, const float *saved, const float *dout, const float *D,
                             float *dq, float *dk, float *dv, float *dkey_bias) {
-    const TcArgs f = tc_args(s);
+    TcArgs f = tc_args(s);
+    const size_t rows = (size_t)s->B * s->T;
+    f.dqb = dq ? cuda_mirror_out2d(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq) : nullptr;
+    f.dkb = dk ? cuda_mirror_out2d(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk) : nullptr;
+    f.dvb = dv ? cuda_mirror_out2d(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv) : nullptr;
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_ROWS - 1) / TC_ROWS;
@@ -371,6 +379,8 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     cudaStream_t st = cuda_stream(be);
     if (dk || dv || dkey_bias) {
         MheCost cost{tt * 8.0 * d, tt * 12.0, 4.0 * (tiles * rows_n * (2.0 * d + 2) + 3.0 * rows_n * d), 0};
+        cost = with_twin(cost, f.dkb, (double)rows * s->k_heads * d);
+        cost = with_twin(cost, f.dvb, (double)rows * s->v_heads * d);
         if (d == 16) MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
         else if (d == 32) MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, TC_THREADS, tc_smem_dkv(32), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
         else MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, TC_THREADS, tc_smem_dkv(64), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
@@ -378,7 +388,7 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     }
     if (dq) {
         const double qtiles = (s->T + TC_QROWS - 1) / TC_QROWS;
-        MheCost cost{tt * 6.0 * d, tt * 10.0, 4.0 * (qtiles * rows_n * 2.0 * d + 3.0 * rows_n * d + 2.0 * rows_n), 0};
+        const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 10.0, 4.0 * (qtiles * rows_n * 2.0 * d + 3.0 * rows_n * d + 2.0 * rows_n), 0}, f.dqb, (double)rows * s->q_heads * d);
         dim3 qgrid((unsigned)qtiles, (unsigned)s->B);
         if (d == 16) MHE_LAUNCH(flash_tc_dq_kernel<16>, qgrid, TC_QTHREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dq);
         else if (d == 32) MHE_LAUNCH(flash_tc_dq_kernel<32>, qgrid, TC_QTHREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dq);

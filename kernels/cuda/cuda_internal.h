@@ -20,6 +20,7 @@ struct CudaCtx {
     size_t gemm_ptrs_count;
     double *partials;             // per-block partial sums of sum_squares
     double *host_partials;
+    struct MirrorSet *mirrors;    // bf16 twins of matmul operands (cuda_mirror.cu; bf16 mode)
 };
 
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
@@ -92,6 +93,32 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
 void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
                             const float *v, const float *saved, const float *dout, const float *D,
                             float *dq, float *dk, float *dv, float *dkey_bias);
+
+// bf16 twins (cuda_mirror.cu).  An op about to write n contiguous floats at p asks for the twin
+// to store bf16(value) into as well (nullptr: none; the range is then invalidated); any other
+// write reports itself through cuda_mirror_wrote (or _alloc when its extent is unknown: the
+// whole allocation holding p).  A matmul takes its operand's twin with cuda_mirror_operand.
+__nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n);
+__nv_bfloat16 *cuda_mirror_out2d(Backend *be, const float *p, size_t rows, size_t cols, size_t ld);
+void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes);
+void cuda_mirror_wrote_alloc(Backend *be, const void *p);
+const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n);
+void cuda_mirror_track_alloc(Backend *be, const void *p, size_t bytes);
+void cuda_mirror_release(Backend *be, const void *p);
+void cuda_mirror_destroy(Backend *be);
+// y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel).
+void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n);
+
+// Stores v at y[i] and, when the op has a twin, bf16(v) at yb[i].
+__device__ __forceinline__ void store_twin(float *y, __nv_bfloat16 *yb, size_t i, float v) {
+    y[i] = v;
+    if (yb) yb[i] = __float2bfloat16(v);
+}
+// The cost of an op plus its twin stores (2 bytes per element written).
+static inline MheCost with_twin(MheCost c, const void *twin, double n) {
+    if (twin) c.bytes += 2.0 * n;
+    return c;
+}
 
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);

@@ -14,6 +14,7 @@
 struct CudaNccl {
     ncclComm_t comm;
     cudaStream_t stream;
+    Backend *be;  // whose bf16 twins a reduced buffer invalidates
     int rank, world;
     double timeout_s;
 };
@@ -62,6 +63,7 @@ extern "C" CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout
     MPI_Comm_rank(mc, &c->rank);
     MPI_Comm_size(mc, &c->world);
     c->stream = cuda_stream(be);
+    c->be = be;
     c->timeout_s = timeout_s;
     ncclUniqueId id;
     if (c->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) mhe_fatal("ncclGetUniqueId failed");
@@ -75,6 +77,7 @@ extern "C" CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout
 
 extern "C" void cuda_nccl_allreduce_sum(CudaNccl *c, float *buf, size_t n) {
     if (!n) return;
+    cuda_mirror_wrote(c->be, buf, n * sizeof(float));  // bf16 twins of the buffer are stale
     nccl_check(c, ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->comm, c->stream), "all-reduce");
     nccl_wait(c, "all-reduce", c->stream);
 }

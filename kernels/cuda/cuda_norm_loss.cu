@@ -6,7 +6,8 @@
 
 // Two passes over the row (mean, then centred variance) as torch does: no cancellation.
 __global__ void layernorm_forward_kernel(const float *x, const float *gamma, const float *beta,
-                                         int C, float eps, float *y, float *mean, float *rstd) {
+                                         int C, float eps, float *y, __nv_bfloat16 *yb, float *mean,
+                                         float *rstd) {
     __shared__ float buf[32];
     const float *xr = x + (size_t)blockIdx.x * C;
     float *yr = y + (size_t)blockIdx.x * C;
@@ -20,7 +21,8 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
     }
     float rs = rsqrtf(block_sum(v, buf) / (float)C + eps);
     // Each thread rewrites only the elements it read, so y may alias x.
-    for (int c = threadIdx.x; c < C; c += blockDim.x) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    __nv_bfloat16 *ybr = yb ? yb + (size_t)blockIdx.x * C : nullptr;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) store_twin(yr, ybr, c, (xr[c] - mu) * rs * gamma[c] + beta[c]);
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = mu;
         rstd[blockIdx.x] = rs;
@@ -45,7 +47,7 @@ __global__ void layernorm_dparam_kernel(const float *dy, const float *x, const f
 // dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * gamma
 __global__ void layernorm_dx_kernel(const float *dy, const float *x, const float *gamma,
                                     const float *mean, const float *rstd, int C, float *dx,
-                                    int accumulate) {
+                                    __nv_bfloat16 *dxb, int accumulate) {
     __shared__ float buf[32];
     size_t off = (size_t)blockIdx.x * C;
     float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
@@ -60,8 +62,7 @@ __global__ void layernorm_dx_kernel(const float *dy, const float *x, const float
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float g = dy[off + c] * gamma[c];
         float d = rs * (g - mg - (x[off + c] - mu) * rs * mgx);
-        if (accumulate) dx[off + c] += d;
-        else dx[off + c] = d;
+        store_twin(dx, dxb, off + c, accumulate ? dx[off + c] + d : d);
     }
 }
 
@@ -69,7 +70,10 @@ static void cuda_layernorm_forward(Backend *be, const float *x, const float *gam
                                    const float *beta, int N, int C, float eps, float *y,
                                    float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
-    if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(8.0 * N * C, 8.0 * N * C + 8.0 * C + 8.0 * N))(x, gamma, beta, C, eps, y, mean, rstd);
+    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
+    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
+    __nv_bfloat16 *yb = cuda_mirror_out(be, y, (size_t)N * C);
+    if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(8.0 * N * C, 8.0 * N * C + 8.0 * C + 8.0 * N), yb, (double)N * C))(x, gamma, beta, C, eps, y, yb, mean, rstd);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -81,10 +85,13 @@ static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x
     double t0 = cuda_prof_begin(be);
     cudaStream_t s = cuda_stream(be);
     // Parameter gradients first: dx may overwrite dy.
+    if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
+    if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
+    __nv_bfloat16 *dxb = dx ? cuda_mirror_out(be, dx, (size_t)N * C) : nullptr;
     if (N && (dgamma || dbeta))
         MHE_LAUNCH(layernorm_dparam_kernel, (C + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, s, mhe_cost(4.0 * N * C, 8.0 * N * C + 8.0 * N + 16.0 * C))(dy, x, mean, rstd, N, C, dgamma, dbeta);
     CUDA_CHECK_LAUNCH();
-    if (N && dx) MHE_LAUNCH(layernorm_dx_kernel, N, MHE_BLOCK, 0, s, mhe_cost(10.0 * N * C, (accumulate ? 16.0 : 12.0) * N * C + 4.0 * C + 8.0 * N))(dy, x, gamma, mean, rstd, C, dx, accumulate);
+    if (N && dx) MHE_LAUNCH(layernorm_dx_kernel, N, MHE_BLOCK, 0, s, with_twin(mhe_cost(10.0 * N * C, (accumulate ? 16.0 : 12.0) * N * C + 4.0 * C + 8.0 * N), dxb, (double)N * C))(dy, x, gamma, mean, rstd, C, dx, dxb, accumulate);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -116,20 +123,22 @@ __global__ void cross_entropy_forward_kernel(const float *logits, const int32_t 
 // dlogits = grad_scale * (softmax(z) - onehot(label)); each element read and written by the same
 // thread, so dlogits may alias logits.
 __global__ void cross_entropy_backward_kernel(const float *logits, const float *lse, const int32_t *labels,
-                                              int V, float grad_scale, float *dlogits) {
+                                              int V, float grad_scale, float *dlogits,
+                                              __nv_bfloat16 *dlb) {
     int r = blockIdx.x, label = labels[r];
     const float *z = logits + (size_t)r * V;
     float *g = dlogits + (size_t)r * V;
+    __nv_bfloat16 *gb = dlb ? dlb + (size_t)r * V : nullptr;
     float l = label < 0 ? 0.0f : lse[r];
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        if (label < 0) g[v] = 0.0f;
-        else g[v] = grad_scale * (expf(z[v] - l) - (v == label ? 1.0f : 0.0f));
-    }
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        store_twin(g, gb, v, label < 0 ? 0.0f : grad_scale * (expf(z[v] - l) - (v == label ? 1.0f : 0.0f)));
 }
 
 static void cuda_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
                                        int N, int V, float *loss, float *lse) {
     double t0 = cuda_prof_begin(be);
+    cuda_mirror_wrote(be, loss, (size_t)N * sizeof(float));
+    cuda_mirror_wrote(be, lse, (size_t)N * sizeof(float));
     if (N) MHE_LAUNCH(cross_entropy_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(4.0 * N * V, 4.0 * N * V + 12.0 * N))(logits, labels, V, loss, lse);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_LOSS, t0, 0);
@@ -138,7 +147,8 @@ static void cuda_cross_entropy_backward(Backend *be, const float *logits, const 
                                         const int32_t *labels, int N, int V, float grad_scale,
                                         float *dlogits) {
     double t0 = cuda_prof_begin(be);
-    if (N) MHE_LAUNCH(cross_entropy_backward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(4.0 * N * V, 8.0 * N * V + 8.0 * N))(logits, lse, labels, V, grad_scale, dlogits);
+    __nv_bfloat16 *dlb = cuda_mirror_out(be, dlogits, (size_t)N * V);
+    if (N) MHE_LAUNCH(cross_entropy_backward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(4.0 * N * V, 8.0 * N * V + 8.0 * N), dlb, (double)N * V))(logits, lse, labels, V, grad_scale, dlogits, dlb);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_LOSS, t0, 0);
 }

@@ -50,7 +50,7 @@ static void test_single_calls(void **state) {
     assert_int_equal(e->op_class, OPC_NORM_ACT);
     assert_true(e->bytes == 608.0);
 
-    // bf16 matmul 8x16x32: operands rounded into scratch (A 256 elements: 4 B read + 2 B
+    // bf16 matmul 8x16x32: operands rounded (A 256 elements: 4 B read + 2 B
     // written each = 1536 B; B 512 elements = 3072 B), then the GEMM reads 768 bf16 (1536 B),
     // writes 128 fp32 (512 B) = 2048 B, 2*8*16*32 = 8192 tensor-core FLOPs.
     backend_cuda_cost_start();
@@ -62,6 +62,30 @@ static void test_single_calls(void **state) {
     assert_true(e->bytes == 2048.0 && e->tc_flops == 8192.0 && e->flops == 0.0);
     e = find(&r, "to_bf16_kernel");
     assert_true(e->calls == 2 && e->bytes == 1536.0 + 3072.0);
+
+    // Those roundings went into persistent bf16 twins of A and B (kernels/cuda/cuda_mirror.cu),
+    // still current: the same product again is the GEMM alone.
+    backend_cuda_cost_start();
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    // A LayerNorm rewriting A ([8, 32]) stores the twin alongside: reads 256 + 64 (gamma, beta),
+    // writes 256 + 16 (mean, rstd) floats = 2368 B, plus 256 bf16 = 512 B: 2880 B; the matmul
+    // after it rounds nothing.
+    backend_cuda_cost_start();
+    be->layernorm_forward(be, x, y + 600, y + 700, 8, 32, 1e-5f, x, z + 300, z + 400);
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 2);
+    assert_true(find(&r, "layernorm_forward_kernel")->bytes == 2880.0);
+    // A memset of A invalidates its twin: the matmul rounds A (only) again, 256 x 6 B = 1536 B.
+    backend_cuda_cost_start();
+    be->zero(be, x, 256 * sizeof(float));
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 3);
+    e = find(&r, "to_bf16_kernel");
+    assert_true(e->calls == 1 && e->bytes == 1536.0);
 
     // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
     // (36 B) = 636 B.

@@ -302,7 +302,7 @@ static void test_gather_scatter_rows_match_cpu(void **state) {
     Buf src = buf_rand(f, (size_t)N * C), dst = buf_rand(f, (size_t)M * C), big = buf_rand(f, (size_t)N * C);
     PAIR(f, gather_rows, D(src), D(R), M, C, D(dst));
     expect_close(f, &dst, 0.0, "gather_rows");
-    PAIR(f, scatter_rows, D(dst), D(R), M, C, D(big));
+    PAIR(f, scatter_rows, D(dst), D(R), M, C, D(big), N);
     expect_close(f, &big, 0.0, "scatter_rows");
     ibuf_free(f, &R);
     buf_free(f, &src);
@@ -461,6 +461,54 @@ static void test_attention_plain_kernels_match_cpu(void **state) {
 }
 static void test_attention_bf16_within_1e2(void **state) { run_attention_cases(*state, 1e-2); }
 
+// The bf16 twins of matmul operands (kernels/cuda/cuda_mirror.cu): after the first matmul made
+// twins of A and W, every kind of write to A — ops that store the twin alongside (LayerNorm,
+// scale, GELU, dropout, bias_add) and ops that only invalidate it (upload, scatter_rows, zero,
+// copy, matmul output) — is followed by a matmul that must match the CPU backend within 1e-2
+// (a stale twin would multiply old values; the emulated backend also compares every twin it
+// hands to cuBLAS with bf16(fp32) and aborts on a difference).  No write creates a twin: the
+// count stays at the first matmul's two.
+static void test_bf16_twins_follow_every_write(void **state) {
+    Fix *f = *state;
+    const int M = 16, K = 24, N = 20;
+    Buf A = buf_rand(f, (size_t)M * K), W = buf_rand(f, (size_t)K * N), C = buf_rand(f, (size_t)M * N);
+    Buf other = buf_rand(f, (size_t)M * K), g = buf_new(f, K, 0.5f, 1.5f), bias = buf_rand(f, K);
+    Buf mean = buf_rand(f, M), rstd = buf_rand(f, M);
+    int32_t rows[3] = {7, 2, 11};
+    IBuf R = ibuf_new(f, rows, 3);
+    float *host = malloc((size_t)M * K * sizeof(float));
+    for (int i = 0; i < M * K; i++) host[i] = 0.01f * (float)(i % 37) - 0.2f;
+    size_t twin_bytes = 0;
+    for (int step = 0; step < 11; step++) {
+        switch (step) {
+        case 1: PAIR(f, layernorm_forward, D(A), D(g), D(bias), M, K, 1e-5f, D(A), D(mean), D(rstd)); break;
+        case 2: PAIR(f, scale, D(A), 0.5f, (size_t)M * K); break;
+        case 3: PAIR(f, upload, D(A), host, (size_t)M * K * sizeof(float)); break;
+        case 4: PAIR(f, scatter_rows, D(other), D(R), 3, K, D(A), M); break;
+        case 5: PAIR(f, gelu_forward, GELU_ERF, D(A), D(A), (size_t)M * K); break;
+        case 6: PAIR(f, dropout, D(A), D(A), (size_t)M * K, 0.3f, 9, 4); break;
+        case 7: PAIR(f, bias_add, D(A), D(bias), M, K); break;
+        case 8: PAIR(f, copy, D(A), D(other), (size_t)M * K * sizeof(float)); break;
+        case 9: PAIR(f, matmul, 0, 1, M, K, N, 1.0f, D(C), N, D(W), N, 0.0f, D(A), K); break;  // A = C Wᵀ (C's twin is new)
+        case 10: PAIR(f, zero, D(A), (size_t)M * K * sizeof(float)); break;
+        default: break;
+        }
+        PAIR(f, matmul, 0, 0, M, N, K, 1.0f, D(A), K, D(W), N, 0.0f, D(C), N);
+        char what[64];
+        snprintf(what, sizeof what, "matmul after write %d", step);
+        expect_close(f, &C, 1e-2, what);
+        // Rows 4..11 of A (inside A's twin): no new twin.
+        PAIR(f, matmul, 0, 0, 8, N, K, 1.0f, D(A) + 4 * K, K, D(W), N, 0.0f, D(C), N);
+        expect_close(f, &C, 1e-2, what);
+        assert_int_equal(backend_cuda_mirror_segments(f->gpu, &twin_bytes), step < 9 ? 2 : 3);
+    }
+    assert_true(twin_bytes == 2u * (size_t)(M * K + K * N + M * N));
+    free(host);
+    ibuf_free(f, &R);
+    Buf *all[] = {&A, &W, &C, &other, &g, &bias, &mean, &rstd};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
 int main(void) {
     const struct CMUnitTest fp32[] = {
         cmocka_unit_test(test_matmul_matches_cpu),
@@ -477,6 +525,7 @@ int main(void) {
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_matmul_bf16_within_1e2),
         cmocka_unit_test(test_attention_bf16_within_1e2),
+        cmocka_unit_test(test_bf16_twins_follow_every_write),
     };
     int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda parity bf16", bf16, setup_bf16, teardown);

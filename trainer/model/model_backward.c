@@ -106,7 +106,7 @@ void model_backward(Model *m, double loss_divisor) {
         // Unlabelled positions get no gradient from the head.
         if (R > 0) be->copy(be, m->dC, m->dA, (size_t)R * D * sizeof(float));
         be->zero(be, m->dA, ND * sizeof(float));
-        if (R > 0) be->scatter_rows(be, m->dC, m->rows, R, D, m->dA);
+        if (R > 0) be->scatter_rows(be, m->dC, m->rows, R, D, m->dA, N);
     }
     encoder_backward(m, m->dA);
 }

@@ -200,7 +200,7 @@ void model_backward_task(Model *m, double loss_divisor) {
         }
         // Only the pooled position of each row receives the head's gradient.
         be->zero(be, m->dA, (size_t)N * D * sizeof(float));
-        be->scatter_rows(be, m->tk_d2, m->tk_rows, B, D, m->dA);
+        be->scatter_rows(be, m->tk_d2, m->tk_rows, B, D, m->dA, N);
     }
     encoder_backward(m, m->dA);
 }
