@@ -61,8 +61,13 @@ static inline OPS_HD uint32_t ops_dropout_threshold(float p) {
     uint32_t k = (uint32_t)t;
     return (float)k < t ? k + 1 : k;
 }
+// ops_mix64's last step, x ^ (x >> 31), leaves bits 40..63 unchanged (x >> 31 is 0 there), so
+// the top 24 bits are taken before it: the same bits, two operations fewer per element.
 static inline OPS_HD int ops_dropout_keep_fast(uint64_t key, uint64_t i, uint32_t threshold) {
-    return (uint32_t)(ops_mix64(key + i) >> 40) >= threshold;
+    uint64_t x = key + i + 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return (uint32_t)(x >> 40) >= threshold;
 }
 
 typedef enum {

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/cpu_bf16.h"
 
 #define DNNL_OK(call)                                                                       \
     do {                                                                                    \
@@ -196,21 +197,6 @@ static GemmEntry *lookup(CpuGemm *g, const GemmKey *k) {
     return e;
 }
 
-// fp32 -> bf16, round to nearest even (NaN stays NaN: its quiet bit is set first).
-static inline uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static inline float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 // X stored as `rows` rows of `cols` values, leading dimension ld -> contiguous bf16.  Split
 // over the threads when large (a serial pass over an activation would idle the other cores);
 // inside a parallel loop (attention) the pragma's region runs on the calling thread.
@@ -222,7 +208,7 @@ static void pack_rows(const float *x, int r0, int r1, int cols, int ld, uint16_t
         for (int c = 0; c < cols; c++) o[c] = to_bf16(xr[c]);
     }
 }
-static void pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out) {
+void cpu_pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out) {
     // Small operands (attention's per-head ones) without an OpenMP region: even one that the
     // if clause keeps on one thread costs a nested team's set-up, a microsecond or more.
     if ((size_t)rows * cols < (1u << 17)) {
@@ -270,9 +256,11 @@ static void execute(CpuGemm *g, GemmEntry *e, int t, const void *A, const void *
     DNNL_OK(dnnl_stream_wait(g->streams[t]));
 }
 
-static void bf16_to_f32(const uint16_t *h, size_t n, float *out) {
-#pragma omp parallel for schedule(static) if (n >= (1u << 17))
-    for (size_t i = 0; i < n; i++) out[i] = from_bf16(h[i]);
+// bf16 rows (leading dimension ld) -> contiguous fp32.
+static void bf16_to_f32(const uint16_t *h, int rows, int cols, int ld, float *out) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= (1u << 17))
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = from_bf16(h[(size_t)r * ld + c]);
 }
 
 void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
@@ -297,16 +285,16 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
         return;
     }
     // bf16: fp32 operands are rounded into contiguous per-thread copies (same orientation,
-    // leading dimension = stored row length), products accumulate in fp32.  Operands packed
-    // by cpu_gemm_pack are contiguous already.
+    // leading dimension = stored row length), products accumulate in fp32.  Operands given in
+    // bf16 are used where they are, with their own leading dimension.
     const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
     const size_t na = A.h ? 0 : (size_t)arows * acols, nb = B.h ? 0 : (size_t)brows * bcols;
-    GemmKey k = {ta, tb, M, N, K, acols, bcols, ldc, 1, hb_, alpha, beta};
+    GemmKey k = {ta, tb, M, N, K, A.h ? A.ld : acols, B.h ? B.ld : bcols, ldc, 1, hb_, alpha, beta};
     GemmEntry *e = lookup(g, &k);
     if (e->prim) {
         uint16_t *ha = thread_bf16(g, t, na + nb), *hb = ha + na;
-        if (!A.h) pack_bf16(A.f, arows, acols, A.ld, ha);
-        if (!B.h) pack_bf16(B.f, brows, bcols, B.ld, hb);
+        if (!A.h) cpu_pack_bf16(A.f, arows, acols, A.ld, ha);
+        if (!B.h) cpu_pack_bf16(B.f, brows, bcols, B.ld, hb);
         execute(g, e, t, A.h ? A.h : ha, B.h ? B.h : hb, bias, C);
         return;
     }
@@ -314,12 +302,12 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
     // and sums) through the fp32 primitive.
     const size_t fa_n = (size_t)arows * acols, fb_n = (size_t)brows * bcols;
     float *fa = (float *)thread_bf16(g, t, 2 * (fa_n + fb_n)), *fb = fa + fa_n;
-    if (A.h) bf16_to_f32(A.h, fa_n, fa);
+    if (A.h) bf16_to_f32(A.h, arows, acols, A.ld, fa);
     else {
 #pragma omp parallel for schedule(dynamic, 16) if (fa_n >= (1u << 17))
         for (int r = 0; r < arows; r++) cpu_round_bf16(A.f + (size_t)r * A.ld, fa + (size_t)r * acols, acols);
     }
-    if (B.h) bf16_to_f32(B.h, fb_n, fb);
+    if (B.h) bf16_to_f32(B.h, brows, bcols, B.ld, fb);
     else {
 #pragma omp parallel for schedule(dynamic, 16) if (fb_n >= (1u << 17))
         for (int r = 0; r < brows; r++) cpu_round_bf16(B.f + (size_t)r * B.ld, fb + (size_t)r * bcols, bcols);
@@ -348,7 +336,7 @@ const uint16_t *cpu_gemm_pack(CpuGemm *g, const float *x, int rows, int cols, fl
     }
     uint16_t *out = g->keep_buf;
     if (!colsum) {
-        pack_bf16(x, rows, cols, cols, out);
+        cpu_pack_bf16(x, rows, cols, cols, out);
         return out;
     }
     const int blocks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS;

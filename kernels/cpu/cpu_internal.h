@@ -31,7 +31,7 @@ int cpu_gemm_native_bf16(const CpuGemm *g);
 void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 // An operand: fp32 values (f, leading dimension ld) or, in bf16 products only, values already
-// rounded to bf16 by cpu_gemm_pack (h, contiguous: ld = the stored row length).
+// rounded to bf16 (h, leading dimension ld: cpu_gemm_pack's are contiguous, ld = row length).
 typedef struct {
     const float *f;
     const uint16_t *h;
@@ -45,6 +45,9 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
 // also colsum[c] += Σ_r x[r, c] (summed in double) in the same pass.  The result lives in one
 // buffer of g until the next call; call outside parallel regions.
 const uint16_t *cpu_gemm_pack(CpuGemm *g, const float *x, int rows, int cols, float *colsum);
+// x [rows, cols] (leading dimension ld) rounded to bf16 into out (contiguous, ld = cols); split
+// over the threads when large and called outside a parallel region.
+void cpu_pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out);
 // out[i] = x[i] rounded to the nearest bf16 (ties to even), as an fp32 value.
 void cpu_round_bf16(const float *x, float *out, size_t n);
 

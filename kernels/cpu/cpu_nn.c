@@ -119,11 +119,13 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
                               float *dx, size_t n) {
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
+        // erf(v/√2) and φ(v) share one exp: cpu_erff's exp(-(v/√2)²) is φ's exp(-v²/2).
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
-            float v = x[i];
-            float cdf = 0.5f * (1.0f + cpu_erff(v * (float)M_SQRT1_2));
-            float pdf = cpu_expf(-0.5f * v * v) * 0.3989422804014327f;
+            const float v = x[i];
+            const float e = cpu_expf_noover(-0.5f * v * v);
+            const float cdf = 0.5f * (1.0f + cpu_erff_with_exp(v * (float)M_SQRT1_2, e));
+            const float pdf = e * 0.3989422804014327f;
             dx[i] = dy[i] * (cdf + v * pdf);
         }
     } else {
@@ -212,7 +214,7 @@ static void cpu_cross_entropy_forward(Backend *be, const float *logits, const in
         for (int v0 = 0; v0 < V; v0 += 256) {
             const int w = V - v0 < 256 ? V - v0 : 256;
 #pragma omp simd
-            for (int v = 0; v < w; v++) e[v] = cpu_expf(z[v0 + v] - mx);
+            for (int v = 0; v < w; v++) e[v] = cpu_expf_noover(z[v0 + v] - mx);
 #pragma omp simd reduction(+ : s)
             for (int v = 0; v < w; v++) s += e[v];
         }
@@ -237,7 +239,7 @@ static void cpu_cross_entropy_backward(Backend *be, const float *logits, const f
         }
         float l = lse[r];
 #pragma omp simd
-        for (int v = 0; v < V; v++) g[v] = grad_scale * cpu_expf(z[v] - l);
+        for (int v = 0; v < V; v++) g[v] = grad_scale * cpu_expf_noover(z[v] - l);
         g[labels[r]] -= grad_scale;
     }
     cpu_prof_end(be, OPC_LOSS, t0, 0);

@@ -1,6 +1,7 @@
 #include "trainer/train/optim.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,16 +47,38 @@ typedef struct {
     OptimBias bc;
 } Moments;
 
-static void adamw_tensor(OptimState *s, const Moments *k, size_t lo, size_t hi, float *w, const float *g,
-                         float lr, float wd) {
-    float *m = s->m, *v = s->v;
-    const size_t base = s->begin;
-    const AdamwScalars a = adamw_scalars(lr, wd, k->bc.bc1);
-#pragma omp parallel for schedule(static) if (hi - lo >= OPTIM_PARALLEL_MIN)
-    for (size_t i = lo; i < hi; i++) {
-        const size_t j = i - base;
-        optim_moments(&m[j], &v[j], g[i], k->b1, k->b2);
-        w[i] = adamw_param(w[i], m[j], v[j], a.step_size, a.decay, k->bc.bc2_sqrt, k->eps);
+// AdamW over n elements; restrict and the scalars in registers let GCC vectorise it (with
+// -fno-math-errno, CMakeLists.txt: sqrtf is then the instruction, not a call that may set
+// errno).  vsqrtps and vdivps round like their scalar forms: results do not change.
+static void adamw_range(float *restrict w, const float *restrict g, float *restrict m, float *restrict v,
+                        size_t n, float b1, float b2, float eps, AdamwScalars a, float bc2_sqrt) {
+    for (size_t i = 0; i < n; i++) {
+        optim_moments(&m[i], &v[i], g[i], b1, b2);
+        w[i] = adamw_param(w[i], m[i], v[i], a.step_size, a.decay, bc2_sqrt, eps);
+    }
+}
+
+// Every tensor in one parallel region: each thread takes one contiguous part of [begin, end)
+// and updates the pieces of the tensors in it (each with its weight decay).  A region per
+// tensor kept the small tensors on one thread and paid a fork/join for each large one.
+static void adamw_all(OptimState *s, const OptimConfig *o, const ParamTable *t, const Moments *k,
+                      float *w, const float *g, float lr) {
+    const size_t base = s->begin, n = s->end - s->begin;
+    const AdamwScalars plain = adamw_scalars(lr, 0.0f, k->bc.bc1);
+    const AdamwScalars decayed = adamw_scalars(lr, o->weight_decay, k->bc.bc1);
+    const float b1 = k->b1, b2 = k->b2, eps = k->eps, bc2_sqrt = k->bc.bc2_sqrt;
+#pragma omp parallel if (n >= OPTIM_PARALLEL_MIN)
+    {
+        const size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+        const size_t p0 = base + n * id / nt, p1 = base + n * (id + 1) / nt;
+        for (int j = 0; j < t->count; j++) {
+            const ParamTensor *p = &t->tensors[j];
+            const size_t lo = p->offset > p0 ? p->offset : p0;
+            const size_t hi = p->offset + p->numel < p1 ? p->offset + p->numel : p1;
+            if (lo >= hi) continue;
+            adamw_range(w + lo, g + lo, s->m + (lo - base), s->v + (lo - base), hi - lo, b1, b2, eps,
+                        optim_decays(o, p) ? decayed : plain, bc2_sqrt);
+        }
     }
 }
 
@@ -102,11 +125,7 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
     const Moments k = {o->beta1, o->beta2, o->eps, optim_bias(o->beta1, o->beta2, s->step)};
     size_t lo, hi;
     if (o->name == OPT_ADAMW) {
-        for (int j = 0; j < t->count; j++) {
-            const ParamTensor *p = &t->tensors[j];
-            if (overlap(s, p, &lo, &hi))
-                adamw_tensor(s, &k, lo, hi, params, grads, lr, optim_decays(o, p) ? o->weight_decay : 0.0f);
-        }
+        adamw_all(s, o, t, &k, params, grads, lr);
         return;
     }
     // LAMB phase 1: moments, then per-tensor sums of squares of w and of the update u.
