@@ -83,6 +83,16 @@ set -e
 [ "$rc" = 2 ] || { cat "$WORK/bad.log"; fail "encoder mismatch: exit $rc, expected 2"; }
 [ "$(wc -l <"$WORK/bad.log")" = 1 ] && grep -q "embed.word is F32 \[2000, 64\] but the fine-tuning model expects F32 \[2000, 32\]" "$WORK/bad.log" ||
   { cat "$WORK/bad.log"; fail "encoder mismatch message"; }
+# A damaged best.json stops the resume (starting the best afresh could replace out/best with a
+# worse evaluation): exit 2 naming the file, out/best untouched.
+cp -r "$WORK/stop" "$WORK/badbest"
+echo '{"epoch": 1, "step": "seven", "value": 0.5}' >"$WORK/badbest/best.json"
+before=$(cat "$WORK/badbest/best/checkpoints/latest")
+set +e
+ft "$WORK/badbest" train.init_from="$WORK/pre"; rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "badbest/best.json: expected a JSON object with numbers \"value\", \"epoch\" and \"step\"" "$WORK/badbest.log" &&
+  [ "$(cat "$WORK/badbest/best/checkpoints/latest")" = "$before" ] || { cat "$WORK/badbest.log"; fail "damaged best.json: exit $rc"; }
 set +e
 "$MHETRAIN" finetune "$TINY" "${DATA[@]}" train.out_dir="$WORK/none" >"$WORK/none.log" 2>&1; rc=$?
 set -e

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "comm/grad_reducer.h"
 #include "common/error.h"
 #include "common/fs.h"
@@ -131,18 +133,33 @@ static void write_best_json(Finetune *f) {
     check_write(f, fclose(fp) != 0 || rename(tmp, path) != 0 ? -1 : 0, "best.json");
 }
 
+// A missing best.json means no evaluation finished before the stop: the best starts afresh.
+// A present but unreadable one is an error on every rank: starting afresh would let the next,
+// possibly worse, evaluation replace the weights in out_dir/best.
 static void read_best_json(Finetune *f) {
     char path[4200];
     snprintf(path, sizeof path, "%s/best.json", f->cfg->train.out_dir);
-    char *text = access(path, R_OK) == 0 ? mhe_read_file(path, NULL) : NULL;
-    double v[3] = {-INFINITY, 0, 0};
-    if (text) {
-        const char *p = strstr(text, "\"value\": "), *e = strstr(text, "\"epoch\": "), *s = strstr(text, "\"step\": ");
-        if (p && e && s) v[0] = strtod(p + 9, NULL), v[1] = strtod(e + 9, NULL), v[2] = strtod(s + 8, NULL);
-        else if (f->rank == 0) fprintf(stderr, "mhetrain: %s: unreadable, the best evaluation starts afresh\n", path);
+    double v[4] = {-INFINITY, 0, 0, 1};  // value, epoch, step, readable
+    if (f->rank == 0 && access(path, F_OK) == 0) {
+        char *text = mhe_read_file(path, NULL);
+        cJSON *root = cJSON_Parse(text);
+        const char *keys[3] = {"value", "epoch", "step"};
+        for (int i = 0; i < 3 && v[3] != 0; i++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+            if (cJSON_IsNumber(x)) v[i] = x->valuedouble;
+            else v[3] = 0;
+        }
+        cJSON_Delete(root);
+        free(text);
     }
-    free(text);
     comm_broadcast(f->comm, v, sizeof v, 0);
+    if (v[3] == 0) {
+        if (f->rank == 0)
+            mhe_fail("%s: expected a JSON object with numbers \"value\", \"epoch\" and \"step\" (the best "
+                     "evaluation so far, written by finetune); restore it or remove it with %s/best to start the best afresh",
+                     path, f->cfg->train.out_dir);
+        exit(MHE_EXIT_INPUT);
+    }
     f->best = v[0];
     f->best_epoch = (int)v[1];
     f->best_step = (int64_t)v[2];
