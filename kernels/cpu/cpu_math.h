@@ -15,35 +15,13 @@
 #include <string.h>
 
 // x = k ln2 + r with |r| <= ln2/2 (ln2 split in two so k ln2 is exact), exp(r) by its degree-7
-// Taylor polynomial (truncation < 1e-8 relative there), 2^k from the exponent bits.
-static inline float cpu_expf(float x) {
-    // Selects, not fminf/fmaxf: those are library calls (NaN rules) that block vectorising.
-    float xc = x < -87.33f ? -87.33f : x;
-    xc = xc > 88.72f ? 88.72f : xc;
-    // Round to nearest by adding 1.5 * 2^23 (floorf does not vectorise without -ffast-math).
-    const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = fmaf(k, -0.693145751953125f, xc);
-    r = fmaf(k, -1.428606765330187045e-6f, r);
-    float p = 1.0f / 5040.0f;
-    p = fmaf(p, r, 1.0f / 720.0f);
-    p = fmaf(p, r, 1.0f / 120.0f);
-    p = fmaf(p, r, 1.0f / 24.0f);
-    p = fmaf(p, r, 1.0f / 6.0f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    const int32_t bits = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    float y = p * scale;
-    y = x < -87.33f ? 0.0f : y;
-    return x > 88.72f ? INFINITY : y;
-}
-
-// cpu_expf for arguments that cannot overflow (x <= 88.72: softmax's x - max and x - lse,
-// which are <= 0): the same value without the overflow select, fewer operations per element.
+// Taylor polynomial (truncation < 1e-8 relative there), 2^k from the exponent bits.  For
+// arguments that cannot overflow (x <= 88.72: softmax's x - max and x - lse, which are <= 0);
+// cpu_expf below adds the overflow select.
 static inline float cpu_expf_noover(float x) {
+    // Selects, not fminf/fmaxf: those are library calls (NaN rules) that block vectorising.
     const float xc = x < -87.33f ? -87.33f : x;
+    // Round to nearest by adding 1.5 * 2^23 (floorf does not vectorise without -ffast-math).
     const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = fmaf(k, -0.693145751953125f, xc);
     r = fmaf(k, -1.428606765330187045e-6f, r);
@@ -60,6 +38,11 @@ static inline float cpu_expf_noover(float x) {
     memcpy(&scale, &bits, sizeof scale);
     const float y = p * scale;
     return x < -87.33f ? 0.0f : y;
+}
+
+static inline float cpu_expf(float x) {
+    const float y = cpu_expf_noover(x > 88.72f ? 88.72f : x);
+    return x > 88.72f ? INFINITY : y;
 }
 
 // erf(x) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x²), t = 1 / (1 + p|x|), odd;
