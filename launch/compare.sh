@@ -139,6 +139,12 @@ finish_one() {
   local label="${job_label[$pid]}" dir="${job_dir[$pid]}" check="${job_done[$pid]}" log="${job_log[$pid]}"
   unset "job_label[$pid]" "job_dir[$pid]" "job_done[$pid]" "job_log[$pid]"
   if [ -n "$follower" ]; then wait "$follower" || true; follower=""; fi
+  # A trainer stopped by the signal we passed on checkpoints and ends with 128 + INT/TERM: an
+  # interrupted run (rerun to continue), not a failed one.
+  if [ "$stop" = 1 ] && { [ "$status" = 130 ] || [ "$status" = 143 ]; }; then
+    incomplete+=("$label")
+    return 0
+  fi
   if [ "$status" != 0 ]; then
     [ "$jobs" = 1 ] || tail -5 "$log" >&2
     failed+=("$label (status $status; log $log)")

@@ -73,4 +73,33 @@ if bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" mha --seeds 2 -o "$WO
   fail "--seeds with train.seed= accepted"
 fi
 grep -q -- "--seeds sets train.seed" "$WORK/log3" || { cat "$WORK/log3" >&2; fail "no message for --seeds with train.seed="; }
+# 8. TERM to the script while two runs train side by side: each trainer checkpoints the step it
+#    is on, no table, exit 130 with its one line, no trainer left behind; the rerun resumes them.
+out5="$WORK/cmp5"
+bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" sha mhe_mul --jobs 2 -o "$out5" "${SET[@]}" --tokens 50000000 \
+  2>"$WORK/log5" &
+cpid=$!
+for _ in $(seq 600); do
+  n=0
+  for t in sha mhe_mul; do grep -qs "^step " "$out5/$t/train.log" && n=$((n + 1)); done
+  [ "$n" = 2 ] && break
+  sleep 0.1
+done
+[ "$n" = 2 ] || { kill -TERM "$cpid"; cat "$WORK/log5" >&2; fail "the two runs did not start"; }
+kill -TERM "$cpid"
+status=0; wait "$cpid" || status=$?
+[ "$status" = 130 ] || { cat "$WORK/log5" >&2; fail "TERM during parallel runs: exit $status, expected 130"; }
+grep -q "compare: interrupted; run the same command to resume" "$WORK/log5" || { cat "$WORK/log5" >&2; fail "no interrupted line"; }
+test ! -e "$out5/results.csv" || fail "a table after TERM"
+for t in sha mhe_mul; do
+  grep -q "stopping after step" "$out5/$t/train.log" || { cat "$out5/$t/train.log" >&2; fail "$t did not stop at a step"; }
+  ls -d "$out5/$t"/checkpoints/step_* >/dev/null 2>&1 || fail "$t has no checkpoint after TERM"
+done
+! pgrep -f "$out5" >/dev/null || fail "a trainer still runs after compare ended"
+last=$(ls -d "$out5"/*/checkpoints/step_* | sed 's/.*step_0*//' | sort -n | tail -n 1)
+bash "$COMPARE" "$MHE_SOURCE_DIR/tests/train/tiny.yaml" sha mhe_mul --jobs 2 -o "$out5" "${SET[@]}" --tokens 50000000 \
+  --stop-after $((last + 1)) 2>"$WORK/log6" || { cat "$WORK/log6" >&2; fail "rerun after TERM"; }
+for t in sha mhe_mul; do
+  grep -q "resumed from" "$out5/$t/train.log" || { cat "$WORK/log6" >&2; fail "$t did not resume after TERM"; }
+done
 echo "ok"
