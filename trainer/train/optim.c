@@ -36,10 +36,14 @@ void optim_state_free(OptimState *s) {
 int optim_decays(const OptimConfig *o, const ParamTensor *p) { return o->decay_all || p->kind == PARAM_WEIGHT; }
 
 // The part [lo, hi) of tensor p that lies in the state's range; 0 when they do not overlap.
-static int overlap(const OptimState *s, const ParamTensor *p, size_t *lo, size_t *hi) {
-    *lo = p->offset > s->begin ? p->offset : s->begin;
-    *hi = p->offset + p->numel < s->end ? p->offset + p->numel : s->end;
+// The part [lo, hi) of tensor p inside [begin, end); 0 when there is none.
+static int clip(const ParamTensor *p, size_t begin, size_t end, size_t *lo, size_t *hi) {
+    *lo = p->offset > begin ? p->offset : begin;
+    *hi = p->offset + p->numel < end ? p->offset + p->numel : end;
     return *lo < *hi;
+}
+static int overlap(const OptimState *s, const ParamTensor *p, size_t *lo, size_t *hi) {
+    return clip(p, s->begin, s->end, lo, hi);
 }
 
 typedef struct {
@@ -71,11 +75,10 @@ static void adamw_all(OptimState *s, const OptimConfig *o, const ParamTable *t, 
     {
         const size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
         const size_t p0 = base + n * id / nt, p1 = base + n * (id + 1) / nt;
+        size_t lo, hi;
         for (int j = 0; j < t->count; j++) {
             const ParamTensor *p = &t->tensors[j];
-            const size_t lo = p->offset > p0 ? p->offset : p0;
-            const size_t hi = p->offset + p->numel < p1 ? p->offset + p->numel : p1;
-            if (lo >= hi) continue;
+            if (!clip(p, p0, p1, &lo, &hi)) continue;
             adamw_range(w + lo, g + lo, s->m + (lo - base), s->v + (lo - base), hi - lo, b1, b2, eps,
                         optim_decays(o, p) ? decayed : plain, bc2_sqrt);
         }
