@@ -83,6 +83,11 @@ static MirrorSet *mirrors(Backend *be) {
 
 static uintptr_t addr(const void *p) { return reinterpret_cast<uintptr_t>(p); }
 
+// Segment [s, e) holds the floats [lo, hi) whole, on its float grid: their twin is a slice of its.
+static bool holds(uintptr_t s, uintptr_t e, uintptr_t lo, uintptr_t hi) {
+    return s <= lo && hi <= e && (lo - s) % sizeof(float) == 0;
+}
+
 // MirrorSegments overlapping the byte range [lo, hi).
 template <typename F> static void each_overlap(MirrorSet *m, uintptr_t lo, uintptr_t hi, F f) {
     auto it = m->segs.upper_bound(lo);
@@ -121,7 +126,7 @@ __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     uintptr_t lo = addr(p), hi = lo + n * sizeof(float);
     MirrorSegment *inside = nullptr;
     each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
-        if (s <= lo && hi <= e && (lo - s) % sizeof(float) == 0) inside = &g;
+        if (holds(s, e, lo, hi)) inside = &g;
     });
     if (!inside) {
         cuda_mirror_wrote(be, p, n * sizeof(float));
@@ -165,7 +170,7 @@ const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) 
     std::vector<uintptr_t> overlapping;
     each_overlap(m, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
         overlapping.push_back(s);
-        if (s <= lo && hi <= e && (lo - s) % sizeof(float) == 0) inside = &g;
+        if (holds(s, e, lo, hi)) inside = &g;
     });
     if (!inside) {
         // A new segment over the union of this span and every segment it overlaps (their
