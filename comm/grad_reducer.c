@@ -22,7 +22,7 @@ struct GradReducer {
     size_t total;
     GradDevice device;  // copied from the spec (WAY_STAGED, WAY_DEVICE)
     float *host;        // WAY_STAGED: host copy the buckets reduce; else grads
-    Bucket *buckets;    // WAY_BUCKETS, WAY_STAGED
+    Bucket *buckets;    // WAY_BUCKETS, WAY_STAGED, WAY_DEVICE with allreduce_start
     int n_buckets;
     int next;           // buckets [0, next) have started (they are ordered by ready_stage)
     int overlap;
@@ -96,7 +96,8 @@ GradReducer *grad_reducer_create(Comm *comm, const GradReducerSpec *s) {
         r->way = s->zero ? WAY_ZERO : WAY_BUCKETS;
     }
     if (r->way == WAY_ZERO) r->shard = mhe_malloc((r->shards.end - r->shards.begin + 1) * sizeof(float));
-    if (r->way == WAY_BUCKETS || r->way == WAY_STAGED) buckets_init(r, s);
+    if (r->way == WAY_BUCKETS || r->way == WAY_STAGED || (r->way == WAY_DEVICE && r->device.allreduce_start))
+        buckets_init(r, s);
     return r;
 }
 
@@ -111,14 +112,19 @@ void grad_reducer_free(GradReducer *r) {
 }
 
 const GradShards *grad_reducer_shards(const GradReducer *r) { return &r->shards; }
-int grad_reducer_overlaps(const GradReducer *r) { return r->way == WAY_BUCKETS; }
+int grad_reducer_overlaps(const GradReducer *r) {
+    return r->way == WAY_BUCKETS || (r->way == WAY_DEVICE && r->n_buckets > 0);
+}
 void grad_reducer_set_overlap(GradReducer *r, int on) { r->overlap = on; }
 int grad_reducer_bucket_count(const GradReducer *r) { return r->n_buckets; }
 
 const char *grad_reducer_describe(const GradReducer *r) {
     if (r->world == 1) return "nobody (one worker)";
     switch (r->way) {
-    case WAY_DEVICE: return "NCCL on device buffers";
+    case WAY_DEVICE:
+        if (!r->n_buckets) return "NCCL on device buffers";
+        return r->overlap ? "NCCL on device buffers in buckets on a second stream, overlapped with the backward pass"
+                          : "NCCL on device buffers in buckets after the backward pass";
     case WAY_STAGED: return "MPI through host staging";
     case WAY_ZERO: return "MPI reduce-scatter + all-gather (ZeRO-1)";
     default: return "MPI in buckets overlapped with the backward pass";
@@ -126,14 +132,17 @@ const char *grad_reducer_describe(const GradReducer *r) {
 }
 
 static void start(GradReducer *r, Bucket *b) {
-    b->handle = comm_allreduce_start_f32(r->comm, r->host + b->begin, b->end - b->begin);
+    if (r->way == WAY_DEVICE)  // on the device's communication stream; no host handle
+        r->device.allreduce_start(r->device.ctx, r->grads + b->begin, b->end - b->begin);
+    else
+        b->handle = comm_allreduce_start_f32(r->comm, r->host + b->begin, b->end - b->begin);
 }
 
 void grad_reducer_stage_done(GradReducer *r, int stage) {
-    if (r->way != WAY_BUCKETS || !r->overlap) return;
+    if (!grad_reducer_overlaps(r) || !r->overlap) return;
     while (r->next < r->n_buckets && r->buckets[r->next].ready_stage >= stage) start(r, &r->buckets[r->next++]);
     // MPI advances non-blocking collectives only inside MPI calls: poll once per stage.
-    comm_progress(r->comm);
+    if (r->way == WAY_BUCKETS) comm_progress(r->comm);
 }
 
 static void buckets_finish(GradReducer *r) {
@@ -159,7 +168,17 @@ void grad_reducer_finish(GradReducer *r) {
         buckets_finish(r);
         r->device.to_device(r->device.ctx, r->grads, r->host, r->total);
         break;
-    case WAY_DEVICE: r->device.allreduce(r->device.ctx, r->grads, r->total); break;
+    case WAY_DEVICE:
+        if (!r->n_buckets) {
+            r->device.allreduce(r->device.ctx, r->grads, r->total);
+            break;
+        }
+        // With overlap off every bucket starts here, after the backward pass: the same sums
+        // over the same ranges, so the same values as overlapped.
+        while (r->next < r->n_buckets) start(r, &r->buckets[r->next++]);
+        r->next = 0;
+        r->device.allreduce_finish(r->device.ctx);
+        break;
     }
 }
 

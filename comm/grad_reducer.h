@@ -9,7 +9,10 @@
 //                 owner's range of the parameters is all-gathered (grad_reducer_gather_params)
 //   MPI staged    device gradients without a device all-reduce: copied to host, MPI buckets,
 //                 copied back
-//   device        device gradients summed in place by the device's own all-reduce (NCCL)
+//   device        device gradients summed in place by the device's own all-reduce (NCCL): in
+//                 the same buckets, each started on the device's communication stream as the
+//                 backward pass finishes it (allreduce_start), completed before the update
+//                 (allreduce_finish); or in one call after the backward pass (allreduce only)
 // The sum is what the optimizer needs: each rank's gradients are already divided by the
 // global number of labelled positions.
 #ifndef MHE_COMM_GRAD_REDUCER_H
@@ -28,9 +31,14 @@ typedef struct {
 
 // Gradients in device memory.  allreduce (NULL when the device has none, e.g. dist.backend
 // mpi) sums a device buffer over ranks in place; to_host/to_device stage it for MPI otherwise.
+// allreduce_start/allreduce_finish (both or neither): the overlapped form, start enqueues a
+// sum ordered after the device work issued so far and returns, finish completes every
+// started sum and orders later device work after them.
 typedef struct {
     void *ctx;
     void (*allreduce)(void *ctx, float *buf, size_t n);
+    void (*allreduce_start)(void *ctx, float *buf, size_t n);
+    void (*allreduce_finish)(void *ctx);
     void (*to_host)(void *ctx, float *host, const float *dev, size_t n);
     void (*to_device)(void *ctx, float *dev, const float *host, size_t n);
 } GradDevice;
@@ -58,7 +66,8 @@ GradReducer *grad_reducer_create(Comm *comm, const GradReducerSpec *spec);
 void grad_reducer_free(GradReducer *r);
 
 const GradShards *grad_reducer_shards(const GradReducer *r);
-// Whether grad_reducer_stage_done overlaps communication with backward (MPI buckets only).
+// Whether grad_reducer_stage_done overlaps communication with backward (MPI buckets, device
+// buckets).
 int grad_reducer_overlaps(const GradReducer *r);
 // With overlap off every bucket starts at grad_reducer_finish (for measuring the overlap).
 void grad_reducer_set_overlap(GradReducer *r, int on);
@@ -66,7 +75,7 @@ int grad_reducer_bucket_count(const GradReducer *r);
 // One line for the run banner: how gradients are reduced.
 const char *grad_reducer_describe(const GradReducer *r);
 
-// Backward progress (MPI buckets): `stage` is done; starts every bucket that became final.
+// Backward progress (buckets): `stage` is done; starts every bucket that became final.
 void grad_reducer_stage_done(GradReducer *r, int stage);
 // Completes the reduction: grads[shards.begin, shards.end) holds the sum over ranks.
 void grad_reducer_finish(GradReducer *r);

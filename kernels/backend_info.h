@@ -18,6 +18,12 @@ Backend *backend_cuda_create_for(int device, int bf16);
 typedef struct DeviceComm DeviceComm;
 DeviceComm *device_comm_create(void *mpi_comm, Backend *be, float timeout_s);
 void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n);
+// Overlapped form (kernels/cuda/README.md "Streams and the all-reduce"): start enqueues the sum
+// of buf on the communicator's own stream, after the work the backend has issued so far, and
+// returns at once; finish orders the backend's later work after every started sum and returns
+// when they are complete.
+void device_comm_allreduce_start(DeviceComm *c, float *buf, size_t n);
+void device_comm_allreduce_finish(DeviceComm *c);
 void device_comm_free(DeviceComm *c);
 
 // ---- The GPU cost model (kernels/cuda/README.md "Cost model") ----
@@ -26,6 +32,9 @@ void device_comm_free(DeviceComm *c);
 typedef struct {
     const char *name;  // "a100", "h100" (SXM)
     double bf16_flops, fp32_flops, bytes_per_s, pcie_bytes_per_s, launch_s;
+    // NCCL all-reduce between the GPUs of one NVLink node: bus bandwidth (bytes/s, the
+    // nccl-tests "busbw" a ring reaches) and the fixed cost of one call (seconds).
+    double allreduce_bus_bytes_per_s, allreduce_latency_s;
 } GpuSpec;
 const GpuSpec *gpu_spec_find(const char *name);  // NULL: unknown (or no CUDA backend)
 
@@ -38,8 +47,13 @@ typedef struct {
     double compute_seconds, memory_seconds, launch_seconds;  // the terms of `seconds`
 } CostEntry;
 #define COST_TOP 10
+// One call on the predicted timeline (the all-reduces are kept for the report).
 typedef struct {
-    double seconds;                   // predicted, one stream, calls back to back
+    double start, end, bytes;
+} CostSpan;
+#define COST_COMM_MAX 64
+typedef struct {
+    double seconds;                   // predicted step: the last stream to finish
     double class_seconds[OPC_COUNT];
     long class_calls[OPC_COUNT];
     long launches;                    // kernels + library calls + memsets/copies
@@ -47,6 +61,15 @@ typedef struct {
     double peak_bytes;                // device memory high-water mark since backend creation
     int n_top;
     CostEntry top[COST_TOP];          // most expensive first
+    // The two streams (compute, communication): busy time of each, the compute stream's idle
+    // time waiting for the all-reduces (exposed communication), and the step had every
+    // all-reduce run after the backward pass instead (compute + communication, no overlap).
+    int ranks;                        // ranks the all-reduces were predicted for
+    double compute_seconds, comm_seconds, exposed_comm_seconds, serial_seconds;
+    long comm_calls;
+    double comm_bytes;
+    int n_comm;
+    CostSpan comm[COST_COMM_MAX];     // the first all-reduces, in issue order
 } CostReport;
 // Record-only mode: kernels, cuBLAS, memsets and copies are recorded but not run, allocations
 // are address space only.  Returns 1 when available (the emulated backend), else 0.
@@ -56,5 +79,10 @@ void backend_cuda_cost_stop(const GpuSpec *g, CostReport *r);  // stop, predict 
 double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, double flops, double bytes,
                                  double host_bytes);
 double backend_cuda_cost_peak_bytes(void);
+// Predict the all-reduces as if over `ranks` GPUs (bench --ranks); 0: the communicator's size.
+void backend_cuda_cost_ranks(int ranks);
+// Writes the last predicted step's timeline (stream, start and end in microseconds, call), one
+// call a line, tab-separated; returns 0 on success.
+int backend_cuda_cost_write_timeline(const char *path);
 
 #endif

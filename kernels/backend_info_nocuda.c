@@ -28,6 +28,12 @@ void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n) {
     (void)buf;
     (void)n;
 }
+void device_comm_allreduce_start(DeviceComm *c, float *buf, size_t n) {
+    (void)c;
+    (void)buf;
+    (void)n;
+}
+void device_comm_allreduce_finish(DeviceComm *c) { (void)c; }
 void device_comm_free(DeviceComm *c) { (void)c; }
 
 // The cost model lives in the CUDA backend; bench --gpu stops at gpu_spec_find == NULL.
@@ -54,3 +60,8 @@ double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, double flops
     return 0;
 }
 double backend_cuda_cost_peak_bytes(void) { return 0; }
+void backend_cuda_cost_ranks(int ranks) { (void)ranks; }
+int backend_cuda_cost_write_timeline(const char *path) {
+    (void)path;
+    return -1;
+}

@@ -69,6 +69,12 @@ extern "C" void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n) {
     cuda_nccl_allreduce_sum(c->nccl, buf, n);
 }
 
+extern "C" void device_comm_allreduce_start(DeviceComm *c, float *buf, size_t n) {
+    cuda_nccl_allreduce_start(c->nccl, buf, n);
+}
+
+extern "C" void device_comm_allreduce_finish(DeviceComm *c) { cuda_nccl_allreduce_finish(c->nccl); }
+
 extern "C" void device_comm_free(DeviceComm *c) {
     if (!c) return;
     cuda_nccl_free(c->nccl);

@@ -2,7 +2,8 @@
 // reports to (cuda_cost.h) and the prediction
 //     time(call) = max(tc_flops / bf16_peak + flops / fp32_peak, bytes / bandwidth)
 //                  + host_bytes / pcie + launch overhead
-// summed over the calls of one step on one stream.  Host code only; the same file is compiled
+// laid out on a per-stream timeline: calls of a stream back to back, event waits ordering the
+// compute stream and the communication stream (NCCL all-reduces, predicted as a ring).  Host code only; the same file is compiled
 // by nvcc (real backend) and by g++ (emulation), so both record the same calls.
 #include <algorithm>
 #include <cstdio>
@@ -22,11 +23,23 @@ extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((form
 
 namespace {
 
+enum Kind { CALL, EVENT_RECORD, STREAM_WAIT, ALLREDUCE };
+
 struct Record {
     const char *name;
     std::string label;  // gemms: with their shape; kernels: the kernel name
     int op_class;       // -1 until the op that issued it closes
     MheCost cost;
+    int kind = CALL;
+    int stream = MHE_STREAM_COMPUTE;
+    const void *event = nullptr;  // EVENT_RECORD, STREAM_WAIT
+    int world = 1;                // ALLREDUCE: the communicator's size; cost.bytes: the buffer
+};
+
+struct Span {
+    int stream;
+    double start, end;
+    std::string label;
 };
 
 struct Recorder {
@@ -36,6 +49,8 @@ struct Recorder {
     long blas_pending = 0;
     std::unordered_map<const void *, size_t> live;
     double current = 0, peak = 0;
+    int ranks = 0;            // backend_cuda_cost_ranks: 0 = the communicator's size
+    std::vector<Span> spans;  // the last predicted step
 };
 
 Recorder &rec() {
@@ -45,9 +60,12 @@ Recorder &rec() {
 
 // Published dense figures (SXM parts): bf16 tensor cores without sparsity, fp32 on CUDA
 // cores (no TF32), HBM bandwidth, PCIe gen4/gen5 x16 one direction, and a kernel launch.
+// All-reduce: NVLink 3 (A100, 600 GB/s per GPU both directions) and NVLink 4 (H100, 900 GB/s)
+// reach about 230 and 360 GB/s of NCCL ring bus bandwidth between the 8 GPUs of a node (about
+// 77-80% of one direction); ~10 us per call (README "Streams and the all-reduce").
 const GpuSpec specs[] = {
-    {"a100", 312e12, 19.5e12, 2.039e12, 25e9, 4e-6},
-    {"h100", 989e12, 67e12, 3.35e12, 50e9, 4e-6},
+    {"a100", 312e12, 19.5e12, 2.039e12, 25e9, 4e-6, 230e9, 10e-6},
+    {"h100", 989e12, 67e12, 3.35e12, 50e9, 4e-6, 360e9, 10e-6},
 };
 
 }  // namespace
@@ -55,6 +73,38 @@ const GpuSpec specs[] = {
 bool mhe_cost_record(const char *name, MheCost c) {
     Recorder &r = rec();
     if (r.recording) r.recs.push_back(Record{name, name, -1, c});
+    return !r.dry;
+}
+
+void mhe_cost_event_record(const void *event, int stream) {
+    Recorder &r = rec();
+    if (!r.recording) return;
+    Record x{"event", "event", -1, MheCost{0, 0, 0, 0}};
+    x.kind = EVENT_RECORD;
+    x.stream = stream;
+    x.event = event;
+    r.recs.push_back(x);
+}
+
+void mhe_cost_stream_wait(int stream, const void *event) {
+    Record x{"wait", "wait", -1, MheCost{0, 0, 0, 0}};
+    Recorder &r = rec();
+    if (!r.recording) return;
+    x.kind = STREAM_WAIT;
+    x.stream = stream;
+    x.event = event;
+    r.recs.push_back(x);
+}
+
+bool mhe_cost_record_allreduce(double bytes, int world, int stream) {
+    Recorder &r = rec();
+    if (r.recording) {
+        Record x{"nccl_allreduce", "nccl all-reduce", -1, MheCost{0, 0, bytes, 0}};
+        x.kind = ALLREDUCE;
+        x.stream = stream;
+        x.world = world;
+        r.recs.push_back(x);
+    }
     return !r.dry;
 }
 
@@ -146,16 +196,84 @@ extern "C" double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, d
     return std::max(compute, bytes / g->bytes_per_s) + host_bytes / g->pcie_bytes_per_s + g->launch_s;
 }
 
+extern "C" void backend_cuda_cost_ranks(int ranks) { rec().ranks = ranks > 0 ? ranks : 0; }
+
+// Ring all-reduce: every rank sends and receives 2 (n-1)/n of the buffer (reduce-scatter then
+// all-gather), at the bus bandwidth, plus a fixed cost per call; nothing on one rank.
+static double allreduce_seconds(const GpuSpec *g, double bytes, int n) {
+    if (n <= 1) return 0;
+    return 2.0 * (n - 1) / n * bytes / g->allreduce_bus_bytes_per_s + g->allreduce_latency_s;
+}
+
+// Lays the records out on the streams in issue order: a call starts when its stream has
+// finished the previous one and every event the stream waited on has been reached.
+static void schedule(const GpuSpec *g, Recorder &r, CostReport *out) {
+    double clock[MHE_STREAMS] = {0}, busy[MHE_STREAMS] = {0};
+    std::unordered_map<const void *, double> at;  // event -> time it is reached
+    r.spans.clear();
+    for (const Record &x : r.recs) {
+        double &now = clock[x.stream];
+        if (x.kind == EVENT_RECORD) {
+            at[x.event] = now;
+            continue;
+        }
+        if (x.kind == STREAM_WAIT) {
+            // An event recorded before the recording began was reached before it: time 0.
+            auto it = at.find(x.event);
+            if (it != at.end() && it->second > now) {
+                if (x.stream == MHE_STREAM_COMPUTE) out->exposed_comm_seconds += it->second - now;
+                now = it->second;
+            }
+            continue;
+        }
+        double t;
+        if (x.kind == ALLREDUCE) {
+            int n = r.ranks > 0 ? r.ranks : x.world;
+            t = allreduce_seconds(g, x.cost.bytes, n);
+            out->ranks = n;
+            if (out->n_comm < COST_COMM_MAX) out->comm[out->n_comm++] = CostSpan{now, now + t, x.cost.bytes};
+            out->comm_calls++;
+            out->comm_bytes += x.cost.bytes;
+        } else {
+            const MheCost &c = x.cost;
+            t = backend_cuda_cost_predict(g, c.tc_flops, c.flops, c.bytes, c.host_bytes);
+        }
+        r.spans.push_back(Span{x.stream, now, now + t, x.label});
+        now += t;
+        busy[x.stream] += t;
+    }
+    out->seconds = *std::max_element(clock, clock + MHE_STREAMS);
+    out->compute_seconds = busy[MHE_STREAM_COMPUTE];
+    out->comm_seconds = busy[MHE_STREAM_COMM];
+    out->serial_seconds = out->compute_seconds + out->comm_seconds;
+}
+
+extern "C" int backend_cuda_cost_write_timeline(const char *path) {
+    FILE *f = std::fopen(path, "w");
+    if (!f) return -1;
+    std::fprintf(f, "stream\tstart_us\tend_us\tcall\n");
+    for (const Span &s : rec().spans)
+        std::fprintf(f, "%s\t%.3f\t%.3f\t%s\n", s.stream == MHE_STREAM_COMM ? "comm" : "compute", 1e6 * s.start,
+                     1e6 * s.end, s.label.c_str());
+    return std::fclose(f) == 0 ? 0 : -1;
+}
+
 extern "C" void backend_cuda_cost_stop(const GpuSpec *g, CostReport *out) {
     Recorder &r = rec();
     r.recording = false;
     mhe_cost_close_op(OPC_OTHER);  // calls outside any op (uploads, downloads)
     std::memset(out, 0, sizeof *out);
+    out->ranks = r.ranks > 0 ? r.ranks : 1;
+    schedule(g, r, out);
     std::map<std::string, CostEntry> by_label;
     for (const Record &x : r.recs) {
+        // Stream ordering is no work; communication is reported on its own (schedule).
+        if (x.kind != CALL) {
+            if (x.kind == ALLREDUCE) out->launches++;
+            continue;
+        }
         const MheCost &c = x.cost;
         double t = backend_cuda_cost_predict(g, c.tc_flops, c.flops, c.bytes, c.host_bytes);
-        out->seconds += t;
         out->class_seconds[x.op_class] += t;
         out->class_calls[x.op_class]++;
         out->launches++;

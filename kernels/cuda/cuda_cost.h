@@ -32,6 +32,17 @@ bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, c
 bool mhe_cost_take_blas(void);
 // The records since the last call belong to op class `op_class` (an OpClass).
 void mhe_cost_close_op(int op_class);
+// Streams of the timeline (README "Streams and the all-reduce"): the backend issues every call
+// above on its one compute stream; the NCCL communicator reduces gradient buckets on its own.
+enum { MHE_STREAM_COMPUTE = 0, MHE_STREAM_COMM = 1, MHE_STREAMS = 2 };
+// `event` (any stable pointer: the cudaEvent_t) is recorded on `stream` after what was issued
+// there so far; a later wait makes `stream` start its next call no earlier than that point.
+void mhe_cost_event_record(const void *event, int stream);
+void mhe_cost_stream_wait(int stream, const void *event);
+// A ring all-reduce of `bytes` over `world` ranks on `stream`; its time is
+// 2 (n-1)/n * bytes / bus bandwidth + latency, with n = world or the rank count the
+// prediction is asked for (backend_cuda_cost_ranks).  Returns whether to really run it.
+bool mhe_cost_record_allreduce(double bytes, int world, int stream);
 // Device allocations, for the peak.
 void mhe_cost_alloc(const void *p, size_t bytes);
 void mhe_cost_free(const void *p);

@@ -6,14 +6,24 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <new>
 #include <thread>
+#include <vector>
 
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_nccl.h"
 
+// Two streams: the backend's (compute) and this communicator's own, so a bucket's sum runs
+// while the backend computes the next gradients.  Events carry the order both ways: one per
+// started bucket (compute -> communication: the bucket's gradients are final), one at finish
+// (communication -> compute: the optimizer reads summed gradients).
 struct CudaNccl {
     ncclComm_t comm;
-    cudaStream_t stream;
+    cudaStream_t stream;       // the backend's
+    cudaStream_t comm_stream;  // the all-reduces'
+    std::vector<cudaEvent_t> ready;  // ready[k]: bucket k of this step may be reduced
+    int started;                     // buckets started since the last finish
+    cudaEvent_t done;
     Backend *be;  // whose bf16 twins a reduced buffer invalidates
     int rank, world;
     double timeout_s;
@@ -58,11 +68,14 @@ static void nccl_check(CudaNccl *c, ncclResult_t r, const char *what) {
 
 extern "C" CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout_s) {
     MPI_Comm mc = *static_cast<MPI_Comm *>(mpi_comm);
-    CudaNccl *c = static_cast<CudaNccl *>(std::calloc(1, sizeof(CudaNccl)));
+    CudaNccl *c = new (std::nothrow) CudaNccl{};
     if (!c) mhe_fatal("out of memory creating the NCCL communicator");
     MPI_Comm_rank(mc, &c->rank);
     MPI_Comm_size(mc, &c->world);
     c->stream = cuda_stream(be);
+    // Non-blocking: no implicit ordering with the legacy stream; the events order everything.
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming));
     c->be = be;
     c->timeout_s = timeout_s;
     ncclUniqueId id;
@@ -75,11 +88,43 @@ extern "C" CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout
     return c;
 }
 
-extern "C" void cuda_nccl_allreduce_sum(CudaNccl *c, float *buf, size_t n) {
+extern "C" void cuda_nccl_allreduce_start(CudaNccl *c, float *buf, size_t n) {
     if (!n) return;
     cuda_mirror_wrote(c->be, buf, n * sizeof(float));  // bf16 twins of the buffer are stale
-    nccl_check(c, ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->comm, c->stream), "all-reduce");
-    nccl_wait(c, "all-reduce", c->stream);
+    if (c->started == (int)c->ready.size()) {
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        c->ready.push_back(e);
+    }
+    cudaEvent_t ready = c->ready[(size_t)c->started++];
+    // The backward pass has issued every kernel writing this bucket: the sum starts after them.
+    mhe_cost_event_record(ready, MHE_STREAM_COMPUTE);
+    CUDA_CHECK(cudaEventRecord(ready, c->stream));
+    mhe_cost_stream_wait(MHE_STREAM_COMM, ready);
+    CUDA_CHECK(cudaStreamWaitEvent(c->comm_stream, ready, 0));
+    if (!mhe_cost_record_allreduce((double)n * sizeof(float), c->world, MHE_STREAM_COMM)) return;
+    ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->comm, c->comm_stream);
+    nccl_check(c, r, "all-reduce");
+    // A non-blocking communicator may still be enqueueing (ncclInProgress); NCCL must be ready
+    // before its next call.  This waits for the enqueue, not for the sum (the emulation's
+    // enqueue is its sum, so there it waits for the sum: same values, no overlap in time).
+    if (r == ncclInProgress) nccl_wait(c, "all-reduce", nullptr);
+}
+
+extern "C" void cuda_nccl_allreduce_finish(CudaNccl *c) {
+    if (!c->started) return;
+    c->started = 0;
+    mhe_cost_event_record(c->done, MHE_STREAM_COMM);
+    CUDA_CHECK(cudaEventRecord(c->done, c->comm_stream));
+    mhe_cost_stream_wait(MHE_STREAM_COMPUTE, c->done);
+    CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->done, 0));
+    // Completion is polled with the deadline, so a dead peer ends the job instead of a hang.
+    nccl_wait(c, "all-reduce", c->comm_stream);
+}
+
+extern "C" void cuda_nccl_allreduce_sum(CudaNccl *c, float *buf, size_t n) {
+    cuda_nccl_allreduce_start(c, buf, n);
+    cuda_nccl_allreduce_finish(c);
 }
 
 extern "C" void cuda_nccl_free(CudaNccl *c) {
@@ -87,5 +132,8 @@ extern "C" void cuda_nccl_free(CudaNccl *c) {
     nccl_check(c, ncclCommFinalize(c->comm), "finalize");
     nccl_wait(c, "finalize", nullptr);
     ncclCommDestroy(c->comm);
-    std::free(c);
+    for (cudaEvent_t e : c->ready) CUDA_CHECK(cudaEventDestroy(e));
+    CUDA_CHECK(cudaEventDestroy(c->done));
+    CUDA_CHECK(cudaStreamDestroy(c->comm_stream));
+    delete c;
 }

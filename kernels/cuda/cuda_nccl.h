@@ -19,8 +19,15 @@ typedef struct CudaNccl CudaNccl;
 // one rank per GPU, `be` the CUDA backend of this rank.  timeout_s <= 0 waits forever.
 CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout_s);
 // In-place sum of n floats of device memory over all ranks, ordered after the backend's
-// previous work on its stream; returns when the result is in `buf`.
+// previous work on its stream; returns when the result is in `buf` (start + finish).
 void cuda_nccl_allreduce_sum(CudaNccl *c, float *buf, size_t n);
+// Overlapped sums (README "Streams and the all-reduce"): start records an event on the
+// backend's stream and enqueues the sum on the communicator's own stream behind it, so it runs
+// while the backend keeps computing; `buf` must not be written by the backend until finish.
+// finish makes the backend's stream wait for every started sum (an event on the communication
+// stream) and returns when they are complete, polled against the deadline.
+void cuda_nccl_allreduce_start(CudaNccl *c, float *buf, size_t n);
+void cuda_nccl_allreduce_finish(CudaNccl *c);
 void cuda_nccl_free(CudaNccl *c);
 
 #ifdef __cplusplus

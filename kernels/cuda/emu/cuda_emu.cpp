@@ -16,6 +16,7 @@ extern "C" {
 
 #include <chrono>
 #include <unordered_map>
+#include <unordered_set>
 #include <condition_variable>
 #include <mutex>
 #include <cstdio>
@@ -25,12 +26,38 @@ extern "C" {
 #include <thread>
 #include <vector>
 
+// Streams run their work synchronously, so the emulation cannot reorder anything; what it
+// checks is that streams and events are used as real CUDA requires, stricter where real CUDA
+// would silently do nothing: a handle must be live, and a stream may only wait on an event that
+// has been recorded (CUDA treats a never-recorded event as already complete, which hides a
+// missing record).  Each stream counts its operations, and an event remembers the stream and
+// the count it was recorded at (what a wait orders after).
 struct CUstream_st {
-    int unused;
+    uint64_t ops;
 };
 struct CUevent_st {
     std::chrono::steady_clock::time_point at;
+    bool recorded;
+    cudaStream_t stream;
+    uint64_t after_ops;  // the recording stream's operations before the record
 };
+static std::mutex handles_mu;
+static std::unordered_set<const void *> live_streams, live_events;
+static thread_local char emu_error[256];
+
+static cudaError_t emu_fail(cudaError_t e, const char *fmt, const void *handle) {
+    std::snprintf(emu_error, sizeof emu_error, fmt, handle);
+    return e;
+}
+// The legacy default stream (nullptr) is always valid.
+static bool stream_live(cudaStream_t s) {
+    std::lock_guard<std::mutex> lock(handles_mu);
+    return !s || live_streams.count(s);
+}
+static bool event_live(cudaEvent_t e) {
+    std::lock_guard<std::mutex> lock(handles_mu);
+    return e && live_events.count(e);
+}
 struct cublasContext {
     cudaStream_t stream;
 };
@@ -288,14 +315,16 @@ cudaError_t mhe_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyK
     return cudaSuccess;
 }
 cudaError_t mhe_emu_memcpy_async(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                                 cudaStream_t) {
+                                 cudaStream_t s) {
+    mhe_emu_stream_op(s, "cudaMemcpyAsync");
     return mhe_emu_memcpy(dst, src, bytes, kind);
 }
 cudaError_t mhe_emu_memset(void *p, int value, size_t bytes) {
     if (bytes && !mhe_cost_dry_run()) std::memset(p, value, bytes);
     return cudaSuccess;
 }
-cudaError_t mhe_emu_memset_async(void *p, int value, size_t bytes, cudaStream_t) {
+cudaError_t mhe_emu_memset_async(void *p, int value, size_t bytes, cudaStream_t s) {
+    mhe_emu_stream_op(s, "cudaMemsetAsync");
     return mhe_emu_memset(p, value, bytes);
 }
 // Emulated GPUs per host: MHE_EMU_DEVICES (default 1), so multi-rank runs can each "own" one.
@@ -323,37 +352,84 @@ cudaError_t mhe_emu_device_synchronize(void) {
     nccl_complete_all();
     return cudaSuccess;
 }
+void mhe_emu_stream_op(cudaStream_t s, const char *what) {
+    if (!stream_live(s)) {
+        std::fprintf(stderr, "cuda_emu: %s issued on %p, which is not a live stream\n", what, (void *)s);
+        std::exit(1);
+    }
+    if (s) s->ops++;
+}
 cudaError_t mhe_emu_stream_create(cudaStream_t *s) {
     *s = new CUstream_st{0};
+    std::lock_guard<std::mutex> lock(handles_mu);
+    live_streams.insert(*s);
     return cudaSuccess;
 }
 cudaError_t mhe_emu_stream_create_flags(cudaStream_t *s, unsigned) { return mhe_emu_stream_create(s); }
 cudaError_t mhe_emu_stream_destroy(cudaStream_t s) {
+    if (!s || !stream_live(s)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: %p is not a live stream", s);
+    {
+        std::lock_guard<std::mutex> lock(handles_mu);
+        live_streams.erase(s);
+    }
     delete s;
     return cudaSuccess;
 }
-cudaError_t mhe_emu_stream_synchronize(cudaStream_t) {
+cudaError_t mhe_emu_stream_synchronize(cudaStream_t s) {
+    if (!stream_live(s)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: %p is not a live stream", s);
     nccl_complete_all();
     return cudaSuccess;
 }
-cudaError_t mhe_emu_stream_query(cudaStream_t) { return cudaSuccess; }
-cudaError_t mhe_emu_stream_wait_event(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
+cudaError_t mhe_emu_stream_query(cudaStream_t s) {
+    if (!stream_live(s)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery: %p is not a live stream", s);
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned) {
+    if (!stream_live(s)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: %p is not a live stream", s);
+    if (!event_live(e)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: %p is not a live event", e);
+    if (!e->recorded)
+        return emu_fail(cudaErrorInvalidValue, "cudaStreamWaitEvent: event %p was never recorded (the wait would order nothing)", e);
+    if (s) s->ops++;
+    return cudaSuccess;
+}
 cudaError_t mhe_emu_event_create(cudaEvent_t *e) {
-    *e = new CUevent_st{std::chrono::steady_clock::now()};
+    *e = new CUevent_st{std::chrono::steady_clock::now(), false, nullptr, 0};
+    std::lock_guard<std::mutex> lock(handles_mu);
+    live_events.insert(*e);
     return cudaSuccess;
 }
 cudaError_t mhe_emu_event_create_flags(cudaEvent_t *e, unsigned) { return mhe_emu_event_create(e); }
 cudaError_t mhe_emu_event_destroy(cudaEvent_t e) {
+    if (!event_live(e)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy: %p is not a live event", e);
+    {
+        std::lock_guard<std::mutex> lock(handles_mu);
+        live_events.erase(e);
+    }
     delete e;
     return cudaSuccess;
 }
-cudaError_t mhe_emu_event_record(cudaEvent_t e, cudaStream_t) {
+cudaError_t mhe_emu_event_record(cudaEvent_t e, cudaStream_t s) {
+    if (!event_live(e)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: %p is not a live event", e);
+    if (!stream_live(s)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: %p is not a live stream", s);
     e->at = std::chrono::steady_clock::now();
+    e->recorded = true;
+    e->stream = s;
+    e->after_ops = s ? s->ops++ : 0;
     return cudaSuccess;
 }
-cudaError_t mhe_emu_event_synchronize(cudaEvent_t) { return cudaSuccess; }
-cudaError_t mhe_emu_event_query(cudaEvent_t) { return cudaSuccess; }
+cudaError_t mhe_emu_event_synchronize(cudaEvent_t e) {
+    if (!event_live(e)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: %p is not a live event", e);
+    nccl_complete_all();
+    return cudaSuccess;
+}
+cudaError_t mhe_emu_event_query(cudaEvent_t e) {
+    if (!event_live(e)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaEventQuery: %p is not a live event", e);
+    return cudaSuccess;
+}
 cudaError_t mhe_emu_event_elapsed(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    if (!event_live(a) || !event_live(b)) return emu_fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: %p is not a live event", event_live(a) ? b : a);
+    if (!a->recorded || !b->recorded)
+        return emu_fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event %p was never recorded", a->recorded ? b : a);
     *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
     return cudaSuccess;
 }
@@ -366,7 +442,8 @@ cudaError_t mhe_emu_driver_version(int *v) {
     return cudaSuccess;
 }
 const char *mhe_emu_error_string(cudaError_t e) {
-    return e == cudaSuccess ? "no error (emulated)" : "error (emulated)";
+    if (e == cudaSuccess) return "no error (emulated)";
+    return emu_error[0] ? emu_error : "error (emulated)";
 }
 
 // ---- cuBLAS ----
@@ -555,7 +632,8 @@ static MPI_Datatype mpi_type(ncclDataType_t t) {
 }
 
 ncclResult_t mhe_emu_nccl_all_reduce(const void *send, void *recv, size_t count, ncclDataType_t t,
-                                     ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
+                                     ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
+    mhe_emu_stream_op(s, "ncclAllReduce");
     MPI_Datatype dt = mpi_type(t);
     MPI_Op mop = op == ncclSum || op == ncclAvg ? MPI_SUM : op == ncclMax ? MPI_MAX
                : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD : MPI_OP_NULL;

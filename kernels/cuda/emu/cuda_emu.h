@@ -5,7 +5,8 @@
 //     std::threads, so __syncthreads is a real std::barrier and races show up under ASan/TSan;
 //   - warp shuffles go through a per-warp exchange array guarded by a per-warp barrier;
 //   - __shared__ is static storage reused by each block in turn (blocks never overlap);
-//   - memory, streams and events live on the host; work on a stream runs synchronously;
+//   - memory, streams and events live on the host; work on a stream runs synchronously; stream
+//     and event use is checked (live handles, waits only on recorded events, README.md);
 //   - cuBLAS is served by OpenBLAS with cuBLAS's column-major semantics, NCCL by MPI;
 //   - bf16 is the toolkit's own cuda_bf16.h, whose conversions are host-callable.
 // The toolkit headers are included for their types only; every function the sources call is
@@ -199,7 +200,7 @@ int mhe_emu_block_threads(void);
 // in record-only mode (cuda_cost.h) the kernel does not run.
 #define MHE_LAUNCH(kernel, grid, block, shmem, stream, cost)                                \
     [&](auto &&...mhe_args) {                                                               \
-        (void)(stream);                                                                     \
+        mhe_emu_stream_op((stream), #kernel);                                               \
         if (mhe_cost_record(#kernel, (cost)))                                               \
             mhe_emu::launch(reinterpret_cast<const void *>(&kernel), (grid), (block), (shmem), \
                             [&] { kernel(mhe_args...); });                                  \
@@ -210,6 +211,8 @@ template <typename F> cudaError_t mhe_emu_func_set_attribute(F *kernel, cudaFunc
     return mhe_emu::func_set_attribute(reinterpret_cast<const void *>(kernel), attr, value);
 }
 #define cudaFuncSetAttribute mhe_emu_func_set_attribute
+// Counts one operation on stream s; a launch on a stream that is not live ends the process.
+void mhe_emu_stream_op(cudaStream_t s, const char *what);
 cudaError_t mhe_emu_malloc(void **p, size_t bytes);
 cudaError_t mhe_emu_free(void *p);
 cudaError_t mhe_emu_mem_get_info(size_t *free_bytes, size_t *total_bytes);
