@@ -3,6 +3,8 @@
 #define MHE_TRAINER_BENCH_GPU_H
 
 #include "kernels/backend_info.h"
+#include "trainer/config/config.h"
+#include "trainer/model/model.h"
 
 // Without a visible GPU, replaces the process by mhetrain_emu (same arguments), whose emulated
 // backend predicts in record-only mode; returns when a GPU is present or already emulated.
@@ -10,5 +12,14 @@ void bench_gpu_reexec_emulated(int argc, char **argv);
 // Prints the predicted step on g (and the measured op classes when `measured` is non-NULL).
 void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostReport *r,
                       double model_flops, long tokens, const OpProfile *measured, int measured_steps);
+
+// bench --ranks N: the step as the trainer runs it data-parallel on a CUDA backend.  The real
+// gradient reducer and NCCL communicator (over this process alone, an MPI singleton) start
+// each gradient bucket on the communication stream as the backward pass finishes it; the cost
+// model predicts those all-reduces as N-rank ring all-reduces.  NULL when ranks == 0.
+typedef struct BenchDist BenchDist;
+BenchDist *bench_gpu_dist_create(int ranks, int overlap, const Config *cfg, Backend *be, Model *m);
+void bench_gpu_dist_finish(BenchDist *d);  // after the backward pass, before the update
+void bench_gpu_dist_free(BenchDist *d);
 
 #endif

@@ -34,6 +34,13 @@ static void usage(FILE *out) {
             "                   every kernel and library call of one step (the cost model of\n"
             "                   kernels/cuda/README.md).  Without a GPU the emulated backend\n"
             "                   (mhetrain_emu) records one step without running it\n"
+            "  --ranks N        with --gpu: the step data-parallel over N GPUs of one node: each\n"
+            "                   gradient bucket (dist.bucket_mb) all-reduced by NCCL on a second\n"
+            "                   stream as the backward pass finishes it; prints compute,\n"
+            "                   communication, exposed communication, the step with and without\n"
+            "                   overlap and the communication stream's timeline\n"
+            "  --no-overlap     with --ranks: start every all-reduce after the backward pass\n"
+            "  --timeline FILE  with --gpu: write the predicted step's per-stream timeline (TSV)\n"
             "  -h, --help       this help\n");
 }
 
@@ -80,7 +87,8 @@ int cmd_bench(int argc, char **argv) {
     }
     CliConfigArgs args = {0};
     int steps = 5;
-    const char *gpu = NULL;
+    const char *gpu = NULL, *timeline = NULL;
+    int ranks = 0, overlap = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --steps needs a value");
@@ -88,11 +96,21 @@ int cmd_bench(int argc, char **argv) {
         } else if (strcmp(argv[i], "--gpu") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --gpu needs a value (a100 or h100)");
             gpu = argv[++i];
+        } else if (strcmp(argv[i], "--ranks") == 0) {
+            if (i + 1 >= argc) mhe_fail("bench: --ranks needs a value");
+            ranks = (int)cli_int_option("bench", "--ranks", argv[++i], 1, 65536);
+        } else if (strcmp(argv[i], "--no-overlap") == 0) {
+            overlap = 0;
+        } else if (strcmp(argv[i], "--timeline") == 0) {
+            if (i + 1 >= argc) mhe_fail("bench: --timeline needs a file name");
+            timeline = argv[++i];
         } else {
             cli_take_config_arg(&args, "bench", argv[i], usage);
         }
     }
     cli_require_config(&args, "bench", usage);
+    if ((ranks || timeline) && !gpu) mhe_fail("bench: --ranks and --timeline predict a GPU step; add --gpu a100|h100");
+    if (!overlap && !ranks) mhe_fail("bench: --no-overlap needs --ranks N");
     const char *path = args.path;
     Config cfg;
     config_load(&cfg, path, args.n_overrides, args.overrides);
@@ -147,6 +165,7 @@ int cmd_bench(int argc, char **argv) {
         dv = be->alloc(be, table->total * sizeof(float));
         du = be->alloc(be, table->total * sizeof(float));
     }
+    BenchDist *dist = bench_gpu_dist_create(ranks, overlap, &cfg, be, m);
     const float lr = 1e-5f;  // small: random tokens, the loss must stay near ln V
 
     float loss = 0;
@@ -163,6 +182,7 @@ int cmd_bench(int argc, char **argv) {
         model_zero_grad(m);
         loss = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
         model_backward(m, 0);
+        bench_gpu_dist_finish(dist);
         double t1 = omp_get_wtime();
         if (cuda)
             optim_step_backend(be, &opt, &cfg.optim, table, model_params(m), model_grads(m), dm, dv, du,
@@ -178,6 +198,9 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     be->profile = NULL;
+    bench_gpu_dist_free(dist);
+    if (timeline && backend_cuda_cost_write_timeline(timeline) != 0)
+        mhe_fail("bench: cannot write the timeline to %s", timeline);
 
     const double step = t_total / steps;
     const double flops = model_step_flops(m, B, T);
