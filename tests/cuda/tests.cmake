@@ -61,6 +61,20 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_device_memory_check PROPERTIES FIXTURES_REQUIRED train_corpus
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 300 LABELS "e2e;cuda")
+  # Streams and events: the emulation refuses their misuse; the cost model's two-stream timeline
+  # through the overlapped NCCL path on hand-computed cases (an MPI singleton: MPI's allocations
+  # for the life of the process are not leaks of ours).
+  add_executable(test_cuda_streams ${CMAKE_CURRENT_LIST_DIR}/test_cuda_streams.cpp)
+  target_link_libraries(test_cuda_streams PRIVATE mhecore mhecuda_emu)
+  add_test(NAME test_cuda_streams COMMAND test_cuda_streams)
+  set_tests_properties(test_cuda_streams PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0"
+    TIMEOUT 120 LABELS "unit;cuda")
+  # The 2-rank NCCL training run with the all-reduce overlapped (device buckets on a second
+  # stream) equals the run without overlap bit for bit.
+  add_test(NAME test_cuda_nccl_overlap_bit_exact COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_nccl_overlap.sh)
+  set_tests_properties(test_cuda_nccl_overlap_bit_exact PROPERTIES FIXTURES_REQUIRED train_corpus
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
+    TIMEOUT 600 LABELS "e2e;cuda;dist")
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
   set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
