@@ -3,8 +3,9 @@
 //     time(call) = max(tc_flops / bf16_peak + flops / fp32_peak, bytes / bandwidth)
 //                  + host_bytes / pcie + launch overhead
 // laid out on a per-stream timeline: calls of a stream back to back, event waits ordering the
-// compute stream and the communication stream (NCCL all-reduces, predicted as a ring).  Host code only; the same file is compiled
-// by nvcc (real backend) and by g++ (emulation), so both record the same calls.
+// compute stream and the communication stream (NCCL all-reduces, predicted as a ring).  Host
+// code only; the same file is compiled by nvcc (real backend) and by g++ (emulation), so both
+// record the same calls.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -87,9 +88,9 @@ void mhe_cost_event_record(const void *event, int stream) {
 }
 
 void mhe_cost_stream_wait(int stream, const void *event) {
-    Record x{"wait", "wait", -1, MheCost{0, 0, 0, 0}};
     Recorder &r = rec();
     if (!r.recording) return;
+    Record x{"wait", "wait", -1, MheCost{0, 0, 0, 0}};
     x.kind = STREAM_WAIT;
     x.stream = stream;
     x.event = event;
@@ -220,10 +221,7 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out) {
         if (x.kind == STREAM_WAIT) {
             // An event recorded before the recording began was reached before it: time 0.
             auto it = at.find(x.event);
-            if (it != at.end() && it->second > now) {
-                if (x.stream == MHE_STREAM_COMPUTE) out->exposed_comm_seconds += it->second - now;
-                now = it->second;
-            }
+            if (it != at.end() && it->second > now) now = it->second;
             continue;
         }
         double t;
@@ -246,6 +244,9 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out) {
     out->compute_seconds = busy[MHE_STREAM_COMPUTE];
     out->comm_seconds = busy[MHE_STREAM_COMM];
     out->serial_seconds = out->compute_seconds + out->comm_seconds;
+    // The compute stream is idle only while it waits for a sum, or after its last call while
+    // a sum still runs: either way communication the step pays for.
+    out->exposed_comm_seconds = std::max(0.0, out->seconds - out->compute_seconds);
 }
 
 extern "C" int backend_cuda_cost_write_timeline(const char *path) {
