@@ -21,6 +21,7 @@ const char *const CONFIG_OBJECTIVE_NAMES[] = {"mlm", "clm", NULL};
 const char *const CONFIG_OPTIMIZER_NAMES[] = {"adamw", "lamb", NULL};
 const char *const CONFIG_SCHEDULE_NAMES[] = {"linear", "cosine", "constant", NULL};
 const char *const CONFIG_NONFINITE_NAMES[] = {"skip", "stop", NULL};
+const char *const CONFIG_RECOMPUTE_NAMES[] = {"none", "attention", "layer", NULL};
 const char *const CONFIG_BACKEND_NAMES[] = {"auto", "mpi", "nccl", NULL};
 const char *const CONFIG_DEVICE_NAMES[] = {"cpu", "cuda", NULL};
 const char *const CONFIG_PRECISION_NAMES[] = {"fp32", "bf16", NULL};
