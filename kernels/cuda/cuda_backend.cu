@@ -259,6 +259,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (device < 0 || device >= count)
         mhe_fatal("CUDA device %d requested but only %d visible", device, count);
     CUDA_CHECK(cudaSetDevice(device));
+    mhe_cost_restart_peak();
     CudaCtx *c = static_cast<CudaCtx *>(std::calloc(1, sizeof(CudaCtx)));
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");

@@ -35,6 +35,9 @@ void mhe_cost_close_op(int op_class);
 // Device allocations, for the peak.
 void mhe_cost_alloc(const void *p, size_t bytes);
 void mhe_cost_free(const void *p);
+// A backend was created: the high-water mark restarts from what is live (CostReport.peak_bytes
+// is "since backend creation", so a process creating several backends sees each one's peak).
+void mhe_cost_restart_peak(void);
 // Record-only mode (emulation only).
 bool mhe_cost_dry_run(void);
 

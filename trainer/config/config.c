@@ -34,6 +34,10 @@ const char *attention_type_name(AttentionType t) {
 
 const char *arch_name(Arch a) { return (unsigned)a <= ARCH_GPT ? CONFIG_ARCH_NAMES[a] : "?"; }
 
+const char *recompute_name(RecomputeMode r) {
+    return (unsigned)r <= RECOMPUTE_LAYER ? CONFIG_RECOMPUTE_NAMES[r] : "?";
+}
+
 const char *objective_name(Objective o) {
     return (unsigned)o <= OBJ_CLM ? CONFIG_OBJECTIVE_NAMES[o] : "?";
 }

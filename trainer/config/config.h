@@ -200,6 +200,7 @@ const char *attention_type_name(AttentionType t);
 const AttnTypeSpec *attention_type_spec(AttentionType t);
 const char *arch_name(Arch a);
 const char *objective_name(Objective o);
+const char *recompute_name(RecomputeMode r);
 
 // The data loader from a resolved Config (config_data.c).  loader_options_from_config fills
 // opt from the config and its tokenizer; the continuation table (whole-word masking) is
