@@ -94,6 +94,7 @@ static void assert_config_equal(const Config *a, const Config *b) {
     assert_int_equal(ta->doc_stride, tb->doc_stride);
     assert_int_equal(ta->max_query_len, tb->max_query_len);
     assert_int_equal(ta->max_answer_len, tb->max_answer_len);
+    assert_memory_equal(&ta->null_threshold, &tb->null_threshold, sizeof ta->null_threshold);
     assert_int_equal(ta->epochs, tb->epochs);
     assert_memory_equal(&ta->classifier_dropout, &tb->classifier_dropout, sizeof ta->classifier_dropout);
     assert_int_equal(a->explicit_fields, b->explicit_fields);

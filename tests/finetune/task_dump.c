@@ -158,10 +158,16 @@ static int cmd_data(int argc, char **argv) {
             long *first = mhe_calloc((size_t)n, sizeof *first), *count = mhe_calloc((size_t)n, sizeof *count);
             for (long f = F - 1; f >= 0; f--) first[d->features[f].example] = f, count[d->features[f].example]++;
             cJSON *p = cJSON_AddObjectToObject(o, "predictions");
+            cJSON *nn = cJSON_AddObjectToObject(o, "nonnull");      // the best non-null span
+            cJSON *na = cJSON_AddObjectToObject(o, "null_diff");    // null score - its score
             for (long i = 0; i < n; i++) {
-                char *t = task_squad_predict(d, i, out, first, count);
+                SquadPrediction sp;
+                char *t = task_squad_predict(d, i, out, first, count, &sp);
                 cJSON_AddStringToObject(p, d->ex.squad[i].id, t);
+                cJSON_AddStringToObject(nn, d->ex.squad[i].id, sp.nonnull);
+                cJSON_AddNumberToObject(na, d->ex.squad[i].id, sp.null_diff);
                 free(t);
+                free(sp.nonnull);
             }
             free(first);
             free(count);

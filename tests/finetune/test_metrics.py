@@ -198,6 +198,28 @@ check(abs(r["scores"]["squad_em"] - em_ref) < 1e-9 and abs(r["scores"]["squad_f1
 n_imp = sum(1 for e in examples if not e.answers)
 check(abs(r["trivial"]["squad_em"] - 100 * n_imp / len(examples)) < 1e-9,
       f"squad2 trivial {r['trivial']} vs {n_imp}/{len(examples)} unanswerable")
+# The official v2.0 best-threshold sweep (BERT's protocol: tau chosen on dev) over the best
+# non-null spans and null - best as na_prob, against squad_metrics.find_all_best_thresh.
+nonnull, na = r["nonnull"], r["null_diff"]
+exact_nn, f1_nn = squad_metrics.get_raw_scores(examples, nonnull)
+has_ans = {e.qas_id: bool(e.answers) for e in examples}
+best = {}
+squad_metrics.find_all_best_thresh(best, nonnull, exact_nn, f1_nn, na, has_ans)
+for k in ("best_exact", "best_f1", "best_f1_thresh"):
+    check(abs(r["scores"][k] - best[k]) < 1e-9, f"squad2 {k} {r['scores'][k]} vs squad_metrics {best[k]}")
+check(r["scores"]["best_f1"] >= r["scores"]["squad_f1"] - 1e-9 and r["scores"]["best_f1"] > r["trivial"]["best_f1"],
+      f"squad2 best_f1 {r['scores']['best_f1']} vs thresholded {r['scores']['squad_f1']} / trivial {r['trivial']['best_f1']}")
+# The threshold applied (task.null_threshold = best_f1_thresh) reproduces best_f1 as the plain F1.
+cfg_t = write_config(os.path.join(d, "ct.yaml"), {"type": "span", "format": "squad2",
+                                                  "train_file": os.path.join(d, "dev.json"),
+                                                  "dev_file": os.path.join(d, "dev.json"), "max_query_len": 16,
+                                                  "doc_stride": 40, "null_threshold": best["best_f1_thresh"]},
+                     max_seq=96)
+rt = dump("score", cfg_t, os.path.join(d, "out.f32"))
+check(abs(rt["scores"]["squad_f1"] - best["best_f1"]) < 1e-9,
+      f"squad2 F1 at null_threshold {best['best_f1_thresh']}: {rt['scores']['squad_f1']} vs best_f1 {best['best_f1']}")
+print(f"squad2 best_exact {best['best_exact']:.2f} best_f1 {best['best_f1']:.2f} at {best['best_f1_thresh']:.4f} "
+      f"(F1 at 0: {f1_ref:.2f}) equal squad_metrics.find_all_best_thresh; the threshold applied gives best_f1")
 n_empty = sum(1 for v in preds.values() if v == "")
 print(f"squad2 task_score: EM {em_ref:.2f} F1 {f1_ref:.2f} over {len(examples)} questions ({n_empty} predicted "
       f"no-answer) equal squad_metrics.get_raw_scores; trivial EM {r['trivial']['squad_em']:.2f}")

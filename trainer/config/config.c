@@ -288,8 +288,11 @@ static void check_task(Config *c, const ConfigMarks *mk) {
     if (!strcmp(t->metric, "mse"))
         config_fail_key(mk, "task.metric", "task.metric: mse cannot choose the best epoch (the highest "
                         "primary metric wins); use pearson, spearman or corr (it is reported anyway)");
+    if (!strcmp(t->metric, "best_f1_thresh"))
+        config_fail_key(mk, "task.metric", "task.metric: best_f1_thresh is a threshold, not a score; "
+                        "use best_f1 (it is reported anyway)");
     for (int i = 0; i < n; i++) {
-        if (!strcmp(names[i], "mse")) continue;
+        if (!strcmp(names[i], "mse") || !strcmp(names[i], "best_f1_thresh")) continue;
         known |= !strcmp(names[i], t->metric);
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
     }

@@ -134,6 +134,7 @@ typedef struct {
     int doc_stride;       // span (0 → min(128, context window / 2), resolved by the config)
     int max_query_len;    // span (default 64)
     int max_answer_len;   // span (default 30)
+    float null_threshold; // squad2: no answer when null score - best span score exceeds it (default 0)
     int epochs;           // default 3; train.steps, when > 0, caps the steps
     float classifier_dropout;  // < 0: model.dropout
 } TaskConfig;

@@ -42,7 +42,8 @@ const ConfigSection CONFIG_SECTIONS[] = {
      "task reports: classification `accuracy`, `f1` (2 labels, positive class 1), `f1_macro`, `mcc`,\n"
      "`acc_and_f1`, `acc_and_f1_macro` (means of the two); regression `pearson`, `spearman`, `corr`\n"
      "(their mean), `mse`; span `squad_em`, `squad_f1` (squad2 also `has_ans_em`, `has_ans_f1`,\n"
-     "`no_ans_acc`)."},
+     "`no_ans_acc`, and the official v2.0 script's `best_exact`, `best_f1` with `best_f1_thresh`:\n"
+     "the scores at the null-score threshold that maximises them on this split, BERT's protocol)."},
     {NULL, NULL},
 };
 
@@ -273,6 +274,9 @@ static const ConfigField TASK_FIELDS[] = {
      .doc = "span: question tokens kept (the rest are cut)"},
     {KEY(task, max_answer_len, F_INT), .def = "30", IRANGE(1, 1 << 22),
      .doc = "span: longest answer (in tokens) the predictor considers"},
+    {KEY(task, null_threshold, F_FLOAT), .def = "0", FRANGE(-FMAX, 0, FMAX, 0),
+     .doc = "squad2: answer \"\" when the null score minus the best span's exceeds it (BERT's "
+            "`null_score_diff_threshold`; the scores' `best_f1_thresh` is the dev-tuned value)"},
     {KEY(task, epochs, F_INT), .def = "3", IRANGE(1, 1 << 20),
      .doc = "passes over the training split; `train.steps`, when given, caps the steps"},
     {KEY(task, classifier_dropout, F_FLOAT), .def = "-1", .def_doc = "-1 → `model.dropout`",

@@ -95,6 +95,9 @@ int task_metric_names(TaskType type, int num_labels, int squad_v2, const char *n
             names[n++] = "has_ans_em";
             names[n++] = "has_ans_f1";
             names[n++] = "no_ans_acc";
+            names[n++] = "best_exact";
+            names[n++] = "best_f1";
+            names[n++] = "best_f1_thresh";
         }
         break;
     case TASK_NONE: break;

@@ -135,8 +135,15 @@ void task_featurize_text(TaskData *d, const Tokenizer *tok);
 void task_featurize_squad(TaskData *d, const Tokenizer *tok);
 
 // Span prediction (task_squad_predict.c): the answer text of example `e` from the outputs
-// ([features, T, 2]) of its features; "" = no answer.  Caller frees.
+// ([features, T, 2]) of its features; "" = no answer.  Caller frees.  With detail (may be
+// NULL): the best non-null span's text (caller frees; "" when the question has no context
+// token) and null score - its score (HUGE_VAL without a span), the official v2.0 script's
+// na_prob for its best-threshold sweep.
+typedef struct {
+    char *nonnull;
+    double null_diff;
+} SquadPrediction;
 char *task_squad_predict(const TaskData *d, long e, const float *outputs, const long *first_feature,
-                         const long *n_features_of);
+                         const long *n_features_of, SquadPrediction *detail);
 
 #endif

@@ -56,38 +56,99 @@ static void regression_scores(const TaskData *d, const double *pred, TaskScores 
     free(gold);
 }
 
-// EM and F1 (in %, as the official script prints them) of one prediction per question; gold
-// answers whose normalised text is empty are dropped and no gold answer means [""] (official).
-static void span_scores(const TaskData *d, char **pred, TaskScores *s) {
+// Exact match and F1 of one prediction against example e's gold answers; gold answers whose
+// normalised text is empty are dropped and no gold answer means [""] (official).  Returns
+// whether the question has an answer.
+static int raw_scores(const SquadExample *e, const char *pred, double *em, double *f1) {
+    char norm[64];
+    double best_em = 0, best_f1 = 0;
+    int golds = 0;
+    for (int k = 0; k < e->n_answers && !e->impossible; k++) {
+        squad_normalize(e->answers[k].text, norm, sizeof norm);
+        if (!norm[0]) continue;
+        golds++;
+        const double x = squad_exact(e->answers[k].text, pred), y = squad_f1(e->answers[k].text, pred);
+        if (x > best_em) best_em = x;
+        if (y > best_f1) best_f1 = y;
+    }
+    if (!golds) best_em = best_f1 = squad_exact("", pred);
+    *em = best_em;
+    *f1 = best_f1;
+    return golds > 0;
+}
+
+typedef struct {
+    double diff;
+    long i;
+} ByDiff;
+static int by_diff(const void *a, const void *b) {
+    const ByDiff *x = a, *y = b;
+    if (x->diff != y->diff) return x->diff < y->diff ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;  // ties in question order, as Python's stable sort
+}
+
+// The official v2.0 script's find_best_thresh: start from "no answer" everywhere, answer the
+// questions in increasing null - best order and keep the best running score; the threshold is
+// the last answered question's difference (BERT's protocol: tau chosen on dev).
+static double best_thresh(const TaskData *d, const SquadPrediction *p, const ByDiff *order, int f1,
+                          double *thresh) {
+    const long n = d->ex.n;
+    double cur = 0, best;
+    for (long i = 0; i < n; i++) {
+        double em, f;
+        cur += !raw_scores(&d->ex.squad[i], "", &em, &f);
+    }
+    best = cur;
+    *thresh = 0;
+    for (long k = 0; k < n; k++) {
+        const long i = order[k].i;
+        double em, f;
+        if (raw_scores(&d->ex.squad[i], p[i].nonnull, &em, &f))
+            cur += f1 ? f : em;
+        else
+            cur -= p[i].nonnull[0] ? 1 : 0;
+        if (cur > best) {
+            best = cur;
+            *thresh = order[k].diff;
+        }
+    }
+    return n ? 100.0 * best / (double)n : 0;
+}
+
+// EM and F1 (in %, as the official script prints them) of one prediction per question.  With
+// detail (squad2, model outputs): also best_exact / best_f1 and the F1's threshold.
+static void span_scores(const TaskData *d, char **pred, const SquadPrediction *detail, TaskScores *s) {
     const long n = d->ex.n;
     double em = 0, f1 = 0, has_em = 0, has_f1 = 0, no_em = 0;
     long n_has = 0, n_no = 0;
-    char norm[64];
     for (long i = 0; i < n; i++) {
-        const SquadExample *e = &d->ex.squad[i];
-        double best_em = 0, best_f1 = 0;
-        int golds = 0;
-        for (int k = 0; k < e->n_answers && !e->impossible; k++) {
-            squad_normalize(e->answers[k].text, norm, sizeof norm);
-            if (!norm[0]) continue;
-            golds++;
-            const double x = squad_exact(e->answers[k].text, pred[i]), y = squad_f1(e->answers[k].text, pred[i]);
-            if (x > best_em) best_em = x;
-            if (y > best_f1) best_f1 = y;
-        }
-        if (!golds) best_em = best_f1 = squad_exact("", pred[i]);
-        em += best_em;
-        f1 += best_f1;
-        if (golds) n_has++, has_em += best_em, has_f1 += best_f1;
-        else n_no++, no_em += best_em;
+        double x, y;
+        const int has = raw_scores(&d->ex.squad[i], pred[i], &x, &y);
+        em += x;
+        f1 += y;
+        if (has) n_has++, has_em += x, has_f1 += y;
+        else n_no++, no_em += x;
     }
     put(s, "squad_em", n ? 100.0 * em / (double)n : 0);
     put(s, "squad_f1", n ? 100.0 * f1 / (double)n : 0);
-    if (!strcmp(d->fmt->name, "squad2")) {
-        put(s, "has_ans_em", n_has ? 100.0 * has_em / (double)n_has : 0);
-        put(s, "has_ans_f1", n_has ? 100.0 * has_f1 / (double)n_has : 0);
-        put(s, "no_ans_acc", n_no ? 100.0 * no_em / (double)n_no : 0);
+    if (strcmp(d->fmt->name, "squad2")) return;
+    put(s, "has_ans_em", n_has ? 100.0 * has_em / (double)n_has : 0);
+    put(s, "has_ans_f1", n_has ? 100.0 * has_f1 / (double)n_has : 0);
+    put(s, "no_ans_acc", n_no ? 100.0 * no_em / (double)n_no : 0);
+    double t_em = 0, t_f1 = 0;
+    if (!detail) {  // the trivial predictor: every answer "", nothing to sweep
+        put(s, "best_exact", n ? 100.0 * no_em / (double)n : 0);
+        put(s, "best_f1", n ? 100.0 * no_em / (double)n : 0);
+        put(s, "best_f1_thresh", 0);
+        return;
     }
+    ByDiff *order = mhe_malloc((size_t)(n ? n : 1) * sizeof *order);
+    for (long i = 0; i < n; i++) order[i] = (ByDiff){detail[i].null_diff, i};
+    qsort(order, (size_t)n, sizeof *order, by_diff);
+    put(s, "best_exact", best_thresh(d, detail, order, 0, &t_em));
+    put(s, "best_f1", best_thresh(d, detail, order, 1, &t_f1));
+    put(s, "best_f1_thresh", t_f1);
+    free(order);
 }
 
 void task_score(const TaskData *d, const float *outputs, TaskScores *out) {
@@ -118,10 +179,12 @@ void task_score(const TaskData *d, const float *outputs, TaskScores *out) {
             count[d->features[f].example]++;
         }
         char **pred = mhe_malloc((size_t)(n ? n : 1) * sizeof *pred);
-        for (long i = 0; i < n; i++) pred[i] = task_squad_predict(d, i, outputs, first, count);
-        span_scores(d, pred, out);
-        for (long i = 0; i < n; i++) free(pred[i]);
+        SquadPrediction *detail = mhe_malloc((size_t)(n ? n : 1) * sizeof *detail);
+        for (long i = 0; i < n; i++) pred[i] = task_squad_predict(d, i, outputs, first, count, &detail[i]);
+        span_scores(d, pred, detail, out);
+        for (long i = 0; i < n; i++) free(pred[i]), free(detail[i].nonnull);
         free(pred);
+        free(detail);
         free(first);
         free(count);
     }
@@ -149,7 +212,7 @@ void task_score_trivial(const TaskData *dev, const TaskData *train, TaskScores *
     } else {
         char **pred = mhe_malloc((size_t)(n ? n : 1) * sizeof *pred);
         for (long i = 0; i < n; i++) pred[i] = "";
-        span_scores(dev, pred, out);
+        span_scores(dev, pred, NULL, out);
         free(pred);
     }
     set_primary(dev, out);

@@ -3,7 +3,10 @@
 // of the question, a span start <= end < start + max_answer_len with both ends in the context
 // part and the start in its max-context window scores start_logit + end_logit; the best span
 // wins.  squad2: the null score is the smallest start_logit[0] + end_logit[0] over the windows,
-// and the question is answered "" when null - best span > 0.
+// and the question is answered "" when null - best span > task.null_threshold (BERT's
+// null_score_diff_threshold, 0 by default).  The best non-null span and null - best are kept
+// too: the official v2.0 script's best_exact / best_f1 sweep that threshold over them.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +34,7 @@ static char *span_text(const TaskData *d, const SquadExample *e, int a, int b) {
 }
 
 char *task_squad_predict(const TaskData *d, long ex, const float *outputs, const long *first_feature,
-                         const long *n_features_of) {
+                         const long *n_features_of, SquadPrediction *detail) {
     const SquadExample *e = &d->ex.squad[ex];
     const int T = d->T, max_len = d->task.max_answer_len;
     const int v2 = !strcmp(d->fmt->name, "squad2");
@@ -56,6 +59,14 @@ char *task_squad_predict(const TaskData *d, long ex, const float *outputs, const
             }
         }
     }
-    if (!have || (v2 && null_score - best > 0)) return mhe_strdup("");
+    // No span at all (a question without context tokens) is a certain "no answer".
+    const double diff = have ? null_score - best : HUGE_VAL;
+    if (detail) {
+        detail->nonnull = have ? span_text(d, e, best_a, best_b) : mhe_strdup("");
+        detail->null_diff = diff;
+    }
+    // Compared in float, the precision of the logits and of the config value, so a threshold
+    // copied from best_f1_thresh answers the question it was taken from.
+    if (!have || (v2 && (float)diff > d->task.null_threshold)) return mhe_strdup("");
     return span_text(d, e, best_a, best_b);
 }
