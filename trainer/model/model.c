@@ -347,11 +347,6 @@ void model_download_logits(const Model *m, float *host) {
 size_t model_arena_bytes(const Model *m) { return m->arena_floats * sizeof(float); }
 size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }
 
-// The flops the step computes: the forward's products, and twice each of them in the backward
-// (DESIGN.md §9: MFU counts only what the step computes, so it can never exceed 100%).  When
-// the core shares one Q and one K across the heads, the score product is computed once per
-// sequence, not once per head.  The MLM head runs on the scored rows only: the count of the
-// last forward of this shape, or before any forward the expected count N * mask_prob.
 // One layer's forward products at (B, T), by part.
 typedef struct {
     double proj, core, out, ffn;  // Q/K/V projections, attention core, output projection, FFN
@@ -369,6 +364,11 @@ static LayerFlops layer_flops(const Model *m, int B, int T) {
                         2 * N * nd * D, 4 * N * D * F};
 }
 
+// The flops the step computes: the forward's products, and twice each of them in the backward
+// (DESIGN.md §9: MFU counts only what the step computes, so it can never exceed 100%).  When
+// the core shares one Q and one K across the heads, the score product is computed once per
+// sequence, not once per head.  The MLM head runs on the scored rows only: the count of the
+// last forward of this shape, or before any forward the expected count N * mask_prob.
 double model_step_flops(const Model *m, int B, int T) {
     const ModelConfig *mc = &m->cfg.model;
     const double N = (double)B * T, D = mc->hidden, V = mc->vocab_size;
