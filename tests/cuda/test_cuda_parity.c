@@ -451,6 +451,51 @@ static void test_adamw_ranges_match_cpu(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
 }
 
+// lamb_direction_ranges + axpy_ranges (LAMB in three launches) against the CPU backend's
+// lamb_direction, sum_squares and axpy per range: ranges with and without weight decay, an
+// empty one, one longer than a chunk (8192) so its sums join several blocks, gaps left
+// untouched, moments offset by m_base, three steps; the weights' twins follow the step.
+static void test_lamb_ranges_match_cpu(void **state) {
+    Fix *f = *state;
+    const size_t n = 20000, m_base = 100;
+    const size_t start[5] = {100, 300, 300, 9400, 19000}, len[5] = {150, 0, 9000, 1, 1000};
+    const float wds[5] = {0.01f, 0.01f, 0.01f, 0.0f, 0.01f};
+    Buf p = buf_rand(f, n), g = buf_rand(f, n), m = buf_rand(f, n - m_base), u = buf_rand(f, n - m_base),
+        x = buf_rand(f, 8 * 10), y = buf_rand(f, 8 * 20);
+    Buf v = buf_new(f, n - m_base, 0.0f, 0.5f);
+    const float lr = 1e-2f;
+    double sq[10];
+    float coef[5];
+    for (int step = 1; step <= 3; step++) {
+        PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 19000, 20, 0.0f, D(y), 20);  // W in range 4
+        expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
+        const float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
+        f->gpu->lamb_direction_ranges(f->gpu, p.g, g.g, m.g, v.g, u.g, m_base, 5, start, len, wds, 0.9f, 0.999f,
+                                      1e-6f, bc1, bc2, 0.5f, sq);
+        for (int r = 0; r < 5; r++) {
+            const size_t at = start[r] - m_base;
+            f->cpu->lamb_direction(f->cpu, p.c + start[r], g.c + start[r], m.c + at, v.c + at, u.c + at, len[r],
+                                   0.9f, 0.999f, 1e-6f, wds[r], bc1, bc2, 0.5f);
+            const double pp = f->cpu->sum_squares(f->cpu, p.c + start[r], len[r]);
+            const double uu = f->cpu->sum_squares(f->cpu, u.c + at, len[r]);
+            assert_true(fabs(sq[r] - pp) <= 1e-6 * pp && fabs(sq[5 + r] - uu) <= 1e-5 * uu);
+            if (!len[r]) assert_true(sq[r] == 0.0 && sq[5 + r] == 0.0);
+            coef[r] = -lr * (pp > 0 && uu > 0 ? (float)sqrt(pp / uu) : 1.0f);
+        }
+        expect_close(f, &u, 1e-5, "lamb ranges u");
+        expect_close(f, &m, 1e-5, "lamb ranges m");
+        expect_close(f, &v, 1e-5, "lamb ranges v");
+        for (int r = 0; r < 5; r++)
+            f->cpu->axpy(f->cpu, coef[r], u.c + start[r] - m_base, p.c + start[r], len[r]);
+        f->gpu->axpy_ranges(f->gpu, p.g, u.g, m_base, 5, start, len, coef);
+        expect_close(f, &p, 1e-5, "lamb ranges p");
+    }
+    PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 19000, 20, 0.0f, D(y), 20);
+    expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
+    Buf *all[] = {&p, &g, &m, &v, &u, &x, &y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
 // One attention configuration, forward and backward, every output compared.
 typedef struct {
     const char *name;
@@ -681,6 +726,7 @@ int main(void) {
         cmocka_unit_test(test_gather_scatter_rows_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),
         cmocka_unit_test(test_adamw_ranges_match_cpu),
+        cmocka_unit_test(test_lamb_ranges_match_cpu),
         cmocka_unit_test(test_attention_matches_cpu),
         cmocka_unit_test(test_attention_gemm_path_matches_cpu),
         cmocka_unit_test(test_attention_plain_kernels_match_cpu),
@@ -693,6 +739,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_reads_twins),
         cmocka_unit_test(test_bf16_twins_follow_every_write),
         cmocka_unit_test(test_adamw_ranges_match_cpu),
+        cmocka_unit_test(test_lamb_ranges_match_cpu),
     };
     int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda parity bf16", bf16, setup_bf16, teardown);
