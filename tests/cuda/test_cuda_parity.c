@@ -262,9 +262,9 @@ static void test_bias_and_elementwise_match_cpu(void **state) {
     for (int i = 0; i < 6; i++) buf_free(f, all[i]);
 }
 
-static void test_head_expand_matches_cpu(void **state) {
-    Fix *f = *state;
-    const int N = 11, n = 3, d = 8, ldx = 13;
+// Two shapes: one row chunk of the column sums (cuda_colsum.h), and several chunks and column
+// blocks with a partial last one (N = 530 rows = 3 chunks of 256, n d = 45 columns).
+static void head_expand_case(Fix *f, int N, int n, int d, int ldx) {
     Buf x = buf_rand(f, (size_t)N * ldx), mul = buf_rand(f, (size_t)n * d), add = buf_rand(f, (size_t)n * d);
     Buf out = buf_rand(f, (size_t)N * n * d), dx = buf_rand(f, (size_t)N * ldx);
     Buf dmul = buf_rand(f, (size_t)n * d), dadd = buf_rand(f, (size_t)n * d);
@@ -278,8 +278,14 @@ static void test_head_expand_matches_cpu(void **state) {
         expect_close(f, &dmul, 1e-5, "head_expand_backward dmul");
         expect_close(f, &dadd, 1e-5, "head_expand_backward dadd");
     }
+    PAIR(f, head_expand_backward, D(out), D(x), ldx, D(mul), N, n, d, D(dx), 1, NULL, D(dadd));
+    expect_close(f, &dadd, 1e-5, "head_expand_backward dadd only");
     Buf *all[] = {&x, &mul, &add, &out, &dx, &dmul, &dadd};
     for (int i = 0; i < 7; i++) buf_free(f, all[i]);
+}
+static void test_head_expand_matches_cpu(void **state) {
+    head_expand_case(*state, 11, 3, 8, 13);
+    head_expand_case(*state, 530, 5, 9, 50);
 }
 
 // residual_layernorm_forward (one kernel) against the CPU backend's dropout, add and
@@ -308,9 +314,7 @@ static void test_residual_layernorm_matches_cpu(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
 }
 
-static void test_layernorm_gelu_tanh_match_cpu(void **state) {
-    Fix *f = *state;
-    const int N = 9, C = 96;
+static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     const size_t n = (size_t)N * C;
     Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
     Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n);
@@ -337,6 +341,12 @@ static void test_layernorm_gelu_tanh_match_cpu(void **state) {
     expect_close(f, &dx, 1e-6, "tanh_backward");
     Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
     for (int i = 0; i < 10; i++) buf_free(f, all[i]);
+}
+// The second shape: 3 row chunks and 3 column blocks (the last partial) of the column sums of
+// dγ, dβ (cuda_colsum.h).
+static void test_layernorm_gelu_tanh_match_cpu(void **state) {
+    layernorm_gelu_tanh_case(*state, 9, 96);
+    layernorm_gelu_tanh_case(*state, 600, 70);
 }
 
 static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
