@@ -12,43 +12,50 @@
 #define BOOL2 {"false", "true"}
 
 static const TaskFormatSpec FORMATS[] = {
-    {"cola", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, BIN01, "mcc",
+    {"cola", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, 1, BIN01, "mcc",
      "CoLA: no header; source, label, original mark, sentence"},
-    {"sst2", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, BIN01, "accuracy",
+    {"sst2", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, 1, BIN01, "accuracy",
      "SST-2: header `sentence label`"},
-    {"mrpc", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, BIN01, "acc_and_f1",
+    {"mrpc", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, 2, BIN01, "acc_and_f1",
      "MRPC: header; Quality, #1 ID, #2 ID, #1 String, #2 String"},
-    {"qqp", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, BIN01, "acc_and_f1",
+    {"qqp", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, 2, BIN01, "acc_and_f1",
      "QQP: header; id qid1 qid2 question1 question2 is_duplicate"},
-    {"stsb", TASK_FAMILY_GLUE, TASK_REGRESSION, 1, {0}, "corr",
+    {"stsb", TASK_FAMILY_GLUE, TASK_REGRESSION, 1, 2, {0}, "corr",
      "STS-B: header; sentence1 col 7, sentence2 col 8, score (0-5) last"},
-    {"mnli", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 3, {"contradiction", "entailment", "neutral"},
+    {"mnli", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 3, 2, {"contradiction", "entailment", "neutral"},
      "accuracy", "MNLI (dev_matched): header; sentence1 col 8, sentence2 col 9, gold label last"},
-    {"mnli_mm", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 3, {"contradiction", "entailment", "neutral"},
+    {"mnli_mm", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 3, 2, {"contradiction", "entailment", "neutral"},
      "accuracy", "MNLI mismatched (dev_mismatched): as mnli"},
-    {"qnli", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, NLI2, "accuracy",
+    {"qnli", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, 2, NLI2, "accuracy",
      "QNLI: header; index question sentence label"},
-    {"rte", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, NLI2, "accuracy",
+    {"rte", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, 2, NLI2, "accuracy",
      "RTE: header; index sentence1 sentence2 label"},
-    {"wnli", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, BIN01, "accuracy",
+    {"wnli", TASK_FAMILY_GLUE, TASK_CLASSIFICATION, 2, 2, BIN01, "accuracy",
      "WNLI: header; index sentence1 sentence2 label"},
-    {"boolq", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 2, BOOL2, "accuracy",
+    {"boolq", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 2, 2, BOOL2, "accuracy",
      "BoolQ JSONL: question, passage, label (bool)"},
-    {"cb", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 3, {"entailment", "contradiction", "neutral"},
+    {"cb", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 3, 2, {"entailment", "contradiction", "neutral"},
      "acc_and_f1_macro", "CB JSONL: premise, hypothesis, label"},
-    {"superglue_rte", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 2, NLI2, "accuracy",
+    {"superglue_rte", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 2, 2, NLI2, "accuracy",
      "SuperGLUE RTE JSONL: premise, hypothesis, label"},
-    {"wic", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 2, BOOL2, "accuracy",
+    {"wic", TASK_FAMILY_SUPERGLUE, TASK_CLASSIFICATION, 2, 2, BOOL2, "accuracy",
      "WiC JSONL: word, sentence1, sentence2, label (bool); text a = \"word: sentence1\""},
-    {"squad1", TASK_FAMILY_SQUAD, TASK_SPAN, 0, {0}, "squad_f1", "SQuAD v1.1 JSON"},
-    {"squad2", TASK_FAMILY_SQUAD, TASK_SPAN, 0, {0}, "squad_f1",
+    {"squad1", TASK_FAMILY_SQUAD, TASK_SPAN, 0, 0, {0}, "squad_f1", "SQuAD v1.1 JSON"},
+    {"squad2", TASK_FAMILY_SQUAD, TASK_SPAN, 0, 0, {0}, "squad_f1",
      "SQuAD v2.0 JSON (is_impossible: no-answer questions)"},
-    {"tsv", TASK_FAMILY_GENERIC, TASK_NONE, 0, {0}, NULL,
+    {"tsv", TASK_FAMILY_GENERIC, TASK_NONE, 0, 0, {0}, NULL,
      "TSV with a header row naming task.text_a, task.text_b, task.label_column"},
-    {"jsonl", TASK_FAMILY_GENERIC, TASK_NONE, 0, {0}, NULL,
+    {"jsonl", TASK_FAMILY_GENERIC, TASK_NONE, 0, 0, {0}, NULL,
      "JSON lines with keys task.text_a, task.text_b, task.label_column"},
 };
 #define N_FORMATS (int)(sizeof FORMATS / sizeof *FORMATS)
+
+int task_config_pair(const TaskConfig *t) {
+    const TaskFormatSpec *f = task_format_find(t->format);
+    if (!f || f->type == TASK_SPAN) return 0;
+    if (f->family == TASK_FAMILY_GENERIC) return t->text_b && t->text_b[0];
+    return f->texts == 2;
+}
 
 const TaskFormatSpec *task_format_find(const char *name) {
     for (int i = 0; name && i < N_FORMATS; i++)

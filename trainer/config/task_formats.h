@@ -22,6 +22,7 @@ typedef struct {
     TaskFamily family;
     TaskType type;              // TASK_NONE for generic (the user's task.type decides)
     int num_labels;             // 0 for span and generic
+    int texts;                  // texts per row: 1 (CoLA, SST-2) or 2; 0 for span and generic
     const char *labels[TASK_MAX_LABELS];  // label strings as the files spell them, index order
     const char *default_metric;
     const char *doc;
@@ -35,6 +36,9 @@ const TaskFormatSpec *task_format_at(int i);
 // for generic classification), e.g. for an export's id2label; pointers into the format table or
 // into `buf`.  Returns the count (0 for regression and span).
 int task_config_labels(const TaskConfig *t, const char *out[TASK_MAX_LABELS], char *buf, size_t cap);
+// Whether a classification/regression task's rows are text pairs (a generic format: when
+// task.text_b is set); 0 for span tasks.
+int task_config_pair(const TaskConfig *t);
 // "cola, sst2, ..." (for messages and docs).
 const char *task_format_names(void);
 

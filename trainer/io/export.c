@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "trainer/config/task_formats.h"
 #include "trainer/io/checkpoint.h"
 
 #define EXPORT_PATH_MAX 4096
@@ -37,13 +38,11 @@ static void make_dirs(const char *dir) {
 // a <|endoftext|> b and pads with <|endoftext|> (trainer/task/task_features.c), while
 // GPT2ForSequenceClassification reads each row at the token before its first pad id, which for a
 // pair is the token before the separator; the remote code reads the last position of the
-// attention mask instead.  Single-text formats: GLUE's CoLA and SST-2, generic without text_b.
+// attention mask instead.  Which formats are pairs is the format table's (task_formats.c).
 static int gpt_pair_sequence_task(const Config *cfg) {
     const TaskConfig *t = &cfg->task;
     if (cfg->model.arch != ARCH_GPT || (t->type != TASK_CLASSIFICATION && t->type != TASK_REGRESSION)) return 0;
-    const char *f = t->format ? t->format : "";
-    if (!strcmp(f, "tsv") || !strcmp(f, "jsonl")) return t->text_b && t->text_b[0];
-    return strcmp(f, "cola") != 0 && strcmp(f, "sst2") != 0;
+    return task_config_pair(t);
 }
 
 ExportFormat export_native_format(const Config *cfg) {

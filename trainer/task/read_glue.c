@@ -60,6 +60,10 @@ void task_read_glue(TaskExamples *out, const TaskFormatSpec *fmt, const char *pa
     for (size_t i = 0; i < sizeof LAYOUTS / sizeof *LAYOUTS; i++)
         if (!strcmp(LAYOUTS[i].format, fmt->name)) L = &LAYOUTS[i];
     if (!L) mhe_fail("internal: no GLUE layout for format %s", fmt->name);
+    // The format table says how many texts a row has (export relies on it); the layout agrees.
+    if ((L->b >= 0 ? 2 : 1) != fmt->texts)
+        mhe_fail("internal: format %s has %d texts in task_formats.c but %d columns here", fmt->name, fmt->texts,
+                 L->b >= 0 ? 2 : 1);
     TextLines tl;
     text_lines_read(&tl, path);
     memset(out, 0, sizeof *out);
