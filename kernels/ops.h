@@ -280,6 +280,18 @@ struct Backend {
     void (*lamb_direction)(Backend *be, const float *p, const float *grad, float *m, float *v,
                            float *u, size_t n, float b1, float b2, float eps, float wd, float bc1,
                            float bc2, float grad_scale);
+    // Optional (NULL: lamb_direction and two sum_squares per range): lamb_direction over `count`
+    // ranges at once (ranges as adamw_update_ranges; u beside the moments, u[start[r] - m_base ..];
+    // weight decay wds[r]), and into the host array sq: sq[r] = Σ p², sq[count + r] = Σ u² over
+    // range r, in double (synchronises once).
+    void (*lamb_direction_ranges)(Backend *be, const float *p, const float *grad, float *m, float *v,
+                                  float *u, size_t m_base, int count, const size_t *start,
+                                  const size_t *len, const float *wds, float b1, float b2, float eps,
+                                  float bc1, float bc2, float grad_scale, double *sq);
+    // Optional (NULL: one axpy per range): p[start[r] + k] += coef[r] * u[start[r] - m_base + k]
+    // for every range r (LAMB's trust-ratio step in one launch).  Host arrays.
+    void (*axpy_ranges)(Backend *be, float *p, const float *u, size_t m_base, int count,
+                        const size_t *start, const size_t *len, const float *coef);
 };
 
 // The CPU backend (C + OpenMP, matmuls through oneDNN).  threads <= 0: the OpenMP default.

@@ -243,6 +243,7 @@ static void cuda_destroy(Backend *be) {
     cuda_linear_destroy(be);
     cuda_optim_destroy(be);
     cuda_device_free(c->bf16_scratch);
+    cuda_device_free(c->colsum);
     cuda_device_free(c->gemm_ptrs);
     cuda_device_free(c->partials);
     std::free(c->host_partials);
@@ -259,6 +260,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (device < 0 || device >= count)
         mhe_fatal("CUDA device %d requested but only %d visible", device, count);
     CUDA_CHECK(cudaSetDevice(device));
+    mhe_cost_restart_peak();
     CudaCtx *c = static_cast<CudaCtx *>(std::calloc(1, sizeof(CudaCtx)));
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");

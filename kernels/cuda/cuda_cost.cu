@@ -158,6 +158,11 @@ void mhe_cost_alloc(const void *p, size_t bytes) {
     r.peak = std::max(r.peak, r.current);
 }
 
+void mhe_cost_restart_peak(void) {
+    Recorder &r = rec();
+    r.peak = r.current;
+}
+
 void mhe_cost_free(const void *p) {
     Recorder &r = rec();
     auto it = r.live.find(p);

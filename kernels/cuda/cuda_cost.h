@@ -46,6 +46,9 @@ bool mhe_cost_record_allreduce(double bytes, int world, int stream);
 // Device allocations, for the peak.
 void mhe_cost_alloc(const void *p, size_t bytes);
 void mhe_cost_free(const void *p);
+// A backend was created: the high-water mark restarts from what is live (CostReport.peak_bytes
+// is "since backend creation", so a process creating several backends sees each one's peak).
+void mhe_cost_restart_peak(void);
 // Record-only mode (emulation only).
 bool mhe_cost_dry_run(void);
 

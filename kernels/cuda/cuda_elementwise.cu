@@ -1,9 +1,12 @@
 // Elementwise and column-reduction ops: bias, arithmetic, head broadcast, GELU, dropout,
 // embeddings, and the optimizer kernels (fp32 master weights and moments).
-// Column sums (bias, head embedding and position gradients) use one thread per column looping
-// over rows, so they are deterministic; only the embedding scatter uses atomics.
+// Column sums are deterministic: the head embeddings' through the two-stage sums of
+// cuda_colsum.h (the whole GPU), the bias fallback's and the positions' with one thread per
+// column (bias gradients normally come from cuBLASLt's BGRADB; positions have T·D columns);
+// only the embedding scatter uses atomics.
 #include <cmath>
 
+#include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/optim_math.h"
 
@@ -102,21 +105,17 @@ __global__ void head_expand_dx_kernel(const float *dout, const float *mul, int N
         store_twin(dx, dxb, r * ldx + c, accumulate ? dx[r * ldx + c] + s : s);
     }
 }
-// dmul[h, c] += sum_r dout[r, h, c] x[r, c];  dadd[h, c] += sum_r dout[r, h, c]
-__global__ void head_expand_dparam_kernel(const float *dout, const float *x, int ldx, int N, int n,
-                                          int d, float *dmul, float *dadd) {
-    int hc = blockIdx.x * blockDim.x + threadIdx.x;
-    if (hc >= n * d) return;
-    int c = hc % d;
-    float sm = 0, sa = 0;
-    for (int r = 0; r < N; r++) {
-        float g = dout[(size_t)r * n * d + hc];
-        sa += g;
-        if (dmul) sm += g * x[(size_t)r * ldx + c];
+// dmul[h, c] += sum_r dout[r, h, c] x[r, c];  dadd[h, c] += sum_r dout[r, h, c]  (column hc = h d + c
+// of dout [N, n d]; two-stage column sums, cuda_colsum.h)
+struct HeadDparamVals {
+    const float *dout, *x;
+    int ldx, nd, d;
+    __device__ void vals(int r, int hc, float *a, float *b) const {
+        const float g = dout[(size_t)r * nd + hc];
+        *a = x ? g * x[(size_t)r * ldx + hc % d] : 0.0f;
+        *b = g;
     }
-    if (dmul) dmul[hc] += sm;
-    if (dadd) dadd[hc] += sa;
-}
+};
 
 static void cuda_head_expand(Backend *be, const float *x, int ldx, const float *mul,
                              const float *add, int N, int n, int d, float *out) {
@@ -136,8 +135,8 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
     if (dadd) cuda_mirror_wrote(be, dadd, (size_t)n * d * sizeof(float));
     __nv_bfloat16 *dxb = dx ? cuda_mirror_out2d(be, dx, N, d, ldx) : nullptr;
     if ((dmul || dadd) && n > 0 && d > 0)
-        MHE_LAUNCH(head_expand_dparam_kernel, cols_grid((size_t)n * d), MHE_BLOCK, 0, s, mhe_cost(3.0 * N * n * d, 4.0 * ((double)N * n * d + (dmul ? (double)N * d : 0)) + 8.0 * ((dmul != nullptr) + (dadd != nullptr)) * n * d))(dout, x, ldx, N, n, d, dmul, dadd);
-    CUDA_CHECK_LAUNCH();
+        cuda_colsum2(be, HeadDparamVals{dout, dmul ? x : nullptr, ldx, n * d, d}, N, n * d, dmul, dadd,
+                     mhe_cost(3.0 * N * n * d, 4.0 * ((double)N * n * d + (dmul ? (double)N * d : 0))));
     if (dx && N > 0 && d > 0)
         MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s, with_twin(mhe_cost(2.0 * N * n * d, 4.0 * ((double)N * n * d + (mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), dxb, (double)N * d))(dout, mul, N, n, d, dx, dxb, ldx, accumulate);
     CUDA_CHECK_LAUNCH();

@@ -23,6 +23,9 @@ struct CudaCtx {
     struct MirrorSet *mirrors;    // bf16 twins of matmul operands (cuda_mirror.cu; bf16 mode)
     struct LtState *lt;           // cuBLASLt handle, plans, workspace (cuda_linear.cu)
     struct AdamTable *adam;       // the range table of the multi-tensor AdamW (cuda_optim.cu)
+    struct LambState *lamb;       // the chunk / range tables of the multi-tensor LAMB (cuda_optim.cu)
+    float *colsum;                // partials of the two-stage column sums (cuda_colsum.h; grow-only)
+    size_t colsum_cap;
 };
 
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }

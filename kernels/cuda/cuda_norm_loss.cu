@@ -2,6 +2,7 @@
 // backward, and the fused softmax cross-entropy.  One block per row.
 #include <cmath>
 
+#include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 
 // Two passes over the row (mean, then centred variance) as torch does: no cancellation.
@@ -62,20 +63,16 @@ __global__ void residual_layernorm_kernel(const float *x, const float *r, float 
     }
 }
 
-// dgamma[c] += sum_r dy·xhat;  dbeta[c] += sum_r dy   (one thread per column: deterministic)
-__global__ void layernorm_dparam_kernel(const float *dy, const float *x, const float *mean,
-                                        const float *rstd, int N, int C, float *dgamma, float *dbeta) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sg = 0, sb = 0;
-    for (int r = 0; r < N; r++) {
-        float g = dy[(size_t)r * C + c];
-        sg += g * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
-        sb += g;
+// dgamma[c] += sum_r dy·xhat;  dbeta[c] += sum_r dy   (two-stage column sums, cuda_colsum.h)
+struct LnDparamVals {
+    const float *dy, *x, *mean, *rstd;
+    int C;
+    __device__ void vals(int r, int c, float *a, float *b) const {
+        const float g = dy[(size_t)r * C + c];
+        *a = g * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
+        *b = g;
     }
-    if (dgamma) dgamma[c] += sg;
-    if (dbeta) dbeta[c] += sb;
-}
+};
 
 // dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * gamma
 __global__ void layernorm_dx_kernel(const float *dy, const float *x, const float *gamma,
@@ -140,8 +137,8 @@ static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x
     if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
     __nv_bfloat16 *dxb = dx ? cuda_mirror_out(be, dx, (size_t)N * C) : nullptr;
     if (N && (dgamma || dbeta))
-        MHE_LAUNCH(layernorm_dparam_kernel, (C + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, s, mhe_cost(4.0 * N * C, 8.0 * N * C + 8.0 * N + 16.0 * C))(dy, x, mean, rstd, N, C, dgamma, dbeta);
-    CUDA_CHECK_LAUNCH();
+        cuda_colsum2(be, LnDparamVals{dy, x, mean, rstd, C}, N, C, dgamma, dbeta,
+                     mhe_cost(4.0 * N * C, 8.0 * N * C + 8.0 * N));
     if (N && dx) MHE_LAUNCH(layernorm_dx_kernel, N, MHE_BLOCK, 0, s, with_twin(mhe_cost(10.0 * N * C, (accumulate ? 16.0 : 12.0) * N * C + 4.0 * C + 8.0 * N), dxb, (double)N * C))(dy, x, gamma, mean, rstd, C, dx, dxb, accumulate);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);

@@ -1,6 +1,8 @@
 // AdamW over every tensor of a model in one launch (ops.h adamw_update_ranges) instead of one
 // adam_kernel per tensor (~200 for BERT-base, each paying the launch overhead on small biases
-// and LayerNorm vectors).
+// and LayerNorm vectors); LAMB in three (lamb_direction_ranges: moments, directions and the
+// per-tensor sums of squares; axpy_ranges: the trust-ratio step) instead of a direction launch,
+// two synchronising sum_squares and an axpy per tensor.
 //
 // The launch's element space is the concatenation of the ranges; a device table holds, per
 // range, where it starts in p and where it starts in that space (plus its weight-decay flag and
@@ -95,12 +97,228 @@ static void cuda_adamw_update_ranges(Backend *be, float *p, const float *grad, f
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-void cuda_optim_destroy(Backend *be) {
-    CudaCtx *c = cuda_ctx(be);
-    if (!c->adam) return;
-    cuda_device_free(c->adam->dev);
-    delete c->adam;
-    c->adam = nullptr;
+// ---- LAMB over ranges ----
+// Phase 1 runs one block per chunk of LAMB_CHUNK elements of one range, so each block's sums
+// belong to one tensor and the per-range totals are sums of whole blocks in chunk order: the
+// result does not depend on scheduling (resumed runs stay exact).
+#define LAMB_CHUNK 8192
+
+struct LambChunk {
+    size_t start;  // first element in p / grad
+    size_t len;    // <= LAMB_CHUNK
+    float wd;
+    int range;     // index into the call's ranges
+};
+
+struct LambRangeSpan {
+    int first_chunk, chunks;
+};
+
+struct LambState {
+    std::vector<LambChunk> chunks;      // the device copy's contents
+    std::vector<LambRangeSpan> spans;
+    LambChunk *dev_chunks = nullptr;
+    LambRangeSpan *dev_spans = nullptr;
+    size_t chunk_cap = 0, span_cap = 0;
+    double *partials = nullptr;         // 2 per chunk: Σ p², Σ u²
+    double *sums = nullptr;             // 2 per range, then copied to the host
+    double *host_sums = nullptr;
+    size_t sums_cap = 0;
+    AdamTable axpy;                     // axpy_ranges' table (AdamRange.unused unused; coef apart)
+    float *dev_coef = nullptr;
+    size_t coef_cap = 0;
+};
+
+__global__ void lamb_chunks_kernel(const LambChunk *__restrict__ ch, const float *p, const float *grad, float *m,
+                                   float *v, float *u, size_t m_base, float b1, float b2, float eps, float bc1,
+                                   float bc2, float grad_scale, double *partials) {
+    __shared__ double buf[32];
+    const LambChunk c = ch[blockIdx.x];
+    double pp = 0, uu = 0;
+    for (size_t k = threadIdx.x; k < c.len; k += blockDim.x) {
+        const size_t i = c.start + k, j = i - m_base;
+        float mi = m[j], vi = v[j];
+        optim_moments(&mi, &vi, grad_scale * grad[i], b1, b2);
+        m[j] = mi;
+        v[j] = vi;
+        const float ui = lamb_direction_of(p[i], mi, vi, bc1, bc2, eps, c.wd);
+        u[j] = ui;
+        pp += (double)p[i] * p[i];
+        uu += (double)ui * ui;
+    }
+    pp = block_sum(pp, buf);
+    uu = block_sum(uu, buf);
+    if (threadIdx.x == 0) {
+        partials[2 * (size_t)blockIdx.x] = pp;
+        partials[2 * (size_t)blockIdx.x + 1] = uu;
+    }
 }
 
-void cuda_install_optim(Backend *be) { be->adamw_update_ranges = cuda_adamw_update_ranges; }
+// One thread per range: its chunks' partials in chunk order.
+__global__ void lamb_range_sums_kernel(const LambRangeSpan *__restrict__ sp, int count, const double *partials,
+                                       double *sums) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= count) return;
+    double pp = 0, uu = 0;
+    for (int k = sp[r].first_chunk; k < sp[r].first_chunk + sp[r].chunks; k++) {
+        pp += partials[2 * (size_t)k];
+        uu += partials[2 * (size_t)k + 1];
+    }
+    sums[r] = pp;
+    sums[count + r] = uu;
+}
+
+static LambState *lamb_state(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->lamb) c->lamb = new LambState();
+    return c->lamb;
+}
+
+// Grows a device array to hold n elements of T (contents not kept).
+template <typename T> static void grow(Backend *be, T *&dev, size_t &cap, size_t n) {
+    if (n <= cap) return;
+    CudaCtx *c = cuda_ctx(be);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    cuda_device_free(dev);
+    dev = static_cast<T *>(cuda_device_alloc(n * sizeof(T), c->device));
+    cap = n;
+}
+
+static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float *grad, float *m, float *v, float *u,
+                                       size_t m_base, int count, const size_t *start, const size_t *len,
+                                       const float *wds, float b1, float b2, float eps, float bc1, float bc2,
+                                       float grad_scale, double *sq) {
+    double t0 = cuda_prof_begin(be);
+    CudaCtx *c = cuda_ctx(be);
+    LambState &st = *lamb_state(be);
+    std::vector<LambChunk> chunks;
+    std::vector<LambRangeSpan> spans((size_t)count);
+    size_t total = 0;
+    for (int r = 0; r < count; r++) {
+        spans[r] = {(int)chunks.size(), 0};
+        for (size_t k = 0; k < len[r]; k += LAMB_CHUNK) {
+            chunks.push_back({start[r] + k, len[r] - k < LAMB_CHUNK ? len[r] - k : LAMB_CHUNK, wds[r], r});
+            spans[r].chunks++;
+        }
+        total += len[r];
+        cuda_mirror_wrote(be, m + (start[r] - m_base), len[r] * sizeof(float));
+        cuda_mirror_wrote(be, v + (start[r] - m_base), len[r] * sizeof(float));
+        cuda_mirror_wrote(be, u + (start[r] - m_base), len[r] * sizeof(float));
+    }
+    // The tables change only with the ranges (or the decays): steady-state steps upload nothing.
+    const size_t cb = chunks.size() * sizeof(LambChunk), sb = spans.size() * sizeof(LambRangeSpan);
+    if (chunks.size() != st.chunks.size() || std::memcmp(chunks.data(), st.chunks.data(), cb) != 0) {
+        grow(be, st.dev_chunks, st.chunk_cap, chunks.size());
+        if (cb) be->upload(be, st.dev_chunks, chunks.data(), cb);
+        st.chunks = chunks;
+    }
+    if (spans.size() != st.spans.size() || std::memcmp(spans.data(), st.spans.data(), sb) != 0) {
+        grow(be, st.dev_spans, st.span_cap, spans.size());
+        if (sb) be->upload(be, st.dev_spans, spans.data(), sb);
+        st.spans = spans;
+    }
+    grow(be, st.partials, st.sums_cap, 2 * chunks.size() + 2 * (size_t)count);
+    double *partials = st.partials, *sums = st.partials + 2 * chunks.size();
+    if (!chunks.empty()) {
+        // As lamb_direction (28 B per element) plus the chunk table and partials.
+        const MheCost cost = mhe_cost((ADAM_FLOPS + 4.0) * (double)total, 28.0 * (double)total + (double)cb +
+                                                                              16.0 * (double)chunks.size());
+        MHE_LAUNCH(lamb_chunks_kernel, (unsigned)chunks.size(), MHE_BLOCK, 0, c->stream, cost)(
+            st.dev_chunks, p, grad, m, v, u, m_base, b1, b2, eps, bc1, bc2, grad_scale, partials);
+        CUDA_CHECK_LAUNCH();
+        const unsigned grid = (unsigned)((count + MHE_BLOCK - 1) / MHE_BLOCK);
+        MHE_LAUNCH(lamb_range_sums_kernel, grid, MHE_BLOCK, 0, c->stream,
+                   mhe_cost(2.0 * (double)chunks.size(), 16.0 * (double)chunks.size() + (double)sb + 16.0 * count))(
+            st.dev_spans, count, partials, sums);
+        CUDA_CHECK_LAUNCH();
+    }
+    const size_t hb = 2 * (size_t)count * sizeof(double);
+    if (chunks.empty()) {
+        std::memset(sq, 0, hb);
+    } else {
+        if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)hb, (double)hb}))
+            CUDA_CHECK(cudaMemcpyAsync(sq, sums, hb, cudaMemcpyDeviceToHost, c->stream));
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    }
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+__global__ void axpy_ranges_kernel(const AdamRange *__restrict__ r, const float *__restrict__ coef, int count,
+                                   size_t total, float *p, const float *u, size_t m_base) {
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)blockDim.x * gridDim.x) {
+        int lo = 0, hi = count - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (r[mid].first <= e) lo = mid;
+            else hi = mid - 1;
+        }
+        const size_t k = e - r[lo].first, i = r[lo].start + k;
+        const float np = p[i] + coef[lo] * u[i - m_base];
+        p[i] = np;
+        if (r[lo].twin) r[lo].twin[k] = __float2bfloat16(np);
+    }
+}
+
+static void cuda_axpy_ranges(Backend *be, float *p, const float *u, size_t m_base, int count, const size_t *start,
+                             const size_t *len, const float *coef) {
+    double t0 = cuda_prof_begin(be);
+    CudaCtx *c = cuda_ctx(be);
+    LambState &st = *lamb_state(be);
+    AdamTable &tab = st.axpy;
+    std::vector<AdamRange> want;
+    std::vector<float> co;
+    size_t total = 0;
+    double twinned = 0;
+    for (int q = 0; q < count; q++) {
+        if (!len[q]) continue;
+        AdamRange r{};
+        r.start = start[q];
+        r.first = total;
+        r.twin = cuda_mirror_out(be, p + start[q], len[q]);  // the weights' twins follow the step
+        want.push_back(r);
+        co.push_back(coef[q]);
+        total += len[q];
+        if (r.twin) twinned += (double)len[q];
+    }
+    const size_t bytes = want.size() * sizeof(AdamRange);
+    if (want.size() != tab.host.size() || std::memcmp(want.data(), tab.host.data(), bytes) != 0) {
+        grow(be, tab.dev, tab.cap, want.size());
+        if (bytes) be->upload(be, tab.dev, want.data(), bytes);
+        tab.host = want;
+    }
+    // The coefficients change every step (lr, trust ratios): uploaded each call.
+    grow(be, st.dev_coef, st.coef_cap, co.size());
+    if (!co.empty()) be->upload(be, st.dev_coef, co.data(), co.size() * sizeof(float));
+    const MheCost cost = mhe_cost(2.0 * (double)total, 12.0 * (double)total + (double)bytes + 4.0 * co.size() +
+                                                           2.0 * twinned);
+    if (total)
+        MHE_LAUNCH(axpy_ranges_kernel, cuda_grid_for(total), MHE_BLOCK, 0, c->stream, cost)(
+            tab.dev, st.dev_coef, (int)want.size(), total, p, u, m_base);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+void cuda_optim_destroy(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    if (c->adam) {
+        cuda_device_free(c->adam->dev);
+        delete c->adam;
+        c->adam = nullptr;
+    }
+    if (c->lamb) {
+        LambState *s = c->lamb;
+        cuda_device_free(s->dev_chunks);
+        cuda_device_free(s->dev_spans);
+        cuda_device_free(s->partials);
+        cuda_device_free(s->axpy.dev);
+        cuda_device_free(s->dev_coef);
+        delete s;
+        c->lamb = nullptr;
+    }
+}
+
+void cuda_install_optim(Backend *be) {
+    be->adamw_update_ranges = cuda_adamw_update_ranges;
+    be->lamb_direction_ranges = cuda_lamb_direction_ranges;
+    be->axpy_ranges = cuda_axpy_ranges;
+}

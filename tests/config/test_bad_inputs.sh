@@ -48,6 +48,7 @@ dry "mask_prob_range.yaml:2:14: " "objective.mask_prob must be in (0, 1)" mask_p
 dry "lr_zero.yaml:2:7: " "optim.lr must be > 0" lr_zero.yaml
 dry "zero_stage.yaml:2:9: " "dist.zero must be in [0, 1]" zero_stage.yaml
 dry "bad_enum.yaml:2:9: " "attention.type: expected one of mha, sha, mhe_add, mhe_mul" bad_enum.yaml
+dry "recompute.yaml:3:14: " "train.recompute: expected one of none, attention, layer, found 'full'" recompute.yaml
 dry "bad_bool.yaml:2:14: " "attention.fast_path: expected true or false" bad_bool.yaml
 dry "el_att_shape.yaml:4:13: " "el_att needs model.heads * model.head_dim = model.hidden" el_att_shape.yaml
 dry "gqa_groups.yaml:5:11: " "attention.groups (3) must divide model.heads (4)" gqa_groups.yaml
@@ -72,6 +73,7 @@ dry "<command line>:arg1: " "expected section.key=value" valid.yaml model.layers
 dry "<command line>:arg1: " "unknown section 'modl'" valid.yaml modl.layers=3
 dry "<command line>:arg1: " "attention.groups: expected an integer, found a list" valid.yaml "attention.groups=[1]"
 dry "<command line>:arg1: " "malformed YAML value" valid.yaml "data.train=[a,"
+dry "<command line>:arg1: " "train.recompute: expected one of none, attention, layer" valid.yaml train.recompute=full
 # Numbers accept exactly README's forms (common/num.h), in files, overrides and options alike:
 # strtod's hex, hex floats and leading spaces, and fractions for counts, were taken before.
 dry "<command line>:arg1: " "model.layers: expected an integer, found '0x4'" valid.yaml model.layers=0x4

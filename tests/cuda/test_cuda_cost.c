@@ -3,7 +3,9 @@
 //   out in the comments, not taken from the code under test);
 // - the prediction max(FLOPs/peak, bytes/bandwidth) + launch on the published A100 figures;
 // - one recorded training step of small BERT and GPT models (mha and mhe_mul): the GEMM FLOPs
-//   equal model_step_flops exactly (plus mhe_mul's recomputed attention output), every call has an op class, the peak covers the arenas.
+//   equal model_step_flops exactly (plus mhe_mul's recomputed attention output, plus the forward
+//   train.recompute reruns), every call has an op class, the peak covers the arenas and falls
+//   with recompute at least by the arena bytes it sheds.
 // Record-only mode throughout: nothing runs, allocations are inaccessible address space, so a
 // kernel that touched memory would fault.
 #include <math.h>
@@ -207,7 +209,9 @@ static void test_single_calls(void **state) {
 // One forward + backward of a small model, recorded: the GEMM FLOPs are model_step_flops.
 // gemm_path: attention through cuBLAS (MHE_CUDA_ATTENTION=gemm), so every product of the model
 // is a GEMM; else the default fused attention, whose T x T products are kernel FLOPs.
-static void check_step(Arch arch, AttentionType type, int bf16, int gemm_path) {
+// Returns the step's recorded peak device memory; the model's arena bytes in *arena.
+static double check_step(Arch arch, AttentionType type, int bf16, int gemm_path, RecomputeMode mode,
+                         size_t *arena) {
     Config cfg;
     config_defaults(&cfg);
     cfg.model.arch = arch;
@@ -219,6 +223,7 @@ static void check_step(Arch arch, AttentionType type, int bf16, int gemm_path) {
     cfg.model.max_seq = 40;
     cfg.attention.type = type;
     cfg.data.seq_len = 0;
+    cfg.train.recompute = mode;
     config_resolve(&cfg, "test_cuda_cost");
     const int B = 3, T = 37;
     if (gemm_path) setenv("MHE_CUDA_ATTENTION", "gemm", 1);
@@ -243,10 +248,29 @@ static void check_step(Arch arch, AttentionType type, int bf16, int gemm_path) {
     const double recompute = gemm_path && type == ATTN_MHE_MUL ? cfg.model.layers * 2.0 * B * cfg.model.heads * T * T * cfg.model.head_dim : 0;
     // The attention products (forward 2 B n T^2 (d_qk + d_v) per layer, backward twice that).
     const double attention = cfg.model.layers * 3.0 * 2.0 * B * cfg.model.heads * T * T * 2.0 * cfg.model.head_dim;
-    const double want = model_step_flops(m, B, T) + recompute - (gemm_path ? 0.0 : attention);
-    printf("  %s %s %s %s: gemm flops %.6e expected %.6e, %ld launches, predicted %.1f us\n",
+    // train.recompute reruns the forward of every layer but the last before its backward
+    // (worked out here from the shapes, not from model_recompute_flops): `attention` the Q/K/V
+    // projections and the core, `layer` also the output projection and the FFN — post-LN both
+    // of its matmuls (its LayerNorm needs the down projection's output), pre-LN the up
+    // projection only.  On the flash path the core's products are kernel FLOPs, not GEMMs.
+    const double N = (double)B * T, D = cfg.model.hidden, F = cfg.model.ffn, n = cfg.model.heads;
+    const double d = cfg.model.head_dim, again = cfg.model.layers - 1;
+    const double proj = 2 * N * D * (type == ATTN_MHA ? 3 * n * d : 3 * d);
+    const double core = 2.0 * B * n * T * T * 2 * d;
+    const double post = arch == ARCH_BERT;
+    double rerun = 0;
+    if (mode != RECOMPUTE_NONE) rerun = again * (proj + (gemm_path ? core : 0));
+    if (mode == RECOMPUTE_LAYER) rerun += again * (2 * N * n * d * D + (post ? 4 : 2) * N * D * F);
+    const double want = model_step_flops(m, B, T) + recompute + rerun - (gemm_path ? 0.0 : attention);
+    printf("  %s %s %s %s recompute %d: gemm flops %.6e expected %.6e, %ld launches, predicted %.1f us, "
+           "peak %.0f bytes\n",
            arch == ARCH_BERT ? "bert" : "gpt", type == ATTN_MHA ? "mha" : "mhe_mul", bf16 ? "bf16" : "fp32",
-           gemm_path ? "gemm" : "flash", r.gemm_flops, want, r.launches, 1e6 * r.seconds);
+           gemm_path ? "gemm" : "flash", (int)mode, r.gemm_flops, want, r.launches, 1e6 * r.seconds,
+           r.peak_bytes);
+    // The model's own count of the rerun forward agrees (it adds the flash core too).
+    const double model_rerun = model_recompute_flops(m, B, T);
+    assert_true(fabs(model_rerun - (rerun + (gemm_path || mode == RECOMPUTE_NONE ? 0 : again * core))) <=
+                1e-12 * (model_rerun + 1));
     assert_true(fabs(r.gemm_flops - want) <= 1e-12 * want);
     // The fused kernels recompute P in the backward: at least the model's attention FLOPs.
     assert_true(r.tc_flops + r.flops >= want + (gemm_path ? 0.0 : attention));
@@ -260,9 +284,23 @@ static void check_step(Arch arch, AttentionType type, int bf16, int gemm_path) {
     assert_true(fabs(sum - r.seconds) <= 1e-9 * r.seconds);
     assert_true(r.class_calls[OPC_ATTENTION] > 0 && r.class_calls[OPC_MATMUL] > 0 && r.class_calls[OPC_LOSS] > 0);
     assert_true(r.peak_bytes >= (double)(model_arena_bytes(m) + model_state_bytes(m)));
+    *arena = model_arena_bytes(m);
     model_free(m);
     be->destroy(be);
     config_free(&cfg);
+    return r.peak_bytes;
+}
+
+// The step's FLOPs for each mode; the peak device memory falls at least by what the arena
+// sheds (the bf16 twins of the shared buffers go too).
+static void check_modes(Arch arch, AttentionType type, int bf16, int gemm_path) {
+    size_t arena[3];
+    double peak[3];
+    for (int mode = 0; mode < 3; mode++) peak[mode] = check_step(arch, type, bf16, gemm_path, (RecomputeMode)mode, &arena[mode]);
+    for (int mode = 1; mode < 3; mode++) {
+        assert_true(arena[mode] < arena[mode - 1]);
+        assert_true(peak[0] - peak[mode] >= (double)(arena[0] - arena[mode]));
+    }
 }
 
 static void test_step_flops(void **state) {
@@ -270,10 +308,10 @@ static void test_step_flops(void **state) {
     assert_int_equal(backend_cuda_cost_dry_run(1), 1);
     for (int gemm_path = 0; gemm_path <= 1; gemm_path++)
         for (int bf16 = 0; bf16 <= 1; bf16++) {
-            check_step(ARCH_BERT, ATTN_MHA, bf16, gemm_path);
-            check_step(ARCH_BERT, ATTN_MHE_MUL, bf16, gemm_path);
-            check_step(ARCH_GPT, ATTN_MHA, bf16, gemm_path);
-            check_step(ARCH_GPT, ATTN_MHE_MUL, bf16, gemm_path);
+            check_modes(ARCH_BERT, ATTN_MHA, bf16, gemm_path);
+            check_modes(ARCH_BERT, ATTN_MHE_MUL, bf16, gemm_path);
+            check_modes(ARCH_GPT, ATTN_MHA, bf16, gemm_path);
+            check_modes(ARCH_GPT, ATTN_MHE_MUL, bf16, gemm_path);
         }
 }
 

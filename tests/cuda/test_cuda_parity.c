@@ -262,9 +262,9 @@ static void test_bias_and_elementwise_match_cpu(void **state) {
     for (int i = 0; i < 6; i++) buf_free(f, all[i]);
 }
 
-static void test_head_expand_matches_cpu(void **state) {
-    Fix *f = *state;
-    const int N = 11, n = 3, d = 8, ldx = 13;
+// Two shapes: one row chunk of the column sums (cuda_colsum.h), and several chunks and column
+// blocks with a partial last one (N = 530 rows = 3 chunks of 256, n d = 45 columns).
+static void head_expand_case(Fix *f, int N, int n, int d, int ldx) {
     Buf x = buf_rand(f, (size_t)N * ldx), mul = buf_rand(f, (size_t)n * d), add = buf_rand(f, (size_t)n * d);
     Buf out = buf_rand(f, (size_t)N * n * d), dx = buf_rand(f, (size_t)N * ldx);
     Buf dmul = buf_rand(f, (size_t)n * d), dadd = buf_rand(f, (size_t)n * d);
@@ -278,8 +278,14 @@ static void test_head_expand_matches_cpu(void **state) {
         expect_close(f, &dmul, 1e-5, "head_expand_backward dmul");
         expect_close(f, &dadd, 1e-5, "head_expand_backward dadd");
     }
+    PAIR(f, head_expand_backward, D(out), D(x), ldx, D(mul), N, n, d, D(dx), 1, NULL, D(dadd));
+    expect_close(f, &dadd, 1e-5, "head_expand_backward dadd only");
     Buf *all[] = {&x, &mul, &add, &out, &dx, &dmul, &dadd};
     for (int i = 0; i < 7; i++) buf_free(f, all[i]);
+}
+static void test_head_expand_matches_cpu(void **state) {
+    head_expand_case(*state, 11, 3, 8, 13);
+    head_expand_case(*state, 530, 5, 9, 50);
 }
 
 // residual_layernorm_forward (one kernel) against the CPU backend's dropout, add and
@@ -308,9 +314,7 @@ static void test_residual_layernorm_matches_cpu(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
 }
 
-static void test_layernorm_gelu_tanh_match_cpu(void **state) {
-    Fix *f = *state;
-    const int N = 9, C = 96;
+static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     const size_t n = (size_t)N * C;
     Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
     Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n);
@@ -337,6 +341,12 @@ static void test_layernorm_gelu_tanh_match_cpu(void **state) {
     expect_close(f, &dx, 1e-6, "tanh_backward");
     Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
     for (int i = 0; i < 10; i++) buf_free(f, all[i]);
+}
+// The second shape: 3 row chunks and 3 column blocks (the last partial) of the column sums of
+// dγ, dβ (cuda_colsum.h).
+static void test_layernorm_gelu_tanh_match_cpu(void **state) {
+    layernorm_gelu_tanh_case(*state, 9, 96);
+    layernorm_gelu_tanh_case(*state, 600, 70);
 }
 
 static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
@@ -448,6 +458,51 @@ static void test_adamw_ranges_match_cpu(void **state) {
     PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 300, 20, 0.0f, D(y), 20);
     expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
     Buf *all[] = {&p, &g, &m, &v, &x, &y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
+// lamb_direction_ranges + axpy_ranges (LAMB in three launches) against the CPU backend's
+// lamb_direction, sum_squares and axpy per range: ranges with and without weight decay, an
+// empty one, one longer than a chunk (8192) so its sums join several blocks, gaps left
+// untouched, moments offset by m_base, three steps; the weights' twins follow the step.
+static void test_lamb_ranges_match_cpu(void **state) {
+    Fix *f = *state;
+    const size_t n = 20000, m_base = 100;
+    const size_t start[5] = {100, 300, 300, 9400, 19000}, len[5] = {150, 0, 9000, 1, 1000};
+    const float wds[5] = {0.01f, 0.01f, 0.01f, 0.0f, 0.01f};
+    Buf p = buf_rand(f, n), g = buf_rand(f, n), m = buf_rand(f, n - m_base), u = buf_rand(f, n - m_base),
+        x = buf_rand(f, 8 * 10), y = buf_rand(f, 8 * 20);
+    Buf v = buf_new(f, n - m_base, 0.0f, 0.5f);
+    const float lr = 1e-2f;
+    double sq[10];
+    float coef[5];
+    for (int step = 1; step <= 3; step++) {
+        PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 19000, 20, 0.0f, D(y), 20);  // W in range 4
+        expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
+        const float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
+        f->gpu->lamb_direction_ranges(f->gpu, p.g, g.g, m.g, v.g, u.g, m_base, 5, start, len, wds, 0.9f, 0.999f,
+                                      1e-6f, bc1, bc2, 0.5f, sq);
+        for (int r = 0; r < 5; r++) {
+            const size_t at = start[r] - m_base;
+            f->cpu->lamb_direction(f->cpu, p.c + start[r], g.c + start[r], m.c + at, v.c + at, u.c + at, len[r],
+                                   0.9f, 0.999f, 1e-6f, wds[r], bc1, bc2, 0.5f);
+            const double pp = f->cpu->sum_squares(f->cpu, p.c + start[r], len[r]);
+            const double uu = f->cpu->sum_squares(f->cpu, u.c + at, len[r]);
+            assert_true(fabs(sq[r] - pp) <= 1e-6 * pp && fabs(sq[5 + r] - uu) <= 1e-5 * uu);
+            if (!len[r]) assert_true(sq[r] == 0.0 && sq[5 + r] == 0.0);
+            coef[r] = -lr * (pp > 0 && uu > 0 ? (float)sqrt(pp / uu) : 1.0f);
+        }
+        expect_close(f, &u, 1e-5, "lamb ranges u");
+        expect_close(f, &m, 1e-5, "lamb ranges m");
+        expect_close(f, &v, 1e-5, "lamb ranges v");
+        for (int r = 0; r < 5; r++)
+            f->cpu->axpy(f->cpu, coef[r], u.c + start[r] - m_base, p.c + start[r], len[r]);
+        f->gpu->axpy_ranges(f->gpu, p.g, u.g, m_base, 5, start, len, coef);
+        expect_close(f, &p, 1e-5, "lamb ranges p");
+    }
+    PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 19000, 20, 0.0f, D(y), 20);
+    expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
+    Buf *all[] = {&p, &g, &m, &v, &u, &x, &y};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
 }
 
@@ -681,6 +736,7 @@ int main(void) {
         cmocka_unit_test(test_gather_scatter_rows_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),
         cmocka_unit_test(test_adamw_ranges_match_cpu),
+        cmocka_unit_test(test_lamb_ranges_match_cpu),
         cmocka_unit_test(test_attention_matches_cpu),
         cmocka_unit_test(test_attention_gemm_path_matches_cpu),
         cmocka_unit_test(test_attention_plain_kernels_match_cpu),
@@ -693,6 +749,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_reads_twins),
         cmocka_unit_test(test_bf16_twins_follow_every_write),
         cmocka_unit_test(test_adamw_ranges_match_cpu),
+        cmocka_unit_test(test_lamb_ranges_match_cpu),
     };
     int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda parity bf16", bf16, setup_bf16, teardown);

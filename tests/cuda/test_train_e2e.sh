@@ -19,11 +19,20 @@ run 1 cpu runtime.device=cpu
 run 1 cuda runtime.device=cuda
 run 2 cuda2 runtime.device=cuda
 run 1 bf16 runtime.device=cuda runtime.precision=bf16
+# LAMB: the backend's range hooks (three launches per step) against the host optimizer, and at
+# 2 ranks (NCCL-reduced gradients; ZeRO-1 is CPU-only in this version).
+run 1 lamb-cpu runtime.device=cpu optim.name=lamb
+run 1 lamb-cuda runtime.device=cuda optim.name=lamb
+run 2 lamb-2 runtime.device=cuda optim.name=lamb
 grep -q "cuda" "$WORK/cuda.log" || { cat "$WORK/cuda.log"; fail "the cuda run does not say it used cuda"; }
 grep -q "gradients all-reduced by NCCL on device buffers" "$WORK/cuda2.log" || { cat "$WORK/cuda2.log"; fail "the 2-rank cuda run did not use NCCL"; }
 $PY "$CHECK" losses-close "$WORK/cuda/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/cuda2/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/bf16/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 2e-2
+$PY "$CHECK" losses-close "$WORK/lamb-cuda/metrics.jsonl" "$WORK/lamb-cpu/metrics.jsonl" 1e-4
+$PY "$CHECK" losses-close "$WORK/lamb-2/metrics.jsonl" "$WORK/lamb-cpu/metrics.jsonl" 1e-4
+$PY "$CHECK" weights-close "$WORK/lamb-cuda/checkpoints/step_00000004/model.safetensors" \
+  "$WORK/lamb-cpu/checkpoints/step_00000004/model.safetensors" 1e-4
 # bf16 must really have run: its losses differ from the fp32 run's somewhere.
 $PY - "$WORK/bf16/metrics.jsonl" "$WORK/cuda/metrics.jsonl" <<'PYEOF' || fail "bf16 losses equal fp32: bf16 not in effect"
 import json, sys

@@ -36,6 +36,18 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_task_heads PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 900 LABELS cuda)
 
+  # train.recompute through the emulated CUDA backend, fp32 and bf16 (tests/model/test_recompute.c
+  # built against it): attention / layer = none bit for bit; in bf16 the emulation checks every
+  # bf16 twin of the reused buffers.
+  add_executable(test_cuda_recompute ${CMAKE_SOURCE_DIR}/tests/model/test_recompute.c)
+  target_compile_definitions(test_cuda_recompute PRIVATE MHE_TEST_CUDA)
+  target_link_libraries(test_cuda_recompute PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
+  foreach(prec cuda cuda_bf16)
+    add_test(NAME test_${prec}_recompute COMMAND test_cuda_recompute ${prec})
+    set_tests_properties(test_${prec}_recompute PROPERTIES
+      ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 600 LABELS cuda)
+  endforeach()
+
   # NCCL served by MPI: two ranks, each with its own emulated GPU.
   add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)
   target_link_libraries(test_cuda_nccl PRIVATE mhe_testutil mhecore mhecuda_emu)

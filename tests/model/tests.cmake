@@ -28,3 +28,10 @@ set_property(TEST cpu_bf16_matches_fp32 cpu_bf16_emulated_matches_fp32 APPEND PR
 # bert/gpt x classification/regression/span, loss, outputs and every gradient; divisor semantics.
 mhe_add_cmocka_test(task_heads_match_pytorch ${CMAKE_SOURCE_DIR}/tests/model/test_task_heads.c)
 set_tests_properties(task_heads_match_pytorch PROPERTIES TIMEOUT 300 LABELS "model;unit;oracle")
+# train.recompute attention / layer = none bit for bit (losses, logits, gradients, task heads) with
+# dropout on, CPU fp32 (every attention type) and bf16; the arena shrinks by the shared buffers.
+mhe_add_cmocka_test(recompute_is_bit_identical ${CMAKE_SOURCE_DIR}/tests/model/test_recompute.c)
+set_tests_properties(recompute_is_bit_identical PROPERTIES TIMEOUT 300 LABELS "model;unit")
+add_test(NAME recompute_is_bit_identical_bf16 COMMAND recompute_is_bit_identical cpu_bf16)
+set_tests_properties(recompute_is_bit_identical_bf16 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
+  "OMP_NUM_THREADS=2")

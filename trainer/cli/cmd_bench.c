@@ -152,8 +152,8 @@ int cmd_bench(int argc, char **argv) {
            cfg.source ? cfg.source : path, arch_name(cfg.model.arch), attention_type_name(cfg.attention.type),
            (int)cfg.attention.fast_path, cfg.model.layers, cfg.model.hidden, cfg.model.heads,
            cfg.model.head_dim, V, model_param_count(m));
-    printf("bench: backend=%s micro_batch=%d seq_len=%d threads=%d steps=%d (after 1 warm-up)\n",
-           be->name, B, T, omp_get_max_threads(), steps);
+    printf("bench: backend=%s micro_batch=%d seq_len=%d threads=%d steps=%d (after 1 warm-up) recompute=%s\n",
+           be->name, B, T, omp_get_max_threads(), steps, recompute_name(cfg.train.recompute));
 
     // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA.
     const ParamTable *table = model_param_table(m);
@@ -207,6 +207,16 @@ int cmd_bench(int argc, char **argv) {
     if (spec) {
         bench_gpu_report(spec, cfg.runtime.precision == PREC_BF16, record_only, &cost, flops, (long)B * T,
                          record_only ? NULL : &prof, steps);
+    }
+    // MFU counts the model's flops only; the recomputed forward is in the step time.
+    const double again = model_recompute_flops(m, B, T);
+    if (again > 0) {
+        printf("recompute: train.recompute=%s reruns %.3f TFLOP of forward per step (not in MFU)",
+               recompute_name(cfg.train.recompute), again / 1e12);
+        if (spec)
+            printf("; model + recompute: %.1f%% of the %s's peak", 100.0 * (flops + again) / cost.seconds /
+                   (cfg.runtime.precision == PREC_BF16 ? spec->bf16_flops : spec->fp32_flops), spec->name);
+        printf("\n");
     }
     // In record-only mode the host timings measured nothing but the recording.
     if (!record_only) bench_print_measured(&cfg, m, &prof, steps, t_total, t_optim, step, flops, peak, loss);

@@ -21,6 +21,7 @@ const char *const CONFIG_OBJECTIVE_NAMES[] = {"mlm", "clm", NULL};
 const char *const CONFIG_OPTIMIZER_NAMES[] = {"adamw", "lamb", NULL};
 const char *const CONFIG_SCHEDULE_NAMES[] = {"linear", "cosine", "constant", NULL};
 const char *const CONFIG_NONFINITE_NAMES[] = {"skip", "stop", NULL};
+const char *const CONFIG_RECOMPUTE_NAMES[] = {"none", "attention", "layer", NULL};
 const char *const CONFIG_BACKEND_NAMES[] = {"auto", "mpi", "nccl", NULL};
 const char *const CONFIG_DEVICE_NAMES[] = {"cpu", "cuda", NULL};
 const char *const CONFIG_PRECISION_NAMES[] = {"fp32", "bf16", NULL};
@@ -32,6 +33,10 @@ const char *attention_type_name(AttentionType t) {
 }
 
 const char *arch_name(Arch a) { return (unsigned)a <= ARCH_GPT ? CONFIG_ARCH_NAMES[a] : "?"; }
+
+const char *recompute_name(RecomputeMode r) {
+    return (unsigned)r <= RECOMPUTE_LAYER ? CONFIG_RECOMPUTE_NAMES[r] : "?";
+}
 
 const char *objective_name(Objective o) {
     return (unsigned)o <= OBJ_CLM ? CONFIG_OBJECTIVE_NAMES[o] : "?";

@@ -21,6 +21,8 @@ typedef enum { MHE_ATTENTION_TYPES(MHE_ATTN_ENUM_) ATTN_TYPE_COUNT } AttentionTy
 typedef enum { OPT_ADAMW, OPT_LAMB } OptimizerKind;
 typedef enum { SCHED_LINEAR, SCHED_COSINE, SCHED_CONSTANT } ScheduleKind;
 typedef enum { NONFINITE_SKIP, NONFINITE_STOP } NonfinitePolicy;
+// Activation recomputation (train.recompute): what the forward keeps and the backward recomputes.
+typedef enum { RECOMPUTE_NONE, RECOMPUTE_ATTENTION, RECOMPUTE_LAYER } RecomputeMode;
 typedef enum { DIST_AUTO, DIST_MPI, DIST_NCCL } DistBackend;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
 typedef enum { PREC_FP32, PREC_BF16 } Precision;
@@ -102,6 +104,7 @@ typedef struct {
     NonfinitePolicy on_nonfinite;
     char *init_from;       // weights-only initialisation from a checkpoint ("" = none)
     int max_nonfinite;     // consecutive non-finite steps that end the run (0: never)
+    RecomputeMode recompute;  // none: keep every activation; attention / layer: see trainer/model/README.md
 } TrainConfig;
 
 typedef struct {
@@ -198,6 +201,7 @@ const char *attention_type_name(AttentionType t);
 const AttnTypeSpec *attention_type_spec(AttentionType t);
 const char *arch_name(Arch a);
 const char *objective_name(Objective o);
+const char *recompute_name(RecomputeMode r);
 
 // The data loader from a resolved Config (config_data.c).  loader_options_from_config fills
 // opt from the config and its tokenizer; the continuation table (whole-word masking) is

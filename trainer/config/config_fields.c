@@ -204,6 +204,12 @@ static const ConfigField TRAIN_FIELDS[] = {
     {KEY(train, max_nonfinite, F_INT), .def = "10", IRANGE(0, UNBOUNDED),
      .doc = "this many non-finite steps in a row end the run with exit status 1 (NaN weights or "
             "data would otherwise skip every step and save a useless model); 0 never stops"},
+    {ENUM_KEY(train, recompute, CONFIG_RECOMPUTE_NAMES), .def = "none",
+     .doc = "activation recomputation, trading compute for memory (same losses, gradients and "
+            "checkpoints bit for bit): `none` keeps every activation; `attention` keeps each "
+            "layer but recomputes its attention block (projections, per-head copies, the "
+            "attention core; pre-LN also LN1) before its backward; `layer` keeps only each "
+            "layer's input and recomputes the whole layer (one layer's activations in memory)"},
 };
 
 static const ConfigField DIST_FIELDS[] = {

@@ -16,6 +16,7 @@ extern const char *const CONFIG_OBJECTIVE_NAMES[];
 extern const char *const CONFIG_OPTIMIZER_NAMES[];
 extern const char *const CONFIG_SCHEDULE_NAMES[];
 extern const char *const CONFIG_NONFINITE_NAMES[];
+extern const char *const CONFIG_RECOMPUTE_NAMES[];
 extern const char *const CONFIG_BACKEND_NAMES[];
 extern const char *const CONFIG_DEVICE_NAMES[];
 extern const char *const CONFIG_PRECISION_NAMES[];

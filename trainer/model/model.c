@@ -152,31 +152,48 @@ static void layout(Model *m, Bump *b) {
         m->emb_rstd = arena_take(b, N);
     }
     for (int l = 0; l <= L; l++) m->xs[l] = arena_take(b, N * D);
+    // train.recompute: layer 0 takes the buffers, later layers share what is recomputed — the
+    // attention block's (`attention`) or everything but the layer's input and output (`layer`).
+    const LayerActs *first = &m->la[0];
     for (int l = 0; l < L; l++) {
         LayerActs *a = &m->la[l];
+        if (l > 0 && m->recompute == RECOMPUTE_LAYER) {
+            *a = *first;
+        } else {
+            a->ln1_mean = arena_take(b, N);
+            a->ln1_rstd = arena_take(b, N);
+            a->r1 = arena_take(b, N * D);
+            a->h = pre ? a->r1 : arena_take(b, N * D);
+            a->f_in = pre ? arena_take(b, N * D) : a->h;
+            a->ln2_mean = arena_take(b, N);
+            a->ln2_rstd = arena_take(b, N);
+            a->u = arena_take(b, N * F);
+            a->g = arena_take(b, N * F);
+            a->r2 = pre ? NULL : arena_take(b, N * D);
+        }
+        if (l > 0 && m->recompute != RECOMPUTE_NONE) {
+            a->a_in = first->a_in;
+            a->q = first->q, a->k = first->k, a->v = first->v;
+            a->qh = first->qh, a->kh = first->kh, a->vh = first->vh;
+            a->kbias = first->kbias, a->small = first->small, a->extra = first->extra;
+            a->att_saved = first->att_saved, a->ctx = first->ctx;
+        } else {
+            a->a_in = pre ? arena_take(b, N * D) : NULL;
+            a->q = arena_take(b, N * qc);
+            a->k = arena_take(b, N * kc);
+            a->v = arena_take(b, N * vc);
+            a->qh = arena_take(b, N * qhc);
+            a->kh = arena_take(b, N * khc);
+            a->vh = arena_take(b, N * vhc);
+            a->kbias = kbias ? arena_take(b, N * n) : NULL;
+            a->small = arena_take(b, (size_t)small);
+            a->extra = arena_take(b, N * extra);
+            a->att_saved = arena_take(b, saved);
+            a->ctx = arena_take(b, N * nd);
+        }
         a->x = m->xs[l];
-        a->a_in = pre ? arena_take(b, N * D) : a->x;
-        a->ln1_mean = arena_take(b, N);
-        a->ln1_rstd = arena_take(b, N);
-        a->q = arena_take(b, N * qc);
-        a->k = arena_take(b, N * kc);
-        a->v = arena_take(b, N * vc);
-        a->qh = arena_take(b, N * qhc);
-        a->kh = arena_take(b, N * khc);
-        a->vh = arena_take(b, N * vhc);
-        a->kbias = kbias ? arena_take(b, N * n) : NULL;
-        a->small = arena_take(b, (size_t)small);
-        a->extra = arena_take(b, N * extra);
-        a->att_saved = arena_take(b, saved);
-        a->ctx = arena_take(b, N * nd);
-        a->r1 = arena_take(b, N * D);
-        a->h = pre ? a->r1 : arena_take(b, N * D);
-        a->f_in = pre ? arena_take(b, N * D) : a->h;
-        a->ln2_mean = arena_take(b, N);
-        a->ln2_rstd = arena_take(b, N);
-        a->u = arena_take(b, N * F);
-        a->g = arena_take(b, N * F);
-        a->r2 = pre ? m->xs[l + 1] : arena_take(b, N * D);
+        if (!pre) a->a_in = a->x;
+        if (pre) a->r2 = m->xs[l + 1];
     }
     m->fin = pre ? arena_take(b, N * D) : m->xs[L];
     m->fln_mean = arena_take(b, N);
@@ -234,6 +251,7 @@ Model *model_create_with_state(const Config *cfg, Backend *be, int max_batch, in
     m->fast_path = cfg->attention.fast_path;
     m->variant = attn_variant(cfg->attention.type);
     m->plan = attn_plan_for(&m->cfg, m->fast_path);
+    m->recompute = cfg->train.recompute;
     param_table_build(&m->table, cfg);
     check_memory(m, 0);  // weights and gradients alone, before the per-layer lookups
     lookup_params(m);
@@ -329,6 +347,23 @@ void model_download_logits(const Model *m, float *host) {
 size_t model_arena_bytes(const Model *m) { return m->arena_floats * sizeof(float); }
 size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }
 
+// One layer's forward products at (B, T), by part.
+typedef struct {
+    double proj, core, out, ffn;  // Q/K/V projections, attention core, output projection, FFN
+} LayerFlops;
+
+static LayerFlops layer_flops(const Model *m, int B, int T) {
+    const ModelConfig *mc = &m->cfg.model;
+    const double N = (double)B * T, D = mc->hidden, F = mc->ffn;
+    const AttnPlan *pl = &m->plan;
+    const double n = mc->heads, nd = n * mc->head_dim;
+    const double score_heads = pl->q_heads == 1 && pl->k_heads == 1 ? 1 : n;
+    // Projections: the variant's count, or D-input projections of the plan's widths.
+    const double proj = pl->proj_macs > 0 ? pl->proj_macs : D * (pl->qc + pl->kc + pl->vc + (pl->key_bias ? n : 0));
+    return (LayerFlops){2 * N * proj, 2 * B * (double)T * T * (score_heads * pl->qk_dim + n * pl->v_dim),
+                        2 * N * nd * D, 4 * N * D * F};
+}
+
 // The flops the step computes: the forward's products, and twice each of them in the backward
 // (DESIGN.md §9: MFU counts only what the step computes, so it can never exceed 100%).  When
 // the core shares one Q and one K across the heads, the score product is computed once per
@@ -336,14 +371,9 @@ size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(fl
 // last forward of this shape, or before any forward the expected count N * mask_prob.
 double model_step_flops(const Model *m, int B, int T) {
     const ModelConfig *mc = &m->cfg.model;
-    const double N = (double)B * T, D = mc->hidden, F = mc->ffn, V = mc->vocab_size;
-    const AttnPlan *pl = &m->plan;
-    const double n = mc->heads, nd = n * mc->head_dim;
-    const double score_heads = pl->q_heads == 1 && pl->k_heads == 1 ? 1 : n;
-    // Projections: the variant's count, or D-input projections of the plan's widths.
-    const double proj = pl->proj_macs > 0 ? pl->proj_macs : D * (pl->qc + pl->kc + pl->vc + (pl->key_bias ? n : 0));
-    double layer = 2 * N * proj + 2 * N * nd * D + 4 * N * D * F +
-                   2 * B * (double)T * T * (score_heads * pl->qk_dim + n * pl->v_dim);
+    const double N = (double)B * T, D = mc->hidden, V = mc->vocab_size;
+    const LayerFlops lf = layer_flops(m, B, T);
+    double layer = lf.proj + lf.core + lf.out + lf.ffn;
     double R = N;
     if (m->B == B && m->T == T && m->head_rows > 0) R = m->head_rows;
     else if (m->cfg.objective.type == OBJ_MLM && !m->full_logits) R = N * m->cfg.objective.mask_prob;
@@ -374,4 +404,15 @@ void linear_backward(Backend *be, const float *dy, const float *x, const float *
     if (dx) be->matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
     be->matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
     if (db) be->bias_backward(be, dy, N, out, db);
+}
+
+// What layer_recompute adds (model_forward.c): every layer but the last runs again, `layer`
+// without the pre-LN down projection (half the FFN), `attention` only its projections and core.
+double model_recompute_flops(const Model *m, int B, int T) {
+    const LayerFlops lf = layer_flops(m, B, T);
+    const double again = m->cfg.model.layers - 1;
+    if (m->recompute == RECOMPUTE_ATTENTION) return again * (lf.proj + lf.core);
+    if (m->recompute == RECOMPUTE_LAYER)
+        return again * (lf.proj + lf.core + lf.out + (m->cfg.model.norm == NORM_PRE ? lf.ffn / 2 : lf.ffn));
+    return 0;
 }

@@ -108,5 +108,8 @@ void model_download_logits(const Model *m, float *host);  // as many rows as mod
 size_t model_arena_bytes(const Model *m);
 size_t model_state_bytes(const Model *m);
 double model_step_flops(const Model *m, int B, int T);
+// The forward flops train.recompute adds to a step at (B, T), counted like model_step_flops but
+// not in it: MFU counts the model's work, the step's time includes this (0 for `none`).
+double model_recompute_flops(const Model *m, int B, int T);
 
 #endif

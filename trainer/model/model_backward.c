@@ -59,6 +59,7 @@ void encoder_backward(Model *m, const float *dfin) {
         be->copy(be, dy, dfin, ND * sizeof(float));
     if (m->bw_hook) m->bw_hook(m->bw_ctx, L);
     for (int l = L - 1; l >= 0; l--) {
+        layer_recompute(m, l);
         layer_backward(m, l, dy);
         if (m->bw_hook) m->bw_hook(m->bw_ctx, l);
     }

@@ -22,7 +22,11 @@ static void residual_layernorm(Backend *be, const float *x, float *r, float p, u
     be->layernorm_forward(be, r, gamma, beta, N, D, eps, y, mean, rstd);
 }
 
-static void layer_forward(Model *m, int l) {
+// Layer l from a->x.  again != 0 is its recomputation before the backward (layer_recompute):
+// the post-LN output goes to the free scratch dB (xs[l+1] already holds it and the LayerNorm
+// is only rerun for its input r2 and statistics), and pre-LN stops after the GELU (the backward
+// reads nothing later: the down projection's output is the next layer's input, kept).
+static void layer_forward(Model *m, int l, int again) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const LayerParams *p = &m->lp[l];
@@ -44,14 +48,33 @@ static void layer_forward(Model *m, int l) {
                            mc->ln_eps, a->f_in, a->ln2_mean, a->ln2_rstd);
     linear_forward(be, a->f_in, MP(m, p->up_w), MP(m, p->up_b), N, D, F, a->u);
     be->gelu_forward(be, gelu_kind(m), a->u, a->g, (size_t)N * F);
+    if (again && mc->norm == NORM_PRE) return;
     linear_forward(be, a->g, MP(m, p->down_w), MP(m, p->down_b), N, F, D, a->r2);
     if (mc->norm == NORM_POST) {
         residual_layernorm(be, a->h, a->r2, pd, m->drop_seed, site + 2, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D,
-                           mc->ln_eps, m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
+                           mc->ln_eps, again ? m->dB : m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
     } else {
         be->dropout(be, a->r2, a->r2, ND, pd, m->drop_seed, site + 2);
         be->add(be, a->h, a->r2, a->r2, ND);
     }
+}
+
+// The forward kept every layer's input xs[l] (and, for `attention`, everything outside the
+// attention block); rerunning the same ops on the same inputs with the dropout sites of the same
+// forward (m->drop_base) gives every value bit for bit, so the backward cannot tell.
+void layer_recompute(Model *m, int l) {
+    const ModelConfig *mc = &m->cfg.model;
+    if (m->recompute == RECOMPUTE_NONE || l == mc->layers - 1) return;
+    if (m->recompute == RECOMPUTE_LAYER) {
+        layer_forward(m, l, 1);
+        return;
+    }
+    LayerActs *a = &m->la[l];
+    const LayerParams *p = &m->lp[l];
+    if (mc->norm == NORM_PRE)
+        m->be->layernorm_forward(m->be, a->x, MP(m, p->ln1_g), MP(m, p->ln1_b), m->B * m->T, mc->hidden,
+                                 mc->ln_eps, a->a_in, a->ln1_mean, a->ln1_rstd);
+    attn_core_forward(m, l);
 }
 
 void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, const int32_t *attn_mask, int B,
@@ -88,7 +111,7 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
         be->embedding_forward(be, m->ids, NULL, MP(m, m->word), MP(m, m->pos), NULL, B, T, D, m->xs[0]);
     }
     be->dropout(be, m->xs[0], m->xs[0], ND, pd, m->drop_seed, m->drop_base);
-    for (int l = 0; l < L; l++) layer_forward(m, l);
+    for (int l = 0; l < L; l++) layer_forward(m, l, 0);
     if (mc->norm == NORM_PRE)
         be->layernorm_forward(be, m->xs[L], MP(m, m->fln_g), MP(m, m->fln_b), N, D, mc->ln_eps,
                               m->fin, m->fln_mean, m->fln_rstd);

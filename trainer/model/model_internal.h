@@ -16,6 +16,9 @@ typedef struct {
     size_t up_w, up_b, down_w, down_b;
 } LayerParams;
 
+// One layer's activations.  With train.recompute the layers share buffers (model.c layout):
+// `attention` shares the attention block's (a_in when pre-LN, q ... ctx), `layer` shares all but
+// x (and pre-LN r2, the next layer's input); the backward recomputes them (layer_recompute).
 typedef struct {
     float *x;                     // layer input [N, D] (previous output)
     float *a_in;                  // attention input (pre: LN1(x); post: x)
@@ -91,12 +94,16 @@ struct Model {
     ModelBackwardHook bw_hook;   // gradient-readiness notifications (may be NULL)
     void *bw_ctx;
     int sites_per_step;
+    RecomputeMode recompute;     // cfg train.recompute: which layer buffers are shared
 };
 
 // Embeddings and layers (and GPT's final LayerNorm) of one batch: checks and uploads the inputs,
 // sets B, T, train and the dropout base, leaves the encoder output in m->fin [B*T, D].
 void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, const int32_t *attn_mask, int B,
                      int T, int train, const char *who);
+// Before layer l's backward: recomputes into the shared buffers what train.recompute did not
+// keep (nothing for `none` and for the last layer, whose values the forward left there).
+void layer_recompute(Model *m, int l);
 // Backward from dfin = d loss / d m->fin [B*T, D] (may be m->dA) through the final LayerNorm, the
 // layers and the embeddings, calling the backward hook as model.h says.
 void encoder_backward(Model *m, const float *dfin);
@@ -116,6 +123,9 @@ AttnPlan attn_plan_for(const Config *cfg, int fast);
 AttnShape attn_shape(const Model *m, const LayerActs *a);
 // out [N, D] = attention sublayer (before dropout) of a->a_in.
 void attn_forward(Model *m, int l, float *out);
+// Its first part alone, what train.recompute: attention recomputes: the variant's pre-core
+// forward and the core (q/k/v, per-head copies, key bias, small, extra, att_saved, ctx).
+void attn_core_forward(Model *m, int l);
 // d_ain (+)= gradient of the attention input, given d_out [N, D] (after dropout backward).
 void attn_backward(Model *m, int l, const float *d_out, float *d_ain);
 

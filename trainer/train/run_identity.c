@@ -42,8 +42,10 @@ static Flat flatten(const char *yaml) {
     return f;
 }
 
+// Keys a resumed run may change: they move no value of the run (train.recompute trades memory
+// for compute with bit-identical gradients).
 static int harmless(const char *key) {
-    static const char *const keys[] = {"train.steps", "train.tokens", "train.log_every", "train.eval_every",
+    static const char *const keys[] = {"train.recompute", "train.steps", "train.tokens", "train.log_every", "train.eval_every",
                                        "train.eval_batches", "train.final_eval_batches", "train.checkpoint_every", "train.keep_last",
                                        "train.out_dir", "train.on_nonfinite", "train.init_from",
                                        "train.max_nonfinite", "train.micro_batch", "data.valid", NULL};

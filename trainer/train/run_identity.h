@@ -2,7 +2,7 @@
 // the one resuming.  Keys that change the data order, the model or the optimisation (seed,
 // seq_len, global_batch, lr, the data, every model key, ...) are identity; keys that only say
 // how long to run or how to report, checkpoint, or where/how to compute (steps, tokens,
-// log/eval/checkpoint intervals, keep_last, out_dir, runtime.*, dist.*, micro_batch) are
+// log/eval/checkpoint intervals, keep_last, out_dir, runtime.*, dist.*, micro_batch, recompute) are
 // harmless.  Keys present in only one text (another version's config) are not compared.
 #ifndef MHE_TRAINER_RUN_IDENTITY_H
 #define MHE_TRAINER_RUN_IDENTITY_H

@@ -98,16 +98,19 @@ static CoreArgs core_args(const Model *m, const LayerActs *a, int l) {
 
 AttnShape attn_shape(const Model *m, const LayerActs *a) { return core_args(m, a, (int)(a - m->la)).s; }
 
-void attn_forward(Model *m, int l, float *out) {
-    Backend *be = m->be;
+void attn_core_forward(Model *m, int l) {
     LayerActs *a = &m->la[l];
+    m->variant->forward(m, l);
+    CoreArgs c = core_args(m, a, l);
+    m->be->attention_forward(m->be, &c.s, c.Q, c.K, c.V, a->ctx, a->att_saved, m->att_scratch);
+}
+
+void attn_forward(Model *m, int l, float *out) {
     const LayerParams *p = &m->lp[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden;
     const int nd = m->cfg.model.heads * m->cfg.model.head_dim;
-    m->variant->forward(m, l);
-    CoreArgs c = core_args(m, a, l);
-    be->attention_forward(be, &c.s, c.Q, c.K, c.V, a->ctx, a->att_saved, m->att_scratch);
-    linear_forward(be, a->ctx, MP(m, p->wo), MP(m, p->bo), N, nd, D, out);
+    attn_core_forward(m, l);
+    linear_forward(m->be, m->la[l].ctx, MP(m, p->wo), MP(m, p->bo), N, nd, D, out);
 }
 
 void attn_backward(Model *m, int l, const float *d_out, float *d_ain) {

@@ -1,0 +1,75 @@
+// Column sums over rows (the gradients of per-column parameters: LayerNorm's gamma and beta, the
+// MHE head embeddings) that use the whole GPU and stay deterministic.
+//
+// One thread per column (the first version) launches C threads (768 for BERT-base): three of
+// an H100's 132 SMs, each thread walking all N rows, so the pass runs at a few percent of the
+// memory bandwidth.  Here stage 1 gives each block 32 columns x COLSUM_ROWS rows (a 32 x 8
+// thread tile: a warp reads 32 consecutive columns of one row, coalesced; the 8 row groups are
+// added in a fixed order in shared memory) and writes one partial per (row chunk, column);
+// stage 2 adds each column's chunks in chunk order.  No atomics, so a sum never depends on
+// scheduling; partial sums are also shorter chains than one N-long float sum.
+//
+// Each op supplies `Vals`: vals(r, c, &a, &b) gives the row's two contributions to column c
+// (e.g. dy·x̂ and dy); the sums are added into outA / outB (either may be NULL).
+#ifndef MHE_KERNELS_CUDA_COLSUM_H
+#define MHE_KERNELS_CUDA_COLSUM_H
+
+#include "kernels/cuda/cuda_internal.h"
+
+#define COLSUM_ROWS 256
+#define COLSUM_TX 32
+#define COLSUM_TY 8
+
+template <typename Vals>
+__global__ void colsum2_partials_kernel(Vals f, int N, int C, float *partials) {
+    __shared__ float sa[COLSUM_TY][COLSUM_TX], sb[COLSUM_TY][COLSUM_TX];
+    const int tx = threadIdx.x % COLSUM_TX, ty = threadIdx.x / COLSUM_TX;
+    const int c = blockIdx.x * COLSUM_TX + tx, chunk = blockIdx.y;
+    const int r0 = chunk * COLSUM_ROWS, r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;
+    float a = 0, b = 0;
+    if (c < C)
+        for (int r = r0 + ty; r < r1; r += COLSUM_TY) {
+            float va, vb;
+            f.vals(r, c, &va, &vb);
+            a += va;
+            b += vb;
+        }
+    sa[ty][tx] = a;
+    sb[ty][tx] = b;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        for (int k = 1; k < COLSUM_TY; k++) {
+            a += sa[k][tx];
+            b += sb[k][tx];
+        }
+        const size_t chunks = gridDim.y;
+        partials[(size_t)chunk * C + c] = a;
+        partials[(chunks + chunk) * C + c] = b;
+    }
+}
+
+__global__ void colsum2_finish_kernel(const float *partials, int chunks, int C, float *outA, float *outB);
+
+// Scratch for the partials (grow-only, cuda_colsum.cu).
+float *cuda_colsum_scratch(Backend *be, size_t floats);
+
+// outA[c] += Σ_r a(r, c), outB[c] += Σ_r b(r, c) (either output may be NULL).  stage1: the
+// cost of reading the rows (the partials' bytes are added here).
+template <typename Vals>
+static void cuda_colsum2(Backend *be, Vals f, int N, int C, float *outA, float *outB, MheCost stage1) {
+    if (N <= 0 || C <= 0 || (!outA && !outB)) return;
+    const int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    const size_t np = 2 * (size_t)chunks * C;
+    float *partials = cuda_colsum_scratch(be, np);
+    cudaStream_t s = cuda_stream(be);
+    const dim3 grid((unsigned)((C + COLSUM_TX - 1) / COLSUM_TX), (unsigned)chunks);
+    stage1.bytes += 4.0 * (double)np;
+    MHE_LAUNCH(colsum2_partials_kernel<Vals>, grid, COLSUM_TX * COLSUM_TY, 0, s, stage1)(f, N, C, partials);
+    CUDA_CHECK_LAUNCH();
+    const double outs = (outA != nullptr) + (outB != nullptr);
+    MHE_LAUNCH(colsum2_finish_kernel, (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK), MHE_BLOCK, 0, s,
+               mhe_cost((double)np, 4.0 * (double)np + 8.0 * outs * C))(partials, chunks, C, outA, outB);
+    CUDA_CHECK_LAUNCH();
+}
+
+#endif
