@@ -35,6 +35,9 @@ typedef struct {
     // NCCL all-reduce between the GPUs of one NVLink node: bus bandwidth (bytes/s, the
     // nccl-tests "busbw" a ring reaches) and the fixed cost of one call (seconds).
     double allreduce_bus_bytes_per_s, allreduce_latency_s;
+    // Streaming multiprocessors: a kernel whose grid has fewer blocks than this runs on that
+    // share of the GPU (its FLOPs and bandwidth scaled down).
+    int sms;
 } GpuSpec;
 const GpuSpec *gpu_spec_find(const char *name);  // NULL: unknown (or no CUDA backend)
 

@@ -55,13 +55,13 @@ static void cuda_free(Backend *be, void *p) {
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
     cuda_mirror_wrote(be, dst, bytes);
-    if (!bytes || !mhe_cost_record("memcpy h2d", MheCost{0, 0, (double)bytes, (double)bytes})) return;
+    if (!bytes || !mhe_cost_record("memcpy h2d", MheCost{0, 0, (double)bytes, (double)bytes, 0})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // the host buffer may be reused at once
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes || !mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)bytes, (double)bytes})) return;
+    if (!bytes || !mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)bytes, (double)bytes, 0})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
 }

@@ -68,7 +68,8 @@ static void cuda_colsum2(Backend *be, Vals f, int N, int C, float *outA, float *
     CUDA_CHECK_LAUNCH();
     const double outs = (outA != nullptr) + (outB != nullptr);
     MHE_LAUNCH(colsum2_finish_kernel, (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK), MHE_BLOCK, 0, s,
-               mhe_cost((double)np, 4.0 * (double)np + 8.0 * outs * C))(partials, chunks, C, outA, outB);
+               mhe_cost_blocks((double)np, 4.0 * (double)np + 8.0 * outs * C, cuda_real_blocks(C)))(
+        partials, chunks, C, outA, outB);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -65,6 +65,10 @@ extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((form
 // Kernel launches report errors asynchronously; this catches bad launch configurations.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
+// Blocks of 256 threads (the real build's MHE_BLOCK) covering `threads` threads: the real grid
+// of a one-thread-per-item kernel, for the cost model (MheCost.blocks).
+static inline double cuda_real_blocks(size_t threads) { return (double)((threads + 255) / 256); }
+
 // Grid for a grid-stride loop over n elements.
 static inline unsigned cuda_grid_for(size_t n) {
     size_t g = (n + MHE_BLOCK - 1) / MHE_BLOCK;

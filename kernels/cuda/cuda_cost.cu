@@ -65,8 +65,8 @@ Recorder &rec() {
 // reach about 230 and 360 GB/s of NCCL ring bus bandwidth between the 8 GPUs of a node (about
 // 77-80% of one direction); ~10 us per call (README "Streams and the all-reduce").
 const GpuSpec specs[] = {
-    {"a100", 312e12, 19.5e12, 2.039e12, 25e9, 4e-6, 230e9, 10e-6},
-    {"h100", 989e12, 67e12, 3.35e12, 50e9, 4e-6, 360e9, 10e-6},
+    {"a100", 312e12, 19.5e12, 2.039e12, 25e9, 4e-6, 230e9, 10e-6, 108},
+    {"h100", 989e12, 67e12, 3.35e12, 50e9, 4e-6, 360e9, 10e-6, 132},
 };
 
 }  // namespace
@@ -80,7 +80,7 @@ bool mhe_cost_record(const char *name, MheCost c) {
 void mhe_cost_event_record(const void *event, int stream) {
     Recorder &r = rec();
     if (!r.recording) return;
-    Record x{"event", "event", -1, MheCost{0, 0, 0, 0}};
+    Record x{"event", "event", -1, MheCost{0, 0, 0, 0, 0}};
     x.kind = EVENT_RECORD;
     x.stream = stream;
     x.event = event;
@@ -90,7 +90,7 @@ void mhe_cost_event_record(const void *event, int stream) {
 void mhe_cost_stream_wait(int stream, const void *event) {
     Recorder &r = rec();
     if (!r.recording) return;
-    Record x{"wait", "wait", -1, MheCost{0, 0, 0, 0}};
+    Record x{"wait", "wait", -1, MheCost{0, 0, 0, 0, 0}};
     x.kind = STREAM_WAIT;
     x.stream = stream;
     x.event = event;
@@ -100,7 +100,7 @@ void mhe_cost_stream_wait(int stream, const void *event) {
 bool mhe_cost_record_allreduce(double bytes, int world, int stream) {
     Recorder &r = rec();
     if (r.recording) {
-        Record x{"nccl_allreduce", "nccl all-reduce", -1, MheCost{0, 0, bytes, 0}};
+        Record x{"nccl_allreduce", "nccl all-reduce", -1, MheCost{0, 0, bytes, 0, 0}};
         x.kind = ALLREDUCE;
         x.stream = stream;
         x.world = world;
@@ -115,7 +115,7 @@ static bool record_gemm(int M, int N, int K, int batch, int bf16, int reads_c, c
     r.blas_pending++;
     if (r.recording) {
         double mnk = 2.0 * M * N * K * batch, el = bf16 ? 2.0 : 4.0;
-        MheCost c{0, 0, 0, 0};
+        MheCost c{0, 0, 0, 0, 0};
         (bf16 ? c.tc_flops : c.flops) = mnk;
         c.bytes = batch * (el * ((double)M * K + (double)K * N) + 4.0 * M * N * (reads_c ? 2 : 1)) + epilogue_bytes;
         char label[96];
@@ -202,6 +202,17 @@ extern "C" double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, d
     return std::max(compute, bytes / g->bytes_per_s) + host_bytes / g->pcie_bytes_per_s + g->launch_s;
 }
 
+// One recorded call: a kernel whose real grid (MheCost.blocks) is smaller than the SM count
+// leaves the other SMs idle, so its work runs at blocks/SMs of the GPU's rates (one thread per
+// column over 768 columns is 3 blocks of 256 threads).
+static double call_seconds(const GpuSpec *g, const Record &x) {
+    const MheCost &c = x.cost;
+    const double t = backend_cuda_cost_predict(g, c.tc_flops, c.flops, c.bytes, c.host_bytes);
+    if (c.blocks <= 0 || c.blocks >= g->sms) return t;
+    const double fixed = c.host_bytes / g->pcie_bytes_per_s + g->launch_s;
+    return (t - fixed) * g->sms / c.blocks + fixed;
+}
+
 extern "C" void backend_cuda_cost_ranks(int ranks) { rec().ranks = ranks > 0 ? ranks : 0; }
 
 // Ring all-reduce: every rank sends and receives 2 (n-1)/n of the buffer (reduce-scatter then
@@ -238,8 +249,7 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out) {
             out->comm_calls++;
             out->comm_bytes += x.cost.bytes;
         } else {
-            const MheCost &c = x.cost;
-            t = backend_cuda_cost_predict(g, c.tc_flops, c.flops, c.bytes, c.host_bytes);
+            t = call_seconds(g, x);
         }
         r.spans.push_back(Span{x.stream, now, now + t, x.label});
         now += t;
@@ -279,7 +289,7 @@ extern "C" void backend_cuda_cost_stop(const GpuSpec *g, CostReport *out) {
             continue;
         }
         const MheCost &c = x.cost;
-        double t = backend_cuda_cost_predict(g, c.tc_flops, c.flops, c.bytes, c.host_bytes);
+        double t = call_seconds(g, x);
         out->class_seconds[x.op_class] += t;
         out->class_calls[x.op_class]++;
         out->launches++;

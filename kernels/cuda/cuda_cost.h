@@ -13,8 +13,17 @@
 // bytes over PCIe (uploads and downloads).
 struct MheCost {
     double tc_flops, flops, bytes, host_bytes;
+    // Blocks the real build launches when that can be fewer than the GPU's SMs (column kernels
+    // over C columns, one block per tensor, ...): the call is priced on that share of the GPU.
+    // 0: enough blocks to fill it (grid-stride and row kernels).  Set by the call site because
+    // the emulation launches other grids (64-thread blocks, at most 8 per grid-stride loop).
+    double blocks;
 };
-static inline MheCost mhe_cost(double flops, double bytes) { return MheCost{0, flops, bytes, 0}; }
+static inline MheCost mhe_cost(double flops, double bytes) { return MheCost{0, flops, bytes, 0, 0}; }
+// The same for a kernel whose real grid has `blocks` blocks (see MheCost.blocks).
+static inline MheCost mhe_cost_blocks(double flops, double bytes, double blocks) {
+    return MheCost{0, flops, bytes, 0, blocks};
+}
 
 // Records the call when recording is on; returns whether the work should really run (false
 // only in the emulation's record-only mode, where nothing executes and no memory is touched).

@@ -39,7 +39,7 @@ static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C
 static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
     double t0 = cuda_prof_begin(be);
     cuda_mirror_wrote(be, dbias, (size_t)C * sizeof(float));
-    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)N * C, 4.0 * N * C + 8.0 * C))(dy, N, C, dbias);
+    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 4.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(dy, N, C, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -331,10 +331,10 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     if (!n) return 0.0;
-    MHE_LAUNCH(sum_squares_kernel, CUDA_SUM_BLOCKS, MHE_BLOCK, 0, c->stream, mhe_cost(2.0 * n, 4.0 * n + 8.0 * CUDA_SUM_BLOCKS))(x, n, c->partials);
+    MHE_LAUNCH(sum_squares_kernel, CUDA_SUM_BLOCKS, MHE_BLOCK, 0, c->stream, mhe_cost_blocks(2.0 * n, 4.0 * n + 8.0 * CUDA_SUM_BLOCKS, CUDA_SUM_BLOCKS))(x, n, c->partials);
     CUDA_CHECK_LAUNCH();
     const size_t pb = CUDA_SUM_BLOCKS * sizeof(double);
-    if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)pb, (double)pb}))
+    if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)pb, (double)pb, 0}))
         CUDA_CHECK(cudaMemcpyAsync(c->host_partials, c->partials, pb, cudaMemcpyDeviceToHost, c->stream));
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     double s = 0;

@@ -394,7 +394,7 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     // Q once, K twice (both passes) and V once per query tile, Opre and out written, L.
     const double bytes = rows_n * d * tc_el(f.qb) + tiles * rows_n * d * (2.0 * tc_el(f.kb) + tc_el(f.vb)) +
                          4.0 * (2.0 * rows_n * d + rows_n);
-    const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0}, f.outb, (double)rows_n * d);
+    const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0, 0}, f.outb, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;
     cudaStream_t st = cuda_stream(be);
@@ -429,7 +429,7 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     cudaStream_t st = cuda_stream(be);
     if (dk || dv || dkey_bias) {
         // Q, G, L, D per key tile; K, V once; dK, dV written.
-        MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev + 4.0), 0};
+        MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev + 4.0), 0, 0};
         cost = with_twin(cost, f.dkb, (double)rows * s->k_heads * d);
         cost = with_twin(cost, f.dvb, (double)rows * s->v_heads * d);
         if (d == 16) {
@@ -448,7 +448,7 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         const double qtiles = (s->T + TC_QROWS - 1) / TC_QROWS;
         // K, V per query tile; Q, G once; dQ written; L, D.
         const double bytes = qtiles * rows_n * d * (ek + ev) + rows_n * d * (eq + eg + 4.0) + 8.0 * rows_n;
-        const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 10.0, bytes, 0}, f.dqb, (double)rows * s->q_heads * d);
+        const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 10.0, bytes, 0, 0}, f.dqb, (double)rows * s->q_heads * d);
         dim3 qgrid((unsigned)qtiles, (unsigned)s->B);
         if (d == 16) {
             tc_opt_in(flash_tc_dq_kernel<16>, tc_smem_dq(16));

@@ -228,7 +228,8 @@ static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float 
         CUDA_CHECK_LAUNCH();
         const unsigned grid = (unsigned)((count + MHE_BLOCK - 1) / MHE_BLOCK);
         MHE_LAUNCH(lamb_range_sums_kernel, grid, MHE_BLOCK, 0, c->stream,
-                   mhe_cost(2.0 * (double)chunks.size(), 16.0 * (double)chunks.size() + (double)sb + 16.0 * count))(
+                   mhe_cost_blocks(2.0 * (double)chunks.size(), 16.0 * (double)chunks.size() + (double)sb + 16.0 * count,
+                                   cuda_real_blocks(count)))(
             st.dev_spans, count, partials, sums);
         CUDA_CHECK_LAUNCH();
     }
@@ -236,7 +237,7 @@ static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float 
     if (chunks.empty()) {
         std::memset(sq, 0, hb);
     } else {
-        if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)hb, (double)hb}))
+        if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)hb, (double)hb, 0}))
             CUDA_CHECK(cudaMemcpyAsync(sq, sums, hb, cudaMemcpyDeviceToHost, c->stream));
         CUDA_CHECK(cudaStreamSynchronize(c->stream));
     }

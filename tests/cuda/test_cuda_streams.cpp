@@ -184,10 +184,31 @@ static void timeline_predicts_overlap() {
     be->destroy(be);
 }
 
+// A kernel whose real grid is smaller than the GPU (MheCost.blocks) runs on that share of its
+// SMs: 96 us of bytes on all 108 SMs of an A100 take 96 * 108 / 3 us on 3 blocks, the launch
+// still 4 us; 108 blocks or more (or 0: unspecified) take the plain 96 + 4.
+static void small_grids_use_part_of_the_gpu() {
+    EXPECT(backend_cuda_cost_dry_run(1) == 1, "record-only mode");
+    const GpuSpec *a100 = gpu_spec_find("a100");
+    Backend *be = backend_cuda_create(0, 0);
+    cudaStream_t s = cuda_stream(be);
+    const double blocks[4] = {3, 54, 108, 500}, want_us[4] = {96.0 * 36 + 4, 96.0 * 2 + 4, 100, 100};
+    for (int i = 0; i < 4; i++) {
+        CostReport r;
+        backend_cuda_cost_start();
+        MHE_LAUNCH(nothing, 1, 1, 0, s, mhe_cost_blocks(0, 2.039e12 * 96e-6, blocks[i]))(nullptr);
+        backend_cuda_cost_stop(a100, &r);
+        EXPECT(near(r.seconds, want_us[i]), "%g blocks: %g s, expected %g us", blocks[i], r.seconds, want_us[i]);
+    }
+    backend_cuda_cost_dry_run(0);
+    be->destroy(be);
+}
+
 int main(int argc, char **argv) {
     misuse_is_refused();
     MPI_Init(&argc, &argv);
     timeline_predicts_overlap();
+    small_grids_use_part_of_the_gpu();
     MPI_Finalize();
     if (failures) {
         std::fprintf(stderr, "%d failures\n", failures);
