@@ -29,16 +29,65 @@ struct AdamTable {
     size_t cap = 0;               // entries allocated at dev
 };
 
+// The range of element e of the launch's space: the last one whose first <= e.
+__device__ __forceinline__ int range_of(const AdamRange *__restrict__ r, int count, size_t e) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (r[mid].first <= e) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Grows a device array to hold n elements of T (contents not kept).
+template <typename T> static void grow(Backend *be, T *&dev, size_t &cap, size_t n) {
+    if (n <= cap) return;
+    CudaCtx *c = cuda_ctx(be);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    cuda_device_free(dev);
+    dev = static_cast<T *>(cuda_device_alloc(n * sizeof(T), c->device));
+    cap = n;
+}
+
+// The table of the non-empty ranges of p, each with the weights' bf16 twin: the ops that write
+// p refresh the twins, once per optimizer step (decays may be NULL).  *total: elements covered;
+// *twinned: those with a twin.
+static std::vector<AdamRange> weight_ranges(Backend *be, float *p, int count, const size_t *start, const size_t *len,
+                                            const unsigned char *decays, size_t *total, double *twinned) {
+    std::vector<AdamRange> want;
+    *total = 0;
+    *twinned = 0;
+    for (int q = 0; q < count; q++) {
+        if (!len[q]) continue;
+        AdamRange r{};
+        r.start = start[q];
+        r.first = *total;
+        r.twin = cuda_mirror_out(be, p + start[q], len[q]);
+        r.decays = decays && decays[q] != 0;
+        want.push_back(r);
+        *total += len[q];
+        if (r.twin) *twinned += (double)len[q];
+    }
+    return want;
+}
+
+// Uploads the table when it changed (steady-state steps upload nothing); returns its bytes.
+static size_t sync_table(Backend *be, AdamTable &tab, const std::vector<AdamRange> &want) {
+    const size_t bytes = want.size() * sizeof(AdamRange);
+    if (want.size() != tab.host.size() || std::memcmp(want.data(), tab.host.data(), bytes) != 0) {
+        grow(be, tab.dev, tab.cap, want.size());
+        if (bytes) be->upload(be, tab.dev, want.data(), bytes);
+        tab.host = want;
+    }
+    return bytes;
+}
+
 __global__ void adam_ranges_kernel(const AdamRange *__restrict__ r, int count, size_t total, float *p,
                                    const float *grad, float *m, float *v, size_t m_base, float b1, float b2,
                                    float eps, float step_size, float decay, float bc2_sqrt, float grad_scale) {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)blockDim.x * gridDim.x) {
-        int lo = 0, hi = count - 1;  // the last range whose first <= e
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (r[mid].first <= e) lo = mid;
-            else hi = mid - 1;
-        }
+        const int lo = range_of(r, count, e);
         const size_t k = e - r[lo].first, i = r[lo].start + k, j = i - m_base;
         float mi = m[j], vi = v[j];
         optim_moments(&mi, &vi, grad_scale * grad[i], b1, b2);
@@ -58,34 +107,14 @@ static void cuda_adamw_update_ranges(Backend *be, float *p, const float *grad, f
     CudaCtx *c = cuda_ctx(be);
     if (!c->adam) c->adam = new AdamTable();
     AdamTable &tab = *c->adam;
-    std::vector<AdamRange> want;
-    size_t total = 0;
-    double twinned = 0;
+    size_t total;
+    double twinned;
+    const std::vector<AdamRange> want = weight_ranges(be, p, count, start, len, decays, &total, &twinned);
     for (int q = 0; q < count; q++) {
-        if (!len[q]) continue;
-        AdamRange r{};
-        r.start = start[q];
-        r.first = total;
-        // The weights' twins are refreshed here, once per optimizer step (as adamw_update).
-        r.twin = cuda_mirror_out(be, p + start[q], len[q]);
-        r.decays = decays[q] != 0;
         cuda_mirror_wrote(be, m + (start[q] - m_base), len[q] * sizeof(float));
         cuda_mirror_wrote(be, v + (start[q] - m_base), len[q] * sizeof(float));
-        want.push_back(r);
-        total += len[q];
-        if (r.twin) twinned += (double)len[q];
     }
-    const size_t bytes = want.size() * sizeof(AdamRange);
-    if (want.size() != tab.host.size() || std::memcmp(want.data(), tab.host.data(), bytes) != 0) {
-        if (want.size() > tab.cap) {
-            CUDA_CHECK(cudaStreamSynchronize(c->stream));
-            cuda_device_free(tab.dev);
-            tab.dev = static_cast<AdamRange *>(cuda_device_alloc(bytes, c->device));
-            tab.cap = want.size();
-        }
-        be->upload(be, tab.dev, want.data(), bytes);
-        tab.host = want;
-    }
+    const size_t bytes = sync_table(be, tab, want);
     // The table is read once (the binary searches hit cache), the elements as adam_kernel's,
     // 2 B per twinned element.
     const MheCost cost = mhe_cost(ADAM_FLOPS * (double)total, 28.0 * (double)total + (double)bytes + 2.0 * twinned);
@@ -174,16 +203,6 @@ static LambState *lamb_state(Backend *be) {
     return c->lamb;
 }
 
-// Grows a device array to hold n elements of T (contents not kept).
-template <typename T> static void grow(Backend *be, T *&dev, size_t &cap, size_t n) {
-    if (n <= cap) return;
-    CudaCtx *c = cuda_ctx(be);
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    cuda_device_free(dev);
-    dev = static_cast<T *>(cuda_device_alloc(n * sizeof(T), c->device));
-    cap = n;
-}
-
 static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float *grad, float *m, float *v, float *u,
                                        size_t m_base, int count, const size_t *start, const size_t *len,
                                        const float *wds, float b1, float b2, float eps, float bc1, float bc2,
@@ -247,12 +266,7 @@ static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float 
 __global__ void axpy_ranges_kernel(const AdamRange *__restrict__ r, const float *__restrict__ coef, int count,
                                    size_t total, float *p, const float *u, size_t m_base) {
     for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < total; e += (size_t)blockDim.x * gridDim.x) {
-        int lo = 0, hi = count - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if (r[mid].first <= e) lo = mid;
-            else hi = mid - 1;
-        }
+        const int lo = range_of(r, count, e);
         const size_t k = e - r[lo].first, i = r[lo].start + k;
         const float np = p[i] + coef[lo] * u[i - m_base];
         p[i] = np;
@@ -265,28 +279,14 @@ static void cuda_axpy_ranges(Backend *be, float *p, const float *u, size_t m_bas
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     LambState &st = *lamb_state(be);
-    AdamTable &tab = st.axpy;
-    std::vector<AdamRange> want;
+    // The weights' twins follow the step.
+    size_t total;
+    double twinned;
+    const std::vector<AdamRange> want = weight_ranges(be, p, count, start, len, nullptr, &total, &twinned);
     std::vector<float> co;
-    size_t total = 0;
-    double twinned = 0;
-    for (int q = 0; q < count; q++) {
-        if (!len[q]) continue;
-        AdamRange r{};
-        r.start = start[q];
-        r.first = total;
-        r.twin = cuda_mirror_out(be, p + start[q], len[q]);  // the weights' twins follow the step
-        want.push_back(r);
-        co.push_back(coef[q]);
-        total += len[q];
-        if (r.twin) twinned += (double)len[q];
-    }
-    const size_t bytes = want.size() * sizeof(AdamRange);
-    if (want.size() != tab.host.size() || std::memcmp(want.data(), tab.host.data(), bytes) != 0) {
-        grow(be, tab.dev, tab.cap, want.size());
-        if (bytes) be->upload(be, tab.dev, want.data(), bytes);
-        tab.host = want;
-    }
+    for (int q = 0; q < count; q++)
+        if (len[q]) co.push_back(coef[q]);
+    const size_t bytes = sync_table(be, st.axpy, want);
     // The coefficients change every step (lr, trust ratios): uploaded each call.
     grow(be, st.dev_coef, st.coef_cap, co.size());
     if (!co.empty()) be->upload(be, st.dev_coef, co.data(), co.size() * sizeof(float));
@@ -294,7 +294,7 @@ static void cuda_axpy_ranges(Backend *be, float *p, const float *u, size_t m_bas
                                                            2.0 * twinned);
     if (total)
         MHE_LAUNCH(axpy_ranges_kernel, cuda_grid_for(total), MHE_BLOCK, 0, c->stream, cost)(
-            tab.dev, st.dev_coef, (int)want.size(), total, p, u, m_base);
+            st.axpy.dev, st.dev_coef, (int)want.size(), total, p, u, m_base);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
