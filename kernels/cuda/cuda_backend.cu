@@ -89,13 +89,7 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__res
 // Room for `elems` bf16 values; grows (never shrinks) so steady-state steps do not allocate.
 static __nv_bfloat16 *bf16_scratch(Backend *be, size_t elems) {
     CudaCtx *c = cuda_ctx(be);
-    if (elems > c->bf16_scratch_elems) {
-        CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        cuda_device_free(c->bf16_scratch);
-        c->bf16_scratch = static_cast<__nv_bfloat16 *>(cuda_device_alloc(elems * sizeof(__nv_bfloat16), c->device));
-        c->bf16_scratch_elems = elems;
-    }
-    return c->bf16_scratch;
+    return cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, elems);
 }
 
 void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
@@ -185,12 +179,7 @@ void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alp
     if (M == 0 || N == 0 || count == 0) return;
     if (C.ratio != 1) mhe_fatal("cuda_gemm_heads: the output must be per head");
     CudaCtx *c = cuda_ctx(be);
-    if ((size_t)count * 3 > c->gemm_ptrs_count) {
-        CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        cuda_device_free(c->gemm_ptrs);
-        c->gemm_ptrs = static_cast<void **>(cuda_device_alloc((size_t)count * 3 * sizeof(void *), c->device));
-        c->gemm_ptrs_count = (size_t)count * 3;
-    }
+    cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
     const bool bf16 = c->bf16 && K > 0;
     const size_t el = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
     const void *a_base = A.base, *b_base = B.base;

@@ -1,4 +1,4 @@
-// The second stage of the column sums (cuda_colsum.h) and their scratch.
+// The second stage of the column sums (cuda_colsum.h).
 #include "kernels/cuda/cuda_colsum.h"
 
 // One thread per column: its chunks' partials in chunk order (a few dozen values).
@@ -12,16 +12,4 @@ __global__ void colsum2_finish_kernel(const float *partials, int chunks, int C, 
     }
     if (outA) outA[c] += a;
     if (outB) outB[c] += b;
-}
-
-float *cuda_colsum_scratch(Backend *be, size_t floats) {
-    CudaCtx *c = cuda_ctx(be);
-    if (floats > c->colsum_cap) {
-        // The previous partials may still be read by a queued kernel.
-        CUDA_CHECK(cudaStreamSynchronize(c->stream));
-        cuda_device_free(c->colsum);
-        c->colsum = static_cast<float *>(cuda_device_alloc(floats * sizeof(float), c->device));
-        c->colsum_cap = floats;
-    }
-    return c->colsum;
 }

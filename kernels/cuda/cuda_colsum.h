@@ -50,9 +50,6 @@ __global__ void colsum2_partials_kernel(Vals f, int N, int C, float *partials) {
 
 __global__ void colsum2_finish_kernel(const float *partials, int chunks, int C, float *outA, float *outB);
 
-// Scratch for the partials (grow-only, cuda_colsum.cu).
-float *cuda_colsum_scratch(Backend *be, size_t floats);
-
 // outA[c] += Σ_r a(r, c), outB[c] += Σ_r b(r, c) (either output may be NULL).  stage1: the
 // cost of reading the rows (the partials' bytes are added here).
 template <typename Vals>
@@ -60,7 +57,7 @@ static void cuda_colsum2(Backend *be, Vals f, int N, int C, float *outA, float *
     if (N <= 0 || C <= 0 || (!outA && !outB)) return;
     const int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
     const size_t np = 2 * (size_t)chunks * C;
-    float *partials = cuda_colsum_scratch(be, np);
+    float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, np);
     cudaStream_t s = cuda_stream(be);
     const dim3 grid((unsigned)((C + COLSUM_TX - 1) / COLSUM_TX), (unsigned)chunks);
     stage1.bytes += 4.0 * (double)np;

@@ -63,6 +63,19 @@ void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int 
 // Device memory the cost model counts towards the peak (every backend allocation goes here).
 void *cuda_device_alloc(size_t bytes, int device);
 void cuda_device_free(void *p);
+// Grow-only device buffers (scratch, tables): buf holds at least `elems` T's afterwards, cap
+// counts them; contents are not kept.  The old buffer may still be read by queued kernels, so
+// the stream is drained before it is freed.  Steady-state steps never reallocate.
+template <typename T> static inline T *cuda_grow(Backend *be, T *&buf, size_t &cap, size_t elems) {
+    if (elems > cap) {
+        CudaCtx *c = cuda_ctx(be);
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        cuda_device_free(buf);
+        buf = static_cast<T *>(cuda_device_alloc(elems * sizeof(T), c->device));
+        cap = elems;
+    }
+    return buf;
+}
 // Memset / device-to-device copy on the backend's stream, recorded as calls of the cost model.
 void cuda_memset(Backend *be, void *p, size_t bytes);
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes);

@@ -154,12 +154,7 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
     LtState *s = nullptr;
     if (db && N > 0 && out > 0 && in > 0) {
         s = lt_state(be);
-        if ((size_t)out > s->dbias_n) {
-            CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
-            cuda_device_free(s->dbias);
-            s->dbias = static_cast<float *>(cuda_device_alloc((size_t)out * sizeof(float), cuda_ctx(be)->device));
-            s->dbias_n = (size_t)out;
-        }
+        cuda_grow(be, s->dbias, s->dbias_n, (size_t)out);
         if (bf16) twins(be, x, (size_t)N * in, dy, (size_t)N * out, &A, &B);
         p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, s->dbias);
     }
