@@ -23,11 +23,26 @@ struct AdamRange {
     int unused;           // keeps the struct free of padding (tables are compared bytewise)
 };
 
-struct AdamTable {
-    std::vector<AdamRange> host;  // the device copy's contents
-    AdamRange *dev = nullptr;
-    size_t cap = 0;               // entries allocated at dev
+// A table of T kept on the device, uploaded only when its contents change (steady-state steps
+// upload nothing; tables are compared bytewise, so T has no padding).
+template <typename T> struct DevTable {
+    std::vector<T> host;  // the device copy's contents
+    T *dev = nullptr;
+    size_t cap = 0;       // entries allocated at dev
 };
+
+// Uploads `want` when it differs from the table's contents; returns its bytes.
+template <typename T> static size_t sync_table(Backend *be, DevTable<T> &tab, const std::vector<T> &want) {
+    const size_t bytes = want.size() * sizeof(T);
+    if (want.size() != tab.host.size() || std::memcmp(want.data(), tab.host.data(), bytes) != 0) {
+        cuda_grow(be, tab.dev, tab.cap, want.size());
+        if (bytes) be->upload(be, tab.dev, want.data(), bytes);
+        tab.host = want;
+    }
+    return bytes;
+}
+
+struct AdamTable : DevTable<AdamRange> {};
 
 // The range of element e of the launch's space: the last one whose first <= e.
 __device__ __forceinline__ int range_of(const AdamRange *__restrict__ r, int count, size_t e) {
@@ -38,16 +53,6 @@ __device__ __forceinline__ int range_of(const AdamRange *__restrict__ r, int cou
         else hi = mid - 1;
     }
     return lo;
-}
-
-// Grows a device array to hold n elements of T (contents not kept).
-template <typename T> static void grow(Backend *be, T *&dev, size_t &cap, size_t n) {
-    if (n <= cap) return;
-    CudaCtx *c = cuda_ctx(be);
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    cuda_device_free(dev);
-    dev = static_cast<T *>(cuda_device_alloc(n * sizeof(T), c->device));
-    cap = n;
 }
 
 // The table of the non-empty ranges of p, each with the weights' bf16 twin: the ops that write
@@ -70,17 +75,6 @@ static std::vector<AdamRange> weight_ranges(Backend *be, float *p, int count, co
         if (r.twin) *twinned += (double)len[q];
     }
     return want;
-}
-
-// Uploads the table when it changed (steady-state steps upload nothing); returns its bytes.
-static size_t sync_table(Backend *be, AdamTable &tab, const std::vector<AdamRange> &want) {
-    const size_t bytes = want.size() * sizeof(AdamRange);
-    if (want.size() != tab.host.size() || std::memcmp(want.data(), tab.host.data(), bytes) != 0) {
-        grow(be, tab.dev, tab.cap, want.size());
-        if (bytes) be->upload(be, tab.dev, want.data(), bytes);
-        tab.host = want;
-    }
-    return bytes;
 }
 
 __global__ void adam_ranges_kernel(const AdamRange *__restrict__ r, int count, size_t total, float *p,
@@ -144,16 +138,11 @@ struct LambRangeSpan {
 };
 
 struct LambState {
-    std::vector<LambChunk> chunks;      // the device copy's contents
-    std::vector<LambRangeSpan> spans;
-    LambChunk *dev_chunks = nullptr;
-    LambRangeSpan *dev_spans = nullptr;
-    size_t chunk_cap = 0, span_cap = 0;
-    double *partials = nullptr;         // 2 per chunk: Σ p², Σ u²
-    double *sums = nullptr;             // 2 per range, then copied to the host
-    double *host_sums = nullptr;
-    size_t sums_cap = 0;
-    AdamTable axpy;                     // axpy_ranges' table (AdamRange.unused unused; coef apart)
+    DevTable<LambChunk> chunks;
+    DevTable<LambRangeSpan> spans;
+    double *partials = nullptr;         // 2 per chunk (Σ p², Σ u²), then 2 per range (the sums)
+    size_t partials_cap = 0;
+    DevTable<AdamRange> axpy;           // axpy_ranges' table (decays unused; coef apart)
     float *dev_coef = nullptr;
     size_t coef_cap = 0;
 };
@@ -224,32 +213,22 @@ static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float 
         cuda_mirror_wrote(be, v + (start[r] - m_base), len[r] * sizeof(float));
         cuda_mirror_wrote(be, u + (start[r] - m_base), len[r] * sizeof(float));
     }
-    // The tables change only with the ranges (or the decays): steady-state steps upload nothing.
-    const size_t cb = chunks.size() * sizeof(LambChunk), sb = spans.size() * sizeof(LambRangeSpan);
-    if (chunks.size() != st.chunks.size() || std::memcmp(chunks.data(), st.chunks.data(), cb) != 0) {
-        grow(be, st.dev_chunks, st.chunk_cap, chunks.size());
-        if (cb) be->upload(be, st.dev_chunks, chunks.data(), cb);
-        st.chunks = chunks;
-    }
-    if (spans.size() != st.spans.size() || std::memcmp(spans.data(), st.spans.data(), sb) != 0) {
-        grow(be, st.dev_spans, st.span_cap, spans.size());
-        if (sb) be->upload(be, st.dev_spans, spans.data(), sb);
-        st.spans = spans;
-    }
-    grow(be, st.partials, st.sums_cap, 2 * chunks.size() + 2 * (size_t)count);
+    // The tables change only with the ranges (or the decays).
+    const size_t cb = sync_table(be, st.chunks, chunks), sb = sync_table(be, st.spans, spans);
+    cuda_grow(be, st.partials, st.partials_cap, 2 * chunks.size() + 2 * (size_t)count);
     double *partials = st.partials, *sums = st.partials + 2 * chunks.size();
     if (!chunks.empty()) {
         // As lamb_direction (28 B per element) plus the chunk table and partials.
         const MheCost cost = mhe_cost((ADAM_FLOPS + 4.0) * (double)total, 28.0 * (double)total + (double)cb +
                                                                               16.0 * (double)chunks.size());
         MHE_LAUNCH(lamb_chunks_kernel, (unsigned)chunks.size(), MHE_BLOCK, 0, c->stream, cost)(
-            st.dev_chunks, p, grad, m, v, u, m_base, b1, b2, eps, bc1, bc2, grad_scale, partials);
+            st.chunks.dev, p, grad, m, v, u, m_base, b1, b2, eps, bc1, bc2, grad_scale, partials);
         CUDA_CHECK_LAUNCH();
         const unsigned grid = (unsigned)((count + MHE_BLOCK - 1) / MHE_BLOCK);
         MHE_LAUNCH(lamb_range_sums_kernel, grid, MHE_BLOCK, 0, c->stream,
                    mhe_cost_blocks(2.0 * (double)chunks.size(), 16.0 * (double)chunks.size() + (double)sb + 16.0 * count,
                                    cuda_real_blocks(count)))(
-            st.dev_spans, count, partials, sums);
+            st.spans.dev, count, partials, sums);
         CUDA_CHECK_LAUNCH();
     }
     const size_t hb = 2 * (size_t)count * sizeof(double);
@@ -288,7 +267,7 @@ static void cuda_axpy_ranges(Backend *be, float *p, const float *u, size_t m_bas
         if (len[q]) co.push_back(coef[q]);
     const size_t bytes = sync_table(be, st.axpy, want);
     // The coefficients change every step (lr, trust ratios): uploaded each call.
-    grow(be, st.dev_coef, st.coef_cap, co.size());
+    cuda_grow(be, st.dev_coef, st.coef_cap, co.size());
     if (!co.empty()) be->upload(be, st.dev_coef, co.data(), co.size() * sizeof(float));
     const MheCost cost = mhe_cost(2.0 * (double)total, 12.0 * (double)total + (double)bytes + 4.0 * co.size() +
                                                            2.0 * twinned);
@@ -308,8 +287,8 @@ void cuda_optim_destroy(Backend *be) {
     }
     if (c->lamb) {
         LambState *s = c->lamb;
-        cuda_device_free(s->dev_chunks);
-        cuda_device_free(s->dev_spans);
+        cuda_device_free(s->chunks.dev);
+        cuda_device_free(s->spans.dev);
         cuda_device_free(s->partials);
         cuda_device_free(s->axpy.dev);
         cuda_device_free(s->dev_coef);
