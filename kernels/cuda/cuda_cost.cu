@@ -77,25 +77,20 @@ bool mhe_cost_record(const char *name, MheCost c) {
     return !r.dry;
 }
 
-void mhe_cost_event_record(const void *event, int stream) {
+// An event record or a stream's wait on one: no work, only ordering for the timeline.
+static void record_ordering(int kind, const char *name, int stream, const void *event) {
     Recorder &r = rec();
     if (!r.recording) return;
-    Record x{"event", "event", -1, MheCost{0, 0, 0, 0, 0}};
-    x.kind = EVENT_RECORD;
+    Record x{name, name, -1, MheCost{0, 0, 0, 0, 0}};
+    x.kind = kind;
     x.stream = stream;
     x.event = event;
     r.recs.push_back(x);
 }
 
-void mhe_cost_stream_wait(int stream, const void *event) {
-    Recorder &r = rec();
-    if (!r.recording) return;
-    Record x{"wait", "wait", -1, MheCost{0, 0, 0, 0, 0}};
-    x.kind = STREAM_WAIT;
-    x.stream = stream;
-    x.event = event;
-    r.recs.push_back(x);
-}
+void mhe_cost_event_record(const void *event, int stream) { record_ordering(EVENT_RECORD, "event", stream, event); }
+
+void mhe_cost_stream_wait(int stream, const void *event) { record_ordering(STREAM_WAIT, "wait", stream, event); }
 
 bool mhe_cost_record_allreduce(double bytes, int world, int stream) {
     Recorder &r = rec();
