@@ -77,9 +77,13 @@ static int raw_scores(const SquadExample *e, const char *pred, double *em, doubl
     return golds > 0;
 }
 
+// A question in the official v2.0 script's best-threshold sweep: null - best span (its
+// na_prob) and what answering it with its best non-null span changes in each score: its EM / F1
+// when it has an answer, -1 when it has none and the span is not empty.
 typedef struct {
     double diff;
     long i;
+    double gain[2];  // EM, F1
 } ByDiff;
 static int by_diff(const void *a, const void *b) {
     const ByDiff *x = a, *y = b;
@@ -87,26 +91,14 @@ static int by_diff(const void *a, const void *b) {
     return x->i < y->i ? -1 : x->i > y->i;  // ties in question order, as Python's stable sort
 }
 
-// The official v2.0 script's find_best_thresh: start from "no answer" everywhere, answer the
-// questions in increasing null - best order and keep the best running score; the threshold is
-// the last answered question's difference (BERT's protocol: tau chosen on dev).
-static double best_thresh(const TaskData *d, const SquadPrediction *p, const ByDiff *order, int f1,
-                          double *thresh) {
-    const long n = d->ex.n;
-    double cur = 0, best;
-    for (long i = 0; i < n; i++) {
-        double em, f;
-        cur += !raw_scores(&d->ex.squad[i], "", &em, &f);
-    }
-    best = cur;
+// find_best_thresh: start from "no answer" everywhere (n_no right), answer the questions in
+// increasing null - best order and keep the best running score; the threshold is the last
+// answered question's difference (BERT's protocol: tau chosen on dev).
+static double best_thresh(const ByDiff *order, long n, long n_no, int which, double *thresh) {
+    double cur = (double)n_no, best = cur;
     *thresh = 0;
     for (long k = 0; k < n; k++) {
-        const long i = order[k].i;
-        double em, f;
-        if (raw_scores(&d->ex.squad[i], p[i].nonnull, &em, &f))
-            cur += f1 ? f : em;
-        else
-            cur -= p[i].nonnull[0] ? 1 : 0;
+        cur += order[k].gain[which];
         if (cur > best) {
             best = cur;
             *thresh = order[k].diff;
@@ -143,10 +135,17 @@ static void span_scores(const TaskData *d, char **pred, const SquadPrediction *d
         return;
     }
     ByDiff *order = mhe_malloc((size_t)(n ? n : 1) * sizeof *order);
-    for (long i = 0; i < n; i++) order[i] = (ByDiff){detail[i].null_diff, i};
+    for (long i = 0; i < n; i++) {
+        double x, y;
+        order[i] = (ByDiff){detail[i].null_diff, i, {0, 0}};
+        if (raw_scores(&d->ex.squad[i], detail[i].nonnull, &x, &y))
+            order[i].gain[0] = x, order[i].gain[1] = y;
+        else
+            order[i].gain[0] = order[i].gain[1] = detail[i].nonnull[0] ? -1 : 0;
+    }
     qsort(order, (size_t)n, sizeof *order, by_diff);
-    put(s, "best_exact", best_thresh(d, detail, order, 0, &t_em));
-    put(s, "best_f1", best_thresh(d, detail, order, 1, &t_f1));
+    put(s, "best_exact", best_thresh(order, n, n_no, 0, &t_em));
+    put(s, "best_f1", best_thresh(order, n, n_no, 1, &t_f1));
     put(s, "best_f1_thresh", t_f1);
     free(order);
 }
