@@ -46,6 +46,38 @@ static int overlap(const OptimState *s, const ParamTensor *p, size_t *lo, size_t
     return clip(p, s->begin, s->end, lo, hi);
 }
 
+// LAMB's trust ratio ‖w‖/‖u‖ from the tensor's sums of squares: 1 for tensors without weight
+// decay (biases, LayerNorm, embeddings unless decay_all) and for zero norms.
+static float lamb_ratio(const OptimConfig *o, const ParamTensor *p, double wsq, double usq) {
+    const double wn = sqrt(wsq), un = sqrt(usq);
+    return optim_decays(o, p) && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
+}
+
+// The tensors of this rank's shard as ranges for the backends' multi-tensor hooks: start[r],
+// len[r] of the r-th overlapping tensor, tensor[r] its index in the table.
+typedef struct {
+    int count;
+    size_t *start, *len;
+    int *tensor;
+} ShardRanges;
+static ShardRanges shard_ranges(const OptimState *s, const ParamTable *t) {
+    ShardRanges r = {0, mhe_malloc(2 * (size_t)t->count * sizeof(size_t) + 1), NULL,
+                     mhe_malloc((size_t)t->count * sizeof(int) + 1)};
+    r.len = r.start + t->count;
+    size_t lo, hi;
+    for (int j = 0; j < t->count; j++)
+        if (overlap(s, &t->tensors[j], &lo, &hi)) {
+            r.start[r.count] = lo;
+            r.len[r.count] = hi - lo;
+            r.tensor[r.count++] = j;
+        }
+    return r;
+}
+static void shard_ranges_free(ShardRanges *r) {
+    free(r->start);
+    free(r->tensor);
+}
+
 typedef struct {
     float b1, b2, eps;
     OptimBias bc;
@@ -144,11 +176,8 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
     for (int j = 0; j < t->count; j++) {
         const ParamTensor *p = &t->tensors[j];
         if (!overlap(s, p, &lo, &hi)) continue;
-        const int decays = optim_decays(o, p);
-        const float wd = decays ? o->weight_decay : 0.0f;
-        const double wn = sqrt(wsq[j]), un = sqrt(usq[j]);
-        const float ratio = decays && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
-        const float scale = lr * ratio;
+        const float wd = optim_decays(o, p) ? o->weight_decay : 0.0f;
+        const float scale = lr * lamb_ratio(o, p, wsq[j], usq[j]);
 #pragma omp parallel for schedule(static) if (hi - lo >= OPTIM_PARALLEL_MIN)
         for (size_t i = lo; i < hi; i++) {
             const float u = lamb_update(s, &k, i, params, wd);
@@ -165,37 +194,25 @@ static void lamb_step_ranges(Backend *be, OptimState *s, const OptimConfig *o, c
                              const float *grads, float *m, float *v, float *u, float lr, float grad_scale,
                              OptimReduceFn reduce, void *reduce_ctx) {
     const OptimBias bc = optim_bias(o->beta1, o->beta2, s->step);
-    size_t *start = mhe_malloc(2 * (size_t)t->count * sizeof *start), *len = start + t->count;
-    float *wds = mhe_malloc(2 * (size_t)t->count * sizeof *wds), *coef = wds + t->count;
-    int *tensor = mhe_malloc((size_t)t->count * sizeof *tensor);
-    double *sq = mhe_malloc(2 * (size_t)t->count * sizeof *sq);
-    int count = 0;
-    size_t lo, hi;
-    for (int j = 0; j < t->count; j++) {
-        if (!overlap(s, &t->tensors[j], &lo, &hi)) continue;
-        start[count] = lo;
-        len[count] = hi - lo;
-        wds[count] = optim_decays(o, &t->tensors[j]) ? o->weight_decay : 0.0f;
-        tensor[count++] = j;
-    }
-    be->lamb_direction_ranges(be, params, grads, m, v, u, s->begin, count, start, len, wds, o->beta1, o->beta2,
-                              o->eps, bc.bc1, bc.bc2, grad_scale, sq);
+    ShardRanges r = shard_ranges(s, t);
+    float *wds = mhe_malloc(2 * (size_t)t->count * sizeof *wds + 1), *coef = wds + t->count;
+    double *sq = mhe_malloc(2 * (size_t)t->count * sizeof *sq + 1);
+    for (int q = 0; q < r.count; q++) wds[q] = optim_decays(o, &t->tensors[r.tensor[q]]) ? o->weight_decay : 0.0f;
+    be->lamb_direction_ranges(be, params, grads, m, v, u, s->begin, r.count, r.start, r.len, wds, o->beta1,
+                              o->beta2, o->eps, bc.bc1, bc.bc2, grad_scale, sq);
     memset(s->norms, 0, 2 * (size_t)t->count * sizeof *s->norms);
-    for (int r = 0; r < count; r++) {
-        s->norms[tensor[r]] = sq[r];
-        s->norms[t->count + tensor[r]] = sq[count + r];
+    for (int q = 0; q < r.count; q++) {
+        s->norms[r.tensor[q]] = sq[q];
+        s->norms[t->count + r.tensor[q]] = sq[r.count + q];
     }
     if (reduce) reduce(s->norms, 2 * t->count, reduce_ctx);
-    for (int r = 0; r < count; r++) {
-        const int j = tensor[r];
-        const double wn = sqrt(s->norms[j]), un = sqrt(s->norms[t->count + j]);
-        const float ratio = optim_decays(o, &t->tensors[j]) && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
-        coef[r] = -lr * ratio;
+    for (int q = 0; q < r.count; q++) {
+        const int j = r.tensor[q];
+        coef[q] = -lr * lamb_ratio(o, &t->tensors[j], s->norms[j], s->norms[t->count + j]);
     }
-    be->axpy_ranges(be, params, u, s->begin, count, start, len, coef);
-    free(start);
+    be->axpy_ranges(be, params, u, s->begin, r.count, r.start, r.len, coef);
+    shard_ranges_free(&r);
     free(wds);
-    free(tensor);
     free(sq);
 }
 
@@ -208,19 +225,14 @@ void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const 
     if (o->name == OPT_ADAMW && be->adamw_update_ranges) {
         // Every tensor in one call: step_size does not depend on the weight decay, and a tensor
         // without decay is one whose decay is exactly 1 (adamw_scalars with wd = 0).
-        size_t *start = mhe_malloc(2 * (size_t)t->count * sizeof *start), *len = start + t->count;
-        unsigned char *decays = mhe_malloc((size_t)t->count);
-        int count = 0;
-        for (int j = 0; j < t->count; j++) {
-            if (!overlap(s, &t->tensors[j], &lo, &hi)) continue;
-            start[count] = lo;
-            len[count] = hi - lo;
-            decays[count++] = optim_decays(o, &t->tensors[j]) && o->weight_decay != 0.0f;
-        }
+        ShardRanges r = shard_ranges(s, t);
+        unsigned char *decays = mhe_malloc((size_t)t->count + 1);
+        for (int q = 0; q < r.count; q++)
+            decays[q] = optim_decays(o, &t->tensors[r.tensor[q]]) && o->weight_decay != 0.0f;
         const AdamwScalars a = adamw_scalars(lr, o->weight_decay, bc.bc1);
-        be->adamw_update_ranges(be, params, grads, m, v, s->begin, count, start, len, decays, o->beta1, o->beta2,
-                                o->eps, a.step_size, a.decay, bc.bc2_sqrt, grad_scale);
-        free(start);
+        be->adamw_update_ranges(be, params, grads, m, v, s->begin, r.count, r.start, r.len, decays, o->beta1,
+                                o->beta2, o->eps, a.step_size, a.decay, bc.bc2_sqrt, grad_scale);
+        shard_ranges_free(&r);
         free(decays);
         return;
     }
@@ -251,8 +263,7 @@ void optim_step_backend(Backend *be, OptimState *s, const OptimConfig *o, const 
     for (int j = 0; j < t->count; j++) {
         const ParamTensor *p = &t->tensors[j];
         if (!overlap(s, p, &lo, &hi)) continue;
-        const double wn = sqrt(s->norms[j]), un = sqrt(s->norms[t->count + j]);
-        const float ratio = optim_decays(o, p) && wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
+        const float ratio = lamb_ratio(o, p, s->norms[j], s->norms[t->count + j]);
         be->axpy(be, -lr * ratio, u + (lo - s->begin), params + lo, hi - lo);
     }
 }
