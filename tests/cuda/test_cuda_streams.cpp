@@ -26,16 +26,7 @@ extern "C" {
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_nccl.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                             \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            std::fprintf(stderr, __VA_ARGS__);                        \
-            std::fprintf(stderr, "\n");                               \
-            failures++;                                               \
-        }                                                             \
-    } while (0)
+#include "tests/cuda/expect.h"
 
 __global__ void nothing(int *p) {
     if (p) p[0] = 1;

@@ -6,16 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                        \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            std::fprintf(stderr, __VA_ARGS__);                   \
-            std::fprintf(stderr, "\n");                          \
-            failures++;                                          \
-        }                                                        \
-    } while (0)
+#include "tests/cuda/expect.h"
 
 // Per-block sums with block_sum (shuffles + __shared__), plus a grid total through atomicAdd.
 __global__ void sum_blocks(const float *x, int n, float *block_out, float *total) {

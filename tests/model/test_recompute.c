@@ -127,16 +127,32 @@ static void set_params(Model *m) {
     free(w);
 }
 
-static Result run_pretrain(Backend *be, const VariantCase *c, RecomputeMode mode) {
-    Config cfg;
-    make_config(&cfg, c, mode, TASK_NONE);
-    Model *m = model_create(&cfg, be, B_, T_);
+// A model of the case in `mode` with the shared parameters and dropout seed; res gets its sizes.
+static Model *start_run(Backend *be, const VariantCase *c, RecomputeMode mode, TaskType task, Config *cfg,
+                        Result *res) {
+    make_config(cfg, c, mode, task);
+    Model *m = model_create(cfg, be, B_, T_);
     set_params(m);
     model_set_dropout_seed(m, 77);
-    Result res = {0};
-    res.n = model_param_count(m);
-    res.arena = model_arena_bytes(m);
-    note_atomic_ranges(m, &res);
+    memset(res, 0, sizeof *res);
+    res->n = model_param_count(m);
+    res->arena = model_arena_bytes(m);
+    note_atomic_ranges(m, res);
+    return m;
+}
+
+// Gradients into res, then the model and its config are freed.
+static void finish_run(Model *m, Config *cfg, Result *res) {
+    res->grads = mhe_malloc(res->n * sizeof(float));
+    model_get_grads(m, res->grads);
+    model_free(m);
+    config_free(cfg);
+}
+
+static Result run_pretrain(Backend *be, const VariantCase *c, RecomputeMode mode) {
+    Config cfg;
+    Result res;
+    Model *m = start_run(be, c, mode, TASK_NONE, &cfg, &res);
     int32_t ids[B_ * T_], types[B_ * T_], mask[B_ * T_], labels[B_ * T_];
     const int bert = c->arch == ARCH_BERT;
     inputs(&cfg, 3, ids, types, mask, labels);
@@ -151,23 +167,14 @@ static Result run_pretrain(Backend *be, const VariantCase *c, RecomputeMode mode
     model_set_full_logits(m, 0);
     res.loss[2] = model_forward(m, ids, bert ? types : NULL, bert ? mask : NULL, labels, B_, T_, 1);
     model_backward(m, 2.0 * model_label_count(m));
-    res.grads = mhe_malloc(res.n * sizeof(float));
-    model_get_grads(m, res.grads);
-    model_free(m);
-    config_free(&cfg);
+    finish_run(m, &cfg, &res);
     return res;
 }
 
 static Result run_task(Backend *be, const VariantCase *c, RecomputeMode mode, TaskType task) {
     Config cfg;
-    make_config(&cfg, c, mode, task);
-    Model *m = model_create(&cfg, be, B_, T_);
-    set_params(m);
-    model_set_dropout_seed(m, 77);
-    Result res = {0};
-    res.n = model_param_count(m);
-    res.arena = model_arena_bytes(m);
-    note_atomic_ranges(m, &res);
+    Result res;
+    Model *m = start_run(be, c, mode, task, &cfg, &res);
     int32_t ids[B_ * T_], types[B_ * T_], mask[B_ * T_], labels[B_ * T_];
     inputs(&cfg, 5, ids, types, mask, labels);
     int32_t label[B_] = {2, 0}, start[B_] = {1, 2}, end[B_] = {3, 2}, last[B_] = {T_ - 1, T_ - 3};
@@ -182,10 +189,7 @@ static Result run_task(Backend *be, const VariantCase *c, RecomputeMode mode, Ta
     res.logits = mhe_malloc(no * sizeof(float));
     model_download_task_outputs(m, res.logits);
     model_backward_task(m, 0);
-    res.grads = mhe_malloc(res.n * sizeof(float));
-    model_get_grads(m, res.grads);
-    model_free(m);
-    config_free(&cfg);
+    finish_run(m, &cfg, &res);
     return res;
 }
 
