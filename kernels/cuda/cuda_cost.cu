@@ -105,18 +105,18 @@ bool mhe_cost_record_allreduce(double bytes, int world, int stream) {
 }
 
 static bool record_gemm(int M, int N, int K, int batch, int bf16, int reads_c, const char *epilogue,
-                        double epilogue_bytes) {
+                        double epilogue_bytes, double c_el = 4.0) {
     Recorder &r = rec();
     r.blas_pending++;
     if (r.recording) {
         double mnk = 2.0 * M * N * K * batch, el = bf16 ? 2.0 : 4.0;
         MheCost c{0, 0, 0, 0, 0};
         (bf16 ? c.tc_flops : c.flops) = mnk;
-        c.bytes = batch * (el * ((double)M * K + (double)K * N) + 4.0 * M * N * (reads_c ? 2 : 1)) + epilogue_bytes;
+        c.bytes = batch * (el * ((double)M * K + (double)K * N) + c_el * M * N * (reads_c ? 2 : 1)) + epilogue_bytes;
         char label[96];
-        std::snprintf(label, sizeof label, "gemm %dx%dx%d%s%s %s%s%s", M, N, K, batch > 1 ? " x" : "",
+        std::snprintf(label, sizeof label, "gemm %dx%dx%d%s%s %s%s%s%s", M, N, K, batch > 1 ? " x" : "",
                       batch > 1 ? std::to_string(batch).c_str() : "", bf16 ? "bf16" : "fp32",
-                      epilogue ? " " : "", epilogue ? epilogue : "");
+                      c_el < 4.0 ? "->bf16" : "", epilogue ? " " : "", epilogue ? epilogue : "");
         r.recs.push_back(Record{"gemm", label, -1, c});
     }
     return !r.dry;
@@ -129,6 +129,10 @@ bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c)
 bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, const char *epilogue,
                                    double epilogue_bytes) {
     return record_gemm(M, N, K, 1, bf16, reads_c, epilogue, epilogue_bytes);
+}
+
+bool mhe_cost_record_gemm_bf16_out(int M, int N, int K, const char *epilogue, double epilogue_bytes) {
+    return record_gemm(M, N, K, 1, 1, 0, epilogue, epilogue_bytes, 2.0);
 }
 
 bool mhe_cost_take_blas(void) {

@@ -390,23 +390,25 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_QROWS - 1) / TC_QROWS;
     tc_twins(be, s, f, q, k, v, nullptr);
-    f.outb = cuda_mirror_out(be, out, rows_n * d);
+    // O is usually only the output projection's operand: lean (cuda_mirror.cu) skips its fp32 store.
+    float *outw;
+    f.outb = cuda_mirror_out_lean(be, out, rows_n * d, &outw);
     // Q once, K twice (both passes) and V once per query tile, Opre and out written, L.
     const double bytes = rows_n * d * tc_el(f.qb) + tiles * rows_n * d * (2.0 * tc_el(f.kb) + tc_el(f.vb)) +
                          4.0 * (2.0 * rows_n * d + rows_n);
-    const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0, 0}, f.outb, (double)rows_n * d);
+    const MheCost cost = with_lean_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0, 0}, f.outb, outw, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;
     cudaStream_t st = cuda_stream(be);
     if (d == 16) {
         tc_opt_in(flash_tc_forward_kernel<16>, tc_smem_fwd(16));
-        MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_QTHREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+        MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_QTHREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, outw, opre, lse);
     } else if (d == 32) {
         tc_opt_in(flash_tc_forward_kernel<32>, tc_smem_fwd(32));
-        MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_QTHREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+        MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_QTHREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, outw, opre, lse);
     } else {
         tc_opt_in(flash_tc_forward_kernel<64>, tc_smem_fwd(64));
-        MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_QTHREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+        MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_QTHREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, outw, opre, lse);
     }
     CUDA_CHECK_LAUNCH();
 }

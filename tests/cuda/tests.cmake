@@ -12,6 +12,12 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
   set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 600)
 
+  # Lean bf16 twins: the same ops with and without them, bit for bit where the stored values agree.
+  add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)
+  target_link_libraries(test_cuda_lean PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_lean COMMAND test_cuda_lean)
+  set_tests_properties(test_cuda_lean PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
+
   # The cost model in record-only mode: per-call bytes/FLOPs vs hand figures, step FLOPs vs
   # model_step_flops.
   add_executable(test_cuda_cost ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost.c)
