@@ -49,7 +49,7 @@ typedef struct {
     double seconds, tc_flops, flops, bytes;
     double compute_seconds, memory_seconds, launch_seconds;  // the terms of `seconds`
 } CostEntry;
-#define COST_TOP 40
+#define COST_TOP 40  // kept; bench --top N prints the first N
 // One call on the predicted timeline (the all-reduces are kept for the report).
 typedef struct {
     double start, end, bytes;

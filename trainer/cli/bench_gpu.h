@@ -11,7 +11,8 @@
 void bench_gpu_reexec_emulated(int argc, char **argv);
 // Prints the predicted step on g (and the measured op classes when `measured` is non-NULL).
 void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostReport *r,
-                      double model_flops, long tokens, const OpProfile *measured, int measured_steps);
+                      double model_flops, long tokens, const OpProfile *measured, int measured_steps,
+                      int top);
 
 // bench --ranks N: the step as the trainer runs it data-parallel on a CUDA backend.  The real
 // gradient reducer and NCCL communicator (over this process alone, an MPI singleton) start

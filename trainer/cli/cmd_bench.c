@@ -41,6 +41,7 @@ static void usage(FILE *out) {
             "                   overlap and the communication stream's timeline\n"
             "  --no-overlap     with --ranks: start every all-reduce after the backward pass\n"
             "  --timeline FILE  with --gpu: write the predicted step's per-stream timeline (TSV)\n"
+            "  --top N          with --gpu: list the N most expensive calls (default 10, at most 40)\n"
             "  -h, --help       this help\n");
 }
 
@@ -88,7 +89,7 @@ int cmd_bench(int argc, char **argv) {
     CliConfigArgs args = {0};
     int steps = 5;
     const char *gpu = NULL, *timeline = NULL;
-    int ranks = 0, overlap = 1;
+    int ranks = 0, overlap = 1, top = 10;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --steps needs a value");
@@ -96,6 +97,9 @@ int cmd_bench(int argc, char **argv) {
         } else if (strcmp(argv[i], "--gpu") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --gpu needs a value (a100 or h100)");
             gpu = argv[++i];
+        } else if (strcmp(argv[i], "--top") == 0) {
+            if (i + 1 >= argc) mhe_fail("bench: --top needs a value");
+            top = (int)cli_int_option("bench", "--top", argv[++i], 1, COST_TOP);
         } else if (strcmp(argv[i], "--ranks") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --ranks needs a value");
             ranks = (int)cli_int_option("bench", "--ranks", argv[++i], 1, 65536);
@@ -209,7 +213,7 @@ int cmd_bench(int argc, char **argv) {
     const double flops = model_step_flops(m, B, T);
     if (spec) {
         bench_gpu_report(spec, cfg.runtime.precision == PREC_BF16, record_only, &cost, flops, (long)B * T,
-                         record_only ? NULL : &prof, steps);
+                         record_only ? NULL : &prof, steps, top);
     }
     // MFU counts the model's flops only; the recomputed forward is in the step time.
     const double again = model_recompute_flops(m, B, T);

@@ -89,7 +89,8 @@ void bench_gpu_reexec_emulated(int argc, char **argv) {
 static const char *class_names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
 
 void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostReport *r,
-                      double model_flops, long tokens, const OpProfile *measured, int measured_steps) {
+                      double model_flops, long tokens, const OpProfile *measured, int measured_steps,
+                      int top) {
     const double peak = bf16 ? g->bf16_flops : g->fp32_flops;
     const double mfu = model_flops / r->seconds / peak;
     printf("cost model: %s SXM, %s (%.0f TFLOP/s bf16 tensor, %.1f TFLOP/s fp32, %.2f TB/s, %.0f us/launch)%s\n",
@@ -108,9 +109,10 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
         if (measured) printf("   measured %9.3f ms", 1e3 * measured->seconds[c] / measured_steps);
         printf("\n");
     }
-    printf("top %d calls (grouped by kernel, gemms by shape):\n", r->n_top);
+    const int shown = r->n_top < top ? r->n_top : top;
+    printf("top %d calls (grouped by kernel, gemms by shape):\n", shown);
     printf("  %-44s %-15s %6s %9s %6s  %s\n", "call", "class", "calls", "ms", "step%", "bound by");
-    for (int i = 0; i < r->n_top; i++) {
+    for (int i = 0; i < shown; i++) {
         const CostEntry *e = &r->top[i];
         const char *bound = e->launch_seconds > e->compute_seconds && e->launch_seconds > e->memory_seconds ? "launch"
                             : e->compute_seconds >= e->memory_seconds ? "compute" : "memory";
