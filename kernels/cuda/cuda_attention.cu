@@ -482,7 +482,10 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
-    attention_wrote(be, s, nullptr, nullptr, dq, dk, dv, dkey_bias, dout_scale, dout_shift, scratch);
+    // The tensor-core backward accounts for dQ, dK, dV itself (it may store only their twins).
+    const bool tc = cuda_attention_reads_twins(be, s);
+    attention_wrote(be, s, nullptr, nullptr, tc ? nullptr : dq, tc ? nullptr : dk, tc ? nullptr : dv, dkey_bias,
+                    dout_scale, dout_shift, scratch);
     if (path == PATH_FLASH) {
         cuda_flash_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, scratch);
         if (dout_scale || dout_shift) {  // from Opre, saved by the forward after L

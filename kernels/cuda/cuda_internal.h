@@ -137,6 +137,7 @@ void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes);
 // twin only).  Every op declares the fp32 data it reads with cuda_mirror_read (stale ranges are
 // widened first); cuda_mirror_epoch, once per optimizer step, turns segments lean.
 __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32);
+__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32);
 void cuda_mirror_read(Backend *be, const void *p, size_t bytes);
 void cuda_mirror_read_alloc(Backend *be, const void *p);  // the whole allocation holding p
 // For ops whose lean form is another call (a GEMM writing bf16): the twin of [p, p + n) when its

@@ -326,6 +326,14 @@ __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp3
     return inside->twin + off;
 }
 
+__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32) {
+    *fp32 = p;
+    if (!rows || !cols) return nullptr;
+    if (ld == cols) return cuda_mirror_out_lean(be, p, rows * cols, fp32);
+    cuda_mirror_wrote(be, p, ((rows - 1) * ld + cols) * sizeof(float));  // strided: no twin
+    return nullptr;
+}
+
 __nv_bfloat16 *cuda_mirror_out2d(Backend *be, const float *p, size_t rows, size_t cols, size_t ld) {
     if (!rows || !cols) return nullptr;
     if (ld == cols) return cuda_mirror_out(be, p, rows * cols);
