@@ -55,6 +55,8 @@ void mhe_cost_stream_wait(int stream, const void *event);
 // 2 (n-1)/n * bytes / bus bandwidth + latency, with n = world or the rank count the
 // prediction is asked for (backend_cuda_cost_ranks).  Returns whether to really run it.
 bool mhe_cost_record_allreduce(double bytes, int world, int stream);
+// A ring collective of `passes` passes over `bytes` (all-reduce 2, reduce or broadcast 1), labelled.
+bool mhe_cost_record_collective(const char *label, double passes, double bytes, int world, int stream);
 // Device allocations, for the peak.
 void mhe_cost_alloc(const void *p, size_t bytes);
 void mhe_cost_free(const void *p);

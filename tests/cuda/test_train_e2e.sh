@@ -22,7 +22,7 @@ run 1 bf16 runtime.device=cuda runtime.precision=bf16
 # Without the lean bf16 twins (kernels/cuda/cuda_mirror.cu; on from step 3 here).
 MHE_CUDA_LEAN=0 run 1 bf16-dual runtime.device=cuda runtime.precision=bf16
 # LAMB: the backend's range hooks (three launches per step) against the host optimizer, and at
-# 2 ranks (NCCL-reduced gradients; ZeRO-1 is CPU-only in this version).
+# 2 ranks (NCCL-reduced gradients; ZeRO-1 through NCCL: tests/cuda/test_nccl_overlap.sh).
 run 1 lamb-cpu runtime.device=cpu optim.name=lamb
 run 1 lamb-cuda runtime.device=cuda optim.name=lamb
 run 2 lamb-2 runtime.device=cuda optim.name=lamb

@@ -32,6 +32,10 @@ static int ready_stage(const ParamTable *t, int i, int n_layers) {
 static void dev_allreduce(void *dcomm, float *buf, size_t n) { device_comm_allreduce_sum(dcomm, buf, n); }
 static void dev_allreduce_start(void *dcomm, float *buf, size_t n) { device_comm_allreduce_start(dcomm, buf, n); }
 static void dev_allreduce_finish(void *dcomm) { device_comm_allreduce_finish(dcomm); }
+static void dev_reduce_start(void *dcomm, float *buf, size_t n, int root) { device_comm_reduce_start(dcomm, buf, n, root); }
+static void dev_broadcast_start(void *dcomm, float *buf, size_t n, int root) {
+    device_comm_broadcast_start(dcomm, buf, n, root);
+}
 static void dev_to_host(void *be, float *host, const float *dev, size_t n) {
     ((Backend *)be)->download(be, host, dev, n * sizeof(float));
 }
@@ -50,6 +54,8 @@ GradReducer *reducer_setup(Comm *comm, Backend *be, DeviceComm *dcomm, const Par
         device->allreduce = dev_allreduce;
         device->allreduce_start = dev_allreduce_start;
         device->allreduce_finish = dev_allreduce_finish;
+        device->reduce_start = dev_reduce_start;
+        device->broadcast_start = dev_broadcast_start;
     }
     *pieces = mhe_calloc((size_t)t->count + 1, sizeof **pieces);
     for (int i = 0; i < t->count; i++)
