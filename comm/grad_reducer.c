@@ -31,10 +31,9 @@ struct GradReducer {
 };
 
 // Every rank's range: equal ceil(total/world) slices under ZeRO-1, else the whole buffer.
-static void shards_init(GradShards *z, Comm *comm, size_t total, int enabled) {
+static void shards_init(GradShards *z, int world, int rank, size_t total, int enabled) {
     memset(z, 0, sizeof *z);
     z->enabled = enabled;
-    const int world = comm_world(comm), rank = comm_rank(comm);
     z->counts = mhe_calloc((size_t)world, sizeof *z->counts);
     z->displs = mhe_calloc((size_t)world, sizeof *z->displs);
     size_t per = enabled ? (total + (size_t)world - 1) / (size_t)world : total;
@@ -81,14 +80,14 @@ static void buckets_init(GradReducer *r, const GradReducerSpec *s) {
 GradReducer *grad_reducer_create(Comm *comm, const GradReducerSpec *s) {
     GradReducer *r = mhe_calloc(1, sizeof *r);
     r->comm = comm;
-    r->world = comm_world(comm);
+    r->world = s->ranks > 0 ? s->ranks : comm_world(comm);
     r->grads = s->grads;
     r->total = s->total;
     r->overlap = 1;
     const int device_zero = s->zero && s->device && r->world > 1;
     if (device_zero && !(s->device->reduce_start && s->device->broadcast_start && s->device->allreduce_finish))
         mhe_fatal("ZeRO-1 on device gradients needs the device's own collectives (NCCL: dist.backend auto or nccl)");
-    shards_init(&r->shards, comm, s->total, s->zero);
+    shards_init(&r->shards, r->world, s->ranks > 0 ? 0 : comm_rank(comm), s->total, s->zero);
     r->host = s->grads;
     if (s->device) {
         r->device = *s->device;

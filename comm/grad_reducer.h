@@ -58,6 +58,8 @@ typedef struct {
     float bucket_mb;           // <= 0: one bucket
     int zero;                  // ZeRO-1 (host gradients, or device ones with reduce_start)
     const GradDevice *device;  // NULL: host gradients
+    int ranks;                 // > 0: shard and reduce as if over this many ranks (bench's cost
+                               // prediction on one process: collectives are recorded, not run)
 } GradReducerSpec;
 
 // This rank's shard and every rank's (the whole buffer for everyone unless ZeRO-1).

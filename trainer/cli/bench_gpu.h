@@ -21,6 +21,10 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
 typedef struct BenchDist BenchDist;
 BenchDist *bench_gpu_dist_create(int ranks, int overlap, const Config *cfg, Backend *be, Model *m);
 void bench_gpu_dist_finish(BenchDist *d);  // after the backward pass, before the update
+// This rank's optimizer range under dist.zero: 1 ([0, total) otherwise or without --ranks) and,
+// after the update, the shards' broadcast.
+void bench_gpu_dist_shard(const BenchDist *d, size_t total, size_t *begin, size_t *end);
+void bench_gpu_dist_gather(BenchDist *d, float *params);
 void bench_gpu_dist_free(BenchDist *d);
 
 #endif

@@ -163,17 +163,20 @@ int cmd_bench(int argc, char **argv) {
     printf("bench: backend=%s micro_batch=%d seq_len=%d threads=%d steps=%d (after %d warm-up) recompute=%s\n",
            be->name, B, T, omp_get_max_threads(), steps, warm, recompute_name(cfg.train.recompute));
 
-    // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA.
+    // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA
+    // (over this rank's shard with dist.zero: 1 and --ranks).
     const ParamTable *table = model_param_table(m);
+    BenchDist *dist = bench_gpu_dist_create(ranks, overlap, &cfg, be, m);
+    size_t begin, end;
+    bench_gpu_dist_shard(dist, table->total, &begin, &end);
     OptimState opt;
-    optim_state_init(&opt, table, 0, table->total);
+    optim_state_init(&opt, table, begin, end);
     float *dm = NULL, *dv = NULL, *du = NULL;
     if (cuda) {
-        dm = be->alloc(be, table->total * sizeof(float));
-        dv = be->alloc(be, table->total * sizeof(float));
-        du = be->alloc(be, table->total * sizeof(float));
+        dm = be->alloc(be, (end - begin) * sizeof(float));
+        dv = be->alloc(be, (end - begin) * sizeof(float));
+        du = be->alloc(be, (end - begin) * sizeof(float));
     }
-    BenchDist *dist = bench_gpu_dist_create(ranks, overlap, &cfg, be, m);
     const float lr = 1e-5f;  // small: random tokens, the loss must stay near ln V
 
     float loss = 0;
@@ -197,6 +200,7 @@ int cmd_bench(int argc, char **argv) {
                                lr, 1.0f, NULL, NULL);
         else
             optim_step(&opt, &cfg.optim, table, model_params(m), model_grads(m), lr, NULL, NULL);
+        bench_gpu_dist_gather(dist, model_params(m));
         be->synchronize(be);
         if (spec && s == warm) backend_cuda_cost_stop(spec, &cost);
         double t2 = omp_get_wtime();

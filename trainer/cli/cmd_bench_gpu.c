@@ -33,8 +33,10 @@ BenchDist *bench_gpu_dist_create(int ranks, int overlap, const Config *cfg, Back
     if (comm_world(d->comm) != 1) mhe_fail("bench --ranks: run bench as one process (it predicts the other ranks)");
     backend_cuda_cost_ranks(ranks);
     d->dcomm = device_comm_create(comm_mpi_handle(d->comm), be, cfg->dist.timeout_s);
-    d->reducer = reducer_setup(d->comm, be, d->dcomm, model_param_table(m), model_grads(m), cfg, 0, &d->device,
-                               &d->pieces);
+    // dist.zero: 1 as the trainer runs it on N ranks: this process plays rank 0 (its shard of
+    // the update; every reduce and broadcast recorded).
+    d->reducer = reducer_setup(d->comm, be, d->dcomm, model_param_table(m), model_grads(m), cfg,
+                               cfg->dist.zero == 1, &d->device, &d->pieces, ranks);
     grad_reducer_set_overlap(d->reducer, overlap);
     // The trainer hooks the last micro-batch's backward pass; the bench runs one micro-batch.
     model_set_backward_hook(m, overlap ? reducer_setup_stage_done : NULL, d->reducer);
@@ -43,6 +45,16 @@ BenchDist *bench_gpu_dist_create(int ranks, int overlap, const Config *cfg, Back
 
 void bench_gpu_dist_finish(BenchDist *d) {
     if (d) grad_reducer_finish(d->reducer);
+}
+
+void bench_gpu_dist_shard(const BenchDist *d, size_t total, size_t *begin, size_t *end) {
+    const GradShards *z = d ? grad_reducer_shards(d->reducer) : NULL;
+    *begin = z ? z->begin : 0;
+    *end = z ? z->end : total;
+}
+
+void bench_gpu_dist_gather(BenchDist *d, float *params) {
+    if (d) grad_reducer_gather_params(d->reducer, params);
 }
 
 void bench_gpu_dist_free(BenchDist *d) {
@@ -120,8 +132,9 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
                1e3 * e->seconds, 100.0 * e->seconds / r->seconds, bound);
     }
     if (r->comm_calls) {
-        printf("data parallel over %d ranks: %ld NCCL all-reduces of %.1f MB in all, ring at %.0f GB/s bus "
-               "bandwidth + %.0f us per call, on a second stream\n",
+        printf("data parallel over %d ranks: %ld NCCL collectives (all-reduces; reduces + broadcasts under "
+               "dist.zero: 1) of %.1f MB in all, ring at %.0f GB/s bus bandwidth + %.0f us per call, on a "
+               "second stream\n",
                r->ranks, r->comm_calls, r->comm_bytes / 1e6, g->allreduce_bus_bytes_per_s / 1e9,
                g->allreduce_latency_s * 1e6);
         double hidden = r->comm_seconds - r->exposed_comm_seconds;

@@ -46,7 +46,7 @@ static void dev_to_device(void *be, float *dev, const float *host, size_t n) {
 void reducer_setup_stage_done(void *reducer, int stage) { grad_reducer_stage_done(reducer, stage); }
 
 GradReducer *reducer_setup(Comm *comm, Backend *be, DeviceComm *dcomm, const ParamTable *t, float *grads,
-                           const Config *cfg, int zero, GradDevice *device, GradPiece **pieces) {
+                           const Config *cfg, int zero, GradDevice *device, GradPiece **pieces, int ranks) {
     const int host = strcmp(be->name, "cpu") == 0;
     *device = (GradDevice){.ctx = be, .to_host = dev_to_host, .to_device = dev_to_device};
     if (dcomm) {
@@ -61,6 +61,7 @@ GradReducer *reducer_setup(Comm *comm, Backend *be, DeviceComm *dcomm, const Par
     for (int i = 0; i < t->count; i++)
         (*pieces)[i] = (GradPiece){t->tensors[i].offset, t->tensors[i].numel, ready_stage(t, i, cfg->model.layers)};
     GradReducerSpec spec = {.grads = grads, .total = t->total, .pieces = *pieces, .n_pieces = t->count,
-                            .bucket_mb = cfg->dist.bucket_mb, .zero = zero, .device = host ? NULL : device};
+                            .bucket_mb = cfg->dist.bucket_mb, .zero = zero, .device = host ? NULL : device,
+                            .ranks = ranks};
     return grad_reducer_create(comm, &spec);
 }

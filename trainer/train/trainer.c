@@ -205,7 +205,7 @@ static void setup(Trainer *t) {
     if (!host && cfg->dist.backend != DIST_MPI && t->world > 1)
         t->dcomm = device_comm_create(comm_mpi_handle(t->comm), t->be, cfg->dist.timeout_s);
     t->reducer = reducer_setup(t->comm, t->be, t->dcomm, t->table, t->grads, cfg, cfg->dist.zero == 1, &t->device,
-                               &t->pieces);
+                               &t->pieces, 0);
     grad_reducer_set_overlap(t->reducer, !t->opt->no_overlap);
     t->zero = grad_reducer_shards(t->reducer);
     optim_state_init(&t->opt_state, t->table, t->zero->begin, t->zero->end);
