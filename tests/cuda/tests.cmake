@@ -93,6 +93,10 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_nccl_overlap_bit_exact PROPERTIES FIXTURES_REQUIRED train_corpus
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 600 LABELS "e2e;cuda;dist")
+  add_test(NAME test_cuda_bench_zero COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_bench_zero.sh)
+  set_tests_properties(test_cuda_bench_zero PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
+    TIMEOUT 300 LABELS "cuda;dist")
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
   set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
