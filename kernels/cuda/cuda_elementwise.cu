@@ -150,9 +150,15 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
 #define GELU_FWD_FLOPS 16.0
 #define GELU_BWD_FLOPS 28.0
 
-__global__ void gelu_forward_kernel(int tanh_form, const float *x, float *y, __nv_bfloat16 *yb, size_t n) {
+// Inputs in fp32, or bf16 read from a lean twin (the FC1 output and the gradient GEMM's output,
+// once only GELU reads them: cuda_mirror_stale_twin) — GELU of the bf16 values, as autocast.
+__device__ __forceinline__ float in(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float in(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+
+template <typename X>
+__global__ void gelu_forward_kernel(int tanh_form, const X *x, float *y, __nv_bfloat16 *yb, size_t n) {
     GRID_STRIDE(i, n) {
-        float v = x[i];
+        float v = in(x, i);
         if (tanh_form)
             store_twin(y, yb, i, 0.5f * v * (1.0f + tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))));
         else
@@ -161,10 +167,21 @@ __global__ void gelu_forward_kernel(int tanh_form, const float *x, float *y, __n
 }
 // erf:  gelu'(x) = Φ(x) + x φ(x)
 // tanh: gelu'(x) = (1 + t)/2 + x/2 (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(u(x))
-__global__ void gelu_backward_kernel(int tanh_form, const float *x, const float *dy, float *dx,
+// dx may alias dy (also their twins: each element read, then written, by one thread).
+// The input types as one template argument (MHE_LAUNCH's kernel name cannot hold a comma).
+template <typename X_, typename G_> struct GeluIn {
+    typedef X_ X;
+    typedef G_ G;
+};
+typedef GeluIn<float, float> GeluFF;
+typedef GeluIn<float, __nv_bfloat16> GeluFB;
+typedef GeluIn<__nv_bfloat16, float> GeluBF;
+typedef GeluIn<__nv_bfloat16, __nv_bfloat16> GeluBB;
+template <typename In>
+__global__ void gelu_backward_kernel(int tanh_form, const typename In::X *x, const typename In::G *dy, float *dx,
                                      __nv_bfloat16 *dxb, size_t n) {
     GRID_STRIDE(i, n) {
-        float v = x[i], g;
+        float v = in(x, i), g;
         if (tanh_form) {
             float t = tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v));
             g = 0.5f * (1.0f + t) +
@@ -172,7 +189,7 @@ __global__ void gelu_backward_kernel(int tanh_form, const float *x, const float 
         } else {
             g = 0.5f * (1.0f + erff(v * GELU_INV_SQRT_2)) + v * GELU_INV_SQRT_2PI * expf(-0.5f * v * v);
         }
-        store_twin(dx, dxb, i, dy[i] * g);
+        store_twin(dx, dxb, i, in(dy, i) * g);
     }
 }
 __global__ void tanh_forward_kernel(const float *x, float *y, __nv_bfloat16 *yb, size_t n) {
@@ -199,17 +216,39 @@ static void cuda_tanh_backward(Backend *be, const float *y, const float *dy, flo
 // GELU and dropout write lean when their output is only ever a matmul operand (cuda_mirror.cu).
 static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
+    cuda_mirror_track(be, x, n);  // before the output's lookup: making a segment may merge others
+    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, n);
     float *yw;
     __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yw, LEAN_ELEMENTWISE);
-    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n), yb, yw, n))(kind == GELU_TANH, x, yw, yb, n);
+    const MheCost cost = with_lean_twin(mhe_cost(GELU_FWD_FLOPS * n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
+    cudaStream_t st = cuda_stream(be);
+    if (n && xb)
+        MHE_LAUNCH(gelu_forward_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, st, cost)(kind == GELU_TANH, xb, yw, yb, n);
+    else if (n)
+        MHE_LAUNCH(gelu_forward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, cost)(kind == GELU_TANH, x, yw, yb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
+    cuda_mirror_track(be, x, n);
+    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, n), *dyb = cuda_mirror_stale_twin(be, dy, n);
     float *dxw;
     __nv_bfloat16 *dxb = cuda_mirror_out_lean(be, dx, n, &dxw, LEAN_ELEMENTWISE);
-    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost(GELU_BWD_FLOPS * n, 12.0 * n), dxb, dxw, n))(kind == GELU_TANH, x, dy, dxw, dxb, n);
+    const MheCost cost = with_lean_twin(mhe_cost(GELU_BWD_FLOPS * n, (xb ? 2.0 : 4.0) * n + (dyb ? 2.0 : 4.0) * n + 4.0 * n), dxb, dxw, n);
+    const int tf = kind == GELU_TANH;
+    cudaStream_t st = cuda_stream(be);
+    const unsigned grid = cuda_grid_for(n);
+    if (!n) {
+    } else if (xb && dyb) {
+        MHE_LAUNCH(gelu_backward_kernel<GeluBB>, grid, MHE_BLOCK, 0, st, cost)(tf, xb, dyb, dxw, dxb, n);
+    } else if (xb) {
+        MHE_LAUNCH(gelu_backward_kernel<GeluBF>, grid, MHE_BLOCK, 0, st, cost)(tf, xb, dy, dxw, dxb, n);
+    } else if (dyb) {
+        MHE_LAUNCH(gelu_backward_kernel<GeluFB>, grid, MHE_BLOCK, 0, st, cost)(tf, x, dyb, dxw, dxb, n);
+    } else {
+        MHE_LAUNCH(gelu_backward_kernel<GeluFF>, grid, MHE_BLOCK, 0, st, cost)(tf, x, dy, dxw, dxb, n);
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }

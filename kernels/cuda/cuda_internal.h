@@ -153,6 +153,9 @@ void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site)
 // such an op makes is cuda_mirror_read_or_twin: it widens a partly stale range, and does not
 // count as an fp32 read for the lean decision.
 const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t n);
+// A twin segment for [p, p + n) without rounding anything into it (bf16 mode): so its producer
+// can learn to write it lean for a reader that takes a stale twin (GELU's input).
+void cuda_mirror_track(Backend *be, const float *p, size_t n);
 void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n);
 void cuda_mirror_epoch(Backend *be);
 // The op wrappers declaring every op's fp32 reads (cuda_lean.cu), installed last in bf16 mode.

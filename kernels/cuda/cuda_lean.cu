@@ -146,13 +146,14 @@ static void w_layernorm_backward(Backend *be, const float *dy, const float *x, c
     rd(be, dbeta, C);
     inner(be)->layernorm_backward(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
 }
+// GELU may read its inputs from lean twins (cuda_elementwise.cu): not fp32 reads for the decision.
 static void w_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
-    rd(be, x, n);
+    cuda_mirror_read_or_twin(be, x, n);
     inner(be)->gelu_forward(be, kind, x, y, n);
 }
 static void w_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
-    rd(be, x, n);
-    rd(be, dy, n);
+    cuda_mirror_read_or_twin(be, x, n);
+    cuda_mirror_read_or_twin(be, dy, n);
     inner(be)->gelu_backward(be, kind, x, dy, dx, n);
 }
 static void w_tanh_forward(Backend *be, const float *x, float *y, size_t n) {

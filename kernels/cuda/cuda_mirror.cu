@@ -404,7 +404,8 @@ static void verify_twin(const MirrorSegment &g, size_t off, size_t n) {
 #endif
 }
 
-const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) {
+// The segment holding [p, p + n), made (merged over every segment it overlaps) when there is none.
+static MirrorSegment *segment_for(Backend *be, const float *p, size_t n) {
     MirrorSet *m = mirrors(be);
     CudaCtx *c = cuda_ctx(be);
     uintptr_t lo = addr(p), hi = lo + n * sizeof(float);
@@ -439,6 +440,15 @@ const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) 
         inside = &(m->segs[s] = g);
         m->created++;
     }
+    return inside;
+}
+
+void cuda_mirror_track(Backend *be, const float *p, size_t n) {
+    if (cuda_ctx(be)->bf16 && n) segment_for(be, p, n);
+}
+
+const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) {
+    MirrorSegment *inside = segment_for(be, p, n);
     size_t off = (size_t)(p - inside->base);
     if (!covers(inside->valid, off, off + n)) {
         cuda_round_bf16(be, p, inside->twin + off, n);
