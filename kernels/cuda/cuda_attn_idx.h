@@ -3,6 +3,8 @@
 #ifndef MHE_KERNELS_CUDA_CUDA_ATTN_IDX_H
 #define MHE_KERNELS_CUDA_CUDA_ATTN_IDX_H
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_internal.h"
 
 struct AttnIdx {
@@ -35,5 +37,33 @@ __device__ __forceinline__ float p_dropped(float p, size_t idx, float drop, uint
     if (drop <= 0.0f) return p;
     return ops_dropout_keep(seed, offset, idx, drop) ? p * (1.0f / (1.0f - drop)) : 0.0f;
 }
+
+// What the tiles of one (sequence, head) visit, for the cost model: (query, key) pairs computed and
+// the rows of the other operand each tile reads, summed over tiles.  Causal tiles stop at the
+// diagonal (the kernels skip the rest), so they do about half of the T x T work.
+struct TileWork {
+    double pairs, reads;
+};
+// Query tiles of `per` rows: each reads the keys up to its last row (causal) or all of them.
+static inline TileWork query_tiles(int T, int per, int causal) {
+    TileWork w{0, 0};
+    for (int q0 = 0; q0 < T; q0 += per) {
+        const double rows = std::min(per, T - q0), keys = causal ? std::min(T, q0 + per) : T;
+        w.pairs += rows * keys;
+        w.reads += keys;
+    }
+    return w;
+}
+// Key tiles of `per` rows: each reads the queries from its first row on (causal) or all of them.
+static inline TileWork key_tiles(int T, int per, int causal) {
+    TileWork w{0, 0};
+    for (int j0 = 0; j0 < T; j0 += per) {
+        const double rows = std::min(per, T - j0), queries = causal ? T - j0 : T;
+        w.pairs += rows * queries;
+        w.reads += queries;
+    }
+    return w;
+}
+
 
 #endif

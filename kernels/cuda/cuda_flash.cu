@@ -305,8 +305,8 @@ static FlashArgs flash_args(Backend *be, const AttnShape *s) {
 
 // Cost model terms: T x T work per (b, h) pair; K/V (or Q/G) tiles are re-read from global
 // memory by every block of the same sequence (counted in full: no L2 reuse assumed).
-static double flash_tt(const AttnShape *s) { return (double)s->B * s->n_heads * s->T * s->T; }
-static double tiles(int T, int per) { return (double)((T + per - 1) / per); }
+// (query_tiles / key_tiles, cuda_attn_idx.h: causal tiles stop at the diagonal.)
+static double bn_of(const AttnShape *s) { return (double)s->B * s->n_heads; }
 
 void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                         const float *v, float *out, float *saved) {
@@ -317,9 +317,10 @@ void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const f
     const FlashArgs f = flash_args(be, s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     float *lse = saved, *opre = saved + rows_n;
-    const double tt = flash_tt(s), dq = s->qk_dim, dv = s->v_dim;
+    const TileWork w = query_tiles(s->T, FLASH_ROWS, s->causal);
+    const double tt = bn_of(s) * w.pairs, dq = s->qk_dim, dv = s->v_dim;
     const MheCost cost = mhe_cost(tt * (2 * dq + 2 * dv + 8),
-                                  4.0 * (rows_n * dq + tiles(s->T, FLASH_ROWS) * rows_n * (dq + dv) + 2.0 * rows_n * dv + rows_n));
+                                  4.0 * (rows_n * dq + bn_of(s) * w.reads * (dq + dv) + 2.0 * rows_n * dv + rows_n));
     dim3 grid((unsigned)((s->T + FLASH_ROWS - 1) / FLASH_ROWS), (unsigned)s->n_heads, (unsigned)s->B);
     MHE_LAUNCH(flash_forward_kernel, grid, FLASH_ROWS, fwd_smem(s), cuda_stream(be), cost)(f, q, k, v, out, opre, lse);
     CUDA_CHECK_LAUNCH();
@@ -333,7 +334,8 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
     const float *lse = saved, *opre = saved + rows_n;
     float *D = scratch;
     cudaStream_t st = cuda_stream(be);
-    const double tt = flash_tt(s), dqd = s->qk_dim, dvd = s->v_dim;
+    const TileWork kw = key_tiles(s->T, FLASH_ROWS, s->causal), qw = query_tiles(s->T, FLASH_ROWS, s->causal);
+    const double bn = bn_of(s), dqd = s->qk_dim, dvd = s->v_dim;
     // On the tensor-core path without out_scale, G (= dout) is taken from its twin there, so the
     // row dots read that twin too: dout's fp32 copy is then never read (it can be lean).
     const bool g_twin = cuda_flash_tc_supported(be, s) && !s->out_scale;
@@ -352,14 +354,14 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
     }
     const unsigned ntiles = (unsigned)((s->T + FLASH_ROWS - 1) / FLASH_ROWS);
     if (dk || dv || dkey_bias) {
-        const MheCost cost = mhe_cost(tt * (4 * dqd + 4 * dvd + 10),
-                                      4.0 * (tiles(s->T, FLASH_ROWS) * rows_n * (dqd + dvd + 2) + rows_n * (dqd + dvd + 1)));
+        const MheCost cost = mhe_cost(bn * kw.pairs * (4 * dqd + 4 * dvd + 10),
+                                      4.0 * (bn * kw.reads * (dqd + dvd + 2) + rows_n * (dqd + dvd + 1)));
         MHE_LAUNCH(flash_dkv_kernel, dim3(ntiles, (unsigned)s->B), FLASH_ROWS, dkv_smem(s), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
         CUDA_CHECK_LAUNCH();
     }
     if (dq) {
-        const MheCost cost = mhe_cost(tt * (4 * dqd + 2 * dvd + 8),
-                                      4.0 * (tiles(s->T, FLASH_ROWS) * rows_n * (dqd + dvd) + rows_n * (2 * dqd + dvd + 2)));
+        const MheCost cost = mhe_cost(bn * qw.pairs * (4 * dqd + 2 * dvd + 8),
+                                      4.0 * (bn * qw.reads * (dqd + dvd) + rows_n * (2 * dqd + dvd + 2)));
         MHE_LAUNCH(flash_dq_kernel, dim3(ntiles, (unsigned)s->B), FLASH_ROWS, dq_smem(s), st, cost)(f, q, k, v, dout, lse, D, dq);
         CUDA_CHECK_LAUNCH();
     }

@@ -388,13 +388,15 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     TcArgs f = tc_args(s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
-    const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_QROWS - 1) / TC_QROWS;
+    const double tiles = (s->T + TC_QROWS - 1) / TC_QROWS, bn = (double)s->B * s->n_heads;
+    const TileWork w = query_tiles(s->T, TC_QROWS, s->causal);
+    const double tt = bn * w.pairs;
     tc_twins(be, s, f, q, k, v, nullptr);
     // O is usually only the output projection's operand: lean (cuda_mirror.cu) skips its fp32 store.
     float *outw;
     f.outb = cuda_mirror_out_lean(be, out, rows_n * d, &outw, LEAN_ATTENTION);
     // Q once, K twice (both passes) and V once per query tile, Opre and out written, L.
-    const double bytes = rows_n * d * tc_el(f.qb) + tiles * rows_n * d * (2.0 * tc_el(f.kb) + tc_el(f.vb)) +
+    const double bytes = rows_n * d * tc_el(f.qb) + bn * w.reads * d * (2.0 * tc_el(f.kb) + tc_el(f.vb)) +
                          4.0 * (2.0 * rows_n * d + rows_n);
     const MheCost cost = with_lean_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0, 0}, f.outb, outw, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
@@ -427,7 +429,8 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw, LEAN_ATTENTION) : nullptr;
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
-    const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_ROWS - 1) / TC_ROWS;
+    const double tiles = (s->T + TC_ROWS - 1) / TC_ROWS, bn = (double)s->B * s->n_heads;
+    const TileWork kw = key_tiles(s->T, TC_ROWS, s->causal), qw = query_tiles(s->T, TC_QROWS, s->causal);
     const float *lse = saved;
     const double eq = tc_el(f.qb), ek = tc_el(f.kb), ev = tc_el(f.vb), eg = tc_el(f.gb);
     dim3 grid((unsigned)tiles, (unsigned)s->B);
@@ -435,7 +438,8 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     if (dk || dv || dkey_bias) {
         // Q, G, L, D per key tile; K, V once; dK, dV written (4 B each, less when lean).
         const double written = 4.0 * rows * d * ((dk ? s->k_heads : 0) + (dv ? s->v_heads : 0));
-        MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev) + written, 0, 0};
+        MheCost cost{bn * kw.pairs * 8.0 * d, bn * kw.pairs * 12.0,
+                     bn * kw.reads * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev) + written, 0, 0};
         if (dk) cost = with_lean_twin(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
         if (dv) cost = with_lean_twin(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
         if (d == 16) {
@@ -453,8 +457,9 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     if (dq) {
         const double qtiles = (s->T + TC_QROWS - 1) / TC_QROWS;
         // K, V per query tile; Q, G once; dQ written; L, D.
-        const double bytes = qtiles * rows_n * d * (ek + ev) + rows_n * d * (eq + eg + 4.0) + 8.0 * rows_n;
-        const MheCost cost = with_lean_twin(MheCost{tt * 6.0 * d, tt * 10.0, bytes, 0, 0}, f.dqb, dqw, (double)rows * s->q_heads * d);
+        const double bytes = bn * qw.reads * d * (ek + ev) + rows_n * d * (eq + eg + 4.0) + 8.0 * rows_n;
+        const MheCost cost = with_lean_twin(MheCost{bn * qw.pairs * 6.0 * d, bn * qw.pairs * 10.0, bytes, 0, 0}, f.dqb, dqw,
+                                            (double)rows * s->q_heads * d);
         dim3 qgrid((unsigned)qtiles, (unsigned)s->B);
         if (d == 16) {
             tc_opt_in(flash_tc_dq_kernel<16>, tc_smem_dq(16));

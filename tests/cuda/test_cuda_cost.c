@@ -134,6 +134,27 @@ static void test_single_calls(void **state) {
     assert_int_equal(r.launches, 1);
     be->free(be, saved);
     be->free(be, scratch);
+    // Causal, T = 256: the two 128-row query tiles stop at their last row, 128 and 256 keys, so
+    // per head 128 x 128 + 128 x 256 = 49152 (query, key) pairs instead of 65536: tensor-core
+    // FLOPs 2 heads x 49152 x 96 (6 d) = 9437184.  Bytes: Q's twin once (512 rows x 16 x 2 B =
+    // 16384), K twice and V once per tile over 384 key rows per head (2 x 384 x 16 x 6 B = 73728),
+    // Opre and out written (2 x 512 x 16 x 4 B = 65536) and L (512 x 4 B): 157696.
+    as.T = 256;
+    as.causal = 1;
+    be->attention_sizes(be, &as, &saved_n, &scratch_n);
+    saved = be->alloc(be, saved_n * sizeof(float));
+    scratch = be->alloc(be, scratch_n * sizeof(float));
+    q = y + 20000;
+    k = y + 30000;
+    v = y + 40000;
+    out = z + 20000;
+    backend_cuda_cost_start();
+    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    backend_cuda_cost_stop(a100, &r);
+    e = find(&r, "flash_tc_forward_kernel<16>");
+    assert_true(e->bytes == 157696.0 && e->tc_flops == 9437184.0);
+    be->free(be, saved);
+    be->free(be, scratch);
 
     // A linear layer with the bias fused (cuBLASLt BIAS epilogue): y [8, 16] = x [8, 32] Wᵀ + b
     // with W = the [16, 32] at y, both twins current from the matmuls above: one call, reading
