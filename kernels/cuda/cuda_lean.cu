@@ -128,7 +128,7 @@ static void w_residual_layernorm_forward(Backend *be, const float *x, const floa
                                          uint64_t offset, const float *gamma, const float *beta, int N, int C,
                                          float eps, float *s, float *y, float *mean, float *rstd) {
     rd(be, x, (size_t)N * C);
-    rd(be, r, (size_t)N * C);
+    cuda_mirror_read_or_twin(be, r, (size_t)N * C);  // r may come from a lean twin (cuda_norm_loss.cu)
     rd(be, gamma, C);
     rd(be, beta, C);
     inner(be)->residual_layernorm_forward(be, x, r, p, seed, offset, gamma, beta, N, C, eps, s, y, mean, rstd);

@@ -34,7 +34,13 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
 // index), stored, then LayerNorm(s) as layernorm_forward_kernel.  Each thread reads back only
 // the s it wrote, so s may alias r and y may alias s.  One pass instead of three kernels
 // (dropout, add, LayerNorm) re-reading the row from memory.
-__global__ void residual_layernorm_kernel(const float *x, const float *r, float p, uint64_t key, uint32_t threshold,
+// r in fp32, or bf16 from a lean twin (the branch's output projection, once only this reads it:
+// the residual add of the bf16 branch output, as autocast computes it).  s may alias r: each
+// element is read, then written, by one thread.
+__device__ __forceinline__ float branch(const float *r, size_t i) { return r[i]; }
+__device__ __forceinline__ float branch(const __nv_bfloat16 *r, size_t i) { return __bfloat162float(r[i]); }
+template <typename R>
+__global__ void residual_layernorm_kernel(const float *x, const R *r, float p, uint64_t key, uint32_t threshold,
                                           const float *gamma, const float *beta, int C, float eps, float *s,
                                           float *y, __nv_bfloat16 *yb, float *mean, float *rstd) {
     __shared__ float buf[32];
@@ -43,7 +49,7 @@ __global__ void residual_layernorm_kernel(const float *x, const float *r, float 
     float sum = 0;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const size_t i = off + c;
-        const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? r[i] * inv : 0.0f;
+        const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? branch(r, i) * inv : 0.0f;
         const float v = x[i] + d;
         s[i] = v;
         sum += v;
@@ -113,15 +119,25 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
                                             float eps, float *s, float *y, float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
     const size_t n = (size_t)N * C;
-    cuda_mirror_wrote(be, s, n * sizeof(float));
+    // r's twin segment (without rounding), so its producer can learn to write it lean; taken
+    // before s is accounted for, since s may alias r (the twin still holds r's values then).
+    cuda_mirror_track(be, r, n);
+    const __nv_bfloat16 *rb = cuda_mirror_stale_twin(be, r, n);
+    cuda_mirror_overwrote(be, s, n * sizeof(float));  // every element of s is written
     cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
     cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
     __nv_bfloat16 *yb = cuda_mirror_out(be, y, n);
     const float q = p > 0.0f ? p : 0.0f;
-    // Reads x and r, writes s and y (16 B per element; s is re-read from cache), gamma, beta,
-    // mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add, LayerNorm's 8).
-    const MheCost cost = with_twin(mhe_cost(10.0 * n, 16.0 * n + 8.0 * C + 8.0 * N), yb, (double)n);
-    if (N) MHE_LAUNCH(residual_layernorm_kernel, N, MHE_BLOCK, 0, cuda_stream(be), cost)(x, r, q, ops_dropout_key(seed, offset), ops_dropout_threshold(q), gamma, beta, C, eps, s, y, yb, mean, rstd);
+    // Reads x and r, writes s and y (16 B per element, 14 with r in bf16; s is re-read from
+    // cache), gamma, beta, mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add,
+    // LayerNorm's 8).
+    const MheCost cost = with_twin(mhe_cost(10.0 * n, (rb ? 14.0 : 16.0) * n + 8.0 * C + 8.0 * N), yb, (double)n);
+    const uint64_t key = ops_dropout_key(seed, offset);
+    const uint32_t thr = ops_dropout_threshold(q);
+    if (N && rb)
+        MHE_LAUNCH(residual_layernorm_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, cuda_stream(be), cost)(x, rb, q, key, thr, gamma, beta, C, eps, s, y, yb, mean, rstd);
+    else if (N)
+        MHE_LAUNCH(residual_layernorm_kernel<float>, N, MHE_BLOCK, 0, cuda_stream(be), cost)(x, r, q, key, thr, gamma, beta, C, eps, s, y, yb, mean, rstd);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }

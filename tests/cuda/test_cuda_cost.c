@@ -58,7 +58,7 @@ static void test_single_calls(void **state) {
     be->residual_layernorm_forward(be, x, x + 100, 0.1f, 1, 2, y, y + 100, 6, 10, 1e-5f, x + 100, z, z + 100, z + 200);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
-    e = find(&r, "residual_layernorm_kernel");
+    e = find(&r, "residual_layernorm_kernel<float>");
     assert_int_equal(e->op_class, OPC_NORM_ACT);
     assert_true(e->bytes == 1088.0);
 
