@@ -348,9 +348,9 @@ static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     for (int i = 0; i < 10; i++) buf_free(f, all[i]);
 }
 // LayerNorm's backward gives each block ceil(N / 256) rows (cuda_norm_loss.cu): 9 rows one
-// each; 600 three each (200 blocks, 70 columns: 2 per thread at 64, the last thread's partial;
-// dγ/dβ's second stage: 9 blocks of 8 columns, the last partial); 1027 five each, the last
-// block 2 (206 partials per column: most chunk groups add 7, some 6), 150 columns.
+// each; 600 three each (200 blocks; 70 columns over the emulation's 64 threads, so 6 threads
+// own two; dγ/dβ's second stage: 9 blocks of 8 columns, the last partial); 1027 five each, the
+// last block 2 (206 partials per column: chunk groups of 7 and of 6), 150 columns.
 static void test_layernorm_gelu_tanh_match_cpu(void **state) {
     layernorm_gelu_tanh_case(*state, 9, 96);
     layernorm_gelu_tanh_case(*state, 600, 70);
