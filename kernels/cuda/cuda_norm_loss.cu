@@ -69,8 +69,9 @@ __global__ void residual_layernorm_kernel(const float *x, const float *r, float 
 // row's dx (block reductions as layernorm_forward_kernel) and adds the row's dy·x̂ and dy into
 // per-column sums in shared memory, then writes them as the chunk's partials of dγ and dβ;
 // cuda_colsum2_finish adds the chunks.  Separate column sums (cuda_colsum.h) re-read dy and x:
-// 8 of the 22 bytes per element this moved before.  256 chunks give both GPUs' SMs (108, 132)
-// work and keep the partials small next to the rows (2 x 256 x C floats against N x C x 14 B).
+// 20 bytes per element (dx without accumulate or twin) became 12.  256 chunks give both GPUs'
+// SMs (108, 132) work and keep the partials small next to the rows (2 x 256 x C floats against
+// N x C x 12 B).
 #define LN_BW_CHUNKS 256
 static int ln_bw_rows(int N) { return (N + LN_BW_CHUNKS - 1) / LN_BW_CHUNKS; }
 
@@ -98,9 +99,9 @@ __global__ void layernorm_backward_kernel(const float *dy, const float *x, const
                                           const float *rstd, int N, int C, int rows, float *dx,
                                           __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb) {
     __shared__ float buf[2][32];
-    MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb
-    float *ag = acc, *ab = acc + C;
+    MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb, else none
     const int sums = pg != nullptr || pb != nullptr;
+    float *ag = acc, *ab = sums ? acc + C : nullptr;
     if (sums)
         for (int c = threadIdx.x; c < C; c += blockDim.x) ag[c] = ab[c] = 0.0f;
     const int r0 = blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
