@@ -12,7 +12,7 @@ typedef struct {
     int handle;         // comm request, -1 when not started
 } Bucket;
 
-typedef enum { WAY_BUCKETS, WAY_ZERO, WAY_STAGED, WAY_DEVICE } Way;
+typedef enum { WAY_BUCKETS, WAY_ZERO, WAY_STAGED, WAY_DEVICE, WAY_DEVICE_ZERO } Way;
 
 struct GradReducer {
     Comm *comm;
@@ -31,10 +31,9 @@ struct GradReducer {
 };
 
 // Every rank's range: equal ceil(total/world) slices under ZeRO-1, else the whole buffer.
-static void shards_init(GradShards *z, Comm *comm, size_t total, int enabled) {
+static void shards_init(GradShards *z, int world, int rank, size_t total, int enabled) {
     memset(z, 0, sizeof *z);
     z->enabled = enabled;
-    const int world = comm_world(comm), rank = comm_rank(comm);
     z->counts = mhe_calloc((size_t)world, sizeof *z->counts);
     z->displs = mhe_calloc((size_t)world, sizeof *z->displs);
     size_t per = enabled ? (total + (size_t)world - 1) / (size_t)world : total;
@@ -81,22 +80,25 @@ static void buckets_init(GradReducer *r, const GradReducerSpec *s) {
 GradReducer *grad_reducer_create(Comm *comm, const GradReducerSpec *s) {
     GradReducer *r = mhe_calloc(1, sizeof *r);
     r->comm = comm;
-    r->world = comm_world(comm);
+    r->world = s->ranks > 0 ? s->ranks : comm_world(comm);
     r->grads = s->grads;
     r->total = s->total;
     r->overlap = 1;
-    if (s->zero && s->device) mhe_fatal("ZeRO-1 reduces host gradients only");
-    shards_init(&r->shards, comm, s->total, s->zero);
+    const int device_zero = s->zero && s->device && r->world > 1;
+    if (device_zero && !(s->device->reduce_start && s->device->broadcast_start && s->device->allreduce_finish))
+        mhe_fatal("ZeRO-1 on device gradients needs the device's own collectives (NCCL: dist.backend auto or nccl)");
+    shards_init(&r->shards, r->world, s->ranks > 0 ? 0 : comm_rank(comm), s->total, s->zero);
     r->host = s->grads;
     if (s->device) {
         r->device = *s->device;
-        r->way = s->device->allreduce ? WAY_DEVICE : WAY_STAGED;
+        r->way = device_zero ? WAY_DEVICE_ZERO : s->device->allreduce ? WAY_DEVICE : WAY_STAGED;
         if (r->way == WAY_STAGED) r->host = mhe_malloc(s->total * sizeof(float));
     } else {
         r->way = s->zero ? WAY_ZERO : WAY_BUCKETS;
     }
     if (r->way == WAY_ZERO) r->shard = mhe_malloc((r->shards.end - r->shards.begin + 1) * sizeof(float));
-    if (r->way == WAY_BUCKETS || r->way == WAY_STAGED || (r->way == WAY_DEVICE && r->device.allreduce_start))
+    if (r->way == WAY_BUCKETS || r->way == WAY_STAGED || r->way == WAY_DEVICE_ZERO ||
+        (r->way == WAY_DEVICE && r->device.allreduce_start))
         buckets_init(r, s);
     return r;
 }
@@ -113,7 +115,7 @@ void grad_reducer_free(GradReducer *r) {
 
 const GradShards *grad_reducer_shards(const GradReducer *r) { return &r->shards; }
 int grad_reducer_overlaps(const GradReducer *r) {
-    return r->way == WAY_BUCKETS || (r->way == WAY_DEVICE && r->n_buckets > 0);
+    return r->way == WAY_BUCKETS || ((r->way == WAY_DEVICE || r->way == WAY_DEVICE_ZERO) && r->n_buckets > 0);
 }
 void grad_reducer_set_overlap(GradReducer *r, int on) { r->overlap = on; }
 int grad_reducer_bucket_count(const GradReducer *r) { return r->n_buckets; }
@@ -127,12 +129,25 @@ const char *grad_reducer_describe(const GradReducer *r) {
                           : "NCCL on device buffers in buckets after the backward pass";
     case WAY_STAGED: return "MPI through host staging";
     case WAY_ZERO: return "MPI reduce-scatter + all-gather (ZeRO-1)";
+    case WAY_DEVICE_ZERO:
+        return r->overlap ? "NCCL reduce onto the shard owners in buckets on a second stream, overlapped with the "
+                            "backward pass, + broadcast of the updated shards (ZeRO-1)"
+                          : "NCCL reduce onto the shard owners in buckets after the backward pass, + broadcast of "
+                            "the updated shards (ZeRO-1)";
     default: return "MPI in buckets overlapped with the backward pass";
     }
 }
 
 static void start(GradReducer *r, Bucket *b) {
-    if (r->way == WAY_DEVICE)  // on the device's communication stream; no host handle
+    if (r->way == WAY_DEVICE_ZERO) {  // each shard's part of the bucket onto its owner
+        const GradShards *z = &r->shards;
+        for (int q = 0; q < r->world; q++) {
+            size_t lo = (size_t)z->displs[q], hi = lo + (size_t)z->counts[q];
+            if (lo < b->begin) lo = b->begin;
+            if (hi > b->end) hi = b->end;
+            if (lo < hi) r->device.reduce_start(r->device.ctx, r->grads + lo, hi - lo, q);
+        }
+    } else if (r->way == WAY_DEVICE)  // on the device's communication stream; no host handle
         r->device.allreduce_start(r->device.ctx, r->grads + b->begin, b->end - b->begin);
     else
         b->handle = comm_allreduce_start_f32(r->comm, r->host + b->begin, b->end - b->begin);
@@ -168,6 +183,7 @@ void grad_reducer_finish(GradReducer *r) {
         buckets_finish(r);
         r->device.to_device(r->device.ctx, r->grads, r->host, r->total);
         break;
+    case WAY_DEVICE_ZERO:
     case WAY_DEVICE:
         if (!r->n_buckets) {
             r->device.allreduce(r->device.ctx, r->grads, r->total);
@@ -184,4 +200,9 @@ void grad_reducer_finish(GradReducer *r) {
 
 void grad_reducer_gather_params(GradReducer *r, float *params) {
     if (r->way == WAY_ZERO) comm_allgatherv_f32(r->comm, params, r->shards.counts, r->shards.displs);
+    if (r->way == WAY_DEVICE_ZERO) {
+        for (int q = 0; q < r->world; q++)
+            r->device.broadcast_start(r->device.ctx, params + r->shards.displs[q], (size_t)r->shards.counts[q], q);
+        r->device.allreduce_finish(r->device.ctx);
+    }
 }

@@ -13,6 +13,9 @@
 //                 the same buckets, each started on the device's communication stream as the
 //                 backward pass finishes it (allreduce_start), completed before the update
 //                 (allreduce_finish); or in one call after the backward pass (allreduce only)
+//   device ZeRO-1 the same buckets, each cut at the shard boundaries and every piece summed
+//                 onto its owner (reduce_start); after the update each owner's range of the
+//                 parameters is broadcast to the others (broadcast_start), on the device too
 // The sum is what the optimizer needs: each rank's gradients are already divided by the
 // global number of labelled positions.
 #ifndef MHE_COMM_GRAD_REDUCER_H
@@ -39,6 +42,10 @@ typedef struct {
     void (*allreduce)(void *ctx, float *buf, size_t n);
     void (*allreduce_start)(void *ctx, float *buf, size_t n);
     void (*allreduce_finish)(void *ctx);
+    // ZeRO-1 on device (both or neither): the sum of buf onto rank root's (the others' left as
+    // they were), root's buf into everyone's; completed by allreduce_finish.
+    void (*reduce_start)(void *ctx, float *buf, size_t n, int root);
+    void (*broadcast_start)(void *ctx, float *buf, size_t n, int root);
     void (*to_host)(void *ctx, float *host, const float *dev, size_t n);
     void (*to_device)(void *ctx, float *dev, const float *host, size_t n);
 } GradDevice;
@@ -49,8 +56,10 @@ typedef struct {
     const GradPiece *pieces;   // in buffer order
     int n_pieces;
     float bucket_mb;           // <= 0: one bucket
-    int zero;                  // ZeRO-1 (host gradients only)
+    int zero;                  // ZeRO-1 (host gradients, or device ones with reduce_start)
     const GradDevice *device;  // NULL: host gradients
+    int ranks;                 // > 0: shard and reduce as if over this many ranks (bench's cost
+                               // prediction on one process: collectives are recorded, not run)
 } GradReducerSpec;
 
 // This rank's shard and every rank's (the whole buffer for everyone unless ZeRO-1).

@@ -24,6 +24,10 @@ void device_comm_allreduce_sum(DeviceComm *c, float *buf, size_t n);
 // when they are complete.
 void device_comm_allreduce_start(DeviceComm *c, float *buf, size_t n);
 void device_comm_allreduce_finish(DeviceComm *c);
+// ZeRO-1 in the same overlapped form: the sum of buf onto rank root's buf (the others' unchanged),
+// and root's buf copied into everyone's; both completed by device_comm_allreduce_finish.
+void device_comm_reduce_start(DeviceComm *c, float *buf, size_t n, int root);
+void device_comm_broadcast_start(DeviceComm *c, float *buf, size_t n, int root);
 void device_comm_free(DeviceComm *c);
 
 // ---- The GPU cost model (kernels/cuda/README.md "Cost model") ----
@@ -49,7 +53,7 @@ typedef struct {
     double seconds, tc_flops, flops, bytes;
     double compute_seconds, memory_seconds, launch_seconds;  // the terms of `seconds`
 } CostEntry;
-#define COST_TOP 10
+#define COST_TOP 40  // kept; bench --top N prints the first N
 // One call on the predicted timeline (the all-reduces are kept for the report).
 typedef struct {
     double start, end, bytes;

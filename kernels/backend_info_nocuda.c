@@ -34,6 +34,18 @@ void device_comm_allreduce_start(DeviceComm *c, float *buf, size_t n) {
     (void)n;
 }
 void device_comm_allreduce_finish(DeviceComm *c) { (void)c; }
+void device_comm_reduce_start(DeviceComm *c, float *buf, size_t n, int root) {
+    (void)c;
+    (void)buf;
+    (void)n;
+    (void)root;
+}
+void device_comm_broadcast_start(DeviceComm *c, float *buf, size_t n, int root) {
+    (void)c;
+    (void)buf;
+    (void)n;
+    (void)root;
+}
 void device_comm_free(DeviceComm *c) { (void)c; }
 
 // The cost model lives in the CUDA backend; bench --gpu stops at gpu_spec_find == NULL.

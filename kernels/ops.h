@@ -176,8 +176,10 @@ struct Backend {
                                  float *dmul, float *dadd);
 
     // ---- row gather / scatter (the MLM head runs on the selected positions only) ----
-    // dst[i, :] = src[rows[i], :] for i < M; rows [M] int32; src, dst have C columns.
-    void (*gather_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst);
+    // dst[i, :] = src[rows[i], :] for i < M; rows [M] int32, each < src_rows, the rows of src;
+    // src, dst have C columns.
+    void (*gather_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+                        int src_rows);
     // dst[rows[i], :] = src[i, :] for i < M (rows distinct, each < dst_rows, the rows of dst);
     // other rows of dst untouched.
     void (*scatter_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,

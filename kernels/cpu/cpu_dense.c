@@ -150,7 +150,8 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
 }
 
 static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
-                            float *dst) {
+                            float *dst, int src_rows) {
+    (void)src_rows;  // the extent is for backends that track what each op reads
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN_MEM)
     for (int i = 0; i < M; i++)

@@ -75,6 +75,14 @@ extern "C" void device_comm_allreduce_start(DeviceComm *c, float *buf, size_t n)
 
 extern "C" void device_comm_allreduce_finish(DeviceComm *c) { cuda_nccl_allreduce_finish(c->nccl); }
 
+extern "C" void device_comm_reduce_start(DeviceComm *c, float *buf, size_t n, int root) {
+    cuda_nccl_reduce_start(c->nccl, buf, n, root);
+}
+
+extern "C" void device_comm_broadcast_start(DeviceComm *c, float *buf, size_t n, int root) {
+    cuda_nccl_broadcast_start(c->nccl, buf, n, root);
+}
+
 extern "C" void device_comm_free(DeviceComm *c) {
     if (!c) return;
     cuda_nccl_free(c->nccl);

@@ -462,7 +462,9 @@ static void cuda_attention_forward(Backend *be, const AttnShape *s, const float 
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
-    attention_wrote(be, s, out, saved, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, scratch);
+    // The tensor-core forward accounts for `out` itself (it may store only its twin).
+    float *wrote_out = cuda_attention_reads_twins(be, s) ? nullptr : out;
+    attention_wrote(be, s, wrote_out, saved, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, scratch);
     if (path == PATH_FLASH)
         cuda_flash_forward(be, s, q, k, v, out, saved);
     else if (path == PATH_GEMM)
@@ -480,7 +482,10 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
     if (!s->B || !s->T || !s->n_heads) return;
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
-    attention_wrote(be, s, nullptr, nullptr, dq, dk, dv, dkey_bias, dout_scale, dout_shift, scratch);
+    // The tensor-core backward accounts for dQ, dK, dV itself (it may store only their twins).
+    const bool tc = cuda_attention_reads_twins(be, s);
+    attention_wrote(be, s, nullptr, nullptr, tc ? nullptr : dq, tc ? nullptr : dk, tc ? nullptr : dv, dkey_bias,
+                    dout_scale, dout_shift, scratch);
     if (path == PATH_FLASH) {
         cuda_flash_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, scratch);
         if (dout_scale || dout_shift) {  // from Opre, saved by the forward after L
@@ -499,6 +504,10 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
                                  dout_shift, scratch);
     double tt = (double)s->B * s->n_heads * s->T * s->T;
     cuda_prof_end(be, OPC_ATTENTION, t0, 4.0 * tt * (s->qk_dim + s->v_dim));
+}
+
+int cuda_attention_reads_twins(Backend *be, const AttnShape *s) {
+    return attn_path(be, s) == PATH_FLASH && cuda_flash_tc_supported(be, s);
 }
 
 void cuda_install_attention(Backend *be) {

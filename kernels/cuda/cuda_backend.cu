@@ -114,7 +114,12 @@ static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, in
     CudaCtx *c = cuda_ctx(be);
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cuda_mirror_wrote(be, C, operand_span(M, N, ldc, stride_c, batch) * sizeof(float));
+    const size_t c_bytes = operand_span(M, N, ldc, stride_c, batch) * sizeof(float);
+    const bool dense_c = ldc == N && (batch == 1 || stride_c == (long)M * ldc);
+    if (beta == 0.0f && dense_c)
+        cuda_mirror_overwrote(be, C, c_bytes);
+    else
+        cuda_mirror_wrote(be, C, c_bytes);
     if (!c->bf16 || K == 0) {
         mhe_cost_record_gemm(M, N, K, batch, 0, beta != 0.0f);
         CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb,
@@ -231,6 +236,7 @@ static void cuda_destroy(Backend *be) {
     cuda_mirror_destroy(be);
     cuda_linear_destroy(be);
     cuda_optim_destroy(be);
+    std::free(c->inner);
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->colsum);
     cuda_device_free(c->gemm_ptrs);
@@ -290,5 +296,9 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     cuda_install_attention(be);
     cuda_install_linear(be);
     cuda_install_optim(be);
+    // Lean twins (cuda_mirror.cu): on unless MHE_CUDA_LEAN=0; the read declarations go on top.
+    const char *lean = std::getenv("MHE_CUDA_LEAN");
+    c->lean = c->bf16 && !(lean && std::strcmp(lean, "0") == 0);
+    if (c->lean) cuda_install_lean(be);
     return be;
 }

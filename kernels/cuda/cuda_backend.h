@@ -16,6 +16,9 @@ Backend *backend_cuda_create(int device, int bf16);
 // bf16 mode: how many bf16 twins of matmul operands the backend holds and their bytes
 // (cuda_mirror.cu; tests check that a steady-state step creates none).
 long backend_cuda_mirror_segments(Backend *be, size_t *bytes);
+// bf16 mode: how many twins are lean (their fp32 copy no longer written, cuda_mirror.cu) and how
+// many floats' fp32 data is stale (NULL: not wanted).
+long backend_cuda_mirror_lean(Backend *be, size_t *stale_floats);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,8 @@ struct Record {
     int stream = MHE_STREAM_COMPUTE;
     const void *event = nullptr;  // EVENT_RECORD, STREAM_WAIT
     int world = 1;                // ALLREDUCE: the communicator's size; cost.bytes: the buffer
+    double passes = 2.0;          // ALLREDUCE: ring passes over the buffer (2 all-reduce, 1 reduce
+                                  // or broadcast)
 };
 
 struct Span {
@@ -92,31 +94,36 @@ void mhe_cost_event_record(const void *event, int stream) { record_ordering(EVEN
 
 void mhe_cost_stream_wait(int stream, const void *event) { record_ordering(STREAM_WAIT, "wait", stream, event); }
 
-bool mhe_cost_record_allreduce(double bytes, int world, int stream) {
+bool mhe_cost_record_collective(const char *label, double passes, double bytes, int world, int stream) {
     Recorder &r = rec();
     if (r.recording) {
-        Record x{"nccl_allreduce", "nccl all-reduce", -1, MheCost{0, 0, bytes, 0, 0}};
+        Record x{"nccl", label, -1, MheCost{0, 0, bytes, 0, 0}};
         x.kind = ALLREDUCE;
         x.stream = stream;
         x.world = world;
+        x.passes = passes;
         r.recs.push_back(x);
     }
     return !r.dry;
 }
 
+bool mhe_cost_record_allreduce(double bytes, int world, int stream) {
+    return mhe_cost_record_collective("nccl all-reduce", 2.0, bytes, world, stream);
+}
+
 static bool record_gemm(int M, int N, int K, int batch, int bf16, int reads_c, const char *epilogue,
-                        double epilogue_bytes) {
+                        double epilogue_bytes, double c_el = 4.0) {
     Recorder &r = rec();
     r.blas_pending++;
     if (r.recording) {
         double mnk = 2.0 * M * N * K * batch, el = bf16 ? 2.0 : 4.0;
         MheCost c{0, 0, 0, 0, 0};
         (bf16 ? c.tc_flops : c.flops) = mnk;
-        c.bytes = batch * (el * ((double)M * K + (double)K * N) + 4.0 * M * N * (reads_c ? 2 : 1)) + epilogue_bytes;
+        c.bytes = batch * (el * ((double)M * K + (double)K * N) + c_el * M * N * (reads_c ? 2 : 1)) + epilogue_bytes;
         char label[96];
-        std::snprintf(label, sizeof label, "gemm %dx%dx%d%s%s %s%s%s", M, N, K, batch > 1 ? " x" : "",
+        std::snprintf(label, sizeof label, "gemm %dx%dx%d%s%s %s%s%s%s", M, N, K, batch > 1 ? " x" : "",
                       batch > 1 ? std::to_string(batch).c_str() : "", bf16 ? "bf16" : "fp32",
-                      epilogue ? " " : "", epilogue ? epilogue : "");
+                      c_el < 4.0 ? "->bf16" : "", epilogue ? " " : "", epilogue ? epilogue : "");
         r.recs.push_back(Record{"gemm", label, -1, c});
     }
     return !r.dry;
@@ -129,6 +136,10 @@ bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c)
 bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, const char *epilogue,
                                    double epilogue_bytes) {
     return record_gemm(M, N, K, 1, bf16, reads_c, epilogue, epilogue_bytes);
+}
+
+bool mhe_cost_record_gemm_bf16_out(int M, int N, int K, const char *epilogue, double epilogue_bytes) {
+    return record_gemm(M, N, K, 1, 1, 0, epilogue, epilogue_bytes, 2.0);
 }
 
 bool mhe_cost_take_blas(void) {
@@ -211,10 +222,11 @@ static double call_seconds(const GpuSpec *g, const Record &x) {
 extern "C" void backend_cuda_cost_ranks(int ranks) { rec().ranks = ranks > 0 ? ranks : 0; }
 
 // Ring all-reduce: every rank sends and receives 2 (n-1)/n of the buffer (reduce-scatter then
-// all-gather), at the bus bandwidth, plus a fixed cost per call; nothing on one rank.
-static double allreduce_seconds(const GpuSpec *g, double bytes, int n) {
+// all-gather), at the bus bandwidth, plus a fixed cost per call; nothing on one rank.  A ring
+// reduce or broadcast is one such pass (`passes` = 1).
+static double allreduce_seconds(const GpuSpec *g, double bytes, int n, double passes = 2.0) {
     if (n <= 1) return 0;
-    return 2.0 * (n - 1) / n * bytes / g->allreduce_bus_bytes_per_s + g->allreduce_latency_s;
+    return passes * (n - 1) / n * bytes / g->allreduce_bus_bytes_per_s + g->allreduce_latency_s;
 }
 
 // Lays the records out on the streams in issue order: a call starts when its stream has
@@ -238,7 +250,7 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out) {
         double t;
         if (x.kind == ALLREDUCE) {
             int n = r.ranks > 0 ? r.ranks : x.world;
-            t = allreduce_seconds(g, x.cost.bytes, n);
+            t = allreduce_seconds(g, x.cost.bytes, n, x.passes);
             out->ranks = n;
             if (out->n_comm < COST_COMM_MAX) out->comm[out->n_comm++] = CostSpan{now, now + t, x.cost.bytes};
             out->comm_calls++;

@@ -36,6 +36,9 @@ bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c)
 // bias gradient, 4 B per element).
 bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, const char *epilogue,
                                    double epilogue_bytes);
+// The same with bf16 operands and a bf16 output (2 B per element of C, not read): the lean
+// linear layers of cuda_linear.cu.
+bool mhe_cost_record_gemm_bf16_out(int M, int N, int K, const char *epilogue, double epilogue_bytes);
 // The emulated cuBLAS asks this before each call: fatal when no mhe_cost_record_gemm preceded
 // it (an unrecorded library call), else whether to compute.
 bool mhe_cost_take_blas(void);
@@ -52,6 +55,8 @@ void mhe_cost_stream_wait(int stream, const void *event);
 // 2 (n-1)/n * bytes / bus bandwidth + latency, with n = world or the rank count the
 // prediction is asked for (backend_cuda_cost_ranks).  Returns whether to really run it.
 bool mhe_cost_record_allreduce(double bytes, int world, int stream);
+// A ring collective of `passes` passes over `bytes` (all-reduce 2, reduce or broadcast 1), labelled.
+bool mhe_cost_record_collective(const char *label, double passes, double bytes, int world, int stream);
 // Device allocations, for the peak.
 void mhe_cost_alloc(const void *p, size_t bytes);
 void mhe_cost_free(const void *p);

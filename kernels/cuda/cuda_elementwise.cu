@@ -196,17 +196,20 @@ static void cuda_tanh_backward(Backend *be, const float *y, const float *dy, flo
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
+// GELU and dropout write lean when their output is only ever a matmul operand (cuda_mirror.cu).
 static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
-    __nv_bfloat16 *yb = cuda_mirror_out(be, y, n);
-    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n), yb, n))(kind == GELU_TANH, x, y, yb, n);
+    float *yw;
+    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yw);
+    if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n), yb, yw, n))(kind == GELU_TANH, x, yw, yb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
-    __nv_bfloat16 *dxb = cuda_mirror_out(be, dx, n);
-    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(GELU_BWD_FLOPS * n, 12.0 * n), dxb, n))(kind == GELU_TANH, x, dy, dx, dxb, n);
+    float *dxw;
+    __nv_bfloat16 *dxb = cuda_mirror_out_lean(be, dx, n, &dxw);
+    if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost(GELU_BWD_FLOPS * n, 12.0 * n), dxb, dxw, n))(kind == GELU_TANH, x, dy, dxw, dxb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -220,11 +223,12 @@ static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float 
     double t0 = cuda_prof_begin(be);
     // p = 0 is a copy (nothing when in place: y and its twin stay as they are), through the
     // kernel when y has a twin to fill (every draw keeps, the scale is 1).
-    __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out(be, y, n) : nullptr;
+    float *yw = y;
+    __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out_lean(be, y, n, &yw) : nullptr;
     if (p <= 0.0f && !yb) {
         if (x != y) cuda_memcpy_d2d(be, y, x, n * sizeof(float));
     } else if (n) {
-        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost((double)n, 8.0 * n), yb, n))(x, y, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
+        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost((double)n, 8.0 * n), yb, yw, n))(x, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
         CUDA_CHECK_LAUNCH();
     }
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -301,7 +305,9 @@ __global__ void gather_rows_kernel(const float *src, const int32_t *rows, int M,
 __global__ void scatter_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
     GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
 }
-static void cuda_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst) {
+static void cuda_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+                             int src_rows) {
+    (void)src_rows;  // cuda_lean.cu's wrapper declares the read
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)M * C;
     __nv_bfloat16 *dstb = cuda_mirror_out(be, dst, total);

@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(TC_QTHREADS, 1) flash_tc_dq_kernel(TcArgs f, c
             __syncthreads();
             for (int e = t; e < TC_QROWS * D; e += blockDim.x) {
                 const int r = e / D, c = e % D;
-                if (dq && q0 + r < a.T) store_twin(dq, f.dqb, ((size_t)b * a.T + q0 + r) * a.ldq + (size_t)(h / a.qr) * D + c, f.scale * Out[e]);
+                if ((dq || f.dqb) && q0 + r < a.T) store_twin(dq, f.dqb, ((size_t)b * a.T + q0 + r) * a.ldq + (size_t)(h / a.qr) * D + c, f.scale * Out[e]);
             }
         }
     }
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, c
             const float sc = which ? 1.0f : f.scale;
             for (int e = t; e < TC_ROWS * D; e += blockDim.x) {
                 const int r = e / D, c = e % D;
-                if (dst && j0 + r < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + r) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
+                if ((dst || dstb) && j0 + r < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + r) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
             }
         }
     }
@@ -390,23 +390,25 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_QROWS - 1) / TC_QROWS;
     tc_twins(be, s, f, q, k, v, nullptr);
-    f.outb = cuda_mirror_out(be, out, rows_n * d);
+    // O is usually only the output projection's operand: lean (cuda_mirror.cu) skips its fp32 store.
+    float *outw;
+    f.outb = cuda_mirror_out_lean(be, out, rows_n * d, &outw);
     // Q once, K twice (both passes) and V once per query tile, Opre and out written, L.
     const double bytes = rows_n * d * tc_el(f.qb) + tiles * rows_n * d * (2.0 * tc_el(f.kb) + tc_el(f.vb)) +
                          4.0 * (2.0 * rows_n * d + rows_n);
-    const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0, 0}, f.outb, (double)rows_n * d);
+    const MheCost cost = with_lean_twin(MheCost{tt * 6.0 * d, tt * 16.0, bytes, 0, 0}, f.outb, outw, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;
     cudaStream_t st = cuda_stream(be);
     if (d == 16) {
         tc_opt_in(flash_tc_forward_kernel<16>, tc_smem_fwd(16));
-        MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_QTHREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+        MHE_LAUNCH(flash_tc_forward_kernel<16>, grid, TC_QTHREADS, tc_smem_fwd(16), st, cost)(f, q, k, v, s->out_shift, outw, opre, lse);
     } else if (d == 32) {
         tc_opt_in(flash_tc_forward_kernel<32>, tc_smem_fwd(32));
-        MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_QTHREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+        MHE_LAUNCH(flash_tc_forward_kernel<32>, grid, TC_QTHREADS, tc_smem_fwd(32), st, cost)(f, q, k, v, s->out_shift, outw, opre, lse);
     } else {
         tc_opt_in(flash_tc_forward_kernel<64>, tc_smem_fwd(64));
-        MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_QTHREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, out, opre, lse);
+        MHE_LAUNCH(flash_tc_forward_kernel<64>, grid, TC_QTHREADS, tc_smem_fwd(64), st, cost)(f, q, k, v, s->out_shift, outw, opre, lse);
     }
     CUDA_CHECK_LAUNCH();
 }
@@ -417,9 +419,12 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     TcArgs f = tc_args(s);
     tc_twins(be, s, f, q, k, v, dout);
     const size_t rows = (size_t)s->B * s->T;
-    f.dqb = dq ? cuda_mirror_out2d(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq) : nullptr;
-    f.dkb = dk ? cuda_mirror_out2d(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk) : nullptr;
-    f.dvb = dv ? cuda_mirror_out2d(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv) : nullptr;
+    // dQ, dK, dV are usually only the projections' backward operands: lean skips their fp32 store
+    // (the kernels are given nullptr for it and store the twin).
+    float *dqw = dq, *dkw = dk, *dvw = dv;
+    f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq, &dqw) : nullptr;
+    f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw) : nullptr;
+    f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw) : nullptr;
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_ROWS - 1) / TC_ROWS;
@@ -428,19 +433,20 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     dim3 grid((unsigned)tiles, (unsigned)s->B);
     cudaStream_t st = cuda_stream(be);
     if (dk || dv || dkey_bias) {
-        // Q, G, L, D per key tile; K, V once; dK, dV written.
-        MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev + 4.0), 0, 0};
-        cost = with_twin(cost, f.dkb, (double)rows * s->k_heads * d);
-        cost = with_twin(cost, f.dvb, (double)rows * s->v_heads * d);
+        // Q, G, L, D per key tile; K, V once; dK, dV written (4 B each, less when lean).
+        const double written = 4.0 * rows * d * ((dk ? s->k_heads : 0) + (dv ? s->v_heads : 0));
+        MheCost cost{tt * 8.0 * d, tt * 12.0, tiles * rows_n * ((eq + eg) * d + 8.0) + rows_n * d * (ek + ev) + written, 0, 0};
+        if (dk) cost = with_lean_twin(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
+        if (dv) cost = with_lean_twin(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
         if (d == 16) {
             tc_opt_in(flash_tc_dkv_kernel<16>, tc_smem_dkv(16));
-            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
+            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias);
         } else if (d == 32) {
             tc_opt_in(flash_tc_dkv_kernel<32>, tc_smem_dkv(32));
-            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, TC_THREADS, tc_smem_dkv(32), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
+            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, TC_THREADS, tc_smem_dkv(32), st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias);
         } else {
             tc_opt_in(flash_tc_dkv_kernel<64>, tc_smem_dkv(64));
-            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, TC_THREADS, tc_smem_dkv(64), st, cost)(f, q, k, v, dout, lse, D, dk, dv, dkey_bias);
+            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, TC_THREADS, tc_smem_dkv(64), st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias);
         }
         CUDA_CHECK_LAUNCH();
     }
@@ -448,17 +454,17 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         const double qtiles = (s->T + TC_QROWS - 1) / TC_QROWS;
         // K, V per query tile; Q, G once; dQ written; L, D.
         const double bytes = qtiles * rows_n * d * (ek + ev) + rows_n * d * (eq + eg + 4.0) + 8.0 * rows_n;
-        const MheCost cost = with_twin(MheCost{tt * 6.0 * d, tt * 10.0, bytes, 0, 0}, f.dqb, (double)rows * s->q_heads * d);
+        const MheCost cost = with_lean_twin(MheCost{tt * 6.0 * d, tt * 10.0, bytes, 0, 0}, f.dqb, dqw, (double)rows * s->q_heads * d);
         dim3 qgrid((unsigned)qtiles, (unsigned)s->B);
         if (d == 16) {
             tc_opt_in(flash_tc_dq_kernel<16>, tc_smem_dq(16));
-            MHE_LAUNCH(flash_tc_dq_kernel<16>, qgrid, TC_QTHREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dq);
+            MHE_LAUNCH(flash_tc_dq_kernel<16>, qgrid, TC_QTHREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dqw);
         } else if (d == 32) {
             tc_opt_in(flash_tc_dq_kernel<32>, tc_smem_dq(32));
-            MHE_LAUNCH(flash_tc_dq_kernel<32>, qgrid, TC_QTHREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dq);
+            MHE_LAUNCH(flash_tc_dq_kernel<32>, qgrid, TC_QTHREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dqw);
         } else {
             tc_opt_in(flash_tc_dq_kernel<64>, tc_smem_dq(64));
-            MHE_LAUNCH(flash_tc_dq_kernel<64>, qgrid, TC_QTHREADS, tc_smem_dq(64), st, cost)(f, q, k, v, dout, lse, D, dq);
+            MHE_LAUNCH(flash_tc_dq_kernel<64>, qgrid, TC_QTHREADS, tc_smem_dq(64), st, cost)(f, q, k, v, dout, lse, D, dqw);
         }
         CUDA_CHECK_LAUNCH();
     }

@@ -21,6 +21,9 @@ struct CudaCtx {
     double *partials;             // per-block partial sums of sum_squares
     double *host_partials;
     struct MirrorSet *mirrors;    // bf16 twins of matmul operands (cuda_mirror.cu; bf16 mode)
+    Backend *inner;               // the op table under cuda_lean.cu's wrappers (NULL: none)
+    int lean;                     // bf16 mode: twins may hold values whose fp32 copy is skipped
+                                  // (cuda_mirror.cu, cuda_lean.cu; MHE_CUDA_LEAN=0: off)
     struct LtState *lt;           // cuBLASLt handle, plans, workspace (cuda_linear.cu)
     struct AdamTable *adam;       // the range table of the multi-tensor AdamW (cuda_optim.cu)
     struct LambState *lamb;       // the chunk / range tables of the multi-tensor LAMB (cuda_optim.cu)
@@ -110,6 +113,9 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
 // The same on tensor cores (cuda_flash_tc.cu), bf16 mode with qk_dim == v_dim in {16, 32, 64};
 // cuda_flash_forward/backward dispatch to it.  D: the backward's row dots (scratch).
 int cuda_flash_tc_supported(Backend *be, const AttnShape *s);
+// Whether attention_forward/backward take Q, K, V from their bf16 twins (the tensor-core flash
+// path) rather than reading the fp32 data.
+int cuda_attention_reads_twins(Backend *be, const AttnShape *s);
 void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                            const float *v, float *out, float *saved);
 void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
@@ -123,6 +129,25 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
 __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n);
 __nv_bfloat16 *cuda_mirror_out2d(Backend *be, const float *p, size_t rows, size_t cols, size_t ld);
 void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes);
+// The same for a write of EVERY float of the range (a GEMM's C with beta = 0): values held only
+// by a lean twin there are dead, so they are not widened first (cuda_mirror.cu).
+void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes);
+// Lean twins (cuda_mirror.cu's header): an op that can skip its fp32 store asks for the twin
+// with cuda_mirror_out_lean; *fp32 is then p, or nullptr when the segment is lean (store the
+// twin only).  Every op declares the fp32 data it reads with cuda_mirror_read (stale ranges are
+// widened first); cuda_mirror_epoch, once per optimizer step, turns segments lean.
+__nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32);
+__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32);
+void cuda_mirror_read(Backend *be, const void *p, size_t bytes);
+void cuda_mirror_read_alloc(Backend *be, const void *p);  // the whole allocation holding p
+// For ops whose lean form is another call (a GEMM writing bf16): the twin of [p, p + n) when its
+// segment is lean (nothing marked: follow with cuda_mirror_out_lean), else nullptr; and, for the
+// fp32 form, telling a dual segment that a lean-capable op wrote it.
+__nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n);
+void cuda_mirror_note_lean(Backend *be, const float *p, size_t n);
+void cuda_mirror_epoch(Backend *be);
+// The op wrappers declaring every op's fp32 reads (cuda_lean.cu), installed last in bf16 mode.
+void cuda_install_lean(Backend *be);
 void cuda_mirror_wrote_alloc(Backend *be, const void *p);
 const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n);
 void cuda_mirror_track_alloc(Backend *be, const void *p, size_t bytes);
@@ -131,14 +156,20 @@ void cuda_mirror_destroy(Backend *be);
 // y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel).
 void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n);
 
-// Stores v at y[i] and, when the op has a twin, bf16(v) at yb[i].
+// Stores v at y[i] (unless the op writes lean: y null) and, when the op has a twin, bf16(v) at yb[i].
 __device__ __forceinline__ void store_twin(float *y, __nv_bfloat16 *yb, size_t i, float v) {
-    y[i] = v;
+    if (y) y[i] = v;
     if (yb) yb[i] = __float2bfloat16(v);
 }
 // The cost of an op plus its twin stores (2 bytes per element written).
 static inline MheCost with_twin(MheCost c, const void *twin, double n) {
     if (twin) c.bytes += 2.0 * n;
+    return c;
+}
+// The same for a lean-capable op: without its fp32 store (fp32 null) 4 bytes per element less.
+static inline MheCost with_lean_twin(MheCost c, const void *twin, const float *fp32, double n) {
+    c = with_twin(c, twin, n);
+    if (!fp32) c.bytes -= 4.0 * n;
     return c;
 }
 

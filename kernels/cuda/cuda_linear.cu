@@ -26,8 +26,8 @@
 
 static constexpr size_t LT_WORKSPACE = 32u << 20;  // NVIDIA's recommendation for Hopper
 
-// (epilogue, trans_a, trans_b, m, n, k, lda, ldb, ldd, operand type, alignments of A, B, D, bias)
-typedef std::tuple<int, int, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t> LtPlanKey;
+// (epilogue, trans_a, trans_b, m, n, k, lda, ldb, ldd, operand type, D type, alignments of A, B, D, bias)
+typedef std::tuple<int, int, int, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t> LtPlanKey;
 
 struct LtPlan {
     bool ok = false;
@@ -63,18 +63,20 @@ static uint32_t alignment(const void *p) {
     return al;
 }
 
-// The plan for D (m x n) = op(A) op(B) with the epilogue; nullptr when cuBLASLt has none.
+// The plan for D (m x n) = op(A) op(B) with the epilogue; nullptr when cuBLASLt has none.  D and
+// the bias vector are of type dt (fp32, or bf16 for a lean output: cuBLASLt wants them alike).
 static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool tb, int m, int n, int k, int lda,
-                           int ldb, int ldd, const void *A, const void *B, const float *D, const float *bias) {
+                           int ldb, int ldd, const void *A, const void *B, const void *D, const void *bias,
+                           cudaDataType dt = CUDA_R_32F) {
     LtState *s = lt_state(be);
     const cudaDataType t = cuda_ctx(be)->bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const uint32_t al[4] = {alignment(A), alignment(B), alignment(D), alignment(bias)};
-    LtPlanKey key{(int)epi, ta, tb, m, n, k, lda, ldb, ldd, (int)t, al[0], al[1], al[2], al[3]};
+    LtPlanKey key{(int)epi, ta, tb, m, n, k, lda, ldb, ldd, (int)t, (int)dt, al[0], al[1], al[2], al[3]};
     auto it = s->plans.find(key);
     if (it != s->plans.end()) return it->second.ok ? &it->second : nullptr;
     LtPlan &p = s->plans[key];
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cudaDataType bias_type = CUDA_R_32F;
+    const cudaDataType bias_type = dt;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
@@ -84,7 +86,7 @@ static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool 
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, t, ta ? k : m, ta ? m : k, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, t, tb ? n : k, tb ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, m, n, ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, dt, m, n, ldd));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = LT_WORKSPACE;
@@ -105,7 +107,7 @@ static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool 
     return p.ok ? &p : nullptr;
 }
 
-static void lt_run(Backend *be, const LtPlan *p, const void *A, const void *B, float beta, float *D, const float *bias) {
+static void lt_run(Backend *be, const LtPlan *p, const void *A, const void *B, float beta, void *D, const void *bias) {
     LtState *s = lt_state(be);
     const float one = 1.0f;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
@@ -125,9 +127,41 @@ __global__ void bias_grad_accumulate_kernel(float *__restrict__ db, const float 
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) db[i] += g[i];
 }
 
+// Lean output (cuda_mirror.cu): when y is only ever a matmul operand (Q, K, V for the tensor-core
+// flash kernels), the GEMM writes y's bf16 twin directly and the fp32 y is never written.  A bf16
+// D takes a bf16 bias in cuBLASLt, so b's twin is added — the bias rounded to bf16 as under
+// PyTorch's autocast, where the dual store rounds once after an fp32 bias.  true when it ran.
+static bool linear_forward_lean(Backend *be, const float *x, const float *W, const float *b, int N, int in,
+                                int out, float *y) {
+    const size_t ny = (size_t)N * out;
+    if (!cuda_mirror_peek_lean(be, y, ny)) return false;
+    const void *A = W, *B = x, *bb = b;
+    for (int round = 0; round < 2; round++) {  // a lookup may merge (move) an earlier twin
+        bb = cuda_mirror_operand(be, b, (size_t)out);
+        twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
+    }
+    const __nv_bfloat16 *yt = cuda_mirror_peek_lean(be, y, ny);
+    if (!yt) return false;  // a lookup merged y's segment away: it is dual again
+    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, yt, bb,
+                              CUDA_R_16BF);
+    if (!p) return false;
+    float *unused;
+    __nv_bfloat16 *twin = cuda_mirror_out_lean(be, y, ny, &unused);  // marks y stale
+    mhe_cost_record_gemm_bf16_out(N, out, in, "+bias", 2.0 * out);
+    lt_run(be, p, A, B, 0.0f, twin, bb);
+    return true;
+}
+
 static void cuda_linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
                                 int out, float *y) {
     const bool bf16 = cuda_ctx(be)->bf16;
+    if (b && N > 0 && out > 0 && in > 0 && bf16) {
+        double t0 = cuda_prof_begin(be);
+        if (linear_forward_lean(be, x, W, b, N, in, out, y)) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            return;
+        }
+    }
     const void *A = W, *B = x;
     if (b && N > 0 && out > 0 && in > 0 && bf16) twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
     const LtPlan *p = b && N > 0 && out > 0 && in > 0
@@ -140,6 +174,7 @@ static void cuda_linear_forward(Backend *be, const float *x, const float *W, con
     }
     double t0 = cuda_prof_begin(be);
     cuda_mirror_wrote(be, y, (size_t)N * out * sizeof(float));
+    if (bf16) cuda_mirror_note_lean(be, y, (size_t)N * out);  // y could have been written lean
     mhe_cost_record_gemm_epilogue(N, out, in, bf16, 0, "+bias", 4.0 * out);
     lt_run(be, p, A, B, 0.0f, y, b);
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);

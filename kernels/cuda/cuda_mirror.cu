@@ -17,19 +17,41 @@
 //
 // MirrorSegments are created the first time a matmul reads a range (the first step; steady-state steps
 // allocate nothing), merged when ranges overlap, and dropped with their allocation.
+//
+// Lean twins (bf16 activations between ops, without changing ops.h): many activations are read
+// ONLY as matmul operands — the FFN's GELU output and its gradient, Q/K/V for the tensor-core
+// flash kernels, the dropped-out branch gradients — so their fp32 copy is written and never read.
+// The backend learns this per segment: every op's fp32 reads are declared (cuda_mirror_read, by
+// the op wrappers of cuda_lean.cu, from ops.h's contract), and an op able to skip its fp32 store
+// asks cuda_mirror_out_lean.  A segment that lean-capable ops wrote and nothing read in fp32 over
+// one optimizer step (cuda_mirror_epoch) turns LEAN: from then on those ops store only the twin
+// and mark the fp32 range stale.  A later fp32 read of a stale range widens the twin back
+// (from_bf16_kernel) and pins the segment dual for good — a wrong guess costs a pass, never a
+// value.  The values are the ones the dual store had (the twin IS bf16(value)); only a widened
+// read sees the rounded value.  The emulated build fills stale fp32 ranges with NaN, so a read
+// that was not declared shows up in every bf16 test.  MHE_CUDA_LEAN=0 turns it off.
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <iterator>
 #include <map>
 #include <vector>
 
 #include "kernels/cuda/cuda_internal.h"
 
+// A segment's use of its fp32 data (lean twins, below).
+enum { SEG_DUAL, SEG_LEAN, SEG_PINNED };
+
 struct MirrorSegment {
     const float *base = nullptr;
     size_t n = 0;                   // floats
     __nv_bfloat16 *twin = nullptr;  // n bf16 values
     std::map<size_t, size_t> valid; // disjoint [start, end) float offsets whose twin is current
+    std::map<size_t, size_t> stale; // offsets whose fp32 data is NOT current (the twin holds the value)
+    std::map<size_t, size_t> leanish; // offsets last written (fp32 too) by a lean-capable op
+    int mode = SEG_DUAL;
+    bool lean_wrote = false;        // since the last epoch: a lean-capable op wrote here
+    bool fp32_read = false;         // since the last epoch: an op read fp32 values of `leanish`
 };
 
 // Interval-set helpers over MirrorSegment::valid.
@@ -69,8 +91,27 @@ static bool covers(const std::map<size_t, size_t> &v, size_t lo, size_t hi) {
     return it->first <= lo && it->second >= hi;
 }
 
+// Intersections of an interval set with [lo, hi).
+static std::vector<std::pair<size_t, size_t>> within(const std::map<size_t, size_t> &v, size_t lo, size_t hi) {
+    std::vector<std::pair<size_t, size_t>> out;
+    if (lo >= hi || v.empty()) return out;
+    auto it = v.upper_bound(lo);
+    if (it != v.begin()) --it;
+    for (; it != v.end() && it->first < hi; ++it) {
+        size_t a = std::max(it->first, lo), b = std::min(it->second, hi);
+        if (a < b) out.emplace_back(a, b);
+    }
+    return out;
+}
+
+__global__ void from_bf16_kernel(const __nv_bfloat16 *__restrict__ x, float *__restrict__ y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
+        y[i] = __bfloat162float(x[i]);
+}
+
 struct MirrorSet {
     std::map<uintptr_t, MirrorSegment> segs;          // by base address, disjoint
+    std::vector<std::pair<float *, size_t>> poison;   // emulation: stale fp32 ranges to fill with NaN
     std::map<uintptr_t, size_t> allocs;         // backend allocations (bytes), to drop segments
     long created = 0;                           // segments ever made (tests: steady state)
 };
@@ -82,6 +123,42 @@ static MirrorSet *mirrors(Backend *be) {
 }
 
 static uintptr_t addr(const void *p) { return reinterpret_cast<uintptr_t>(p); }
+
+// The fp32 data of g's stale offsets within [a, b) made current from the twin; the segment is
+// then pinned dual (something reads its fp32 data after all).
+static void settle(MirrorSet *m);
+static void widen_stale(Backend *be, MirrorSegment &g, size_t a, size_t b) {
+    settle(cuda_ctx(be)->mirrors);  // a pending fill must not land on the widened values
+    auto parts = within(g.stale, a, b);
+    for (auto &q : parts) {
+        size_t n = q.second - q.first;
+        MHE_LAUNCH(from_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(g.twin + q.first, const_cast<float *>(g.base) + q.first, n);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (!parts.empty()) {
+        erase_range(g.stale, a, b);
+        g.mode = SEG_PINNED;
+    }
+}
+
+// Emulated build: a stale fp32 range holds NaN, so an undeclared read poisons the results.  The
+// fill waits for the next declaration (settle): the op going lean may still read its input in
+// place (gelu_backward's dx = dy), and the emulation runs it as soon as it is launched.
+static void poison_later(MirrorSet *m, MirrorSegment &g, size_t a, size_t b) {
+#if defined(MHE_CUDA_EMU)
+    if (!mhe_cost_dry_run()) m->poison.emplace_back(const_cast<float *>(g.base) + a, b - a);
+#else
+    (void)m;
+    (void)g;
+    (void)a;
+    (void)b;
+#endif
+}
+static void settle(MirrorSet *m) {
+    for (auto &q : m->poison)
+        for (size_t i = 0; i < q.second; i++) q.first[i] = std::numeric_limits<float>::quiet_NaN();
+    m->poison.clear();
+}
 
 // Segment [s, e) holds the floats [lo, hi) whole, on its float grid: their twin is a slice of its.
 static bool holds(uintptr_t s, uintptr_t e, uintptr_t lo, uintptr_t hi) {
@@ -105,20 +182,79 @@ void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
     each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
         size_t a = lo > s ? (lo - s) / sizeof(float) : 0;
         size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
+        // The write may cover only part of [a, b) (a scatter, a strided store): values that
+        // live only in the twin are brought back before the twin is given up.
+        if (!g.stale.empty()) widen_stale(be, g, a, b);
         erase_range(g.valid, a, b);
+        erase_range(g.leanish, a, b);
     });
 }
 
+void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->mirrors || !bytes) return;
+    uintptr_t lo = addr(p), hi = lo + bytes;
+    settle(c->mirrors);
+    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
+        // Offsets wholly inside [lo, hi) get new fp32 values: their stale marks simply go.
+        size_t a = lo > s ? (lo - s + sizeof(float) - 1) / sizeof(float) : 0;
+        size_t b = hi < e ? (hi - s) / sizeof(float) : g.n;
+        if (a < b) erase_range(g.stale, a, b);
+    });
+    cuda_mirror_wrote(be, p, bytes);
+}
+
+void cuda_mirror_read(Backend *be, const void *p, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->mirrors || !bytes) return;
+    uintptr_t lo = addr(p), hi = lo + bytes;
+    settle(c->mirrors);
+    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
+        size_t a = lo > s ? (lo - s) / sizeof(float) : 0;
+        size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
+        // Only reads of what lean-capable ops wrote count against going lean (an op reading a
+        // cuBLAS output in place, then overwriting it lean-capably, does not).
+        if (!within(g.leanish, a, b).empty() || !within(g.stale, a, b).empty()) g.fp32_read = true;
+        if (!g.stale.empty()) widen_stale(be, g, a, b);
+    });
+}
+
+// The allocation holding p, as [base, base + bytes); false when p is not the backend's.
+static bool alloc_of(Backend *be, const void *p, uintptr_t *base, size_t *bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->mirrors) return false;
+    auto it = c->mirrors->allocs.upper_bound(addr(p));
+    if (it == c->mirrors->allocs.begin()) return false;
+    --it;
+    if (addr(p) >= it->first + it->second) return false;
+    *base = it->first;
+    *bytes = it->second;
+    return true;
+}
+
 void cuda_mirror_wrote_alloc(Backend *be, const void *p) {
+    uintptr_t base;
+    size_t bytes;
+    if (alloc_of(be, p, &base, &bytes)) cuda_mirror_wrote(be, reinterpret_cast<const void *>(base), bytes);
+}
+
+void cuda_mirror_read_alloc(Backend *be, const void *p) {
+    uintptr_t base;
+    size_t bytes;
+    if (alloc_of(be, p, &base, &bytes)) cuda_mirror_read(be, reinterpret_cast<const void *>(base), bytes);
+}
+
+void cuda_mirror_epoch(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     if (!c->mirrors) return;
-    MirrorSet *m = c->mirrors;
-    auto it = m->allocs.upper_bound(addr(p));
-    if (it == m->allocs.begin()) return;
-    --it;
-    if (addr(p) >= it->first + it->second) return;
-    cuda_mirror_wrote(be, reinterpret_cast<const void *>(it->first), it->second);
+    for (auto &kv : c->mirrors->segs) {
+        MirrorSegment &g = kv.second;
+        if (c->lean && g.mode == SEG_DUAL && g.lean_wrote && !g.fp32_read) g.mode = SEG_LEAN;
+        g.lean_wrote = g.fp32_read = false;
+    }
 }
+
+
 
 __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     CudaCtx *c = cuda_ctx(be);
@@ -134,7 +270,68 @@ __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     }
     size_t off = (size_t)(p - inside->base);
     insert_range(inside->valid, off, off + n);
+    erase_range(inside->stale, off, off + n);
+    erase_range(inside->leanish, off, off + n);
     return inside->twin + off;
+}
+
+// The segment holding [p, p + n) whole, nullptr when none.
+static MirrorSegment *holder(Backend *be, const float *p, size_t n) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->mirrors || !n) return nullptr;
+    uintptr_t lo = addr(p), hi = lo + n * sizeof(float);
+    MirrorSegment *inside = nullptr;
+    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
+        if (holds(s, e, lo, hi)) inside = &g;
+    });
+    return inside;
+}
+
+__nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n) {
+    MirrorSegment *g = holder(be, p, n);
+    return g && g->mode == SEG_LEAN ? g->twin + (p - g->base) : nullptr;
+}
+
+void cuda_mirror_note_lean(Backend *be, const float *p, size_t n) {
+    MirrorSegment *g = holder(be, p, n);
+    if (!g || g->mode != SEG_DUAL) return;
+    g->lean_wrote = true;
+    const size_t off = (size_t)(p - g->base);
+    insert_range(g->leanish, off, off + n);
+}
+
+__nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32) {
+    *fp32 = p;
+    if (!cuda_ctx(be)->mirrors || !n) return nullptr;
+    MirrorSegment *inside = holder(be, p, n);
+    if (!inside) {
+        cuda_mirror_wrote(be, p, n * sizeof(float));
+        return nullptr;
+    }
+    size_t off = (size_t)(p - inside->base);
+    insert_range(inside->valid, off, off + n);
+    if (inside->mode == SEG_LEAN) {
+        insert_range(inside->stale, off, off + n);
+        poison_later(cuda_ctx(be)->mirrors, *inside, off, off + n);
+        *fp32 = nullptr;
+    } else {
+        erase_range(inside->stale, off, off + n);
+        if (inside->mode == SEG_DUAL) {
+            inside->lean_wrote = true;
+            insert_range(inside->leanish, off, off + n);
+        } else {
+            erase_range(inside->leanish, off, off + n);
+        }
+    }
+    return inside->twin + off;
+}
+
+__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32) {
+    *fp32 = p;
+    if (!rows || !cols) return nullptr;
+    if (ld == cols) return cuda_mirror_out_lean(be, p, rows * cols, fp32);
+    cuda_mirror_wrote(be, p, ((rows - 1) * ld + cols) * sizeof(float));  // strided: no twin
+    return nullptr;
 }
 
 __nv_bfloat16 *cuda_mirror_out2d(Backend *be, const float *p, size_t rows, size_t cols, size_t ld) {
@@ -148,7 +345,11 @@ __nv_bfloat16 *cuda_mirror_out2d(Backend *be, const float *p, size_t rows, size_
 static void verify_twin(const MirrorSegment &g, size_t off, size_t n) {
 #if defined(MHE_CUDA_EMU)
     if (mhe_cost_dry_run()) return;
+    auto stale = within(g.stale, off, off + n);
+    size_t k = 0;
     for (size_t i = off; i < off + n; i++) {
+        while (k < stale.size() && stale[k].second <= i) k++;
+        if (k < stale.size() && stale[k].first <= i) continue;  // the twin is the value
         __nv_bfloat16 want = __float2bfloat16(g.base[i]);
         if (std::memcmp(&want, &g.twin[i], sizeof want) != 0)
             mhe_fatal("cuda_mirror: stale bf16 twin at float %zu of a %zu-float segment (%g vs %g): "
@@ -180,6 +381,10 @@ const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) 
             const MirrorSegment &g = m->segs[b];
             s = std::min(s, b);
             e = std::max(e, b + g.n * sizeof(float));
+        }
+        for (uintptr_t b : overlapping) {  // values held only by the old twins come back first
+            MirrorSegment &g = m->segs[b];
+            if (!g.stale.empty()) widen_stale(be, g, 0, g.n);
         }
         if (!overlapping.empty()) CUDA_CHECK(cudaStreamSynchronize(c->stream));  // twins in use
         for (uintptr_t b : overlapping) {
@@ -214,6 +419,7 @@ void cuda_mirror_release(Backend *be, const void *p) {
     MirrorSet *m = c->mirrors;
     auto a = m->allocs.find(addr(p));
     if (a == m->allocs.end()) return;
+    settle(m);  // pending fills land while the memory is still there
     uintptr_t lo = a->first, hi = lo + a->second;
     m->allocs.erase(a);
     std::vector<uintptr_t> gone;
@@ -230,6 +436,19 @@ void cuda_mirror_destroy(Backend *be) {
     for (auto &kv : c->mirrors->segs) cuda_device_free(kv.second.twin);
     delete c->mirrors;
     c->mirrors = nullptr;
+}
+
+extern "C" long backend_cuda_mirror_lean(Backend *be, size_t *stale_floats) {
+    CudaCtx *c = cuda_ctx(be);
+    long count = 0;
+    size_t stale = 0;
+    if (c->mirrors)
+        for (auto &kv : c->mirrors->segs) {
+            count += kv.second.mode == SEG_LEAN;
+            for (auto &r : kv.second.stale) stale += r.second - r.first;
+        }
+    if (stale_floats) *stale_floats = stale;
+    return count;
 }
 
 extern "C" long backend_cuda_mirror_segments(Backend *be, size_t *bytes) {

@@ -88,9 +88,15 @@ extern "C" CudaNccl *cuda_nccl_create(void *mpi_comm, Backend *be, float timeout
     return c;
 }
 
-extern "C" void cuda_nccl_allreduce_start(CudaNccl *c, float *buf, size_t n) {
+enum { COLL_ALLREDUCE, COLL_REDUCE, COLL_BROADCAST };
+
+// One collective on the communication stream, ordered after the backend's work so far.
+static void collective_start(CudaNccl *c, int kind, float *buf, size_t n, int root) {
     if (!n) return;
-    cuda_mirror_wrote(c->be, buf, n * sizeof(float));  // bf16 twins of the buffer are stale
+    // The buffer changes here (all of it, the root's only for a reduce, all but the root's for a
+    // broadcast): its bf16 twins are stale.
+    if (kind == COLL_ALLREDUCE || (kind == COLL_REDUCE) == (c->rank == root))
+        cuda_mirror_wrote(c->be, buf, n * sizeof(float));
     if (c->started == (int)c->ready.size()) {
         cudaEvent_t e;
         CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -102,13 +108,28 @@ extern "C" void cuda_nccl_allreduce_start(CudaNccl *c, float *buf, size_t n) {
     CUDA_CHECK(cudaEventRecord(ready, c->stream));
     mhe_cost_stream_wait(MHE_STREAM_COMM, ready);
     CUDA_CHECK(cudaStreamWaitEvent(c->comm_stream, ready, 0));
-    if (!mhe_cost_record_allreduce((double)n * sizeof(float), c->world, MHE_STREAM_COMM)) return;
-    ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->comm, c->comm_stream);
-    nccl_check(c, r, "all-reduce");
+    static const char *const labels[] = {"nccl all-reduce", "nccl reduce", "nccl broadcast"};
+    const double bytes = (double)n * sizeof(float);
+    if (!mhe_cost_record_collective(labels[kind], kind == COLL_ALLREDUCE ? 2.0 : 1.0, bytes, c->world, MHE_STREAM_COMM))
+        return;
+    ncclResult_t r = kind == COLL_ALLREDUCE ? ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->comm, c->comm_stream)
+                     : kind == COLL_REDUCE  ? ncclReduce(buf, buf, n, ncclFloat32, ncclSum, root, c->comm, c->comm_stream)
+                                            : ncclBroadcast(buf, buf, n, ncclFloat32, root, c->comm, c->comm_stream);
+    nccl_check(c, r, labels[kind] + 5);
     // A non-blocking communicator may still be enqueueing (ncclInProgress); NCCL must be ready
     // before its next call.  This waits for the enqueue, not for the sum (the emulation's
     // enqueue is its sum, so there it waits for the sum: same values, no overlap in time).
-    if (r == ncclInProgress) nccl_wait(c, "all-reduce", nullptr);
+    if (r == ncclInProgress) nccl_wait(c, labels[kind] + 5, nullptr);
+}
+
+extern "C" void cuda_nccl_allreduce_start(CudaNccl *c, float *buf, size_t n) {
+    collective_start(c, COLL_ALLREDUCE, buf, n, 0);
+}
+extern "C" void cuda_nccl_reduce_start(CudaNccl *c, float *buf, size_t n, int root) {
+    collective_start(c, COLL_REDUCE, buf, n, root);
+}
+extern "C" void cuda_nccl_broadcast_start(CudaNccl *c, float *buf, size_t n, int root) {
+    collective_start(c, COLL_BROADCAST, buf, n, root);
 }
 
 extern "C" void cuda_nccl_allreduce_finish(CudaNccl *c) {

@@ -28,6 +28,11 @@ void cuda_nccl_allreduce_sum(CudaNccl *c, float *buf, size_t n);
 // stream) and returns when they are complete, polled against the deadline.
 void cuda_nccl_allreduce_start(CudaNccl *c, float *buf, size_t n);
 void cuda_nccl_allreduce_finish(CudaNccl *c);
+// ZeRO-1 (comm/grad_reducer.h): the same overlapped form for a sum onto one rank's buffer
+// (ncclReduce, in place at `root`; the other ranks' buffers are left as they were) and for
+// `root`'s buffer copied to everyone's (ncclBroadcast); completed by cuda_nccl_allreduce_finish.
+void cuda_nccl_reduce_start(CudaNccl *c, float *buf, size_t n, int root);
+void cuda_nccl_broadcast_start(CudaNccl *c, float *buf, size_t n, int root);
 void cuda_nccl_free(CudaNccl *c);
 
 #ifdef __cplusplus

@@ -404,7 +404,7 @@ static void test_gather_scatter_rows_match_cpu(void **state) {
     int32_t rows[4] = {9, 0, 5, 10};
     IBuf R = ibuf_new(f, rows, M);
     Buf src = buf_rand(f, (size_t)N * C), dst = buf_rand(f, (size_t)M * C), big = buf_rand(f, (size_t)N * C);
-    PAIR(f, gather_rows, D(src), D(R), M, C, D(dst));
+    PAIR(f, gather_rows, D(src), D(R), M, C, D(dst), N);
     expect_close(f, &dst, 0.0, "gather_rows");
     PAIR(f, scatter_rows, D(dst), D(R), M, C, D(big), N);
     expect_close(f, &big, 0.0, "scatter_rows");

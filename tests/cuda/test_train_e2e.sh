@@ -19,8 +19,10 @@ run 1 cpu runtime.device=cpu
 run 1 cuda runtime.device=cuda
 run 2 cuda2 runtime.device=cuda
 run 1 bf16 runtime.device=cuda runtime.precision=bf16
+# Without the lean bf16 twins (kernels/cuda/cuda_mirror.cu; on from step 3 here).
+MHE_CUDA_LEAN=0 run 1 bf16-dual runtime.device=cuda runtime.precision=bf16
 # LAMB: the backend's range hooks (three launches per step) against the host optimizer, and at
-# 2 ranks (NCCL-reduced gradients; ZeRO-1 is CPU-only in this version).
+# 2 ranks (NCCL-reduced gradients; ZeRO-1 through NCCL: tests/cuda/test_nccl_overlap.sh).
 run 1 lamb-cpu runtime.device=cpu optim.name=lamb
 run 1 lamb-cuda runtime.device=cuda optim.name=lamb
 run 2 lamb-2 runtime.device=cuda optim.name=lamb
@@ -29,6 +31,10 @@ grep -q "gradients all-reduced by NCCL on device buffers" "$WORK/cuda2.log" || {
 $PY "$CHECK" losses-close "$WORK/cuda/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/cuda2/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/bf16/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 2e-2
+# Lean changes one thing: the Q/K/V projections write bf16 with a bf16-rounded bias.
+$PY "$CHECK" losses-close "$WORK/bf16/metrics.jsonl" "$WORK/bf16-dual/metrics.jsonl" 1e-3
+$PY "$CHECK" weights-close "$WORK/bf16/checkpoints/step_00000004/model.safetensors" \
+  "$WORK/bf16-dual/checkpoints/step_00000004/model.safetensors" 1e-2
 $PY "$CHECK" losses-close "$WORK/lamb-cuda/metrics.jsonl" "$WORK/lamb-cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/lamb-2/metrics.jsonl" "$WORK/lamb-cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" weights-close "$WORK/lamb-cuda/checkpoints/step_00000004/model.safetensors" \

@@ -12,6 +12,12 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
   set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 600)
 
+  # Lean bf16 twins: the same ops with and without them, bit for bit where the stored values agree.
+  add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)
+  target_link_libraries(test_cuda_lean PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_lean COMMAND test_cuda_lean)
+  set_tests_properties(test_cuda_lean PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
+
   # The cost model in record-only mode: per-call bytes/FLOPs vs hand figures, step FLOPs vs
   # model_step_flops.
   add_executable(test_cuda_cost ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost.c)
@@ -87,6 +93,10 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_nccl_overlap_bit_exact PROPERTIES FIXTURES_REQUIRED train_corpus
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHE_EMU_DEVICES=2;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 600 LABELS "e2e;cuda;dist")
+  add_test(NAME test_cuda_bench_zero COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_bench_zero.sh)
+  set_tests_properties(test_cuda_bench_zero PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
+    TIMEOUT 300 LABELS "cuda;dist")
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
   set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job

@@ -11,7 +11,8 @@
 void bench_gpu_reexec_emulated(int argc, char **argv);
 // Prints the predicted step on g (and the measured op classes when `measured` is non-NULL).
 void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostReport *r,
-                      double model_flops, long tokens, const OpProfile *measured, int measured_steps);
+                      double model_flops, long tokens, const OpProfile *measured, int measured_steps,
+                      int top);
 
 // bench --ranks N: the step as the trainer runs it data-parallel on a CUDA backend.  The real
 // gradient reducer and NCCL communicator (over this process alone, an MPI singleton) start
@@ -20,6 +21,10 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
 typedef struct BenchDist BenchDist;
 BenchDist *bench_gpu_dist_create(int ranks, int overlap, const Config *cfg, Backend *be, Model *m);
 void bench_gpu_dist_finish(BenchDist *d);  // after the backward pass, before the update
+// This rank's optimizer range under dist.zero: 1 ([0, total) otherwise or without --ranks) and,
+// after the update, the shards' broadcast.
+void bench_gpu_dist_shard(const BenchDist *d, size_t total, size_t *begin, size_t *end);
+void bench_gpu_dist_gather(BenchDist *d, float *params);
 void bench_gpu_dist_free(BenchDist *d);
 
 #endif

@@ -33,8 +33,10 @@ BenchDist *bench_gpu_dist_create(int ranks, int overlap, const Config *cfg, Back
     if (comm_world(d->comm) != 1) mhe_fail("bench --ranks: run bench as one process (it predicts the other ranks)");
     backend_cuda_cost_ranks(ranks);
     d->dcomm = device_comm_create(comm_mpi_handle(d->comm), be, cfg->dist.timeout_s);
-    d->reducer = reducer_setup(d->comm, be, d->dcomm, model_param_table(m), model_grads(m), cfg, 0, &d->device,
-                               &d->pieces);
+    // dist.zero: 1 as the trainer runs it on N ranks: this process plays rank 0 (its shard of
+    // the update; every reduce and broadcast recorded).
+    d->reducer = reducer_setup(d->comm, be, d->dcomm, model_param_table(m), model_grads(m), cfg,
+                               cfg->dist.zero == 1, &d->device, &d->pieces, ranks);
     grad_reducer_set_overlap(d->reducer, overlap);
     // The trainer hooks the last micro-batch's backward pass; the bench runs one micro-batch.
     model_set_backward_hook(m, overlap ? reducer_setup_stage_done : NULL, d->reducer);
@@ -43,6 +45,16 @@ BenchDist *bench_gpu_dist_create(int ranks, int overlap, const Config *cfg, Back
 
 void bench_gpu_dist_finish(BenchDist *d) {
     if (d) grad_reducer_finish(d->reducer);
+}
+
+void bench_gpu_dist_shard(const BenchDist *d, size_t total, size_t *begin, size_t *end) {
+    const GradShards *z = d ? grad_reducer_shards(d->reducer) : NULL;
+    *begin = z ? z->begin : 0;
+    *end = z ? z->end : total;
+}
+
+void bench_gpu_dist_gather(BenchDist *d, float *params) {
+    if (d) grad_reducer_gather_params(d->reducer, params);
 }
 
 void bench_gpu_dist_free(BenchDist *d) {
@@ -89,7 +101,8 @@ void bench_gpu_reexec_emulated(int argc, char **argv) {
 static const char *class_names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
 
 void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostReport *r,
-                      double model_flops, long tokens, const OpProfile *measured, int measured_steps) {
+                      double model_flops, long tokens, const OpProfile *measured, int measured_steps,
+                      int top) {
     const double peak = bf16 ? g->bf16_flops : g->fp32_flops;
     const double mfu = model_flops / r->seconds / peak;
     printf("cost model: %s SXM, %s (%.0f TFLOP/s bf16 tensor, %.1f TFLOP/s fp32, %.2f TB/s, %.0f us/launch)%s\n",
@@ -108,9 +121,10 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
         if (measured) printf("   measured %9.3f ms", 1e3 * measured->seconds[c] / measured_steps);
         printf("\n");
     }
-    printf("top %d calls (grouped by kernel, gemms by shape):\n", r->n_top);
+    const int shown = r->n_top < top ? r->n_top : top;
+    printf("top %d calls (grouped by kernel, gemms by shape):\n", shown);
     printf("  %-44s %-15s %6s %9s %6s  %s\n", "call", "class", "calls", "ms", "step%", "bound by");
-    for (int i = 0; i < r->n_top; i++) {
+    for (int i = 0; i < shown; i++) {
         const CostEntry *e = &r->top[i];
         const char *bound = e->launch_seconds > e->compute_seconds && e->launch_seconds > e->memory_seconds ? "launch"
                             : e->compute_seconds >= e->memory_seconds ? "compute" : "memory";
@@ -118,8 +132,9 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
                1e3 * e->seconds, 100.0 * e->seconds / r->seconds, bound);
     }
     if (r->comm_calls) {
-        printf("data parallel over %d ranks: %ld NCCL all-reduces of %.1f MB in all, ring at %.0f GB/s bus "
-               "bandwidth + %.0f us per call, on a second stream\n",
+        printf("data parallel over %d ranks: %ld NCCL collectives (all-reduces; reduces + broadcasts under "
+               "dist.zero: 1) of %.1f MB in all, ring at %.0f GB/s bus bandwidth + %.0f us per call, on a "
+               "second stream\n",
                r->ranks, r->comm_calls, r->comm_bytes / 1e6, g->allreduce_bus_bytes_per_s / 1e9,
                g->allreduce_latency_s * 1e6);
         double hidden = r->comm_seconds - r->exposed_comm_seconds;

@@ -150,7 +150,7 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
         if (M > 0) {
             be->upload(be, m->rows, rows, (size_t)M * sizeof(int32_t));
             be->upload(be, m->labels_c, lab, (size_t)M * sizeof(int32_t));
-            be->gather_rows(be, m->fin, m->rows, M, D, m->fin_c);
+            be->gather_rows(be, m->fin, m->rows, M, D, m->fin_c, B * T);
         }
         head_in = m->fin_c;
         head_labels = m->labels_c;

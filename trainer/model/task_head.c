@@ -152,7 +152,7 @@ float model_forward_task(Model *m, const TaskBatch *b, int train) {
             m->tk_host_rows[r] = r * T + t;
         }
         be->upload(be, m->tk_rows, m->tk_host_rows, (size_t)B * sizeof(int32_t));
-        be->gather_rows(be, m->fin, m->tk_rows, B, D, m->tk_in);
+        be->gather_rows(be, m->fin, m->tk_rows, B, D, m->tk_in, B * T);
         const float *x = m->tk_in;
         if (has_pooler(m)) {
             linear_forward(be, m->tk_in, MP(m, m->tk_pool_w), MP(m, m->tk_pool_b), B, D, D, m->tk_pre);

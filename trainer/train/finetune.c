@@ -404,7 +404,7 @@ static void setup(Finetune *f) {
         if (cfg->dist.backend != DIST_MPI && f->world > 1)
             f->dcomm = device_comm_create(comm_mpi_handle(f->comm), f->be, cfg->dist.timeout_s);
     }
-    f->reducer = reducer_setup(f->comm, f->be, f->dcomm, f->table, f->grads, cfg, 0, &f->device, &f->pieces);
+    f->reducer = reducer_setup(f->comm, f->be, f->dcomm, f->table, f->grads, cfg, 0, &f->device, &f->pieces, 0);
 
     f->n_chunks_max = f->G / f->mb / f->world + 1;
     f->bufs = mhe_calloc((size_t)f->n_chunks_max, sizeof *f->bufs);

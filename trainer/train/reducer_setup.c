@@ -32,6 +32,10 @@ static int ready_stage(const ParamTable *t, int i, int n_layers) {
 static void dev_allreduce(void *dcomm, float *buf, size_t n) { device_comm_allreduce_sum(dcomm, buf, n); }
 static void dev_allreduce_start(void *dcomm, float *buf, size_t n) { device_comm_allreduce_start(dcomm, buf, n); }
 static void dev_allreduce_finish(void *dcomm) { device_comm_allreduce_finish(dcomm); }
+static void dev_reduce_start(void *dcomm, float *buf, size_t n, int root) { device_comm_reduce_start(dcomm, buf, n, root); }
+static void dev_broadcast_start(void *dcomm, float *buf, size_t n, int root) {
+    device_comm_broadcast_start(dcomm, buf, n, root);
+}
 static void dev_to_host(void *be, float *host, const float *dev, size_t n) {
     ((Backend *)be)->download(be, host, dev, n * sizeof(float));
 }
@@ -42,7 +46,7 @@ static void dev_to_device(void *be, float *dev, const float *host, size_t n) {
 void reducer_setup_stage_done(void *reducer, int stage) { grad_reducer_stage_done(reducer, stage); }
 
 GradReducer *reducer_setup(Comm *comm, Backend *be, DeviceComm *dcomm, const ParamTable *t, float *grads,
-                           const Config *cfg, int zero, GradDevice *device, GradPiece **pieces) {
+                           const Config *cfg, int zero, GradDevice *device, GradPiece **pieces, int ranks) {
     const int host = strcmp(be->name, "cpu") == 0;
     *device = (GradDevice){.ctx = be, .to_host = dev_to_host, .to_device = dev_to_device};
     if (dcomm) {
@@ -50,11 +54,14 @@ GradReducer *reducer_setup(Comm *comm, Backend *be, DeviceComm *dcomm, const Par
         device->allreduce = dev_allreduce;
         device->allreduce_start = dev_allreduce_start;
         device->allreduce_finish = dev_allreduce_finish;
+        device->reduce_start = dev_reduce_start;
+        device->broadcast_start = dev_broadcast_start;
     }
     *pieces = mhe_calloc((size_t)t->count + 1, sizeof **pieces);
     for (int i = 0; i < t->count; i++)
         (*pieces)[i] = (GradPiece){t->tensors[i].offset, t->tensors[i].numel, ready_stage(t, i, cfg->model.layers)};
     GradReducerSpec spec = {.grads = grads, .total = t->total, .pieces = *pieces, .n_pieces = t->count,
-                            .bucket_mb = cfg->dist.bucket_mb, .zero = zero, .device = host ? NULL : device};
+                            .bucket_mb = cfg->dist.bucket_mb, .zero = zero, .device = host ? NULL : device,
+                            .ranks = ranks};
     return grad_reducer_create(comm, &spec);
 }

@@ -199,11 +199,13 @@ static void setup(Trainer *t) {
     t->micro = mhe_calloc((size_t)t->n_micro, sizeof *t->micro);
     for (int i = 0; i < t->n_micro; i++) t->micro[i] = loader_batch_alloc(t->train);
     const int host = is_host_backend(t->be);
-    if (!host && cfg->dist.zero == 1) mhe_fail("%s: dist.zero: 1 needs runtime.device: cpu in this version", cfg->source);
+    if (!host && cfg->dist.zero == 1 && cfg->dist.backend == DIST_MPI && t->world > 1)
+        mhe_fail("%s: dist.zero: 1 with runtime.device: cuda reduces through NCCL: set dist.backend to auto or nccl",
+                 cfg->source);
     if (!host && cfg->dist.backend != DIST_MPI && t->world > 1)
         t->dcomm = device_comm_create(comm_mpi_handle(t->comm), t->be, cfg->dist.timeout_s);
     t->reducer = reducer_setup(t->comm, t->be, t->dcomm, t->table, t->grads, cfg, cfg->dist.zero == 1, &t->device,
-                               &t->pieces);
+                               &t->pieces, 0);
     grad_reducer_set_overlap(t->reducer, !t->opt->no_overlap);
     t->zero = grad_reducer_shards(t->reducer);
     optim_state_init(&t->opt_state, t->table, t->zero->begin, t->zero->end);

@@ -654,8 +654,27 @@ ncclResult_t mhe_emu_nccl_all_reduce(const void *send, void *recv, size_t count,
     c->pending.push_back(p);
     return ncclInProgress;
 }
+// A sum onto `root` (recv significant there only), non-blocking like the all-reduce.
+ncclResult_t mhe_emu_nccl_reduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                 ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t s) {
+    mhe_emu_stream_op(s, "ncclReduce");
+    MPI_Datatype dt = mpi_type(t);
+    if (dt == MPI_DATATYPE_NULL || op != ncclSum || count > (size_t)INT32_MAX || root < 0 || root >= c->size)
+        return ncclInvalidArgument;
+    const void *in = c->rank == root && send == recv ? MPI_IN_PLACE : send;
+    NcclPending p{MPI_REQUEST_NULL, nullptr, count};
+    if (c->blocking) {
+        if (MPI_Reduce(in, recv, (int)count, dt, MPI_SUM, root, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+        return ncclSuccess;
+    }
+    std::lock_guard<std::mutex> lock(nccl_registry_mu);
+    if (MPI_Ireduce(in, recv, (int)count, dt, MPI_SUM, root, c->mpi, &p.req) != MPI_SUCCESS) return ncclSystemError;
+    c->pending.push_back(p);
+    return ncclInProgress;
+}
 ncclResult_t mhe_emu_nccl_broadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
-                                    int root, ncclComm_t c, cudaStream_t) {
+                                    int root, ncclComm_t c, cudaStream_t s) {
+    mhe_emu_stream_op(s, "ncclBroadcast");
     MPI_Datatype dt = mpi_type(t);
     if (dt == MPI_DATATYPE_NULL || count > (size_t)INT32_MAX) return ncclInvalidArgument;
     if (c->rank == root && send != recv) {

@@ -367,6 +367,8 @@ ncclResult_t mhe_emu_nccl_all_reduce(const void *send, void *recv, size_t count,
                                      ncclRedOp_t op, ncclComm_t c, cudaStream_t s);
 ncclResult_t mhe_emu_nccl_broadcast(const void *send, void *recv, size_t count, ncclDataType_t t,
                                     int root, ncclComm_t c, cudaStream_t s);
+ncclResult_t mhe_emu_nccl_reduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                 ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t s);
 ncclResult_t mhe_emu_nccl_group_start(void);
 ncclResult_t mhe_emu_nccl_group_end(void);
 ncclResult_t mhe_emu_nccl_comm_get_async_error(ncclComm_t c, ncclResult_t *r);
@@ -381,6 +383,7 @@ const char *mhe_emu_nccl_error_string(ncclResult_t r);
 #define ncclCommInitRankConfig mhe_emu_nccl_comm_init_rank_config
 #define ncclAllReduce mhe_emu_nccl_all_reduce
 #define ncclBroadcast mhe_emu_nccl_broadcast
+#define ncclReduce mhe_emu_nccl_reduce
 #define ncclGroupStart mhe_emu_nccl_group_start
 #define ncclGroupEnd mhe_emu_nccl_group_end
 #define ncclCommGetAsyncError mhe_emu_nccl_comm_get_async_error

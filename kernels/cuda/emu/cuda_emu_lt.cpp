@@ -49,17 +49,19 @@ template <typename T> bool read_attr(T &out, const void *buf, size_t bytes) {
 
 bool type_ok(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
 
-// What the emulation can compute: fp32 accumulation and scale, fp32 or bf16 inputs, fp32
-// output, one of the three epilogues with an fp32 vector.
+// What the emulation can compute: fp32 accumulation and scale, fp32 or bf16 inputs, fp32 or
+// bf16 output (C of D's type), one of the three epilogues; the BIAS vector is of D's type (as
+// cuBLASLt requires outside its fp8 and integer kernels), BGRADB's fp32 with an fp32 D.
 cublasStatus_t supported(const LtDesc &d, const LtLayout &a, const LtLayout &b, const LtLayout &c,
                          const LtLayout &dl) {
     if (d.compute != CUBLAS_COMPUTE_32F || d.scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (!type_ok(a.t) || !type_ok(b.t) || a.t != b.t || c.t != CUDA_R_32F || dl.t != CUDA_R_32F)
+    if (!type_ok(a.t) || !type_ok(b.t) || a.t != b.t || !type_ok(dl.t) || c.t != dl.t)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS &&
         d.epilogue != CUBLASLT_EPILOGUE_BGRADB)
         return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.bias_type != -1 && d.bias_type != CUDA_R_32F)
+    if (d.epilogue == CUBLASLT_EPILOGUE_BGRADB && dl.t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.bias_type != -1 && d.bias_type != (int)dl.t)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     // D is m x n; op(A) m x k and op(B) k x n as stored (rows, cols) before the transposes.
     const uint64_t m = dl.rows, n = dl.cols;
@@ -190,7 +192,7 @@ cublasStatus_t mhe_emu_lt_matmul(cublasLtHandle_t, cublasLtMatmulDesc_t dd, cons
     const void *ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
         if (!aligned(ptrs[i], (uint32_t)algo->data[i])) return CUBLAS_STATUS_INVALID_VALUE;
-    if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (!d.bias || !aligned(d.bias, 4))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (!d.bias || !aligned(d.bias, ld.t == CUDA_R_16BF ? 2 : 4))) return CUBLAS_STATUS_INVALID_VALUE;
     const int m = (int)ld.rows, n = (int)ld.cols, k = (int)(d.ta == CUBLAS_OP_N ? la.cols : la.rows);
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     const float a_ = *static_cast<const float *>(alpha), b_ = *static_cast<const float *>(beta);
@@ -208,13 +210,22 @@ cublasStatus_t mhe_emu_lt_matmul(cublasLtHandle_t, cublasLtMatmulDesc_t dd, cons
             g[j] = (float)s;
         }
     }
-    const float *bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS ? static_cast<const float *>(d.bias) : nullptr;
+    // A bf16 D (and its C and bias) is widened on the way in and rounded once on the way out.
+    const bool half = ld.t == CUDA_R_16BF;
+    auto get = [half](const void *p, size_t at) {
+        return half ? __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[at]) : static_cast<const float *>(p)[at];
+    };
+    const void *bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS ? d.bias : nullptr;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             float v = a_ * prod[(size_t)j * m + i];
-            if (b_ != 0.0f) v += b_ * static_cast<const float *>(C)[(size_t)j * lc.ld + i];
-            if (bias) v += bias[i];
-            static_cast<float *>(D)[(size_t)j * ld.ld + i] = v;
+            if (b_ != 0.0f) v += b_ * get(C, (size_t)j * lc.ld + i);
+            if (bias) v += get(bias, (size_t)i);
+            const size_t at = (size_t)j * ld.ld + i;
+            if (half)
+                static_cast<__nv_bfloat16 *>(D)[at] = __float2bfloat16(v);
+            else
+                static_cast<float *>(D)[at] = v;
         }
     return CUBLAS_STATUS_SUCCESS;
 }
