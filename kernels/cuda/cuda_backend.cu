@@ -141,10 +141,24 @@ static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, in
             ha = sa;
             hb = sb;
         }
-        mhe_cost_record_gemm(M, N, K, batch, 1, beta != 0.0f);
+        // A product that is only ever a matmul operand (or the loss's logits, cuda_loss.cu) is
+        // lean-capable: once its twin is lean, C is written in bf16 straight into the twin —
+        // bf16 of the fp32 accumulator, the value the twin held before (cuda_mirror.cu).
+        void *out = C;
+        cudaDataType out_type = CUDA_R_32F;
+        const bool whole = twins && beta == 0.0f && dense_c && batch == 1;
+        if (whole && cuda_mirror_peek_lean(be, C, (size_t)M * N, LEAN_GEMM)) {
+            float *unused;
+            out = cuda_mirror_out_lean(be, C, (size_t)M * N, &unused, LEAN_GEMM);
+            out_type = CUDA_R_16BF;
+            mhe_cost_record_gemm_bf16_out(M, N, K, nullptr, 0.0);
+        } else {
+            if (whole) cuda_mirror_note_lean(be, C, (size_t)M * N, LEAN_GEMM);
+            mhe_cost_record_gemm(M, N, K, batch, 1, beta != 0.0f);
+        }
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, op_b, op_a, N, M, K, &alpha, hb,
                                                 CUDA_R_16BF, ldb, stride_b, ha, CUDA_R_16BF, lda,
-                                                stride_a, &beta, C, CUDA_R_32F, ldc, stride_c,
+                                                stride_a, &beta, out, out_type, ldc, stride_c,
                                                 batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
 }
@@ -293,6 +307,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     be->matmul_batched = cuda_matmul_batched;
     cuda_install_elementwise(be);
     cuda_install_norm_loss(be);
+    cuda_install_loss(be);
     cuda_install_attention(be);
     cuda_install_linear(be);
     cuda_install_optim(be);

@@ -200,7 +200,7 @@ static void cuda_tanh_backward(Backend *be, const float *y, const float *dy, flo
 static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
     float *yw;
-    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yw);
+    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yw, LEAN_ELEMENTWISE);
     if (n) MHE_LAUNCH(gelu_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost(GELU_FWD_FLOPS * n, 8.0 * n), yb, yw, n))(kind == GELU_TANH, x, yw, yb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -208,7 +208,7 @@ static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float 
 static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
     float *dxw;
-    __nv_bfloat16 *dxb = cuda_mirror_out_lean(be, dx, n, &dxw);
+    __nv_bfloat16 *dxb = cuda_mirror_out_lean(be, dx, n, &dxw, LEAN_ELEMENTWISE);
     if (n) MHE_LAUNCH(gelu_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost(GELU_BWD_FLOPS * n, 12.0 * n), dxb, dxw, n))(kind == GELU_TANH, x, dy, dxw, dxb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -224,7 +224,7 @@ static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float 
     // p = 0 is a copy (nothing when in place: y and its twin stay as they are), through the
     // kernel when y has a twin to fill (every draw keeps, the scale is 1).
     float *yw = y;
-    __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out_lean(be, y, n, &yw) : nullptr;
+    __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out_lean(be, y, n, &yw, LEAN_ELEMENTWISE) : nullptr;
     if (p <= 0.0f && !yb) {
         if (x != y) cuda_memcpy_d2d(be, y, x, n * sizeof(float));
     } else if (n) {

@@ -112,8 +112,12 @@ __global__ void flash_forward_kernel(FlashArgs f, const float *q, const float *k
     lse[((size_t)b * a.n + h) * a.T + i] = l > 0.0f ? m + logf(l) : INFINITY;
 }
 
-// D[b, h, i] = Σ_c dout · out_scale · Opre (one thread per (b, i, h)).
-__global__ void flash_rowdot_kernel(FlashArgs f, const float *dout, const float *opre, float *D) {
+// D[b, h, i] = Σ_c dout · out_scale · Opre (one thread per (b, i, h)).  dout in bf16: the
+// tensor-core path's G, read from its twin as the dP = G Vᵀ products read it.
+__device__ __forceinline__ float gval(const float *g, size_t i) { return g[i]; }
+__device__ __forceinline__ float gval(const __nv_bfloat16 *g, size_t i) { return __bfloat162float(g[i]); }
+template <typename G>
+__global__ void flash_rowdot_kernel(FlashArgs f, const G *dout, const float *opre, float *D) {
     const AttnIdx &a = f.a;
     const size_t total = (size_t)a.B * a.T * a.n;
     for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < total; r += (size_t)blockDim.x * gridDim.x) {
@@ -121,7 +125,7 @@ __global__ void flash_rowdot_kernel(FlashArgs f, const float *dout, const float 
         const size_t bt = r / a.n;
         float acc = 0.0f;
         for (int c = 0; c < a.dv; c++)
-            acc += dout[r * a.dv + c] * (f.out_scale ? f.out_scale[h * a.dv + c] : 1.0f) * opre[r * a.dv + c];
+            acc += gval(dout, r * a.dv + c) * (f.out_scale ? f.out_scale[h * a.dv + c] : 1.0f) * opre[r * a.dv + c];
         D[((bt / a.T) * a.n + h) * a.T + bt % a.T] = acc;
     }
 }
@@ -330,8 +334,17 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
     float *D = scratch;
     cudaStream_t st = cuda_stream(be);
     const double tt = flash_tt(s), dqd = s->qk_dim, dvd = s->v_dim;
-    MHE_LAUNCH(flash_rowdot_kernel, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
-               mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n)))(f, dout, opre, D);
+    // On the tensor-core path without out_scale, G (= dout) is taken from its twin there, so the
+    // row dots read that twin too: dout's fp32 copy is then never read (it can be lean).
+    const bool g_twin = cuda_flash_tc_supported(be, s) && !s->out_scale;
+    if (g_twin) {
+        const __nv_bfloat16 *gb = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
+        MHE_LAUNCH(flash_rowdot_kernel<__nv_bfloat16>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
+                   mhe_cost(3.0 * rows_n * dvd, 6.0 * rows_n * dvd + 4.0 * rows_n))(f, gb, opre, D);
+    } else {
+        MHE_LAUNCH(flash_rowdot_kernel<float>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
+                   mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n)))(f, dout, opre, D);
+    }
     CUDA_CHECK_LAUNCH();
     if (cuda_flash_tc_supported(be, s)) {
         cuda_flash_tc_backward(be, s, q, k, v, saved, dout, D, dq, dk, dv, dkey_bias);

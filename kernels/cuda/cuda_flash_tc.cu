@@ -392,7 +392,7 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     tc_twins(be, s, f, q, k, v, nullptr);
     // O is usually only the output projection's operand: lean (cuda_mirror.cu) skips its fp32 store.
     float *outw;
-    f.outb = cuda_mirror_out_lean(be, out, rows_n * d, &outw);
+    f.outb = cuda_mirror_out_lean(be, out, rows_n * d, &outw, LEAN_ATTENTION);
     // Q once, K twice (both passes) and V once per query tile, Opre and out written, L.
     const double bytes = rows_n * d * tc_el(f.qb) + tiles * rows_n * d * (2.0 * tc_el(f.kb) + tc_el(f.vb)) +
                          4.0 * (2.0 * rows_n * d + rows_n);
@@ -422,9 +422,9 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     // dQ, dK, dV are usually only the projections' backward operands: lean skips their fp32 store
     // (the kernels are given nullptr for it and store the twin).
     float *dqw = dq, *dkw = dk, *dvw = dv;
-    f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq, &dqw) : nullptr;
-    f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw) : nullptr;
-    f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw) : nullptr;
+    f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq, &dqw, LEAN_ATTENTION) : nullptr;
+    f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw, LEAN_ATTENTION) : nullptr;
+    f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw, LEAN_ATTENTION) : nullptr;
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const int d = s->qk_dim;
     const double tt = (double)s->B * s->n_heads * s->T * s->T, tiles = (s->T + TC_ROWS - 1) / TC_ROWS;

@@ -136,15 +136,24 @@ void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes);
 // with cuda_mirror_out_lean; *fp32 is then p, or nullptr when the segment is lean (store the
 // twin only).  Every op declares the fp32 data it reads with cuda_mirror_read (stale ranges are
 // widened first); cuda_mirror_epoch, once per optimizer step, turns segments lean.
-__nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32);
-__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32);
+// Lean-capable writers by kind: each kind is judged separately per segment (cuda_mirror.cu).
+typedef enum { LEAN_ELEMENTWISE, LEAN_ATTENTION, LEAN_LINEAR, LEAN_GEMM, LEAN_LOSS, LEAN_SITES } LeanSite;
+__nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32, LeanSite site);
+__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32,
+                                      LeanSite site);
 void cuda_mirror_read(Backend *be, const void *p, size_t bytes);
 void cuda_mirror_read_alloc(Backend *be, const void *p);  // the whole allocation holding p
 // For ops whose lean form is another call (a GEMM writing bf16): the twin of [p, p + n) when its
 // segment is lean (nothing marked: follow with cuda_mirror_out_lean), else nullptr; and, for the
 // fp32 form, telling a dual segment that a lean-capable op wrote it.
-__nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n);
-void cuda_mirror_note_lean(Backend *be, const float *p, size_t n);
+__nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n, LeanSite site);
+void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site);
+// For ops that can read a twin instead (the cross-entropy's logits): the twin of [p, p + n) when
+// all of its fp32 data is stale (read that), else nullptr (read the fp32 data).  The declaration
+// such an op makes is cuda_mirror_read_or_twin: it widens a partly stale range, and does not
+// count as an fp32 read for the lean decision.
+const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t n);
+void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n);
 void cuda_mirror_epoch(Backend *be);
 // The op wrappers declaring every op's fp32 reads (cuda_lean.cu), installed last in bf16 mode.
 void cuda_install_lean(Backend *be);
@@ -175,6 +184,7 @@ static inline MheCost with_lean_twin(MheCost c, const void *twin, const float *f
 
 void cuda_install_elementwise(Backend *be);
 void cuda_install_norm_loss(Backend *be);
+void cuda_install_loss(Backend *be);
 void cuda_install_attention(Backend *be);
 void cuda_install_linear(Backend *be);
 void cuda_install_optim(Backend *be);

@@ -183,14 +183,15 @@ static void w_embedding_backward(Backend *be, const float *dout, const int32_t *
     rd(be, dpos, (size_t)T * D);
     inner(be)->embedding_backward(be, dout, ids, type_ids, B, T, D, dword, dpos, dtype);
 }
+// The logits may be read from their twin (cuda_loss.cu): not an fp32 read for the lean decision.
 static void w_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels, int N, int V,
                                     float *loss, float *lse) {
-    rd(be, logits, (size_t)N * V);
+    cuda_mirror_read_or_twin(be, logits, (size_t)N * V);
     inner(be)->cross_entropy_forward(be, logits, labels, N, V, loss, lse);
 }
 static void w_cross_entropy_backward(Backend *be, const float *logits, const float *lse, const int32_t *labels,
                                      int N, int V, float grad_scale, float *dlogits) {
-    rd(be, logits, (size_t)N * V);
+    cuda_mirror_read_or_twin(be, logits, (size_t)N * V);
     rd(be, lse, N);
     inner(be)->cross_entropy_backward(be, logits, lse, labels, N, V, grad_scale, dlogits);
 }
@@ -218,7 +219,10 @@ static void w_attention_backward(Backend *be, const AttnShape *s, const float *q
     size_t sv = 0, sc = 0;
     be->attention_sizes(be, s, &sv, &sc);
     rd(be, saved, sv);
-    rd(be, dout, (size_t)s->B * s->T * s->n_heads * s->v_dim);
+    // The tensor-core path without out_scale reads dout from its twin only (cuda_flash.cu), unless
+    // the output scale/shift gradients are asked for (they read it in fp32).
+    if (!cuda_attention_reads_twins(be, s) || s->out_scale || dout_scale || dout_shift)
+        rd(be, dout, (size_t)s->B * s->T * s->n_heads * s->v_dim);
     rd(be, dout_scale, (size_t)s->n_heads * s->v_dim);
     rd(be, dout_shift, (size_t)s->n_heads * s->v_dim);
     inner(be)->attention_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale, dout_shift,

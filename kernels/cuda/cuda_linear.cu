@@ -134,19 +134,19 @@ __global__ void bias_grad_accumulate_kernel(float *__restrict__ db, const float 
 static bool linear_forward_lean(Backend *be, const float *x, const float *W, const float *b, int N, int in,
                                 int out, float *y) {
     const size_t ny = (size_t)N * out;
-    if (!cuda_mirror_peek_lean(be, y, ny)) return false;
+    if (!cuda_mirror_peek_lean(be, y, ny, LEAN_LINEAR)) return false;
     const void *A = W, *B = x, *bb = b;
     for (int round = 0; round < 2; round++) {  // a lookup may merge (move) an earlier twin
         bb = cuda_mirror_operand(be, b, (size_t)out);
         twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
     }
-    const __nv_bfloat16 *yt = cuda_mirror_peek_lean(be, y, ny);
+    const __nv_bfloat16 *yt = cuda_mirror_peek_lean(be, y, ny, LEAN_LINEAR);
     if (!yt) return false;  // a lookup merged y's segment away: it is dual again
     const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, yt, bb,
                               CUDA_R_16BF);
     if (!p) return false;
     float *unused;
-    __nv_bfloat16 *twin = cuda_mirror_out_lean(be, y, ny, &unused);  // marks y stale
+    __nv_bfloat16 *twin = cuda_mirror_out_lean(be, y, ny, &unused, LEAN_LINEAR);  // marks y stale
     mhe_cost_record_gemm_bf16_out(N, out, in, "+bias", 2.0 * out);
     lt_run(be, p, A, B, 0.0f, twin, bb);
     return true;
@@ -174,7 +174,7 @@ static void cuda_linear_forward(Backend *be, const float *x, const float *W, con
     }
     double t0 = cuda_prof_begin(be);
     cuda_mirror_wrote(be, y, (size_t)N * out * sizeof(float));
-    if (bf16) cuda_mirror_note_lean(be, y, (size_t)N * out);  // y could have been written lean
+    if (bf16) cuda_mirror_note_lean(be, y, (size_t)N * out, LEAN_LINEAR);  // y could have been written lean
     mhe_cost_record_gemm_epilogue(N, out, in, bf16, 0, "+bias", 4.0 * out);
     lt_run(be, p, A, B, 0.0f, y, b);
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);

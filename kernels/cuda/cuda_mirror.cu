@@ -39,8 +39,18 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-// A segment's use of its fp32 data (lean twins, below).
+// A writer site's use of a segment's fp32 data (lean twins, below).
 enum { SEG_DUAL, SEG_LEAN, SEG_PINNED };
+
+// What one kind of lean-capable writer (LeanSite) has learnt about one segment: the same memory
+// may hold values of several producers in turn (a GEMM's output that GELU's backward reads in
+// fp32 and then overwrites in place with values only a matmul reads), each judged on its own.
+struct LeanChannel {
+    std::map<size_t, size_t> leanish; // offsets whose current values this site wrote (fp32 too)
+    int mode = SEG_DUAL;
+    bool lean_wrote = false;          // since the last epoch: this site wrote here
+    bool fp32_read = false;           // since the last epoch: an op read fp32 values of `leanish`
+};
 
 struct MirrorSegment {
     const float *base = nullptr;
@@ -48,11 +58,9 @@ struct MirrorSegment {
     __nv_bfloat16 *twin = nullptr;  // n bf16 values
     std::map<size_t, size_t> valid; // disjoint [start, end) float offsets whose twin is current
     std::map<size_t, size_t> stale; // offsets whose fp32 data is NOT current (the twin holds the value)
-    std::map<size_t, size_t> leanish; // offsets last written (fp32 too) by a lean-capable op
-    int mode = SEG_DUAL;
-    bool lean_wrote = false;        // since the last epoch: a lean-capable op wrote here
-    bool fp32_read = false;         // since the last epoch: an op read fp32 values of `leanish`
+    LeanChannel site[LEAN_SITES];
 };
+
 
 // Interval-set helpers over MirrorSegment::valid.
 static void erase_range(std::map<size_t, size_t> &v, size_t lo, size_t hi) {
@@ -71,6 +79,10 @@ static void erase_range(std::map<size_t, size_t> &v, size_t lo, size_t hi) {
         if (e > hi) keep.emplace_back(hi, e);
     }
     for (auto &k : keep) v[k.first] = k.second;
+}
+// Any write of [a, b): no site's values live there any more.
+static void forget_sites(MirrorSegment &g, size_t a, size_t b) {
+    for (auto &ch : g.site) erase_range(ch.leanish, a, b);
 }
 static void insert_range(std::map<size_t, size_t> &v, size_t lo, size_t hi) {
     if (lo >= hi) return;
@@ -137,7 +149,8 @@ static void widen_stale(Backend *be, MirrorSegment &g, size_t a, size_t b) {
     }
     if (!parts.empty()) {
         erase_range(g.stale, a, b);
-        g.mode = SEG_PINNED;
+        for (auto &ch : g.site)  // which site's values they were is not kept: every lean one
+            if (ch.mode == SEG_LEAN) ch.mode = SEG_PINNED;
     }
 }
 
@@ -186,7 +199,7 @@ void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
         // live only in the twin are brought back before the twin is given up.
         if (!g.stale.empty()) widen_stale(be, g, a, b);
         erase_range(g.valid, a, b);
-        erase_range(g.leanish, a, b);
+        forget_sites(g, a, b);
     });
 }
 
@@ -214,7 +227,8 @@ void cuda_mirror_read(Backend *be, const void *p, size_t bytes) {
         size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
         // Only reads of what lean-capable ops wrote count against going lean (an op reading a
         // cuBLAS output in place, then overwriting it lean-capably, does not).
-        if (!within(g.leanish, a, b).empty() || !within(g.stale, a, b).empty()) g.fp32_read = true;
+        for (auto &ch : g.site)
+            if (!within(ch.leanish, a, b).empty()) ch.fp32_read = true;
         if (!g.stale.empty()) widen_stale(be, g, a, b);
     });
 }
@@ -249,8 +263,10 @@ void cuda_mirror_epoch(Backend *be) {
     if (!c->mirrors) return;
     for (auto &kv : c->mirrors->segs) {
         MirrorSegment &g = kv.second;
-        if (c->lean && g.mode == SEG_DUAL && g.lean_wrote && !g.fp32_read) g.mode = SEG_LEAN;
-        g.lean_wrote = g.fp32_read = false;
+        for (auto &ch : g.site) {
+            if (c->lean && ch.mode == SEG_DUAL && ch.lean_wrote && !ch.fp32_read) ch.mode = SEG_LEAN;
+            ch.lean_wrote = ch.fp32_read = false;
+        }
     }
 }
 
@@ -271,7 +287,7 @@ __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     size_t off = (size_t)(p - inside->base);
     insert_range(inside->valid, off, off + n);
     erase_range(inside->stale, off, off + n);
-    erase_range(inside->leanish, off, off + n);
+    forget_sites(*inside, off, off + n);
     return inside->twin + off;
 }
 
@@ -287,20 +303,44 @@ static MirrorSegment *holder(Backend *be, const float *p, size_t n) {
     return inside;
 }
 
-__nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n) {
+__nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n, LeanSite site) {
     MirrorSegment *g = holder(be, p, n);
-    return g && g->mode == SEG_LEAN ? g->twin + (p - g->base) : nullptr;
+    return g && g->site[site].mode == SEG_LEAN ? g->twin + (p - g->base) : nullptr;
 }
 
-void cuda_mirror_note_lean(Backend *be, const float *p, size_t n) {
+const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t n) {
     MirrorSegment *g = holder(be, p, n);
-    if (!g || g->mode != SEG_DUAL) return;
-    g->lean_wrote = true;
+    if (!g) return nullptr;
     const size_t off = (size_t)(p - g->base);
-    insert_range(g->leanish, off, off + n);
+    return covers(g->stale, off, off + n) ? g->twin + off : nullptr;
 }
 
-__nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32) {
+void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n) {
+    if (!n || cuda_mirror_stale_twin(be, p, n)) return;
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->mirrors) return;
+    settle(c->mirrors);
+    const uintptr_t lo = addr(p), hi = lo + n * sizeof(float);
+    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
+        if (g.stale.empty()) return;
+        size_t a = lo > s ? (lo - s) / sizeof(float) : 0;
+        size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
+        widen_stale(be, g, a, b);
+    });
+}
+
+void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site) {
+    MirrorSegment *g = holder(be, p, n);
+    if (!g) return;
+    const size_t off = (size_t)(p - g->base);
+    forget_sites(*g, off, off + n);
+    LeanChannel &ch = g->site[site];
+    if (ch.mode != SEG_DUAL) return;
+    ch.lean_wrote = true;
+    insert_range(ch.leanish, off, off + n);
+}
+
+__nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32, LeanSite site) {
     *fp32 = p;
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
     MirrorSegment *inside = holder(be, p, n);
@@ -310,26 +350,27 @@ __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp3
     }
     size_t off = (size_t)(p - inside->base);
     insert_range(inside->valid, off, off + n);
-    if (inside->mode == SEG_LEAN) {
+    forget_sites(*inside, off, off + n);
+    LeanChannel &ch = inside->site[site];
+    if (ch.mode == SEG_LEAN) {
         insert_range(inside->stale, off, off + n);
         poison_later(cuda_ctx(be)->mirrors, *inside, off, off + n);
         *fp32 = nullptr;
     } else {
         erase_range(inside->stale, off, off + n);
-        if (inside->mode == SEG_DUAL) {
-            inside->lean_wrote = true;
-            insert_range(inside->leanish, off, off + n);
-        } else {
-            erase_range(inside->leanish, off, off + n);
+        if (ch.mode == SEG_DUAL) {
+            ch.lean_wrote = true;
+            insert_range(ch.leanish, off, off + n);
         }
     }
     return inside->twin + off;
 }
 
-__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32) {
+__nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32,
+                                      LeanSite site) {
     *fp32 = p;
     if (!rows || !cols) return nullptr;
-    if (ld == cols) return cuda_mirror_out_lean(be, p, rows * cols, fp32);
+    if (ld == cols) return cuda_mirror_out_lean(be, p, rows * cols, fp32, site);
     cuda_mirror_wrote(be, p, ((rows - 1) * ld + cols) * sizeof(float));  // strided: no twin
     return nullptr;
 }
@@ -444,7 +485,11 @@ extern "C" long backend_cuda_mirror_lean(Backend *be, size_t *stale_floats) {
     size_t stale = 0;
     if (c->mirrors)
         for (auto &kv : c->mirrors->segs) {
-            count += kv.second.mode == SEG_LEAN;
+            for (auto &ch : kv.second.site)
+                if (ch.mode == SEG_LEAN) {
+                    count++;
+                    break;
+                }
             for (auto &r : kv.second.stale) stale += r.second - r.first;
         }
     if (stale_floats) *stale_floats = stale;

@@ -1,6 +1,6 @@
 // Row kernels with block reductions (warp shuffles + shared memory): LayerNorm forward and
-// backward, and the fused softmax cross-entropy.  One block per row, except LayerNorm's
-// backward (a chunk of rows per block, which also sums dγ and dβ).
+// backward.  One block per row, except the backward (a chunk of rows per block, which also
+// sums dγ and dβ).  (The softmax cross-entropy: cuda_loss.cu.)
 #include <cmath>
 
 #include "kernels/cuda/cuda_colsum.h"
@@ -204,67 +204,8 @@ static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-// loss = lse - z[label],  lse = max + log sum exp(z - max);  rows with label < 0 give 0, 0.
-__global__ void cross_entropy_forward_kernel(const float *logits, const int32_t *labels, int V,
-                                             float *loss, float *lse) {
-    __shared__ float fbuf[32];
-    __shared__ double dbuf[32];
-    int r = blockIdx.x, label = labels[r];
-    if (label < 0) {  // uniform over the block: no thread reaches a barrier
-        if (threadIdx.x == 0) loss[r] = lse[r] = 0.0f;
-        return;
-    }
-    const float *z = logits + (size_t)r * V;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
-    mx = block_max(mx, fbuf);
-    double s = 0;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) s += (double)expf(z[v] - mx);
-    s = block_sum(s, dbuf);
-    if (threadIdx.x == 0) {
-        double l = mx + log(s);
-        lse[r] = (float)l;
-        loss[r] = (float)(l - z[label]);
-    }
-}
-
-// dlogits = grad_scale * (softmax(z) - onehot(label)); each element read and written by the same
-// thread, so dlogits may alias logits.
-__global__ void cross_entropy_backward_kernel(const float *logits, const float *lse, const int32_t *labels,
-                                              int V, float grad_scale, float *dlogits,
-                                              __nv_bfloat16 *dlb) {
-    int r = blockIdx.x, label = labels[r];
-    const float *z = logits + (size_t)r * V;
-    float *g = dlogits + (size_t)r * V;
-    __nv_bfloat16 *gb = dlb ? dlb + (size_t)r * V : nullptr;
-    float l = label < 0 ? 0.0f : lse[r];
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        store_twin(g, gb, v, label < 0 ? 0.0f : grad_scale * (expf(z[v] - l) - (v == label ? 1.0f : 0.0f)));
-}
-
-static void cuda_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
-                                       int N, int V, float *loss, float *lse) {
-    double t0 = cuda_prof_begin(be);
-    cuda_mirror_wrote(be, loss, (size_t)N * sizeof(float));
-    cuda_mirror_wrote(be, lse, (size_t)N * sizeof(float));
-    if (N) MHE_LAUNCH(cross_entropy_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(4.0 * N * V, 4.0 * N * V + 12.0 * N))(logits, labels, V, loss, lse);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_LOSS, t0, 0);
-}
-static void cuda_cross_entropy_backward(Backend *be, const float *logits, const float *lse,
-                                        const int32_t *labels, int N, int V, float grad_scale,
-                                        float *dlogits) {
-    double t0 = cuda_prof_begin(be);
-    __nv_bfloat16 *dlb = cuda_mirror_out(be, dlogits, (size_t)N * V);
-    if (N) MHE_LAUNCH(cross_entropy_backward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(4.0 * N * V, 8.0 * N * V + 8.0 * N), dlb, (double)N * V))(logits, lse, labels, V, grad_scale, dlogits, dlb);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_LOSS, t0, 0);
-}
-
 void cuda_install_norm_loss(Backend *be) {
     be->layernorm_forward = cuda_layernorm_forward;
     be->residual_layernorm_forward = cuda_residual_layernorm_forward;
     be->layernorm_backward = cuda_layernorm_backward;
-    be->cross_entropy_forward = cuda_cross_entropy_forward;
-    be->cross_entropy_backward = cuda_cross_entropy_backward;
 }

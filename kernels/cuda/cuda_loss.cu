@@ -1,0 +1,92 @@
+// The fused softmax cross-entropy: one block per row, block reductions (warp shuffles + shared
+// memory), the statistics and the loss in fp32 (the sum of exponentials in double).
+//
+// bf16 logits: in bf16 mode the logits are a matmul's output and, through their gradient (the
+// backward overwrites them in place), a matmul's operand, so they have a bf16 twin.  Once that
+// twin is lean (cuda_mirror.cu) the head's GEMM writes only the bf16 logits, and both kernels read
+// them from the twin — the loss from bf16 logits, computed in fp32, as PyTorch's autocast gives
+// it — at half the bytes of the largest activation of a GPT step ([B·T, V]).
+#include <cmath>
+
+#include "kernels/cuda/cuda_internal.h"
+
+__device__ __forceinline__ float logit(const float *z, int v) { return z[v]; }
+__device__ __forceinline__ float logit(const __nv_bfloat16 *z, int v) { return __bfloat162float(z[v]); }
+
+// loss = lse - z[label],  lse = max + log sum exp(z - max);  rows with label < 0 give 0, 0.
+template <typename T>
+__global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *labels, int V, float *loss, float *lse) {
+    __shared__ float fbuf[32];
+    __shared__ double dbuf[32];
+    int r = blockIdx.x, label = labels[r];
+    if (label < 0) {  // uniform over the block: no thread reaches a barrier
+        if (threadIdx.x == 0) loss[r] = lse[r] = 0.0f;
+        return;
+    }
+    const T *z = logits + (size_t)r * V;
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, logit(z, v));
+    mx = block_max(mx, fbuf);
+    double s = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += (double)expf(logit(z, v) - mx);
+    s = block_sum(s, dbuf);
+    if (threadIdx.x == 0) {
+        double l = mx + log(s);
+        lse[r] = (float)l;
+        loss[r] = (float)(l - logit(z, label));
+    }
+}
+
+// dlogits = grad_scale * (softmax(z) - onehot(label)); each element read and written by the same
+// thread, so dlogits may alias logits (also their twins: z the twin, dlb the same twin).
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T *logits, const float *lse, const int32_t *labels, int V,
+                                              float grad_scale, float *dlogits, __nv_bfloat16 *dlb) {
+    int r = blockIdx.x, label = labels[r];
+    const T *z = logits + (size_t)r * V;
+    float *g = dlogits ? dlogits + (size_t)r * V : nullptr;  // nullptr: lean, the twin only
+    __nv_bfloat16 *gb = dlb ? dlb + (size_t)r * V : nullptr;
+    float l = label < 0 ? 0.0f : lse[r];
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        store_twin(g, gb, v, label < 0 ? 0.0f : grad_scale * (expf(logit(z, v) - l) - (v == label ? 1.0f : 0.0f)));
+}
+
+static void cuda_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels, int N, int V,
+                                       float *loss, float *lse) {
+    double t0 = cuda_prof_begin(be);
+    cuda_mirror_wrote(be, loss, (size_t)N * sizeof(float));
+    cuda_mirror_wrote(be, lse, (size_t)N * sizeof(float));
+    const __nv_bfloat16 *zb = cuda_mirror_stale_twin(be, logits, (size_t)N * V);
+    const double el = zb ? 2.0 : 4.0;
+    const MheCost cost = mhe_cost(4.0 * N * V, el * N * V + 12.0 * N);
+    cudaStream_t st = cuda_stream(be);
+    if (N && zb)
+        MHE_LAUNCH(cross_entropy_forward_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, st, cost)(zb, labels, V, loss, lse);
+    else if (N)
+        MHE_LAUNCH(cross_entropy_forward_kernel<float>, N, MHE_BLOCK, 0, st, cost)(logits, labels, V, loss, lse);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_LOSS, t0, 0);
+}
+
+static void cuda_cross_entropy_backward(Backend *be, const float *logits, const float *lse, const int32_t *labels,
+                                        int N, int V, float grad_scale, float *dlogits) {
+    double t0 = cuda_prof_begin(be);
+    // Before dlogits' twin is taken: the twin may be the one holding the logits.
+    const __nv_bfloat16 *zb = cuda_mirror_stale_twin(be, logits, (size_t)N * V);
+    // dlogits is only the head's backward operand: lean-capable (cuda_mirror.cu).
+    float *dlw;
+    __nv_bfloat16 *dlb = cuda_mirror_out_lean(be, dlogits, (size_t)N * V, &dlw, LEAN_LOSS);
+    const MheCost cost = with_lean_twin(mhe_cost(4.0 * N * V, (zb ? 6.0 : 8.0) * N * V + 8.0 * N), dlb, dlw, (double)N * V);
+    cudaStream_t st = cuda_stream(be);
+    if (N && zb)
+        MHE_LAUNCH(cross_entropy_backward_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, st, cost)(zb, lse, labels, V, grad_scale, dlw, dlb);
+    else if (N)
+        MHE_LAUNCH(cross_entropy_backward_kernel<float>, N, MHE_BLOCK, 0, st, cost)(logits, lse, labels, V, grad_scale, dlw, dlb);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_LOSS, t0, 0);
+}
+
+void cuda_install_loss(Backend *be) {
+    be->cross_entropy_forward = cuda_cross_entropy_forward;
+    be->cross_entropy_backward = cuda_cross_entropy_backward;
+}
