@@ -6,8 +6,10 @@
 // memory bandwidth.  Here stage 1 gives each block 32 columns x COLSUM_ROWS rows (a 32 x 8
 // thread tile: a warp reads 32 consecutive columns of one row, coalesced; the 8 row groups are
 // added in a fixed order in shared memory) and writes one partial per (row chunk, column);
-// stage 2 adds each column's chunks in chunk order.  No atomics, so a sum never depends on
-// scheduling; partial sums are also shorter chains than one N-long float sum.
+// stage 2 adds each column's chunks in a fixed order (cuda_colsum.cu).  No atomics, so a sum
+// never depends on scheduling; partial sums are also shorter chains than one N-long float sum.
+// LayerNorm's backward writes its own partials (one per row chunk, while computing dx) and
+// uses stage 2 only.
 //
 // Each op supplies `Vals`: vals(r, c, &a, &b) gives the row's two contributions to column c
 // (e.g. dy·x̂ and dy); the sums are added into outA / outB (either may be NULL).
@@ -48,7 +50,11 @@ __global__ void colsum2_partials_kernel(Vals f, int N, int C, float *partials) {
     }
 }
 
-__global__ void colsum2_finish_kernel(const float *partials, int chunks, int C, float *outA, float *outB);
+// Stage 2, shared with the fused LayerNorm backward (cuda_norm_loss.cu): outA[c] += Σ_k pa[k·C + c],
+// outB[c] += Σ_k pb[k·C + c] over k < chunks (either output may be NULL; its partials are then
+// not read), always in the same order (colsum.cu).  Records its own cost.
+void cuda_colsum2_finish(Backend *be, const float *pa, const float *pb, int chunks, int C, float *outA,
+                         float *outB);
 
 // outA[c] += Σ_r a(r, c), outB[c] += Σ_r b(r, c) (either output may be NULL).  stage1: the
 // cost of reading the rows (the partials' bytes are added here).
@@ -58,16 +64,11 @@ static void cuda_colsum2(Backend *be, Vals f, int N, int C, float *outA, float *
     const int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
     const size_t np = 2 * (size_t)chunks * C;
     float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, np);
-    cudaStream_t s = cuda_stream(be);
     const dim3 grid((unsigned)((C + COLSUM_TX - 1) / COLSUM_TX), (unsigned)chunks);
     stage1.bytes += 4.0 * (double)np;
-    MHE_LAUNCH(colsum2_partials_kernel<Vals>, grid, COLSUM_TX * COLSUM_TY, 0, s, stage1)(f, N, C, partials);
+    MHE_LAUNCH(colsum2_partials_kernel<Vals>, grid, COLSUM_TX * COLSUM_TY, 0, cuda_stream(be), stage1)(f, N, C, partials);
     CUDA_CHECK_LAUNCH();
-    const double outs = (outA != nullptr) + (outB != nullptr);
-    MHE_LAUNCH(colsum2_finish_kernel, (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK), MHE_BLOCK, 0, s,
-               mhe_cost_blocks((double)np, 4.0 * (double)np + 8.0 * outs * C, cuda_real_blocks(C)))(
-        partials, chunks, C, outA, outB);
-    CUDA_CHECK_LAUNCH();
+    cuda_colsum2_finish(be, partials, partials + (size_t)chunks * C, chunks, C, outA, outB);
 }
 
 #endif

@@ -1,5 +1,6 @@
 // Row kernels with block reductions (warp shuffles + shared memory): LayerNorm forward and
-// backward.  One block per row.  (The softmax cross-entropy: cuda_loss.cu.)
+// backward.  One block per row, except the backward (a chunk of rows per block, which also
+// sums dγ and dβ).  (The softmax cross-entropy: cuda_loss.cu.)
 #include <cmath>
 
 #include "kernels/cuda/cuda_colsum.h"
@@ -69,36 +70,77 @@ __global__ void residual_layernorm_kernel(const float *x, const R *r, float p, u
     }
 }
 
-// dgamma[c] += sum_r dy·xhat;  dbeta[c] += sum_r dy   (two-stage column sums, cuda_colsum.h)
-struct LnDparamVals {
-    const float *dy, *x, *mean, *rstd;
-    int C;
-    __device__ void vals(int r, int c, float *a, float *b) const {
-        const float g = dy[(size_t)r * C + c];
-        *a = g * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
-        *b = g;
-    }
-};
+// LayerNorm's backward in one pass over dy and x: each block takes a chunk of rows (at most
+// LN_BW_CHUNKS chunks: ceil(N / 256) rows each, 32 at BERT-base's N = 8192), computes each
+// row's dx (block reductions as layernorm_forward_kernel) and adds the row's dy·x̂ and dy into
+// per-column sums in shared memory, then writes them as the chunk's partials of dγ and dβ;
+// cuda_colsum2_finish adds the chunks.  Separate column sums (cuda_colsum.h) re-read dy and x:
+// 20 bytes per element (dx without accumulate or twin) became 12.  256 chunks give both GPUs'
+// SMs (108, 132) work and keep the partials small next to the rows (2 x 256 x C floats against
+// N x C x 12 B).
+#define LN_BW_CHUNKS 256
+static int ln_bw_rows(int N) { return (N + LN_BW_CHUNKS - 1) / LN_BW_CHUNKS; }
 
-// dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * gamma
-__global__ void layernorm_dx_kernel(const float *dy, const float *x, const float *gamma,
-                                    const float *mean, const float *rstd, int C, float *dx,
-                                    __nv_bfloat16 *dxb, int accumulate) {
-    __shared__ float buf[32];
-    size_t off = (size_t)blockIdx.x * C;
-    float mu = mean[blockIdx.x], rs = rstd[blockIdx.x];
-    float sg = 0, sgx = 0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float g = dy[off + c] * gamma[c];
-        sg += g;
-        sgx += g * (x[off + c] - mu) * rs;
+// Block sums of two values at once (one barrier pair per row instead of two); `buf` is
+// __shared__ float[2][32].
+__device__ __forceinline__ void block_sum2(float *a, float *b, float (*buf)[32]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    float va = warp_sum(*a), vb = warp_sum(*b);
+    __syncthreads();  // buf may still be read for the previous row
+    if (lane == 0) {
+        buf[0][warp] = va;
+        buf[1][warp] = vb;
     }
-    float mg = block_sum(sg, buf) / (float)C;
-    float mgx = block_sum(sgx, buf) / (float)C;
+    __syncthreads();
+    *a = warp_sum(lane < n_warps ? buf[0][lane] : 0.0f);
+    *b = warp_sum(lane < n_warps ? buf[1][lane] : 0.0f);
+}
+
+// dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)),  g = dy * gamma  (when dx != NULL);
+// pg[chunk][c] = Σ_{r in chunk} dy·xhat, pb[chunk][c] = Σ_{r in chunk} dy  (when not NULL).
+// Thread t owns columns t, t + blockDim.x, ... of the shared sums: the rows are added in row
+// order and no other thread touches them, so they need no barrier.  Each thread reads dy[c]
+// before it writes dx[c], so dx may alias dy (ops.h: only without accumulate).
+__global__ void layernorm_backward_kernel(const float *dy, const float *x, const float *gamma, const float *mean,
+                                          const float *rstd, int N, int C, int rows, float *dx,
+                                          __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb) {
+    __shared__ float buf[2][32];
+    MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb, else none
+    const int sums = pg != nullptr || pb != nullptr;
+    float *ag = acc, *ab = sums ? acc + C : nullptr;
+    if (sums)
+        for (int c = threadIdx.x; c < C; c += blockDim.x) ag[c] = ab[c] = 0.0f;
+    const int r0 = blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    for (int r = r0; r < r1; r++) {
+        const size_t off = (size_t)r * C;
+        const float mu = mean[r], rs = rstd[r];
+        float mg = 0, mgx = 0;
+        if (dx) {  // uniform over the block
+            for (int c = threadIdx.x; c < C; c += blockDim.x) {
+                const float g = dy[off + c] * gamma[c];
+                mg += g;
+                mgx += g * (x[off + c] - mu) * rs;
+            }
+            block_sum2(&mg, &mgx, buf);
+            mg /= (float)C;
+            mgx /= (float)C;
+        }
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            const float g0 = dy[off + c], xh = (x[off + c] - mu) * rs;
+            if (sums) {
+                ag[c] += g0 * xh;
+                ab[c] += g0;
+            }
+            if (dx) {
+                const float d = rs * (g0 * gamma[c] - mg - xh * mgx);
+                store_twin(dx, dxb, off + c, accumulate ? dx[off + c] + d : d);
+            }
+        }
+    }
+    const size_t out = (size_t)blockIdx.x * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float g = dy[off + c] * gamma[c];
-        float d = rs * (g - mg - (x[off + c] - mu) * rs * mgx);
-        store_twin(dx, dxb, off + c, accumulate ? dx[off + c] + d : d);
+        if (pg) pg[out + c] = ag[c];
+        if (pb) pb[out + c] = ab[c];
     }
 }
 
@@ -147,16 +189,34 @@ static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x
                                     int N, int C, float *dx, int accumulate, float *dgamma,
                                     float *dbeta) {
     double t0 = cuda_prof_begin(be);
-    cudaStream_t s = cuda_stream(be);
-    // Parameter gradients first: dx may overwrite dy.
     if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
     if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
     __nv_bfloat16 *dxb = dx ? cuda_mirror_out(be, dx, (size_t)N * C) : nullptr;
-    if (N && (dgamma || dbeta))
-        cuda_colsum2(be, LnDparamVals{dy, x, mean, rstd, C}, N, C, dgamma, dbeta,
-                     mhe_cost(4.0 * N * C, 8.0 * N * C + 8.0 * N));
-    if (N && dx) MHE_LAUNCH(layernorm_dx_kernel, N, MHE_BLOCK, 0, s, with_twin(mhe_cost(10.0 * N * C, (accumulate ? 16.0 : 12.0) * N * C + 4.0 * C + 8.0 * N), dxb, (double)N * C))(dy, x, gamma, mean, rstd, C, dx, dxb, accumulate);
-    CUDA_CHECK_LAUNCH();
+    if (N > 0 && C > 0 && (dx || dgamma || dbeta)) {
+        const int rows = ln_bw_rows(N), chunks = (N + rows - 1) / rows;
+        float *pg = nullptr, *pb = nullptr;
+        if (dgamma || dbeta) {
+            float *p = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, 2 * (size_t)chunks * C);
+            pg = dgamma ? p : nullptr;
+            pb = dbeta ? p + (size_t)chunks * C : nullptr;
+        }
+        const size_t smem = pg || pb ? 2 * (size_t)C * sizeof(float) : 0;
+        if (smem > 48 * 1024)  // C > 6144: opt in (sm_80 allows 163 KB per block, sm_90 227 KB)
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem));
+        // Per element: reads dy and x (8 B), writes dx (4 B, + 4 B read with accumulate, + its
+        // twin); per row mean, rstd; gamma; per chunk and column the partials written (4 B
+        // each).  FLOPs per element: dx's 10 as before (x̂ alone: 2), dy·x̂ summed 2, dy 1.
+        const double n = (double)N * C, outs = (pg != nullptr) + (pb != nullptr);
+        const double bytes = (dx ? (accumulate ? 16.0 : 12.0) : 8.0) * n + 8.0 * N + (dx ? 4.0 * C : 0.0) +
+                             4.0 * outs * chunks * C;
+        const MheCost cost = with_twin(mhe_cost_blocks(((dx ? 10.0 : 2.0) + (pg ? 2.0 : 0.0) + (pb ? 1.0 : 0.0)) * n, bytes, chunks),
+                                       dxb, n);
+        MHE_LAUNCH(layernorm_backward_kernel, chunks, MHE_BLOCK, smem, cuda_stream(be), cost)(
+            dy, x, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb);
+        CUDA_CHECK_LAUNCH();
+        cuda_colsum2_finish(be, pg, pb, chunks, C, dgamma, dbeta);
+    }
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 

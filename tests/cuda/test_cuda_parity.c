@@ -323,9 +323,14 @@ static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     expect_close(f, &y, 1e-5, "layernorm y");
     expect_close(f, &mean, 1e-5, "layernorm mean");
     expect_close(f, &rstd, 1e-5, "layernorm rstd");
-    for (int acc = 0; acc < 2; acc++) {
-        PAIR(f, layernorm_backward, D(dy), D(x), D(g), D(mean), D(rstd), N, C, D(dx), acc, D(dg), D(db));
-        expect_close(f, &dx, 1e-5, "layernorm dx");
+    // dx = and +=, with dγ and dβ, either or neither (NULL: not written), without dx, then dx
+    // written over dy (accumulate 0, as ops.h allows).
+    for (int v = 0; v < 7; v++) {
+        const int acc = v == 1 || v == 2;
+        Buf *out = v == 6 ? &dy : &dx;
+        PAIR(f, layernorm_backward, D(dy), D(x), D(g), D(mean), D(rstd), N, C, v == 5 ? NULL : D(*out), acc,
+             v == 3 || v == 4 ? NULL : D(dg), v == 2 || v == 4 ? NULL : D(db));
+        expect_close(f, out, 1e-5, "layernorm dx");
         expect_close(f, &dg, 1e-5, "layernorm dgamma");
         expect_close(f, &db, 1e-5, "layernorm dbeta");
     }
@@ -342,11 +347,14 @@ static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
     for (int i = 0; i < 10; i++) buf_free(f, all[i]);
 }
-// The second shape: 3 row chunks and 3 column blocks (the last partial) of the column sums of
-// dγ, dβ (cuda_colsum.h).
+// LayerNorm's backward gives each block ceil(N / 256) rows (cuda_norm_loss.cu): 9 rows one
+// each; 600 three each (200 blocks; 70 columns over the emulation's 64 threads, so 6 threads
+// own two; dγ/dβ's second stage: 9 blocks of 8 columns, the last partial); 1027 five each, the
+// last block 2 (206 partials per column: chunk groups of 7 and of 6), 150 columns.
 static void test_layernorm_gelu_tanh_match_cpu(void **state) {
     layernorm_gelu_tanh_case(*state, 9, 96);
     layernorm_gelu_tanh_case(*state, 600, 70);
+    layernorm_gelu_tanh_case(*state, 1027, 150);
 }
 
 static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
