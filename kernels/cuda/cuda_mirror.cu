@@ -188,13 +188,20 @@ template <typename F> static void each_overlap(MirrorSet *m, uintptr_t lo, uintp
     }
 }
 
+// Segments overlapping the bytes [p, p + bytes), each with the float offsets [a, b) covering them.
+template <typename F> static void each_span(MirrorSet *m, const void *p, size_t bytes, F f) {
+    const uintptr_t lo = addr(p), hi = lo + bytes;
+    each_overlap(m, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
+        size_t a = lo > s ? (lo - s) / sizeof(float) : 0;
+        size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
+        f(g, a, b);
+    });
+}
+
 void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
     if (!c->mirrors || !bytes) return;
-    uintptr_t lo = addr(p), hi = lo + bytes;
-    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
-        size_t a = lo > s ? (lo - s) / sizeof(float) : 0;
-        size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
+    each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
         // The write may cover only part of [a, b) (a scatter, a strided store): values that
         // live only in the twin are brought back before the twin is given up.
         if (!g.stale.empty()) widen_stale(be, g, a, b);
@@ -217,21 +224,23 @@ void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes) {
     cuda_mirror_wrote(be, p, bytes);
 }
 
-void cuda_mirror_read(Backend *be, const void *p, size_t bytes) {
+// An fp32 read of [p, p + bytes): stale parts widened first; `counts`: it tells the lean-capable
+// writers whose values it reads that their fp32 copy is wanted.
+static void declare_read(Backend *be, const void *p, size_t bytes, bool counts) {
     CudaCtx *c = cuda_ctx(be);
     if (!c->mirrors || !bytes) return;
-    uintptr_t lo = addr(p), hi = lo + bytes;
     settle(c->mirrors);
-    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
-        size_t a = lo > s ? (lo - s) / sizeof(float) : 0;
-        size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
+    each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
         // Only reads of what lean-capable ops wrote count against going lean (an op reading a
         // cuBLAS output in place, then overwriting it lean-capably, does not).
-        for (auto &ch : g.site)
-            if (!within(ch.leanish, a, b).empty()) ch.fp32_read = true;
+        if (counts)
+            for (auto &ch : g.site)
+                if (!within(ch.leanish, a, b).empty()) ch.fp32_read = true;
         if (!g.stale.empty()) widen_stale(be, g, a, b);
     });
 }
+
+void cuda_mirror_read(Backend *be, const void *p, size_t bytes) { declare_read(be, p, bytes, true); }
 
 // The allocation holding p, as [base, base + bytes); false when p is not the backend's.
 static bool alloc_of(Backend *be, const void *p, uintptr_t *base, size_t *bytes) {
@@ -316,17 +325,7 @@ const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t 
 }
 
 void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n) {
-    if (!n || cuda_mirror_stale_twin(be, p, n)) return;
-    CudaCtx *c = cuda_ctx(be);
-    if (!c->mirrors) return;
-    settle(c->mirrors);
-    const uintptr_t lo = addr(p), hi = lo + n * sizeof(float);
-    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
-        if (g.stale.empty()) return;
-        size_t a = lo > s ? (lo - s) / sizeof(float) : 0;
-        size_t b = hi < e ? (hi - s + sizeof(float) - 1) / sizeof(float) : g.n;
-        widen_stale(be, g, a, b);
-    });
+    if (n && !cuda_mirror_stale_twin(be, p, n)) declare_read(be, p, n * sizeof(float), false);
 }
 
 void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site) {
