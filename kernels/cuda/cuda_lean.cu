@@ -293,8 +293,9 @@ void cuda_install_lean(Backend *be) {
     if (!in) mhe_fatal("out of memory creating the CUDA backend");
     std::memcpy(in, be, sizeof *be);
     c->inner = in;
-    // Every op of ops.h that reads device data is wrapped; a new op must be added here too
-    // (test_cuda_lean checks the table: an unwrapped reading op fails it).
+    // Every op of ops.h that reads device data is wrapped; a new op must be added here too (an
+    // unwrapped op reading a lean buffer would read NaN in the emulated build: every bf16 test
+    // that runs three or more steps shows it).
 #define WRAP(op) \
     if (be->op) be->op = w_##op
     WRAP(download);
