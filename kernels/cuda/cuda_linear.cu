@@ -155,12 +155,10 @@ static bool linear_forward_lean(Backend *be, const float *x, const float *W, con
 static void cuda_linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
                                 int out, float *y) {
     const bool bf16 = cuda_ctx(be)->bf16;
-    if (b && N > 0 && out > 0 && in > 0 && bf16) {
-        double t0 = cuda_prof_begin(be);
-        if (linear_forward_lean(be, x, W, b, N, in, out, y)) {
-            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
-            return;
-        }
+    double t0 = cuda_prof_begin(be);
+    if (b && N > 0 && out > 0 && in > 0 && bf16 && linear_forward_lean(be, x, W, b, N, in, out, y)) {
+        cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+        return;
     }
     const void *A = W, *B = x;
     if (b && N > 0 && out > 0 && in > 0 && bf16) twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
@@ -172,7 +170,6 @@ static void cuda_linear_forward(Backend *be, const float *x, const float *W, con
         if (b) be->bias_add(be, y, b, N, out);
         return;
     }
-    double t0 = cuda_prof_begin(be);
     cuda_mirror_wrote(be, y, (size_t)N * out * sizeof(float));
     if (bf16) cuda_mirror_note_lean(be, y, (size_t)N * out, LEAN_LINEAR);  // y could have been written lean
     mhe_cost_record_gemm_epilogue(N, out, in, bf16, 0, "+bias", 4.0 * out);

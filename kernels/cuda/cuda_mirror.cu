@@ -279,27 +279,6 @@ void cuda_mirror_epoch(Backend *be) {
     }
 }
 
-
-
-__nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
-    CudaCtx *c = cuda_ctx(be);
-    if (!c->mirrors || !n) return nullptr;
-    uintptr_t lo = addr(p), hi = lo + n * sizeof(float);
-    MirrorSegment *inside = nullptr;
-    each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
-        if (holds(s, e, lo, hi)) inside = &g;
-    });
-    if (!inside) {
-        cuda_mirror_wrote(be, p, n * sizeof(float));
-        return nullptr;
-    }
-    size_t off = (size_t)(p - inside->base);
-    insert_range(inside->valid, off, off + n);
-    erase_range(inside->stale, off, off + n);
-    forget_sites(*inside, off, off + n);
-    return inside->twin + off;
-}
-
 // The segment holding [p, p + n) whole, nullptr when none.
 static MirrorSegment *holder(Backend *be, const float *p, size_t n) {
     CudaCtx *c = cuda_ctx(be);
@@ -310,6 +289,20 @@ static MirrorSegment *holder(Backend *be, const float *p, size_t n) {
         if (holds(s, e, lo, hi)) inside = &g;
     });
     return inside;
+}
+
+__nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
+    if (!cuda_ctx(be)->mirrors || !n) return nullptr;
+    MirrorSegment *inside = holder(be, p, n);
+    if (!inside) {
+        cuda_mirror_wrote(be, p, n * sizeof(float));
+        return nullptr;
+    }
+    size_t off = (size_t)(p - inside->base);
+    insert_range(inside->valid, off, off + n);
+    erase_range(inside->stale, off, off + n);
+    forget_sites(*inside, off, off + n);
+    return inside->twin + off;
 }
 
 __nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n, LeanSite site) {
