@@ -229,12 +229,15 @@ static int write_optim(const char *dir, const ParamTable *t, const OptimState *o
     join(path, dir, OPTIM_FILE);
     const int64_t n = (int64_t)(opt->end - opt->begin), one = 1, three = 3;
     const int64_t range[3] = {(int64_t)opt->begin, (int64_t)opt->end, (int64_t)t->total};
+    // m and v are flat, in the parameter table's order: they belong to this layout only.
+    const uint64_t layout = param_layout_fingerprint(t);
     StFile f;
     st_init(&f);
     st_add(&f, "m", ST_F32, 1, &n, opt->m);
     st_add(&f, "v", ST_F32, 1, &n, opt->v);
     st_add(&f, "step", ST_I64, 1, &one, &opt->step);
     st_add(&f, "range", ST_I64, 1, &three, range);
+    st_add(&f, "param_layout", ST_I64, 1, &one, &layout);
     int rc = write_safetensors_synced(&f, path);
     st_free(&f);
     return rc;
@@ -569,6 +572,22 @@ static void load_optim(const char *dir, const ParamTable *t, OptimState *opt) {
     if (access(path, F_OK) != 0) mhe_fail_at(path, 0, 0, "missing: this checkpoint holds weights only and cannot resume a run");
     StFile f;
     st_read(&f, path);
+    // The moments are flat ranges of the parameter table: written for another order of the same
+    // tensors (an older mhetrain laid each projection's bias after its weight) they would be
+    // applied to the wrong parameters without any shape error, so the layout must match.
+    const StTensor *lt = st_find(&f, "param_layout");
+    const uint64_t layout = param_layout_fingerprint(t);
+    uint64_t had = 0;
+    if (lt) had = *(const uint64_t *)need(&f, path, "param_layout", ST_I64, 1)->data;
+    if (!lt)
+        mhe_fail_at(path, 0, 0,
+                    "optimizer state has no param_layout fingerprint (written by an older mhetrain, whose "
+                    "parameter order differs): its flat moments cannot be matched to this model's parameters");
+    if (had != layout)
+        mhe_fail_at(path, 0, 0,
+                    "optimizer state was written for parameter layout %016llx, this model's is %016llx: its "
+                    "flat moments cannot be matched to the parameters",
+                    (unsigned long long)had, (unsigned long long)layout);
     const int64_t *range = need(&f, path, "range", ST_I64, 3)->data;
     // The file may cover more than this state (a gathered full state read by one ZeRO-1 shard).
     if (range[2] != (int64_t)t->total || range[0] > (int64_t)opt->begin || range[1] < (int64_t)opt->end)

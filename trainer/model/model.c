@@ -111,6 +111,22 @@ float *arena_take(Bump *b, size_t n) {
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
+// q, k, v (or dq, dk, dv) of widths qc, kc, vc: column slices of one [N, qkv_ld] buffer when
+// the projections are fused (one GEMM writes them all), else separate buffers.  Slices of a
+// zero width are NULL, like arena_take's empty buffers.
+static void qkv_buffers(const Model *m, Bump *b, size_t N, int qc, int kc, int vc, float **q, float **k, float **v) {
+    if (!m->qkv_ld) {
+        *q = arena_take(b, N * qc);
+        *k = arena_take(b, N * kc);
+        *v = arena_take(b, N * vc);
+        return;
+    }
+    float *base = arena_take(b, N * m->qkv_ld);
+    *q = base && qc ? base : NULL;
+    *k = base && kc ? base + qc : NULL;
+    *v = base && vc ? base + qc + kc : NULL;
+}
+
 static void layout(Model *m, Bump *b) {
     const ModelConfig *mc = &m->cfg.model;
     const size_t N = (size_t)m->max_batch * m->max_seq;
@@ -179,9 +195,7 @@ static void layout(Model *m, Bump *b) {
             a->att_saved = first->att_saved, a->ctx = first->ctx;
         } else {
             a->a_in = pre ? arena_take(b, N * D) : NULL;
-            a->q = arena_take(b, N * qc);
-            a->k = arena_take(b, N * kc);
-            a->v = arena_take(b, N * vc);
+            qkv_buffers(m, b, N, qc, kc, vc, &a->q, &a->k, &a->v);
             a->qh = arena_take(b, N * qhc);
             a->kh = arena_take(b, N * khc);
             a->vh = arena_take(b, N * vhc);
@@ -219,9 +233,13 @@ static void layout(Model *m, Bump *b) {
     m->dF = arena_take(b, N * F);
     // Keys/values read from the input (el_att) have [N, D] gradients; values read from the
     // key buffer (skv) have the key's width.
-    m->dq = arena_take(b, N * qc);
-    m->dk = arena_take(b, N * imax(kc, p0.k_src == ATTN_SRC_INPUT ? D : 0));
-    m->dv = arena_take(b, N * imax(vc, p0.v_src != ATTN_SRC_OWN ? imax(D, kc) : 0));
+    if (m->qkv_ld) {
+        qkv_buffers(m, b, N, qc, kc, vc, &m->dq, &m->dk, &m->dv);  // fused: K, V are own buffers
+    } else {
+        m->dq = arena_take(b, N * qc);
+        m->dk = arena_take(b, N * imax(kc, p0.k_src == ATTN_SRC_INPUT ? D : 0));
+        m->dv = arena_take(b, N * imax(vc, p0.v_src != ATTN_SRC_OWN ? imax(D, kc) : 0));
+    }
     m->dqh = arena_take(b, N * qhc);
     m->dkh = arena_take(b, N * khc);
     m->dvh = arena_take(b, N * vhc);
@@ -258,8 +276,18 @@ Model *model_create_with_state(const Config *cfg, Backend *be, int max_batch, in
     task_head_lookup(m);
     m->xs = mhe_calloc((size_t)cfg->model.layers + 1, sizeof *m->xs);
     m->la = mhe_calloc((size_t)cfg->model.layers, sizeof *m->la);
+    // Fused projections where the variant allows (attn_qkv_fusable).  The arena is measured for
+    // both layouts so that model_set_fused_qkv can switch without reallocating.
+    const int qkv = m->plan.qc + m->plan.kc + m->plan.vc;
+    m->qkv_ld = 0;
     Bump measure = {NULL, 0};
     layout(m, &measure);
+    if (attn_qkv_fusable(m)) {
+        m->qkv_ld = qkv;
+        Bump fused = {NULL, 0};
+        layout(m, &fused);
+        if (fused.used > measure.used) measure.used = fused.used;
+    }
     m->arena_floats = measure.used;
     check_memory(m, m->arena_floats);
     m->params = be->alloc(be, m->table.total * sizeof(float));
@@ -318,6 +346,13 @@ void model_set_fast_path(Model *m, int on) {
     m->fast_path = on != 0;
     m->plan = attn_plan_for(&m->cfg, m->fast_path);
 }
+void model_set_fused_qkv(Model *m, int on) {
+    m->qkv_ld = on && attn_qkv_fusable(m) ? m->plan.qc + m->plan.kc + m->plan.vc : 0;
+    Bump real = {m->arena, 0};
+    layout(m, &real);  // fits: model_create measured both layouts
+}
+int model_fused_qkv(const Model *m) { return m->qkv_ld != 0; }
+
 void model_set_backward_hook(Model *m, ModelBackwardHook hook, void *ctx) {
     m->bw_hook = hook;
     m->bw_ctx = ctx;

@@ -51,6 +51,13 @@ void model_zero_grad(Model *m);
 
 // Selects the mhe_add / mhe_mul fast paths (default: cfg->attention.fast_path).
 void model_set_fast_path(Model *m, int on);
+// Fused Q/K/V projections (default on wherever the attention type allows, attention/variant.h
+// attn_qkv_fusable): one GEMM for the three projections and one for their backward, q, k, v
+// laid out as column slices of one buffer.  Off: one GEMM per projection (the same sums; the
+// tests compare the two).  Re-lays out the activations: call it between steps (the last
+// forward's activations are gone).  model_fused_qkv says whether the model fuses them.
+void model_set_fused_qkv(Model *m, int on);
+int model_fused_qkv(const Model *m);
 // Dropout masks are keyed by (seed, forward call counter); the counter advances per forward
 // and model_set_dropout_seed resets it to 0.  Data-parallel workers should use distinct seeds
 // (e.g. mixed with the rank); a resumed run sets the counter it had reached.

@@ -47,6 +47,10 @@ struct Model {
     int fast_path;
     const AttnVariant *variant;
     AttnPlan plan;
+    // Fused projections (attn_qkv_fusable, model_set_fused_qkv): q, k, v are column slices of
+    // one [N, qc+kc+vc] buffer, and dq, dk, dv of another, with this row stride; 0: separate
+    // buffers, each its own width.
+    int qkv_ld;
     float *params, *grads;
     LayerParams *lp;
     size_t word, pos, type, eln_g, eln_b, fln_g, fln_b;
@@ -135,6 +139,11 @@ void linear_forward(Backend *be, const float *x, const float *W, const float *b,
 // dx (= or += by accumulate) dy W; dW += dyᵀ x; db += colsum(dy).  dx may be NULL.
 void linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
                      int out, float *dx, int accumulate, float *dW, float *db);
+
+// Row strides of the layer's q, k, v and of dq, dk, dv (see Model.qkv_ld).
+#define LDQ(m) ((m)->qkv_ld ? (m)->qkv_ld : (m)->plan.qc)
+#define LDK(m) ((m)->qkv_ld ? (m)->qkv_ld : (m)->plan.kc)
+#define LDV(m) ((m)->qkv_ld ? (m)->qkv_ld : (m)->plan.vc)
 
 #define MP(m, off) ((m)->params + (off))
 #define MG(m, off) ((m)->grads + (off))

@@ -52,6 +52,10 @@ size_t param_attention_weights(const ParamTable *t);
 // Weights of one attention sublayer (layer 0), biases excluded.
 size_t param_attention_weights_per_layer(const ParamTable *t);
 
+// A hash of the table's layout (every tensor's name, shape and offset, in order): flat data
+// keyed by offset (the optimizer moments of a checkpoint) belongs to this layout only.
+uint64_t param_layout_fingerprint(const ParamTable *t);
+
 // Fills the buffer as DESIGN.md §3 says: N(0, init_std) weights and embeddings, zero biases,
 // LayerNorm 1/0, GPT-2 residual projections scaled by 1/sqrt(2L), head embeddings N(0, σ).
 void param_init(const ParamTable *t, const Config *cfg, float *params, uint64_t seed);

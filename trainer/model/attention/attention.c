@@ -17,6 +17,7 @@ AttnPlan attn_plan_base(const Config *cfg) {
     p.qk_dim = p.v_dim = cfg->model.head_dim;
     p.k_src = p.v_src = ATTN_SRC_OWN;
     p.out_tensor = -1;
+    for (int j = 0; j < 3; j++) p.proj_w[j] = p.proj_b[j] = -1;
     return p;
 }
 
@@ -26,26 +27,85 @@ int attn_linear(AttnTensor *t, int k, const char *weight, const char *bias, int 
     return k;
 }
 
-void attn_project(Model *m, int l, int iq, int ik, int iv) {
+int attn_qkv_tensors(AttnTensor *t, int k, const AttnLinearSpec spec[3], int in) {
+    for (int j = 0; j < 3; j++)
+        if (spec[j].weight) t[k++] = (AttnTensor){spec[j].weight, PARAM_WEIGHT, spec[j].out, in, 0.0f};
+    for (int j = 0; j < 3; j++)
+        if (spec[j].weight) t[k++] = (AttnTensor){spec[j].bias, PARAM_BIAS, spec[j].out, 0, 0.0f};
+    return k;
+}
+
+static void widths(const AttnPlan *p, int w[3]) {
+    w[0] = p->qc;
+    w[1] = p->kc;
+    w[2] = p->vc;
+}
+
+int attn_qkv_fusable(const Model *m) {
+    const AttnPlan p = attn_plan_for(&m->cfg, 0), f = attn_plan_for(&m->cfg, 1);
+    const int D = m->cfg.model.hidden;
+    int w[3], wf[3], present = 0;
+    widths(&p, w);
+    widths(&f, wf);
+    if (p.k_src != ATTN_SRC_OWN || p.v_src != ATTN_SRC_OWN || f.k_src != ATTN_SRC_OWN || f.v_src != ATTN_SRC_OWN)
+        return 0;
+    for (int j = 0; j < 3; j++) {
+        // One layout serves both paths (model_set_fast_path switches freely).
+        if (w[j] != wf[j] || p.proj_w[j] != f.proj_w[j] || p.proj_b[j] != f.proj_b[j]) return 0;
+        if (p.proj_w[j] < 0 || w[j] == 0) continue;
+        if (p.proj_b[j] < 0) return 0;  // the fused GEMM adds one bias vector over all columns
+        present++;
+    }
+    if (present < 2) return 0;
+    for (int l = 0; l < m->cfg.model.layers; l++) {
+        const size_t *at = m->lp[l].attn;
+        size_t wn = NO_PARAM, bn = NO_PARAM;  // where the next weight / bias must start
+        for (int j = 0; j < 3; j++) {
+            if (p.proj_w[j] < 0 || w[j] == 0) continue;
+            if (wn != NO_PARAM && (at[p.proj_w[j]] != wn || at[p.proj_b[j]] != bn)) return 0;
+            wn = at[p.proj_w[j]] + (size_t)w[j] * D;
+            bn = at[p.proj_b[j]] + (size_t)w[j];
+        }
+    }
+    return 1;
+}
+
+void attn_project(Model *m, int l) {
     const AttnPlan *pl = &m->plan;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden;
-    if (pl->qc) linear_forward(m->be, a->a_in, AP(m, l, iq), AP(m, l, iq + 1), N, D, pl->qc, a->q);
-    if (pl->kc) linear_forward(m->be, a->a_in, AP(m, l, ik), AP(m, l, ik + 1), N, D, pl->kc, a->k);
-    if (pl->vc) linear_forward(m->be, a->a_in, AP(m, l, iv), AP(m, l, iv + 1), N, D, pl->vc, a->v);
+    int w[3];
+    widths(pl, w);
+    float *y[3] = {a->q, a->k, a->v};
+    if (m->qkv_ld) {
+        // The weights are one [qc+kc+vc, D] block and the biases one vector (attn_qkv_fusable),
+        // and y[j] are column slices of one [N, qc+kc+vc] buffer: a single GEMM writes them all.
+        int j0 = 0;
+        while (pl->proj_w[j0] < 0 || w[j0] == 0) j0++;
+        linear_forward(m->be, a->a_in, AP(m, l, pl->proj_w[j0]), AP(m, l, pl->proj_b[j0]), N, D, m->qkv_ld, y[j0]);
+        return;
+    }
+    for (int j = 0; j < 3; j++)
+        if (pl->proj_w[j] >= 0 && w[j])
+            linear_forward(m->be, a->a_in, AP(m, l, pl->proj_w[j]), AP(m, l, pl->proj_b[j]), N, D, w[j], y[j]);
 }
 
-void attn_project_backward(Model *m, int l, int iq, int ik, int iv, float *d_ain) {
+void attn_project_backward(Model *m, int l, float *d_ain, int accumulate) {
     const AttnPlan *pl = &m->plan;
     LayerActs *a = &m->la[l];
     Backend *be = m->be;
     const int N = m->B * m->T, D = m->cfg.model.hidden;
-    if (pl->qc)
-        linear_backward(be, m->dq, a->a_in, AP(m, l, iq), N, D, pl->qc, d_ain, 1, AG(m, l, iq), AG(m, l, iq + 1));
-    if (pl->kc)
-        linear_backward(be, m->dk, a->a_in, AP(m, l, ik), N, D, pl->kc, d_ain, 1, AG(m, l, ik), AG(m, l, ik + 1));
-    if (pl->vc)
-        linear_backward(be, m->dv, a->a_in, AP(m, l, iv), N, D, pl->vc, d_ain, 1, AG(m, l, iv), AG(m, l, iv + 1));
+    int w[3];
+    widths(pl, w);
+    float *dy[3] = {m->dq, m->dk, m->dv};
+    for (int j = 0; j < 3; j++) {
+        if (pl->proj_w[j] < 0 || w[j] == 0) continue;
+        const int out = m->qkv_ld ? m->qkv_ld : w[j];
+        linear_backward(be, dy[j], a->a_in, AP(m, l, pl->proj_w[j]), N, D, out, d_ain, accumulate,
+                        AG(m, l, pl->proj_w[j]), AG(m, l, pl->proj_b[j]));
+        if (m->qkv_ld) return;  // one GEMM over the block (attn_project)
+        accumulate = 1;
+    }
 }
 
 typedef struct {
@@ -75,11 +135,11 @@ static CoreArgs core_args(const Model *m, const LayerActs *a, int l) {
     s->seed = m->drop_seed;
     s->offset = m->drop_base + 1 + 3 * (uint64_t)l;
     c.Q = pl->qhc ? a->qh : a->q;
-    s->ldq = pl->qhc ? pl->qhc : pl->qc;
+    s->ldq = pl->qhc ? pl->qhc : LDQ(m);
     c.K = pl->khc ? a->kh : a->k;
-    s->ldk = pl->khc ? pl->khc : pl->kc;
+    s->ldk = pl->khc ? pl->khc : LDK(m);
     c.V = pl->vhc ? a->vh : a->v;
-    s->ldv = pl->vhc ? pl->vhc : pl->vc;
+    s->ldv = pl->vhc ? pl->vhc : LDV(m);
     if (pl->k_src == ATTN_SRC_INPUT) {
         c.K = a->a_in;
         s->ldk = D;
@@ -89,7 +149,7 @@ static CoreArgs core_args(const Model *m, const LayerActs *a, int l) {
         s->ldv = D;
     } else if (pl->v_src == ATTN_SRC_K) {
         c.V = a->k;
-        s->ldv = pl->kc;
+        s->ldv = LDK(m);
     }
     if (pl->out_shift) s->out_shift = AP(m, l, pl->out_tensor);
     if (pl->out_scale) s->out_scale = a->small + pl->out_scale_at;
@@ -120,7 +180,7 @@ void attn_backward(Model *m, int l, const float *d_out, float *d_ain) {
     const LayerParams *p = &m->lp[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden;
     const int nd = m->cfg.model.heads * m->cfg.model.head_dim;
-    be->zero(be, d_ain, (size_t)N * D * sizeof(float));
+    // No zeroing of d_ain: the variant's backward writes it (its first term overwrites).
     linear_backward(be, d_out, a->ctx, MP(m, p->wo), N, nd, D, m->dctx, 0, MG(m, p->wo), MG(m, p->bo));
 
     CoreArgs c = core_args(m, a, l);

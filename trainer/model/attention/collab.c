@@ -3,15 +3,16 @@
 // S_i = (X W̃_Q ⊙ m_i)(X W̃_K)ᵀ/√d + 1·(X W_cb[:,i])ᵀ.
 #include "trainer/model/model_internal.h"
 
-enum { WQ = 0, WK = 2, MIX = 4, WCB = 5, WV = 6 };
+// q, k, v weights then biases (one block each: one GEMM), then the mixing and content bias.
+enum { WQ, WK, WV, BQ, BK, BV, MIX, WCB };
 
 static int tensors(const Config *c, AttnTensor *t) {
     const int D = c->model.hidden, n = c->model.heads, Dt = c->attention.collab_dim;
-    int k = attn_linear(t, 0, "q.weight", "q.bias", Dt, D);
-    k = attn_linear(t, k, "k.weight", "k.bias", Dt, D);
+    const AttnLinearSpec s[3] = {ATTN_LINEAR("q", Dt), ATTN_LINEAR("k", Dt), ATTN_LINEAR("v", n * c->model.head_dim)};
+    int k = attn_qkv_tensors(t, 0, s, D);
     t[k++] = (AttnTensor){"mix", PARAM_HEAD_EMBED, n, Dt, 1.0f};
     t[k++] = (AttnTensor){"content_bias", PARAM_WEIGHT, n, D, 0.0f};
-    return attn_linear(t, k, "v.weight", "v.bias", n * c->model.head_dim, D);
+    return k;
 }
 
 static AttnPlan plan(const Config *c, int fast) {
@@ -24,6 +25,7 @@ static AttnPlan plan(const Config *c, int fast) {
     p.k_heads = 1;
     p.qk_dim = Dt;
     p.key_bias = 1;
+    attn_set_proj(&p, WQ, WK, WV, BQ, BK, BV);
     return p;
 }
 
@@ -32,8 +34,8 @@ static void forward(Model *m, int l) {
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden, n = m->cfg.model.heads;
     const int Dt = m->cfg.attention.collab_dim;
-    attn_project(m, l, WQ, WK, WV);
-    be->head_expand(be, a->q, Dt, AP(m, l, MIX), NULL, N, n, Dt, a->qh);
+    attn_project(m, l);
+    be->head_expand(be, a->q, LDQ(m), AP(m, l, MIX), NULL, N, n, Dt, a->qh);
     // Content bias: the key's own score for head h, X W_cb[:, h] (not scaled).
     be->matmul(be, 0, 1, N, n, D, 1.0f, a->a_in, D, AP(m, l, WCB), D, 0.0f, a->kbias, n);
 }
@@ -43,9 +45,9 @@ static void backward(Model *m, int l, float *d_ain) {
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden, n = m->cfg.model.heads;
     const int Dt = m->cfg.attention.collab_dim;
-    be->head_expand_backward(be, m->dqh, a->q, Dt, AP(m, l, MIX), N, n, Dt, m->dq, 0, AG(m, l, MIX), NULL);
+    be->head_expand_backward(be, m->dqh, a->q, LDQ(m), AP(m, l, MIX), N, n, Dt, m->dq, 0, AG(m, l, MIX), NULL);
+    attn_project_backward(m, l, d_ain, 0);  // writes d_ain; the content bias's term adds
     linear_backward(be, m->dkbias, a->a_in, AP(m, l, WCB), N, D, n, d_ain, 1, AG(m, l, WCB), NULL);
-    attn_project_backward(m, l, WQ, WK, WV, d_ain);
 }
 
 static void export_keys(const Config *c, void (*put)(void *, const char *, double), void *ctx) {

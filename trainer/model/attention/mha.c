@@ -1,23 +1,23 @@
 // mha: multi-head attention, per-head Q_i, K_i, V_i = X W^(i) (DESIGN.md §1).
 #include "trainer/model/model_internal.h"
 
-enum { WQ = 0, WK = 2, WV = 4 };
+enum { WQ, WK, WV, BQ, BK, BV };
 
 static int tensors(const Config *c, AttnTensor *t) {
     const int D = c->model.hidden, nd = c->model.heads * c->model.head_dim;
-    int k = attn_linear(t, 0, "q.weight", "q.bias", nd, D);
-    k = attn_linear(t, k, "k.weight", "k.bias", nd, D);
-    return attn_linear(t, k, "v.weight", "v.bias", nd, D);
+    const AttnLinearSpec s[3] = {ATTN_LINEAR("q", nd), ATTN_LINEAR("k", nd), ATTN_LINEAR("v", nd)};
+    return attn_qkv_tensors(t, 0, s, D);
 }
 
 static AttnPlan plan(const Config *c, int fast) {
     (void)fast;
     AttnPlan p = attn_plan_base(c);
     p.qc = p.kc = p.vc = c->model.heads * c->model.head_dim;
+    attn_set_proj(&p, WQ, WK, WV, BQ, BK, BV);
     return p;
 }
 
-static void forward(Model *m, int l) { attn_project(m, l, WQ, WK, WV); }
-static void backward(Model *m, int l, float *d_ain) { attn_project_backward(m, l, WQ, WK, WV, d_ain); }
+static void forward(Model *m, int l) { attn_project(m, l); }
+static void backward(Model *m, int l, float *d_ain) { attn_project_backward(m, l, d_ain, 0); }
 
 const AttnVariant attn_mha = {"mha", tensors, plan, forward, backward, NULL};

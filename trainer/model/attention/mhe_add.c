@@ -7,8 +7,7 @@
 
 static AttnPlan plan(const Config *c, int fast) {
     const int n = c->model.heads, d = c->model.head_dim;
-    AttnPlan p = attn_plan_base(c);
-    p.qc = p.kc = p.vc = d;
+    AttnPlan p = mhe_plan_base(c);
     if (fast) {
         p.q_heads = p.k_heads = p.v_heads = 1;
         p.key_bias = p.out_shift = 1;
@@ -23,15 +22,16 @@ static void forward(Model *m, int l) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim;
-    attn_project(m, l, MHE_WQ, MHE_WK, MHE_WV);
+    const int ldq = LDQ(m), ldk = LDK(m), ldv = LDV(m);  // column slices when fused
+    attn_project(m, l);
     if (m->fast_path) {
         // kbias[r, h] = scale * k_r · e_h^Q
         const float scale = (float)(1.0 / sqrt((double)d));
-        be->matmul(be, 0, 1, N, n, d, scale, a->k, d, AP(m, l, MHE_EQ), d, 0.0f, a->kbias, n);
+        be->matmul(be, 0, 1, N, n, d, scale, a->k, ldk, AP(m, l, MHE_EQ), d, 0.0f, a->kbias, n);
     } else {
-        be->head_expand(be, a->q, d, NULL, AP(m, l, MHE_EQ), N, n, d, a->qh);
-        be->head_expand(be, a->k, d, NULL, AP(m, l, MHE_EK), N, n, d, a->kh);
-        be->head_expand(be, a->v, d, NULL, AP(m, l, MHE_EV), N, n, d, a->vh);
+        be->head_expand(be, a->q, ldq, NULL, AP(m, l, MHE_EQ), N, n, d, a->qh);
+        be->head_expand(be, a->k, ldk, NULL, AP(m, l, MHE_EK), N, n, d, a->kh);
+        be->head_expand(be, a->v, ldv, NULL, AP(m, l, MHE_EV), N, n, d, a->vh);
     }
 }
 
@@ -39,17 +39,18 @@ static void backward(Model *m, int l, float *d_ain) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim;
+    const int ldq = LDQ(m), ldk = LDK(m), ldv = LDV(m);
     if (m->fast_path) {
         // kbias = scale k e^Qᵀ: dk += scale dkbias e^Q; de^Q += scale dkbiasᵀ k.  e^K: none.
         const float scale = (float)(1.0 / sqrt((double)d));
-        be->matmul(be, 0, 0, N, d, n, scale, m->dkbias, n, AP(m, l, MHE_EQ), d, 1.0f, m->dk, d);
-        be->matmul(be, 1, 0, n, d, N, scale, m->dkbias, n, a->k, d, 1.0f, AG(m, l, MHE_EQ), d);
+        be->matmul(be, 0, 0, N, d, n, scale, m->dkbias, n, AP(m, l, MHE_EQ), d, 1.0f, m->dk, ldk);
+        be->matmul(be, 1, 0, n, d, N, scale, m->dkbias, n, a->k, ldk, 1.0f, AG(m, l, MHE_EQ), d);
     } else {
-        be->head_expand_backward(be, m->dqh, a->q, d, NULL, N, n, d, m->dq, 0, NULL, AG(m, l, MHE_EQ));
-        be->head_expand_backward(be, m->dkh, a->k, d, NULL, N, n, d, m->dk, 0, NULL, AG(m, l, MHE_EK));
-        be->head_expand_backward(be, m->dvh, a->v, d, NULL, N, n, d, m->dv, 0, NULL, AG(m, l, MHE_EV));
+        be->head_expand_backward(be, m->dqh, a->q, ldq, NULL, N, n, d, m->dq, 0, NULL, AG(m, l, MHE_EQ));
+        be->head_expand_backward(be, m->dkh, a->k, ldk, NULL, N, n, d, m->dk, 0, NULL, AG(m, l, MHE_EK));
+        be->head_expand_backward(be, m->dvh, a->v, ldv, NULL, N, n, d, m->dv, 0, NULL, AG(m, l, MHE_EV));
     }
-    attn_project_backward(m, l, MHE_WQ, MHE_WK, MHE_WV, d_ain);
+    attn_project_backward(m, l, d_ain, 0);
 }
 
 const AttnVariant attn_mhe_add = {"mhe_add", mhe_tensors, plan, forward, backward, NULL};

@@ -6,8 +6,7 @@
 
 static AttnPlan plan(const Config *c, int fast) {
     const int n = c->model.heads, d = c->model.head_dim;
-    AttnPlan p = attn_plan_base(c);
-    p.qc = p.kc = p.vc = d;
+    AttnPlan p = mhe_plan_base(c);
     if (fast) {
         p.qhc = n * d;
         p.k_heads = p.v_heads = 1;
@@ -26,18 +25,19 @@ static void forward(Model *m, int l) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim, nd = n * d;
+    const int ldq = LDQ(m), ldk = LDK(m), ldv = LDV(m);  // column slices when fused
     float *s0 = a->small, *s1 = a->small + nd, *s2 = a->small + 2 * nd, *s3 = a->small + 3 * nd;
-    attn_project(m, l, MHE_WQ, MHE_WK, MHE_WV);
+    attn_project(m, l);
     be->add_scalar(be, AP(m, l, MHE_EQ), 1.0f, s0, nd);
     be->add_scalar(be, AP(m, l, MHE_EK), 1.0f, s1, nd);
     be->add_scalar(be, AP(m, l, MHE_EV), 1.0f, s2, nd);
     if (m->fast_path) {
         be->mul(be, s0, s1, s3, nd);
-        be->head_expand(be, a->q, d, s3, NULL, N, n, d, a->qh);
+        be->head_expand(be, a->q, ldq, s3, NULL, N, n, d, a->qh);
     } else {
-        be->head_expand(be, a->q, d, s0, NULL, N, n, d, a->qh);
-        be->head_expand(be, a->k, d, s1, NULL, N, n, d, a->kh);
-        be->head_expand(be, a->v, d, s2, NULL, N, n, d, a->vh);
+        be->head_expand(be, a->q, ldq, s0, NULL, N, n, d, a->qh);
+        be->head_expand(be, a->k, ldk, s1, NULL, N, n, d, a->kh);
+        be->head_expand(be, a->v, ldv, s2, NULL, N, n, d, a->vh);
     }
 }
 
@@ -45,19 +45,20 @@ static void backward(Model *m, int l, float *d_ain) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim, nd = n * d;
+    const int ldq = LDQ(m), ldk = LDK(m), ldv = LDV(m);
     const float *s0 = a->small, *s1 = a->small + nd, *s2 = a->small + 2 * nd, *s3 = a->small + 3 * nd;
     if (m->fast_path) {
         // dm from the query scale; m = (1+e^Q)(1+e^K) splits by the product rule.
         be->zero(be, m->dsmall, (size_t)nd * sizeof(float));
-        be->head_expand_backward(be, m->dqh, a->q, d, s3, N, n, d, m->dq, 0, m->dsmall, NULL);
+        be->head_expand_backward(be, m->dqh, a->q, ldq, s3, N, n, d, m->dq, 0, m->dsmall, NULL);
         be->mul_acc(be, m->dsmall, s1, AG(m, l, MHE_EQ), nd);
         be->mul_acc(be, m->dsmall, s0, AG(m, l, MHE_EK), nd);
     } else {
-        be->head_expand_backward(be, m->dqh, a->q, d, s0, N, n, d, m->dq, 0, AG(m, l, MHE_EQ), NULL);
-        be->head_expand_backward(be, m->dkh, a->k, d, s1, N, n, d, m->dk, 0, AG(m, l, MHE_EK), NULL);
-        be->head_expand_backward(be, m->dvh, a->v, d, s2, N, n, d, m->dv, 0, AG(m, l, MHE_EV), NULL);
+        be->head_expand_backward(be, m->dqh, a->q, ldq, s0, N, n, d, m->dq, 0, AG(m, l, MHE_EQ), NULL);
+        be->head_expand_backward(be, m->dkh, a->k, ldk, s1, N, n, d, m->dk, 0, AG(m, l, MHE_EK), NULL);
+        be->head_expand_backward(be, m->dvh, a->v, ldv, s2, N, n, d, m->dv, 0, AG(m, l, MHE_EV), NULL);
     }
-    attn_project_backward(m, l, MHE_WQ, MHE_WK, MHE_WV, d_ain);
+    attn_project_backward(m, l, d_ain, 0);
 }
 
 const AttnVariant attn_mhe_mul = {"mhe_mul", mhe_tensors, plan, forward, backward, NULL};

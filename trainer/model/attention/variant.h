@@ -43,6 +43,11 @@ typedef struct {
     int small;                    // floats of per-layer small tensors (1+e, products)
     int extra;                    // columns of a per-layer [N, extra] buffer (latents), saved
     double proj_macs;             // multiply-adds per token of the projections (flop count)
+    // The projections of the layer input a_in into q, k, v (widths qc, kc, vc) that
+    // attn_project computes: tensor indices of each weight and bias, -1 when the variant has
+    // none or fills that buffer itself (mla).  attn_qkv_tensors lays the weights out as one
+    // block and the biases as another, so the three can run as one GEMM (attn_qkv_fusable).
+    int proj_w[3], proj_b[3];
 } AttnPlan;
 
 typedef struct {
@@ -54,8 +59,9 @@ typedef struct {
     // Pre-core forward of layer l: from a->a_in fill the plan's q/k/v (or per-head copies),
     // the key bias, `small` and `extra`.
     void (*forward)(Model *m, int l);
-    // Post-core backward: given dq/dk/dv (and dkbias) from the core, accumulate into d_ain
-    // (already holding zeros or earlier terms) and into the variant's parameter gradients.
+    // Post-core backward: given dq/dk/dv (and dkbias) from the core, WRITE d_ain (its first
+    // term overwrites, later ones accumulate: no separate zeroing pass) and accumulate into the
+    // variant's parameter gradients.
     void (*backward)(Model *m, int l, float *d_ain);
     // Extra keys of the exported Hugging Face config.json (besides attention_type).
     void (*export_keys)(const Config *cfg, void (*put)(void *ctx, const char *key, double value),
@@ -68,11 +74,32 @@ const AttnVariant *attn_variant(AttentionType t);
 // Helpers for variant files.
 // Appends "<name>.weight" [out, in] and "<name>.bias" [out]; returns the new count.
 int attn_linear(AttnTensor *t, int k, const char *weight, const char *bias, int out, int in);
-// A plan with every head separate, widths 0, sources own, qk_dim = v_dim = d.
+// One projection of the layer input for attn_qkv_tensors (weight NULL: none).
+typedef struct {
+    const char *weight, *bias;
+    int out;
+} AttnLinearSpec;
+#define ATTN_LINEAR(name, out) ((AttnLinearSpec){name ".weight", name ".bias", (out)})
+#define ATTN_NO_LINEAR ((AttnLinearSpec){NULL, NULL, 0})
+static inline void attn_set_proj(AttnPlan *p, int wq, int wk, int wv, int bq, int bk, int bv) {
+    p->proj_w[0] = wq, p->proj_w[1] = wk, p->proj_w[2] = wv;
+    p->proj_b[0] = bq, p->proj_b[1] = bk, p->proj_b[2] = bv;
+}
+// Appends the q, k, v projections of spec[0..2] from the layer input ([out, in] each): their
+// weights first, then their biases, so each forms one contiguous block of the parameter buffer
+// and attn_project can run them as one GEMM.  Returns the new count.
+int attn_qkv_tensors(AttnTensor *t, int k, const AttnLinearSpec spec[3], int in);
+// A plan with every head separate, widths 0, sources own, qk_dim = v_dim = d, no projections.
 AttnPlan attn_plan_base(const Config *cfg);
-// The projections X W + b of the plan's nonzero qc, kc, vc widths, with the (weight, bias)
-// pair at tensor index iq, ik, iv; and their backward into d_ain (q, then k, then v).
-void attn_project(Model *m, int l, int iq, int ik, int iv);
-void attn_project_backward(Model *m, int l, int iq, int ik, int iv, float *d_ain);
+// The plan's projections (proj_w/proj_b) of a_in into q, k, v: one GEMM over the block when
+// the model fuses them (Model.qkv_ld), one per projection otherwise; and their backward into
+// d_ain, the first GEMM writing (accumulate 0) or adding (1) as asked, the others adding.
+void attn_project(Model *m, int l);
+void attn_project_backward(Model *m, int l, float *d_ain, int accumulate);
+// Whether the model's projections can run as one GEMM: at least two, read from a_in, the
+// same on the fast and plain paths, weights and biases each adjacent in q, k, v order, and K
+// and V the core's own buffers (skv's V is its K: dV comes back in K's layout and would need
+// a strided add into dK).
+int attn_qkv_fusable(const Model *m);
 
 #endif
