@@ -133,12 +133,18 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
     cudaStream_t s = cuda_stream(be);
     if (dmul) cuda_mirror_wrote(be, dmul, (size_t)n * d * sizeof(float));
     if (dadd) cuda_mirror_wrote(be, dadd, (size_t)n * d * sizeof(float));
-    __nv_bfloat16 *dxb = dx ? cuda_mirror_out2d(be, dx, N, d, ldx) : nullptr;
+    // dx is usually only the projections' backward operand (dQ of mhe_mul's fast path, collab):
+    // lean-capable (cuda_mirror.cu) when it overwrites; a strided dx (a column slice of the fused
+    // dQ|dK|dV buffer) is a band there.
+    float *dxw = dx;
+    __nv_bfloat16 *dxb = !dx ? nullptr
+                       : accumulate ? cuda_mirror_out2d(be, dx, N, d, ldx)
+                                    : cuda_mirror_out2d_lean(be, dx, N, d, ldx, &dxw, LEAN_ELEMENTWISE);
     if ((dmul || dadd) && n > 0 && d > 0)
         cuda_colsum2(be, HeadDparamVals{dout, dmul ? x : nullptr, ldx, n * d, d}, N, n * d, dmul, dadd,
                      mhe_cost(3.0 * N * n * d, 4.0 * ((double)N * n * d + (dmul ? (double)N * d : 0))));
     if (dx && N > 0 && d > 0)
-        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s, with_twin(mhe_cost(2.0 * N * n * d, 4.0 * ((double)N * n * d + (mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), dxb, (double)N * d))(dout, mul, N, n, d, dx, dxb, ldx, accumulate);
+        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s, with_lean_twin(mhe_cost(2.0 * N * n * d, 4.0 * ((double)N * n * d + (mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), dxb, dxw, (double)N * d))(dout, mul, N, n, d, dxw, dxb, ldx, accumulate);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }

@@ -30,6 +30,7 @@
 // value.  The values are the ones the dual store had (the twin IS bf16(value)); only a widened
 // read sees the rounded value.  The emulated build fills stale fp32 ranges with NaN, so a read
 // that was not declared shows up in every bf16 test.  MHE_CUDA_LEAN=0 turns it off.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -52,6 +53,18 @@ struct LeanChannel {
     bool fp32_read = false;           // since the last epoch: an op read fp32 values of `leanish`
 };
 
+// A strided store with its twin (rows x cols at row stride ld > cols: dQ, dK, dV as column slices
+// of one [N, qc+kc+vc] buffer when the projections are fused).  Its elements are no float range,
+// so the interval sets cannot hold it; it waits here until bands of the same rows and stride tile
+// whole rows (the three slices of one backward), when their union is the one range
+// [off, off + rows*ld) and enters the sets (complete_bands).  Anything else touching the segment
+// first settles pending bands conservatively (settle_bands: stale ones widened, none marked valid).
+struct Band {
+    size_t off, rows, cols, ld;
+    bool stale;  // lean: only the twin holds the values
+    int site;    // LeanSite of the writer, -1: not a lean-capable one
+};
+
 struct MirrorSegment {
     const float *base = nullptr;
     size_t n = 0;                   // floats
@@ -59,6 +72,7 @@ struct MirrorSegment {
     std::map<size_t, size_t> valid; // disjoint [start, end) float offsets whose twin is current
     std::map<size_t, size_t> stale; // offsets whose fp32 data is NOT current (the twin holds the value)
     LeanChannel site[LEAN_SITES];
+    std::vector<Band> bands;        // strided stores not yet in valid/stale (Band)
 };
 
 
@@ -120,6 +134,14 @@ __global__ void from_bf16_kernel(const __nv_bfloat16 *__restrict__ x, float *__r
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
         y[i] = __bfloat162float(x[i]);
 }
+// The same over rows x cols at row stride ld (a stale Band).
+__global__ void from_bf16_2d_kernel(const __nv_bfloat16 *__restrict__ x, float *__restrict__ y, size_t rows,
+                                    size_t cols, size_t ld) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)blockDim.x * gridDim.x) {
+        const size_t e = i / cols * ld + i % cols;
+        y[e] = __bfloat162float(x[e]);
+    }
+}
 
 struct MirrorSet {
     std::map<uintptr_t, MirrorSegment> segs;          // by base address, disjoint
@@ -173,6 +195,22 @@ static void settle(MirrorSet *m) {
     m->poison.clear();
 }
 
+// Pending bands of g given up: stale ones widened back (their lean channel pinned, as
+// widen_stale does); their twins stay current but are not claimed valid (a later operand read
+// rounds again: a pass, never a value).
+static void settle_bands(Backend *be, MirrorSegment &g) {
+    if (g.bands.empty()) return;
+    settle(cuda_ctx(be)->mirrors);  // a pending fill must not land on the widened values
+    for (const Band &b : g.bands) {
+        if (!b.stale) continue;
+        const size_t n = b.rows * b.cols;
+        MHE_LAUNCH(from_bf16_2d_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(g.twin + b.off, const_cast<float *>(g.base) + b.off, b.rows, b.cols, b.ld);
+        CUDA_CHECK_LAUNCH();
+        if (b.site >= 0 && g.site[b.site].mode == SEG_LEAN) g.site[b.site].mode = SEG_PINNED;
+    }
+    g.bands.clear();
+}
+
 // Segment [s, e) holds the floats [lo, hi) whole, on its float grid: their twin is a slice of its.
 static bool holds(uintptr_t s, uintptr_t e, uintptr_t lo, uintptr_t hi) {
     return s <= lo && hi <= e && (lo - s) % sizeof(float) == 0;
@@ -202,6 +240,7 @@ void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
     if (!c->mirrors || !bytes) return;
     each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
+        settle_bands(be, g);
         // The write may cover only part of [a, b) (a scatter, a strided store): values that
         // live only in the twin are brought back before the twin is given up.
         if (!g.stale.empty()) widen_stale(be, g, a, b);
@@ -216,6 +255,7 @@ void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes) {
     uintptr_t lo = addr(p), hi = lo + bytes;
     settle(c->mirrors);
     each_overlap(c->mirrors, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
+        settle_bands(be, g);
         // Offsets wholly inside [lo, hi) get new fp32 values: their stale marks simply go.
         size_t a = lo > s ? (lo - s + sizeof(float) - 1) / sizeof(float) : 0;
         size_t b = hi < e ? (hi - s) / sizeof(float) : g.n;
@@ -231,6 +271,7 @@ static void declare_read(Backend *be, const void *p, size_t bytes, bool counts) 
     if (!c->mirrors || !bytes) return;
     settle(c->mirrors);
     each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
+        settle_bands(be, g);
         // Only reads of what lean-capable ops wrote count against going lean (an op reading a
         // cuBLAS output in place, then overwriting it lean-capably, does not).
         if (counts)
@@ -290,10 +331,16 @@ static MirrorSegment *holder(Backend *be, const float *p, size_t n) {
     });
     return inside;
 }
+// holder(), its pending bands settled: for every user but the band writers.
+static MirrorSegment *holder_settled(Backend *be, const float *p, size_t n) {
+    MirrorSegment *g = holder(be, p, n);
+    if (g) settle_bands(be, *g);
+    return g;
+}
 
 __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
-    MirrorSegment *inside = holder(be, p, n);
+    MirrorSegment *inside = holder_settled(be, p, n);
     if (!inside) {
         cuda_mirror_wrote(be, p, n * sizeof(float));
         return nullptr;
@@ -306,12 +353,12 @@ __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
 }
 
 __nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n, LeanSite site) {
-    MirrorSegment *g = holder(be, p, n);
+    MirrorSegment *g = holder_settled(be, p, n);
     return g && g->site[site].mode == SEG_LEAN ? g->twin + (p - g->base) : nullptr;
 }
 
 const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t n) {
-    MirrorSegment *g = holder(be, p, n);
+    MirrorSegment *g = holder_settled(be, p, n);
     if (!g) return nullptr;
     const size_t off = (size_t)(p - g->base);
     return covers(g->stale, off, off + n) ? g->twin + off : nullptr;
@@ -322,7 +369,7 @@ void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n) {
 }
 
 void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site) {
-    MirrorSegment *g = holder(be, p, n);
+    MirrorSegment *g = holder_settled(be, p, n);
     if (!g) return;
     const size_t off = (size_t)(p - g->base);
     forget_sites(*g, off, off + n);
@@ -335,7 +382,7 @@ void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site)
 __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32, LeanSite site) {
     *fp32 = p;
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
-    MirrorSegment *inside = holder(be, p, n);
+    MirrorSegment *inside = holder_settled(be, p, n);
     if (!inside) {
         cuda_mirror_wrote(be, p, n * sizeof(float));
         return nullptr;
@@ -358,20 +405,94 @@ __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp3
     return inside->twin + off;
 }
 
+// Whether band b and the store (off, rows, cols, ld) may share an element: spans apart, or
+// column slices of the same stride that do not overlap, do not.
+static bool bands_meet(const Band &b, size_t off, size_t rows, size_t cols, size_t ld) {
+    const size_t e1 = b.off + (b.rows - 1) * b.ld + b.cols, e2 = off + (rows - 1) * ld + cols;
+    if (e1 <= off || e2 <= b.off) return false;
+    if (b.ld != ld || b.off % ld + b.cols > ld || off % ld + cols > ld) return true;
+    const size_t c1 = b.off % ld, c2 = off % ld;
+    return c1 < c2 + cols && c2 < c1 + b.cols;
+}
+
+// Bands of the newest one's rows and stride whose columns tile whole rows (offsets o, o + c1,
+// ... adding up to ld) become the range [o, o + rows*ld) of the interval sets, as one contiguous
+// store of their kind (cuda_mirror_out_lean) would have made it.
+static void complete_bands(Backend *be, MirrorSegment &g) {
+    const Band last = g.bands.back();
+    std::vector<Band> same, rest;
+    for (const Band &b : g.bands) (b.rows == last.rows && b.ld == last.ld ? same : rest).push_back(b);
+    std::sort(same.begin(), same.end(), [](const Band &x, const Band &y) { return x.off < y.off; });
+    size_t start = 0, cols = 0;
+    for (size_t i = 0; i < same.size(); i++) {
+        if (i == start || same[i].off != same[i - 1].off + same[i - 1].cols) start = i, cols = 0;
+        cols += same[i].cols;
+        if (cols != last.ld) continue;
+        std::vector<Band> run(same.begin() + start, same.begin() + i + 1);
+        for (size_t j = 0; j < same.size(); j++)
+            if (j < start || j > i) rest.push_back(same[j]);
+        g.bands = run;
+        bool all_stale = true, any_stale = false;
+        for (const Band &b : run) all_stale = all_stale && b.stale, any_stale = any_stale || b.stale;
+        if (any_stale && !all_stale) settle_bands(be, g);  // mixed: the stale ones widened
+        g.bands = rest;
+        const size_t lo = run.front().off, hi = lo + last.rows * last.ld;
+        insert_range(g.valid, lo, hi);
+        forget_sites(g, lo, hi);
+        if (all_stale) insert_range(g.stale, lo, hi);
+        else erase_range(g.stale, lo, hi);
+        for (const Band &b : run) {
+            if (b.site < 0) continue;
+            LeanChannel &ch = g.site[b.site];
+            if (ch.mode != SEG_DUAL) continue;
+            ch.lean_wrote = true;
+            insert_range(ch.leanish, lo, hi);
+        }
+        return;
+    }
+}
+
+// A strided store (ld > cols) of the writer `site` (-1: not lean-capable) into a segment: a Band.
+static __nv_bfloat16 *band_out(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32, int site) {
+    *fp32 = p;
+    const size_t n = (rows - 1) * ld + cols;
+    MirrorSegment *g = cuda_ctx(be)->mirrors ? holder(be, p, n) : nullptr;
+    if (!g) {
+        cuda_mirror_wrote(be, p, n * sizeof(float));  // no twin
+        return nullptr;
+    }
+    const size_t off = (size_t)(p - g->base);
+    for (const Band &b : g->bands)
+        if (bands_meet(b, off, rows, cols, ld)) {  // an earlier store of these elements never completed
+            settle_bands(be, *g);
+            break;
+        }
+    const bool stale = site >= 0 && g->site[site].mode == SEG_LEAN;
+    // A dual store makes the fp32 data current: old stale marks over it would later widen the
+    // rounded twin over it.  (A lean store leaves them true.)
+    if (!stale && !within(g->stale, off, off + n).empty()) widen_stale(be, *g, off, off + n);
+    if (stale) {
+        *fp32 = nullptr;
+        for (size_t r = 0; r < rows; r++) poison_later(cuda_ctx(be)->mirrors, *g, off + r * ld, off + r * ld + cols);
+    }
+    g->bands.push_back(Band{off, rows, cols, ld, stale, site});
+    complete_bands(be, *g);
+    return g->twin + off;
+}
+
 __nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32,
                                       LeanSite site) {
     *fp32 = p;
     if (!rows || !cols) return nullptr;
     if (ld == cols) return cuda_mirror_out_lean(be, p, rows * cols, fp32, site);
-    cuda_mirror_wrote(be, p, ((rows - 1) * ld + cols) * sizeof(float));  // strided: no twin
-    return nullptr;
+    return band_out(be, p, rows, cols, ld, fp32, (int)site);
 }
 
 __nv_bfloat16 *cuda_mirror_out2d(Backend *be, const float *p, size_t rows, size_t cols, size_t ld) {
     if (!rows || !cols) return nullptr;
     if (ld == cols) return cuda_mirror_out(be, p, rows * cols);
-    cuda_mirror_wrote(be, p, ((rows - 1) * ld + cols) * sizeof(float));  // strided: no twin
-    return nullptr;
+    float *unused;
+    return band_out(be, const_cast<float *>(p), rows, cols, ld, &unused, -1);
 }
 
 // The emulated build compares the twin with the data before cuBLAS reads it.
@@ -404,6 +525,7 @@ static MirrorSegment *segment_for(Backend *be, const float *p, size_t n) {
     MirrorSegment *inside = nullptr;
     std::vector<uintptr_t> overlapping;
     each_overlap(m, lo, hi, [&](MirrorSegment &g, uintptr_t s, uintptr_t e) {
+        settle_bands(be, g);  // a band's fp32 data current before a rounding or a merge reads it
         overlapping.push_back(s);
         if (holds(s, e, lo, hi)) inside = &g;
     });

@@ -238,6 +238,23 @@ static void load_with_extra_tensor(const char *dir) {
     checkpoint_load(dir, &t, r.params, &r.opt, NULL);
 }
 
+// The same tensors in another order (as an older mhetrain's q.weight, q.bias, k.weight, ... is to
+// today's q.weight, k.weight, v.weight, q.bias, ...): the weights load by name, but the flat
+// moments would land on other parameters, so the optimizer state must be refused.
+static void load_with_other_order(const char *dir) {
+    Run r;
+    run_make(&r, 0);
+    int i = 0;
+    while (i + 1 < r.t.count && strcmp(r.t.tensors[i].name, "layers.0.attn.q.bias") != 0) i++;
+    if (i + 1 >= r.t.count) _exit(3);
+    ParamTensor a = r.t.tensors[i], b = r.t.tensors[i + 1];
+    b.offset = a.offset;
+    a.offset = b.offset + b.numel;
+    r.t.tensors[i] = b;
+    r.t.tensors[i + 1] = a;
+    checkpoint_load(dir, &r.t, r.params, &r.opt, NULL);
+}
+
 static void load_with_wrong_shape(const char *dir) {
     Run r;
     run_make(&r, 0);
@@ -298,6 +315,10 @@ static void test_load_errors_name_file_and_tensor(void **state) {
     assert_int_equal(child_status(load_with_wrong_shape, dir, err, sizeof err), 2);
     printf("%s", err);
     assert_non_null(strstr(err, "model.safetensors: tensor 'layers.0.attn.q.weight' has F32 [7, 6], the model expects F32 [6, 7]"));
+    assert_int_equal(child_status(load_with_other_order, dir, err, sizeof err), 2);
+    printf("%s", err);
+    assert_non_null(strstr(err, "step_00000001/optimizer.safetensors: optimizer state was written for parameter layout "));
+    assert_non_null(strstr(err, "its flat moments cannot be matched to the parameters"));
     snprintf(p, sizeof p, "%s/optimizer.safetensors", dir);
     corrupt_byte(p, 300);
     assert_int_equal(child_status(load_directly, dir, err, sizeof err), 2);

@@ -158,11 +158,17 @@ static void write_inputs(const Case *c, const Inputs *in, const char *path) {
     st_free(&st);
 }
 
+// Set by test_fused_projections_equal_separate: run with one GEMM per Q/K/V projection.
+static int g_separate_qkv;
+static int g_was_fused;  // whether the last run_case's model fused its projections by default
+
 // Runs our model on a case and, when dir is non-NULL, writes the oracle's files there.
 static void run_case(Backend *be, const Case *c, Result *res, const char *dir) {
     Config cfg;
     make_config(c, &cfg);
     Model *m = model_create(&cfg, be, B_, T_);
+    g_was_fused = model_fused_qkv(m);
+    if (g_separate_qkv) model_set_fused_qkv(m, 0);
     randomise(m, 1234);
     Inputs in;
     make_inputs(c, cfg.model.vocab_size, &in);
@@ -467,6 +473,49 @@ static void test_gradients_match_double_finite_differences(void **state) {
     assert_int_equal(bad, 0);
 }
 
+// The fused Q/K/V projections (one GEMM over the weight block, q/k/v column slices of one
+// buffer, one backward GEMM writing d_ain) against one GEMM per projection into separate buffers,
+// for every variant case: the same dot products, summed in other blockings, so loss and logits
+// agree to 1e-6 and every gradient to 1e-5 relative (analytically zero ones, the K biases, in
+// absolute norm ≤ 1e-6).  Fusion must be on exactly where attn_qkv_fusable allows it.
+static void test_fused_projections_equal_separate(void **state) {
+    Backend *be = *state;
+    Case cases[MAX_CASES];
+    const int n = all_cases(cases);
+    int fused_cases = 0;
+    for (int i = 0; i < n; i++) {
+        const Case *c = &cases[i];
+        Result fused, sep;
+        g_separate_qkv = 0;
+        run_case(be, c, &fused, NULL);
+        const int was_fused = g_was_fused;
+        // skv reads V from K's buffer, el_att has one projection, mla makes K/V from a latent.
+        const int expect = c->type != ATTN_SKV && c->type != ATTN_EL_ATT && c->type != ATTN_MLA;
+        if (was_fused != expect) fail_msg("%s: fused %d, expected %d", c->name, was_fused, expect);
+        if (!was_fused) {
+            result_free(&fused);
+            continue;
+        }
+        fused_cases++;
+        g_separate_qkv = 1;
+        run_case(be, c, &sep, NULL);
+        g_separate_qkv = 0;
+        assert_true(fabs(fused.loss - sep.loss) <= 1e-6 * fabs(sep.loss));
+        assert_true(rel_l2(fused.logits, sep.logits, (size_t)B_ * T_ * 17) <= 1e-6);
+        for (int t = 0; t < fused.table.count; t++) {
+            const ParamTensor *p = &fused.table.tensors[t];
+            const float *gf = fused.grads + p->offset, *gs = sep.grads + p->offset;
+            double e = rel_l2(gf, gs, p->numel);
+            if (sqrt(sumsq(gs, p->numel)) < 1e-6) e = sqrt(sumsq(gf, p->numel)) <= 1e-6 ? 0.0 : 1.0;
+            if (e > 1e-5) print_message("%s %s: rel err %.3g\n", c->name, p->name, e);
+            assert_true(e <= 1e-5);
+        }
+        result_free(&fused);
+        result_free(&sep);
+    }
+    assert_true(fused_cases >= 7);  // mha, mhe_add, mhe_mul, gqa, mqa, sha, collab at least
+}
+
 static int setup(void **state) {
     cpu_backend_setup(state);
     char dir[1024];
@@ -482,6 +531,7 @@ int main(void) {
         cmocka_unit_test(test_every_variant_matches_pytorch),
         cmocka_unit_test(test_fast_paths_equal_plain_paths),
         cmocka_unit_test(test_gradients_match_double_finite_differences),
+        cmocka_unit_test(test_fused_projections_equal_separate),
     };
     return cmocka_run_group_tests(tests, setup, cpu_backend_teardown);
 }
