@@ -14,10 +14,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/error.h"
+#include "common/sha256.h"
 #include "common/rng.h"
 #include "tests/infra/infra_util.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/io/safetensors.h"
 #include "trainer/train/optim.h"  // optim_state_init: the state the checkpoint holds
 
 typedef struct {
@@ -255,6 +259,79 @@ static void load_with_other_order(const char *dir) {
     checkpoint_load(dir, &r.t, r.params, &r.opt, NULL);
 }
 
+static void load_directly(const char *dir);
+
+// Rewrites dir's optimizer file as mhetrain wrote it before the layout fingerprint (m, v, step,
+// range) and re-signs state.json (the file's sha256 and size, then the state's own checksum), so
+// the checkpoint validates as such an older one does.
+static void write_unfingerprinted_optimizer(const char *dir) {
+    Run r;
+    run_make(&r, 1);
+    char opt[4500], sp[4500];
+    snprintf(opt, sizeof opt, "%s/optimizer.safetensors", dir);
+    snprintf(sp, sizeof sp, "%s/state.json", dir);
+    const int64_t n = (int64_t)r.t.total, one = 1, three = 3, range[3] = {0, n, n};
+    StFile f;
+    st_init(&f);
+    st_add(&f, "m", ST_F32, 1, &n, r.opt.m);
+    st_add(&f, "v", ST_F32, 1, &n, r.opt.v);
+    st_add(&f, "step", ST_I64, 1, &one, &r.opt.step);
+    st_add(&f, "range", ST_I64, 1, &three, range);
+    assert_int_equal(st_write(&f, opt), 0);
+    st_free(&f);
+    char hex[SHA256_HEX_LEN], zeros[SHA256_HEX_LEN];
+    assert_int_equal(sha256_file_hex(opt, hex), 0);
+    struct stat st;
+    assert_int_equal(stat(opt, &st), 0);
+    FILE *in = fopen(sp, "r");
+    assert_non_null(in);
+    char text[65536];
+    size_t k = fread(text, 1, sizeof text - 1, in);
+    text[k] = '\0';
+    fclose(in);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "files"), "optimizer.safetensors");
+    assert_non_null(e);
+    cJSON_ReplaceItemInObject(e, "sha256", cJSON_CreateString(hex));
+    cJSON_ReplaceItemInObject(e, "bytes", cJSON_CreateNumber((double)st.st_size));
+    memset(zeros, '0', SHA256_HEX_LEN - 1);
+    zeros[SHA256_HEX_LEN - 1] = '\0';
+    cJSON_ReplaceItemInObject(root, "state_sha256", cJSON_CreateString(zeros));
+    char *out = cJSON_Print(root);
+    char *at = strstr(out, zeros);
+    assert_non_null(at);
+    sha256_hex(out, strlen(out), hex);
+    memcpy(at, hex, SHA256_HEX_LEN - 1);
+    FILE *w = fopen(sp, "w");
+    assert_non_null(w);
+    fputs(out, w);
+    fclose(w);
+    free(out);
+    cJSON_Delete(root);
+    run_free(&r);
+}
+
+// An optimizer state without the fingerprint (an older checkpoint) cannot be placed: refused.
+static void test_optimizer_state_without_layout_is_refused(void **state) {
+    (void)state;
+    char *out = infra_scratch_dir("ckpt_old_optim");
+    save_steps(out, 1, 1, 0);
+    char dir[4400], err[8192];
+    snprintf(dir, sizeof dir, "%s/checkpoints/step_00000001", out);
+    write_unfingerprinted_optimizer(dir);
+    char why[8192];
+    assert_int_equal(checkpoint_validate(dir, why, sizeof why), 0);  // a valid checkpoint otherwise
+    assert_int_equal(child_status(load_directly, dir, err, sizeof err), 2);
+    printf("%s", err);
+    assert_non_null(strstr(err, "step_00000001/optimizer.safetensors: optimizer state has no param_layout fingerprint"));
+    Run r;  // the weights alone still load
+    run_make(&r, 0);
+    checkpoint_load_weights(dir, &r.t, r.params);
+    run_free(&r);
+    free(out);
+}
+
 static void load_with_wrong_shape(const char *dir) {
     Run r;
     run_make(&r, 0);
@@ -339,6 +416,7 @@ int main(void) {
         cmocka_unit_test(test_corrupt_and_partial_checkpoints_are_skipped),
         cmocka_unit_test(test_shard_reads_its_slice_of_a_whole_state),
         cmocka_unit_test(test_load_errors_name_file_and_tensor),
+        cmocka_unit_test(test_optimizer_state_without_layout_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
