@@ -187,7 +187,7 @@ static long calls_labelled(const CostReport *r, const char *suffix) {
 // linear_forward / linear_backward (kernels/cuda/cuda_linear.cu: cuBLASLt with the bias fused
 // as the BIAS and BGRADB epilogues), against the CPU backend: with a bias the fused GEMMs
 // must run (their records are counted), without one the plain matmul; the backward
-// accumulates into dx, dW and db that start non-zero.  Twice, so bf16 mode also runs on twins
+// accumulates into dx, dW and db that start non-zero, and into cleared ones.  Twice, so bf16 mode also runs on twins
 // made by the first pass.
 static void check_linear(void **state, double tol) {
     Fix *f = *state;
@@ -221,6 +221,16 @@ static void check_linear(void **state, double tol) {
         PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 0, D(dW), D(db));
         expect_close(f, &dx, tol, "linear_backward dx (overwritten)");
         expect_close(f, &db, tol, "linear_backward db (again)");
+        // Gradients cleared first (the optimizer's zeros): bf16 mode stores instead of adding
+        // (cuda_mirror_known_zero; the emulation checks the zeros are there).
+        PAIR(f, zero, D(dW), (size_t)out * in * sizeof(float));
+        PAIR(f, zero, D(db), (size_t)out * sizeof(float));
+        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        expect_close(f, &dW, tol, "linear_backward dW (from zeros)");
+        expect_close(f, &db, tol, "linear_backward db (from zeros)");
+        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        expect_close(f, &dW, tol, "linear_backward dW (added to the stored sums)");
+        expect_close(f, &db, tol, "linear_backward db (added to the stored sums)");
         PAIR(f, scale, D(dy), -0.5f, (size_t)N * out);  // new values under the twins
     }
     Buf *all[] = {&x, &W, &b, &y, &dy, &dx, &dW, &db};

@@ -26,11 +26,12 @@ static void layer_backward(Model *m, int l, float *dy) {
         linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
         be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
         linear_backward(be, dF, a->h, MP(m, p->up_w), N, D, F, dB, 1, MG(m, p->up_w), MG(m, p->up_b));
-        be->layernorm_backward(be, dB, a->r1, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dC,
+        // d x = d r1 (the residual path; dy is free once LN2's backward has read it), plus the
+        // attention path's share, added by the projections' backward: no zeroing, no add pass.
+        be->layernorm_backward(be, dB, a->r1, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy,
                                0, MG(m, p->ln1_g), MG(m, p->ln1_b));
-        be->dropout(be, dC, dA, ND, pd, m->drop_seed, site + 1);
-        attn_backward(m, l, dA, dy);
-        be->add(be, dy, dC, dy, ND);
+        be->dropout(be, dy, dA, ND, pd, m->drop_seed, site + 1);
+        attn_backward(m, l, dA, dy, 1);
     } else {
         // h = x + drop(Attn(LN1(x))), out = h + drop(FFN(LN2(h)))
         be->dropout(be, dy, dC, ND, pd, m->drop_seed, site + 2);
@@ -40,7 +41,7 @@ static void layer_backward(Model *m, int l, float *dy) {
         be->layernorm_backward(be, dB, a->h, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dy, 1,
                                MG(m, p->ln2_g), MG(m, p->ln2_b));
         be->dropout(be, dy, dA, ND, pd, m->drop_seed, site + 1);
-        attn_backward(m, l, dA, dB);
+        attn_backward(m, l, dA, dB, 0);
         be->layernorm_backward(be, dB, a->x, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy, 1,
                                MG(m, p->ln1_g), MG(m, p->ln1_b));
     }

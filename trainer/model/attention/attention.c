@@ -173,14 +173,15 @@ void attn_forward(Model *m, int l, float *out) {
     linear_forward(m->be, m->la[l].ctx, MP(m, p->wo), MP(m, p->bo), N, nd, D, out);
 }
 
-void attn_backward(Model *m, int l, const float *d_out, float *d_ain) {
+void attn_backward(Model *m, int l, const float *d_out, float *d_ain, int accumulate) {
     Backend *be = m->be;
     const AttnPlan *pl = &m->plan;
     LayerActs *a = &m->la[l];
     const LayerParams *p = &m->lp[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden;
     const int nd = m->cfg.model.heads * m->cfg.model.head_dim;
-    // No zeroing of d_ain: the variant's backward writes it (its first term overwrites).
+    // No zeroing of d_ain: the variant's backward writes it (its first term overwrites unless
+    // the caller accumulates).
     linear_backward(be, d_out, a->ctx, MP(m, p->wo), N, nd, D, m->dctx, 0, MG(m, p->wo), MG(m, p->bo));
 
     CoreArgs c = core_args(m, a, l);
@@ -191,5 +192,5 @@ void attn_backward(Model *m, int l, const float *d_out, float *d_ain) {
     float *dshift = pl->out_shift ? AG(m, l, pl->out_tensor) : NULL;
     be->attention_backward(be, &c.s, c.Q, c.K, c.V, a->att_saved, m->dctx, dQ, dK, dV,
                            pl->key_bias ? m->dkbias : NULL, dscale, dshift, m->att_scratch);
-    m->variant->backward(m, l, d_ain);
+    m->variant->backward(m, l, d_ain, accumulate);
 }

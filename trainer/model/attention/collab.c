@@ -40,13 +40,13 @@ static void forward(Model *m, int l) {
     be->matmul(be, 0, 1, N, n, D, 1.0f, a->a_in, D, AP(m, l, WCB), D, 0.0f, a->kbias, n);
 }
 
-static void backward(Model *m, int l, float *d_ain) {
+static void backward(Model *m, int l, float *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden, n = m->cfg.model.heads;
     const int Dt = m->cfg.attention.collab_dim;
     be->head_expand_backward(be, m->dqh, a->q, LDQ(m), AP(m, l, MIX), N, n, Dt, m->dq, 0, AG(m, l, MIX), NULL);
-    attn_project_backward(m, l, d_ain, 0);  // writes d_ain; the content bias's term adds
+    attn_project_backward(m, l, d_ain, accumulate);  // the first term; the content bias's adds
     linear_backward(be, m->dkbias, a->a_in, AP(m, l, WCB), N, D, n, d_ain, 1, AG(m, l, WCB), NULL);
 }
 

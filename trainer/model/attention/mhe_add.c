@@ -35,7 +35,7 @@ static void forward(Model *m, int l) {
     }
 }
 
-static void backward(Model *m, int l, float *d_ain) {
+static void backward(Model *m, int l, float *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim;
@@ -50,7 +50,7 @@ static void backward(Model *m, int l, float *d_ain) {
         be->head_expand_backward(be, m->dkh, a->k, ldk, NULL, N, n, d, m->dk, 0, NULL, AG(m, l, MHE_EK));
         be->head_expand_backward(be, m->dvh, a->v, ldv, NULL, N, n, d, m->dv, 0, NULL, AG(m, l, MHE_EV));
     }
-    attn_project_backward(m, l, d_ain, 0);
+    attn_project_backward(m, l, d_ain, accumulate);
 }
 
 const AttnVariant attn_mhe_add = {"mhe_add", mhe_tensors, plan, forward, backward, NULL};

@@ -41,7 +41,7 @@ static void forward(Model *m, int l) {
     }
 }
 
-static void backward(Model *m, int l, float *d_ain) {
+static void backward(Model *m, int l, float *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim, nd = n * d;
@@ -58,7 +58,7 @@ static void backward(Model *m, int l, float *d_ain) {
         be->head_expand_backward(be, m->dkh, a->k, ldk, s1, N, n, d, m->dk, 0, AG(m, l, MHE_EK), NULL);
         be->head_expand_backward(be, m->dvh, a->v, ldv, s2, N, n, d, m->dv, 0, AG(m, l, MHE_EV), NULL);
     }
-    attn_project_backward(m, l, d_ain, 0);
+    attn_project_backward(m, l, d_ain, accumulate);
 }
 
 const AttnVariant attn_mhe_mul = {"mhe_mul", mhe_tensors, plan, forward, backward, NULL};

@@ -56,7 +56,7 @@ static void forward(Model *m, int l) {
     linear_forward(be, c, AP(m, l, kv + 3), AP(m, l, kv + 4), N, dc, nd, a->v);
 }
 
-static void backward(Model *m, int l, float *d_ain) {
+static void backward(Model *m, int l, float *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden, nd = m->cfg.model.heads * m->cfg.model.head_dim;
@@ -67,8 +67,8 @@ static void backward(Model *m, int l, float *d_ain) {
     // dc = dK W_UK + dV W_UV, then back through the shared down-projection.
     linear_backward(be, m->dk, c, AP(m, l, kv + 2), N, dc, nd, d_c, 0, AG(m, l, kv + 2), NULL);
     linear_backward(be, m->dv, c, AP(m, l, kv + 3), N, dc, nd, d_c, 1, AG(m, l, kv + 3), AG(m, l, kv + 4));
-    // The first term of d_ain overwrites it (variant.h), the query's adds.
-    linear_backward(be, d_c, a->a_in, AP(m, l, kv), N, D, dc, d_ain, 0, AG(m, l, kv), AG(m, l, kv + 1));
+    // The first term of d_ain overwrites it or adds as asked (variant.h), the query's adds.
+    linear_backward(be, d_c, a->a_in, AP(m, l, kv), N, D, dc, d_ain, accumulate, AG(m, l, kv), AG(m, l, kv + 1));
     if (dq) {
         linear_backward(be, m->dq, cq, AP(m, l, Q_UP), N, dq, nd, d_cq, 0, AG(m, l, Q_UP), AG(m, l, Q_UP + 1));
         linear_backward(be, d_cq, a->a_in, AP(m, l, Q_DOWN), N, D, dq, d_ain, 1, AG(m, l, Q_DOWN),

@@ -59,10 +59,11 @@ typedef struct {
     // Pre-core forward of layer l: from a->a_in fill the plan's q/k/v (or per-head copies),
     // the key bias, `small` and `extra`.
     void (*forward)(Model *m, int l);
-    // Post-core backward: given dq/dk/dv (and dkbias) from the core, WRITE d_ain (its first
-    // term overwrites, later ones accumulate: no separate zeroing pass) and accumulate into the
-    // variant's parameter gradients.
-    void (*backward)(Model *m, int l, float *d_ain);
+    // Post-core backward: given dq/dk/dv (and dkbias) from the core, write d_ain — its first
+    // term overwrites (accumulate 0) or adds (1, the caller's residual share already there),
+    // later ones add: no separate zeroing pass — and accumulate into the variant's parameter
+    // gradients.
+    void (*backward)(Model *m, int l, float *d_ain, int accumulate);
     // Extra keys of the exported Hugging Face config.json (besides attention_type).
     void (*export_keys)(const Config *cfg, void (*put)(void *ctx, const char *key, double value),
                         void *ctx);
