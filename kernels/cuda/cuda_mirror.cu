@@ -594,7 +594,14 @@ const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) 
     MirrorSegment *inside = segment_for(be, p, n);
     size_t off = (size_t)(p - inside->base);
     if (!covers(inside->valid, off, off + n)) {
-        cuda_round_bf16(be, p, inside->twin + off, n);
+        // Only the parts not yet current: strided operands (K, V as column slices of one fused
+        // buffer) have spans that overlap almost whole, so the second is mostly rounded already.
+        size_t at = off;
+        for (auto &q : within(inside->valid, off, off + n)) {
+            if (q.first > at) cuda_round_bf16(be, inside->base + at, inside->twin + at, q.first - at);
+            at = q.second;
+        }
+        if (at < off + n) cuda_round_bf16(be, inside->base + at, inside->twin + at, off + n - at);
         insert_range(inside->valid, off, off + n);
     } else {
         verify_twin(*inside, off, n);
