@@ -3,7 +3,8 @@
 // same op sequence, one with MHE_CUDA_LEAN=0: the results must be bit-identical where the lean
 // op stores exactly the value the dual store had (GELU, dropout), close where the lean form
 // rounds the bias to bf16 (linear layers writing bf16), and an fp32 read of a lean buffer must
-// get the twin's value back (widened) and pin the buffer dual.
+// get the twin's value back (widened) and pin the buffer dual; strided stores (column slices of
+// one buffer) complete into one lean range.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -166,10 +167,78 @@ static void test_stale_fp32_is_poisoned_in_the_emulation(void **state) {
     side_free(&s);
 }
 
+// Strided stores (cuda_mirror.cu bands): three column slices of one [M, 3 DS] buffer Z, written
+// by head_expand_backward (n = 1: dx = dout) as the fused Q/K/V projections' dQ, dK, dV are,
+// then Z read whole by a matmul.  Once the slices tile whole rows they are one range of Z's
+// twin: lean after an epoch (Z's fp32 stale, the matmul bit-identical to the dual side's).  A
+// slice written alone stays a pending band; a declared fp32 read settles it (widened) and widens
+// the rest: the twin's values.
+enum { DS = 8, LDZ = 3 * DS };
+static void strided_step(Backend *be, float *const dout[3], float *Z, float *G, float *p) {
+    for (int j = 0; j < 3; j++)
+        be->head_expand_backward(be, dout[j], NULL, LDZ, NULL, M, 1, DS, Z + j * DS, 0, NULL, NULL);
+    be->matmul(be, 1, 0, LDZ, LDZ, M, 1.0f, Z, LDZ, Z, LDZ, 0.0f, G, LDZ);
+    be->adamw_update(be, p, p, p + N, p + 2 * N, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
+}
+
+static void test_strided_slices_complete_a_lean_range(void **state) {
+    (void)state;
+    float hd[3][M * DS];
+    for (int j = 0; j < 3; j++)
+        for (int i = 0; i < M * DS; i++) hd[j][i] = uniform();
+    Backend *bes[2];
+    float *dout[2][3], *Z[2], *G[2], *p[2];
+    for (int k = 0; k < 2; k++) {
+        if (k) setenv("MHE_CUDA_LEAN", "0", 1);
+        bes[k] = backend_cuda_create(0, 1);
+        unsetenv("MHE_CUDA_LEAN");
+        for (int j = 0; j < 3; j++) dout[k][j] = dev(bes[k], hd[j], (size_t)M * DS);
+        Z[k] = dev(bes[k], NULL, (size_t)M * LDZ);
+        G[k] = dev(bes[k], NULL, (size_t)LDZ * LDZ);
+        p[k] = dev(bes[k], NULL, 3 * N);
+    }
+    float ga[LDZ * LDZ], gb[LDZ * LDZ];
+    for (int t = 0; t < 4; t++) {
+        for (int k = 0; k < 2; k++) strided_step(bes[k], dout[k], Z[k], G[k], p[k]);
+        bes[0]->download(bes[0], ga, G[0], sizeof ga);
+        bes[1]->download(bes[1], gb, G[1], sizeof gb);
+        assert_memory_equal(ga, gb, sizeof ga);
+        size_t stale = 0;
+        const long n_lean = backend_cuda_mirror_lean(bes[0], &stale);
+        // Step 0 makes Z's twin, step 1's epoch turns it lean (no fp32 reader), stale from step 2.
+        assert_int_equal(n_lean, t >= 1 ? 1 : 0);
+        assert_true(stale == (t >= 2 ? (size_t)M * LDZ : 0u));
+    }
+    // One slice alone (dK of a backward that stopped there) on the lean Z: a pending stale band.
+    // A declared fp32 read settles it and widens the rest: bf16 of every current value, where the
+    // dual side has the exact ones.
+    for (int k = 0; k < 2; k++) {
+        bes[k]->scale(bes[k], dout[k][1], 2.0f, (size_t)M * DS);
+        bes[k]->head_expand_backward(bes[k], dout[k][1], NULL, LDZ, NULL, M, 1, DS, Z[k] + DS, 0, NULL, NULL);
+    }
+    float zl[M * LDZ], zd[M * LDZ];
+    bes[0]->download(bes[0], zl, Z[0], sizeof zl);
+    bes[1]->download(bes[1], zd, Z[1], sizeof zd);
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < LDZ; c++) {
+            const float want = (c / DS == 1 ? 2.0f : 1.0f) * hd[c / DS][r * DS + c % DS];
+            assert_true(zd[r * LDZ + c] == want);
+            assert_true(zl[r * LDZ + c] == bf16_round(want));
+        }
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++) bes[k]->free(bes[k], dout[k][j]);
+        bes[k]->free(bes[k], Z[k]);
+        bes[k]->free(bes[k], G[k]);
+        bes[k]->free(bes[k], p[k]);
+        bes[k]->destroy(bes[k]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lean_matches_dual),
         cmocka_unit_test(test_stale_fp32_is_poisoned_in_the_emulation),
+        cmocka_unit_test(test_strided_slices_complete_a_lean_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
