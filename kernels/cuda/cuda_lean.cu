@@ -51,6 +51,18 @@ static void w_linear_backward(Backend *be, const float *dy, const float *x, cons
     rd(be, db, out);
     inner(be)->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
 }
+// The fused paths read the bias and u from twins; their fallbacks call the wrapped ops.
+static void w_linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b, int N,
+                                  int in, int out, float *u, float *g) {
+    rd(be, b, out);
+    inner(be)->linear_gelu_forward(be, kind, x, W, b, N, in, out, u, g);
+}
+static void w_linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W, int N,
+                                   int in, int out, const float *u, float *dx, float *dW, float *db) {
+    rd(be, dW, (size_t)out * in);
+    rd(be, db, out);
+    inner(be)->linear_backward_gelu(be, kind, dy, x, W, N, in, out, u, dx, dW, db);
+}
 static void w_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
     rd(be, y, (size_t)N * C);
     rd(be, bias, C);
@@ -133,9 +145,9 @@ static void w_residual_layernorm_forward(Backend *be, const float *x, const floa
     rd(be, beta, C);
     inner(be)->residual_layernorm_forward(be, x, r, p, seed, offset, gamma, beta, N, C, eps, s, y, mean, rstd);
 }
-static void w_layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
-                                 const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
-                                 float *dbeta) {
+static void ln_bw_reads(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
+                        const float *rstd, int N, int C, const float *dx, int accumulate, const float *dgamma,
+                        const float *dbeta) {
     rd(be, dy, (size_t)N * C);
     rd(be, x, (size_t)N * C);
     rd(be, gamma, C);
@@ -144,7 +156,20 @@ static void w_layernorm_backward(Backend *be, const float *dy, const float *x, c
     if (accumulate) rd(be, dx, (size_t)N * C);
     rd(be, dgamma, C);
     rd(be, dbeta, C);
+}
+static void w_layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
+                                 const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
+                                 float *dbeta) {
+    ln_bw_reads(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
     inner(be)->layernorm_backward(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
+}
+static void w_layernorm_backward_dropout(Backend *be, const float *dy, const float *x, const float *gamma,
+                                         const float *mean, const float *rstd, int N, int C, float *dx, int accumulate,
+                                         float *dgamma, float *dbeta, float p, uint64_t seed, uint64_t offset,
+                                         float *dr) {
+    ln_bw_reads(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
+    inner(be)->layernorm_backward_dropout(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta, p, seed,
+                                          offset, dr);
 }
 // GELU may read its inputs from lean twins (cuda_elementwise.cu): not fp32 reads for the decision.
 static void w_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
@@ -304,6 +329,8 @@ void cuda_install_lean(Backend *be) {
     WRAP(matmul_batched);
     WRAP(linear_forward);
     WRAP(linear_backward);
+    WRAP(linear_gelu_forward);
+    WRAP(linear_backward_gelu);
     WRAP(bias_add);
     WRAP(bias_backward);
     WRAP(add);
@@ -319,6 +346,7 @@ void cuda_install_lean(Backend *be) {
     WRAP(layernorm_forward);
     WRAP(residual_layernorm_forward);
     WRAP(layernorm_backward);
+    WRAP(layernorm_backward_dropout);
     WRAP(gelu_forward);
     WRAP(gelu_backward);
     WRAP(tanh_forward);
