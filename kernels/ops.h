@@ -203,6 +203,14 @@ struct Backend {
     void (*layernorm_backward)(Backend *be, const float *dy, const float *x, const float *gamma,
                                const float *mean, const float *rstd, int N, int C, float *dx,
                                int accumulate, float *dgamma, float *dbeta);
+    // Optional (NULL: layernorm_backward, then dropout): the same, and dr = dropout(dx) of the
+    // values dx now holds (the dropout op with p, seed, offset over the N*C elements) — the
+    // gradient of the dropped-out branch under a residual, in the pass that makes dx.  dx and dr
+    // are not NULL; dr does not alias dy, x or dx.
+    void (*layernorm_backward_dropout)(Backend *be, const float *dy, const float *x, const float *gamma,
+                                       const float *mean, const float *rstd, int N, int C, float *dx,
+                                       int accumulate, float *dgamma, float *dbeta, float p, uint64_t seed,
+                                       uint64_t offset, float *dr);
     // GELU_ERF: x/2 (1 + erf(x/√2));  GELU_TANH: x/2 (1 + tanh(√(2/π)(x + 0.044715 x³))).
     void (*gelu_forward)(Backend *be, GeluKind kind, const float *x, float *y, size_t n);
     // dx = dy * gelu'(x); dx may alias dy.

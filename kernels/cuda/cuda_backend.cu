@@ -25,6 +25,7 @@ void cuda_memset(Backend *be, void *p, size_t bytes) {
     cuda_mirror_wrote(be, p, bytes);
     if (bytes && mhe_cost_record("memset", mhe_cost(0, (double)bytes)))
         CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
+    cuda_mirror_zeroed(be, p, bytes);
 }
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
     cuda_mirror_wrote(be, dst, bytes);

@@ -158,6 +158,9 @@ const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t 
 void cuda_mirror_track(Backend *be, const float *p, size_t n);
 void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n);
 void cuda_mirror_epoch(Backend *be);
+// Known zeros (bf16 mode): cuda_memset marks its range; any reported write unmarks what it covers.
+void cuda_mirror_zeroed(Backend *be, const void *p, size_t bytes);
+bool cuda_mirror_known_zero(Backend *be, const void *p, size_t bytes);
 // The op wrappers declaring every op's fp32 reads (cuda_lean.cu), installed last in bf16 mode.
 void cuda_install_lean(Backend *be);
 void cuda_mirror_wrote_alloc(Backend *be, const void *p);

@@ -133,9 +133,9 @@ static void w_residual_layernorm_forward(Backend *be, const float *x, const floa
     rd(be, beta, C);
     inner(be)->residual_layernorm_forward(be, x, r, p, seed, offset, gamma, beta, N, C, eps, s, y, mean, rstd);
 }
-static void w_layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
-                                 const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
-                                 float *dbeta) {
+static void ln_bw_reads(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
+                        const float *rstd, int N, int C, const float *dx, int accumulate, const float *dgamma,
+                        const float *dbeta) {
     rd(be, dy, (size_t)N * C);
     rd(be, x, (size_t)N * C);
     rd(be, gamma, C);
@@ -144,7 +144,20 @@ static void w_layernorm_backward(Backend *be, const float *dy, const float *x, c
     if (accumulate) rd(be, dx, (size_t)N * C);
     rd(be, dgamma, C);
     rd(be, dbeta, C);
+}
+static void w_layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
+                                 const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
+                                 float *dbeta) {
+    ln_bw_reads(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
     inner(be)->layernorm_backward(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
+}
+static void w_layernorm_backward_dropout(Backend *be, const float *dy, const float *x, const float *gamma,
+                                         const float *mean, const float *rstd, int N, int C, float *dx, int accumulate,
+                                         float *dgamma, float *dbeta, float p, uint64_t seed, uint64_t offset,
+                                         float *dr) {
+    ln_bw_reads(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
+    inner(be)->layernorm_backward_dropout(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta, p, seed,
+                                          offset, dr);
 }
 // GELU may read its inputs from lean twins (cuda_elementwise.cu): not fp32 reads for the decision.
 static void w_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
@@ -319,6 +332,7 @@ void cuda_install_lean(Backend *be) {
     WRAP(layernorm_forward);
     WRAP(residual_layernorm_forward);
     WRAP(layernorm_backward);
+    WRAP(layernorm_backward_dropout);
     WRAP(gelu_forward);
     WRAP(gelu_backward);
     WRAP(tanh_forward);

@@ -11,7 +11,8 @@
 //     D (in x out, ld in) = (A = x: in x N, ld in) · op(B = dy: out x N, ld out, transposed),
 //     k = N, so BGRADB's sum over k of op(B)'s column j is Σ_r dy[r, j] = the bias gradient.
 // BGRADB stores (does not add), so the gradient lands in a scratch vector that one small
-// kernel adds into db (ops.h accumulates).  dx = dy W is the plain matmul op.
+// kernel adds into db (ops.h accumulates) — unless db is known to hold zeros (cuda_mirror.cu),
+// as it does on the first micro-batch after the optimizer cleared the gradients.  dx = dy W is the plain matmul op.
 //
 // Operands are the bf16 twins in bf16 mode (cuda_mirror.cu), fp32 otherwise (CUBLAS_COMPUTE_32F,
 // no TF32: fp32 mode stays within 1e-5 of the CPU backend).  BGRADB sums the operand as the
@@ -184,11 +185,17 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
     const LtPlan *p = nullptr;
     const void *A = x, *B = dy;
     LtState *s = nullptr;
+    // Gradients still holding the optimizer's zeros (the first micro-batch) are stored, not added
+    // to: no read of dW, and BGRADB writes db itself (no add kernel) when a plan takes its alignment.
+    const bool dw_zero = dW && cuda_mirror_known_zero(be, dW, (size_t)out * in * sizeof(float));
+    bool db_direct = false;
     if (db && N > 0 && out > 0 && in > 0) {
         s = lt_state(be);
         cuda_grow(be, s->dbias, s->dbias_n, (size_t)out);
         if (bf16) twins(be, x, (size_t)N * in, dy, (size_t)N * out, &A, &B);
-        p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, s->dbias);
+        if (cuda_mirror_known_zero(be, db, (size_t)out * sizeof(float)))
+            db_direct = (p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, db));
+        if (!p) p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, s->dbias);
     }
     if (!p) {  // no bias gradient, nothing to do, or no fused algorithm: the two-op form
         be->matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
@@ -198,11 +205,13 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
     double t0 = cuda_prof_begin(be);
     cuda_mirror_wrote(be, dW, (size_t)out * in * sizeof(float));
     cuda_mirror_wrote(be, db, (size_t)out * sizeof(float));
-    mhe_cost_record_gemm_epilogue(out, in, N, bf16, 1, "+bgrad", 4.0 * out);
-    lt_run(be, p, A, B, 1.0f, dW, s->dbias);
-    MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
-               mhe_cost(out, 12.0 * out))(db, s->dbias, out);
-    CUDA_CHECK_LAUNCH();
+    mhe_cost_record_gemm_epilogue(out, in, N, bf16, !dw_zero, "+bgrad", 4.0 * out);
+    lt_run(be, p, A, B, dw_zero ? 0.0f : 1.0f, dW, db_direct ? db : s->dbias);
+    if (!db_direct) {
+        MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
+                   mhe_cost(out, 12.0 * out))(db, s->dbias, out);
+        CUDA_CHECK_LAUNCH();
+    }
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
 }
 

@@ -125,6 +125,7 @@ struct MirrorSet {
     std::map<uintptr_t, MirrorSegment> segs;          // by base address, disjoint
     std::vector<std::pair<float *, size_t>> poison;   // emulation: stale fp32 ranges to fill with NaN
     std::map<uintptr_t, size_t> allocs;         // backend allocations (bytes), to drop segments
+    std::map<size_t, size_t> zeros;             // byte ranges a memset cleared, unwritten since
     long created = 0;                           // segments ever made (tests: steady state)
 };
 
@@ -201,6 +202,7 @@ template <typename F> static void each_span(MirrorSet *m, const void *p, size_t 
 void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
     if (!c->mirrors || !bytes) return;
+    erase_range(c->mirrors->zeros, addr(p), addr(p) + bytes);
     each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
         // The write may cover only part of [a, b) (a scatter, a strided store): values that
         // live only in the twin are brought back before the twin is given up.
@@ -241,6 +243,30 @@ static void declare_read(Backend *be, const void *p, size_t bytes, bool counts) 
 }
 
 void cuda_mirror_read(Backend *be, const void *p, size_t bytes) { declare_read(be, p, bytes, true); }
+
+// Known zeros: every write reports itself above (the twins' correctness rests on it already), so
+// a range a memset cleared and no write has touched since still holds zeros.  An accumulating
+// op whose target is known zero may store instead of add (linear_backward's bias gradient: no
+// add kernel).  The emulated build checks the memory before saying so.
+void cuda_mirror_zeroed(Backend *be, const void *p, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (c->mirrors && bytes) insert_range(c->mirrors->zeros, addr(p), addr(p) + bytes);
+}
+
+bool cuda_mirror_known_zero(Backend *be, const void *p, size_t bytes) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->mirrors || !p || !bytes || !covers(c->mirrors->zeros, addr(p), addr(p) + bytes)) return false;
+#if defined(MHE_CUDA_EMU)
+    if (!mhe_cost_dry_run()) {
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        const unsigned char *b = static_cast<const unsigned char *>(p);
+        for (size_t i = 0; i < bytes; i++)
+            if (b[i]) mhe_fatal("cuda_mirror: byte %zu of a %zu-byte range said to be zero is not: an op wrote it "
+                                "without cuda_mirror_out/cuda_mirror_wrote", i, bytes);
+    }
+#endif
+    return true;
+}
 
 // The allocation holding p, as [base, base + bytes); false when p is not the backend's.
 static bool alloc_of(Backend *be, const void *p, uintptr_t *base, size_t *bytes) {
@@ -293,6 +319,7 @@ static MirrorSegment *holder(Backend *be, const float *p, size_t n) {
 
 __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
+    erase_range(cuda_ctx(be)->mirrors->zeros, addr(p), addr(p + n));
     MirrorSegment *inside = holder(be, p, n);
     if (!inside) {
         cuda_mirror_wrote(be, p, n * sizeof(float));
@@ -335,6 +362,7 @@ void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site)
 __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32, LeanSite site) {
     *fp32 = p;
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
+    erase_range(cuda_ctx(be)->mirrors->zeros, addr(p), addr(p + n));
     MirrorSegment *inside = holder(be, p, n);
     if (!inside) {
         cuda_mirror_wrote(be, p, n * sizeof(float));
@@ -465,6 +493,7 @@ void cuda_mirror_release(Backend *be, const void *p) {
     settle(m);  // pending fills land while the memory is still there
     uintptr_t lo = a->first, hi = lo + a->second;
     m->allocs.erase(a);
+    erase_range(m->zeros, lo, hi);
     std::vector<uintptr_t> gone;
     each_overlap(m, lo, hi, [&](MirrorSegment &, uintptr_t s, uintptr_t) { gone.push_back(s); });
     for (uintptr_t s : gone) {

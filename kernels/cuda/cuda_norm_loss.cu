@@ -101,9 +101,19 @@ __device__ __forceinline__ void block_sum2(float *a, float *b, float (*buf)[32])
 // Thread t owns columns t, t + blockDim.x, ... of the shared sums: the rows are added in row
 // order and no other thread touches them, so they need no barrier.  Each thread reads dy[c]
 // before it writes dx[c], so dx may alias dy (ops.h: only without accumulate).
+// With drop (layernorm_backward_dropout): dr = dropout(dx) as well, dx's final value kept or
+// dropped by the dropout kernel's formula and index (dr and its twin: either may be NULL).
+struct LnDrop {
+    int on;
+    float inv;
+    uint64_t key;
+    uint32_t threshold;
+    float *dr;
+    __nv_bfloat16 *drb;
+};
 __global__ void layernorm_backward_kernel(const float *dy, const float *x, const float *gamma, const float *mean,
                                           const float *rstd, int N, int C, int rows, float *dx,
-                                          __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb) {
+                                          __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb, LnDrop drop) {
     __shared__ float buf[2][32];
     MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb, else none
     const int sums = pg != nullptr || pb != nullptr;
@@ -132,8 +142,11 @@ __global__ void layernorm_backward_kernel(const float *dy, const float *x, const
                 ab[c] += g0;
             }
             if (dx) {
-                const float d = rs * (g0 * gamma[c] - mg - xh * mgx);
-                store_twin(dx, dxb, off + c, accumulate ? dx[off + c] + d : d);
+                const float d = rs * (g0 * gamma[c] - mg - xh * mgx), v = accumulate ? dx[off + c] + d : d;
+                store_twin(dx, dxb, off + c, v);
+                if (drop.on)
+                    store_twin(drop.dr, drop.drb, off + c,
+                               drop.inv == 1.0f || ops_dropout_keep_fast(drop.key, off + c, drop.threshold) ? v * drop.inv : 0.0f);
             }
         }
     }
@@ -184,14 +197,25 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x,
-                                    const float *gamma, const float *mean, const float *rstd,
-                                    int N, int C, float *dx, int accumulate, float *dgamma,
-                                    float *dbeta) {
+// dr (when not NULL) = dropout(dx): layernorm_backward_dropout.
+static void layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
+                               const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
+                               float *dbeta, float p, uint64_t seed, uint64_t offset, float *dr) {
     double t0 = cuda_prof_begin(be);
     if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
     if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
-    __nv_bfloat16 *dxb = dx ? cuda_mirror_out(be, dx, (size_t)N * C) : nullptr;
+    const double n = (double)N * C;
+    __nv_bfloat16 *dxb = dx ? cuda_mirror_out(be, dx, (size_t)n) : nullptr;
+    LnDrop drop{dr != nullptr, 1.0f, 0, 0, dr, nullptr};
+    // The dropped gradient is usually only the branch's down projection operand: lean skips its
+    // fp32 store, as the dropout op's (cuda_elementwise.cu).
+    if (dr) {
+        const float q = p > 0.0f ? p : 0.0f;
+        drop.inv = 1.0f / (1.0f - q);
+        drop.key = ops_dropout_key(seed, offset);
+        drop.threshold = ops_dropout_threshold(q);
+        drop.drb = cuda_mirror_out_lean(be, dr, (size_t)n, &drop.dr, LEAN_ELEMENTWISE);
+    }
     if (N > 0 && C > 0 && (dx || dgamma || dbeta)) {
         const int rows = ln_bw_rows(N), chunks = (N + rows - 1) / rows;
         float *pg = nullptr, *pb = nullptr;
@@ -206,22 +230,42 @@ static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x
                                             (int)smem));
         // Per element: reads dy and x (8 B), writes dx (4 B, + 4 B read with accumulate, + its
         // twin); per row mean, rstd; gamma; per chunk and column the partials written (4 B
-        // each).  FLOPs per element: dx's 10 as before (x̂ alone: 2), dy·x̂ summed 2, dy 1.
-        const double n = (double)N * C, outs = (pg != nullptr) + (pb != nullptr);
+        // each).  FLOPs per element: dx's 10 as before (x̂ alone: 2), dy·x̂ summed 2, dy 1; the
+        // dropout's 1 and its store (4 B and/or the twin's 2) with dr.
+        const double outs = (pg != nullptr) + (pb != nullptr);
         const double bytes = (dx ? (accumulate ? 16.0 : 12.0) : 8.0) * n + 8.0 * N + (dx ? 4.0 * C : 0.0) +
                              4.0 * outs * chunks * C;
-        const MheCost cost = with_twin(mhe_cost_blocks(((dx ? 10.0 : 2.0) + (pg ? 2.0 : 0.0) + (pb ? 1.0 : 0.0)) * n, bytes, chunks),
-                                       dxb, n);
+        MheCost cost = with_twin(mhe_cost_blocks(((dx ? 10.0 : 2.0) + (pg ? 2.0 : 0.0) + (pb ? 1.0 : 0.0) + (dr ? 1.0 : 0.0)) * n,
+                                                 bytes, chunks),
+                                 dxb, n);
+        if (dr) {
+            cost.bytes += 4.0 * n;
+            cost = with_lean_twin(cost, drop.drb, drop.dr, n);
+        }
         MHE_LAUNCH(layernorm_backward_kernel, chunks, MHE_BLOCK, smem, cuda_stream(be), cost)(
-            dy, x, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb);
+            dy, x, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb, drop);
         CUDA_CHECK_LAUNCH();
         cuda_colsum2_finish(be, pg, pb, chunks, C, dgamma, dbeta);
     }
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+static void cuda_layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma,
+                                    const float *mean, const float *rstd, int N, int C, float *dx, int accumulate,
+                                    float *dgamma, float *dbeta) {
+    layernorm_backward(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta, 0.0f, 0, 0, nullptr);
+}
+
+static void cuda_layernorm_backward_dropout(Backend *be, const float *dy, const float *x, const float *gamma,
+                                            const float *mean, const float *rstd, int N, int C, float *dx,
+                                            int accumulate, float *dgamma, float *dbeta, float p, uint64_t seed,
+                                            uint64_t offset, float *dr) {
+    layernorm_backward(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta, p, seed, offset, dr);
+}
+
 void cuda_install_norm_loss(Backend *be) {
     be->layernorm_forward = cuda_layernorm_forward;
     be->residual_layernorm_forward = cuda_residual_layernorm_forward;
     be->layernorm_backward = cuda_layernorm_backward;
+    be->layernorm_backward_dropout = cuda_layernorm_backward_dropout;
 }

@@ -187,7 +187,7 @@ static long calls_labelled(const CostReport *r, const char *suffix) {
 // linear_forward / linear_backward (kernels/cuda/cuda_linear.cu: cuBLASLt with the bias fused
 // as the BIAS and BGRADB epilogues), against the CPU backend: with a bias the fused GEMMs
 // must run (their records are counted), without one the plain matmul; the backward
-// accumulates into dx, dW and db that start non-zero.  Twice, so bf16 mode also runs on twins
+// accumulates into dx, dW and db that start non-zero, and into cleared ones.  Twice, so bf16 mode also runs on twins
 // made by the first pass.
 static void check_linear(void **state, double tol) {
     Fix *f = *state;
@@ -221,6 +221,16 @@ static void check_linear(void **state, double tol) {
         PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 0, D(dW), D(db));
         expect_close(f, &dx, tol, "linear_backward dx (overwritten)");
         expect_close(f, &db, tol, "linear_backward db (again)");
+        // Gradients cleared first (the optimizer's zeros): bf16 mode stores instead of adding
+        // (cuda_mirror_known_zero; the emulation checks the zeros are there).
+        PAIR(f, zero, D(dW), (size_t)out * in * sizeof(float));
+        PAIR(f, zero, D(db), (size_t)out * sizeof(float));
+        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        expect_close(f, &dW, tol, "linear_backward dW (from zeros)");
+        expect_close(f, &db, tol, "linear_backward db (from zeros)");
+        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        expect_close(f, &dW, tol, "linear_backward dW (added to the stored sums)");
+        expect_close(f, &db, tol, "linear_backward db (added to the stored sums)");
         PAIR(f, scale, D(dy), -0.5f, (size_t)N * out);  // new values under the twins
     }
     Buf *all[] = {&x, &W, &b, &y, &dy, &dx, &dW, &db};
@@ -311,6 +321,35 @@ static void test_residual_layernorm_matches_cpu(void **state) {
         expect_close(f, &rstd, 1e-5, "residual_layernorm rstd");
     }
     Buf *all[] = {&x, &r, &g, &bt, &y, &s, &mean, &rstd};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
+// layernorm_backward_dropout (one kernel) against the CPU backend's layernorm_backward then
+// dropout: with dropout and without, dx written and accumulated, with and without dγ/dβ; 300
+// rows so blocks take several (cuda_norm_loss.cu's chunks).
+static void test_layernorm_backward_dropout_matches_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 300, C = 80;
+    const size_t n = (size_t)N * C;
+    Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
+    Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n), dr = buf_rand(f, n);
+    Buf dg = buf_rand(f, C), db = buf_rand(f, C);
+    PAIR(f, layernorm_forward, D(x), D(g), D(bt), N, C, 1e-5f, D(y), D(mean), D(rstd));
+    for (int v = 0; v < 4; v++) {
+        const float p = v == 2 ? 0.0f : 0.3f;
+        const int acc = v == 1;
+        float *dgc = v == 3 ? NULL : dg.c, *dbc = v == 3 ? NULL : db.c;
+        float *dgg = v == 3 ? NULL : dg.g, *dbg = v == 3 ? NULL : db.g;
+        f->cpu->layernorm_backward(f->cpu, dy.c, x.c, g.c, mean.c, rstd.c, N, C, dx.c, acc, dgc, dbc);
+        f->cpu->dropout(f->cpu, dx.c, dr.c, n, p, 77, 9 + v);
+        f->gpu->layernorm_backward_dropout(f->gpu, dy.g, x.g, g.g, mean.g, rstd.g, N, C, dx.g, acc, dgg, dbg, p, 77,
+                                           9 + v, dr.g);
+        expect_close(f, &dx, 1e-5, "layernorm_backward_dropout dx");
+        expect_close(f, &dr, 1e-5, "layernorm_backward_dropout dr");
+        expect_close(f, &dg, 1e-5, "layernorm_backward_dropout dgamma");
+        expect_close(f, &db, 1e-5, "layernorm_backward_dropout dbeta");
+    }
+    Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dr, &dg, &db};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
 }
 
@@ -753,6 +792,7 @@ int main(void) {
         cmocka_unit_test(test_attention_gemm_path_matches_cpu),
         cmocka_unit_test(test_attention_plain_kernels_match_cpu),
         cmocka_unit_test(test_residual_layernorm_matches_cpu),
+        cmocka_unit_test(test_layernorm_backward_dropout_matches_cpu),
     };
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_matmul_bf16_within_1e2),

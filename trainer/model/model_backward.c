@@ -7,6 +7,20 @@ static GeluKind gelu_kind(const Model *m) {
     return m->cfg.model.activation == ACT_GELU_TANH ? GELU_TANH : GELU_ERF;
 }
 
+// dx = LayerNorm's backward (as layernorm_backward), then dr = dropout(dx): one backend call
+// where the backend fuses them (no second pass over dx).
+static void layernorm_backward_dropout(Backend *be, const float *dy, const float *x, const float *gamma,
+                                       const float *mean, const float *rstd, int N, int D, float *dx, int accumulate,
+                                       float *dgamma, float *dbeta, float p, uint64_t seed, uint64_t site, float *dr) {
+    if (be->layernorm_backward_dropout) {
+        be->layernorm_backward_dropout(be, dy, x, gamma, mean, rstd, N, D, dx, accumulate, dgamma, dbeta, p, seed,
+                                       site, dr);
+        return;
+    }
+    be->layernorm_backward(be, dy, x, gamma, mean, rstd, N, D, dx, accumulate, dgamma, dbeta);
+    be->dropout(be, dx, dr, (size_t)N * D, p, seed, site);
+}
+
 // dy = d(layer output) on entry, d(layer input) on return.
 static void layer_backward(Model *m, int l, float *dy) {
     Backend *be = m->be;
@@ -20,27 +34,25 @@ static void layer_backward(Model *m, int l, float *dy) {
     float *dA = m->dA, *dB = m->dB, *dC = m->dC, *dF = m->dF;
     if (mc->norm == NORM_POST) {
         // out = LN2(r2), r2 = h + drop(FFN(h)), h = LN1(r1), r1 = x + drop(Attn(x))
-        be->layernorm_backward(be, dy, a->r2, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dB,
-                               0, MG(m, p->ln2_g), MG(m, p->ln2_b));
-        be->dropout(be, dB, dC, ND, pd, m->drop_seed, site + 2);
+        layernorm_backward_dropout(be, dy, a->r2, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dB, 0,
+                                   MG(m, p->ln2_g), MG(m, p->ln2_b), pd, m->drop_seed, site + 2, dC);
         linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
         be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
         linear_backward(be, dF, a->h, MP(m, p->up_w), N, D, F, dB, 1, MG(m, p->up_w), MG(m, p->up_b));
-        be->layernorm_backward(be, dB, a->r1, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dC,
-                               0, MG(m, p->ln1_g), MG(m, p->ln1_b));
-        be->dropout(be, dC, dA, ND, pd, m->drop_seed, site + 1);
-        attn_backward(m, l, dA, dy);
-        be->add(be, dy, dC, dy, ND);
+        // d x = d r1 (the residual path; dy is free once LN2's backward has read it), plus the
+        // attention path's share, added by the projections' backward: no zeroing, no add pass.
+        layernorm_backward_dropout(be, dB, a->r1, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy, 0,
+                                   MG(m, p->ln1_g), MG(m, p->ln1_b), pd, m->drop_seed, site + 1, dA);
+        attn_backward(m, l, dA, dy, 1);
     } else {
         // h = x + drop(Attn(LN1(x))), out = h + drop(FFN(LN2(h)))
         be->dropout(be, dy, dC, ND, pd, m->drop_seed, site + 2);
         linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
         be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
         linear_backward(be, dF, a->f_in, MP(m, p->up_w), N, D, F, dB, 0, MG(m, p->up_w), MG(m, p->up_b));
-        be->layernorm_backward(be, dB, a->h, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dy, 1,
-                               MG(m, p->ln2_g), MG(m, p->ln2_b));
-        be->dropout(be, dy, dA, ND, pd, m->drop_seed, site + 1);
-        attn_backward(m, l, dA, dB);
+        layernorm_backward_dropout(be, dB, a->h, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dy, 1,
+                                   MG(m, p->ln2_g), MG(m, p->ln2_b), pd, m->drop_seed, site + 1, dA);
+        attn_backward(m, l, dA, dB, 0);
         be->layernorm_backward(be, dB, a->x, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy, 1,
                                MG(m, p->ln1_g), MG(m, p->ln1_b));
     }

@@ -126,8 +126,9 @@ void attn_forward(Model *m, int l, float *out);
 // Its first part alone, what train.recompute: attention recomputes: the variant's pre-core
 // forward and the core (q/k/v, per-head copies, key bias, small, extra, att_saved, ctx).
 void attn_core_forward(Model *m, int l);
-// d_ain (+)= gradient of the attention input, given d_out [N, D] (after dropout backward).
-void attn_backward(Model *m, int l, const float *d_out, float *d_ain);
+// d_ain = (accumulate: +=) gradient of the attention input, given d_out [N, D] (after dropout
+// backward).
+void attn_backward(Model *m, int l, const float *d_out, float *d_ain, int accumulate);
 
 // y = x Wᵀ + b for x [N, in], W [out, in].
 void linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,

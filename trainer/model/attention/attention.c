@@ -113,14 +113,14 @@ void attn_forward(Model *m, int l, float *out) {
     linear_forward(m->be, m->la[l].ctx, MP(m, p->wo), MP(m, p->bo), N, nd, D, out);
 }
 
-void attn_backward(Model *m, int l, const float *d_out, float *d_ain) {
+void attn_backward(Model *m, int l, const float *d_out, float *d_ain, int accumulate) {
     Backend *be = m->be;
     const AttnPlan *pl = &m->plan;
     LayerActs *a = &m->la[l];
     const LayerParams *p = &m->lp[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden;
     const int nd = m->cfg.model.heads * m->cfg.model.head_dim;
-    be->zero(be, d_ain, (size_t)N * D * sizeof(float));
+    if (!accumulate) be->zero(be, d_ain, (size_t)N * D * sizeof(float));
     linear_backward(be, d_out, a->ctx, MP(m, p->wo), N, nd, D, m->dctx, 0, MG(m, p->wo), MG(m, p->bo));
 
     CoreArgs c = core_args(m, a, l);
