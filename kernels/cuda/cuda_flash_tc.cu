@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, 1) flash_tc_forward_kernel(TcA
     float *Ss = sm, *Os = Ss + TC_FWD_ROWS * TC_COLS, *Ls = Os + TC_FWD_ROWS * D;
     bf16_t *Qs = reinterpret_cast<bf16_t *>(Ls + TC_FWD_ROWS), *Ks = Qs + TC_FWD_ROWS * D, *Vs = Ks + TC_COLS * D,
            *Ps = Vs + TC_COLS * D;
-    tc_stage<D, TC_FWD_ROWS>(Qs, q, f.qb, a.ldq, a.qr, b, q0, h, a, nullptr);
+    tc_stage<D>(Qs, TC_FWD_ROWS, q, f.qb, a.ldq, a.qr, b, q0, h, a, nullptr);
     for (int e = t; e < TC_FWD_ROWS * D; e += blockDim.x) Os[e] = 0.0f;
     // This lane's row (of the block) and its half of the columns (of S and of O).
     const int r = w * 16 + tc_lane_row(), c0 = tc_lane_col0(), i = q0 + r, oc0 = (t & 1) * (D / 2);
@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, 1) flash_tc_forward_kernel(TcA
     for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
         const int nb = tc_imin(TC_COLS, a.T - j0);
         __syncthreads();  // the previous K, V are consumed (and Q, O are ready)
-        tc_stage<D, TC_COLS>(Ks, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
-        tc_stage<D, TC_COLS>(Vs, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
+        tc_stage<D>(Ks, TC_COLS, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+        tc_stage<D>(Vs, TC_COLS, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
         __syncthreads();
         tc_abt<D>(Qs + w * 16 * D, Ks, Ss + w * 16 * TC_COLS);  // S = Q Kᵀ (the warp's rows)
         __syncwarp();

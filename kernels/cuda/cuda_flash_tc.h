@@ -17,7 +17,7 @@ using namespace nvcuda;
 // memory (<= 163 KB, sm_80's opt-in maximum).
 #define TC_FWD_ROWS 256  // forward: 16 warps
 #define TC_DQ_ROWS 256   // dQ: 16 warps
-#define TC_DKV_ROWS 128  // dK/dV: 8 warps
+#define TC_DKV_ROWS 128  // dK/dV: 8 warps (64, 4 warps, on small grids: cuda_flash_tc_bwd.cu)
 #define TC_COLS 32       // rows of the other side per staged tile
 
 typedef __nv_bfloat16 bf16_t;
@@ -61,10 +61,10 @@ __device__ __forceinline__ int tc_lane_col0() { return (threadIdx.x & 1) * (TC_C
 // rows x D of a [B, T, heads, D] operand (row r = t0 + r of sequence b, head h/ratio) into
 // shared bf16, rows past T as zeros; `mul` (per column, may be NULL) scales on the way.
 // With srcb (the bf16 twin of src, same layout) the tile is copied from it instead.
-template <int D, int ROWS>
-__device__ __forceinline__ void tc_stage(bf16_t *dst, const float *src, const bf16_t *srcb, int ld, int ratio,
-                                         int b, int t0, int h, const AttnIdx &a, const float *mul) {
-    for (int e = threadIdx.x; e < ROWS * D; e += blockDim.x) {
+template <int D>
+__device__ __forceinline__ void tc_stage(bf16_t *dst, int rows, const float *src, const bf16_t *srcb, int ld,
+                                         int ratio, int b, int t0, int h, const AttnIdx &a, const float *mul) {
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
         const int r = e / D, c = e % D, t = t0 + r;
         const size_t at = ((size_t)b * a.T + t) * ld + (size_t)(h / ratio) * D + c;
         if (srcb) {

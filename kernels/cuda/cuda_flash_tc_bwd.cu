@@ -3,7 +3,7 @@
 // atomics, so results are deterministic.
 //   flash_tc_dq_kernel   one block per (256-query tile, Q head, sequence): dQ accumulated over
 //                        the heads sharing that Q head and over the keys.
-//   flash_tc_dkv_kernel  one block per (128-key tile, group of heads, sequence): dK, dV and
+//   flash_tc_dkv_kernel  one block per (128- or 64-key tile, group of heads, sequence): dK, dV and
 //                        dkey_bias accumulated over the queries and the heads sharing a K or V
 //                        head (a group: lcm(heads per K head, heads per V head) heads), with
 //                        transposed products (Sᵀ = K Qᵀ, dPdᵀ = V Gᵀ) so a warp's rows are keys.
@@ -12,7 +12,6 @@
 #include "kernels/cuda/cuda_flash_tc.h"
 
 #define TC_DQ_THREADS (TC_DQ_ROWS * 2)
-#define TC_DKV_THREADS (TC_DKV_ROWS * 2)
 
 // grid (query tiles, Q heads, B).  Shared: S, dPd (fp32), Q, G, K, V, dS (bf16); the dQ tile
 // at the end reuses S and dPd.
@@ -32,20 +31,20 @@ __global__ void __launch_bounds__(TC_DQ_THREADS, 1) flash_tc_dq_kernel(TcArgs f,
     const int jend = f.causal ? tc_imin(a.T, q0 + TC_DQ_ROWS) : a.T;
     const float *srow = Ss + r * TC_COLS, *prow = Ps + r * TC_COLS;
     bf16_t *dsrow = dSs + r * TC_COLS;
-    tc_stage<D, TC_DQ_ROWS>(Qs, q, f.qb, a.ldq, a.qr, b, q0, hq * a.qr, a, nullptr);  // one Q head for the block
+    tc_stage<D>(Qs, TC_DQ_ROWS, q, f.qb, a.ldq, a.qr, b, q0, hq * a.qr, a, nullptr);  // one Q head for the block
     AccFrag acc[D / 16];
     MHE_UNROLL
     for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
     for (int h = hq * a.qr; h < (hq + 1) * a.qr; h++) {
         __syncthreads();  // the previous head's G is consumed
-        tc_stage<D, TC_DQ_ROWS>(Gs, dout, f.gb, a.n * D, 1, b, q0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+        tc_stage<D>(Gs, TC_DQ_ROWS, dout, f.gb, a.n * D, 1, b, q0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
         const float L = live ? lse[((size_t)b * a.n + h) * a.T + i] : INFINITY;
         const float Di = live ? Dd[((size_t)b * a.n + h) * a.T + i] : 0.0f;
         for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
             const int nb = tc_imin(TC_COLS, a.T - j0);
             __syncthreads();
-            tc_stage<D, TC_COLS>(Ks, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
-            tc_stage<D, TC_COLS>(Vs, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
+            tc_stage<D>(Ks, TC_COLS, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+            tc_stage<D>(Vs, TC_COLS, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
             __syncthreads();
             tc_abt<D>(Qs + w * 16 * D, Ks, Ss + w * 16 * TC_COLS);  // S = Q Kᵀ
             tc_abt<D>(Gs + w * 16 * D, Vs, Ps + w * 16 * TC_COLS);  // dPd = G Vᵀ
@@ -73,22 +72,24 @@ __global__ void __launch_bounds__(TC_DQ_THREADS, 1) flash_tc_dq_kernel(TcArgs f,
     }
 }
 
-// grid (key tiles, head groups, B).  Shared: Sᵀ, dPdᵀ (fp32; the dK / dV tile at a K / V head's
-// end reuses them), L, D of the query tile, K, V, Q, G, Pdᵀ, dSᵀ (bf16).
+// grid (key tiles, head groups, B), 2 threads per key row (blockDim.x / 2 = TC_DKV_ROWS or 64
+// rows per tile).  Shared: Sᵀ, dPdᵀ (fp32; the dK / dV tile at a K / V head's end reuses them),
+// L, D of the query tile, K, V, Q, G, Pdᵀ, dSᵀ (bf16).
 template <int D>
-__global__ void __launch_bounds__(TC_DKV_THREADS, 1) flash_tc_dkv_kernel(TcArgs f, const float *q, const float *k,
+__global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs f, const float *q, const float *k,
                                                                       const float *v, const float *dout,
                                                                       const float *lse, const float *Dd, float *dk,
                                                                       float *dv, float *dkey_bias, int group) {
     MHE_DYNAMIC_SHARED(float, sm);
     const AttnIdx &a = f.a;
-    const int b = blockIdx.z, t = threadIdx.x, w = t / 32, j0 = blockIdx.x * TC_DKV_ROWS, h0 = blockIdx.y * group;
-    float *Ss = sm, *Ps = Ss + TC_DKV_ROWS * TC_COLS, *Out = Ss, *Ls = Ps + TC_DKV_ROWS * TC_COLS, *Ds = Ls + TC_COLS;
-    bf16_t *Ks = reinterpret_cast<bf16_t *>(Ds + TC_COLS), *Vs = Ks + TC_DKV_ROWS * D, *Qs = Vs + TC_DKV_ROWS * D,
-           *Gs = Qs + TC_COLS * D, *PdT = Gs + TC_COLS * D, *dST = PdT + TC_DKV_ROWS * TC_COLS;
+    const int rows = blockDim.x / 2;
+    const int b = blockIdx.z, t = threadIdx.x, w = t / 32, j0 = blockIdx.x * rows, h0 = blockIdx.y * group;
+    float *Ss = sm, *Ps = Ss + rows * TC_COLS, *Out = Ss, *Ls = Ps + rows * TC_COLS, *Ds = Ls + TC_COLS;
+    bf16_t *Ks = reinterpret_cast<bf16_t *>(Ds + TC_COLS), *Vs = Ks + rows * D, *Qs = Vs + rows * D,
+           *Gs = Qs + TC_COLS * D, *PdT = Gs + TC_COLS * D, *dST = PdT + rows * TC_COLS;
     const int r = w * 16 + tc_lane_row(), c0 = tc_lane_col0(), j = j0 + r;
     const bool live = j < a.T;
-    const int i_first = f.causal ? j0 : 0;  // 32-row query tiles start at every 128-row key tile
+    const int i_first = f.causal ? j0 : 0;  // 32-row query tiles start at every key tile
     const float *srow = Ss + r * TC_COLS, *prow = Ps + r * TC_COLS;
     bf16_t *pdrow = PdT + r * TC_COLS, *dsrow = dST + r * TC_COLS;
     AccFrag dka[D / 16], dva[D / 16];
@@ -99,15 +100,15 @@ __global__ void __launch_bounds__(TC_DKV_THREADS, 1) flash_tc_dkv_kernel(TcArgs 
     }
     for (int h = h0; h < h0 + group; h++) {
         __syncthreads();  // the previous head's tiles (and Out) are consumed
-        if (h % a.kr == 0) tc_stage<D, TC_DKV_ROWS>(Ks, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
-        if (h % a.vr == 0) tc_stage<D, TC_DKV_ROWS>(Vs, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
+        if (h % a.kr == 0) tc_stage<D>(Ks, rows, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+        if (h % a.vr == 0) tc_stage<D>(Vs, rows, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
         const float kb = live ? tc_key_bias(f, b, j, h) : 0.0f;
         float dkb = 0.0f;
         for (int i0 = i_first; i0 < a.T; i0 += TC_COLS) {
             const int nq = tc_imin(TC_COLS, a.T - i0);
             __syncthreads();
-            tc_stage<D, TC_COLS>(Qs, q, f.qb, a.ldq, a.qr, b, i0, h, a, nullptr);
-            tc_stage<D, TC_COLS>(Gs, dout, f.gb, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+            tc_stage<D>(Qs, TC_COLS, q, f.qb, a.ldq, a.qr, b, i0, h, a, nullptr);
+            tc_stage<D>(Gs, TC_COLS, dout, f.gb, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
             if (t < TC_COLS) {
                 Ls[t] = t < nq ? lse[((size_t)b * a.n + h) * a.T + i0 + t] : INFINITY;
                 Ds[t] = t < nq ? Dd[((size_t)b * a.n + h) * a.T + i0 + t] : 0.0f;
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(TC_DKV_THREADS, 1) flash_tc_dkv_kernel(TcArgs 
             __syncthreads();
             const int ld = which ? a.ldv : a.ldk;
             const float sc = which ? 1.0f : f.scale;
-            for (int e = t; e < TC_DKV_ROWS * D; e += blockDim.x) {
+            for (int e = t; e < rows * D; e += blockDim.x) {
                 const int rr = e / D, c = e % D;
                 if ((dst || dstb) && j0 + rr < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + rr) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
             }
@@ -163,10 +164,15 @@ __global__ void __launch_bounds__(TC_DKV_THREADS, 1) flash_tc_dkv_kernel(TcArgs 
 static size_t tc_smem_dq(int d) {
     return 4 * (2 * TC_DQ_ROWS * TC_COLS) + 2 * (2 * TC_DQ_ROWS * d + 2 * TC_COLS * d + TC_DQ_ROWS * TC_COLS);
 }
-// Sᵀ, dPdᵀ, L, D (fp32), K, V, Q, G, Pdᵀ, dSᵀ (bf16): 88 KB at d = 64.
-static size_t tc_smem_dkv(int d) {
-    return 4 * (2 * TC_DKV_ROWS * TC_COLS + 2 * TC_COLS) + 2 * (2 * TC_DKV_ROWS * d + 2 * TC_COLS * d + 2 * TC_DKV_ROWS * TC_COLS);
+// Sᵀ, dPdᵀ, L, D (fp32), K, V, Q, G, Pdᵀ, dSᵀ (bf16): 88 KB at d = 64 and 128 rows.
+static size_t tc_smem_dkv(int d, int rows) {
+    return 4 * (2 * rows * TC_COLS + 2 * TC_COLS) + 2 * (2 * rows * d + 2 * TC_COLS * d + 2 * rows * TC_COLS);
 }
+// Below this many blocks the dK/dV grid takes 64-row key tiles: A100's SM count, the smaller of
+// the two targets (H100: 132).  A grid that leaves SMs idle is priced on its share of the GPU;
+// doubling its blocks costs twice the Q/G re-reads, which is cheaper while the grid is that
+// small (BERT-base mhe_mul, seq 512 x 16: 64 -> 128 blocks, 101 -> 65 us per layer on H100).
+#define TC_DKV_SMALL_GRID 108
 static int tc_gcd(int x, int y) { return y ? tc_gcd(y, x % y) : x; }
 
 // Cost model: tensor-core FLOPs of the products (dQ: S, dPd, dS K = 6 d per pair; dK/dV: Sᵀ,
@@ -188,15 +194,20 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     const size_t rows_n = rows * s->n_heads;
     const int d = s->qk_dim;
     const double bn = (double)s->B * s->n_heads;
-    const TileWork kw = key_tiles(s->T, TC_DKV_ROWS, s->causal), qw = query_tiles(s->T, TC_DQ_ROWS, s->causal);
+    const TileWork qw = query_tiles(s->T, TC_DQ_ROWS, s->causal);
     const float *lse = saved;
     const double eq = tc_el(f.qb), ek = tc_el(f.kb), ev = tc_el(f.vb), eg = tc_el(f.gb);
     cudaStream_t st = cuda_stream(be);
     if (dk || dv || dkey_bias) {
         // A block's heads: those sharing its K head and those sharing its V head.
         const int kr = s->n_heads / s->k_heads, vr = s->n_heads / s->v_heads, group = kr / tc_gcd(kr, vr) * vr;
-        const int tiles = (s->T + TC_DKV_ROWS - 1) / TC_DKV_ROWS;
-        dim3 grid((unsigned)tiles, (unsigned)(s->n_heads / group), (unsigned)s->B);
+        const int groups = s->n_heads / group;
+        int krows = TC_DKV_ROWS;  // key rows per block
+        if ((double)((s->T + krows - 1) / krows) * groups * s->B < TC_DKV_SMALL_GRID) krows = 64;
+        const int tiles = (s->T + krows - 1) / krows;
+        const TileWork kw = key_tiles(s->T, krows, s->causal);
+        const size_t smem = tc_smem_dkv(d, krows);
+        dim3 grid((unsigned)tiles, (unsigned)groups, (unsigned)s->B);
         // Q, G, L, D per key tile and head; K and V once per K / V head; dK, dV written (4 B
         // each, less when lean).
         const double written = 4.0 * rows * d * ((dk ? s->k_heads : 0) + (dv ? s->v_heads : 0));
@@ -206,14 +217,14 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         if (dk) cost = with_lean_twin(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
         if (dv) cost = with_lean_twin(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
         if (d == 16) {
-            tc_opt_in(flash_tc_dkv_kernel<16>, tc_smem_dkv(16));
-            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, TC_DKV_THREADS, tc_smem_dkv(16), st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+            tc_opt_in(flash_tc_dkv_kernel<16>, tc_smem_dkv(16, TC_DKV_ROWS));
+            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
         } else if (d == 32) {
-            tc_opt_in(flash_tc_dkv_kernel<32>, tc_smem_dkv(32));
-            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, TC_DKV_THREADS, tc_smem_dkv(32), st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+            tc_opt_in(flash_tc_dkv_kernel<32>, tc_smem_dkv(32, TC_DKV_ROWS));
+            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
         } else {
-            tc_opt_in(flash_tc_dkv_kernel<64>, tc_smem_dkv(64));
-            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, TC_DKV_THREADS, tc_smem_dkv(64), st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+            tc_opt_in(flash_tc_dkv_kernel<64>, tc_smem_dkv(64, TC_DKV_ROWS));
+            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
         }
         CUDA_CHECK_LAUNCH();
     }
