@@ -168,11 +168,12 @@ static size_t tc_smem_dq(int d) {
 static size_t tc_smem_dkv(int d, int rows) {
     return 4 * (2 * rows * TC_COLS + 2 * TC_COLS) + 2 * (2 * rows * d + 2 * TC_COLS * d + 2 * rows * TC_COLS);
 }
-// Below this many blocks the dK/dV grid takes 64-row key tiles: A100's SM count, the smaller of
-// the two targets (H100: 132).  A grid that leaves SMs idle is priced on its share of the GPU;
-// doubling its blocks costs twice the Q/G re-reads, which is cheaper while the grid is that
-// small (BERT-base mhe_mul, seq 512 x 16: 64 -> 128 blocks, 101 -> 65 us per layer on H100).
-#define TC_DKV_SMALL_GRID 108
+// A dK/dV grid of 128-row tiles with at most this many blocks takes 64-row tiles: half of A100's
+// 108 SMs (the smaller of the two targets; H100 has 132), so twice the blocks still leave SMs
+// idle and take no longer each, while the Q/G re-reads they double are spread over twice the
+// SMs (a grid below the SM count is priced on its share of the GPU).  Short batches with all
+// heads sharing K and V (MQA, MHE: one head group) are such grids.
+#define TC_DKV_SMALL_GRID 54
 static int tc_gcd(int x, int y) { return y ? tc_gcd(y, x % y) : x; }
 
 // Cost model: tensor-core FLOPs of the products (dQ: S, dPd, dS K = 6 d per pair; dK/dV: Sᵀ,
@@ -203,7 +204,7 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         const int kr = s->n_heads / s->k_heads, vr = s->n_heads / s->v_heads, group = kr / tc_gcd(kr, vr) * vr;
         const int groups = s->n_heads / group;
         int krows = TC_DKV_ROWS;  // key rows per block
-        if ((double)((s->T + krows - 1) / krows) * groups * s->B < TC_DKV_SMALL_GRID) krows = 64;
+        if ((double)((s->T + krows - 1) / krows) * groups * s->B <= TC_DKV_SMALL_GRID) krows = 64;
         const int tiles = (s->T + krows - 1) / krows;
         const TileWork kw = key_tiles(s->T, krows, s->causal);
         const size_t smem = tc_smem_dkv(d, krows);

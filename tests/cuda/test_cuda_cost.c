@@ -160,7 +160,7 @@ static void test_single_calls(void **state) {
     // B = 1, T = 128, not causal, every twin current (the forward's Q, K, V; dout's is made by
     // the backward: G), dQ/dK/dV stored in fp32 (4 B).
     // dK/dV: blocks own both heads (they share K and V); one 128-key-row block would be a grid
-    // below 108 blocks, so two of 64 rows: each reads Q, G (2 B each) and L, D (4 B each) of 128
+    // of at most 54 blocks, so two of 64 rows: each reads Q, G (2 B each) and L, D (4 B each) of 128
     // query rows per head, 2 blocks x 2 heads x 128 x (4 x 16 + 8) = 36864 B; K and V staged
     // once (128 x 16 x (2 + 2) = 8192 B); dK, dV written (2 x 128 x 16 x 4 = 16384 B): 61440 B.
     // Tensor-core FLOPs: 4 products of 128 x 128 x 16 per head, 2 x 4 x 2 x 128 x 128 x 16 =

@@ -687,9 +687,9 @@ static const AttnCase ATTN_CASES[] = {
         // next: causal and not, dropout, masks, shared K/V heads (a dK/dV block owning 4 heads).
         {"mha d=16 T=270 causal dropout mask", 1, 270, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
         {"gqa d=32 T=260 k 2 v 1 of 4, bias, scale, shift, dropout", 1, 260, 4, 4, 2, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
-        // A dK/dV grid of 2 x 28 x 2 = 112 blocks: 128-row key tiles (smaller grids, the cases
-        // above, take 64-row ones), the second ending 2 rows in.
-        {"mha 28 heads d=16 T=130 causal dropout mask", 2, 130, 28, 28, 28, 28, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
+        // A dK/dV grid of 2 tiles x 14 heads x 2 sequences = 56 blocks: 128-row key tiles (grids
+        // of at most 54, the cases above, take 64-row ones), the second ending 2 rows in.
+        {"mha 14 heads d=16 T=130 causal dropout mask", 2, 130, 14, 14, 14, 14, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
         // d = 64: the dK/dV kernel's 64 KB of shared memory (opted in past 48 KB).
         {"mha d=64 T=21 mask", 1, 21, 1, 1, 1, 1, 64, 64, 0, 1, 0, 0, 0, 0.0f, 0},
 };
