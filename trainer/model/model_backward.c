@@ -21,14 +21,15 @@ static void layernorm_backward_dropout(Backend *be, const float *dy, const float
     be->dropout(be, dx, dr, (size_t)N * D, p, seed, site);
 }
 
-// dy = d(layer output) on entry, d(layer input) on return.
-static void layer_backward(Model *m, int l, float *dy) {
+// dy = d(layer output) on entry, d(layer input) on return.  Pre-LN: on entry dC already holds
+// the FFN branch's gradient drop(dy) (made by the op above, in its pass), and the layer's last
+// op makes the one below it likewise: *below = dropout(d(layer input)) at below_site.
+static void layer_backward(Model *m, int l, float *dy, float *below, uint64_t below_site) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const LayerParams *p = &m->lp[l];
     const ModelConfig *mc = &m->cfg.model;
     const int N = m->B * m->T, D = mc->hidden, F = mc->ffn;
-    const size_t ND = (size_t)N * D;
     const float pd = m->train ? mc->dropout : 0.0f;
     const uint64_t site = m->drop_base + 1 + 3 * (uint64_t)l;
     float *dA = m->dA, *dB = m->dB, *dC = m->dC, *dF = m->dF;
@@ -46,15 +47,14 @@ static void layer_backward(Model *m, int l, float *dy) {
         attn_backward(m, l, dA, dy, 1);
     } else {
         // h = x + drop(Attn(LN1(x))), out = h + drop(FFN(LN2(h)))
-        be->dropout(be, dy, dC, ND, pd, m->drop_seed, site + 2);
         linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
         be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
         linear_backward(be, dF, a->f_in, MP(m, p->up_w), N, D, F, dB, 0, MG(m, p->up_w), MG(m, p->up_b));
         layernorm_backward_dropout(be, dB, a->h, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dy, 1,
                                    MG(m, p->ln2_g), MG(m, p->ln2_b), pd, m->drop_seed, site + 1, dA);
         attn_backward(m, l, dA, dB, 0);
-        be->layernorm_backward(be, dB, a->x, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy, 1,
-                               MG(m, p->ln1_g), MG(m, p->ln1_b));
+        layernorm_backward_dropout(be, dB, a->x, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy, 1,
+                                   MG(m, p->ln1_g), MG(m, p->ln1_b), pd, m->drop_seed, below_site, below);
     }
 }
 
@@ -63,27 +63,36 @@ void encoder_backward(Model *m, const float *dfin) {
     const ModelConfig *mc = &m->cfg.model;
     const int B = m->B, T = m->T, N = B * T, D = mc->hidden, L = mc->layers;
     const size_t ND = (size_t)N * D;
+    const int pre = mc->norm == NORM_PRE;
+    const float pd = m->train ? mc->dropout : 0.0f;
     float *dy = m->dY;
-    if (mc->norm == NORM_PRE)
-        be->layernorm_backward(be, dfin, m->xs[L], MP(m, m->fln_g), m->fln_mean, m->fln_rstd, N, D,
-                               dy, 0, MG(m, m->fln_g), MG(m, m->fln_b));
+    // Pre-LN: every LayerNorm backward also drops its dx out for the dropout below it (the FFN
+    // branch of the layer below, at its site; below layer 0, the embeddings' into dA).
+    const uint64_t ffn_site = m->drop_base + 1 + 3 * (uint64_t)(L - 1) + 2;
+    if (pre)
+        layernorm_backward_dropout(be, dfin, m->xs[L], MP(m, m->fln_g), m->fln_mean, m->fln_rstd, N, D, dy, 0,
+                                   MG(m, m->fln_g), MG(m, m->fln_b), pd, m->drop_seed, ffn_site, m->dC);
     else
         be->copy(be, dy, dfin, ND * sizeof(float));
     if (m->bw_hook) m->bw_hook(m->bw_ctx, L);
     for (int l = L - 1; l >= 0; l--) {
         layer_recompute(m, l);
-        layer_backward(m, l, dy);
+        layer_backward(m, l, dy, l > 0 ? m->dC : m->dA, l > 0 ? ffn_site - 3 * (uint64_t)(L - l) : m->drop_base);
         if (m->bw_hook) m->bw_hook(m->bw_ctx, l);
     }
 
-    be->dropout(be, dy, dy, ND, m->train ? mc->dropout : 0.0f, m->drop_seed, m->drop_base);
+    float *demb = m->dA;  // d(embedding output), after its dropout's backward
+    if (!pre) {
+        be->dropout(be, dy, dy, ND, pd, m->drop_seed, m->drop_base);
+        demb = dy;
+    }
     if (mc->arch == ARCH_BERT) {
-        be->layernorm_backward(be, dy, m->emb, MP(m, m->eln_g), m->emb_mean, m->emb_rstd, N, D,
+        be->layernorm_backward(be, demb, m->emb, MP(m, m->eln_g), m->emb_mean, m->emb_rstd, N, D,
                                m->dA, 0, MG(m, m->eln_g), MG(m, m->eln_b));
         be->embedding_backward(be, m->dA, m->ids, m->has_types ? m->types : NULL, B, T, D,
                                MG(m, m->word), MG(m, m->pos), MG(m, m->type));
     } else {
-        be->embedding_backward(be, dy, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
+        be->embedding_backward(be, demb, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
     }
     if (m->bw_hook) m->bw_hook(m->bw_ctx, -1);
 }

@@ -32,10 +32,11 @@ static void layer_forward(Model *m, int l, int again) {
     const LayerParams *p = &m->lp[l];
     const ModelConfig *mc = &m->cfg.model;
     const int N = m->B * m->T, D = mc->hidden, F = mc->ffn;
-    const size_t ND = (size_t)N * D;
     const float pd = hidden_p(m);
     const uint64_t site = m->drop_base + 1 + 3 * (uint64_t)l;
-    if (mc->norm == NORM_PRE)
+    // Pre-LN: LN1 of a layer after the first ran in the previous layer's residual step, except
+    // in a recomputation (the previous layer is not rerun).
+    if (mc->norm == NORM_PRE && (l == 0 || again))
         be->layernorm_forward(be, a->x, MP(m, p->ln1_g), MP(m, p->ln1_b), N, D, mc->ln_eps, a->a_in,
                               a->ln1_mean, a->ln1_rstd);
     attn_forward(m, l, a->r1);
@@ -54,8 +55,14 @@ static void layer_forward(Model *m, int l, int again) {
         residual_layernorm(be, a->h, a->r2, pd, m->drop_seed, site + 2, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D,
                            mc->ln_eps, again ? m->dB : m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
     } else {
-        be->dropout(be, a->r2, a->r2, ND, pd, m->drop_seed, site + 2);
-        be->add(be, a->h, a->r2, a->r2, ND);
+        // The next layer's input h + drop(FFN), and the LayerNorm that reads it first — the next
+        // layer's LN1 or the final one — in one residual step.
+        const int last = l == mc->layers - 1;
+        const LayerParams *q = last ? NULL : &m->lp[l + 1];
+        LayerActs *b = last ? NULL : &m->la[l + 1];
+        residual_layernorm(be, a->h, a->r2, pd, m->drop_seed, site + 2, MP(m, last ? m->fln_g : q->ln1_g),
+                           MP(m, last ? m->fln_b : q->ln1_b), N, D, mc->ln_eps, last ? m->fin : b->a_in,
+                           last ? m->fln_mean : b->ln1_mean, last ? m->fln_rstd : b->ln1_rstd);
     }
 }
 
@@ -111,10 +118,7 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
         be->embedding_forward(be, m->ids, NULL, MP(m, m->word), MP(m, m->pos), NULL, B, T, D, m->xs[0]);
     }
     be->dropout(be, m->xs[0], m->xs[0], ND, pd, m->drop_seed, m->drop_base);
-    for (int l = 0; l < L; l++) layer_forward(m, l, 0);
-    if (mc->norm == NORM_PRE)
-        be->layernorm_forward(be, m->xs[L], MP(m, m->fln_g), MP(m, m->fln_b), N, D, mc->ln_eps,
-                              m->fin, m->fln_mean, m->fln_rstd);
+    for (int l = 0; l < L; l++) layer_forward(m, l, 0);  // pre-LN: the last one ends with the final LN
 }
 
 float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
