@@ -216,6 +216,16 @@ struct Backend {
     // dx = dy * gelu'(x); dx may alias dy.
     void (*gelu_backward)(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx,
                           size_t n);
+    // Optional (NULL: linear_forward, then gelu_forward): the FFN's up projection and its GELU,
+    // u = x Wᵀ + b (b not NULL) and g = GELU(u), as those two ops — a backend may fuse them
+    // (cuBLASLt's GELU epilogue, GELU_TANH only; values within its precision of the two ops).
+    void (*linear_gelu_forward)(Backend *be, GeluKind kind, const float *x, const float *W, const float *b,
+                                int N, int in, int out, float *u, float *g);
+    // Optional (NULL: linear_backward with accumulate 0, then gelu_backward on dx): the down
+    // projection's backward into the GELU's input gradient, dx = (dy W) * gelu'(u) (u [N, in]
+    // as linear_gelu_forward wrote it), dW += dyᵀ x, db += Σ dy; dx not NULL.
+    void (*linear_backward_gelu)(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W,
+                                 int N, int in, int out, const float *u, float *dx, float *dW, float *db);
     // y = tanh(x) (the BERT pooler of the fine-tuning heads); y may alias x.
     void (*tanh_forward)(Backend *be, const float *x, float *y, size_t n);
     // dx = dy * (1 - y²) from the forward's output y; dx may alias dy.

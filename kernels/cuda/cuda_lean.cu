@@ -51,6 +51,18 @@ static void w_linear_backward(Backend *be, const float *dy, const float *x, cons
     rd(be, db, out);
     inner(be)->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
 }
+// The fused paths read the bias and u from twins; their fallbacks call the wrapped ops.
+static void w_linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b, int N,
+                                  int in, int out, float *u, float *g) {
+    rd(be, b, out);
+    inner(be)->linear_gelu_forward(be, kind, x, W, b, N, in, out, u, g);
+}
+static void w_linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W, int N,
+                                   int in, int out, const float *u, float *dx, float *dW, float *db) {
+    rd(be, dW, (size_t)out * in);
+    rd(be, db, out);
+    inner(be)->linear_backward_gelu(be, kind, dy, x, W, N, in, out, u, dx, dW, db);
+}
 static void w_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
     rd(be, y, (size_t)N * C);
     rd(be, bias, C);
@@ -317,6 +329,8 @@ void cuda_install_lean(Backend *be) {
     WRAP(matmul_batched);
     WRAP(linear_forward);
     WRAP(linear_backward);
+    WRAP(linear_gelu_forward);
+    WRAP(linear_backward_gelu);
     WRAP(bias_add);
     WRAP(bias_backward);
     WRAP(add);

@@ -27,8 +27,11 @@
 
 static constexpr size_t LT_WORKSPACE = 32u << 20;  // NVIDIA's recommendation for Hopper
 
-// (epilogue, trans_a, trans_b, m, n, k, lda, ldb, ldd, operand type, D type, alignments of A, B, D, bias)
-typedef std::tuple<int, int, int, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t> LtPlanKey;
+// (epilogue, trans_a, trans_b, m, n, k, lda, ldb, ldd, operand type, D type, alignments of A, B, D,
+// bias, aux)
+typedef std::tuple<int, int, int, int, int, int, int, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t,
+                   uint32_t>
+    LtPlanKey;
 
 struct LtPlan {
     bool ok = false;
@@ -66,13 +69,15 @@ static uint32_t alignment(const void *p) {
 
 // The plan for D (m x n) = op(A) op(B) with the epilogue; nullptr when cuBLASLt has none.  D and
 // the bias vector are of type dt (fp32, or bf16 for a lean output: cuBLASLt wants them alike).
+// The GELU epilogues take a bf16 aux matrix of D's shape with leading dimension ldd (the GELU
+// input: written by GELU_AUX_BIAS, read by DGELU).
 static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool tb, int m, int n, int k, int lda,
                            int ldb, int ldd, const void *A, const void *B, const void *D, const void *bias,
-                           cudaDataType dt = CUDA_R_32F) {
+                           cudaDataType dt = CUDA_R_32F, const void *aux = nullptr) {
     LtState *s = lt_state(be);
     const cudaDataType t = cuda_ctx(be)->bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    const uint32_t al[4] = {alignment(A), alignment(B), alignment(D), alignment(bias)};
-    LtPlanKey key{(int)epi, ta, tb, m, n, k, lda, ldb, ldd, (int)t, (int)dt, al[0], al[1], al[2], al[3]};
+    const uint32_t al[5] = {alignment(A), alignment(B), alignment(D), alignment(bias), alignment(aux)};
+    LtPlanKey key{(int)epi, ta, tb, m, n, k, lda, ldb, ldd, (int)t, (int)dt, al[0], al[1], al[2], al[3], al[4]};
     auto it = s->plans.find(key);
     if (it != s->plans.end()) return it->second.ok ? &it->second : nullptr;
     LtPlan &p = s->plans[key];
@@ -85,6 +90,14 @@ static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool 
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
     // The heuristic reads the bias pointer's alignment from the descriptor.
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (aux) {
+        const int64_t aux_ld = ldd;
+        const cudaDataType aux_type = CUDA_R_16BF;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type,
+                                                    sizeof aux_type));
+    }
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, t, ta ? k : m, ta ? m : k, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, t, tb ? n : k, tb ? k : n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, dt, m, n, ldd));
@@ -108,10 +121,13 @@ static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool 
     return p.ok ? &p : nullptr;
 }
 
-static void lt_run(Backend *be, const LtPlan *p, const void *A, const void *B, float beta, void *D, const void *bias) {
+static void lt_run(Backend *be, const LtPlan *p, const void *A, const void *B, float beta, void *D, const void *bias,
+                   const void *aux = nullptr) {
     LtState *s = lt_state(be);
     const float one = 1.0f;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (aux)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
     CUBLAS_CHECK(cublasLtMatmul(s->handle, p->desc, &one, A, p->a, B, p->b, &beta, D, p->d, D, p->d, &p->algo,
                                 s->workspace, LT_WORKSPACE, cuda_stream(be)));
 }
@@ -215,6 +231,79 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
 }
 
+// The FFN's up projection with its GELU (GELU_TANH: cuBLASLt's GELU is the tanh form): one
+// GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b) as D and the GELU input u as aux, both bf16 —
+// taken when both are lean (only matmuls and the GELU's backward read them as twins), so
+// neither fp32 copy is wanted; otherwise the two ops.  g is GELU of the fp32 sum, one rounding
+// fewer than GELU of u's twin.  true when it ran.
+static bool linear_gelu_lean(Backend *be, const float *x, const float *W, const float *b, int N, int in, int out,
+                             float *u, float *g) {
+    const size_t n = (size_t)N * out;
+    if (!cuda_mirror_peek_lean(be, u, n, LEAN_LINEAR) || !cuda_mirror_peek_lean(be, g, n, LEAN_ELEMENTWISE))
+        return false;
+    const void *A = W, *B = x, *bb = b;
+    for (int round = 0; round < 2; round++) {  // a lookup may merge (move) an earlier twin
+        bb = cuda_mirror_operand(be, b, (size_t)out);
+        twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
+    }
+    const __nv_bfloat16 *ut = cuda_mirror_peek_lean(be, u, n, LEAN_LINEAR);
+    const __nv_bfloat16 *gt = cuda_mirror_peek_lean(be, g, n, LEAN_ELEMENTWISE);
+    if (!ut || !gt || reinterpret_cast<uintptr_t>(ut) % 16) return false;
+    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, out, A, B, gt, bb,
+                              CUDA_R_16BF, ut);
+    if (!p) return false;
+    float *unused;
+    __nv_bfloat16 *uw = cuda_mirror_out_lean(be, u, n, &unused, LEAN_LINEAR);  // marks both stale
+    __nv_bfloat16 *gw = cuda_mirror_out_lean(be, g, n, &unused, LEAN_ELEMENTWISE);
+    // Past the lean GEMM's bf16 D and bias: the aux store (2 B per element).
+    mhe_cost_record_gemm_bf16_out(N, out, in, "+bias+gelu", 2.0 * out + 2.0 * n);
+    lt_run(be, p, A, B, 0.0f, gw, bb, uw);
+    return true;
+}
+
+static void cuda_linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b,
+                                     int N, int in, int out, float *u, float *g) {
+    if (kind == GELU_TANH && b && N > 0 && out > 0 && in > 0 && cuda_ctx(be)->bf16) {
+        double t0 = cuda_prof_begin(be);
+        if (linear_gelu_lean(be, x, W, b, N, in, out, u, g)) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            return;
+        }
+    }
+    be->linear_forward(be, x, W, b, N, in, out, u);
+    be->gelu_forward(be, kind, u, g, (size_t)N * out);
+}
+
+// Its backward: dx = (dy W) * gelu'(u) in one DGELU GEMM reading u's twin as aux, taken when u
+// is held by its twin alone and dx is lean; the weight and bias gradients as linear_backward's.
+static void cuda_linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W,
+                                      int N, int in, int out, const float *u, float *dx, float *dW, float *db) {
+    const size_t n = (size_t)N * in;
+    if (kind == GELU_TANH && N > 0 && out > 0 && in > 0 && cuda_ctx(be)->bf16 &&
+        cuda_mirror_peek_lean(be, dx, n, LEAN_ELEMENTWISE) && cuda_mirror_stale_twin(be, u, n)) {
+        double t0 = cuda_prof_begin(be);
+        const void *A = W, *B = dy;
+        twins(be, W, (size_t)out * in, dy, (size_t)N * out, &A, &B);
+        const __nv_bfloat16 *ut = cuda_mirror_stale_twin(be, u, n);
+        const __nv_bfloat16 *dt = cuda_mirror_peek_lean(be, dx, n, LEAN_ELEMENTWISE);
+        const LtPlan *p = ut && dt && reinterpret_cast<uintptr_t>(ut) % 16 == 0
+                              ? lt_plan(be, CUBLASLT_EPILOGUE_DGELU, false, false, in, N, out, in, out, in, A, B, dt,
+                                        nullptr, CUDA_R_16BF, ut)
+                              : nullptr;
+        if (p) {
+            float *unused;
+            __nv_bfloat16 *dw = cuda_mirror_out_lean(be, dx, n, &unused, LEAN_ELEMENTWISE);
+            mhe_cost_record_gemm_bf16_out(N, in, out, "+dgelu", 2.0 * n);  // the aux read
+            lt_run(be, p, A, B, 0.0f, dw, nullptr, ut);
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            be->linear_backward(be, dy, x, W, N, in, out, nullptr, 0, dW, db);
+            return;
+        }
+    }
+    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
+    be->gelu_backward(be, kind, u, dx, dx, n);
+}
+
 void cuda_linear_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     LtState *s = c->lt;
@@ -236,4 +325,6 @@ void cuda_linear_destroy(Backend *be) {
 void cuda_install_linear(Backend *be) {
     be->linear_forward = cuda_linear_forward;
     be->linear_backward = cuda_linear_backward;
+    be->linear_gelu_forward = cuda_linear_gelu_forward;
+    be->linear_backward_gelu = cuda_linear_backward_gelu;
 }

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "kernels/backend_info.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/ops.h"
 
@@ -166,10 +167,94 @@ static void test_stale_fp32_is_poisoned_in_the_emulation(void **state) {
     side_free(&s);
 }
 
+// The FFN with its GELU fused into the GEMMs (cuda_linear.cu: cuBLASLt's GELU_AUX_BIAS and DGELU
+// epilogues, GELU_TANH) once u, g and the GELU's input gradient are lean, against the dual side,
+// which runs linear, GELU, linear backward and GELU backward as separate ops: the results agree
+// to bf16 precision (the fused forward takes GELU of the fp32 sum, the fused backward multiplies
+// the fp32 product), and the fused calls are the ones that ran.
+enum { F = 32 };
+static void ffn_step(Backend *be, float *const *t, int step) {
+    float *x = t[0], *W1 = t[1], *b1 = t[2], *u = t[3], *g = t[4], *W2 = t[5], *b2 = t[6], *y = t[7], *G = t[8];
+    float *e = t[9], *dF = t[10], *dW2 = t[11], *db2 = t[12], *dX = t[13], *p = t[14], *pg = t[15];
+    float *pm = t[16], *pv = t[17];
+    be->zero(be, dW2, (size_t)N * F * sizeof(float));
+    be->zero(be, db2, N * sizeof(float));
+    be->linear_gelu_forward(be, GELU_TANH, x, W1, b1, M, K, F, u, g);
+    be->linear_forward(be, g, W2, b2, M, F, N, y);
+    be->matmul(be, 1, 0, N, N, M, 1.0f, y, N, y, N, 0.0f, G, N);
+    be->linear_backward_gelu(be, GELU_TANH, e, g, W2, M, F, N, u, dF, dW2, db2);
+    be->matmul(be, 0, 0, M, K, F, 1.0f, dF, F, W1, K, 0.0f, dX, K);
+    be->adamw_update(be, p, pg, pm, pv, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
+    (void)step;
+}
+
+static void expect_near(Backend *a, Backend *b, const float *pa, const float *pb, size_t n, double tol) {
+    float *ha = malloc(n * sizeof(float)), *hb = malloc(n * sizeof(float));
+    a->download(a, ha, pa, n * sizeof(float));
+    b->download(b, hb, pb, n * sizeof(float));
+    double worst = 0, scale = 1e-3;
+    for (size_t i = 0; i < n; i++) {
+        scale = fmax(scale, fabs(hb[i]));
+        worst = fmax(worst, fabs((double)ha[i] - hb[i]));
+    }
+    free(ha);
+    free(hb);
+    assert_true(worst <= tol * scale);
+}
+
+static long calls_labelled(const CostReport *r, const char *suffix) {
+    long n = 0;
+    for (int i = 0; i < r->n_top; i++) {
+        const size_t l = strlen(r->top[i].label), ls = strlen(suffix);
+        if (l >= ls && strcmp(r->top[i].label + l - ls, suffix) == 0) n += r->top[i].calls;
+    }
+    return n;
+}
+
+static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
+    (void)state;
+    enum { T = 18 };
+    const size_t sizes[T] = {M * K, F * K, F, M * F, M * F, N * F, N, M * N, N * N,
+                             M * N, M * F, N * F, N, M * K, N, N, N, N};
+    float *host[T];
+    for (int i = 0; i < T; i++) {
+        host[i] = malloc(sizes[i] * sizeof(float));
+        for (size_t j = 0; j < sizes[i]; j++) host[i][j] = (i == 0 ? 2.0f : 0.5f) * uniform();
+    }
+    Backend *bes[2];
+    float *t[2][T];
+    for (int side = 0; side < 2; side++) {
+        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
+        bes[side] = backend_cuda_create(0, 1);
+        unsetenv("MHE_CUDA_LEAN");
+        for (int i = 0; i < T; i++) t[side][i] = dev(bes[side], host[i], sizes[i]);
+    }
+    for (int step = 0; step < 4; step++) {
+        CostReport r;
+        backend_cuda_cost_start();
+        ffn_step(bes[0], t[0], step);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        ffn_step(bes[1], t[1], step);
+        // Step 0 makes the twins, step 1's epoch turns u, g and dF lean: fused from step 2 on.
+        assert_int_equal(calls_labelled(&r, " +bias+gelu"), step >= 2);
+        assert_int_equal(calls_labelled(&r, " +dgelu"), step >= 2);
+        expect_near(bes[0], bes[1], t[0][8], t[1][8], N * N, 3e-2);   // G = yᵀy (y from g)
+        expect_near(bes[0], bes[1], t[0][11], t[1][11], N * F, 3e-2); // dW2 = eᵀ g
+        expect_near(bes[0], bes[1], t[0][12], t[1][12], N, 1e-5);     // db2 = Σ e
+        expect_near(bes[0], bes[1], t[0][13], t[1][13], M * K, 3e-2); // dX = dF W1
+    }
+    for (int side = 0; side < 2; side++) {
+        for (int i = 0; i < T; i++) bes[side]->free(bes[side], t[side][i]);
+        bes[side]->destroy(bes[side]);
+    }
+    for (int i = 0; i < T; i++) free(host[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lean_matches_dual),
         cmocka_unit_test(test_stale_fp32_is_poisoned_in_the_emulation),
+        cmocka_unit_test(test_ffn_gelu_epilogues_match_separate_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -406,6 +406,29 @@ void linear_backward(Backend *be, const float *dy, const float *x, const float *
     if (db) be->bias_backward(be, dy, N, out, db);
 }
 
+// u = x Wᵀ + b, g = GELU(u): the FFN's up projection, one backend call where it fuses them.
+void linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b, int N, int in,
+                         int out, float *u, float *g) {
+    if (be->linear_gelu_forward) {
+        be->linear_gelu_forward(be, kind, x, W, b, N, in, out, u, g);
+        return;
+    }
+    linear_forward(be, x, W, b, N, in, out, u);
+    be->gelu_forward(be, kind, u, g, (size_t)N * out);
+}
+
+// dx = (dy W) * gelu'(u);  dW += dyᵀ x;  db += Σ_rows dy: the down projection's backward into
+// the GELU's input, one backend call where it fuses them.
+void linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W, int N, int in,
+                          int out, const float *u, float *dx, float *dW, float *db) {
+    if (be->linear_backward_gelu) {
+        be->linear_backward_gelu(be, kind, dy, x, W, N, in, out, u, dx, dW, db);
+        return;
+    }
+    linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
+    be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
+}
+
 // What layer_recompute adds (model_forward.c): every layer but the last runs again, `layer`
 // without the pre-LN down projection (half the FFN), `attention` only its projections and core.
 double model_recompute_flops(const Model *m, int B, int T) {

@@ -37,8 +37,8 @@ static void layer_backward(Model *m, int l, float *dy, float *below, uint64_t be
         // out = LN2(r2), r2 = h + drop(FFN(h)), h = LN1(r1), r1 = x + drop(Attn(x))
         layernorm_backward_dropout(be, dy, a->r2, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dB, 0,
                                    MG(m, p->ln2_g), MG(m, p->ln2_b), pd, m->drop_seed, site + 2, dC);
-        linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
-        be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
+        linear_backward_gelu(be, gelu_kind(m), dC, a->g, MP(m, p->down_w), N, F, D, a->u, dF, MG(m, p->down_w),
+                             MG(m, p->down_b));
         linear_backward(be, dF, a->h, MP(m, p->up_w), N, D, F, dB, 1, MG(m, p->up_w), MG(m, p->up_b));
         // d x = d r1 (the residual path; dy is free once LN2's backward has read it), plus the
         // attention path's share, added by the projections' backward: no zeroing, no add pass.
@@ -47,8 +47,8 @@ static void layer_backward(Model *m, int l, float *dy, float *below, uint64_t be
         attn_backward(m, l, dA, dy, 1);
     } else {
         // h = x + drop(Attn(LN1(x))), out = h + drop(FFN(LN2(h)))
-        linear_backward(be, dC, a->g, MP(m, p->down_w), N, F, D, dF, 0, MG(m, p->down_w), MG(m, p->down_b));
-        be->gelu_backward(be, gelu_kind(m), a->u, dF, dF, (size_t)N * F);
+        linear_backward_gelu(be, gelu_kind(m), dC, a->g, MP(m, p->down_w), N, F, D, a->u, dF, MG(m, p->down_w),
+                             MG(m, p->down_b));
         linear_backward(be, dF, a->f_in, MP(m, p->up_w), N, D, F, dB, 0, MG(m, p->up_w), MG(m, p->up_b));
         layernorm_backward_dropout(be, dB, a->h, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dy, 1,
                                    MG(m, p->ln2_g), MG(m, p->ln2_b), pd, m->drop_seed, site + 1, dA);

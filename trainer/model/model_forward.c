@@ -47,8 +47,7 @@ static void layer_forward(Model *m, int l, int again) {
     else
         residual_layernorm(be, a->x, a->r1, pd, m->drop_seed, site + 1, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D,
                            mc->ln_eps, a->f_in, a->ln2_mean, a->ln2_rstd);
-    linear_forward(be, a->f_in, MP(m, p->up_w), MP(m, p->up_b), N, D, F, a->u);
-    be->gelu_forward(be, gelu_kind(m), a->u, a->g, (size_t)N * F);
+    linear_gelu_forward(be, gelu_kind(m), a->f_in, MP(m, p->up_w), MP(m, p->up_b), N, D, F, a->u, a->g);
     if (again && mc->norm == NORM_PRE) return;
     linear_forward(be, a->g, MP(m, p->down_w), MP(m, p->down_b), N, F, D, a->r2);
     if (mc->norm == NORM_POST) {

@@ -133,6 +133,12 @@ void attn_backward(Model *m, int l, const float *d_out, float *d_ain, int accumu
 // y = x Wᵀ + b for x [N, in], W [out, in].
 void linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
                     int out, float *y);
+// u = x Wᵀ + b and g = GELU(u) (ops.h linear_gelu_forward, or the two ops).
+void linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b, int N, int in,
+                         int out, float *u, float *g);
+// dx = (dy W) * gelu'(u), dW += dyᵀ x, db += colsum(dy) (ops.h linear_backward_gelu, or the ops).
+void linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W, int N, int in,
+                          int out, const float *u, float *dx, float *dW, float *db);
 // dx (= or += by accumulate) dy W; dW += dyᵀ x; db += colsum(dy).  dx may be NULL.
 void linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
                      int out, float *dx, int accumulate, float *dW, float *db);

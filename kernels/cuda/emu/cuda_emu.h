@@ -319,8 +319,8 @@ cublasStatus_t mhe_emu_gemm_batched_ex(cublasHandle_t h, cublasOperation_t ta, c
 #define cublasGemmStridedBatchedEx mhe_emu_gemm_strided_batched_ex
 #define cublasGemmBatchedEx mhe_emu_gemm_batched_ex
 
-// ---- cuBLASLt over OpenBLAS (cuda_emu_lt.cpp): matmuls with the DEFAULT, BIAS and BGRADB
-// epilogues, computed for real; any other attribute, epilogue or type is refused
+// ---- cuBLASLt over OpenBLAS (cuda_emu_lt.cpp): matmuls with the DEFAULT, BIAS, BGRADB,
+// GELU_AUX_BIAS and DGELU epilogues, computed for real; any other attribute, epilogue or type is refused
 // (CUBLAS_STATUS_NOT_SUPPORTED), and pointers must meet the alignments the heuristic query
 // was promised (CUBLAS_STATUS_INVALID_VALUE otherwise), as on the GPU. ----
 cublasStatus_t mhe_emu_lt_create(cublasLtHandle_t *h);

@@ -1,6 +1,6 @@
 // cuBLASLt for the CUDA emulation (see cuda_emu.h): the slice the backend uses — matmul
 // descriptors, matrix layouts, preferences, the heuristic query and cublasLtMatmul with the
-// DEFAULT, BIAS and BGRADB epilogues — computed on the host with OpenBLAS in cuBLASLt's
+// DEFAULT, BIAS, BGRADB, GELU_AUX_BIAS and DGELU epilogues — computed on the host with OpenBLAS in cuBLASLt's
 // column-major contract.  The epilogues run for real (the tests compare their results with the
 // CPU backend).  What the backend does not use is refused rather than approximated, and the
 // checks the library makes on a GPU are made here too: layouts consistent with the
@@ -9,6 +9,7 @@
 
 #include <cblas.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct LtDesc {
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void *bias = nullptr;
     int bias_type = -1;  // -1: D's type
+    void *aux = nullptr;  // GELU_AUX_BIAS writes the GELU input there, DGELU reads it
+    int64_t aux_ld = 0;
+    int aux_type = -1;   // -1: D's type
 };
 struct LtLayout {
     cudaDataType t;
@@ -48,6 +52,16 @@ template <typename T> bool read_attr(T &out, const void *buf, size_t bytes) {
 }
 
 bool type_ok(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
+bool has_aux(const LtDesc &d) {
+    return d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d.epilogue == CUBLASLT_EPILOGUE_DGELU;
+}
+// cuBLASLt's GELU is the tanh form (ops.h GELU_TANH) and its derivative.
+const float GELU_C = 0.7978845608028654f, GELU_A = 0.044715f;
+float gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(GELU_C * (x + GELU_A * x * x * x))); }
+float gelu_tanh_grad(float x) {
+    const float t = std::tanh(GELU_C * (x + GELU_A * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * x * x);
+}
 
 // What the emulation can compute: fp32 accumulation and scale, fp32 or bf16 inputs, fp32 or
 // bf16 output (C of D's type), one of the three epilogues; the BIAS vector is of D's type (as
@@ -58,9 +72,14 @@ cublasStatus_t supported(const LtDesc &d, const LtLayout &a, const LtLayout &b, 
     if (!type_ok(a.t) || !type_ok(b.t) || a.t != b.t || !type_ok(dl.t) || c.t != dl.t)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_BIAS &&
-        d.epilogue != CUBLASLT_EPILOGUE_BGRADB)
+        d.epilogue != CUBLASLT_EPILOGUE_BGRADB && !has_aux(d))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d.epilogue == CUBLASLT_EPILOGUE_BGRADB && dl.t != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    // The GELU epilogues: a bf16 aux matrix of D's shape with ld a multiple of 8 and >= its rows
+    // (what the library asks for 16-bit types).
+    const int aux_type = d.aux_type == -1 ? (int)dl.t : d.aux_type;
+    if (has_aux(d) && (aux_type != CUDA_R_16BF || d.aux_ld < (int64_t)dl.rows || d.aux_ld % 8))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.bias_type != -1 && d.bias_type != (int)dl.t)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     // D is m x n; op(A) m x k and op(B) k x n as stored (rows, cols) before the transposes.
@@ -121,6 +140,9 @@ cublasStatus_t mhe_emu_lt_desc_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAtt
     case CUBLASLT_MATMUL_DESC_EPILOGUE: ok = read_attr(x->epilogue, buf, bytes); break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = read_attr(x->bias, buf, bytes); break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: ok = read_attr(x->bias_type, buf, bytes); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: ok = read_attr(x->aux, buf, bytes); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = read_attr(x->aux_ld, buf, bytes); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: ok = read_attr(x->aux_type, buf, bytes); break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -192,7 +214,9 @@ cublasStatus_t mhe_emu_lt_matmul(cublasLtHandle_t, cublasLtMatmulDesc_t dd, cons
     const void *ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)
         if (!aligned(ptrs[i], (uint32_t)algo->data[i])) return CUBLAS_STATUS_INVALID_VALUE;
-    if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && (!d.bias || !aligned(d.bias, ld.t == CUDA_R_16BF ? 2 : 4))) return CUBLAS_STATUS_INVALID_VALUE;
+    const bool wants_bias = d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_DGELU;
+    if (wants_bias && (!d.bias || !aligned(d.bias, ld.t == CUDA_R_16BF ? 2 : 4))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (has_aux(d) && (!d.aux || !aligned(d.aux, 16))) return CUBLAS_STATUS_INVALID_VALUE;
     const int m = (int)ld.rows, n = (int)ld.cols, k = (int)(d.ta == CUBLAS_OP_N ? la.cols : la.rows);
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     const float a_ = *static_cast<const float *>(alpha), b_ = *static_cast<const float *>(beta);
@@ -215,12 +239,21 @@ cublasStatus_t mhe_emu_lt_matmul(cublasLtHandle_t, cublasLtMatmulDesc_t dd, cons
     auto get = [half](const void *p, size_t at) {
         return half ? __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[at]) : static_cast<const float *>(p)[at];
     };
-    const void *bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS ? d.bias : nullptr;
+    const bool gelu = d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dgelu = d.epilogue == CUBLASLT_EPILOGUE_DGELU;
+    const void *bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS || gelu ? d.bias : nullptr;
+    __nv_bfloat16 *aux = static_cast<__nv_bfloat16 *>(d.aux);
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             float v = a_ * prod[(size_t)j * m + i];
             if (b_ != 0.0f) v += b_ * get(C, (size_t)j * lc.ld + i);
             if (bias) v += get(bias, (size_t)i);
+            const size_t ax = (size_t)j * (size_t)d.aux_ld + i;
+            if (gelu) {  // the GELU input kept (rounded to the aux type), D = GELU of the fp32 value
+                aux[ax] = __float2bfloat16(v);
+                v = gelu_tanh(v);
+            } else if (dgelu) {
+                v *= gelu_tanh_grad(__bfloat162float(aux[ax]));
+            }
             const size_t at = (size_t)j * ld.ld + i;
             if (half)
                 static_cast<__nv_bfloat16 *>(D)[at] = __float2bfloat16(v);
