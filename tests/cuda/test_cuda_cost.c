@@ -101,11 +101,11 @@ static void test_single_calls(void **state) {
 
     // Tensor-core flash forward, mha, B = 1, T = 64, 2 heads of d = 16 (Q, K, V [64, 32] each,
     // separate buffers): the first call rounds Q, K and V into their bf16 twins (2048 elements
-    // each, 4 B read + 2 B written: 3 x 12288 B).  The kernel (one 64-row query tile per head)
-    // reads Q's twin once (4096 B), K's twice (both passes: 8192 B) and V's once per query tile
-    // (4096 B), writes Opre and out (2 x 2048 x 4 B = 16384 B) and L (128 x 4 B = 512 B):
-    // 33280 B.  Tensor-core FLOPs: Q Kᵀ in both passes and P V, 3 x 2 x 64 x 64 x 16 per head,
-    // 786432 for the two.
+    // each, 4 B read + 2 B written: 3 x 12288 B).  The kernel (one pass over the keys, one
+    // 256-row query tile per head holding all 64 rows) reads Q's twin once (4096 B), K's and
+    // V's once per query tile (2 x 4096 B), writes Opre and out (2 x 2048 x 4 B = 16384 B) and
+    // L (128 x 4 B = 512 B): 29184 B.  Tensor-core FLOPs: Q Kᵀ and P V, 2 x 2 x 64 x 64 x 16
+    // per head, 524288 for the two.
     AttnShape as;
     memset(&as, 0, sizeof as);
     as.B = 1;
@@ -126,7 +126,7 @@ static void test_single_calls(void **state) {
     assert_true(e->calls == 3 && e->bytes == 3 * 12288.0);
     e = find(&r, "flash_tc_forward_kernel<16>");
     assert_int_equal(e->op_class, OPC_ATTENTION);
-    assert_true(e->bytes == 33280.0 && e->tc_flops == 786432.0);
+    assert_true(e->bytes == 29184.0 && e->tc_flops == 524288.0);
     // The twins are current: the same forward again is the kernel alone.
     backend_cuda_cost_start();
     be->attention_forward(be, &as, q, k, v, out, saved, scratch);
@@ -134,25 +134,57 @@ static void test_single_calls(void **state) {
     assert_int_equal(r.launches, 1);
     be->free(be, saved);
     be->free(be, scratch);
-    // Causal, T = 256: the two 128-row query tiles stop at their last row, 128 and 256 keys, so
-    // per head 128 x 128 + 128 x 256 = 49152 (query, key) pairs instead of 65536: tensor-core
-    // FLOPs 2 heads x 49152 x 96 (6 d) = 9437184.  Bytes: Q's twin once (512 rows x 16 x 2 B =
-    // 16384), K twice and V once per tile over 384 key rows per head (2 x 384 x 16 x 6 B = 73728),
-    // Opre and out written (2 x 512 x 16 x 4 B = 65536) and L (512 x 4 B): 157696.
-    as.T = 256;
+    // Causal, T = 512: the two 256-row query tiles stop at their last row, 256 and 512 keys, so
+    // per head 256 x 256 + 256 x 512 = 196608 (query, key) pairs instead of 262144: tensor-core
+    // FLOPs 2 heads x 196608 x 64 (4 d) = 25165824.  Bytes: Q's twin once (1024 rows x 16 x 2 B
+    // = 32768), K and V once per tile over 768 key rows per head (2 x 768 x 16 x 4 B = 98304),
+    // Opre and out written (2 x 1024 x 16 x 4 B = 131072) and L (1024 x 4 B): 266240.
+    as.T = 512;
     as.causal = 1;
     be->attention_sizes(be, &as, &saved_n, &scratch_n);
     saved = be->alloc(be, saved_n * sizeof(float));
     scratch = be->alloc(be, scratch_n * sizeof(float));
-    q = y + 20000;
-    k = y + 30000;
-    v = y + 40000;
+    q = y + 20000;  // [512, 32] each, disjoint
+    k = y + 40000;
+    v = y + 60000;
     out = z + 20000;
     backend_cuda_cost_start();
     be->attention_forward(be, &as, q, k, v, out, saved, scratch);
     backend_cuda_cost_stop(a100, &r);
     e = find(&r, "flash_tc_forward_kernel<16>");
-    assert_true(e->bytes == 157696.0 && e->tc_flops == 9437184.0);
+    assert_true(e->bytes == 266240.0 && e->tc_flops == 25165824.0);
+    be->free(be, saved);
+    be->free(be, scratch);
+
+    // Its backward, MQA (one K and one V head shared by 2 heads; Q [128, 32], K and V [128, 16]),
+    // B = 1, T = 128, not causal, every twin current (the forward's Q, K, V; dout's is made by
+    // the backward: G), dQ/dK/dV stored in fp32 (4 B).
+    // dK/dV: blocks own both heads (they share K and V); one 128-key-row block would be a grid
+    // of at most 54 blocks, so two of 64 rows: each reads Q, G (2 B each) and L, D (4 B each) of 128
+    // query rows per head, 2 blocks x 2 heads x 128 x (4 x 16 + 8) = 36864 B; K and V staged
+    // once (128 x 16 x (2 + 2) = 8192 B); dK, dV written (2 x 128 x 16 x 4 = 16384 B): 61440 B.
+    // Tensor-core FLOPs: 4 products of 128 x 128 x 16 per head, 2 x 4 x 2 x 128 x 128 x 16 =
+    // 4194304.
+    // dQ: one 256-row query tile (128 rows) per Q head: K and V per head (2 x 128 x 16 x 4 B =
+    // 16384), Q read and dQ written once (2 heads x 128 x 16 x (2 + 4) = 24576), G (2 x 128 x
+    // 16 x 2 = 8192), L and D (256 x 8 = 2048): 51200 B; 3 products: 2 x 3 x 2 x 128 x 128 x 16
+    // = 3145728 FLOPs.
+    as.T = 128;
+    as.causal = 0;
+    as.k_heads = as.v_heads = 1;
+    as.ldk = as.ldv = 16;
+    be->attention_sizes(be, &as, &saved_n, &scratch_n);
+    saved = be->alloc(be, saved_n * sizeof(float));
+    scratch = be->alloc(be, scratch_n * sizeof(float));
+    float *dout = z + 60000, *dq = z + 100000, *dk = z + 110000, *dv = z + 120000;
+    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    backend_cuda_cost_start();
+    be->attention_backward(be, &as, q, k, v, saved, dout, dq, dk, dv, NULL, NULL, NULL, scratch);
+    backend_cuda_cost_stop(a100, &r);
+    e = find(&r, "flash_tc_dkv_kernel<16>");
+    assert_true(e->bytes == 61440.0 && e->tc_flops == 4194304.0);
+    e = find(&r, "flash_tc_dq_kernel<16>");
+    assert_true(e->bytes == 51200.0 && e->tc_flops == 3145728.0);
     be->free(be, saved);
     be->free(be, scratch);
 

@@ -586,8 +586,8 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol, int rewrite)
     s.seed = 4242;
     s.offset = 17;
     const size_t rows = (size_t)ac->B * ac->T;
-    int32_t mask[256];
-    assert_true((size_t)ac->B * ac->T <= 256);
+    int32_t mask[512];
+    assert_true((size_t)ac->B * ac->T <= 512);
     for (size_t i = 0; i < rows; i++)
         mask[i] = ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
     IBuf M = ibuf_new(f, mask, rows);
@@ -680,9 +680,16 @@ static const AttnCase ATTN_CASES[] = {
         {"mha d=16 T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
         {"mhe d=32 T=37 shared qkv, bias, scale, shift", 1, 37, 3, 1, 1, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
         {"gqa d=16 T=33 k 2 v 1 of 4, masked seq", 2, 33, 4, 4, 2, 1, 16, 16, 0, 1, 1, 0, 1, 0.0f, 1},
-        // Past the tensor-core kernels' 128-row query tiles and 64-row key tiles (causal: each
-        // key tile's queries start at its first key).
+        // Past the tensor-core dK/dV kernel's 128-row key tiles (causal: each key tile's queries
+        // start at its first key).
         {"mha d=16 T=150 causal dropout, key bias", 1, 150, 2, 2, 2, 2, 16, 16, 1, 0, 1, 0, 0, 0.1f, 0},
+        // Past the forward's and dQ's 256-row query tiles too, ending 14 and 4 rows into the
+        // next: causal and not, dropout, masks, shared K/V heads (a dK/dV block owning 4 heads).
+        {"mha d=16 T=270 causal dropout mask", 1, 270, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
+        {"gqa d=32 T=260 k 2 v 1 of 4, bias, scale, shift, dropout", 1, 260, 4, 4, 2, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
+        // A dK/dV grid of 2 tiles x 14 heads x 2 sequences = 56 blocks: 128-row key tiles (grids
+        // of at most 54, the cases above, take 64-row ones), the second ending 2 rows in.
+        {"mha 14 heads d=16 T=130 causal dropout mask", 2, 130, 14, 14, 14, 14, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
         // d = 64: the dK/dV kernel's 64 KB of shared memory (opted in past 48 KB).
         {"mha d=64 T=21 mask", 1, 21, 1, 1, 1, 1, 64, 64, 0, 1, 0, 0, 0, 0.0f, 0},
 };

@@ -10,7 +10,7 @@ if(TARGET mhecuda_emu)
   add_executable(test_cuda_parity ${CMAKE_CURRENT_LIST_DIR}/test_cuda_parity.c)
   target_link_libraries(test_cuda_parity PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
-  set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 600)
+  set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 900)
 
   # Lean bf16 twins: the same ops with and without them, bit for bit where the stored values agree.
   add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)

@@ -505,14 +505,17 @@ cublasStatus_t mhe_emu_sgemm_strided_batched(cublasHandle_t h, cublasOperation_t
 }
 
 // Widens a column-major rows x cols matrix (leading dimension ld) of type t to fp32.
-static void widen(std::vector<float> &out, const void *p, cudaDataType t, int ld, int cols) {
-    size_t n = (size_t)ld * (size_t)cols;
-    out.resize(n);
+// Column-major `rows` x cols at p (leading dimension ld) widened to fp32, keeping ld.  Only the
+// elements cuBLAS reads are touched: the last column ends at its row `rows` (a head's columns
+// inside a wider row end before the buffer does); the padding after it reads as 0.
+static void widen(std::vector<float> &out, const void *p, cudaDataType t, int ld, int rows, int cols) {
+    const size_t n = (size_t)ld * (size_t)cols, used = cols > 0 ? (size_t)ld * (size_t)(cols - 1) + (size_t)rows : 0;
+    out.assign(n, 0.0f);
     if (t == CUDA_R_32F) {
-        std::memcpy(out.data(), p, n * sizeof(float));
+        std::memcpy(out.data(), p, used * sizeof(float));
     } else {
         const __nv_bfloat16 *h = static_cast<const __nv_bfloat16 *>(p);
-        for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(h[i]);
+        for (size_t i = 0; i < used; i++) out[i] = __bfloat162float(h[i]);
     }
 }
 
@@ -536,9 +539,9 @@ static cublasStatus_t gemm_ex_impl(
         const char *pa = static_cast<const char *>(a) + (size_t)(i * sa) * ea;
         const char *pb = static_cast<const char *>(b) + (size_t)(i * sb) * eb;
         char *pc = static_cast<char *>(c) + (size_t)(i * sc) * ec;
-        widen(fa, pa, at, lda, a_cols);
-        widen(fb, pb, bt, ldb, b_cols);
-        widen(fc, pc, ct, ldc, n);
+        widen(fa, pa, at, lda, ta == CUBLAS_OP_N ? m : k, a_cols);
+        widen(fb, pb, bt, ldb, tb == CUBLAS_OP_N ? k : n, b_cols);
+        widen(fc, pc, ct, ldc, m, n);
         // Rows beyond m of each column of C belong to the caller: only m rows are written back.
         cblas_sgemm(CblasColMajor, blas_op(ta), blas_op(tb), m, n, k, al, fa.data(), lda, fb.data(),
                     ldb, be, fc.data(), ldc);

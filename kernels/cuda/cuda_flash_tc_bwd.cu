@@ -1,0 +1,253 @@
+// The tensor-core flash backward (bf16 mode; see cuda_flash_tc.cu for the forward and
+// cuda_flash_tc.h for the shared pieces): P is recomputed from the saved L, two kernels without
+// atomics, so results are deterministic.
+//   flash_tc_dq_kernel   one block per (256-query tile, Q head, sequence): dQ accumulated over
+//                        the heads sharing that Q head and over the keys.
+//   flash_tc_dkv_kernel  one block per (128- or 64-key tile, group of heads, sequence): dK, dV and
+//                        dkey_bias accumulated over the queries and the heads sharing a K or V
+//                        head (a group: lcm(heads per K head, heads per V head) heads), with
+//                        transposed products (Sᵀ = K Qᵀ, dPdᵀ = V Gᵀ) so a warp's rows are keys.
+// Blocks own heads groups rather than every head, so the grid has many blocks even for short
+// sequences; the K (V) tile of a block is staged once per K (V) head, not once per head.
+#include "kernels/cuda/cuda_flash_tc.h"
+
+#define TC_DQ_THREADS (TC_DQ_ROWS * 2)
+
+// grid (query tiles, Q heads, B).  Shared: S, dPd (fp32), Q, G, K, V, dS (bf16); the dQ tile
+// at the end reuses S and dPd.
+template <int D>
+__global__ void __launch_bounds__(TC_DQ_THREADS, 1) flash_tc_dq_kernel(TcArgs f, const float *q, const float *k,
+                                                                    const float *v, const float *dout,
+                                                                    const float *lse, const float *Dd, float *dq) {
+    MHE_DYNAMIC_SHARED(float, sm);
+    const AttnIdx &a = f.a;
+    const int hq = blockIdx.y, b = blockIdx.z, t = threadIdx.x, w = t / 32, q0 = blockIdx.x * TC_DQ_ROWS;
+    // Out (the dQ tile, TC_DQ_ROWS x D <= 2 TC_DQ_ROWS TC_COLS) reuses S and dPd.
+    float *Ss = sm, *Ps = Ss + TC_DQ_ROWS * TC_COLS, *Out = Ss;
+    bf16_t *Qs = reinterpret_cast<bf16_t *>(Ps + TC_DQ_ROWS * TC_COLS), *Gs = Qs + TC_DQ_ROWS * D,
+           *Ks = Gs + TC_DQ_ROWS * D, *Vs = Ks + TC_COLS * D, *dSs = Vs + TC_COLS * D;
+    const int r = w * 16 + tc_lane_row(), c0 = tc_lane_col0(), i = q0 + r;
+    const bool live = i < a.T;
+    const int jend = f.causal ? tc_imin(a.T, q0 + TC_DQ_ROWS) : a.T;
+    const float *srow = Ss + r * TC_COLS, *prow = Ps + r * TC_COLS;
+    bf16_t *dsrow = dSs + r * TC_COLS;
+    tc_stage<D>(Qs, TC_DQ_ROWS, q, f.qb, a.ldq, a.qr, b, q0, hq * a.qr, a, nullptr);  // one Q head for the block
+    AccFrag acc[D / 16];
+    MHE_UNROLL
+    for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
+    for (int h = hq * a.qr; h < (hq + 1) * a.qr; h++) {
+        __syncthreads();  // the previous head's G is consumed
+        tc_stage<D>(Gs, TC_DQ_ROWS, dout, f.gb, a.n * D, 1, b, q0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+        const float L = live ? lse[((size_t)b * a.n + h) * a.T + i] : INFINITY;
+        const float Di = live ? Dd[((size_t)b * a.n + h) * a.T + i] : 0.0f;
+        for (int j0 = 0; j0 < jend; j0 += TC_COLS) {
+            const int nb = tc_imin(TC_COLS, a.T - j0);
+            __syncthreads();
+            tc_stage<D>(Ks, TC_COLS, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+            tc_stage<D>(Vs, TC_COLS, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
+            __syncthreads();
+            tc_abt<D>(Qs + w * 16 * D, Ks, Ss + w * 16 * TC_COLS);  // S = Q Kᵀ
+            tc_abt<D>(Gs + w * 16 * D, Vs, Ps + w * 16 * TC_COLS);  // dPd = G Vᵀ
+            __syncwarp();
+            for (int jj = c0; jj < c0 + TC_COLS / 2; jj++) {
+                float ds = 0.0f;
+                const int j = j0 + jj;
+                if (live && jj < nb && L < INFINITY && key_visible(a, f.causal, f.key_mask, b, i, j)) {
+                    const float p = expf(f.scale * srow[jj] + tc_key_bias(f, b, j, h) - L);
+                    ds = p * (prow[jj] * tc_keep(f, b, h, i, j) - Di);
+                }
+                dsrow[jj] = __float2bfloat16(ds);
+            }
+            __syncwarp();
+            tc_ab_acc<D>(acc, dSs + w * 16 * TC_COLS, Ks);  // dQ += dS K
+        }
+    }
+    __syncthreads();  // S and dPd are free for Out
+    MHE_UNROLL
+    for (int c = 0; c < D / 16; c++) wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
+    __syncthreads();
+    for (int e = t; e < TC_DQ_ROWS * D; e += blockDim.x) {
+        const int rr = e / D, c = e % D;
+        if ((dq || f.dqb) && q0 + rr < a.T) store_twin(dq, f.dqb, ((size_t)b * a.T + q0 + rr) * a.ldq + (size_t)hq * D + c, f.scale * Out[e]);
+    }
+}
+
+// grid (key tiles, head groups, B), 2 threads per key row (blockDim.x / 2 = TC_DKV_ROWS or 64
+// rows per tile).  Shared: Sᵀ, dPdᵀ (fp32; the dK / dV tile at a K / V head's end reuses them),
+// L, D of the query tile, K, V, Q, G, Pdᵀ, dSᵀ (bf16).
+template <int D>
+__global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs f, const float *q, const float *k,
+                                                                      const float *v, const float *dout,
+                                                                      const float *lse, const float *Dd, float *dk,
+                                                                      float *dv, float *dkey_bias, int group) {
+    MHE_DYNAMIC_SHARED(float, sm);
+    const AttnIdx &a = f.a;
+    const int rows = blockDim.x / 2;
+    const int b = blockIdx.z, t = threadIdx.x, w = t / 32, j0 = blockIdx.x * rows, h0 = blockIdx.y * group;
+    float *Ss = sm, *Ps = Ss + rows * TC_COLS, *Out = Ss, *Ls = Ps + rows * TC_COLS, *Ds = Ls + TC_COLS;
+    bf16_t *Ks = reinterpret_cast<bf16_t *>(Ds + TC_COLS), *Vs = Ks + rows * D, *Qs = Vs + rows * D,
+           *Gs = Qs + TC_COLS * D, *PdT = Gs + TC_COLS * D, *dST = PdT + rows * TC_COLS;
+    const int r = w * 16 + tc_lane_row(), c0 = tc_lane_col0(), j = j0 + r;
+    const bool live = j < a.T;
+    const int i_first = f.causal ? j0 : 0;  // 32-row query tiles start at every key tile
+    const float *srow = Ss + r * TC_COLS, *prow = Ps + r * TC_COLS;
+    bf16_t *pdrow = PdT + r * TC_COLS, *dsrow = dST + r * TC_COLS;
+    AccFrag dka[D / 16], dva[D / 16];
+    MHE_UNROLL
+    for (int c = 0; c < D / 16; c++) {
+        wmma::fill_fragment(dka[c], 0.0f);
+        wmma::fill_fragment(dva[c], 0.0f);
+    }
+    for (int h = h0; h < h0 + group; h++) {
+        __syncthreads();  // the previous head's tiles (and Out) are consumed
+        if (h % a.kr == 0) tc_stage<D>(Ks, rows, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+        if (h % a.vr == 0) tc_stage<D>(Vs, rows, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
+        const float kb = live ? tc_key_bias(f, b, j, h) : 0.0f;
+        float dkb = 0.0f;
+        for (int i0 = i_first; i0 < a.T; i0 += TC_COLS) {
+            const int nq = tc_imin(TC_COLS, a.T - i0);
+            __syncthreads();
+            tc_stage<D>(Qs, TC_COLS, q, f.qb, a.ldq, a.qr, b, i0, h, a, nullptr);
+            tc_stage<D>(Gs, TC_COLS, dout, f.gb, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
+            if (t < TC_COLS) {
+                Ls[t] = t < nq ? lse[((size_t)b * a.n + h) * a.T + i0 + t] : INFINITY;
+                Ds[t] = t < nq ? Dd[((size_t)b * a.n + h) * a.T + i0 + t] : 0.0f;
+            }
+            __syncthreads();
+            tc_abt<D>(Ks + w * 16 * D, Qs, Ss + w * 16 * TC_COLS);  // Sᵀ = K Qᵀ
+            tc_abt<D>(Vs + w * 16 * D, Gs, Ps + w * 16 * TC_COLS);  // dPdᵀ = V Gᵀ
+            __syncwarp();
+            for (int ii = c0; ii < c0 + TC_COLS / 2; ii++) {
+                float pd = 0.0f, ds = 0.0f;
+                const int i = i0 + ii;
+                if (live && Ls[ii] < INFINITY && key_visible(a, f.causal, f.key_mask, b, i, j)) {
+                    const float p = expf(f.scale * srow[ii] + kb - Ls[ii]), keep = tc_keep(f, b, h, i, j);
+                    pd = p * keep;
+                    ds = p * (prow[ii] * keep - Ds[ii]);
+                }
+                pdrow[ii] = __float2bfloat16(pd);
+                dsrow[ii] = __float2bfloat16(ds);
+                dkb += ds;
+            }
+            __syncwarp();
+            tc_ab_acc<D>(dva, PdT + w * 16 * TC_COLS, Gs);  // dV += Pdᵀ G
+            tc_ab_acc<D>(dka, dST + w * 16 * TC_COLS, Qs);  // dK += dSᵀ Q
+        }
+        dkb += __shfl_xor_sync(0xffffffffu, dkb, 1);
+        if (live && (t & 1) == 0 && dkey_bias) dkey_bias[((size_t)b * a.T + j) * a.n + h] = dkb;
+        for (int which = 0; which < 2; which++) {
+            const int ratio = which ? a.vr : a.kr;
+            float *dst = which ? dv : dk;
+            bf16_t *dstb = which ? f.dvb : f.dkb;
+            if ((h + 1) % ratio != 0) continue;  // uniform over the block
+            AccFrag *acc = which ? dva : dka;
+            __syncthreads();  // Out (S, dPd) is free
+            MHE_UNROLL
+            for (int c = 0; c < D / 16; c++) {
+                wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
+                wmma::fill_fragment(acc[c], 0.0f);
+            }
+            __syncthreads();
+            const int ld = which ? a.ldv : a.ldk;
+            const float sc = which ? 1.0f : f.scale;
+            for (int e = t; e < rows * D; e += blockDim.x) {
+                const int rr = e / D, c = e % D;
+                if ((dst || dstb) && j0 + rr < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + rr) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
+            }
+        }
+    }
+}
+
+// ---- host side ----
+
+// S, dPd (fp32), Q, G, K, V, dS (bf16): 152 KB at d = 64.
+static size_t tc_smem_dq(int d) {
+    return 4 * (2 * TC_DQ_ROWS * TC_COLS) + 2 * (2 * TC_DQ_ROWS * d + 2 * TC_COLS * d + TC_DQ_ROWS * TC_COLS);
+}
+// Sᵀ, dPdᵀ, L, D (fp32), K, V, Q, G, Pdᵀ, dSᵀ (bf16): 88 KB at d = 64 and 128 rows.
+static size_t tc_smem_dkv(int d, int rows) {
+    return 4 * (2 * rows * TC_COLS + 2 * TC_COLS) + 2 * (2 * rows * d + 2 * TC_COLS * d + 2 * rows * TC_COLS);
+}
+// A dK/dV grid of 128-row tiles with at most this many blocks takes 64-row tiles: half of A100's
+// 108 SMs (the smaller of the two targets; H100 has 132), so twice the blocks still leave SMs
+// idle and take no longer each, while the Q/G re-reads they double are spread over twice the
+// SMs (a grid below the SM count is priced on its share of the GPU).  Short batches with all
+// heads sharing K and V (MQA, MHE: one head group) are such grids.
+#define TC_DKV_SMALL_GRID 54
+static int tc_gcd(int x, int y) { return y ? tc_gcd(y, x % y) : x; }
+
+// Cost model: tensor-core FLOPs of the products (dQ: S, dPd, dS K = 6 d per pair; dK/dV: Sᵀ,
+// dPdᵀ, Pdᵀ G, dSᵀ Q = 8 d), CUDA-core FLOPs of the element-wise dS work, operand tiles
+// re-read from global memory by every block of a (sequence, head), no L2 reuse assumed;
+// `blocks` = the real grid (priced on that share of the GPU when it has fewer blocks than SMs).
+void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
+                            const float *v, const float *saved, const float *dout, const float *D,
+                            float *dq, float *dk, float *dv, float *dkey_bias) {
+    TcArgs f = tc_args(s);
+    tc_twins(be, s, f, q, k, v, dout);
+    const size_t rows = (size_t)s->B * s->T;
+    // dQ, dK, dV are usually only the projections' backward operands: lean skips their fp32 store
+    // (the kernels are given nullptr for it and store the twin).
+    float *dqw = dq, *dkw = dk, *dvw = dv;
+    f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq, &dqw, LEAN_ATTENTION) : nullptr;
+    f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw, LEAN_ATTENTION) : nullptr;
+    f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw, LEAN_ATTENTION) : nullptr;
+    const size_t rows_n = rows * s->n_heads;
+    const int d = s->qk_dim;
+    const double bn = (double)s->B * s->n_heads;
+    const TileWork qw = query_tiles(s->T, TC_DQ_ROWS, s->causal);
+    const float *lse = saved;
+    const double eq = tc_el(f.qb), ek = tc_el(f.kb), ev = tc_el(f.vb), eg = tc_el(f.gb);
+    cudaStream_t st = cuda_stream(be);
+    if (dk || dv || dkey_bias) {
+        // A block's heads: those sharing its K head and those sharing its V head.
+        const int kr = s->n_heads / s->k_heads, vr = s->n_heads / s->v_heads, group = kr / tc_gcd(kr, vr) * vr;
+        const int groups = s->n_heads / group;
+        int krows = TC_DKV_ROWS;  // key rows per block
+        if ((double)((s->T + krows - 1) / krows) * groups * s->B <= TC_DKV_SMALL_GRID) krows = 64;
+        const int tiles = (s->T + krows - 1) / krows;
+        const TileWork kw = key_tiles(s->T, krows, s->causal);
+        const size_t smem = tc_smem_dkv(d, krows);
+        dim3 grid((unsigned)tiles, (unsigned)groups, (unsigned)s->B);
+        // Q, G, L, D per key tile and head; K and V once per K / V head; dK, dV written (4 B
+        // each, less when lean).
+        const double written = 4.0 * rows * d * ((dk ? s->k_heads : 0) + (dv ? s->v_heads : 0));
+        MheCost cost{bn * kw.pairs * 8.0 * d, bn * kw.pairs * 12.0,
+                     bn * kw.reads * ((eq + eg) * d + 8.0) + rows * d * (s->k_heads * ek + s->v_heads * ev) + written, 0,
+                     (double)grid.x * grid.y * grid.z};
+        if (dk) cost = with_lean_twin(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
+        if (dv) cost = with_lean_twin(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
+        if (d == 16) {
+            tc_opt_in(flash_tc_dkv_kernel<16>, tc_smem_dkv(16, TC_DKV_ROWS));
+            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+        } else if (d == 32) {
+            tc_opt_in(flash_tc_dkv_kernel<32>, tc_smem_dkv(32, TC_DKV_ROWS));
+            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+        } else {
+            tc_opt_in(flash_tc_dkv_kernel<64>, tc_smem_dkv(64, TC_DKV_ROWS));
+            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+        }
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dq) {
+        const int tiles = (s->T + TC_DQ_ROWS - 1) / TC_DQ_ROWS;
+        dim3 grid((unsigned)tiles, (unsigned)s->q_heads, (unsigned)s->B);
+        // K, V per query tile and head; Q once per Q head, G once per head; dQ written; L, D.
+        const double bytes = bn * qw.reads * d * (ek + ev) + rows * d * (s->q_heads * (eq + 4.0)) + rows_n * d * eg +
+                             8.0 * rows_n;
+        const MheCost cost = with_lean_twin(MheCost{bn * qw.pairs * 6.0 * d, bn * qw.pairs * 10.0, bytes, 0,
+                                                    (double)grid.x * grid.y * grid.z},
+                                            f.dqb, dqw, (double)rows * s->q_heads * d);
+        if (d == 16) {
+            tc_opt_in(flash_tc_dq_kernel<16>, tc_smem_dq(16));
+            MHE_LAUNCH(flash_tc_dq_kernel<16>, grid, TC_DQ_THREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dqw);
+        } else if (d == 32) {
+            tc_opt_in(flash_tc_dq_kernel<32>, tc_smem_dq(32));
+            MHE_LAUNCH(flash_tc_dq_kernel<32>, grid, TC_DQ_THREADS, tc_smem_dq(32), st, cost)(f, q, k, v, dout, lse, D, dqw);
+        } else {
+            tc_opt_in(flash_tc_dq_kernel<64>, tc_smem_dq(64));
+            MHE_LAUNCH(flash_tc_dq_kernel<64>, grid, TC_DQ_THREADS, tc_smem_dq(64), st, cost)(f, q, k, v, dout, lse, D, dqw);
+        }
+        CUDA_CHECK_LAUNCH();
+    }
+}
