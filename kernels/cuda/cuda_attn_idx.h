@@ -16,6 +16,21 @@ static inline AttnIdx attn_idx(const AttnShape *s) {
                    s->n_heads / s->v_heads, s->qk_dim, s->v_dim, s->ldq, s->ldk, s->ldv};
 }
 
+// The fields every flash kernel's argument struct shares (cuda_flash.cu's FlashArgs, the tensor-
+// core kernels' TcArgs): indexing, score scale, masks, output scale, dropout's key and threshold.
+template <typename Args> static inline void attn_args_common(Args &f, const AttnShape *s) {
+    f.a = attn_idx(s);
+    f.scale = s->scale;
+    f.causal = s->causal;
+    f.key_mask = s->key_mask;
+    f.key_bias = s->key_bias;
+    f.out_scale = s->out_scale;
+    f.drop = s->dropout > 0.0f ? s->dropout : 0.0f;
+    f.inv_keep = f.drop > 0.0f ? 1.0f / (1.0f - f.drop) : 1.0f;
+    f.key = ops_dropout_key(s->seed, s->offset);
+    f.threshold = ops_dropout_threshold(f.drop);
+}
+
 __device__ __forceinline__ const float *q_row(const AttnIdx &a, const float *q, int b, int t, int h) {
     return q + ((size_t)b * a.T + t) * a.ldq + (size_t)(h / a.qr) * a.dq;
 }

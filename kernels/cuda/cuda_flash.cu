@@ -288,17 +288,8 @@ void cuda_flash_sizes(const AttnShape *s, size_t *saved, size_t *scratch) {
 
 static FlashArgs flash_args(Backend *be, const AttnShape *s) {
     FlashArgs f;
-    f.a = attn_idx(s);
-    f.scale = s->scale;
-    f.causal = s->causal;
-    f.key_mask = s->key_mask;
-    f.key_bias = s->key_bias;
-    f.out_scale = s->out_scale;
+    attn_args_common(f, s);
     f.out_shift = s->out_shift;
-    f.drop = s->dropout > 0.0f ? s->dropout : 0.0f;
-    f.inv_keep = f.drop > 0.0f ? 1.0f / (1.0f - f.drop) : 1.0f;
-    f.key = ops_dropout_key(s->seed, s->offset);
-    f.threshold = ops_dropout_threshold(f.drop);
     f.bf16 = cuda_ctx(be)->bf16;
     return f;
 }

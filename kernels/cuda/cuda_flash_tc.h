@@ -121,16 +121,7 @@ template <typename K> static inline void tc_opt_in(K *kernel, size_t bytes) {
 
 static inline TcArgs tc_args(const AttnShape *s) {
     TcArgs f{};
-    f.a = attn_idx(s);
-    f.scale = s->scale;
-    f.causal = s->causal;
-    f.key_mask = s->key_mask;
-    f.key_bias = s->key_bias;
-    f.out_scale = s->out_scale;
-    f.drop = s->dropout > 0.0f ? s->dropout : 0.0f;
-    f.inv_keep = f.drop > 0.0f ? 1.0f / (1.0f - f.drop) : 1.0f;
-    f.key = ops_dropout_key(s->seed, s->offset);
-    f.threshold = ops_dropout_threshold(f.drop);
+    attn_args_common(f, s);
     return f;
 }
 
