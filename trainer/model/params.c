@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/fnv1a.h"
 #include "common/rng.h"
 #include "trainer/model/attention/variant.h"
 
@@ -152,16 +153,8 @@ static int is_residual_projection(const char *name) {
            (n > 16 && strcmp(name + n - 16, ".ffn.down.weight") == 0);
 }
 
-// FNV-1a, 64-bit: a stable hash of bytes (names, layouts), the same on every platform.
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-#define FNV_BASIS 0xcbf29ce484222325ull
-
 uint64_t param_layout_fingerprint(const ParamTable *t) {
-    uint64_t h = FNV_BASIS;
+    uint64_t h = FNV1A_BASIS;
     for (int i = 0; i < t->count; i++) {
         const ParamTensor *p = &t->tensors[i];
         const int64_t fields[4] = {p->ndim, p->shape[0], p->shape[1], (int64_t)p->offset};
@@ -180,7 +173,7 @@ void param_init(const ParamTable *t, const Config *cfg, float *params, uint64_t 
         float *w = params + p->offset;
         // One stream per tensor, keyed by its name: adding or reordering tensors (e.g. the
         // attention projections' weights laid out as one block) changes no other tensor's values.
-        Rng r = rng_stream(seed, 0x1417, fnv1a(FNV_BASIS, p->name, strlen(p->name)));
+        Rng r = rng_stream(seed, 0x1417, fnv1a(FNV1A_BASIS, p->name, strlen(p->name)));
         int is_gain = p->kind == PARAM_NORM && strstr(p->name, ".weight") != NULL;
         for (size_t j = 0; j < p->numel; j++) {
             switch (p->kind) {

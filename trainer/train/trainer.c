@@ -10,6 +10,7 @@
 
 #include "comm/grad_reducer.h"
 #include "common/error.h"
+#include "common/fnv1a.h"
 #include "common/fs.h"
 #include "common/rng.h"
 #include "data/loader.h"
@@ -444,9 +445,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
 static void check_replicas(Trainer *t) {
     if (t->world == 1) return;
     if (!is_host_backend(t->be)) t->be->download(t->be, t->host_params, t->params, t->table->total * sizeof(float));
-    uint64_t h = 0xcbf29ce484222325ULL;
-    const unsigned char *p = (const unsigned char *)t->host_params;
-    for (size_t i = 0; i < t->table->total * sizeof(float); i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    uint64_t h = fnv1a(FNV1A_BASIS, t->host_params, t->table->total * sizeof(float));
     uint64_t *all = mhe_malloc((size_t)t->world * sizeof *all);
     comm_allgather(t->comm, &h, all, sizeof h);
     for (int r = 1; r < t->world; r++)
