@@ -147,25 +147,40 @@ __global__ void bias_grad_accumulate_kernel(float *__restrict__ db, const float 
 // Lean output (cuda_mirror.cu): when y is only ever a matmul operand (Q, K, V for the tensor-core
 // flash kernels), the GEMM writes y's bf16 twin directly and the fp32 y is never written.  A bf16
 // D takes a bf16 bias in cuBLASLt, so b's twin is added — the bias rounded to bf16 as under
-// PyTorch's autocast, where the dual store rounds once after an fp32 bias.  true when it ran.
+// PyTorch's autocast, where the dual store rounds once after an fp32 bias.
+// With g (the FFN's up projection, GELU_TANH: cuBLASLt's GELU is the tanh form), y is the GELU's
+// input u and one GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b) as D and u as the bf16 aux
+// matrix — taken when both are lean (only matmuls and the GELU's backward read them as twins);
+// g is GELU of the fp32 sum, one rounding fewer than GELU of u's twin.  true when it ran.
 static bool linear_forward_lean(Backend *be, const float *x, const float *W, const float *b, int N, int in,
-                                int out, float *y) {
+                                int out, float *y, float *g = nullptr) {
     const size_t ny = (size_t)N * out;
-    if (!cuda_mirror_peek_lean(be, y, ny, LEAN_LINEAR)) return false;
+    if (!cuda_mirror_peek_lean(be, y, ny, LEAN_LINEAR) || (g && !cuda_mirror_peek_lean(be, g, ny, LEAN_ELEMENTWISE)))
+        return false;
     const void *A = W, *B = x, *bb = b;
     for (int round = 0; round < 2; round++) {  // a lookup may merge (move) an earlier twin
         bb = cuda_mirror_operand(be, b, (size_t)out);
         twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
     }
+    // A lookup may have merged a segment away (it is dual again).
     const __nv_bfloat16 *yt = cuda_mirror_peek_lean(be, y, ny, LEAN_LINEAR);
-    if (!yt) return false;  // a lookup merged y's segment away: it is dual again
-    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, yt, bb,
-                              CUDA_R_16BF);
+    const __nv_bfloat16 *gt = g ? cuda_mirror_peek_lean(be, g, ny, LEAN_ELEMENTWISE) : nullptr;
+    if (!yt || (g && (!gt || reinterpret_cast<uintptr_t>(yt) % 16))) return false;
+    const LtPlan *p = g ? lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, out, A, B, gt,
+                                  bb, CUDA_R_16BF, yt)
+                        : lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, yt, bb,
+                                  CUDA_R_16BF);
     if (!p) return false;
     float *unused;
-    __nv_bfloat16 *twin = cuda_mirror_out_lean(be, y, ny, &unused, LEAN_LINEAR);  // marks y stale
-    mhe_cost_record_gemm_bf16_out(N, out, in, "+bias", 2.0 * out);
-    lt_run(be, p, A, B, 0.0f, twin, bb);
+    __nv_bfloat16 *yw = cuda_mirror_out_lean(be, y, ny, &unused, LEAN_LINEAR);  // marks y (and g) stale
+    __nv_bfloat16 *gw = g ? cuda_mirror_out_lean(be, g, ny, &unused, LEAN_ELEMENTWISE) : nullptr;
+    if (g) {
+        mhe_cost_record_gemm_bf16_out(N, out, in, "+bias+gelu", 2.0 * out + 2.0 * ny);  // + the aux store
+        lt_run(be, p, A, B, 0.0f, gw, bb, yw);
+    } else {
+        mhe_cost_record_gemm_bf16_out(N, out, in, "+bias", 2.0 * out);
+        lt_run(be, p, A, B, 0.0f, yw, bb);
+    }
     return true;
 }
 
@@ -231,41 +246,12 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
 }
 
-// The FFN's up projection with its GELU (GELU_TANH: cuBLASLt's GELU is the tanh form): one
-// GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b) as D and the GELU input u as aux, both bf16 —
-// taken when both are lean (only matmuls and the GELU's backward read them as twins), so
-// neither fp32 copy is wanted; otherwise the two ops.  g is GELU of the fp32 sum, one rounding
-// fewer than GELU of u's twin.  true when it ran.
-static bool linear_gelu_lean(Backend *be, const float *x, const float *W, const float *b, int N, int in, int out,
-                             float *u, float *g) {
-    const size_t n = (size_t)N * out;
-    if (!cuda_mirror_peek_lean(be, u, n, LEAN_LINEAR) || !cuda_mirror_peek_lean(be, g, n, LEAN_ELEMENTWISE))
-        return false;
-    const void *A = W, *B = x, *bb = b;
-    for (int round = 0; round < 2; round++) {  // a lookup may merge (move) an earlier twin
-        bb = cuda_mirror_operand(be, b, (size_t)out);
-        twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
-    }
-    const __nv_bfloat16 *ut = cuda_mirror_peek_lean(be, u, n, LEAN_LINEAR);
-    const __nv_bfloat16 *gt = cuda_mirror_peek_lean(be, g, n, LEAN_ELEMENTWISE);
-    if (!ut || !gt || reinterpret_cast<uintptr_t>(ut) % 16) return false;
-    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, out, A, B, gt, bb,
-                              CUDA_R_16BF, ut);
-    if (!p) return false;
-    float *unused;
-    __nv_bfloat16 *uw = cuda_mirror_out_lean(be, u, n, &unused, LEAN_LINEAR);  // marks both stale
-    __nv_bfloat16 *gw = cuda_mirror_out_lean(be, g, n, &unused, LEAN_ELEMENTWISE);
-    // Past the lean GEMM's bf16 D and bias: the aux store (2 B per element).
-    mhe_cost_record_gemm_bf16_out(N, out, in, "+bias+gelu", 2.0 * out + 2.0 * n);
-    lt_run(be, p, A, B, 0.0f, gw, bb, uw);
-    return true;
-}
-
+// The FFN's up projection with its GELU: one GEMM when linear_forward_lean can, else the two ops.
 static void cuda_linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b,
                                      int N, int in, int out, float *u, float *g) {
     if (kind == GELU_TANH && b && N > 0 && out > 0 && in > 0 && cuda_ctx(be)->bf16) {
         double t0 = cuda_prof_begin(be);
-        if (linear_gelu_lean(be, x, W, b, N, in, out, u, g)) {
+        if (linear_forward_lean(be, x, W, b, N, in, out, u, g)) {
             cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
             return;
         }

@@ -196,6 +196,9 @@ static void settle(MirrorSet *m) {
     m->poison.clear();
 }
 
+// A write of [p, p + bytes): no longer known to hold zeros (cuda_mirror_known_zero).
+static void forget_zeros(MirrorSet *m, const void *p, size_t bytes) { erase_range(m->zeros, addr(p), addr(p) + bytes); }
+
 // Pending bands of g given up: stale ones widened back (their lean channel pinned, as
 // widen_stale does); their twins stay current but are not claimed valid (a later operand read
 // rounds again: a pass, never a value).
@@ -240,7 +243,7 @@ template <typename F> static void each_span(MirrorSet *m, const void *p, size_t 
 void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
     if (!c->mirrors || !bytes) return;
-    erase_range(c->mirrors->zeros, addr(p), addr(p) + bytes);
+    forget_zeros(c->mirrors, p, bytes);
     each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
         settle_bands(be, g);
         // The write may cover only part of [a, b) (a scatter, a strided store): values that
@@ -366,7 +369,7 @@ static MirrorSegment *holder_settled(Backend *be, const float *p, size_t n) {
 
 __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
-    erase_range(cuda_ctx(be)->mirrors->zeros, addr(p), addr(p + n));
+    forget_zeros(cuda_ctx(be)->mirrors, p, n * sizeof(float));
     MirrorSegment *inside = holder_settled(be, p, n);
     if (!inside) {
         cuda_mirror_wrote(be, p, n * sizeof(float));
@@ -409,7 +412,7 @@ void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site)
 __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32, LeanSite site) {
     *fp32 = p;
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
-    erase_range(cuda_ctx(be)->mirrors->zeros, addr(p), addr(p + n));
+    forget_zeros(cuda_ctx(be)->mirrors, p, n * sizeof(float));
     MirrorSegment *inside = holder_settled(be, p, n);
     if (!inside) {
         cuda_mirror_wrote(be, p, n * sizeof(float));
@@ -485,7 +488,7 @@ static __nv_bfloat16 *band_out(Backend *be, float *p, size_t rows, size_t cols, 
     *fp32 = p;
     const size_t n = (rows - 1) * ld + cols;
     MirrorSegment *g = cuda_ctx(be)->mirrors ? holder(be, p, n) : nullptr;
-    if (g) erase_range(cuda_ctx(be)->mirrors->zeros, addr(p), addr(p + n));  // conservatively the span
+    if (g) forget_zeros(cuda_ctx(be)->mirrors, p, n * sizeof(float));  // conservatively the span
     if (!g) {
         cuda_mirror_wrote(be, p, n * sizeof(float));  // no twin
         return nullptr;
@@ -623,7 +626,7 @@ void cuda_mirror_release(Backend *be, const void *p) {
     settle(m);  // pending fills land while the memory is still there
     uintptr_t lo = a->first, hi = lo + a->second;
     m->allocs.erase(a);
-    erase_range(m->zeros, lo, hi);
+    forget_zeros(m, reinterpret_cast<const void *>(lo), hi - lo);
     std::vector<uintptr_t> gone;
     each_overlap(m, lo, hi, [&](MirrorSegment &, uintptr_t s, uintptr_t) { gone.push_back(s); });
     for (uintptr_t s : gone) {
