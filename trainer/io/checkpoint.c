@@ -575,14 +575,12 @@ static void load_optim(const char *dir, const ParamTable *t, OptimState *opt) {
     // The moments are flat ranges of the parameter table: written for another order of the same
     // tensors (an older mhetrain laid each projection's bias after its weight) they would be
     // applied to the wrong parameters without any shape error, so the layout must match.
-    const StTensor *lt = st_find(&f, "param_layout");
-    const uint64_t layout = param_layout_fingerprint(t);
-    uint64_t had = 0;
-    if (lt) had = *(const uint64_t *)need(&f, path, "param_layout", ST_I64, 1)->data;
-    if (!lt)
+    if (!st_find(&f, "param_layout"))
         mhe_fail_at(path, 0, 0,
                     "optimizer state has no param_layout fingerprint (written by an older mhetrain, whose "
                     "parameter order differs): its flat moments cannot be matched to this model's parameters");
+    const uint64_t layout = param_layout_fingerprint(t);
+    const uint64_t had = *(const uint64_t *)need(&f, path, "param_layout", ST_I64, 1)->data;
     if (had != layout)
         mhe_fail_at(path, 0, 0,
                     "optimizer state was written for parameter layout %016llx, this model's is %016llx: its "
