@@ -254,6 +254,7 @@ static void cuda_destroy(Backend *be) {
     std::free(c->inner);
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->colsum);
+    cuda_device_free(c->flash_part);
     cuda_device_free(c->gemm_ptrs);
     cuda_device_free(c->partials);
     std::free(c->host_partials);
@@ -285,6 +286,15 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
                                                                            : -1;
     if (c->attention_mode < 0)
         mhe_fatal("MHE_CUDA_ATTENTION=%s: expected flash, gemm or plain", attn);
+    // Heads per tensor-core dK/dV block (cuda_flash_tc_bwd.cu chooses by default): lets the tests
+    // run one shape split every way.
+    const char *dkv = std::getenv("MHE_CUDA_DKV_HEADS");
+    if (dkv && *dkv) {
+        char *end = nullptr;
+        const long h = std::strtol(dkv, &end, 10);
+        if (*end || h < 0 || h > 1024) mhe_fatal("MHE_CUDA_DKV_HEADS=%s: expected a head count 0..1024 (0: automatic)", dkv);
+        c->dkv_heads = (int)h;
+    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

@@ -1,14 +1,18 @@
 // The tensor-core flash backward (bf16 mode; see cuda_flash_tc.cu for the forward and
-// cuda_flash_tc.h for the shared pieces): P is recomputed from the saved L, two kernels without
-// atomics, so results are deterministic.
+// cuda_flash_tc.h for the shared pieces): P is recomputed from the saved L, kernels without
+// float atomics, so results are deterministic (bit for bit from run to run).
 //   flash_tc_dq_kernel   one block per (256-query tile, Q head, sequence): dQ accumulated over
 //                        the heads sharing that Q head and over the keys.
-//   flash_tc_dkv_kernel  one block per (128- or 64-key tile, group of heads, sequence): dK, dV and
-//                        dkey_bias accumulated over the queries and the heads sharing a K or V
-//                        head (a group: lcm(heads per K head, heads per V head) heads), with
-//                        transposed products (Sᵀ = K Qᵀ, dPdᵀ = V Gᵀ) so a warp's rows are keys.
-// Blocks own heads groups rather than every head, so the grid has many blocks even for short
-// sequences; the K (V) tile of a block is staged once per K (V) head, not once per head.
+//   flash_tc_dkv_kernel  one block per (128- or 64-key tile, part of a group of heads, sequence):
+//                        dK, dV and dkey_bias accumulated over the queries and the heads sharing
+//                        a K or V head (a group: lcm(heads per K head, heads per V head) heads),
+//                        with transposed products (Sᵀ = K Qᵀ, dPdᵀ = V Gᵀ) so a warp's rows are
+//                        keys.
+// Blocks own groups of heads rather than every head, so the K (V) tile of a block is staged once
+// per K (V) head, not once per head.  When that leaves the grid small (MQA, MHE: one group of all
+// n heads, so B x key tiles blocks), a group is split into parts of `sub` heads, one block each:
+// the blocks write fp32 partial dK/dV for their heads into scratch and flash_tc_dkv_reduce_kernel
+// adds the parts in a fixed order (dkey_bias needs no partials: each head is in one part).
 #include "kernels/cuda/cuda_flash_tc.h"
 
 #define TC_DQ_THREADS (TC_DQ_ROWS * 2)
@@ -72,18 +76,29 @@ __global__ void __launch_bounds__(TC_DQ_THREADS, 1) flash_tc_dq_kernel(TcArgs f,
     }
 }
 
-// grid (key tiles, head groups, B), 2 threads per key row (blockDim.x / 2 = TC_DKV_ROWS or 64
+// How the dK/dV blocks divide the heads: groups of `group` heads, each split into `parts`
+// parts of `sub` heads (the last may have fewer); parts == 1: no split, the blocks store dK/dV.
+// With parts > 1 they store the sums over their heads, unscaled, into pk / pv (nullptr: that
+// gradient is not wanted): [parts][B*T][k_heads*D] and [parts][B*T][v_heads*D], slot p of a K
+// (V) head written by part p of its group when that part holds some of the head's heads.
+struct DkvSplit {
+    int group, sub, parts;
+    float *pk, *pv;
+};
+
+// grid (key tiles, groups x parts, B), 2 threads per key row (blockDim.x / 2 = TC_DKV_ROWS or 64
 // rows per tile).  Shared: Sᵀ, dPdᵀ (fp32; the dK / dV tile at a K / V head's end reuses them),
 // L, D of the query tile, K, V, Q, G, Pdᵀ, dSᵀ (bf16).
 template <int D>
 __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs f, const float *q, const float *k,
                                                                       const float *v, const float *dout,
                                                                       const float *lse, const float *Dd, float *dk,
-                                                                      float *dv, float *dkey_bias, int group) {
+                                                                      float *dv, float *dkey_bias, DkvSplit sp) {
     MHE_DYNAMIC_SHARED(float, sm);
     const AttnIdx &a = f.a;
-    const int rows = blockDim.x / 2;
-    const int b = blockIdx.z, t = threadIdx.x, w = t / 32, j0 = blockIdx.x * rows, h0 = blockIdx.y * group;
+    const int rows = blockDim.x / 2, part = blockIdx.y % sp.parts, g = blockIdx.y / sp.parts;
+    const int b = blockIdx.z, t = threadIdx.x, w = t / 32, j0 = blockIdx.x * rows;
+    const int h0 = g * sp.group + part * sp.sub, h1 = tc_imin(h0 + sp.sub, (g + 1) * sp.group);
     float *Ss = sm, *Ps = Ss + rows * TC_COLS, *Out = Ss, *Ls = Ps + rows * TC_COLS, *Ds = Ls + TC_COLS;
     bf16_t *Ks = reinterpret_cast<bf16_t *>(Ds + TC_COLS), *Vs = Ks + rows * D, *Qs = Vs + rows * D,
            *Gs = Qs + TC_COLS * D, *PdT = Gs + TC_COLS * D, *dST = PdT + rows * TC_COLS;
@@ -98,10 +113,11 @@ __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs
         wmma::fill_fragment(dka[c], 0.0f);
         wmma::fill_fragment(dva[c], 0.0f);
     }
-    for (int h = h0; h < h0 + group; h++) {
+    for (int h = h0; h < h1; h++) {
         __syncthreads();  // the previous head's tiles (and Out) are consumed
-        if (h % a.kr == 0) tc_stage<D>(Ks, rows, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
-        if (h % a.vr == 0) tc_stage<D>(Vs, rows, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
+        // A part may start inside a K (V) head's run of heads.
+        if (h == h0 || h % a.kr == 0) tc_stage<D>(Ks, rows, k, f.kb, a.ldk, a.kr, b, j0, h, a, nullptr);
+        if (h == h0 || h % a.vr == 0) tc_stage<D>(Vs, rows, v, f.vb, a.ldv, a.vr, b, j0, h, a, nullptr);
         const float kb = live ? tc_key_bias(f, b, j, h) : 0.0f;
         float dkb = 0.0f;
         for (int i0 = i_first; i0 < a.T; i0 += TC_COLS) {
@@ -137,9 +153,9 @@ __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs
         if (live && (t & 1) == 0 && dkey_bias) dkey_bias[((size_t)b * a.T + j) * a.n + h] = dkb;
         for (int which = 0; which < 2; which++) {
             const int ratio = which ? a.vr : a.kr;
-            float *dst = which ? dv : dk;
-            bf16_t *dstb = which ? f.dvb : f.dkb;
-            if ((h + 1) % ratio != 0) continue;  // uniform over the block
+            // A K (V) head's accumulator is complete at the end of its heads or of the part
+            // (uniform over the block).
+            if ((h + 1) % ratio != 0 && h + 1 != h1) continue;
             AccFrag *acc = which ? dva : dka;
             __syncthreads();  // Out (S, dPd) is free
             MHE_UNROLL
@@ -148,6 +164,18 @@ __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs
                 wmma::fill_fragment(acc[c], 0.0f);
             }
             __syncthreads();
+            if (sp.parts > 1) {  // this part's share, unscaled (flash_tc_dkv_reduce_kernel scales)
+                float *dst = which ? sp.pv : sp.pk;
+                const int cols = (which ? a.n / a.vr : a.n / a.kr) * D;
+                for (int e = t; dst && e < rows * D; e += blockDim.x) {
+                    const int rr = e / D, c = e % D;
+                    if (j0 + rr < a.T)
+                        dst[((size_t)part * a.B * a.T + (size_t)b * a.T + j0 + rr) * cols + (size_t)(h / ratio) * D + c] = Out[e];
+                }
+                continue;
+            }
+            float *dst = which ? dv : dk;
+            bf16_t *dstb = which ? f.dvb : f.dkb;
             const int ld = which ? a.ldv : a.ldk;
             const float sc = which ? 1.0f : f.scale;
             for (int e = t; e < rows * D; e += blockDim.x) {
@@ -155,6 +183,42 @@ __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs
                 if ((dst || dstb) && j0 + rr < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + rr) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
             }
         }
+    }
+}
+
+// dK / dV (and their twins) from the parts' partials: one thread per 4 columns of a row, adding
+// the slots of the parts holding the head's heads in part order (deterministic), times the
+// score scale for dK.  Columns: the K heads' k_heads x d, then the V heads' (when wanted).
+__global__ void flash_tc_dkv_reduce_kernel(TcArgs f, DkvSplit sp, int d, float *dk, float *dv) {
+    const AttnIdx &a = f.a;
+    const size_t rows = (size_t)a.B * a.T;
+    const int kc = sp.pk ? a.n / a.kr * d : 0, vc = sp.pv ? a.n / a.vr * d : 0, width = kc + vc;
+    const size_t quads = rows * width / 4;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < quads; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = e * 4 / width;
+        int col = (int)(e * 4 % width);
+        const int which = col >= kc;
+        if (which) col -= kc;
+        const int cols = which ? vc : kc, ratio = which ? a.vr : a.kr, hh = col / d;
+        const float *part = which ? sp.pv : sp.pk;
+        // The head's heads, [hh ratio, (hh + 1) ratio), lie in parts p_lo..p_hi of their group.
+        const int first = hh * ratio % sp.group, p_lo = first / sp.sub, p_hi = (first + ratio - 1) / sp.sub;
+        float4 sum = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int p = p_lo; p <= p_hi; p++) {
+            const float4 x = *reinterpret_cast<const float4 *>(part + ((size_t)p * rows + row) * cols + col);
+            sum.x += x.x;
+            sum.y += x.y;
+            sum.z += x.z;
+            sum.w += x.w;
+        }
+        const float sc = which ? 1.0f : f.scale;
+        float *dst = which ? dv : dk;
+        bf16_t *dstb = which ? f.dvb : f.dkb;
+        const size_t at = row * (which ? a.ldv : a.ldk) + col;
+        store_twin(dst, dstb, at, sc * sum.x);
+        store_twin(dst, dstb, at + 1, sc * sum.y);
+        store_twin(dst, dstb, at + 2, sc * sum.z);
+        store_twin(dst, dstb, at + 3, sc * sum.w);
     }
 }
 
@@ -171,10 +235,51 @@ static size_t tc_smem_dkv(int d, int rows) {
 // A dK/dV grid of 128-row tiles with at most this many blocks takes 64-row tiles: half of A100's
 // 108 SMs (the smaller of the two targets; H100 has 132), so twice the blocks still leave SMs
 // idle and take no longer each, while the Q/G re-reads they double are spread over twice the
-// SMs (a grid below the SM count is priced on its share of the GPU).  Short batches with all
-// heads sharing K and V (MQA, MHE: one head group) are such grids.
+// SMs (a grid below the SM count is priced on its share of the GPU).
 #define TC_DKV_SMALL_GRID 54
+// A dK/dV grid below this many blocks splits its head groups (DkvSplit) until it reaches it.
+// One block per SM fits (registers), so 128 is one wave on H100 (132 SMs), 1.2 on A100 (108).
+// All heads sharing K and V (MQA, MHE) make grids of B x key tiles blocks: 64 at BERT-base
+// seq 512 x 16 and seq 128 x 64, split in 2.  Each part costs the partials' 4 B per element
+// written and re-read, and a wave of blocks each doing 1/parts of the heads is no faster than
+// fewer, longer blocks filling the GPU, so the split stops at one wave; by the cost model at
+// BERT-base mhe_mul seq 512 x 16 (h100), 2 parts: 11.40 ms a step, 3: 11.41, 4 (256 blocks):
+// 11.45, 6: 11.53; unsplit 11.86.  GPT-2 small mhe_mul at seq 1024 x 16 (128 blocks) is not split (2 parts: +0.14 ms).
+#define TC_DKV_TARGET_BLOCKS 128
 static int tc_gcd(int x, int y) { return y ? tc_gcd(y, x % y) : x; }
+static int tc_cdiv(int x, int y) { return (x + y - 1) / y; }
+
+struct DkvPlan {
+    int group, groups, sub, parts, krows;
+};
+// heads: MHE_CUDA_DKV_HEADS (heads per block, clamped to the group; 0: chosen here).  The
+// smallest number of parts that reaches TC_DKV_TARGET_BLOCKS (parts of ceil(group / parts)
+// heads, so all but the last are equal); each part costs a re-staging of K and V and the
+// partials' write and re-read, which is why a group is not always split into single heads.
+static DkvPlan tc_dkv_plan(const AttnShape *s, int heads) {
+    DkvPlan p;
+    const int kr = s->n_heads / s->k_heads, vr = s->n_heads / s->v_heads;
+    p.group = kr / tc_gcd(kr, vr) * vr;  // a block's heads: those sharing its K and its V head
+    p.groups = s->n_heads / p.group;
+    const int blocks = tc_cdiv(s->T, TC_DKV_ROWS) * p.groups * s->B;
+    p.sub = p.group;
+    if (heads > 0) p.sub = heads < p.group ? heads : p.group;
+    else if (blocks < TC_DKV_TARGET_BLOCKS)
+        for (int parts = 2; parts <= p.group; parts++) {
+            p.sub = tc_cdiv(p.group, parts);
+            if (blocks * tc_cdiv(p.group, p.sub) >= TC_DKV_TARGET_BLOCKS) break;
+        }
+    p.parts = tc_cdiv(p.group, p.sub);
+    p.krows = blocks * p.parts <= TC_DKV_SMALL_GRID ? 64 : TC_DKV_ROWS;
+    return p;
+}
+// (K or V head, part) pairs of one group: the heads of each K (V) head (`ratio` of them) lie in
+// one part or straddle several; each such pair stages the K (V) tile and, split, writes a slot.
+static int tc_dkv_slots(const DkvPlan &p, int ratio) {
+    int n = 0;
+    for (int first = 0; first < p.group; first += ratio) n += (first + ratio - 1) / p.sub - first / p.sub + 1;
+    return n;
+}
 
 // Cost model: tensor-core FLOPs of the products (dQ: S, dPd, dS K = 6 d per pair; dK/dV: Sᵀ,
 // dPdᵀ, Pdᵀ G, dSᵀ Q = 8 d), CUDA-core FLOPs of the element-wise dS work, operand tiles
@@ -200,34 +305,60 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     const double eq = tc_el(f.qb), ek = tc_el(f.kb), ev = tc_el(f.vb), eg = tc_el(f.gb);
     cudaStream_t st = cuda_stream(be);
     if (dk || dv || dkey_bias) {
-        // A block's heads: those sharing its K head and those sharing its V head.
-        const int kr = s->n_heads / s->k_heads, vr = s->n_heads / s->v_heads, group = kr / tc_gcd(kr, vr) * vr;
-        const int groups = s->n_heads / group;
-        int krows = TC_DKV_ROWS;  // key rows per block
-        if ((double)((s->T + krows - 1) / krows) * groups * s->B <= TC_DKV_SMALL_GRID) krows = 64;
+        const DkvPlan pl = tc_dkv_plan(s, cuda_ctx(be)->dkv_heads);
+        const int krows = pl.krows;  // key rows per block
         const int tiles = (s->T + krows - 1) / krows;
         const TileWork kw = key_tiles(s->T, krows, s->causal);
         const size_t smem = tc_smem_dkv(d, krows);
-        dim3 grid((unsigned)tiles, (unsigned)groups, (unsigned)s->B);
-        // Q, G, L, D per key tile and head; K and V once per K / V head; dK, dV written (4 B
-        // each, less when lean).
-        const double written = 4.0 * rows * d * ((dk ? s->k_heads : 0) + (dv ? s->v_heads : 0));
+        dim3 grid((unsigned)tiles, (unsigned)(pl.groups * pl.parts), (unsigned)s->B);
+        const bool want_k = dk || f.dkb, want_v = dv || f.dvb;
+        const size_t kcols = (size_t)s->k_heads * d, vcols = (size_t)s->v_heads * d;
+        DkvSplit sp{pl.group, pl.sub, pl.parts, nullptr, nullptr};
+        if (pl.parts > 1) {
+            // Partials in the backend's grow-only scratch (steady-state steps do not allocate).
+            CudaCtx *c = cuda_ctx(be);
+            const size_t kn = want_k ? (size_t)pl.parts * rows * kcols : 0;
+            float *part = cuda_grow(be, c->flash_part, c->flash_part_cap, kn + (want_v ? (size_t)pl.parts * rows * vcols : 0));
+            if (want_k) sp.pk = part;
+            if (want_v) sp.pv = part + kn;
+        }
+        // K and V staged once per (K / V head, part) pair and key tile: without a split once per
+        // K / V head.
+        const double kslots = (double)pl.groups * tc_dkv_slots(pl, s->n_heads / s->k_heads);
+        const double vslots = (double)pl.groups * tc_dkv_slots(pl, s->n_heads / s->v_heads);
+        // Q, G, L, D per key tile and head; K and V per slot; dK, dV written (4 B each, less when
+        // lean) or, split, each slot's partial (4 B).
+        const double written = pl.parts > 1 ? 4.0 * rows * d * ((want_k ? kslots : 0) + (want_v ? vslots : 0))
+                                            : 4.0 * rows * d * ((dk ? s->k_heads : 0) + (dv ? s->v_heads : 0));
         MheCost cost{bn * kw.pairs * 8.0 * d, bn * kw.pairs * 12.0,
-                     bn * kw.reads * ((eq + eg) * d + 8.0) + rows * d * (s->k_heads * ek + s->v_heads * ev) + written, 0,
+                     bn * kw.reads * ((eq + eg) * d + 8.0) + rows * d * (kslots * ek + vslots * ev) + written, 0,
                      (double)grid.x * grid.y * grid.z};
-        if (dk) cost = with_lean_twin(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
-        if (dv) cost = with_lean_twin(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
+        if (pl.parts == 1 && dk) cost = with_lean_twin(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
+        if (pl.parts == 1 && dv) cost = with_lean_twin(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
         if (d == 16) {
             tc_opt_in(flash_tc_dkv_kernel<16>, tc_smem_dkv(16, TC_DKV_ROWS));
-            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+            MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, sp);
         } else if (d == 32) {
             tc_opt_in(flash_tc_dkv_kernel<32>, tc_smem_dkv(32, TC_DKV_ROWS));
-            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+            MHE_LAUNCH(flash_tc_dkv_kernel<32>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, sp);
         } else {
             tc_opt_in(flash_tc_dkv_kernel<64>, tc_smem_dkv(64, TC_DKV_ROWS));
-            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, group);
+            MHE_LAUNCH(flash_tc_dkv_kernel<64>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, sp);
         }
         CUDA_CHECK_LAUNCH();
+        if (pl.parts > 1 && (want_k || want_v)) {
+            // Every slot's partial read once (4 B), dK / dV written (4 B, with the twin's 2 or
+            // only the twin's when lean), one add per slot element, the scale.
+            const double kn = want_k ? (double)rows * kcols : 0, vn = want_v ? (double)rows * vcols : 0;
+            const double slots = rows * d * ((want_k ? kslots : 0) + (want_v ? vslots : 0));
+            const size_t quads = (size_t)rows * ((want_k ? kcols : 0) + (want_v ? vcols : 0)) / 4;
+            MheCost rc = mhe_cost_blocks(slots + kn, 4.0 * slots + 4.0 * ((dk ? kn : 0) + (dv ? vn : 0)),
+                                         cuda_real_blocks(quads));
+            if (dk) rc = with_lean_twin(rc, f.dkb, dkw, kn);
+            if (dv) rc = with_lean_twin(rc, f.dvb, dvw, vn);
+            MHE_LAUNCH(flash_tc_dkv_reduce_kernel, cuda_grid_for(quads), MHE_BLOCK, 0, st, rc)(f, sp, d, dkw, dvw);
+            CUDA_CHECK_LAUNCH();
+        }
     }
     if (dq) {
         const int tiles = (s->T + TC_DQ_ROWS - 1) / TC_DQ_ROWS;

@@ -29,6 +29,9 @@ struct CudaCtx {
     struct LambState *lamb;       // the chunk / range tables of the multi-tensor LAMB (cuda_optim.cu)
     float *colsum;                // partials of the two-stage column sums (cuda_colsum.h; grow-only)
     size_t colsum_cap;
+    float *flash_part;            // partial dK/dV of split head groups (cuda_flash_tc_bwd.cu; grow-only)
+    size_t flash_part_cap;
+    int dkv_heads;                // MHE_CUDA_DKV_HEADS: heads per tensor-core dK/dV block (0: automatic)
 };
 
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }

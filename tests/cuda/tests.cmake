@@ -12,6 +12,12 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
   set_tests_properties(test_cuda_parity PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 900)
 
+  # The attention core's three paths, its tensor-core kernels and their dK/dV head-group splits.
+  add_executable(test_cuda_attention ${CMAKE_CURRENT_LIST_DIR}/test_cuda_attention.c)
+  target_link_libraries(test_cuda_attention PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_attention COMMAND test_cuda_attention)
+  set_tests_properties(test_cuda_attention PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 900)
+
   # Lean bf16 twins: the same ops with and without them, bit for bit where the stored values agree.
   add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)
   target_link_libraries(test_cuda_lean PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
@@ -98,7 +104,7 @@ if(TARGET mhecuda_emu)
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 300 LABELS "cuda;dist")
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
-  set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_cost test_cuda_model_variants
+  set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_attention test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job
     test_cuda_train_end_to_end test_cuda_cost APPEND PROPERTY LABELS cuda)
   set_property(TEST test_cuda_emu_reduce test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job

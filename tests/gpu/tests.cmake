@@ -3,9 +3,11 @@
 if(TARGET mhecuda)
   add_executable(gpu_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_bench.c)
   target_link_libraries(gpu_bench PRIVATE mhecore mhecuda)
-  # The parity, model and NCCL tests of tests/cuda, linked against the real backend.
+  # The parity (ops, attention), model and NCCL tests of tests/cuda, linked against the real backend.
   add_executable(gpu_parity ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_parity.c)
   target_link_libraries(gpu_parity PRIVATE mhecore mhecuda PkgConfig::CMOCKA)
+  add_executable(gpu_attention ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_attention.c)
+  target_link_libraries(gpu_attention PRIVATE mhecore mhecuda PkgConfig::CMOCKA)
   add_executable(gpu_model ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_model.c)
   target_link_libraries(gpu_model PRIVATE mhe_testutil mhecore mhecuda PkgConfig::CMOCKA)
   add_executable(gpu_nccl ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_nccl.c)

@@ -1,0 +1,244 @@
+// Parity of the attention core (attention_forward / attention_backward of kernels/ops.h): the
+// CUDA backend's three paths (flash, the default, with its tensor-core kernels in bf16 mode;
+// gemm; plain) through the CPU emulation of CUDA against the CPU backend, every output compared
+// norm-wise (parity.h: tol 1e-5 in fp32 mode, 1e-2 in bf16 mode).
+#include "parity.h"
+
+// One attention configuration, forward and backward, every output compared.
+typedef struct {
+    const char *name;
+    int B, T, n, qh, kh, vh, dq, dv, causal, use_mask, use_bias, use_scale, use_shift;
+    float dropout;
+    int mask_all_of_seq1;  // sequence 1 has no visible key: rows of zeros, output = shift
+} AttnCase;
+
+// rewrite (bf16 tensor-core shapes without out_scale): after the first comparison, Q and K are
+// rewritten by ops that store their bf16 twins alongside (scale, GELU over the operand's span),
+// V by an upload (which only invalidates its twin) and dout by scale; the second forward +
+// backward must again match the CPU backend, and must round exactly one operand (V) to bf16:
+// the fused kernels stage Q, K and dout tiles from the twins the writers left (the emulation
+// aborts on a twin that differs from bf16(fp32)).
+static void check_attention(Fix *f, const AttnCase *ac, double tol, int rewrite) {
+    AttnShape s = {0};
+    s.B = ac->B;
+    s.T = ac->T;
+    s.n_heads = ac->n;
+    s.q_heads = ac->qh;
+    s.k_heads = ac->kh;
+    s.v_heads = ac->vh;
+    s.qk_dim = ac->dq;
+    s.v_dim = ac->dv;
+    s.ldq = ac->qh * ac->dq + 2;  // padded rows: strides are honoured
+    s.ldk = ac->kh * ac->dq + 1;
+    s.ldv = ac->vh * ac->dv + 3;
+    s.scale = 1.0f / sqrtf((float)ac->dq);
+    s.causal = ac->causal;
+    s.dropout = ac->dropout;
+    s.seed = 4242;
+    s.offset = 17;
+    const size_t rows = (size_t)ac->B * ac->T;
+    int32_t mask[512];
+    assert_true((size_t)ac->B * ac->T <= 512);
+    for (size_t i = 0; i < rows; i++)
+        mask[i] = ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
+    IBuf M = ibuf_new(f, mask, rows);
+    Buf q = buf_new(f, rows * s.ldq, -2.0f, 2.0f), k = buf_new(f, rows * s.ldk, -2.0f, 2.0f),
+        v = buf_rand(f, rows * s.ldv);
+    Buf kb = buf_rand(f, rows * ac->n), osc = buf_rand(f, (size_t)ac->n * ac->dv),
+        osh = buf_rand(f, (size_t)ac->n * ac->dv);
+    Buf out = buf_rand(f, rows * ac->n * ac->dv), dout = buf_rand(f, rows * ac->n * ac->dv);
+    Buf dq = buf_rand(f, rows * s.ldq), dk = buf_rand(f, rows * s.ldk), dv = buf_rand(f, rows * s.ldv);
+    Buf dkb = buf_rand(f, rows * ac->n), dosc = buf_rand(f, (size_t)ac->n * ac->dv),
+        dosh = buf_rand(f, (size_t)ac->n * ac->dv);
+    size_t sv[2], sc[2];
+    f->cpu->attention_sizes(f->cpu, &s, &sv[0], &sc[0]);
+    f->gpu->attention_sizes(f->gpu, &s, &sv[1], &sc[1]);
+    float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
+    float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
+    char what[128];
+#define CLOSE(b, label)                                                                  \
+    snprintf(what, sizeof what, "attention %s%s: %s", ac->name, pass ? " (rewritten)" : "", label); \
+    expect_close(f, &(b), tol, what)
+    for (int pass = 0; pass <= rewrite; pass++) {
+        if (pass) {
+            const size_t qspan = (rows - 1) * s.ldq + (size_t)ac->qh * ac->dq;
+            const size_t kspan = (rows - 1) * s.ldk + (size_t)ac->kh * ac->dq;
+            PAIR(f, scale, D(q), 0.75f, qspan);
+            PAIR(f, gelu_forward, GELU_ERF, D(k), D(k), kspan);
+            for (size_t i = 0; i < v.n; i++) v.host[i] = 0.5f * v.host[i] - 0.25f;
+            PAIR(f, upload, D(v), v.host, v.n * sizeof(float));
+            PAIR(f, scale, D(dout), -1.5f, dout.n);
+            backend_cuda_cost_start();
+        }
+        for (int side_ = 0; side_ < 2; side_++) {
+            Backend *be = side_ ? f->gpu : f->cpu;
+            AttnShape t = s;
+            t.key_mask = ac->use_mask ? D(M) : NULL;
+            t.key_bias = ac->use_bias ? D(kb) : NULL;
+            t.out_scale = ac->use_scale ? D(osc) : NULL;
+            t.out_shift = ac->use_shift ? D(osh) : NULL;
+            be->attention_forward(be, &t, D(q), D(k), D(v), D(out), saved[side_], scratch[side_]);
+            be->attention_backward(be, &t, D(q), D(k), D(v), saved[side_], D(dout), D(dq), D(dk), D(dv),
+                                   ac->use_bias ? D(dkb) : NULL, ac->use_scale ? D(dosc) : NULL,
+                                   ac->use_shift ? D(dosh) : NULL, scratch[side_]);
+        }
+        if (pass) {
+            CostReport r;
+            backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+            long rounded = 0;
+            for (int i = 0; i < r.n_top; i++)
+                if (strcmp(r.top[i].label, "to_bf16_kernel") == 0) rounded = r.top[i].calls;
+            print_message("attention %s (rewritten): %ld bf16 rounding launches\n", ac->name, rounded);
+            assert_int_equal(rounded, 1);
+        }
+        CLOSE(out, "out");
+        // Only the head columns are defined in the gradients; padding keeps its initial value on
+        // both sides, so whole buffers compare.
+        CLOSE(dq, "dq");
+        CLOSE(dk, "dk");
+        CLOSE(dv, "dv");
+        if (ac->use_bias) { CLOSE(dkb, "dkey_bias"); }
+        if (ac->use_scale) { CLOSE(dosc, "dout_scale"); }
+        if (ac->use_shift) { CLOSE(dosh, "dout_shift"); }
+    }
+#undef CLOSE
+    f->cpu->free(f->cpu, saved[0]);
+    f->gpu->free(f->gpu, saved[1]);
+    f->cpu->free(f->cpu, scratch[0]);
+    f->gpu->free(f->gpu, scratch[1]);
+    ibuf_free(f, &M);
+    Buf *all[] = {&q, &k, &v, &kb, &osc, &osh, &out, &dout, &dq, &dk, &dv, &dkb, &dosc, &dosh};
+    for (int i = 0; i < 14; i++) buf_free(f, all[i]);
+}
+
+static const AttnCase ATTN_CASES[] = {
+        // name     B  T  n qh kh vh dq dv causal mask bias scale shift dropout all-masked
+        {"mha causal dropout", 2, 6, 2, 2, 2, 2, 8, 8, 1, 0, 0, 0, 0, 0.2f, 0},
+        {"gqa padding mask", 2, 5, 4, 4, 2, 2, 4, 4, 0, 1, 0, 0, 0, 0.0f, 0},
+        {"mqa causal+mask", 1, 7, 3, 3, 1, 1, 6, 6, 1, 1, 0, 0, 0, 0.0f, 0},
+        {"mhe_add shared qkv, key bias, shift", 2, 5, 3, 1, 1, 1, 4, 4, 0, 1, 1, 0, 1, 0.1f, 0},
+        {"mhe_mul scale+shift", 2, 4, 2, 2, 1, 1, 4, 4, 1, 0, 0, 1, 1, 0.0f, 0},
+        {"fully masked sequence", 2, 4, 2, 2, 2, 2, 4, 6, 0, 1, 1, 1, 1, 0.0f, 1},
+        {"mqa dropout, scale, shift", 2, 5, 3, 3, 1, 1, 4, 4, 1, 1, 1, 1, 1, 0.3f, 0},
+        {"gqa dropout, causal", 2, 5, 6, 6, 3, 3, 4, 4, 1, 1, 0, 0, 0, 0.2f, 0},
+        {"q 3 heads, k 6, v 1 of 6", 1, 5, 6, 3, 6, 1, 4, 4, 0, 0, 1, 1, 1, 0.0f, 0},
+        {"gqa groups not a block (k 3, v 2 of 6)", 1, 4, 6, 6, 3, 2, 4, 4, 1, 0, 0, 0, 0, 0.0f, 0},
+        // Longer than the fused kernels' 32-row tiles and not a multiple of them.
+        {"mha T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 8, 8, 1, 1, 0, 0, 0, 0.1f, 0},
+        {"mhe T=70 shared qkv, bias, scale, shift", 1, 70, 3, 1, 1, 1, 6, 5, 0, 1, 1, 1, 1, 0.1f, 0},
+        {"gqa T=37 dq != dv, causal", 2, 37, 4, 4, 2, 1, 4, 6, 1, 0, 0, 1, 0, 0.0f, 0},
+        // Head dims of the tensor-core kernels (bf16 mode; fp32 mode runs the CUDA-core ones).
+        {"mha d=16 T=45 causal dropout mask", 2, 45, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
+        {"mhe d=32 T=37 shared qkv, bias, scale, shift", 1, 37, 3, 1, 1, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
+        {"gqa d=16 T=33 k 2 v 1 of 4, masked seq", 2, 33, 4, 4, 2, 1, 16, 16, 0, 1, 1, 0, 1, 0.0f, 1},
+        // Past the tensor-core dK/dV kernel's 128-row key tiles (causal: each key tile's queries
+        // start at its first key).
+        {"mha d=16 T=150 causal dropout, key bias", 1, 150, 2, 2, 2, 2, 16, 16, 1, 0, 1, 0, 0, 0.1f, 0},
+        // Past the forward's and dQ's 256-row query tiles too, ending 14 and 4 rows into the
+        // next: causal and not, dropout, masks, shared K/V heads (a dK/dV block owning 4 heads).
+        {"mha d=16 T=270 causal dropout mask", 1, 270, 2, 2, 2, 2, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
+        {"gqa d=32 T=260 k 2 v 1 of 4, bias, scale, shift, dropout", 1, 260, 4, 4, 2, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
+        // A dK/dV grid of 2 tiles x 14 heads x 2 sequences = 56 blocks: 128-row key tiles (grids
+        // of at most 54, the cases above, take 64-row ones), the second ending 2 rows in.
+        {"mha 14 heads d=16 T=130 causal dropout mask", 2, 130, 14, 14, 14, 14, 16, 16, 1, 1, 0, 0, 0, 0.1f, 0},
+        // d = 64: the dK/dV kernel's 64 KB of shared memory (opted in past 48 KB).
+        {"mha d=64 T=21 mask", 1, 21, 1, 1, 1, 1, 64, 64, 0, 1, 0, 0, 0, 0.0f, 0},
+        // Heads sharing K and V whose tensor-core dK/dV blocks split their group of heads (a grid
+        // below 256 blocks; these have 1 to 4 unsplit): each part's blocks write partial dK/dV,
+        // the reduction kernel adds them (cuda_flash_tc_bwd.cu).  12 heads on one K/V head (MQA,
+        // MHE's shape) past one 64-row key tile and not a multiple of it; with out_scale (mhe_mul);
+        // GQA with groups of 4 heads; K and V groups of different sizes (3 and 6 heads: blocks
+        // own 6, a part may hold part of a K head's 3).
+        {"mqa 12 heads d=64 T=75 causal dropout, key bias, mask", 2, 75, 12, 12, 1, 1, 64, 64, 1, 1, 1, 0, 0, 0.1f, 0},
+        {"mhe_mul 12 heads d=32 T=70 dropout, key bias, scale, shift", 1, 70, 12, 12, 1, 1, 32, 32, 0, 1, 1, 1, 1, 0.1f, 0},
+        {"gqa 12 heads k 3 v 3 d=16 T=40 causal dropout, key bias", 1, 40, 12, 12, 3, 3, 16, 16, 1, 0, 1, 0, 0, 0.1f, 0},
+        {"gqa 12 heads k 4 v 2 d=16 T=66 causal, key bias, shift", 2, 66, 12, 12, 4, 2, 16, 16, 1, 1, 1, 0, 1, 0.0f, 0},
+};
+#define N_ATTN_CASES (sizeof ATTN_CASES / sizeof ATTN_CASES[0])
+
+static void run_attention_cases(Fix *f, double tol) {
+    for (size_t i = 0; i < N_ATTN_CASES; i++) check_attention(f, &ATTN_CASES[i], tol, 0);
+}
+// The default path: the fused (flash) kernels.
+static void test_attention_matches_cpu(void **state) { run_attention_cases(*state, 1e-5); }
+// cuBLAS GEMMs + row kernels (gqa with 1 < groups < n uses the plain kernels).
+static void test_attention_gemm_path_matches_cpu(void **state) {
+    Fix *f = *state;
+    Backend *dflt = f->gpu;
+    setenv("MHE_CUDA_ATTENTION", "gemm", 1);
+    f->gpu = backend_cuda_create(0, 0);
+    unsetenv("MHE_CUDA_ATTENTION");
+    run_attention_cases(f, 1e-5);
+    f->gpu->destroy(f->gpu);
+    f->gpu = dflt;
+}
+// The plain kernels, the GEMM path's reference, on every case.
+static void test_attention_plain_kernels_match_cpu(void **state) {
+    Fix *f = *state;
+    Backend *gemm = f->gpu;
+    setenv("MHE_CUDA_ATTENTION", "plain", 1);
+    f->gpu = backend_cuda_create(0, 0);
+    unsetenv("MHE_CUDA_ATTENTION");
+    run_attention_cases(f, 1e-5);
+    f->gpu->destroy(f->gpu);
+    f->gpu = gemm;
+}
+static void test_attention_bf16_within_1e2(void **state) { run_attention_cases(*state, 1e-2); }
+// The tensor-core kernels read the bf16 twins of their inputs (see check_attention's rewrite).
+static void test_attention_bf16_reads_twins(void **state) {
+    static const AttnCase cases[] = {
+        {"mha d=16 T=40 dropout mask", 2, 40, 2, 2, 2, 2, 16, 16, 0, 1, 0, 0, 0, 0.1f, 0},
+        {"gqa d=32 T=33 causal, key bias, shift", 1, 33, 4, 4, 2, 1, 32, 32, 1, 1, 1, 0, 1, 0.0f, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attention(*state, &cases[i], 1e-2, 1);
+}
+
+
+// The tensor-core dK/dV kernel with its head groups split every way (MHE_CUDA_DKV_HEADS: heads
+// per block): not at all, into single heads, and unevenly (12 heads as 5 + 5 + 2; the group of 6
+// as 5 + 1, so the second K head, heads 3..5, is summed from two parts).  Each must match the CPU
+// backend: a partial dropped or added twice moves dK/dV by a part's share, far past 1e-2.  The
+// reduction kernel runs exactly when the group is split.
+static void test_attention_bf16_dkv_split(void **state) {
+    Fix *f = *state;
+    Backend *dflt = f->gpu;
+    static const int heads[] = {12, 1, 5, 2};
+    const AttnCase *cases[] = {&ATTN_CASES[N_ATTN_CASES - 4], &ATTN_CASES[N_ATTN_CASES - 1]};
+    for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
+        char value[16];
+        snprintf(value, sizeof value, "%d", heads[i]);
+        setenv("MHE_CUDA_DKV_HEADS", value, 1);
+        f->gpu = backend_cuda_create(0, 1);
+        unsetenv("MHE_CUDA_DKV_HEADS");
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+            const int group = c ? 6 : 12;
+            backend_cuda_cost_start();
+            check_attention(f, cases[c], 1e-2, 0);
+            CostReport r;
+            backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+            long reduced = 0;
+            for (int e = 0; e < r.n_top; e++)
+                if (strcmp(r.top[e].label, "flash_tc_dkv_reduce_kernel") == 0) reduced = r.top[e].calls;
+            print_message("%s, %d heads per dK/dV block: %ld reductions\n", cases[c]->name, heads[i], reduced);
+            assert_int_equal(reduced, heads[i] < group ? 1 : 0);
+        }
+        f->gpu->destroy(f->gpu);
+    }
+    f->gpu = dflt;
+}
+
+int main(void) {
+    const struct CMUnitTest fp32[] = {
+        cmocka_unit_test(test_attention_matches_cpu),
+        cmocka_unit_test(test_attention_gemm_path_matches_cpu),
+        cmocka_unit_test(test_attention_plain_kernels_match_cpu),
+    };
+    const struct CMUnitTest bf16[] = {
+        cmocka_unit_test(test_attention_bf16_within_1e2),
+        cmocka_unit_test(test_attention_bf16_reads_twins),
+        cmocka_unit_test(test_attention_bf16_dkv_split),
+    };
+    int failed = cmocka_run_group_tests_name("cuda attention parity fp32", fp32, setup_fp32, teardown);
+    failed += cmocka_run_group_tests_name("cuda attention parity bf16", bf16, setup_bf16, teardown);
+    return failed ? 1 : 0;
+}
