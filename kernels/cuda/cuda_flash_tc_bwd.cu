@@ -86,6 +86,40 @@ struct DkvSplit {
     float *pk, *pv;
 };
 
+// The end of a K (which = 0) or V (1) head's heads in a dK/dV block (or of the block's part):
+// its accumulator, through shared memory (Out), into dK / dV and their twins (scaled by the
+// score scale for dK), or, split, into this part's partial (unscaled), then cleared.
+template <int D>
+__device__ __forceinline__ void tc_dkv_flush(const TcArgs &f, const DkvSplit &sp, AccFrag *acc, int which, float *Out,
+                                             int h, int b, int j0, int part, float *dst) {
+    const AttnIdx &a = f.a;
+    const int rows = blockDim.x / 2, w = threadIdx.x / 32, ratio = which ? a.vr : a.kr;
+    __syncthreads();  // Out (S, dPd) is free
+    MHE_UNROLL
+    for (int c = 0; c < D / 16; c++) {
+        wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
+        wmma::fill_fragment(acc[c], 0.0f);
+    }
+    __syncthreads();
+    if (sp.parts > 1) {
+        float *pdst = which ? sp.pv : sp.pk;
+        const int cols = a.n / ratio * D;
+        for (int e = threadIdx.x; pdst && e < rows * D; e += blockDim.x) {
+            const int rr = e / D, c = e % D;
+            if (j0 + rr < a.T)
+                pdst[((size_t)part * a.B * a.T + (size_t)b * a.T + j0 + rr) * cols + (size_t)(h / ratio) * D + c] = Out[e];
+        }
+        return;
+    }
+    bf16_t *dstb = which ? f.dvb : f.dkb;
+    const int ld = which ? a.ldv : a.ldk;
+    const float sc = which ? 1.0f : f.scale;
+    for (int e = threadIdx.x; (dst || dstb) && e < rows * D; e += blockDim.x) {
+        const int rr = e / D, c = e % D;
+        if (j0 + rr < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + rr) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
+    }
+}
+
 // grid (key tiles, groups x parts, B), 2 threads per key row (blockDim.x / 2 = TC_DKV_ROWS or 64
 // rows per tile).  Shared: Sᵀ, dPdᵀ (fp32; the dK / dV tile at a K / V head's end reuses them),
 // L, D of the query tile, K, V, Q, G, Pdᵀ, dSᵀ (bf16).
@@ -151,38 +185,11 @@ __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs
         }
         dkb += __shfl_xor_sync(0xffffffffu, dkb, 1);
         if (live && (t & 1) == 0 && dkey_bias) dkey_bias[((size_t)b * a.T + j) * a.n + h] = dkb;
-        for (int which = 0; which < 2; which++) {
-            const int ratio = which ? a.vr : a.kr;
-            // A K (V) head's accumulator is complete at the end of its heads or of the part
-            // (uniform over the block).
-            if ((h + 1) % ratio != 0 && h + 1 != h1) continue;
-            AccFrag *acc = which ? dva : dka;
-            __syncthreads();  // Out (S, dPd) is free
-            MHE_UNROLL
-            for (int c = 0; c < D / 16; c++) {
-                wmma::store_matrix_sync(Out + w * 16 * D + c * 16, acc[c], D, wmma::mem_row_major);
-                wmma::fill_fragment(acc[c], 0.0f);
-            }
-            __syncthreads();
-            if (sp.parts > 1) {  // this part's share, unscaled (flash_tc_dkv_reduce_kernel scales)
-                float *dst = which ? sp.pv : sp.pk;
-                const int cols = (which ? a.n / a.vr : a.n / a.kr) * D;
-                for (int e = t; dst && e < rows * D; e += blockDim.x) {
-                    const int rr = e / D, c = e % D;
-                    if (j0 + rr < a.T)
-                        dst[((size_t)part * a.B * a.T + (size_t)b * a.T + j0 + rr) * cols + (size_t)(h / ratio) * D + c] = Out[e];
-                }
-                continue;
-            }
-            float *dst = which ? dv : dk;
-            bf16_t *dstb = which ? f.dvb : f.dkb;
-            const int ld = which ? a.ldv : a.ldk;
-            const float sc = which ? 1.0f : f.scale;
-            for (int e = t; e < rows * D; e += blockDim.x) {
-                const int rr = e / D, c = e % D;
-                if ((dst || dstb) && j0 + rr < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + rr) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
-            }
-        }
+        // A K (V) head's accumulator is complete at the end of its heads or of the part (uniform
+        // over the block).  Two calls, not a loop over a pointer to either set: the fragments
+        // must stay in registers.
+        if ((h + 1) % a.kr == 0 || h + 1 == h1) tc_dkv_flush<D>(f, sp, dka, 0, Out, h, b, j0, part, dk);
+        if ((h + 1) % a.vr == 0 || h + 1 == h1) tc_dkv_flush<D>(f, sp, dva, 1, Out, h, b, j0, part, dv);
     }
 }
 

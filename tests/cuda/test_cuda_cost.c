@@ -159,12 +159,15 @@ static void test_single_calls(void **state) {
     // Its backward, MQA (one K and one V head shared by 2 heads; Q [128, 32], K and V [128, 16]),
     // B = 1, T = 128, not causal, every twin current (the forward's Q, K, V; dout's is made by
     // the backward: G), dQ/dK/dV stored in fp32 (4 B).
-    // dK/dV: blocks own both heads (they share K and V); one 128-key-row block would be a grid
-    // of at most 54 blocks, so two of 64 rows: each reads Q, G (2 B each) and L, D (4 B each) of 128
-    // query rows per head, 2 blocks x 2 heads x 128 x (4 x 16 + 8) = 36864 B; K and V staged
-    // once (128 x 16 x (2 + 2) = 8192 B); dK, dV written (2 x 128 x 16 x 4 = 16384 B): 61440 B.
-    // Tensor-core FLOPs: 4 products of 128 x 128 x 16 per head, 2 x 4 x 2 x 128 x 128 x 16 =
-    // 4194304.
+    // dK/dV: the two heads share K and V, one group; one 128-key-row block would be a grid far
+    // below 128 blocks, so the group is split into single heads (2 parts), and 2 blocks are at
+    // most 54, so the key tiles have 64 rows: 4 blocks.  Q, G (2 B each) and L, D (4 B each) of
+    // 128 query rows per key tile and head, 2 tiles x 2 heads x 128 x (4 x 16 + 8) = 36864 B;
+    // K and V staged by both parts (2 x 128 x 16 x (2 + 2) = 16384 B); each part's partial dK
+    // and dV written (2 x 2 x 128 x 16 x 4 = 32768 B): 86016 B.  Tensor-core FLOPs: 4 products
+    // of 128 x 128 x 16 per head, 2 x 4 x 2 x 128 x 128 x 16 = 4194304.  The reduction reads
+    // the 4 partials (32768 B) and writes dK, dV (2 x 128 x 16 x 4 = 16384 B): 49152 B; one add
+    // per partial element and dK's scale, 8192 + 2048 FLOPs.
     // dQ: one 256-row query tile (128 rows) per Q head: K and V per head (2 x 128 x 16 x 4 B =
     // 16384), Q read and dQ written once (2 heads x 128 x 16 x (2 + 4) = 24576), G (2 x 128 x
     // 16 x 2 = 8192), L and D (256 x 8 = 2048): 51200 B; 3 products: 2 x 3 x 2 x 128 x 128 x 16
@@ -182,7 +185,9 @@ static void test_single_calls(void **state) {
     be->attention_backward(be, &as, q, k, v, saved, dout, dq, dk, dv, NULL, NULL, NULL, scratch);
     backend_cuda_cost_stop(a100, &r);
     e = find(&r, "flash_tc_dkv_kernel<16>");
-    assert_true(e->bytes == 61440.0 && e->tc_flops == 4194304.0);
+    assert_true(e->bytes == 86016.0 && e->tc_flops == 4194304.0);
+    e = find(&r, "flash_tc_dkv_reduce_kernel");
+    assert_true(e->calls == 1 && e->bytes == 49152.0 && e->flops == 10240.0);
     e = find(&r, "flash_tc_dq_kernel<16>");
     assert_true(e->bytes == 51200.0 && e->tc_flops == 3145728.0);
     be->free(be, saved);
