@@ -255,6 +255,7 @@ static void cuda_destroy(Backend *be) {
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->colsum);
     cuda_device_free(c->flash_part);
+    cuda_device_free(c->flash_g);
     cuda_device_free(c->gemm_ptrs);
     cuda_device_free(c->partials);
     std::free(c->host_partials);

@@ -113,19 +113,24 @@ __global__ void flash_forward_kernel(FlashArgs f, const float *q, const float *k
 }
 
 // D[b, h, i] = Σ_c dout · out_scale · Opre (one thread per (b, i, h)).  dout in bf16: the
-// tensor-core path's G, read from its twin as the dP = G Vᵀ products read it.
+// tensor-core path's G, read from its twin as the dP = G Vᵀ products read it.  gs (non-null:
+// the tensor-core path with out_scale) receives G = bf16(dout · out_scale), the value the
+// tensor-core kernels would otherwise round from fp32 dout at every tile they stage.
 __device__ __forceinline__ float gval(const float *g, size_t i) { return g[i]; }
 __device__ __forceinline__ float gval(const __nv_bfloat16 *g, size_t i) { return __bfloat162float(g[i]); }
 template <typename G>
-__global__ void flash_rowdot_kernel(FlashArgs f, const G *dout, const float *opre, float *D) {
+__global__ void flash_rowdot_kernel(FlashArgs f, const G *dout, const float *opre, float *D, __nv_bfloat16 *gs) {
     const AttnIdx &a = f.a;
     const size_t total = (size_t)a.B * a.T * a.n;
     for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < total; r += (size_t)blockDim.x * gridDim.x) {
         const int h = (int)(r % a.n);
         const size_t bt = r / a.n;
         float acc = 0.0f;
-        for (int c = 0; c < a.dv; c++)
-            acc += gval(dout, r * a.dv + c) * (f.out_scale ? f.out_scale[h * a.dv + c] : 1.0f) * opre[r * a.dv + c];
+        for (int c = 0; c < a.dv; c++) {
+            const float g = gval(dout, r * a.dv + c) * (f.out_scale ? f.out_scale[h * a.dv + c] : 1.0f);
+            if (gs) gs[r * a.dv + c] = __float2bfloat16(g);
+            acc += g * opre[r * a.dv + c];
+        }
         D[((bt / a.T) * a.n + h) * a.T + bt % a.T] = acc;
     }
 }
@@ -329,18 +334,26 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
     const double bn = bn_of(s), dqd = s->qk_dim, dvd = s->v_dim;
     // On the tensor-core path without out_scale, G (= dout) is taken from its twin there, so the
     // row dots read that twin too: dout's fp32 copy is then never read (it can be lean).
-    const bool g_twin = cuda_flash_tc_supported(be, s) && !s->out_scale;
+    const bool tc = cuda_flash_tc_supported(be, s), g_twin = tc && !s->out_scale;
+    // With out_scale (mhe_mul) the tensor-core kernels' G is bf16(dout · out_scale): the row dots,
+    // which form that product anyway, store it once (2 B per element, grow-only scratch), and the
+    // dQ and dK/dV kernels stage G from it: 2 B per element read at every re-read instead of 4.
+    __nv_bfloat16 *gs = nullptr;
+    if (tc && s->out_scale) {
+        CudaCtx *c = cuda_ctx(be);
+        gs = cuda_grow(be, c->flash_g, c->flash_g_cap, rows_n * (size_t)dvd);
+    }
     if (g_twin) {
         const __nv_bfloat16 *gb = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
         MHE_LAUNCH(flash_rowdot_kernel<__nv_bfloat16>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
-                   mhe_cost(3.0 * rows_n * dvd, 6.0 * rows_n * dvd + 4.0 * rows_n))(f, gb, opre, D);
+                   mhe_cost(3.0 * rows_n * dvd, 6.0 * rows_n * dvd + 4.0 * rows_n))(f, gb, opre, D, nullptr);
     } else {
         MHE_LAUNCH(flash_rowdot_kernel<float>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
-                   mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n)))(f, dout, opre, D);
+                   mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n) + (gs ? 2.0 * rows_n * dvd : 0.0)))(f, dout, opre, D, gs);
     }
     CUDA_CHECK_LAUNCH();
-    if (cuda_flash_tc_supported(be, s)) {
-        cuda_flash_tc_backward(be, s, q, k, v, saved, dout, D, dq, dk, dv, dkey_bias);
+    if (tc) {
+        cuda_flash_tc_backward(be, s, q, k, v, saved, dout, D, gs, dq, dk, dv, dkey_bias);
         return;
     }
     const unsigned ntiles = (unsigned)((s->T + FLASH_ROWS - 1) / FLASH_ROWS);

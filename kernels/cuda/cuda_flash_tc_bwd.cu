@@ -294,9 +294,10 @@ static int tc_dkv_slots(const DkvPlan &p, int ratio) {
 // `blocks` = the real grid (priced on that share of the GPU when it has fewer blocks than SMs).
 void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
                             const float *v, const float *saved, const float *dout, const float *D,
-                            float *dq, float *dk, float *dv, float *dkey_bias) {
+                            const bf16_t *gs, float *dq, float *dk, float *dv, float *dkey_bias) {
     TcArgs f = tc_args(s);
     tc_twins(be, s, f, q, k, v, dout);
+    if (gs) f.gb = gs;  // with out_scale: G = bf16(dout · out_scale), stored by the row dots
     const size_t rows = (size_t)s->B * s->T;
     // dQ, dK, dV are usually only the projections' backward operands: lean skips their fp32 store
     // (the kernels are given nullptr for it and store the twin).

@@ -31,6 +31,8 @@ struct CudaCtx {
     size_t colsum_cap;
     float *flash_part;            // partial dK/dV of split head groups (cuda_flash_tc_bwd.cu; grow-only)
     size_t flash_part_cap;
+    __nv_bfloat16 *flash_g;       // G = bf16(dout * out_scale) of the tensor-core backward (cuda_flash.cu; grow-only)
+    size_t flash_g_cap;
     int dkv_heads;                // MHE_CUDA_DKV_HEADS: heads per tensor-core dK/dV block (0: automatic)
 };
 
@@ -121,9 +123,10 @@ int cuda_flash_tc_supported(Backend *be, const AttnShape *s);
 int cuda_attention_reads_twins(Backend *be, const AttnShape *s);
 void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                            const float *v, float *out, float *saved);
+// gs: G = bf16(dout · out_scale) as the row dots stored it (with out_scale; else nullptr).
 void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
                             const float *v, const float *saved, const float *dout, const float *D,
-                            float *dq, float *dk, float *dv, float *dkey_bias);
+                            const __nv_bfloat16 *gs, float *dq, float *dk, float *dv, float *dkey_bias);
 
 // bf16 twins (cuda_mirror.cu).  An op about to write n contiguous floats at p asks for the twin
 // to store bf16(value) into as well (nullptr: none; the range is then invalidated); any other
