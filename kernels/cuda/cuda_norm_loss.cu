@@ -265,7 +265,11 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
     const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, (size_t)n);
     if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
     if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
-    __nv_bfloat16 *dxb = dx ? cuda_mirror_out(be, dx, (size_t)n) : nullptr;
+    // dx gets no twin: it is the residual stream's gradient, which matmuls add to (β = 1) and the
+    // LayerNorm below reads in fp32, never a matmul operand itself (the MLM head's GELU backward
+    // rewrites it in place with its twin first); a matmul that did read it would round it once.
+    __nv_bfloat16 *dxb = nullptr;
+    if (dx) cuda_mirror_overwrote(be, dx, (size_t)n * sizeof(float));  // every element
     LnDrop drop{dr != nullptr, 1.0f, 0, 0, dr, nullptr};
     // The dropped gradient is usually only the branch's down projection operand: lean skips its
     // fp32 store, as the dropout op's (cuda_elementwise.cu).
