@@ -259,13 +259,11 @@ static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-__device__ __forceinline__ float dropout_in(const float *x, size_t i) { return x[i]; }
-__device__ __forceinline__ float dropout_in(const __nv_bfloat16 *x, size_t i) { return __bfloat162float(x[i]); }
 template <typename X>
 __global__ void dropout_kernel(const X *x, float *y, __nv_bfloat16 *yb, size_t n, float p, uint64_t seed,
                                uint64_t offset) {
     float inv = 1.0f / (1.0f - p);
-    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? dropout_in(x, i) * inv : 0.0f);
+    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? ld_float(x, i) * inv : 0.0f);
 }
 // x from its twin when only the twin holds it (post-LN's embedding dropout, backward: in place
 // on the lean gradient of the residual stream, cuda_norm_loss.cu).

@@ -177,6 +177,9 @@ void cuda_mirror_destroy(Backend *be);
 // y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel).
 void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n);
 
+// p[i] as a float, from fp32 data or from a twin (kernels templated on where an input comes from).
+__device__ __forceinline__ float ld_float(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld_float(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 // Stores v at y[i] (unless the op writes lean: y null) and, when the op has a twin, bf16(v) at yb[i].
 __device__ __forceinline__ void store_twin(float *y, __nv_bfloat16 *yb, size_t i, float v) {
     if (y) y[i] = v;

@@ -42,13 +42,11 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
 // BERT-large's 1024 at 256 threads) and recomputes any others from x and r.  s is stored in
 // the last pass, after every read of its row, so it may alias r; y may alias s (stored after it).
 #define RLN_KEEP 4
-__device__ __forceinline__ float ld_f(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 template <typename X, typename R>
 __device__ __forceinline__ float residual_sum(const X *x, const R *r, size_t i, float p, float inv, uint64_t key,
                                               uint32_t threshold) {
-    const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_f(r, i) * inv : 0.0f;
-    return ld_f(x, i) + d;
+    const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_float(r, i) * inv : 0.0f;
+    return ld_float(x, i) + d;
 }
 // The kernel's input types by name (the launch macro's argument cannot hold a comma).
 template <typename XT, typename RT>
@@ -178,16 +176,16 @@ __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typen
         float mg = 0, mgx = 0;
         if (want_dx) {  // uniform over the block
             for (int c = threadIdx.x; c < C; c += blockDim.x) {
-                const float g = ld_f(dy, off + c) * gamma[c];
+                const float g = ld_float(dy, off + c) * gamma[c];
                 mg += g;
-                mgx += g * (ld_f(x, off + c) - mu) * rs;
+                mgx += g * (ld_float(x, off + c) - mu) * rs;
             }
             block_sum2(&mg, &mgx, buf);
             mg /= (float)C;
             mgx /= (float)C;
         }
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            const float g0 = ld_f(dy, off + c), xh = (ld_f(x, off + c) - mu) * rs;
+            const float g0 = ld_float(dy, off + c), xh = (ld_float(x, off + c) - mu) * rs;
             if (sums) {
                 ag[c] += g0 * xh;
                 ab[c] += g0;

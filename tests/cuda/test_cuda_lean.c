@@ -280,6 +280,24 @@ static long calls_labelled(const CostReport *r, const char *suffix) {
     return n;
 }
 
+// The two backends the comparisons below run side by side: [0] with lean twins, [1] without
+// (MHE_CUDA_LEAN=0), each holding its own upload of the T host tensors.
+static void two_sides(int T, const size_t *sizes, float *const *host, Backend **bes, float **t0, float **t1) {
+    for (int side = 0; side < 2; side++) {
+        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
+        bes[side] = backend_cuda_create(0, 1);
+        unsetenv("MHE_CUDA_LEAN");
+        for (int i = 0; i < T; i++) (side ? t1 : t0)[i] = dev(bes[side], host[i], sizes[i]);
+    }
+}
+static void two_sides_free(int T, float **host, Backend **bes, float **t0, float **t1) {
+    for (int side = 0; side < 2; side++) {
+        for (int i = 0; i < T; i++) bes[side]->free(bes[side], (side ? t1 : t0)[i]);
+        bes[side]->destroy(bes[side]);
+    }
+    for (int i = 0; i < T; i++) free(host[i]);
+}
+
 static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
     (void)state;
     enum { T = 18 };
@@ -292,12 +310,7 @@ static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
     }
     Backend *bes[2];
     float *t[2][T];
-    for (int side = 0; side < 2; side++) {
-        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
-        bes[side] = backend_cuda_create(0, 1);
-        unsetenv("MHE_CUDA_LEAN");
-        for (int i = 0; i < T; i++) t[side][i] = dev(bes[side], host[i], sizes[i]);
-    }
+    two_sides(T, sizes, host, bes, t[0], t[1]);
     for (int step = 0; step < 4; step++) {
         CostReport r;
         backend_cuda_cost_start();
@@ -312,11 +325,7 @@ static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
         expect_near(bes[0], bes[1], t[0][12], t[1][12], N, 1e-5);     // db2 = Σ e
         expect_near(bes[0], bes[1], t[0][13], t[1][13], M * K, 3e-2); // dX = dF W1
     }
-    for (int side = 0; side < 2; side++) {
-        for (int i = 0; i < T; i++) bes[side]->free(bes[side], t[side][i]);
-        bes[side]->destroy(bes[side]);
-    }
-    for (int i = 0; i < T; i++) free(host[i]);
+    two_sides_free(T, host, bes, t[0], t[1]);
 }
 
 // Post-LN's residual stream in bf16, forward and backward: two residual steps (x + dropout(
@@ -361,12 +370,7 @@ static void test_residual_stream_turns_lean(void **state) {
     }
     Backend *bes[2];
     float *t[2][T];
-    for (int side = 0; side < 2; side++) {
-        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
-        bes[side] = backend_cuda_create(0, 1);
-        unsetenv("MHE_CUDA_LEAN");
-        for (int i = 0; i < T; i++) t[side][i] = dev(bes[side], host[i], sizes[i]);
-    }
+    two_sides(T, sizes, host, bes, t[0], t[1]);
     for (int step = 0; step < 4; step++) {
         CostReport r;
         backend_cuda_cost_start();
@@ -393,11 +397,7 @@ static void test_residual_stream_turns_lean(void **state) {
         expect_near(bes[0], bes[1], t[0][15], t[1][15], N, 1e-2);     // dγ
         expect_near(bes[0], bes[1], t[0][16], t[1][16], N, 1e-2);     // dβ (LN1's dy is LN2's dx)
     }
-    for (int side = 0; side < 2; side++) {
-        for (int i = 0; i < T; i++) bes[side]->free(bes[side], t[side][i]);
-        bes[side]->destroy(bes[side]);
-    }
-    for (int i = 0; i < T; i++) free(host[i]);
+    two_sides_free(T, host, bes, t[0], t[1]);
 }
 
 int main(void) {
