@@ -259,21 +259,31 @@ static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-__global__ void dropout_kernel(const float *x, float *y, __nv_bfloat16 *yb, size_t n, float p, uint64_t seed,
+template <typename X>
+__global__ void dropout_kernel(const X *x, float *y, __nv_bfloat16 *yb, size_t n, float p, uint64_t seed,
                                uint64_t offset) {
     float inv = 1.0f / (1.0f - p);
-    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f);
+    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? ld_float(x, i) * inv : 0.0f);
 }
+// x from its twin when only the twin holds it (post-LN's embedding dropout, backward: in place
+// on the lean gradient of the residual stream, cuda_norm_loss.cu).
 static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
     double t0 = cuda_prof_begin(be);
+    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, n);  // before y's lookup (y may alias x)
     // p = 0 is a copy (nothing when in place: y and its twin stay as they are), through the
-    // kernel when y has a twin to fill (every draw keeps, the scale is 1).
+    // kernel when y has a twin to fill (every draw keeps, the scale is 1) or x is a twin.
     float *yw = y;
     __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out_lean(be, y, n, &yw, LEAN_ELEMENTWISE) : nullptr;
-    if (p <= 0.0f && !yb) {
+    if (p <= 0.0f && !yb && !(xb && x != y)) {
         if (x != y) cuda_memcpy_d2d(be, y, x, n * sizeof(float));
     } else if (n) {
-        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost((double)n, 8.0 * n), yb, yw, n))(x, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
+        const MheCost cost = with_lean_twin(mhe_cost((double)n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
+        if (xb)
+            MHE_LAUNCH(dropout_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(
+                xb, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
+        else
+            MHE_LAUNCH(dropout_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(
+                x, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
         CUDA_CHECK_LAUNCH();
     }
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
