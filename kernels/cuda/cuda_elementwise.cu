@@ -81,70 +81,184 @@ static void cuda_add_scalar(Backend *be, const float *x, float c, float *out, si
 static void cuda_mul(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL, a, b, 0, out, n); }
 static void cuda_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL_ACC, a, b, 0, out, n); }
 
-__global__ void head_expand_kernel(const float *x, int ldx, const float *mul, const float *add,
+// head_expand(_backward) in bf16 mode read x (the projection's Q, K or V) and dout (the flash
+// backward's dQ, dK, dV) from their bf16 twins once those are lean (cuda_mirror_stale_twin, as
+// GELU reads its inputs; autocast has the linear layer's output and the attention's input
+// gradients in bf16): the declaration is cuda_mirror_read_or_twin (cuda_lean.cu), not an fp32
+// read, so the producers learn to write bf16 only — the fused Q|K|V GEMM included, whose K and V
+// the flash kernels would otherwise round (to_bf16_kernel) — and these kernels then move 2 bytes
+// per element of them instead of 4.  The per-head output (only the flash kernels' operand) is
+// lean-capable too.  While the inputs are dual (and in fp32 mode) the fp32 data is read.
+__device__ __forceinline__ float ldf(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+
+template <typename X>
+__global__ void head_expand_kernel(const X *x, int ldx, const float *mul, const float *add,
                                    int N, int n, int d, float *out, __nv_bfloat16 *outb) {
     size_t total = (size_t)N * n * d;
     GRID_STRIDE(i, total) {
         int c = (int)(i % d), h = (int)((i / d) % n);
         size_t r = i / ((size_t)n * d);
-        float v = x[r * ldx + c];
+        float v = ldf(x, r * ldx + c);
         if (mul) v *= mul[h * d + c];
         if (add) v += add[h * d + c];
         store_twin(out, outb, i, v);
     }
 }
 // dx[r, c] = sum_h dout[r, h, c] * mul[h, c]
-__global__ void head_expand_dx_kernel(const float *dout, const float *mul, int N, int n, int d,
+template <typename G>
+__global__ void head_expand_dx_kernel(const G *dout, const float *mul, int N, int n, int d,
                                       float *dx, __nv_bfloat16 *dxb, int ldx, int accumulate) {
     size_t total = (size_t)N * d;
     GRID_STRIDE(i, total) {
         int c = (int)(i % d);
         size_t r = i / d;
         float s = 0;
-        for (int h = 0; h < n; h++) s += dout[(r * n + h) * d + c] * (mul ? mul[h * d + c] : 1.0f);
+        for (int h = 0; h < n; h++) s += ldf(dout, (r * n + h) * d + c) * (mul ? mul[h * d + c] : 1.0f);
         store_twin(dx, dxb, r * ldx + c, accumulate ? dx[r * ldx + c] + s : s);
     }
 }
 // dmul[h, c] += sum_r dout[r, h, c] x[r, c];  dadd[h, c] += sum_r dout[r, h, c]  (column hc = h d + c
 // of dout [N, n d]; two-stage column sums, cuda_colsum.h)
+template <typename G, typename X>
 struct HeadDparamVals {
-    const float *dout, *x;
+    const G *dout;
+    const X *x;
     int ldx, nd, d;
     __device__ void vals(int r, int hc, float *a, float *b) const {
-        const float g = dout[(size_t)r * nd + hc];
-        *a = x ? g * x[(size_t)r * ldx + hc % d] : 0.0f;
+        const float g = ldf(dout, (size_t)r * nd + hc);
+        *a = x ? g * ldf(x, (size_t)r * ldx + hc % d) : 0.0f;
         *b = g;
     }
 };
+
+// The inputs as head_expand(_backward) read them: fp32, or (bf16 mode) their twins where the fp32
+// data is stale.  Both spans get a twin segment first (cuda_mirror_track: its producer can then
+// learn to write it lean; making a segment may merge others, so the lookups come after, and
+// before any output twin is taken).
+struct HeadIn {
+    const __nv_bfloat16 *xb, *gb;
+    double xe, ge;  // bytes per element read
+};
+static HeadIn head_inputs(Backend *be, const float *x, size_t xspan, const float *dout, size_t gn) {
+    HeadIn in{nullptr, nullptr, 4.0, 4.0};
+    if (!cuda_ctx(be)->bf16) return in;
+    if (x && xspan) cuda_mirror_track(be, x, xspan);
+    if (dout && gn) cuda_mirror_track(be, dout, gn);
+    if (x && xspan) in.xb = cuda_mirror_stale_twin(be, x, xspan);
+    if (dout && gn) in.gb = cuda_mirror_stale_twin(be, dout, gn);
+    in.xe = in.xb ? 2.0 : 4.0;
+    in.ge = in.gb ? 2.0 : 4.0;
+    return in;
+}
+static size_t xspan_of(int N, int d, int ldx) { return N > 0 && d > 0 ? (size_t)(N - 1) * ldx + d : 0; }
 
 static void cuda_head_expand(Backend *be, const float *x, int ldx, const float *mul,
                              const float *add, int N, int n, int d, float *out) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)N * n * d;
-    __nv_bfloat16 *outb = cuda_mirror_out(be, out, total);
-    if (total) MHE_LAUNCH(head_expand_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(2.0 * total, 4.0 * (total + (double)N * d + ((mul != nullptr) + (add != nullptr)) * (double)n * d)), outb, total))(x, ldx, mul, add, N, n, d, out, outb);
+    const HeadIn in = head_inputs(be, x, total ? xspan_of(N, d, ldx) : 0, nullptr, 0);
+    float *outw = out;
+    __nv_bfloat16 *outb = cuda_mirror_out_lean(be, out, total, &outw, LEAN_ELEMENTWISE);
+    const MheCost cost = with_lean_twin(mhe_cost(2.0 * total, 4.0 * total + in.xe * N * d + 4.0 * ((mul != nullptr) + (add != nullptr)) * (double)n * d), outb, outw, (double)total);
+    if (total && in.xb)
+        MHE_LAUNCH(head_expand_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), cost)(in.xb, ldx, mul, add, N, n, d, outw, outb);
+    else if (total)
+        MHE_LAUNCH(head_expand_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), cost)(x, ldx, mul, add, N, n, d, outw, outb);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+// dx of head_expand_backward(_prod): usually only the projections' backward operand (dQ of
+// mhe_mul's fast path, collab): lean-capable (cuda_mirror.cu) when it overwrites; a strided dx (a
+// column slice of the fused dQ|dK|dV buffer) is a band there.  Its twin is taken after the
+// inputs' and before the column sums run (they read dout and x, not dx).
+struct HeadDx {
+    float *dxw;
+    __nv_bfloat16 *dxb;
+};
+static HeadDx head_dx_twin(Backend *be, float *dx, int N, int d, int ldx, int accumulate) {
+    HeadDx o{dx, nullptr};
+    if (dx) o.dxb = accumulate ? cuda_mirror_out2d(be, dx, N, d, ldx) : cuda_mirror_out2d_lean(be, dx, N, d, ldx, &o.dxw, LEAN_ELEMENTWISE);
+    return o;
+}
+static void head_dx_launch(Backend *be, const float *dout, const HeadIn &in, const float *mul, int N, int n, int d,
+                           HeadDx o, int ldx, int accumulate) {
+    const MheCost cost = with_lean_twin(mhe_cost(2.0 * N * n * d, in.ge * N * n * d + 4.0 * ((mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), o.dxb, o.dxw, (double)N * d);
+    if (N > 0 && d > 0 && in.gb)
+        MHE_LAUNCH(head_expand_dx_kernel<__nv_bfloat16>, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, cuda_stream(be), cost)(in.gb, mul, N, n, d, o.dxw, o.dxb, ldx, accumulate);
+    else if (N > 0 && d > 0)
+        MHE_LAUNCH(head_expand_dx_kernel<float>, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, cuda_stream(be), cost)(dout, mul, N, n, d, o.dxw, o.dxb, ldx, accumulate);
+    CUDA_CHECK_LAUNCH();
+}
+// Stage 1 of the parameter gradients' column sums over the inputs as read (twins or fp32).
+static float *head_dparam_partials(Backend *be, const float *dout, const float *x, int ldx, const HeadIn &in, int N,
+                                   int n, int d, int *chunks) {
+    const int nd = n * d;
+    const MheCost c = mhe_cost(3.0 * N * nd, in.ge * N * nd + (x ? in.xe * N * d : 0.0));
+    if (in.gb && in.xb)
+        return cuda_colsum2_partials(be, HeadDparamVals<__nv_bfloat16, __nv_bfloat16>{in.gb, x ? in.xb : nullptr, ldx, nd, d}, N, nd, c, chunks);
+    if (in.gb)
+        return cuda_colsum2_partials(be, HeadDparamVals<__nv_bfloat16, float>{in.gb, x, ldx, nd, d}, N, nd, c, chunks);
+    return cuda_colsum2_partials(be, HeadDparamVals<float, float>{dout, x, ldx, nd, d}, N, nd, c, chunks);
 }
 static void cuda_head_expand_backward(Backend *be, const float *dout, const float *x, int ldx,
                                       const float *mul, int N, int n, int d, float *dx,
                                       int accumulate, float *dmul, float *dadd) {
     double t0 = cuda_prof_begin(be);
-    cudaStream_t s = cuda_stream(be);
     if (dmul) cuda_mirror_wrote(be, dmul, (size_t)n * d * sizeof(float));
     if (dadd) cuda_mirror_wrote(be, dadd, (size_t)n * d * sizeof(float));
-    // dx is usually only the projections' backward operand (dQ of mhe_mul's fast path, collab):
-    // lean-capable (cuda_mirror.cu) when it overwrites; a strided dx (a column slice of the fused
-    // dQ|dK|dV buffer) is a band there.
-    float *dxw = dx;
-    __nv_bfloat16 *dxb = !dx ? nullptr
-                       : accumulate ? cuda_mirror_out2d(be, dx, N, d, ldx)
-                                    : cuda_mirror_out2d_lean(be, dx, N, d, ldx, &dxw, LEAN_ELEMENTWISE);
-    if ((dmul || dadd) && n > 0 && d > 0)
-        cuda_colsum2(be, HeadDparamVals{dout, dmul ? x : nullptr, ldx, n * d, d}, N, n * d, dmul, dadd,
-                     mhe_cost(3.0 * N * n * d, 4.0 * ((double)N * n * d + (dmul ? (double)N * d : 0))));
-    if (dx && N > 0 && d > 0)
-        MHE_LAUNCH(head_expand_dx_kernel, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, s, with_lean_twin(mhe_cost(2.0 * N * n * d, 4.0 * ((double)N * n * d + (mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), dxb, dxw, (double)N * d))(dout, mul, N, n, d, dxw, dxb, ldx, accumulate);
+    const bool sums = (dmul || dadd) && N > 0 && n > 0 && d > 0;
+    const HeadIn in = head_inputs(be, dmul ? x : nullptr, sums && dmul ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
+    const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
+    if (sums) {
+        int chunks = 0;
+        const float *p = head_dparam_partials(be, dout, dmul ? x : nullptr, ldx, in, N, n, d, &chunks);
+        cuda_colsum2_finish(be, p, p + (size_t)chunks * n * d, chunks, n * d, dmul, dadd);
+    }
+    if (dx) head_dx_launch(be, dout, in, mul, N, n, d, o, ldx, accumulate);
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+// The scale's gradient dm is never stored: stage 2 of its column sums splits it into df and dg
+// (cuda_colsum2_finish_prod) — no zeroed scratch, no two mul_acc launches.
+static void cuda_head_expand_backward_prod(Backend *be, const float *dout, const float *x, int ldx, const float *mul,
+                                           const float *f, const float *g, int N, int n, int d, float *dx,
+                                           int accumulate, float *df, float *dg) {
+    double t0 = cuda_prof_begin(be);
+    if (df) cuda_mirror_wrote(be, df, (size_t)n * d * sizeof(float));
+    if (dg) cuda_mirror_wrote(be, dg, (size_t)n * d * sizeof(float));
+    const bool sums = (df || dg) && N > 0 && n > 0 && d > 0;
+    const HeadIn in = head_inputs(be, sums ? x : nullptr, sums ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
+    const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
+    if (sums) {
+        int chunks = 0;
+        const float *p = head_dparam_partials(be, dout, x, ldx, in, N, n, d, &chunks);
+        cuda_colsum2_finish_prod(be, p, chunks, n * d, f, g, df, dg);
+    }
+    if (dx) head_dx_launch(be, dout, in, mul, N, n, d, o, ldx, accumulate);
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// s_r[0, 3w) = 1 + e_r, s_r[3w, 4w) = s_r[0, w) ⊙ s_r[w, 2w) (prod) for every row r: add_scalar's
+// and mul's fp32 operations, so the same values.
+__global__ void head_scales_kernel(const float *e, size_t lde, int rows, int w, int prod, float *s, size_t lds) {
+    const int per = (prod ? 4 : 3) * w;
+    GRID_STRIDE(i, (size_t)rows * per) {
+        const size_t r = i / per;
+        const int c = (int)(i % per);
+        const float *er = e + r * lde;
+        s[r * lds + c] = c < 3 * w ? er[c] + 1.0f : (er[c - 3 * w] + 1.0f) * (er[c - 2 * w] + 1.0f);
+    }
+}
+static void cuda_head_scales(Backend *be, const float *e, size_t lde, int rows, int w, int prod, float *s,
+                             size_t lds) {
+    double t0 = cuda_prof_begin(be);
+    const int per = (prod ? 4 : 3) * w;
+    for (int r = 0; r < rows; r++) cuda_mirror_wrote(be, s + (size_t)r * lds, (size_t)per * sizeof(float));
+    const double total = (double)rows * per;
+    // Reads 3w (+ 2w for the products, cached) and writes per floats a row.
+    if (total > 0)
+        MHE_LAUNCH(head_scales_kernel, cuda_grid_for((size_t)total), MHE_BLOCK, 0, cuda_stream(be),
+                   mhe_cost(total + (prod ? 2.0 * rows * w : 0.0), 4.0 * ((double)rows * 3 * w + total)))(e, lde, rows, w, prod, s, lds);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -447,6 +561,8 @@ void cuda_install_elementwise(Backend *be) {
     be->mul_acc = cuda_mul_acc;
     be->head_expand = cuda_head_expand;
     be->head_expand_backward = cuda_head_expand_backward;
+    be->head_expand_backward_prod = cuda_head_expand_backward_prod;
+    be->head_scales = cuda_head_scales;
     be->gelu_forward = cuda_gelu_forward;
     be->gelu_backward = cuda_gelu_backward;
     be->tanh_forward = cuda_tanh_forward;
