@@ -132,6 +132,62 @@ struct HeadDparamVals {
     }
 };
 
+// dx and the parameter gradients' stage-1 partials in one pass over dout (head_expand_backward's
+// two kernels, dx and cuda_colsum2_partials, each read all of it): block k takes rows
+// [HB_ROWS k, HB_ROWS (k+1)), warps take rows, lanes the columns c of every head; a row's dx is
+// summed over the heads in order (the dx kernel's sum, so the same value), and each warp adds its
+// rows' dout·x (A) and dout (B) per column hc = h d + c into its own row of shared memory (each
+// element owned by one thread), added over the warps in order at the end: chunk k's partials
+// (A at partials[k C + hc], B at partials[(chunks + k) C + hc], C = n d) for stage 2 —
+// deterministic.  Used while the warps' rows fit in shared memory (head_fused_smem).
+#define HB_ROWS 32
+// The input types (dout, x): fp32 or a bf16 twin each.
+struct HbFF { using G = float; using X = float; };
+struct HbBF { using G = __nv_bfloat16; using X = float; };
+struct HbFB { using G = float; using X = __nv_bfloat16; };
+struct HbBB { using G = __nv_bfloat16; using X = __nv_bfloat16; };
+template <typename T>
+__global__ void head_expand_bwd_fused_kernel(const typename T::G *dout, const typename T::X *x, int ldx, const float *mul, int N, int n, int d,
+                                             float *dx, __nv_bfloat16 *dxb, int accumulate, int want_a, int want_b,
+                                             float *partials) {
+    MHE_DYNAMIC_SHARED(float, sm);  // [warps][want_a + want_b][n d]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, nd = n * d;
+    const int outs = want_a + want_b;
+    float *accA = sm + (size_t)warp * outs * nd, *accB = accA + (want_a ? nd : 0);
+    for (int c = lane; c < d; c += 32)  // zeroed by the lane that adds to it: no barrier needed
+        for (int h = 0; h < n; h++) {
+            if (want_a) accA[h * d + c] = 0.0f;
+            if (want_b) accB[h * d + c] = 0.0f;
+        }
+    const int r0 = blockIdx.x * HB_ROWS, r1 = r0 + HB_ROWS < N ? r0 + HB_ROWS : N;
+    for (int r = r0 + warp; r < r1; r += warps)
+        for (int c = lane; c < d; c += 32) {
+            const float xv = want_a ? ldf(x, (size_t)r * ldx + c) : 0.0f;
+            float s = 0.0f;
+            for (int h = 0; h < n; h++) {
+                const float g = ldf(dout, ((size_t)r * n + h) * d + c);
+                s += g * (mul ? mul[h * d + c] : 1.0f);
+                if (want_a) accA[h * d + c] += g * xv;
+                if (want_b) accB[h * d + c] += g;
+            }
+            if (dx || dxb) store_twin(dx, dxb, (size_t)r * ldx + c, accumulate ? dx[(size_t)r * ldx + c] + s : s);
+        }
+    __syncthreads();
+    const size_t chunks = gridDim.x;
+    for (int hc = threadIdx.x; hc < nd; hc += blockDim.x)
+        for (int o = 0; o < outs; o++) {
+            float t = 0.0f;
+            for (int w = 0; w < warps; w++) t += sm[((size_t)w * outs + o) * nd + hc];
+            const int which = o == 0 && want_a ? 0 : 1;  // A's partials first, then B's
+            partials[((size_t)which * chunks + blockIdx.x) * nd + hc] = t;
+        }
+}
+// Shared memory the fused kernel needs, 0 when it would not fit in the default 48 KB.
+static size_t head_fused_smem(int n, int d, int outs) {
+    const size_t b = sizeof(float) * (MHE_BLOCK / 32) * (size_t)outs * n * d;
+    return b <= 48 * 1024 ? b : 0;
+}
+
 // The inputs as head_expand(_backward) read them: fp32, or (bf16 mode) their twins where the fp32
 // data is stale.  Both spans get a twin segment first (cuda_mirror_track: its producer can then
 // learn to write it lean; making a segment may merge others, so the lookups come after, and
@@ -201,6 +257,37 @@ static float *head_dparam_partials(Backend *be, const float *dout, const float *
         return cuda_colsum2_partials(be, HeadDparamVals<__nv_bfloat16, float>{in.gb, x, ldx, nd, d}, N, nd, c, chunks);
     return cuda_colsum2_partials(be, HeadDparamVals<float, float>{dout, x, ldx, nd, d}, N, nd, c, chunks);
 }
+// dx (when not NULL) and stage 1 of the sums in one launch (head_expand_bwd_fused_kernel) into the
+// column-sum scratch; false (nothing launched) when its shared memory would not fit.
+static bool head_fused(Backend *be, const float *dout, const float *x, int ldx, const float *mul, const HeadIn &in,
+                       int N, int n, int d, HeadDx o, int accumulate, int want_a, int want_b, int *chunks) {
+    const size_t smem = head_fused_smem(n, d, want_a + want_b);
+    if (!smem) return false;
+    *chunks = (N + HB_ROWS - 1) / HB_ROWS;
+    const size_t nd = (size_t)n * d, np = (size_t)(want_a + want_b) * *chunks * nd;
+    float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, 2 * (size_t)*chunks * nd);
+    const bool has_dx = o.dxw || o.dxb;
+    // dout once, x once (for A), mul, dx written (and read when accumulating), the partials.
+    const double bytes = in.ge * N * nd + (want_a ? in.xe * N * d : 0.0) + (mul ? 4.0 * nd : 0.0) +
+                         (has_dx ? (accumulate ? 8.0 : 4.0) * N * d : 0.0) + 4.0 * (double)np;
+    const MheCost cost = with_lean_twin(mhe_cost_blocks((2.0 + 2.0 * (want_a + want_b)) * N * nd, bytes, *chunks),
+                                        o.dxb, o.dxw, has_dx ? (double)N * d : 0.0);
+    const unsigned blocks = (unsigned)*chunks, threads = MHE_BLOCK;
+#define HB_LAUNCH(T, gp, xp)                                                                                    \
+    MHE_LAUNCH(head_expand_bwd_fused_kernel<T>, blocks, threads, smem, cuda_stream(be), cost)(                   \
+        gp, xp, ldx, mul, N, n, d, o.dxw, o.dxb, accumulate, want_a, want_b, partials)
+    if (in.gb && in.xb && want_a)
+        HB_LAUNCH(HbBB, in.gb, in.xb);
+    else if (in.gb)
+        HB_LAUNCH(HbBF, in.gb, x);
+    else if (in.xb && want_a)
+        HB_LAUNCH(HbFB, dout, in.xb);
+    else
+        HB_LAUNCH(HbFF, dout, x);
+#undef HB_LAUNCH
+    CUDA_CHECK_LAUNCH();
+    return true;
+}
 static void cuda_head_expand_backward(Backend *be, const float *dout, const float *x, int ldx,
                                       const float *mul, int N, int n, int d, float *dx,
                                       int accumulate, float *dmul, float *dadd) {
@@ -210,8 +297,15 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
     const bool sums = (dmul || dadd) && N > 0 && n > 0 && d > 0;
     const HeadIn in = head_inputs(be, dmul ? x : nullptr, sums && dmul ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
     const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
+    int chunks = 0;
+    if (sums && head_fused(be, dout, dmul ? x : nullptr, ldx, mul, in, N, n, d, o, accumulate, dmul != nullptr,
+                           dadd != nullptr, &chunks)) {
+        const float *p = cuda_ctx(be)->colsum;
+        cuda_colsum2_finish(be, p, p + (size_t)chunks * n * d, chunks, n * d, dmul, dadd);
+        cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+        return;
+    }
     if (sums) {
-        int chunks = 0;
         const float *p = head_dparam_partials(be, dout, dmul ? x : nullptr, ldx, in, N, n, d, &chunks);
         cuda_colsum2_finish(be, p, p + (size_t)chunks * n * d, chunks, n * d, dmul, dadd);
     }
@@ -229,8 +323,13 @@ static void cuda_head_expand_backward_prod(Backend *be, const float *dout, const
     const bool sums = (df || dg) && N > 0 && n > 0 && d > 0;
     const HeadIn in = head_inputs(be, sums ? x : nullptr, sums ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
     const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
+    int chunks = 0;
+    if (sums && head_fused(be, dout, x, ldx, mul, in, N, n, d, o, accumulate, 1, 0, &chunks)) {
+        cuda_colsum2_finish_prod(be, cuda_ctx(be)->colsum, chunks, n * d, f, g, df, dg);
+        cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+        return;
+    }
     if (sums) {
-        int chunks = 0;
         const float *p = head_dparam_partials(be, dout, x, ldx, in, N, n, d, &chunks);
         cuda_colsum2_finish_prod(be, p, chunks, n * d, f, g, df, dg);
     }
