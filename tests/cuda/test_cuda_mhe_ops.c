@@ -5,9 +5,10 @@
 //   head_expand_backward_prod  == zero dm, head_expand_backward, mul_acc x2
 //                                 norm-wise relative error <= 1e-5 (fp32 mode; the column sums add
 //                                 in another order), <= 1e-2 in bf16 mode
-// Shapes: several 256-row chunks of the column sums with a partial last one, n d not a multiple
-// of the 32-column blocks, a strided x (a column slice), and layer rows at a stride wider than
-// what they hold (parameters between them), over both backends' fp32 and bf16 modes.
+// Shapes: several row chunks of the column sums with a partial last one, n d not a multiple of
+// the 32-column blocks, a strided x (a column slice), n d too wide for the fused dx + sums kernel,
+// and layer rows at a stride wider than what they hold (parameters between them), over both
+// backends' fp32 and bf16 modes.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -142,6 +143,9 @@ static void prod_case(Fix *f, int N, int n, int d, int ldx, double tol) {
 static void run_prod_cases(Fix *f, double tol) {
     prod_case(f, 7, 2, 8, 8, tol);
     prod_case(f, 600, 3, 15, 40, tol);  // 3 chunks of 256 rows, 45 columns, x a column slice
+    // n d = 6400 columns: the fused dx + sums kernel's per-warp rows exceed 48 KB of shared memory
+    // at the emulation's default 64 threads, so the separate dx and column-sum kernels run.
+    prod_case(f, 40, 4, 1600, 1600, tol);
 }
 static void test_head_expand_backward_prod_fp32(void **state) { run_prod_cases(*state, 1e-5); }
 static void test_head_expand_backward_prod_bf16(void **state) { run_prod_cases(*state, 1e-2); }
