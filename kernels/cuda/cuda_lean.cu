@@ -160,8 +160,9 @@ static void w_layernorm_forward(Backend *be, const float *x, const float *gamma,
 static void w_residual_layernorm_forward(Backend *be, const float *x, const float *r, float p, uint64_t seed,
                                          uint64_t offset, const float *gamma, const float *beta, int N, int C,
                                          float eps, float *s, float *y, float *mean, float *rstd) {
-    rd(be, x, (size_t)N * C);
-    cuda_mirror_read_or_twin(be, r, (size_t)N * C);  // r may come from a lean twin (cuda_norm_loss.cu)
+    // x and r may come from lean twins (cuda_norm_loss.cu)
+    cuda_mirror_read_or_twin(be, x, (size_t)N * C);
+    cuda_mirror_read_or_twin(be, r, (size_t)N * C);
     rd(be, gamma, C);
     rd(be, beta, C);
     inner(be)->residual_layernorm_forward(be, x, r, p, seed, offset, gamma, beta, N, C, eps, s, y, mean, rstd);
@@ -170,7 +171,7 @@ static void ln_bw_reads(Backend *be, const float *dy, const float *x, const floa
                         const float *rstd, int N, int C, const float *dx, int accumulate, const float *dgamma,
                         const float *dbeta) {
     rd(be, dy, (size_t)N * C);
-    rd(be, x, (size_t)N * C);
+    cuda_mirror_read_or_twin(be, x, (size_t)N * C);  // x may come from a lean twin (cuda_norm_loss.cu)
     rd(be, gamma, C);
     rd(be, mean, N);
     rd(be, rstd, N);

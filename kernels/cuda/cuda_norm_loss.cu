@@ -32,38 +32,76 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
 }
 
 // A layer's residual step: s = x + dropout(r) (the dropout kernel's formula and element
-// index), stored, then LayerNorm(s) as layernorm_forward_kernel.  Each thread reads back only
-// the s it wrote, so s may alias r and y may alias s.  One pass instead of three kernels
-// (dropout, add, LayerNorm) re-reading the row from memory.
-// r in fp32, or bf16 from a lean twin (the branch's output projection, once only this reads it:
-// the residual add of the bf16 branch output, as autocast computes it).  s may alias r: each
-// element is read, then written, by one thread.
-__device__ __forceinline__ float branch(const float *r, size_t i) { return r[i]; }
-__device__ __forceinline__ float branch(const __nv_bfloat16 *r, size_t i) { return __bfloat162float(r[i]); }
-template <typename R>
-__global__ void residual_layernorm_kernel(const float *x, const R *r, float p, uint64_t key, uint32_t threshold,
+// index), then LayerNorm(s) as layernorm_forward_kernel, s and y stored: one pass instead of
+// three kernels (dropout, add, LayerNorm) re-reading the row from memory.
+// x and r in fp32, or bf16 from lean twins: r is the branch's output projection (the residual
+// add of the bf16 branch output, as autocast computes it), x the previous LayerNorm's output
+// (the residual stream, bf16 between ops as every activation; the statistics stay fp32, from
+// the fp32 sums).  s and y may be lean (s, y null: twins only), so the statistics cannot
+// re-read s: each thread keeps its first RLN_KEEP sums in registers (C <= RLN_KEEP x block:
+// BERT-large's 1024 at 256 threads) and recomputes any others from x and r.  s is stored in
+// the last pass, after every read of its row, so it may alias r; y may alias s (stored after it).
+#define RLN_KEEP 4
+__device__ __forceinline__ float ld_f(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+template <typename X, typename R>
+__device__ __forceinline__ float residual_sum(const X *x, const R *r, size_t i, float p, float inv, uint64_t key,
+                                              uint32_t threshold) {
+    const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_f(r, i) * inv : 0.0f;
+    return ld_f(x, i) + d;
+}
+// The kernel's input types by name (the launch macro's argument cannot hold a comma).
+template <typename XT, typename RT>
+struct RlnIn {
+    typedef XT X;
+    typedef RT R;
+};
+typedef RlnIn<float, float> RlnFp32;
+typedef RlnIn<float, __nv_bfloat16> RlnBranchTwin;
+typedef RlnIn<__nv_bfloat16, float> RlnStreamTwin;
+typedef RlnIn<__nv_bfloat16, __nv_bfloat16> RlnTwins;
+template <typename In>
+__global__ void residual_layernorm_kernel(const typename In::X *x, const typename In::R *r, float p, uint64_t key, uint32_t threshold,
                                           const float *gamma, const float *beta, int C, float eps, float *s,
-                                          float *y, __nv_bfloat16 *yb, float *mean, float *rstd) {
+                                          __nv_bfloat16 *sb, float *y, __nv_bfloat16 *yb, float *mean,
+                                          float *rstd) {
     __shared__ float buf[32];
     const size_t off = (size_t)blockIdx.x * C;
     const float inv = 1.0f / (1.0f - p);
+    const int kept = RLN_KEEP * blockDim.x;
+    float keep[RLN_KEEP];
     float sum = 0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const size_t i = off + c;
-        const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? branch(r, i) * inv : 0.0f;
-        const float v = x[i] + d;
-        s[i] = v;
-        sum += v;
+#pragma unroll
+    for (int k = 0; k < RLN_KEEP; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        keep[k] = c < C ? residual_sum(x, r, off + c, p, inv, key, threshold) : 0.0f;
+        sum += keep[k];
     }
+    for (int c = kept + threadIdx.x; c < C; c += blockDim.x) sum += residual_sum(x, r, off + c, p, inv, key, threshold);
     const float mu = block_sum(sum, buf) / (float)C;
     float var = 0;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float d = s[off + c] - mu;
+#pragma unroll
+    for (int k = 0; k < RLN_KEEP; k++) {
+        const float d = (int)(threadIdx.x + k * blockDim.x) < C ? keep[k] - mu : 0.0f;
+        var += d * d;
+    }
+    for (int c = kept + threadIdx.x; c < C; c += blockDim.x) {
+        const float d = residual_sum(x, r, off + c, p, inv, key, threshold) - mu;
         var += d * d;
     }
     const float rs = rsqrtf(block_sum(var, buf) / (float)C + eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x)
-        store_twin(y, yb, off + c, (s[off + c] - mu) * rs * gamma[c] + beta[c]);
+#pragma unroll
+    for (int k = 0; k < RLN_KEEP; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c >= C) break;
+        store_twin(s, sb, off + c, keep[k]);
+        store_twin(y, yb, off + c, (keep[k] - mu) * rs * gamma[c] + beta[c]);
+    }
+    for (int c = kept + threadIdx.x; c < C; c += blockDim.x) {
+        const float v = residual_sum(x, r, off + c, p, inv, key, threshold);
+        store_twin(s, sb, off + c, v);
+        store_twin(y, yb, off + c, (v - mu) * rs * gamma[c] + beta[c]);
+    }
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = mu;
         rstd[blockIdx.x] = rs;
@@ -111,7 +149,8 @@ struct LnDrop {
     float *dr;
     __nv_bfloat16 *drb;
 };
-__global__ void layernorm_backward_kernel(const float *dy, const float *x, const float *gamma, const float *mean,
+template <typename X>
+__global__ void layernorm_backward_kernel(const float *dy, const X *x, const float *gamma, const float *mean,
                                           const float *rstd, int N, int C, int rows, float *dx,
                                           __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb, LnDrop drop) {
     __shared__ float buf[2][32];
@@ -129,14 +168,14 @@ __global__ void layernorm_backward_kernel(const float *dy, const float *x, const
             for (int c = threadIdx.x; c < C; c += blockDim.x) {
                 const float g = dy[off + c] * gamma[c];
                 mg += g;
-                mgx += g * (x[off + c] - mu) * rs;
+                mgx += g * (ld_f(x, off + c) - mu) * rs;
             }
             block_sum2(&mg, &mgx, buf);
             mg /= (float)C;
             mgx /= (float)C;
         }
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            const float g0 = dy[off + c], xh = (x[off + c] - mu) * rs;
+            const float g0 = dy[off + c], xh = (ld_f(x, off + c) - mu) * rs;
             if (sums) {
                 ag[c] += g0 * xh;
                 ab[c] += g0;
@@ -174,25 +213,42 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
                                             float eps, float *s, float *y, float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
     const size_t n = (size_t)N * C;
-    // r's twin segment (without rounding), so its producer can learn to write it lean; taken
-    // before s is accounted for, since s may alias r (the twin still holds r's values then).
+    // The inputs' twin segments (without rounding), so their producers can learn to write them
+    // lean; taken before s is accounted for, since s may alias r (the twin still holds r's
+    // values then).
     cuda_mirror_track(be, r, n);
-    const __nv_bfloat16 *rb = cuda_mirror_stale_twin(be, r, n);
-    cuda_mirror_overwrote(be, s, n * sizeof(float));  // every element of s is written
+    cuda_mirror_track(be, x, n);
+    const __nv_bfloat16 *rb = cuda_mirror_stale_twin(be, r, n), *xb = cuda_mirror_stale_twin(be, x, n);
     cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
     cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
-    __nv_bfloat16 *yb = cuda_mirror_out(be, y, n);
+    // s is read by LayerNorm's backward only, y by the next layer's matmuls and residual step:
+    // both may turn lean (cuda_mirror.cu).
+    float *sf, *yf;
+    __nv_bfloat16 *sb = cuda_mirror_out_lean(be, s, n, &sf, LEAN_ELEMENTWISE);
+    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yf, LEAN_ELEMENTWISE);
     const float q = p > 0.0f ? p : 0.0f;
-    // Reads x and r, writes s and y (16 B per element, 14 with r in bf16; s is re-read from
-    // cache), gamma, beta, mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add,
-    // LayerNorm's 8).
-    const MheCost cost = with_twin(mhe_cost(10.0 * n, (rb ? 14.0 : 16.0) * n + 8.0 * C + 8.0 * N), yb, (double)n);
+    // Reads x and r (4 B each, 2 from a twin), writes s and y (4 B each unless lean, + 2 B per
+    // twin), gamma, beta, mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add,
+    // LayerNorm's 8).  Rows longer than RLN_KEEP x block re-read x and r from cache.
+    MheCost cost = mhe_cost(10.0 * n, ((xb ? 2.0 : 4.0) + (rb ? 2.0 : 4.0) + 8.0) * n + 8.0 * C + 8.0 * N);
+    cost = with_lean_twin(with_lean_twin(cost, sb, sf, (double)n), yb, yf, (double)n);
     const uint64_t key = ops_dropout_key(seed, offset);
     const uint32_t thr = ops_dropout_threshold(q);
-    if (N && rb)
-        MHE_LAUNCH(residual_layernorm_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, cuda_stream(be), cost)(x, rb, q, key, thr, gamma, beta, C, eps, s, y, yb, mean, rstd);
-    else if (N)
-        MHE_LAUNCH(residual_layernorm_kernel<float>, N, MHE_BLOCK, 0, cuda_stream(be), cost)(x, r, q, key, thr, gamma, beta, C, eps, s, y, yb, mean, rstd);
+    const dim3 grid(N), block(MHE_BLOCK);
+    if (!N) {
+    } else if (xb && rb) {
+        MHE_LAUNCH(residual_layernorm_kernel<RlnTwins>, grid, block, 0, cuda_stream(be), cost)(
+            xb, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+    } else if (rb) {
+        MHE_LAUNCH(residual_layernorm_kernel<RlnBranchTwin>, grid, block, 0, cuda_stream(be), cost)(
+            x, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+    } else if (xb) {
+        MHE_LAUNCH(residual_layernorm_kernel<RlnStreamTwin>, grid, block, 0, cuda_stream(be), cost)(
+            xb, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+    } else {
+        MHE_LAUNCH(residual_layernorm_kernel<RlnFp32>, grid, block, 0, cuda_stream(be), cost)(
+            x, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -202,10 +258,18 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
                                const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
                                float *dbeta, float p, uint64_t seed, uint64_t offset, float *dr) {
     double t0 = cuda_prof_begin(be);
+    const double n = (double)N * C;
+    // x (the saved residual sum) from its twin when that is all there is (lean, as the residual
+    // step stores it): x̂ from bf16(s) and the fp32 statistics of s.  Asked before the outputs
+    // are accounted for.
+    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, (size_t)n);
     if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
     if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
-    const double n = (double)N * C;
-    __nv_bfloat16 *dxb = dx ? cuda_mirror_out(be, dx, (size_t)n) : nullptr;
+    // dx gets no twin: it is the residual stream's gradient, which matmuls add to (β = 1) and the
+    // LayerNorm below reads in fp32, never a matmul operand itself (the MLM head's GELU backward
+    // rewrites it in place with its twin first); a matmul that did read it would round it once.
+    __nv_bfloat16 *dxb = nullptr;
+    if (dx) cuda_mirror_overwrote(be, dx, (size_t)n * sizeof(float));  // every element
     LnDrop drop{dr != nullptr, 1.0f, 0, 0, dr, nullptr};
     // The dropped gradient is usually only the branch's down projection operand: lean skips its
     // fp32 store, as the dropout op's (cuda_elementwise.cu).
@@ -225,15 +289,20 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
             pb = dbeta ? p + (size_t)chunks * C : nullptr;
         }
         const size_t smem = pg || pb ? 2 * (size_t)C * sizeof(float) : 0;
-        if (smem > 48 * 1024)  // C > 6144: opt in (sm_80 allows 163 KB per block, sm_90 227 KB)
-            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)smem));
-        // Per element: reads dy and x (8 B), writes dx (4 B, + 4 B read with accumulate, + its
+        if (smem > 48 * 1024) {  // C > 6144: opt in (sm_80 allows 163 KB per block, sm_90 227 KB)
+            if (xb)
+                CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<__nv_bfloat16>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            else
+                CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<float>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        }
+        // Per element: reads dy and x (8 B, 6 with x's twin), writes dx (4 B, + 4 B read with accumulate, + its
         // twin); per row mean, rstd; gamma; per chunk and column the partials written (4 B
         // each).  FLOPs per element: dx's 10 as before (x̂ alone: 2), dy·x̂ summed 2, dy 1; the
         // dropout's 1 and its store (4 B and/or the twin's 2) with dr.
         const double outs = (pg != nullptr) + (pb != nullptr);
-        const double bytes = (dx ? (accumulate ? 16.0 : 12.0) : 8.0) * n + 8.0 * N + (dx ? 4.0 * C : 0.0) +
+        const double bytes = ((dx ? (accumulate ? 16.0 : 12.0) : 8.0) - (xb ? 2.0 : 0.0)) * n + 8.0 * N + (dx ? 4.0 * C : 0.0) +
                              4.0 * outs * chunks * C;
         MheCost cost = with_twin(mhe_cost_blocks(((dx ? 10.0 : 2.0) + (pg ? 2.0 : 0.0) + (pb ? 1.0 : 0.0) + (dr ? 1.0 : 0.0)) * n,
                                                  bytes, chunks),
@@ -242,8 +311,12 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
             cost.bytes += 4.0 * n;
             cost = with_lean_twin(cost, drop.drb, drop.dr, n);
         }
-        MHE_LAUNCH(layernorm_backward_kernel, chunks, MHE_BLOCK, smem, cuda_stream(be), cost)(
-            dy, x, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb, drop);
+        if (xb)
+            MHE_LAUNCH(layernorm_backward_kernel<__nv_bfloat16>, chunks, MHE_BLOCK, smem, cuda_stream(be), cost)(
+                dy, xb, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb, drop);
+        else
+            MHE_LAUNCH(layernorm_backward_kernel<float>, chunks, MHE_BLOCK, smem, cuda_stream(be), cost)(
+                dy, x, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb, drop);
         CUDA_CHECK_LAUNCH();
         cuda_colsum2_finish(be, pg, pb, chunks, C, dgamma, dbeta);
     }

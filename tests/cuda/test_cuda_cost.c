@@ -53,14 +53,15 @@ static void test_single_calls(void **state) {
     assert_true(e->bytes == 608.0);
     // The fused residual step on the same shape: reads x and r, writes s and y (4 x 60 floats),
     // gamma, beta (20) and mean, rstd (12): 272 floats = 1088 bytes, one launch for what was
-    // three (dropout, add, LayerNorm).
+    // three (dropout, add, LayerNorm); s over r, whose twin segment the step tracks, also
+    // stores its twin (60 x 2 B): 1208.
     backend_cuda_cost_start();
     be->residual_layernorm_forward(be, x, x + 100, 0.1f, 1, 2, y, y + 100, 6, 10, 1e-5f, x + 100, z, z + 100, z + 200);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
-    e = find(&r, "residual_layernorm_kernel<float>");
+    e = find(&r, "residual_layernorm_kernel<RlnFp32>");
     assert_int_equal(e->op_class, OPC_NORM_ACT);
-    assert_true(e->bytes == 1088.0);
+    assert_true(e->bytes == 1208.0);
 
     // bf16 matmul 8x16x32: operands rounded (A 256 elements: 4 B read + 2 B
     // written each = 1536 B; B 512 elements = 3072 B), then the GEMM reads 768 bf16 (1536 B),
@@ -241,7 +242,7 @@ static void test_single_calls(void **state) {
                                z + 400);
         backend_cuda_cost_stop(a100, &r);
         assert_int_equal(r.launches, 2);
-        e = find(&r, "layernorm_backward_kernel");
+        e = find(&r, "layernorm_backward_kernel<float>");
         assert_int_equal(e->op_class, OPC_NORM_ACT);
         assert_true(e->bytes == 1288.0 && e->flops == (variant ? 660.0 : 780.0));
         assert_true(fabs(e->seconds - (18 * 1288.0 / 2.039e12 + 4e-6)) < 1e-15);

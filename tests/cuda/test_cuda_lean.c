@@ -267,6 +267,7 @@ static void expect_near(Backend *a, Backend *b, const float *pa, const float *pb
     }
     free(ha);
     free(hb);
+    if (getenv("MHE_TEST_VERBOSE")) fprintf(stderr, "worst %g scale %g tol %g\n", worst, scale, tol);
     assert_true(worst <= tol * scale);
 }
 
@@ -320,8 +321,9 @@ static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
 
 // head_expand and its backward read their inputs from the twins once those are lean
 // (cuda_elementwise.cu): X (the first DS columns of rows LDZ apart, as Q of the fused projections;
-// the buffer ends with the last row's slice, so the slice's span is all of it) and dQ come from p = 0 dropouts (copies: exact, and lean-capable) that only these ops read, so
-// from step 2 on they are bf16 only.  Checked against the host: the per-head output equals
+// the buffer ends with the last row's slice, so the slice's span is all of it) and dQ come from
+// p = 0 dropouts (copies: exact, and lean-capable) that only these ops read, so from step 2 on
+// they are bf16 only.  Checked against the host: the per-head output equals
 // bf16(bf16(x) · mul) exactly, dmul = Σ_r bf16(dout) · bf16(x) (1e-5, the column sums' order),
 // dx = bf16(Σ_h bf16(dout) · mul) within one bf16 step; and dmul from the fp32 values is
 // measurably different (the test would see an fp32 read).
@@ -386,6 +388,76 @@ static void test_head_expand_reads_lean_twins(void **state) {
     free(hdx);
 }
 
+// Post-LN's residual stream in bf16: two residual steps (x + dropout(linear(x)), LayerNorm) and
+// both LayerNorm backwards.  Once the epoch has seen that only matmuls, residual steps and
+// LayerNorm backwards read them, the sums s (over the branch outputs) and the LayerNorm outputs
+// keep twins only: the residual step reads x and r from twins (cuda_norm_loss.cu's RlnTwins:
+// both lean) and the backward x̂ from bf16(s).  Against the dual side (every read in fp32) the
+// results agree to bf16 precision.
+static void residual_step(Backend *be, float *const *t, int step) {
+    float *x0 = t[0], *W1 = t[1], *b1 = t[2], *r1 = t[3], *h = t[4], *W2 = t[5], *b2 = t[6], *r2 = t[7];
+    float *out = t[8], *G = t[9], *e = t[10], *dB = t[11], *dA = t[12], *ga = t[13], *be_ = t[14];
+    float *dg = t[15], *db = t[16], *mu1 = t[17], *rs1 = t[18], *mu2 = t[19], *rs2 = t[20];
+    float *p = t[21], *pg = t[22], *pm = t[23], *pv = t[24];
+    be->zero(be, dg, N * sizeof(float));
+    be->zero(be, db, N * sizeof(float));
+    be->linear_forward(be, x0, W1, b1, M, N, N, r1);
+    be->residual_layernorm_forward(be, x0, r1, 0.1f, 9, 2u * (uint64_t)step, ga, be_, M, N, 1e-5f, r1, h, mu1, rs1);
+    be->linear_forward(be, h, W2, b2, M, N, N, r2);
+    be->residual_layernorm_forward(be, h, r2, 0.1f, 9, 2u * (uint64_t)step + 1, ga, be_, M, N, 1e-5f, r2, out, mu2,
+                                   rs2);
+    be->matmul(be, 1, 0, N, N, M, 1.0f, out, N, out, N, 0.0f, G, N);
+    be->layernorm_backward(be, e, r2, ga, mu2, rs2, M, N, dB, 0, dg, db);
+    be->layernorm_backward(be, dB, r1, ga, mu1, rs1, M, N, dA, 0, dg, db);
+    be->adamw_update(be, p, pg, pm, pv, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
+}
+
+static void test_residual_stream_turns_lean(void **state) {
+    (void)state;
+    enum { T = 25 };
+    const size_t MN = (size_t)M * N;
+    const size_t sizes[T] = {MN, N * N, N, MN, MN, N * N, N, MN, MN, N * N, MN, MN, MN,
+                             N, N, N, N, M, M, M, M, N, N, N, N};
+    float *host[T];
+    for (int i = 0; i < T; i++) {
+        host[i] = malloc(sizes[i] * sizeof(float));
+        for (size_t j = 0; j < sizes[i]; j++) host[i][j] = (i == 0 ? 2.0f : 0.5f) * uniform() + (i == 13 ? 1.0f : 0.0f);
+    }
+    Backend *bes[2];
+    float *t[2][T];
+    for (int side = 0; side < 2; side++) {
+        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
+        bes[side] = backend_cuda_create(0, 1);
+        unsetenv("MHE_CUDA_LEAN");
+        for (int i = 0; i < T; i++) t[side][i] = dev(bes[side], host[i], sizes[i]);
+    }
+    for (int step = 0; step < 4; step++) {
+        CostReport r;
+        backend_cuda_cost_start();
+        residual_step(bes[0], t[0], step);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        residual_step(bes[1], t[1], step);
+        // Step 0 makes the twins; its epoch turns the sums lean (their writer, the residual step,
+        // saw them made): both backwards read bf16(s) from step 1.  Step 1's epoch turns the
+        // linear outputs r1, r2 and h lean: from step 2 the first residual step reads r1's twin
+        // (x0 is uploaded fp32), the second both twins.
+        assert_int_equal(calls_labelled(&r, "<RlnBranchTwin>"), step >= 2);
+        assert_int_equal(calls_labelled(&r, "<RlnTwins>"), step >= 2);
+        assert_int_equal(calls_labelled(&r, "<RlnFp32>"), step >= 2 ? 0 : 2);
+        assert_int_equal(calls_labelled(&r, "layernorm_backward_kernel<__nv_bfloat16>"), step >= 1 ? 2 : 0);
+        expect_near(bes[0], bes[1], t[0][9], t[1][9], N * N, 3e-2);   // G = outᵀ out
+        // Through both backwards (x̂ from bf16(s) on the lean side): 1e-3 of the largest seen.
+        expect_near(bes[0], bes[1], t[0][12], t[1][12], MN, 1e-2);    // dA
+        expect_near(bes[0], bes[1], t[0][15], t[1][15], N, 1e-2);     // dγ
+        expect_near(bes[0], bes[1], t[0][16], t[1][16], N, 1e-2);     // dβ (LN1's dy is LN2's dx)
+    }
+    for (int side = 0; side < 2; side++) {
+        for (int i = 0; i < T; i++) bes[side]->free(bes[side], t[side][i]);
+        bes[side]->destroy(bes[side]);
+    }
+    for (int i = 0; i < T; i++) free(host[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lean_matches_dual),
@@ -393,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_strided_slices_complete_a_lean_range),
         cmocka_unit_test(test_ffn_gelu_epilogues_match_separate_ops),
         cmocka_unit_test(test_head_expand_reads_lean_twins),
+        cmocka_unit_test(test_residual_stream_turns_lean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
