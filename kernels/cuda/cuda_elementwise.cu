@@ -147,8 +147,8 @@ struct HbBF { using G = __nv_bfloat16; using X = float; };
 struct HbFB { using G = float; using X = __nv_bfloat16; };
 struct HbBB { using G = __nv_bfloat16; using X = __nv_bfloat16; };
 template <typename T>
-__global__ void head_expand_bwd_fused_kernel(const typename T::G *dout, const typename T::X *x, int ldx, const float *mul, int N, int n, int d,
-                                             float *dx, __nv_bfloat16 *dxb, int accumulate, int want_a, int want_b,
+__global__ void head_expand_bwd_fused_kernel(const typename T::G *dout, const typename T::X *x, int ldx,
+                                             const float *mul, int N, int n, int d, float *dx, __nv_bfloat16 *dxb, int accumulate, int want_a, int want_b,
                                              float *partials) {
     MHE_DYNAMIC_SHARED(float, sm);  // [warps][want_a + want_b][n d]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, nd = n * d;
