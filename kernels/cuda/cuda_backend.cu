@@ -28,7 +28,7 @@ void cuda_memset(Backend *be, void *p, size_t bytes) {
     cuda_mirror_zeroed(be, p, bytes);
 }
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
-    cuda_mirror_wrote(be, dst, bytes);
+    cuda_mirror_overwrote(be, dst, bytes);  // every byte: values only a twin held are dead
     if (bytes && mhe_cost_record("memcpy d2d", mhe_cost(0, 2.0 * bytes)))
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
 }
@@ -117,7 +117,15 @@ static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, in
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     const size_t c_bytes = operand_span(M, N, ldc, stride_c, batch) * sizeof(float);
     const bool dense_c = ldc == N && (batch == 1 || stride_c == (long)M * ldc);
-    if (beta == 0.0f && dense_c)
+    // An accumulation (beta != 0) into a C whose values only its twin holds (a lean gradient of
+    // the residual stream, cuda_norm_loss.cu) adds into the twin: D = alpha A B + beta C in the
+    // fp32 accumulator, rounded to bf16 — C stays lean.
+    __nv_bfloat16 *acc_twin = nullptr;
+    if (twins && c->bf16 && K > 0 && beta != 0.0f && dense_c && batch == 1)
+        acc_twin = const_cast<__nv_bfloat16 *>(cuda_mirror_stale_twin(be, C, (size_t)M * N));
+    if (acc_twin)
+        cuda_mirror_accumulated_twin(be, C, (size_t)M * N);
+    else if (beta == 0.0f && dense_c)
         cuda_mirror_overwrote(be, C, c_bytes);
     else
         cuda_mirror_wrote(be, C, c_bytes);
@@ -148,7 +156,12 @@ static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, in
         void *out = C;
         cudaDataType out_type = CUDA_R_32F;
         const bool whole = twins && beta == 0.0f && dense_c && batch == 1;
-        if (whole && cuda_mirror_peek_lean(be, C, (size_t)M * N, LEAN_GEMM)) {
+        if (acc_twin) {
+            // Again: the operands' lookups may have merged (moved) C's twin.
+            out = const_cast<__nv_bfloat16 *>(cuda_mirror_stale_twin(be, C, (size_t)M * N));
+            out_type = CUDA_R_16BF;
+            mhe_cost_record_gemm_bf16_acc(M, N, K);
+        } else if (whole && cuda_mirror_peek_lean(be, C, (size_t)M * N, LEAN_GEMM)) {
             float *unused;
             out = cuda_mirror_out_lean(be, C, (size_t)M * N, &unused, LEAN_GEMM);
             out_type = CUDA_R_16BF;

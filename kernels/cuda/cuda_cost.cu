@@ -142,6 +142,10 @@ bool mhe_cost_record_gemm_bf16_out(int M, int N, int K, const char *epilogue, do
     return record_gemm(M, N, K, 1, 1, 0, epilogue, epilogue_bytes, 2.0);
 }
 
+bool mhe_cost_record_gemm_bf16_acc(int M, int N, int K) {
+    return record_gemm(M, N, K, 1, 1, 1, nullptr, 0.0, 2.0);
+}
+
 bool mhe_cost_take_blas(void) {
     Recorder &r = rec();
     if (r.blas_pending <= 0)

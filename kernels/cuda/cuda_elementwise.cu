@@ -89,9 +89,6 @@ static void cuda_mul_acc(Backend *be, const float *a, const float *b, float *out
 // the flash kernels would otherwise round (to_bf16_kernel) — and these kernels then move 2 bytes
 // per element of them instead of 4.  The per-head output (only the flash kernels' operand) is
 // lean-capable too.  While the inputs are dual (and in fp32 mode) the fp32 data is read.
-__device__ __forceinline__ float ldf(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float ldf(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-
 template <typename X>
 __global__ void head_expand_kernel(const X *x, int ldx, const float *mul, const float *add,
                                    int N, int n, int d, float *out, __nv_bfloat16 *outb) {
@@ -99,7 +96,7 @@ __global__ void head_expand_kernel(const X *x, int ldx, const float *mul, const 
     GRID_STRIDE(i, total) {
         int c = (int)(i % d), h = (int)((i / d) % n);
         size_t r = i / ((size_t)n * d);
-        float v = ldf(x, r * ldx + c);
+        float v = ld_float(x, r * ldx + c);
         if (mul) v *= mul[h * d + c];
         if (add) v += add[h * d + c];
         store_twin(out, outb, i, v);
@@ -114,7 +111,7 @@ __global__ void head_expand_dx_kernel(const G *dout, const float *mul, int N, in
         int c = (int)(i % d);
         size_t r = i / d;
         float s = 0;
-        for (int h = 0; h < n; h++) s += ldf(dout, (r * n + h) * d + c) * (mul ? mul[h * d + c] : 1.0f);
+        for (int h = 0; h < n; h++) s += ld_float(dout, (r * n + h) * d + c) * (mul ? mul[h * d + c] : 1.0f);
         store_twin(dx, dxb, r * ldx + c, accumulate ? dx[r * ldx + c] + s : s);
     }
 }
@@ -126,8 +123,8 @@ struct HeadDparamVals {
     const X *x;
     int ldx, nd, d;
     __device__ void vals(int r, int hc, float *a, float *b) const {
-        const float g = ldf(dout, (size_t)r * nd + hc);
-        *a = x ? g * ldf(x, (size_t)r * ldx + hc % d) : 0.0f;
+        const float g = ld_float(dout, (size_t)r * nd + hc);
+        *a = x ? g * ld_float(x, (size_t)r * ldx + hc % d) : 0.0f;
         *b = g;
     }
 };
@@ -162,10 +159,10 @@ __global__ void head_expand_bwd_fused_kernel(const typename T::G *dout, const ty
     const int r0 = blockIdx.x * HB_ROWS, r1 = r0 + HB_ROWS < N ? r0 + HB_ROWS : N;
     for (int r = r0 + warp; r < r1; r += warps)
         for (int c = lane; c < d; c += 32) {
-            const float xv = want_a ? ldf(x, (size_t)r * ldx + c) : 0.0f;
+            const float xv = want_a ? ld_float(x, (size_t)r * ldx + c) : 0.0f;
             float s = 0.0f;
             for (int h = 0; h < n; h++) {
-                const float g = ldf(dout, ((size_t)r * n + h) * d + c);
+                const float g = ld_float(dout, ((size_t)r * n + h) * d + c);
                 s += g * (mul ? mul[h * d + c] : 1.0f);
                 if (want_a) accA[h * d + c] += g * xv;
                 if (want_b) accB[h * d + c] += g;
@@ -472,21 +469,31 @@ static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-__global__ void dropout_kernel(const float *x, float *y, __nv_bfloat16 *yb, size_t n, float p, uint64_t seed,
+template <typename X>
+__global__ void dropout_kernel(const X *x, float *y, __nv_bfloat16 *yb, size_t n, float p, uint64_t seed,
                                uint64_t offset) {
     float inv = 1.0f / (1.0f - p);
-    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? x[i] * inv : 0.0f);
+    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? ld_float(x, i) * inv : 0.0f);
 }
+// x from its twin when only the twin holds it (post-LN's embedding dropout, backward: in place
+// on the lean gradient of the residual stream, cuda_norm_loss.cu).
 static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
     double t0 = cuda_prof_begin(be);
+    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, n);  // before y's lookup (y may alias x)
     // p = 0 is a copy (nothing when in place: y and its twin stay as they are), through the
-    // kernel when y has a twin to fill (every draw keeps, the scale is 1).
+    // kernel when y has a twin to fill (every draw keeps, the scale is 1) or x is a twin.
     float *yw = y;
     __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out_lean(be, y, n, &yw, LEAN_ELEMENTWISE) : nullptr;
-    if (p <= 0.0f && !yb) {
+    if (p <= 0.0f && !yb && !(xb && x != y)) {
         if (x != y) cuda_memcpy_d2d(be, y, x, n * sizeof(float));
     } else if (n) {
-        MHE_LAUNCH(dropout_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_lean_twin(mhe_cost((double)n, 8.0 * n), yb, yw, n))(x, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
+        const MheCost cost = with_lean_twin(mhe_cost((double)n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
+        if (xb)
+            MHE_LAUNCH(dropout_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(
+                xb, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
+        else
+            MHE_LAUNCH(dropout_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(
+                x, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
         CUDA_CHECK_LAUNCH();
     }
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);

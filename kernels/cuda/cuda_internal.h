@@ -138,7 +138,10 @@ void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes);
 // twin only).  Every op declares the fp32 data it reads with cuda_mirror_read (stale ranges are
 // widened first); cuda_mirror_epoch, once per optimizer step, turns segments lean.
 // Lean-capable writers by kind: each kind is judged separately per segment (cuda_mirror.cu).
-typedef enum { LEAN_ELEMENTWISE, LEAN_ATTENTION, LEAN_LINEAR, LEAN_GEMM, LEAN_LOSS, LEAN_SITES } LeanSite;
+// LEAN_NORM: what the LayerNorm ops store (the residual step's sum and output, the backward's
+// dx) — apart from GELU/dropout, since the same scratch buffer may hold a LayerNorm gradient one
+// reader wants in fp32 (the embeddings') and dropped-out branch gradients only matmuls read.
+typedef enum { LEAN_ELEMENTWISE, LEAN_ATTENTION, LEAN_LINEAR, LEAN_GEMM, LEAN_LOSS, LEAN_NORM, LEAN_SITES } LeanSite;
 __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32, LeanSite site);
 __nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32,
                                       LeanSite site);
@@ -158,6 +161,9 @@ const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t 
 // can learn to write it lean for a reader that takes a stale twin (GELU's input).
 void cuda_mirror_track(Backend *be, const float *p, size_t n);
 void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n);
+// A matmul added into the twin of the stale range [p, p + n) (beta != 0 on a lean C): it stays
+// stale, its twin current.
+void cuda_mirror_accumulated_twin(Backend *be, const float *p, size_t n);
 void cuda_mirror_epoch(Backend *be);
 // Known zeros (bf16 mode): cuda_memset marks its range; any reported write unmarks what it covers.
 void cuda_mirror_zeroed(Backend *be, const void *p, size_t bytes);
@@ -172,6 +178,9 @@ void cuda_mirror_destroy(Backend *be);
 // y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel).
 void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n);
 
+// p[i] as a float, from fp32 data or from a twin (kernels templated on where an input comes from).
+__device__ __forceinline__ float ld_float(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ld_float(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 // Stores v at y[i] (unless the op writes lean: y null) and, when the op has a twin, bf16(v) at yb[i].
 __device__ __forceinline__ void store_twin(float *y, __nv_bfloat16 *yb, size_t i, float v) {
     if (y) y[i] = v;

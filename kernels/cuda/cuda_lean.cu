@@ -29,9 +29,11 @@ static void w_copy(Backend *be, void *dst, const void *src, size_t bytes) {
     cuda_mirror_read(be, src, bytes);
     inner(be)->copy(be, dst, src, bytes);
 }
+// An accumulation into a C held only by its twin adds into the twin (cuda_backend.cu): not an
+// fp32 read for the lean decision.
 static void w_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc) {
-    if (beta != 0.0f) rd(be, C, span(M, N, ldc));
+    if (beta != 0.0f) cuda_mirror_read_or_twin(be, C, span(M, N, ldc));
     inner(be)->matmul(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 static void w_matmul_batched(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -170,8 +172,9 @@ static void w_residual_layernorm_forward(Backend *be, const float *x, const floa
 static void ln_bw_reads(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
                         const float *rstd, int N, int C, const float *dx, int accumulate, const float *dgamma,
                         const float *dbeta) {
-    rd(be, dy, (size_t)N * C);
-    cuda_mirror_read_or_twin(be, x, (size_t)N * C);  // x may come from a lean twin (cuda_norm_loss.cu)
+    // dy and x may come from lean twins (cuda_norm_loss.cu)
+    cuda_mirror_read_or_twin(be, dy, (size_t)N * C);
+    cuda_mirror_read_or_twin(be, x, (size_t)N * C);
     rd(be, gamma, C);
     rd(be, mean, N);
     rd(be, rstd, N);
@@ -213,7 +216,7 @@ static void w_tanh_backward(Backend *be, const float *y, const float *dy, float 
     inner(be)->tanh_backward(be, y, dy, dx, n);
 }
 static void w_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
-    rd(be, x, n);
+    cuda_mirror_read_or_twin(be, x, n);  // x may come from a lean twin (cuda_elementwise.cu)
     inner(be)->dropout(be, x, y, n, p, seed, offset);
 }
 static void w_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,

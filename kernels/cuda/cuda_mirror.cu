@@ -398,6 +398,10 @@ void cuda_mirror_read_or_twin(Backend *be, const float *p, size_t n) {
     if (n && !cuda_mirror_stale_twin(be, p, n)) declare_read(be, p, n * sizeof(float), false);
 }
 
+void cuda_mirror_accumulated_twin(Backend *be, const float *p, size_t n) {
+    if (cuda_ctx(be)->mirrors) forget_zeros(cuda_ctx(be)->mirrors, p, n * sizeof(float));
+}
+
 void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site) {
     MirrorSegment *g = holder_settled(be, p, n);
     if (!g) return;

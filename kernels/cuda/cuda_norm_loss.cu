@@ -42,13 +42,11 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
 // BERT-large's 1024 at 256 threads) and recomputes any others from x and r.  s is stored in
 // the last pass, after every read of its row, so it may alias r; y may alias s (stored after it).
 #define RLN_KEEP 4
-__device__ __forceinline__ float ld_f(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 template <typename X, typename R>
 __device__ __forceinline__ float residual_sum(const X *x, const R *r, size_t i, float p, float inv, uint64_t key,
                                               uint32_t threshold) {
-    const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_f(r, i) * inv : 0.0f;
-    return ld_f(x, i) + d;
+    const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_float(r, i) * inv : 0.0f;
+    return ld_float(x, i) + d;
 }
 // The kernel's input types by name (the launch macro's argument cannot hold a comma).
 template <typename XT, typename RT>
@@ -149,13 +147,25 @@ struct LnDrop {
     float *dr;
     __nv_bfloat16 *drb;
 };
-template <typename X>
-__global__ void layernorm_backward_kernel(const float *dy, const X *x, const float *gamma, const float *mean,
+// The kernel's input types by name (dy, x: fp32 or twins), as RlnIn.
+template <typename DYT, typename XT>
+struct LnbIn {
+    typedef DYT DY;
+    typedef XT X;
+};
+typedef LnbIn<float, float> LnbFp32;
+typedef LnbIn<float, __nv_bfloat16> LnbSumTwin;
+typedef LnbIn<__nv_bfloat16, float> LnbGradTwin;
+typedef LnbIn<__nv_bfloat16, __nv_bfloat16> LnbTwins;
+template <typename In>
+__global__ void layernorm_backward_kernel(const typename In::DY *dy, const typename In::X *x, const float *gamma,
+                                          const float *mean,
                                           const float *rstd, int N, int C, int rows, float *dx,
                                           __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb, LnDrop drop) {
     __shared__ float buf[2][32];
     MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb, else none
     const int sums = pg != nullptr || pb != nullptr;
+    const bool want_dx = dx != nullptr || dxb != nullptr;  // dx null and dxb not: lean, the twin only
     float *ag = acc, *ab = sums ? acc + C : nullptr;
     if (sums)
         for (int c = threadIdx.x; c < C; c += blockDim.x) ag[c] = ab[c] = 0.0f;
@@ -164,23 +174,23 @@ __global__ void layernorm_backward_kernel(const float *dy, const X *x, const flo
         const size_t off = (size_t)r * C;
         const float mu = mean[r], rs = rstd[r];
         float mg = 0, mgx = 0;
-        if (dx) {  // uniform over the block
+        if (want_dx) {  // uniform over the block
             for (int c = threadIdx.x; c < C; c += blockDim.x) {
-                const float g = dy[off + c] * gamma[c];
+                const float g = ld_float(dy, off + c) * gamma[c];
                 mg += g;
-                mgx += g * (ld_f(x, off + c) - mu) * rs;
+                mgx += g * (ld_float(x, off + c) - mu) * rs;
             }
             block_sum2(&mg, &mgx, buf);
             mg /= (float)C;
             mgx /= (float)C;
         }
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            const float g0 = dy[off + c], xh = (ld_f(x, off + c) - mu) * rs;
+            const float g0 = ld_float(dy, off + c), xh = (ld_float(x, off + c) - mu) * rs;
             if (sums) {
                 ag[c] += g0 * xh;
                 ab[c] += g0;
             }
-            if (dx) {
+            if (want_dx) {
                 const float d = rs * (g0 * gamma[c] - mg - xh * mgx), v = accumulate ? dx[off + c] + d : d;
                 store_twin(dx, dxb, off + c, v);
                 if (drop.on)
@@ -224,8 +234,8 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
     // s is read by LayerNorm's backward only, y by the next layer's matmuls and residual step:
     // both may turn lean (cuda_mirror.cu).
     float *sf, *yf;
-    __nv_bfloat16 *sb = cuda_mirror_out_lean(be, s, n, &sf, LEAN_ELEMENTWISE);
-    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yf, LEAN_ELEMENTWISE);
+    __nv_bfloat16 *sb = cuda_mirror_out_lean(be, s, n, &sf, LEAN_NORM);
+    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yf, LEAN_NORM);
     const float q = p > 0.0f ? p : 0.0f;
     // Reads x and r (4 B each, 2 from a twin), writes s and y (4 B each unless lean, + 2 B per
     // twin), gamma, beta, mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add,
@@ -259,17 +269,23 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
                                float *dbeta, float p, uint64_t seed, uint64_t offset, float *dr) {
     double t0 = cuda_prof_begin(be);
     const double n = (double)N * C;
-    // x (the saved residual sum) from its twin when that is all there is (lean, as the residual
-    // step stores it): x̂ from bf16(s) and the fp32 statistics of s.  Asked before the outputs
-    // are accounted for.
-    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, (size_t)n);
+    // x (the saved residual sum) and dy (the residual stream's gradient) from their twins when
+    // that is all there is (lean, as the residual step and this op store them): x̂ from bf16(s)
+    // and the fp32 statistics of s.  dy's segment is made here (without rounding) so its
+    // producer — this op's dx one layer up, which matmuls then add to in bf16 (cuda_backend.cu)
+    // — can learn to write it lean.  Asked before the outputs are accounted for.
+    cuda_mirror_track(be, dy, (size_t)n);
+    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, (size_t)n), *dyb = cuda_mirror_stale_twin(be, dy, (size_t)n);
     if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
     if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
-    // dx gets no twin: it is the residual stream's gradient, which matmuls add to (β = 1) and the
-    // LayerNorm below reads in fp32, never a matmul operand itself (the MLM head's GELU backward
-    // rewrites it in place with its twin first); a matmul that did read it would round it once.
+    // dx may turn lean when written (not accumulated): the LayerNorm below and the matmuls adding
+    // to it read its twin.  An accumulated dx was widened by the read its wrapper declared.
+    float *dxw = dx;
     __nv_bfloat16 *dxb = nullptr;
-    if (dx) cuda_mirror_overwrote(be, dx, (size_t)n * sizeof(float));  // every element
+    if (dx && !accumulate)
+        dxb = cuda_mirror_out_lean(be, dx, (size_t)n, &dxw, LEAN_NORM);
+    else if (dx)
+        cuda_mirror_wrote(be, dx, (size_t)n * sizeof(float));
     LnDrop drop{dr != nullptr, 1.0f, 0, 0, dr, nullptr};
     // The dropped gradient is usually only the branch's down projection operand: lean skips its
     // fp32 store, as the dropout op's (cuda_elementwise.cu).
@@ -289,34 +305,41 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
             pb = dbeta ? p + (size_t)chunks * C : nullptr;
         }
         const size_t smem = pg || pb ? 2 * (size_t)C * sizeof(float) : 0;
-        if (smem > 48 * 1024) {  // C > 6144: opt in (sm_80 allows 163 KB per block, sm_90 227 KB)
-            if (xb)
-                CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<__nv_bfloat16>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            else
-                CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<float>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        }
-        // Per element: reads dy and x (8 B, 6 with x's twin), writes dx (4 B, + 4 B read with accumulate, + its
-        // twin); per row mean, rstd; gamma; per chunk and column the partials written (4 B
-        // each).  FLOPs per element: dx's 10 as before (x̂ alone: 2), dy·x̂ summed 2, dy 1; the
-        // dropout's 1 and its store (4 B and/or the twin's 2) with dr.
+        // Per element: reads dy and x (4 B each, 2 from a twin), writes dx (4 B unless lean, +
+        // its twin's 2; + 4 B read with accumulate); per row mean, rstd; gamma; per chunk and
+        // column the partials written (4 B each).  FLOPs per element: dx's 10 as before (x̂
+        // alone: 2), dy·x̂ summed 2, dy 1; the dropout's 1 and its store (4 B and/or the twin's
+        // 2) with dr.
         const double outs = (pg != nullptr) + (pb != nullptr);
-        const double bytes = ((dx ? (accumulate ? 16.0 : 12.0) : 8.0) - (xb ? 2.0 : 0.0)) * n + 8.0 * N + (dx ? 4.0 * C : 0.0) +
-                             4.0 * outs * chunks * C;
-        MheCost cost = with_twin(mhe_cost_blocks(((dx ? 10.0 : 2.0) + (pg ? 2.0 : 0.0) + (pb ? 1.0 : 0.0) + (dr ? 1.0 : 0.0)) * n,
-                                                 bytes, chunks),
-                                 dxb, n);
+        const double bytes = ((dyb ? 2.0 : 4.0) + (xb ? 2.0 : 4.0) + (dx ? (accumulate ? 8.0 : 4.0) : 0.0)) * n +
+                             8.0 * N + (dx ? 4.0 * C : 0.0) + 4.0 * outs * chunks * C;
+        MheCost cost = mhe_cost_blocks(
+            ((dx ? 10.0 : 2.0) + (pg ? 2.0 : 0.0) + (pb ? 1.0 : 0.0) + (dr ? 1.0 : 0.0)) * n, bytes, chunks);
+        if (dx) cost = with_lean_twin(cost, dxb, dxw, n);
         if (dr) {
             cost.bytes += 4.0 * n;
             cost = with_lean_twin(cost, drop.drb, drop.dr, n);
         }
-        if (xb)
-            MHE_LAUNCH(layernorm_backward_kernel<__nv_bfloat16>, chunks, MHE_BLOCK, smem, cuda_stream(be), cost)(
-                dy, xb, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb, drop);
+        cudaStream_t st = cuda_stream(be);
+        // C > 6144 needs more than 48 KB of partial sums: opt in (sm_80 allows 163 KB per block,
+        // sm_90 227 KB).
+#define LNB_LAUNCH(IN, DYP, XP)                                                                              \
+    do {                                                                                                     \
+        if (smem > 48 * 1024)                                                                                \
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<IN>,                                   \
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));        \
+        MHE_LAUNCH(layernorm_backward_kernel<IN>, chunks, MHE_BLOCK, smem, st, cost)(                        \
+            DYP, XP, gamma, mean, rstd, N, C, rows, dxw, dxb, accumulate, pg, pb, drop);                     \
+    } while (0)
+        if (dyb && xb)
+            LNB_LAUNCH(LnbTwins, dyb, xb);
+        else if (dyb)
+            LNB_LAUNCH(LnbGradTwin, dyb, x);
+        else if (xb)
+            LNB_LAUNCH(LnbSumTwin, dy, xb);
         else
-            MHE_LAUNCH(layernorm_backward_kernel<float>, chunks, MHE_BLOCK, smem, cuda_stream(be), cost)(
-                dy, x, gamma, mean, rstd, N, C, rows, dx, dxb, accumulate, pg, pb, drop);
+            LNB_LAUNCH(LnbFp32, dy, x);
+#undef LNB_LAUNCH
         CUDA_CHECK_LAUNCH();
         cuda_colsum2_finish(be, pg, pb, chunks, C, dgamma, dbeta);
     }

@@ -242,7 +242,7 @@ static void test_single_calls(void **state) {
                                z + 400);
         backend_cuda_cost_stop(a100, &r);
         assert_int_equal(r.launches, 2);
-        e = find(&r, "layernorm_backward_kernel<float>");
+        e = find(&r, "layernorm_backward_kernel<LnbFp32>");
         assert_int_equal(e->op_class, OPC_NORM_ACT);
         assert_true(e->bytes == 1288.0 && e->flops == (variant ? 660.0 : 780.0));
         assert_true(fabs(e->seconds - (18 * 1288.0 / 2.039e12 + 4e-6)) < 1e-15);

@@ -280,6 +280,24 @@ static long calls_labelled(const CostReport *r, const char *suffix) {
     return n;
 }
 
+// The two backends the comparisons below run side by side: [0] with lean twins, [1] without
+// (MHE_CUDA_LEAN=0), each holding its own upload of the T host tensors.
+static void two_sides(int T, const size_t *sizes, float *const *host, Backend **bes, float **t0, float **t1) {
+    for (int side = 0; side < 2; side++) {
+        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
+        bes[side] = backend_cuda_create(0, 1);
+        unsetenv("MHE_CUDA_LEAN");
+        for (int i = 0; i < T; i++) (side ? t1 : t0)[i] = dev(bes[side], host[i], sizes[i]);
+    }
+}
+static void two_sides_free(int T, float **host, Backend **bes, float **t0, float **t1) {
+    for (int side = 0; side < 2; side++) {
+        for (int i = 0; i < T; i++) bes[side]->free(bes[side], (side ? t1 : t0)[i]);
+        bes[side]->destroy(bes[side]);
+    }
+    for (int i = 0; i < T; i++) free(host[i]);
+}
+
 static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
     (void)state;
     enum { T = 18 };
@@ -292,12 +310,7 @@ static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
     }
     Backend *bes[2];
     float *t[2][T];
-    for (int side = 0; side < 2; side++) {
-        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
-        bes[side] = backend_cuda_create(0, 1);
-        unsetenv("MHE_CUDA_LEAN");
-        for (int i = 0; i < T; i++) t[side][i] = dev(bes[side], host[i], sizes[i]);
-    }
+    two_sides(T, sizes, host, bes, t[0], t[1]);
     for (int step = 0; step < 4; step++) {
         CostReport r;
         backend_cuda_cost_start();
@@ -312,11 +325,7 @@ static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
         expect_near(bes[0], bes[1], t[0][12], t[1][12], N, 1e-5);     // db2 = Σ e
         expect_near(bes[0], bes[1], t[0][13], t[1][13], M * K, 3e-2); // dX = dF W1
     }
-    for (int side = 0; side < 2; side++) {
-        for (int i = 0; i < T; i++) bes[side]->free(bes[side], t[side][i]);
-        bes[side]->destroy(bes[side]);
-    }
-    for (int i = 0; i < T; i++) free(host[i]);
+    two_sides_free(T, host, bes, t[0], t[1]);
 }
 
 // head_expand and its backward read their inputs from the twins once those are lean
@@ -388,17 +397,19 @@ static void test_head_expand_reads_lean_twins(void **state) {
     free(hdx);
 }
 
-// Post-LN's residual stream in bf16: two residual steps (x + dropout(linear(x)), LayerNorm) and
-// both LayerNorm backwards.  Once the epoch has seen that only matmuls, residual steps and
-// LayerNorm backwards read them, the sums s (over the branch outputs) and the LayerNorm outputs
-// keep twins only: the residual step reads x and r from twins (cuda_norm_loss.cu's RlnTwins:
-// both lean) and the backward x̂ from bf16(s).  Against the dual side (every read in fp32) the
-// results agree to bf16 precision.
+// Post-LN's residual stream in bf16, forward and backward: two residual steps (x + dropout(
+// linear(x)), LayerNorm), both LayerNorm backwards with a matmul adding into the gradient
+// between them (the up projection's dX), and a dropout in place on the last one's dx (the
+// embeddings' dropout).  Once the epochs have seen that only matmuls, residual steps, LayerNorm
+// backwards and dropout read them, the sums s, the LayerNorm outputs and the gradients keep
+// twins only: the residual step reads x and r from twins (cuda_norm_loss.cu's RlnTwins), the
+// backward dy and x̂ (LnbTwins), the matmul adds into dy's twin (a bf16 C) and the dropout reads
+// its twin.  Against the dual side (every read in fp32) the results agree to bf16 precision.
 static void residual_step(Backend *be, float *const *t, int step) {
     float *x0 = t[0], *W1 = t[1], *b1 = t[2], *r1 = t[3], *h = t[4], *W2 = t[5], *b2 = t[6], *r2 = t[7];
     float *out = t[8], *G = t[9], *e = t[10], *dB = t[11], *dA = t[12], *ga = t[13], *be_ = t[14];
     float *dg = t[15], *db = t[16], *mu1 = t[17], *rs1 = t[18], *mu2 = t[19], *rs2 = t[20];
-    float *p = t[21], *pg = t[22], *pm = t[23], *pv = t[24];
+    float *p = t[21], *pg = t[22], *pm = t[23], *pv = t[24], *G2 = t[25];
     be->zero(be, dg, N * sizeof(float));
     be->zero(be, db, N * sizeof(float));
     be->linear_forward(be, x0, W1, b1, M, N, N, r1);
@@ -408,16 +419,19 @@ static void residual_step(Backend *be, float *const *t, int step) {
                                    rs2);
     be->matmul(be, 1, 0, N, N, M, 1.0f, out, N, out, N, 0.0f, G, N);
     be->layernorm_backward(be, e, r2, ga, mu2, rs2, M, N, dB, 0, dg, db);
+    be->matmul(be, 0, 0, M, N, N, 0.5f, h, N, W2, N, 1.0f, dB, N);
     be->layernorm_backward(be, dB, r1, ga, mu1, rs1, M, N, dA, 0, dg, db);
+    be->dropout(be, dA, dA, (size_t)M * N, 0.1f, 9, 100u + (uint64_t)step);
+    be->matmul(be, 1, 0, N, N, M, 1.0f, dA, N, dA, N, 0.0f, G2, N);
     be->adamw_update(be, p, pg, pm, pv, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
 }
 
 static void test_residual_stream_turns_lean(void **state) {
     (void)state;
-    enum { T = 25 };
+    enum { T = 26 };
     const size_t MN = (size_t)M * N;
     const size_t sizes[T] = {MN, N * N, N, MN, MN, N * N, N, MN, MN, N * N, MN, MN, MN,
-                             N, N, N, N, M, M, M, M, N, N, N, N};
+                             N, N, N, N, M, M, M, M, N, N, N, N, N * N};
     float *host[T];
     for (int i = 0; i < T; i++) {
         host[i] = malloc(sizes[i] * sizeof(float));
@@ -425,12 +439,7 @@ static void test_residual_stream_turns_lean(void **state) {
     }
     Backend *bes[2];
     float *t[2][T];
-    for (int side = 0; side < 2; side++) {
-        if (side) setenv("MHE_CUDA_LEAN", "0", 1);
-        bes[side] = backend_cuda_create(0, 1);
-        unsetenv("MHE_CUDA_LEAN");
-        for (int i = 0; i < T; i++) t[side][i] = dev(bes[side], host[i], sizes[i]);
-    }
+    two_sides(T, sizes, host, bes, t[0], t[1]);
     for (int step = 0; step < 4; step++) {
         CostReport r;
         backend_cuda_cost_start();
@@ -439,23 +448,25 @@ static void test_residual_stream_turns_lean(void **state) {
         residual_step(bes[1], t[1], step);
         // Step 0 makes the twins; its epoch turns the sums lean (their writer, the residual step,
         // saw them made): both backwards read bf16(s) from step 1.  Step 1's epoch turns the
-        // linear outputs r1, r2 and h lean: from step 2 the first residual step reads r1's twin
-        // (x0 is uploaded fp32), the second both twins.
+        // linear outputs r1, r2, h and the gradients dB, dA lean: from step 2 the first residual
+        // step reads r1's twin (x0 is uploaded fp32), the second both twins, LN1's backward dB's
+        // twin (LN2's reads the uploaded e), the matmul adds into dB's twin and the dropout
+        // reads dA's.
         assert_int_equal(calls_labelled(&r, "<RlnBranchTwin>"), step >= 2);
         assert_int_equal(calls_labelled(&r, "<RlnTwins>"), step >= 2);
         assert_int_equal(calls_labelled(&r, "<RlnFp32>"), step >= 2 ? 0 : 2);
-        assert_int_equal(calls_labelled(&r, "layernorm_backward_kernel<__nv_bfloat16>"), step >= 1 ? 2 : 0);
+        assert_int_equal(calls_labelled(&r, "layernorm_backward_kernel<LnbSumTwin>"), step == 0 ? 0 : step == 1 ? 2 : 1);
+        assert_int_equal(calls_labelled(&r, "layernorm_backward_kernel<LnbTwins>"), step >= 2);
+        assert_int_equal(calls_labelled(&r, "gemm 24x16x16 bf16->bf16"), step >= 2);
+        assert_int_equal(calls_labelled(&r, "dropout_kernel<__nv_bfloat16>"), step >= 2);
         expect_near(bes[0], bes[1], t[0][9], t[1][9], N * N, 3e-2);   // G = outᵀ out
-        // Through both backwards (x̂ from bf16(s) on the lean side): 1e-3 of the largest seen.
-        expect_near(bes[0], bes[1], t[0][12], t[1][12], MN, 1e-2);    // dA
+        // Through both backwards (x̂, dy and the matmul's sum in bf16 on the lean side): up to 6e-3
+        // of the largest seen for G2, 2e-3 for dγ and dβ.
+        expect_near(bes[0], bes[1], t[0][25], t[1][25], N * N, 2e-2); // G2 = dAᵀ dA, dA dropped out
         expect_near(bes[0], bes[1], t[0][15], t[1][15], N, 1e-2);     // dγ
         expect_near(bes[0], bes[1], t[0][16], t[1][16], N, 1e-2);     // dβ (LN1's dy is LN2's dx)
     }
-    for (int side = 0; side < 2; side++) {
-        for (int i = 0; i < T; i++) bes[side]->free(bes[side], t[side][i]);
-        bes[side]->destroy(bes[side]);
-    }
-    for (int i = 0; i < T; i++) free(host[i]);
+    two_sides_free(T, host, bes, t[0], t[1]);
 }
 
 int main(void) {
