@@ -174,6 +174,21 @@ struct Backend {
     void (*head_expand_backward)(Backend *be, const float *dout, const float *x, int ldx,
                                  const float *mul, int N, int n, int d, float *dx, int accumulate,
                                  float *dmul, float *dadd);
+    // Optional (NULL: add_scalar and mul per row): mhe_mul's per-head scales of `rows` layers in
+    // one call, for parameters that sit at a fixed stride.  Row r reads e_r = e + r*lde (3w
+    // floats: e^Q, e^K, e^V) and writes s_r = s + r*lds: s_r[0, 3w) = 1 + e_r and, with prod,
+    // s_r[3w, 4w) = s_r[0, w) ⊙ s_r[w, 2w) — the values add_scalar and mul give (fp32, one
+    // rounding each).
+    void (*head_scales)(Backend *be, const float *e, size_t lde, int rows, int w, int prod, float *s,
+                        size_t lds);
+    // Optional (NULL: head_expand_backward into a zeroed dm, then two mul_acc): the backward of
+    // head_expand with mul = f ⊙ g (mhe_mul's query scale, `mul` its precomputed value): dx as
+    // head_expand_backward, and the scale's gradient dm[h, :] = sum_r dout[r, h, :] * x[r, :]
+    // split by the product rule, df += dm ⊙ g, dg += dm ⊙ f (f, g, df, dg [n, d]; df or dg may be
+    // NULL).  dm is never stored.
+    void (*head_expand_backward_prod)(Backend *be, const float *dout, const float *x, int ldx,
+                                      const float *mul, const float *f, const float *g, int N, int n,
+                                      int d, float *dx, int accumulate, float *df, float *dg);
 
     // ---- row gather / scatter (the MLM head runs on the selected positions only) ----
     // dst[i, :] = src[rows[i], :] for i < M; rows [M] int32, each < src_rows, the rows of src;

@@ -487,15 +487,7 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
     attention_wrote(be, s, nullptr, nullptr, tc ? nullptr : dq, tc ? nullptr : dk, tc ? nullptr : dv, dkey_bias,
                     dout_scale, dout_shift, scratch);
     if (path == PATH_FLASH) {
-        cuda_flash_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, scratch);
-        if (dout_scale || dout_shift) {  // from Opre, saved by the forward after L
-            const size_t rows = (size_t)s->B * s->T;
-            const int hd = s->n_heads * s->v_dim;
-            const float *opre = saved + rows * s->n_heads;
-            MHE_LAUNCH(attn_scale_shift_grad_kernel, (hd + MHE_BLOCK - 1) / MHE_BLOCK, MHE_BLOCK, 0, cuda_stream(be),
-                       mhe_cost(3.0 * rows * hd, 8.0 * rows * hd + 16.0 * hd))(dout, opre, rows, hd, dout_scale, dout_shift);
-            CUDA_CHECK_LAUNCH();
-        }
+        cuda_flash_backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale, dout_shift, scratch);
     } else if (path == PATH_GEMM)
         attention_backward_gemm(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale,
                                 dout_shift, scratch);

@@ -56,18 +56,33 @@ __global__ void colsum2_partials_kernel(Vals f, int N, int C, float *partials) {
 void cuda_colsum2_finish(Backend *be, const float *pa, const float *pb, int chunks, int C, float *outA,
                          float *outB);
 
-// outA[c] += Σ_r a(r, c), outB[c] += Σ_r b(r, c) (either output may be NULL).  stage1: the
-// cost of reading the rows (the partials' bytes are added here).
+// Stage 2 for a product-split gradient (mhe_mul's query scale m = f ⊙ g, ops.h
+// head_expand_backward_prod): with s[c] = Σ_k pa[k·C + c] (the same order as cuda_colsum2_finish),
+// df[c] += s·g[c] and dg[c] += s·f[c] (either may be NULL).  Records its own cost.
+void cuda_colsum2_finish_prod(Backend *be, const float *pa, int chunks, int C, const float *f, const float *g,
+                              float *df, float *dg);
+
+// Stage 1 alone: the partials of a(r, c) (chunks·C floats) then of b(r, c) (as many), in the
+// backend's grow-only scratch; *chunks receives their count.  stage1: the cost of reading the
+// rows (the partials' bytes are added here).  N, C > 0.
 template <typename Vals>
-static void cuda_colsum2(Backend *be, Vals f, int N, int C, float *outA, float *outB, MheCost stage1) {
-    if (N <= 0 || C <= 0 || (!outA && !outB)) return;
-    const int chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    const size_t np = 2 * (size_t)chunks * C;
+static float *cuda_colsum2_partials(Backend *be, Vals f, int N, int C, MheCost stage1, int *chunks) {
+    *chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
+    const size_t np = 2 * (size_t)*chunks * C;
     float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, np);
-    const dim3 grid((unsigned)((C + COLSUM_TX - 1) / COLSUM_TX), (unsigned)chunks);
+    const dim3 grid((unsigned)((C + COLSUM_TX - 1) / COLSUM_TX), (unsigned)*chunks);
     stage1.bytes += 4.0 * (double)np;
     MHE_LAUNCH(colsum2_partials_kernel<Vals>, grid, COLSUM_TX * COLSUM_TY, 0, cuda_stream(be), stage1)(f, N, C, partials);
     CUDA_CHECK_LAUNCH();
+    return partials;
+}
+
+// outA[c] += Σ_r a(r, c), outB[c] += Σ_r b(r, c) (either output may be NULL).  stage1 as above.
+template <typename Vals>
+static void cuda_colsum2(Backend *be, Vals f, int N, int C, float *outA, float *outB, MheCost stage1) {
+    if (N <= 0 || C <= 0 || (!outA && !outB)) return;
+    int chunks = 0;
+    float *partials = cuda_colsum2_partials(be, f, N, C, stage1, &chunks);
     cuda_colsum2_finish(be, partials, partials + (size_t)chunks * C, chunks, C, outA, outB);
 }
 

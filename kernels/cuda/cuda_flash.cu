@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_attn_idx.h"
+#include "kernels/cuda/cuda_colsum.h"
 
 #define FLASH_ROWS 32   // query rows (forward, dQ) or key rows (dK/dV) per block = threads
 #define FLASH_TILE 32   // keys per staged tile (forward, dQ)
@@ -132,6 +133,48 @@ __global__ void flash_rowdot_kernel(FlashArgs f, const G *dout, const float *opr
             acc += g * opre[r * a.dv + c];
         }
         D[((bt / a.T) * a.n + h) * a.T + bt % a.T] = acc;
+    }
+}
+
+// The row dots and, in the same pass over dout and Opre, the output scale/shift gradients'
+// column sums (no second pass re-reading both): D as flash_rowdot_kernel, and per chunk k of
+// COLSUM_ROWS token rows the partials Σ dout ⊙ Opre (at partials[k C + h dv + c], C = n dv) and
+// Σ dout (at partials[(chunks + k) C + ...]) for cuda_colsum2_finish.  grid (chunks, n): warps
+// take rows, lanes the head's dv columns; each warp sums its rows per column in shared memory,
+// then the warps are added in order — deterministic.
+template <typename G>
+__global__ void flash_rowdot_sums_kernel(FlashArgs f, const G *dout, const float *opre, float *D, float *partials,
+                                         __nv_bfloat16 *gs) {
+    MHE_DYNAMIC_SHARED(float, sm);  // [warps][2 dv]
+    const AttnIdx &a = f.a;
+    const int h = blockIdx.y, dv = a.dv, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const size_t rows = (size_t)a.B * a.T, r0 = (size_t)blockIdx.x * COLSUM_ROWS;
+    const size_t r1 = r0 + COLSUM_ROWS < rows ? r0 + COLSUM_ROWS : rows, C = (size_t)a.n * dv;
+    float *sa = sm + (size_t)warp * 2 * dv, *sb = sa + dv;
+    for (int c = lane; c < dv; c += 32) sa[c] = sb[c] = 0.0f;
+    for (size_t r = r0 + warp; r < r1; r += warps) {  // warp-uniform: every lane reaches warp_sum
+        const size_t row = (r * a.n + h) * dv;
+        float dot = 0.0f;
+        for (int c = lane; c < dv; c += 32) {
+            const float g = gval(dout, row + c), o = opre[row + c];
+            const float gsc = g * (f.out_scale ? f.out_scale[h * dv + c] : 1.0f);
+            if (gs) gs[row + c] = __float2bfloat16(gsc);  // as flash_rowdot_kernel
+            dot += gsc * o;
+            sa[c] += g * o;
+            sb[c] += g;
+        }
+        dot = warp_sum(dot);
+        if (lane == 0) D[((r / a.T) * a.n + h) * a.T + r % a.T] = dot;
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < dv; c += blockDim.x) {
+        float A = 0.0f, B = 0.0f;
+        for (int w = 0; w < warps; w++) {
+            A += sm[(size_t)w * 2 * dv + c];
+            B += sm[(size_t)w * 2 * dv + dv + c];
+        }
+        partials[blockIdx.x * C + (size_t)h * dv + c] = A;
+        partials[(gridDim.x + blockIdx.x) * C + (size_t)h * dv + c] = B;
     }
 }
 
@@ -324,7 +367,8 @@ void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const f
 
 void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
                          const float *v, const float *saved, const float *dout, float *dq,
-                         float *dk, float *dv, float *dkey_bias, float *scratch) {
+                         float *dk, float *dv, float *dkey_bias, float *dout_scale, float *dout_shift,
+                         float *scratch) {
     const FlashArgs f = flash_args(be, s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const float *lse = saved, *opre = saved + rows_n;
@@ -343,7 +387,27 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
         CudaCtx *c = cuda_ctx(be);
         gs = cuda_grow(be, c->flash_g, c->flash_g_cap, rows_n * (size_t)dvd);
     }
-    if (g_twin) {
+    if (dout_scale || dout_shift) {
+        // With the output scale/shift gradients' sums (from dout's twin too when g_twin: mhe_add's
+        // shift gradient then sums the bf16 dout the products see).
+        const int chunks = (int)((s->B * (size_t)s->T + COLSUM_ROWS - 1) / COLSUM_ROWS);
+        const size_t C = (size_t)s->n_heads * dvd, np = 2 * (size_t)chunks * C;
+        float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, np);
+        const dim3 grid((unsigned)chunks, (unsigned)s->n_heads);
+        const unsigned threads = MHE_BLOCK;
+        const size_t smem = sizeof(float) * 2 * (threads / 32) * dvd;
+        const double el = rows_n * dvd, gb = g_twin ? 2.0 : 4.0;
+        const MheCost cost =
+            mhe_cost(7.0 * el, (gb + 4.0 + (gs ? 2.0 : 0.0)) * el + 4.0 * rows_n + 4.0 * (double)np);
+        if (g_twin) {
+            const __nv_bfloat16 *gt = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
+            MHE_LAUNCH(flash_rowdot_sums_kernel<__nv_bfloat16>, grid, threads, smem, st, cost)(f, gt, opre, D, partials, gs);
+        } else {
+            MHE_LAUNCH(flash_rowdot_sums_kernel<float>, grid, threads, smem, st, cost)(f, dout, opre, D, partials, gs);
+        }
+        CUDA_CHECK_LAUNCH();
+        cuda_colsum2_finish(be, partials, partials + (size_t)chunks * C, chunks, (int)C, dout_scale, dout_shift);
+    } else if (g_twin) {
         const __nv_bfloat16 *gb = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
         MHE_LAUNCH(flash_rowdot_kernel<__nv_bfloat16>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
                    mhe_cost(3.0 * rows_n * dvd, 6.0 * rows_n * dvd + 4.0 * rows_n))(f, gb, opre, D, nullptr);

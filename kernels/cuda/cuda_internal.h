@@ -105,15 +105,16 @@ void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alp
 enum { CUDA_ATTN_FLASH, CUDA_ATTN_GEMM, CUDA_ATTN_PLAIN };
 
 // Fused attention (cuda_flash.cu): shapes whose tiles fit in shared memory; saved = L and
-// Opre, scratch = D (floats).  The out_scale/out_shift gradients are the caller's (from Opre,
-// the second part of `saved`, [B, T, n, v_dim]).
+// Opre, scratch = D (floats).  The backward accumulates the out_scale/out_shift gradients (when
+// not NULL) from Opre (the second part of `saved`, [B, T, n, v_dim]) in its row-dot pass.
 int cuda_flash_supported(const AttnShape *s);
 void cuda_flash_sizes(const AttnShape *s, size_t *saved, size_t *scratch);
 void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                         const float *v, float *out, float *saved);
 void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const float *k,
                          const float *v, const float *saved, const float *dout, float *dq,
-                         float *dk, float *dv, float *dkey_bias, float *scratch);
+                         float *dk, float *dv, float *dkey_bias, float *dout_scale, float *dout_shift,
+                         float *scratch);
 
 // The same on tensor cores (cuda_flash_tc.cu), bf16 mode with qk_dim == v_dim in {16, 32, 64};
 // cuda_flash_forward/backward dispatch to it.  D: the backward's row dots (scratch).

@@ -104,22 +104,43 @@ static void w_mul_acc(Backend *be, const float *a, const float *b, float *out, s
     rd(be, out, n);
     inner(be)->mul_acc(be, a, b, out, n);
 }
+// head_expand(_backward(_prod)) read x and dout from their twins once those are stale
+// (cuda_elementwise.cu).
 static void w_head_expand(Backend *be, const float *x, int ldx, const float *mul, const float *add, int N, int n,
                           int d, float *out) {
-    rd(be, x, span(N, d, ldx));
+    cuda_mirror_read_or_twin(be, x, span(N, d, ldx));
     rd(be, mul, (size_t)n * d);
     rd(be, add, (size_t)n * d);
     inner(be)->head_expand(be, x, ldx, mul, add, N, n, d, out);
 }
 static void w_head_expand_backward(Backend *be, const float *dout, const float *x, int ldx, const float *mul, int N,
                                    int n, int d, float *dx, int accumulate, float *dmul, float *dadd) {
-    rd(be, dout, (size_t)N * n * d);
-    if (dmul) rd(be, x, span(N, d, ldx));
+    cuda_mirror_read_or_twin(be, dout, (size_t)N * n * d);
+    if (dmul) cuda_mirror_read_or_twin(be, x, span(N, d, ldx));
     rd(be, mul, (size_t)n * d);
     if (accumulate) rd(be, dx, span(N, d, ldx));
     rd(be, dmul, (size_t)n * d);
     rd(be, dadd, (size_t)n * d);
     inner(be)->head_expand_backward(be, dout, x, ldx, mul, N, n, d, dx, accumulate, dmul, dadd);
+}
+static void w_head_expand_backward_prod(Backend *be, const float *dout, const float *x, int ldx, const float *mul,
+                                        const float *f, const float *g, int N, int n, int d, float *dx, int accumulate,
+                                        float *df, float *dg) {
+    cuda_mirror_read_or_twin(be, dout, (size_t)N * n * d);
+    if (df || dg) {
+        cuda_mirror_read_or_twin(be, x, span(N, d, ldx));
+        rd(be, f, (size_t)n * d);
+        rd(be, g, (size_t)n * d);
+    }
+    rd(be, mul, (size_t)n * d);
+    if (accumulate) rd(be, dx, span(N, d, ldx));
+    rd(be, df, (size_t)n * d);
+    rd(be, dg, (size_t)n * d);
+    inner(be)->head_expand_backward_prod(be, dout, x, ldx, mul, f, g, N, n, d, dx, accumulate, df, dg);
+}
+static void w_head_scales(Backend *be, const float *e, size_t lde, int rows, int w, int prod, float *s, size_t lds) {
+    for (int r = 0; r < rows; r++) rd(be, e + (size_t)r * lde, 3 * (size_t)w);
+    inner(be)->head_scales(be, e, lde, rows, w, prod, s, lds);
 }
 static void w_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
                           int src_rows) {
@@ -249,9 +270,9 @@ static void w_attention_backward(Backend *be, const AttnShape *s, const float *q
     size_t sv = 0, sc = 0;
     be->attention_sizes(be, s, &sv, &sc);
     rd(be, saved, sv);
-    // The tensor-core path without out_scale reads dout from its twin only (cuda_flash.cu), unless
-    // the output scale/shift gradients are asked for (they read it in fp32).
-    if (!cuda_attention_reads_twins(be, s) || s->out_scale || dout_scale || dout_shift)
+    // The tensor-core path without out_scale reads dout from its twin only (cuda_flash.cu: the
+    // row dots, and with them the output shift gradient's sums).
+    if (!cuda_attention_reads_twins(be, s) || s->out_scale)
         rd(be, dout, (size_t)s->B * s->T * s->n_heads * s->v_dim);
     rd(be, dout_scale, (size_t)s->n_heads * s->v_dim);
     rd(be, dout_shift, (size_t)s->n_heads * s->v_dim);
@@ -345,6 +366,8 @@ void cuda_install_lean(Backend *be) {
     WRAP(mul_acc);
     WRAP(head_expand);
     WRAP(head_expand_backward);
+    WRAP(head_expand_backward_prod);
+    WRAP(head_scales);
     WRAP(gather_rows);
     WRAP(scatter_rows);
     WRAP(layernorm_forward);

@@ -4,7 +4,7 @@
 // op stores exactly the value the dual store had (GELU, dropout), close where the lean form
 // rounds the bias to bf16 (linear layers writing bf16), and an fp32 read of a lean buffer must
 // get the twin's value back (widened) and pin the buffer dual; strided stores (column slices of
-// one buffer) complete into one lean range.
+// one buffer) complete into one lean range; head_expand and its backward read lean inputs' twins.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -328,6 +328,75 @@ static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
     two_sides_free(T, host, bes, t[0], t[1]);
 }
 
+// head_expand and its backward read their inputs from the twins once those are lean
+// (cuda_elementwise.cu): X (the first DS columns of rows LDZ apart, as Q of the fused projections;
+// the buffer ends with the last row's slice, so the slice's span is all of it) and dQ come from
+// p = 0 dropouts (copies: exact, and lean-capable) that only these ops read, so from step 2 on
+// they are bf16 only.  Checked against the host: the per-head output equals
+// bf16(bf16(x) · mul) exactly, dmul = Σ_r bf16(dout) · bf16(x) (1e-5, the column sums' order),
+// dx = bf16(Σ_h bf16(dout) · mul) within one bf16 step; and dmul from the fp32 values is
+// measurably different (the test would see an fp32 read).
+enum { HN = 3 };
+static void test_head_expand_reads_lean_twins(void **state) {
+    (void)state;
+    const size_t nx = (size_t)(M - 1) * LDZ + DS, nq = (size_t)M * HN * DS, nm = (size_t)HN * DS;
+    float *hx = malloc(nx * 4), *hq = malloc(nq * 4), hm[HN * DS];
+    for (size_t i = 0; i < nx; i++) hx[i] = 2.0f * uniform();
+    for (size_t i = 0; i < nq; i++) hq[i] = uniform();
+    for (size_t i = 0; i < nm; i++) hm[i] = 1.0f + 0.5f * uniform();
+    Backend *be = backend_cuda_create(0, 1);
+    float *xs = dev(be, hx, nx), *X = dev(be, NULL, nx), *qs = dev(be, hq, nq), *dQ = dev(be, NULL, nq);
+    float *mul = dev(be, hm, nm), *out = dev(be, NULL, nq), *dX = dev(be, NULL, (size_t)M * LDZ), *dmul = dev(be, NULL, nm);
+    float *G = dev(be, NULL, nm * nm), *p = dev(be, NULL, 3 * N);
+    for (int t = 0; t < 4; t++) {
+        be->dropout(be, xs, X, nx, 0.0f, 1, (uint64_t)t);
+        be->dropout(be, qs, dQ, nq, 0.0f, 1, (uint64_t)t);
+        be->head_expand(be, X, LDZ, mul, NULL, M, HN, DS, out);
+        be->matmul(be, 1, 0, HN * DS, HN * DS, M, 1.0f, out, HN * DS, out, HN * DS, 0.0f, G, HN * DS);
+        be->zero(be, dmul, nm * sizeof(float));
+        be->head_expand_backward(be, dQ, X, LDZ, mul, M, HN, DS, dX + DS, 0, dmul, NULL);
+        be->adamw_update(be, p, p, p + N, p + 2 * N, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
+    }
+    float *ho = malloc(nq * 4), *hdx = malloc((size_t)M * LDZ * 4), hdm[HN * DS];
+    be->download(be, ho, out, nq * 4);
+    be->download(be, hdx, dX, (size_t)M * LDZ * 4);
+    be->download(be, hdm, dmul, nm * 4);
+    double worst = 0, apart = 0, scale = 1e-3;
+    for (int r = 0; r < M; r++)
+        for (int h = 0; h < HN; h++)
+            for (int c = 0; c < DS; c++) {
+                const float xb = bf16_round(hx[(size_t)r * LDZ + c]);
+                assert_true(ho[((size_t)r * HN + h) * DS + c] == bf16_round(xb * hm[h * DS + c]));
+            }
+    for (int h = 0; h < HN; h++)
+        for (int c = 0; c < DS; c++) {
+            double want = 0, fp32 = 0;
+            for (int r = 0; r < M; r++) {
+                const float g = hq[((size_t)r * HN + h) * DS + c], x = hx[(size_t)r * LDZ + c];
+                want += (double)bf16_round(g) * bf16_round(x);
+                fp32 += (double)g * x;
+            }
+            if (fabs(want) > scale) scale = fabs(want);
+            worst = fmax(worst, fabs(hdm[h * DS + c] - want));
+            apart = fmax(apart, fabs(fp32 - want));
+        }
+    assert_true(worst <= 1e-5 * scale);
+    assert_true(apart > 1e-3 * scale);
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < DS; c++) {
+            float want = 0;
+            for (int h = 0; h < HN; h++) want += bf16_round(hq[((size_t)r * HN + h) * DS + c]) * hm[h * DS + c];
+            assert_true(fabsf(hdx[(size_t)r * LDZ + DS + c] - want) <= 0x1p-7f * fabsf(want) + 1e-6f);
+        }
+    float *all[] = {xs, X, qs, dQ, mul, out, dX, dmul, G, p};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(be, all[i]);
+    be->destroy(be);
+    free(hx);
+    free(hq);
+    free(ho);
+    free(hdx);
+}
+
 // Post-LN's residual stream in bf16, forward and backward: two residual steps (x + dropout(
 // linear(x)), LayerNorm), both LayerNorm backwards with a matmul adding into the gradient
 // between them (the up projection's dX), and a dropout in place on the last one's dx (the
@@ -406,6 +475,7 @@ int main(void) {
         cmocka_unit_test(test_stale_fp32_is_poisoned_in_the_emulation),
         cmocka_unit_test(test_strided_slices_complete_a_lean_range),
         cmocka_unit_test(test_ffn_gelu_epilogues_match_separate_ops),
+        cmocka_unit_test(test_head_expand_reads_lean_twins),
         cmocka_unit_test(test_residual_stream_turns_lean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,7 +16,13 @@ if(TARGET mhecuda_emu)
   add_executable(test_cuda_attention ${CMAKE_CURRENT_LIST_DIR}/test_cuda_attention.c)
   target_link_libraries(test_cuda_attention PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_attention COMMAND test_cuda_attention)
-  set_tests_properties(test_cuda_attention PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 900)
+  set_tests_properties(test_cuda_attention PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 1500)
+
+  # mhe_mul's optional glue ops (head_scales, head_expand_backward_prod) against the CPU ops they replace.
+  add_executable(test_cuda_mhe_ops ${CMAKE_CURRENT_LIST_DIR}/test_cuda_mhe_ops.c)
+  target_link_libraries(test_cuda_mhe_ops PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_mhe_ops COMMAND test_cuda_mhe_ops)
+  set_tests_properties(test_cuda_mhe_ops PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300 LABELS "unit;cuda")
 
   # Lean bf16 twins: the same ops with and without them, bit for bit where the stored values agree.
   add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)

@@ -171,6 +171,10 @@ static void layout(Model *m, Bump *b) {
     // train.recompute: layer 0 takes the buffers, later layers share what is recomputed — the
     // attention block's (`attention`) or everything but the layer's input and output (`layer`).
     const LayerActs *first = &m->la[0];
+    // Every layer's `small` in one block at one stride, not shared under recompute: the
+    // variant's prepare fills all of them before the layers run (attn_prepare).
+    float *smalls = arena_take(b, (size_t)small * L);
+    m->small_ld = small;
     for (int l = 0; l < L; l++) {
         LayerActs *a = &m->la[l];
         if (l > 0 && m->recompute == RECOMPUTE_LAYER) {
@@ -191,7 +195,7 @@ static void layout(Model *m, Bump *b) {
             a->a_in = first->a_in;
             a->q = first->q, a->k = first->k, a->v = first->v;
             a->qh = first->qh, a->kh = first->kh, a->vh = first->vh;
-            a->kbias = first->kbias, a->small = first->small, a->extra = first->extra;
+            a->kbias = first->kbias, a->extra = first->extra;
             a->att_saved = first->att_saved, a->ctx = first->ctx;
         } else {
             a->a_in = pre ? arena_take(b, N * D) : NULL;
@@ -200,11 +204,11 @@ static void layout(Model *m, Bump *b) {
             a->kh = arena_take(b, N * khc);
             a->vh = arena_take(b, N * vhc);
             a->kbias = kbias ? arena_take(b, N * n) : NULL;
-            a->small = arena_take(b, (size_t)small);
             a->extra = arena_take(b, N * extra);
             a->att_saved = arena_take(b, saved);
             a->ctx = arena_take(b, N * nd);
         }
+        a->small = smalls ? smalls + (size_t)l * small : NULL;
         a->x = m->xs[l];
         if (!pre) a->a_in = a->x;
         if (pre) a->r2 = m->xs[l + 1];

@@ -117,6 +117,7 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
         be->embedding_forward(be, m->ids, NULL, MP(m, m->word), MP(m, m->pos), NULL, B, T, D, m->xs[0]);
     }
     be->dropout(be, m->xs[0], m->xs[0], ND, pd, m->drop_seed, m->drop_base);
+    attn_prepare(m);
     for (int l = 0; l < L; l++) layer_forward(m, l, 0);  // pre-LN: the last one ends with the final LN
 }
 

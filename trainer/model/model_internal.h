@@ -26,7 +26,7 @@ typedef struct {
     float *q, *k, *v;
     float *qh, *kh, *vh;
     float *kbias;                 // [N, n]
-    float *small;                 // AttnPlan.small floats
+    float *small;                 // AttnPlan.small floats (layer l at Model.small_ld * l of one block)
     float *extra;                 // [N, AttnPlan.extra]: the variant's saved latents
     float *att_saved;
     float *ctx;                   // [N, n*d]
@@ -66,6 +66,7 @@ struct Model {
     float *emb_mean, *emb_rstd;
     float **xs;                   // [L+1] layer outputs, xs[0] = embeddings
     LayerActs *la;
+    int small_ld;                 // floats from one layer's `small` to the next (never shared)
     float *fin;                   // vector the head starts from
     float *fln_mean, *fln_rstd;
     float *t1, *t2, *t3;          // bert head: dense, gelu, LN
@@ -127,6 +128,9 @@ AttnPlan attn_plan_for(const Config *cfg, int fast);
 AttnShape attn_shape(const Model *m, const LayerActs *a);
 // out [N, D] = attention sublayer (before dropout) of a->a_in.
 void attn_forward(Model *m, int l, float *out);
+// Before the layers of a forward: the variant's per-forward work on parameters only
+// (AttnVariant.prepare), for every layer at once.
+void attn_prepare(Model *m);
 // Its first part alone, what train.recompute: attention recomputes: the variant's pre-core
 // forward and the core (q/k/v, per-head copies, key bias, small, extra, att_saved, ctx).
 void attn_core_forward(Model *m, int l);

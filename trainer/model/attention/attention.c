@@ -158,6 +158,10 @@ static CoreArgs core_args(const Model *m, const LayerActs *a, int l) {
 
 AttnShape attn_shape(const Model *m, const LayerActs *a) { return core_args(m, a, (int)(a - m->la)).s; }
 
+void attn_prepare(Model *m) {
+    if (m->variant->prepare) m->variant->prepare(m);
+}
+
 void attn_core_forward(Model *m, int l) {
     LayerActs *a = &m->la[l];
     m->variant->forward(m, l);

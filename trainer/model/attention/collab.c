@@ -54,4 +54,4 @@ static void export_keys(const Config *c, void (*put)(void *, const char *, doubl
     put(ctx, "collab_dim", c->attention.collab_dim);
 }
 
-const AttnVariant attn_collab = {"collab", tensors, plan, forward, backward, export_keys};
+const AttnVariant attn_collab = {"collab", tensors, plan, forward, backward, export_keys, NULL};

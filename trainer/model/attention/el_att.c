@@ -27,4 +27,4 @@ static void backward(Model *m, int l, float *d_ain, int accumulate) {
     m->be->axpy(m->be, 1.0f, m->dv, d_ain, ND);
 }
 
-const AttnVariant attn_el_att = {"el_att", tensors, plan, forward, backward, NULL};
+const AttnVariant attn_el_att = {"el_att", tensors, plan, forward, backward, NULL, NULL};

@@ -26,4 +26,4 @@ static void export_keys(const Config *c, void (*put)(void *, const char *, doubl
     put(ctx, "kv_groups", c->attention.groups);
 }
 
-const AttnVariant attn_gqa = {"gqa", tensors, plan, forward, backward, export_keys};
+const AttnVariant attn_gqa = {"gqa", tensors, plan, forward, backward, export_keys, NULL};

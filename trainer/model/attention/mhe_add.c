@@ -53,4 +53,4 @@ static void backward(Model *m, int l, float *d_ain, int accumulate) {
     attn_project_backward(m, l, d_ain, accumulate);
 }
 
-const AttnVariant attn_mhe_add = {"mhe_add", mhe_tensors, plan, forward, backward, NULL};
+const AttnVariant attn_mhe_add = {"mhe_add", mhe_tensors, plan, forward, backward, NULL, NULL};

@@ -83,4 +83,4 @@ static void export_keys(const Config *c, void (*put)(void *, const char *, doubl
     put(ctx, "q_latent_dim", c->attention.q_latent_dim);
 }
 
-const AttnVariant attn_mla = {"mla", tensors, plan, forward, backward, export_keys};
+const AttnVariant attn_mla = {"mla", tensors, plan, forward, backward, export_keys, NULL};

@@ -67,6 +67,10 @@ typedef struct {
     // Extra keys of the exported Hugging Face config.json (besides attention_type).
     void (*export_keys)(const Config *cfg, void (*put)(void *ctx, const char *key, double value),
                         void *ctx);
+    // Optional: before the layers of every forward (attn_prepare), what depends on parameters
+    // only, for all layers at once (mhe_mul's scales into each layer's `small`); forward then
+    // reads it.  NULL: nothing.
+    void (*prepare)(Model *m);
 } AttnVariant;
 
 // The registry: ATTN_TYPE_COUNT variants in enum order (generated from MHE_ATTENTION_TYPES).
