@@ -280,6 +280,23 @@ static long calls_labelled(const CostReport *r, const char *suffix) {
     return n;
 }
 
+// Host tensors of the given sizes, uniform in [-0.5, 0.5) (tensor 0, the input, [-2, 2)), tensor
+// `ones` (-1: none) shifted by 1 (a LayerNorm's gamma).
+static void random_host(int T, const size_t *sizes, float **host, int ones) {
+    for (int i = 0; i < T; i++) {
+        host[i] = malloc(sizes[i] * sizeof(float));
+        for (size_t j = 0; j < sizes[i]; j++) host[i][j] = (i == 0 ? 2.0f : 0.5f) * uniform() + (i == ones ? 1.0f : 0.0f);
+    }
+}
+typedef void (*StepFn)(Backend *be, float *const *t, int step);
+// One step on both sides, the lean side's calls recorded in *r.
+static void step_both(StepFn fn, Backend **bes, float *const *t0, float *const *t1, int step, CostReport *r) {
+    backend_cuda_cost_start();
+    fn(bes[0], t0, step);
+    backend_cuda_cost_stop(gpu_spec_find("h100"), r);
+    fn(bes[1], t1, step);
+}
+
 // The two backends the comparisons below run side by side: [0] with lean twins, [1] without
 // (MHE_CUDA_LEAN=0), each holding its own upload of the T host tensors.
 static void two_sides(int T, const size_t *sizes, float *const *host, Backend **bes, float **t0, float **t1) {
@@ -304,19 +321,13 @@ static void test_ffn_gelu_epilogues_match_separate_ops(void **state) {
     const size_t sizes[T] = {M * K, F * K, F, M * F, M * F, N * F, N, M * N, N * N,
                              M * N, M * F, N * F, N, M * K, N, N, N, N};
     float *host[T];
-    for (int i = 0; i < T; i++) {
-        host[i] = malloc(sizes[i] * sizeof(float));
-        for (size_t j = 0; j < sizes[i]; j++) host[i][j] = (i == 0 ? 2.0f : 0.5f) * uniform();
-    }
+    random_host(T, sizes, host, -1);
     Backend *bes[2];
     float *t[2][T];
     two_sides(T, sizes, host, bes, t[0], t[1]);
     for (int step = 0; step < 4; step++) {
         CostReport r;
-        backend_cuda_cost_start();
-        ffn_step(bes[0], t[0], step);
-        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
-        ffn_step(bes[1], t[1], step);
+        step_both(ffn_step, bes, t[0], t[1], step, &r);
         // Step 0 makes the twins, step 1's epoch turns u, g and dF lean: fused from step 2 on.
         assert_int_equal(calls_labelled(&r, " +bias+gelu"), step >= 2);
         assert_int_equal(calls_labelled(&r, " +dgelu"), step >= 2);
@@ -433,19 +444,13 @@ static void test_residual_stream_turns_lean(void **state) {
     const size_t sizes[T] = {MN, N * N, N, MN, MN, N * N, N, MN, MN, N * N, MN, MN, MN,
                              N, N, N, N, M, M, M, M, N, N, N, N, N * N};
     float *host[T];
-    for (int i = 0; i < T; i++) {
-        host[i] = malloc(sizes[i] * sizeof(float));
-        for (size_t j = 0; j < sizes[i]; j++) host[i][j] = (i == 0 ? 2.0f : 0.5f) * uniform() + (i == 13 ? 1.0f : 0.0f);
-    }
+    random_host(T, sizes, host, 13);
     Backend *bes[2];
     float *t[2][T];
     two_sides(T, sizes, host, bes, t[0], t[1]);
     for (int step = 0; step < 4; step++) {
         CostReport r;
-        backend_cuda_cost_start();
-        residual_step(bes[0], t[0], step);
-        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
-        residual_step(bes[1], t[1], step);
+        step_both(residual_step, bes, t[0], t[1], step, &r);
         // Step 0 makes the twins; its epoch turns the sums lean (their writer, the residual step,
         // saw them made): both backwards read bf16(s) from step 1.  Step 1's epoch turns the
         // linear outputs r1, r2, h and the gradients dB, dA lean: from step 2 the first residual
