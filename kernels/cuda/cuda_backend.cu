@@ -120,9 +120,8 @@ static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, in
     // An accumulation (beta != 0) into a C whose values only its twin holds (a lean gradient of
     // the residual stream, cuda_norm_loss.cu) adds into the twin: D = alpha A B + beta C in the
     // fp32 accumulator, rounded to bf16 — C stays lean.
-    __nv_bfloat16 *acc_twin = nullptr;
-    if (twins && c->bf16 && K > 0 && beta != 0.0f && dense_c && batch == 1)
-        acc_twin = const_cast<__nv_bfloat16 *>(cuda_mirror_stale_twin(be, C, (size_t)M * N));
+    const bool acc_twin = twins && c->bf16 && K > 0 && beta != 0.0f && dense_c && batch == 1 &&
+                          cuda_mirror_stale_twin(be, C, (size_t)M * N);
     if (acc_twin)
         cuda_mirror_accumulated_twin(be, C, (size_t)M * N);
     else if (beta == 0.0f && dense_c)
@@ -157,7 +156,7 @@ static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, in
         cudaDataType out_type = CUDA_R_32F;
         const bool whole = twins && beta == 0.0f && dense_c && batch == 1;
         if (acc_twin) {
-            // Again: the operands' lookups may have merged (moved) C's twin.
+            // Looked up here: the operands' lookups may have merged (moved) C's twin.
             out = const_cast<__nv_bfloat16 *>(cuda_mirror_stale_twin(be, C, (size_t)M * N));
             out_type = CUDA_R_16BF;
             mhe_cost_record_gemm_bf16_acc(M, N, K);
