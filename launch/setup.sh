@@ -6,7 +6,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Build and run-time libraries (Debian package names).
 PACKAGES=(build-essential cmake pkg-config
-  libdnnl-dev libopenblas-dev liblapack-dev libopenmpi-dev openmpi-bin
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev liblapack-dev libopenmpi-dev openmpi-bin
   libyaml-dev libcjson-dev libexpat1-dev libbz2-dev libutf8proc-dev libcmocka-dev
   python3-torch python3-numpy python3-venv gnuplot-nox iproute2 time zstd)
 
