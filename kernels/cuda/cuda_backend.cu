@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 
 void *cuda_device_alloc(size_t bytes, int device) {
@@ -49,6 +50,7 @@ static void *cuda_alloc(Backend *be, size_t bytes) {
 
 static void cuda_free(Backend *be, void *p) {
     if (!p) return;
+    cuda_colsum_flush(be);  // a waiting column sum may write into it
     CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // it may still be in use on the stream
     cuda_mirror_release(be, p);
     cuda_device_free(p);
@@ -79,7 +81,10 @@ static void cuda_zero(Backend *be, void *dst, size_t bytes) {
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-static void cuda_synchronize(Backend *be) { CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be))); }
+static void cuda_synchronize(Backend *be) {
+    cuda_colsum_flush(be);  // everything issued is done afterwards, waiting column sums included
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+}
 
 __global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -259,7 +264,9 @@ static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int
 
 static void cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
+    cuda_colsum_flush(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    cuda_colsum_defer_destroy(be);
     cuda_mirror_destroy(be);
     cuda_linear_destroy(be);
     cuda_optim_destroy(be);
@@ -339,5 +346,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     const char *lean = std::getenv("MHE_CUDA_LEAN");
     c->lean = c->bf16 && !(lean && std::strcmp(lean, "0") == 0);
     if (c->lean) cuda_install_lean(be);
+    // Deferred column sums rely on the reads the lean wrappers declare (cuda_colsum.cu).
+    if (c->lean) cuda_colsum_defer_init(be);
     return be;
 }

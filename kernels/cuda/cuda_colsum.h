@@ -52,24 +52,39 @@ __global__ void colsum2_partials_kernel(Vals f, int N, int C, float *partials) {
 
 // Stage 2, shared with the fused LayerNorm backward (cuda_norm_loss.cu): outA[c] += Σ_k pa[k·C + c],
 // outB[c] += Σ_k pb[k·C + c] over k < chunks (either output may be NULL; its partials are then
-// not read), always in the same order (colsum.cu).  Records its own cost.
+// not read), always in the same order (colsum.cu).  Records its own cost.  With deferral on
+// (cuda_colsum.cu) it only queues the sum: it is added by the next cuda_colsum_flush, which runs
+// before any op reads or writes an output — so pa, pb must come from cuda_colsum_space.
 void cuda_colsum2_finish(Backend *be, const float *pa, const float *pb, int chunks, int C, float *outA,
                          float *outB);
 
 // Stage 2 for a product-split gradient (mhe_mul's query scale m = f ⊙ g, ops.h
 // head_expand_backward_prod): with s[c] = Σ_k pa[k·C + c] (the same order as cuda_colsum2_finish),
-// df[c] += s·g[c] and dg[c] += s·f[c] (either may be NULL).  Records its own cost.
+// df[c] += s·g[c] and dg[c] += s·f[c] (either may be NULL).  Deferred as above (f and g are then
+// read at the flush, which also runs before any op writes them).
 void cuda_colsum2_finish_prod(Backend *be, const float *pa, int chunks, int C, const float *f, const float *g,
                               float *df, float *dg);
 
-// Stage 1 alone: the partials of a(r, c) (chunks·C floats) then of b(r, c) (as many), in the
-// backend's grow-only scratch; *chunks receives their count.  stage1: the cost of reading the
+// Room for `floats` partials of stage 1: with deferral, arena space kept until the flush that
+// finishes them; otherwise the grow-only scratch, valid until the next column sum.
+float *cuda_colsum_space(Backend *be, size_t floats);
+// Deferral (MHE_CUDA_DEFER=0: off): set up with the lean wrappers, whose read declarations it
+// relies on; touch is called by every declared read or write (cuda_mirror.cu) and flushes when
+// [p, p + bytes) meets a waiting sum's outputs or factors; flush finishes every waiting sum in one
+// launch.
+void cuda_colsum_defer_init(Backend *be);
+void cuda_colsum_defer_destroy(Backend *be);
+void cuda_colsum_touch(Backend *be, const void *p, size_t bytes);
+void cuda_colsum_flush(Backend *be);
+
+// Stage 1 alone: the partials of a(r, c) (chunks·C floats) then of b(r, c) (as many), in
+// cuda_colsum_space; *chunks receives their count.  stage1: the cost of reading the
 // rows (the partials' bytes are added here).  N, C > 0.
 template <typename Vals>
 static float *cuda_colsum2_partials(Backend *be, Vals f, int N, int C, MheCost stage1, int *chunks) {
     *chunks = (N + COLSUM_ROWS - 1) / COLSUM_ROWS;
     const size_t np = 2 * (size_t)*chunks * C;
-    float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, np);
+    float *partials = cuda_colsum_space(be, np);
     const dim3 grid((unsigned)((C + COLSUM_TX - 1) / COLSUM_TX), (unsigned)*chunks);
     stage1.bytes += 4.0 * (double)np;
     MHE_LAUNCH(colsum2_partials_kernel<Vals>, grid, COLSUM_TX * COLSUM_TY, 0, cuda_stream(be), stage1)(f, N, C, partials);

@@ -254,15 +254,17 @@ static float *head_dparam_partials(Backend *be, const float *dout, const float *
         return cuda_colsum2_partials(be, HeadDparamVals<__nv_bfloat16, float>{in.gb, x, ldx, nd, d}, N, nd, c, chunks);
     return cuda_colsum2_partials(be, HeadDparamVals<float, float>{dout, x, ldx, nd, d}, N, nd, c, chunks);
 }
-// dx (when not NULL) and stage 1 of the sums in one launch (head_expand_bwd_fused_kernel) into the
-// column-sum scratch; false (nothing launched) when its shared memory would not fit.
+// dx (when not NULL) and stage 1 of the sums in one launch (head_expand_bwd_fused_kernel) into
+// cuda_colsum_space (*partials); false (nothing launched) when its shared memory would not fit.
 static bool head_fused(Backend *be, const float *dout, const float *x, int ldx, const float *mul, const HeadIn &in,
-                       int N, int n, int d, HeadDx o, int accumulate, int want_a, int want_b, int *chunks) {
+                       int N, int n, int d, HeadDx o, int accumulate, int want_a, int want_b, int *chunks,
+                       const float **partials_out) {
     const size_t smem = head_fused_smem(n, d, want_a + want_b);
     if (!smem) return false;
     *chunks = (N + HB_ROWS - 1) / HB_ROWS;
     const size_t nd = (size_t)n * d, np = (size_t)(want_a + want_b) * *chunks * nd;
-    float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, 2 * (size_t)*chunks * nd);
+    float *partials = cuda_colsum_space(be, 2 * (size_t)*chunks * nd);
+    *partials_out = partials;
     const bool has_dx = o.dxw || o.dxb;
     // dout once, x once (for A), mul, dx written (and read when accumulating), the partials.
     const double bytes = in.ge * N * nd + (want_a ? in.xe * N * d : 0.0) + (mul ? 4.0 * nd : 0.0) +
@@ -295,15 +297,15 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
     const HeadIn in = head_inputs(be, dmul ? x : nullptr, sums && dmul ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
     const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
     int chunks = 0;
+    const float *p = nullptr;
     if (sums && head_fused(be, dout, dmul ? x : nullptr, ldx, mul, in, N, n, d, o, accumulate, dmul != nullptr,
-                           dadd != nullptr, &chunks)) {
-        const float *p = cuda_ctx(be)->colsum;
+                           dadd != nullptr, &chunks, &p)) {
         cuda_colsum2_finish(be, p, p + (size_t)chunks * n * d, chunks, n * d, dmul, dadd);
         cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
         return;
     }
     if (sums) {
-        const float *p = head_dparam_partials(be, dout, dmul ? x : nullptr, ldx, in, N, n, d, &chunks);
+        p = head_dparam_partials(be, dout, dmul ? x : nullptr, ldx, in, N, n, d, &chunks);
         cuda_colsum2_finish(be, p, p + (size_t)chunks * n * d, chunks, n * d, dmul, dadd);
     }
     if (dx) head_dx_launch(be, dout, in, mul, N, n, d, o, ldx, accumulate);
@@ -321,13 +323,14 @@ static void cuda_head_expand_backward_prod(Backend *be, const float *dout, const
     const HeadIn in = head_inputs(be, sums ? x : nullptr, sums ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
     const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
     int chunks = 0;
-    if (sums && head_fused(be, dout, x, ldx, mul, in, N, n, d, o, accumulate, 1, 0, &chunks)) {
-        cuda_colsum2_finish_prod(be, cuda_ctx(be)->colsum, chunks, n * d, f, g, df, dg);
+    const float *p = nullptr;
+    if (sums && head_fused(be, dout, x, ldx, mul, in, N, n, d, o, accumulate, 1, 0, &chunks, &p)) {
+        cuda_colsum2_finish_prod(be, p, chunks, n * d, f, g, df, dg);
         cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
         return;
     }
     if (sums) {
-        const float *p = head_dparam_partials(be, dout, x, ldx, in, N, n, d, &chunks);
+        p = head_dparam_partials(be, dout, x, ldx, in, N, n, d, &chunks);
         cuda_colsum2_finish_prod(be, p, chunks, n * d, f, g, df, dg);
     }
     if (dx) head_dx_launch(be, dout, in, mul, N, n, d, o, ldx, accumulate);

@@ -392,7 +392,7 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
         // shift gradient then sums the bf16 dout the products see).
         const int chunks = (int)((s->B * (size_t)s->T + COLSUM_ROWS - 1) / COLSUM_ROWS);
         const size_t C = (size_t)s->n_heads * dvd, np = 2 * (size_t)chunks * C;
-        float *partials = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, np);
+        float *partials = cuda_colsum_space(be, np);
         const dim3 grid((unsigned)chunks, (unsigned)s->n_heads);
         const unsigned threads = MHE_BLOCK;
         const size_t smem = sizeof(float) * 2 * (threads / 32) * dvd;

@@ -29,6 +29,7 @@ struct CudaCtx {
     struct LambState *lamb;       // the chunk / range tables of the multi-tensor LAMB (cuda_optim.cu)
     float *colsum;                // partials of the two-stage column sums (cuda_colsum.h; grow-only)
     size_t colsum_cap;
+    struct ColsumDefer *defer;    // stage 2s waiting for one launch (cuda_colsum.cu; NULL: at once)
     float *flash_part;            // partial dK/dV of split head groups (cuda_flash_tc_bwd.cu; grow-only)
     size_t flash_part_cap;
     __nv_bfloat16 *flash_g;       // G = bf16(dout * out_scale) of the tensor-core backward (cuda_flash.cu; grow-only)

@@ -38,6 +38,7 @@
 #include <map>
 #include <vector>
 
+#include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 
 // A writer site's use of a segment's fp32 data (lean twins, below).
@@ -242,6 +243,7 @@ template <typename F> static void each_span(MirrorSet *m, const void *p, size_t 
 
 void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
+    cuda_colsum_touch(be, p, bytes);  // a waiting column sum into [p, p + bytes) goes first
     if (!c->mirrors || !bytes) return;
     forget_zeros(c->mirrors, p, bytes);
     each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
@@ -273,6 +275,7 @@ void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes) {
 // writers whose values it reads that their fp32 copy is wanted.
 static void declare_read(Backend *be, const void *p, size_t bytes, bool counts) {
     CudaCtx *c = cuda_ctx(be);
+    cuda_colsum_touch(be, p, bytes);
     if (!c->mirrors || !bytes) return;
     settle(c->mirrors);
     each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {

@@ -300,7 +300,7 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
         const int rows = ln_bw_rows(N), chunks = (N + rows - 1) / rows;
         float *pg = nullptr, *pb = nullptr;
         if (dgamma || dbeta) {
-            float *p = cuda_grow(be, cuda_ctx(be)->colsum, cuda_ctx(be)->colsum_cap, 2 * (size_t)chunks * C);
+            float *p = cuda_colsum_space(be, 2 * (size_t)chunks * C);
             pg = dgamma ? p : nullptr;
             pb = dbeta ? p + (size_t)chunks * C : nullptr;
         }

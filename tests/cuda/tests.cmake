@@ -30,6 +30,12 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_lean COMMAND test_cuda_lean)
   set_tests_properties(test_cuda_lean PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
 
+  # Deferred column sums: one launch for every parameter gradient's stage 2, bit-identical to at once.
+  add_executable(test_cuda_defer ${CMAKE_CURRENT_LIST_DIR}/test_cuda_defer.c)
+  target_link_libraries(test_cuda_defer PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_defer COMMAND test_cuda_defer)
+  set_tests_properties(test_cuda_defer PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
+
   # The cost model in record-only mode: per-call bytes/FLOPs vs hand figures, step FLOPs vs
   # model_step_flops.
   add_executable(test_cuda_cost ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost.c)
