@@ -1,6 +1,6 @@
 """The PyTorch side of bench_vs_torch.sh: a plain Hugging Face-style BERT for masked-LM
 training, written in torch the way users write it (eager fp32, logits at every position,
-CrossEntropyLoss(ignore_index=-100), torch.optim.AdamW).  Same shapes, dropout and random
+CrossEntropyLoss(ignore_index=-100), clip_grad_norm_(1.0), torch.optim.AdamW).  Same shapes, dropout and random
 token/label draw rule (mask_prob of positions scored) as `mhetrain bench`.
 
 --fast (PyTorch 2): written the fast way instead: F.scaled_dot_product_attention (its own
@@ -142,6 +142,7 @@ def main():
     torch.manual_seed(0)
     model = BertForMaskedLM(a)
     kw = {"fused": True} if a.fast else {}
+    clip_kw = {"foreach": True} if a.fast else {}  # one multi-tensor norm (PyTorch 2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, **kw)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.bf16 else contextlib.nullcontext
     ids = torch.randint(0, a.vocab, (a.batch, a.seq))
@@ -155,6 +156,8 @@ def main():
         with autocast():
             out = model(ids, labels)
         out.backward()
+        # mhetrain takes the gradient norm every step and clips at optim.clip_norm (1.0).
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, **clip_kw)
         opt.step()
         loss = out.item()
         if s > 0:

@@ -1,5 +1,6 @@
 // mhetrain bench: a full training step (forward, backward, AdamW) on random tokens, timed by op
 // class, with MFU against the sgemm rate this machine reaches (measured at startup).
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,12 +22,12 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: mhetrain bench CONFIG.yaml [key.path=value ...] [--steps N] [--gpu a100|h100]\n"
             "\n"
-            "Runs training steps (forward, backward, optimizer update with optim.*) on random tokens\n"
-            "at the config's train.micro_batch x data.seq_len and prints tokens/s, the step time\n"
-            "split by op class, achieved GFLOP/s, MFU against the machine's measured sgemm rate, and\n"
-            "peak memory (runtime.device selects the CPU or CUDA backend).  The MLM head runs only\n"
-            "on the scored positions, as in training.  The last line, 'bench-result: ...', is\n"
-            "key=value pairs for scripts.\n"
+            "Runs training steps (forward, backward, gradient norm and clip, optimizer update with\n"
+            "optim.*) on random tokens at the config's train.micro_batch x data.seq_len and prints\n"
+            "tokens/s, the step time split by op class, achieved GFLOP/s, MFU against the machine's\n"
+            "measured sgemm rate, and peak memory (runtime.device selects the CPU or CUDA backend).\n"
+            "The MLM head runs only on the scored positions, as in training.  The last line,\n"
+            "'bench-result: ...', is key=value pairs for scripts.\n"
             "\n"
             "  key.path=value   override a config value, e.g. attention.type=mhe_mul\n"
             "  --steps N        timed steps after the warm-up (1 step; 3 on CUDA) (default 5)\n"
@@ -67,7 +68,7 @@ static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *p
         if (prof->flops[c] > 0) printf("  %7.2f GFLOP/s", prof->flops[c] / prof->seconds[c] / 1e9);
         printf("\n");
     }
-    printf("  (optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
+    printf("  (gradient norm and optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
            cfg->optim.name == OPT_ADAMW ? "adamw" : "lamb");
     printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
     printf("matmul peak (backend matmul %s, 1024^3): %.2f GFLOP/s   MFU: %.1f%%\n",
@@ -195,11 +196,17 @@ int cmd_bench(int argc, char **argv) {
         model_backward(m, 0);
         bench_gpu_dist_finish(dist);
         double t1 = omp_get_wtime();
-        if (cuda)
+        // The gradient norm and its clip, as trainer.c does every step (it logs the norm even
+        // with clipping off): one pass over this rank's gradients.
+        const double gnorm = sqrt(be->sum_squares(be, model_grads(m) + begin, end - begin));
+        const float coef = optim_clip_coef(gnorm, cfg.optim.clip_norm);
+        if (cuda) {
             optim_step_backend(be, &opt, &cfg.optim, table, model_params(m), model_grads(m), dm, dv, du,
-                               lr, 1.0f, NULL, NULL);
-        else
+                               lr, coef, NULL, NULL);
+        } else {
+            if (coef < 1.0f) be->scale(be, model_grads(m) + begin, coef, end - begin);
             optim_step(&opt, &cfg.optim, table, model_params(m), model_grads(m), lr, NULL, NULL);
+        }
         bench_gpu_dist_gather(dist, model_params(m));
         be->synchronize(be);
         if (spec && s == warm) backend_cuda_cost_stop(spec, &cost);
