@@ -226,6 +226,15 @@ int cmd_bench(int argc, char **argv) {
     if (spec) {
         bench_gpu_report(spec, cfg.runtime.precision == PREC_BF16, record_only, &cost, flops, (long)B * T,
                          record_only ? NULL : &prof, steps, top);
+        // The erf GELU is the one activation cuBLASLt cannot fuse: say what it costs here.
+        double gelu_s = 0;
+        for (int i = 0; i < cost.n_top; i++)
+            if (strncmp(cost.top[i].label, "gelu_", 5) == 0) gelu_s += cost.top[i].seconds;
+        if (cfg.model.activation == ACT_GELU_ERF && gelu_s > 0)
+            printf("gelu: model.activation=gelu (erf) runs as separate kernels, %.3f ms of the step: cuBLASLt's\n"
+                   "  GELU epilogues compute the tanh form; model.activation=gelu_tanh (Google's original BERT,\n"
+                   "  GPT-2) fuses it into the FFN matmuls\n",
+                   1e3 * gelu_s);
     }
     // MFU counts the model's flops only; the recomputed forward is in the step time.
     const double again = model_recompute_flops(m, B, T);
