@@ -23,7 +23,7 @@ void cuda_device_free(void *p) {
     CUDA_CHECK(cudaFree(p));
 }
 void cuda_memset(Backend *be, void *p, size_t bytes) {
-    cuda_mirror_wrote(be, p, bytes);
+    cuda_mirror_overwrote(be, p, bytes);  // every byte: values only a twin held are dead
     if (bytes && mhe_cost_record("memset", mhe_cost(0, (double)bytes)))
         CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
     cuda_mirror_zeroed(be, p, bytes);

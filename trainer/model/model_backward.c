@@ -72,7 +72,7 @@ void encoder_backward(Model *m, const float *dfin) {
     if (pre)
         layernorm_backward_dropout(be, dfin, m->xs[L], MP(m, m->fln_g), m->fln_mean, m->fln_rstd, N, D, dy, 0,
                                    MG(m, m->fln_g), MG(m, m->fln_b), pd, m->drop_seed, ffn_site, m->dC);
-    else
+    else if (dfin != dy)
         be->copy(be, dy, dfin, ND * sizeof(float));
     if (m->bw_hook) m->bw_hook(m->bw_ctx, L);
     for (int l = L - 1; l >= 0; l--) {
@@ -124,11 +124,19 @@ void model_backward(Model *m, double loss_divisor) {
                             MG(m, m->hd_b));
         }
     }
+    float *dfin = m->dA;
     if (compact) {
-        // Unlabelled positions get no gradient from the head.
-        if (R > 0) be->copy(be, m->dC, m->dA, (size_t)R * D * sizeof(float));
-        be->zero(be, m->dA, ND * sizeof(float));
-        if (R > 0) be->scatter_rows(be, m->dC, m->rows, R, D, m->dA, N);
+        // Unlabelled positions get no gradient from the head.  Post-LN scatters straight into the
+        // encoder's running gradient (no copy of the head's rows, none of the N x D result).
+        if (mc->norm != NORM_PRE) {
+            dfin = m->dY;
+            be->zero(be, dfin, ND * sizeof(float));
+            if (R > 0) be->scatter_rows(be, m->dA, m->rows, R, D, dfin, N);
+        } else {
+            if (R > 0) be->copy(be, m->dC, m->dA, (size_t)R * D * sizeof(float));
+            be->zero(be, m->dA, ND * sizeof(float));
+            if (R > 0) be->scatter_rows(be, m->dC, m->rows, R, D, m->dA, N);
+        }
     }
-    encoder_backward(m, m->dA);
+    encoder_backward(m, dfin);
 }

@@ -109,8 +109,8 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
 // Before layer l's backward: recomputes into the shared buffers what train.recompute did not
 // keep (nothing for `none` and for the last layer, whose values the forward left there).
 void layer_recompute(Model *m, int l);
-// Backward from dfin = d loss / d m->fin [B*T, D] (may be m->dA) through the final LayerNorm, the
-// layers and the embeddings, calling the backward hook as model.h says.
+// Backward from dfin = d loss / d m->fin [B*T, D] (may be m->dA, or m->dY under post-LN) through
+// the final LayerNorm, the layers and the embeddings, calling the backward hook as model.h says.
 void encoder_backward(Model *m, const float *dfin);
 // Bump allocator over the activation arena; with base == NULL it only measures.
 typedef struct Bump {
