@@ -168,6 +168,33 @@ static void test_stale_fp32_is_poisoned_in_the_emulation(void **state) {
     side_free(&s);
 }
 
+// A memset overwrites every byte of its range: the stale marks inside it go (the twin's values
+// are dead), with no widening pass before it — as a device-to-device copy.  A scatter target that
+// is zeroed every step (the post-LN MLM backward's running gradient) stays lean that way.
+static void test_zero_drops_stale_marks(void **state) {
+    (void)state;
+    float hx[M * K], hW[K * N], hb[N];
+    for (int i = 0; i < M * K; i++) hx[i] = uniform();
+    for (int i = 0; i < K * N; i++) hW[i] = uniform();
+    for (int i = 0; i < N; i++) hb[i] = uniform();
+    Side s = side(1, hx, hW, hb);
+    for (int t = 0; t < 3; t++) step(&s, t);
+    size_t stale = 0;
+    assert_int_equal(backend_cuda_mirror_lean(s.be, &stale), 3);
+    assert_true(stale == (size_t)M * K + 2u * M * N);  // h, d, y
+    CostReport r;
+    backend_cuda_cost_start();
+    s.be->zero(s.be, s.h, (size_t)M * K * sizeof(float));
+    backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+    assert_int_equal(r.launches, 1);  // the memset alone
+    backend_cuda_mirror_lean(s.be, &stale);
+    assert_true(stale == 2u * M * N);
+    float h[M * K];
+    download(&s, s.h, h, (size_t)M * K);
+    for (int i = 0; i < M * K; i++) assert_true(h[i] == 0.0f);
+    side_free(&s);
+}
+
 // Strided stores (cuda_mirror.cu bands): three column slices of one [M, 3 DS] buffer Z, written
 // by head_expand_backward (n = 1: dx = dout) as the fused Q/K/V projections' dQ, dK, dV are,
 // then Z read whole by a matmul.  Once the slices tile whole rows they are one range of Z's
@@ -478,6 +505,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lean_matches_dual),
         cmocka_unit_test(test_stale_fp32_is_poisoned_in_the_emulation),
+        cmocka_unit_test(test_zero_drops_stale_marks),
         cmocka_unit_test(test_strided_slices_complete_a_lean_range),
         cmocka_unit_test(test_ffn_gelu_epilogues_match_separate_ops),
         cmocka_unit_test(test_head_expand_reads_lean_twins),
