@@ -106,6 +106,7 @@ struct ColsumDefer {
     float *arena;  // partials of the waiting sums (grow-only)
     size_t cap, used;
     unsigned blocks;
+    bool open;  // the last space handed out is not yet a table entry (its stage 1 may be writing it)
 };
 
 __global__ void colsum2_finish_table_kernel(DeferTable t) {
@@ -154,7 +155,7 @@ void cuda_colsum_flush(Backend *be) {
     const DeferTable t = d->t;
     const unsigned blocks = d->blocks;
     d->t.n = 0;  // first: the launch's own bookkeeping must not flush again
-    d->used = 0;
+    if (!d->open) d->used = 0;  // else the space below `used` still holds the coming entry's partials
     d->blocks = 0;
     double flops = 0, bytes = 0;
     for (int i = 0; i < t.n; i++) {
@@ -193,10 +194,12 @@ float *cuda_colsum_space(Backend *be, size_t floats) {
     CudaCtx *c = cuda_ctx(be);
     ColsumDefer *d = c->defer;
     if (!d) return cuda_grow(be, c->colsum, c->colsum_cap, floats);
+    d->open = false;  // ops run stage 1 and its finish in turn: an earlier space is an entry by now
     if (d->used + floats > d->cap) {
         // Steady-state steps fit: the arena grows to half again what one interval needed.
         const size_t need = d->used + floats;
         cuda_colsum_flush(be);
+        d->used = 0;
         if (floats > d->cap || need > d->cap) {
             size_t cap = d->cap;
             cuda_grow(be, d->arena, cap, need + need / 2);
@@ -206,6 +209,7 @@ float *cuda_colsum_space(Backend *be, size_t floats) {
     float *p = d->arena + d->used;
     d->used += (floats + 63) & ~(size_t)63;  // 256-byte aligned entries
     if (d->used > d->cap) d->used = d->cap;
+    d->open = true;
     return p;
 }
 
@@ -219,6 +223,7 @@ static void defer(Backend *be, const DeferSum &s) {
     e = s;
     e.block0 = d->blocks;
     d->blocks += (unsigned)((s.C + FINISH_TX - 1) / FINISH_TX);
+    d->open = false;
 }
 
 void cuda_colsum2_finish(Backend *be, const float *pa, const float *pb, int chunks, int C, float *outA,

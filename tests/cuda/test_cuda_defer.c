@@ -56,30 +56,41 @@ static Side side(Backend *be, float *const *host) {
     return s;
 }
 
-// One micro-batch's backward of a LayerNorm and of mhe_mul's query scale (mul = f ⊙ g), adding
-// into the same parameter gradients as the previous one.
-static void micro_batch(Side *s) {
+// mhe_mul's query-scale backward (mul = f ⊙ g) over the first `rows` rows, adding into df, dg.
+static void scale_backward(Side *s, int rows) {
     Backend *be = s->be;
     float **t = s->t;
-    be->layernorm_forward(be, t[X], t[GAMMA], t[BETA], N, C, 1e-5f, t[Y], t[MEAN], t[RSTD]);
-    be->layernorm_backward(be, t[DY], t[X], t[GAMMA], t[MEAN], t[RSTD], N, C, t[DX], 0, t[DGAMMA], t[DBETA]);
     be->mul(be, t[F], t[G], t[MUL], (size_t)H * D);
     if (be->head_expand_backward_prod) {
-        be->head_expand_backward_prod(be, t[DOUT], t[HX], D, t[MUL], t[F], t[G], N, H, D, t[HDX], 0, t[DF], t[DG]);
+        be->head_expand_backward_prod(be, t[DOUT], t[HX], D, t[MUL], t[F], t[G], rows, H, D, t[HDX], 0, t[DF],
+                                      t[DG]);
         return;
     }
     // The CPU leaves it out: ops.h's composition.
     be->zero(be, t[DM], (size_t)H * D * sizeof(float));
-    be->head_expand_backward(be, t[DOUT], t[HX], D, t[MUL], N, H, D, t[HDX], 0, t[DM], NULL);
+    be->head_expand_backward(be, t[DOUT], t[HX], D, t[MUL], rows, H, D, t[HDX], 0, t[DM], NULL);
     be->mul_acc(be, t[DM], t[G], t[DF], (size_t)H * D);
     be->mul_acc(be, t[DM], t[F], t[DG], (size_t)H * D);
 }
 
-// The sequence: two micro-batches, an op writing dbeta in between (it must see the first
-// micro-batch's sum), an AdamW step on f and g (the product split reads them at its flush).
+// One micro-batch's backward: the query scale's, then a LayerNorm's, adding into the same
+// parameter gradients as the previous one.
+static void micro_batch(Side *s) {
+    Backend *be = s->be;
+    float **t = s->t;
+    scale_backward(s, N);
+    be->layernorm_forward(be, t[X], t[GAMMA], t[BETA], N, C, 1e-5f, t[Y], t[MEAN], t[RSTD]);
+    be->layernorm_backward(be, t[DY], t[X], t[GAMMA], t[MEAN], t[RSTD], N, C, t[DX], 0, t[DGAMMA], t[DBETA]);
+}
+
+// The sequence: a small sum, then a micro-batch whose first sum meets it (the flush this forces
+// comes after that sum's own partials are written, and the LayerNorm's larger ones after it must
+// not reuse their space), an op writing dbeta (it must see the sums so far), an AdamW step on f
+// and g (the product split reads them at its flush).
 static void run(Side *s) {
     Backend *be = s->be;
     float **t = s->t;
+    scale_backward(s, 40);
     micro_batch(s);
     be->scale(be, t[DBETA], 0.5f, C);
     micro_batch(s);
@@ -125,16 +136,17 @@ static void test_deferred_sums_match_immediate_bit_for_bit(void **state) {
         run(&s[k]);
         if (k < 2) backend_cuda_cost_stop(gpu_spec_find("h100"), &r[k]);
     }
-    // Immediate: a finish per LayerNorm backward and per product split (3 micro-batches each).
+    // Immediate: a finish per LayerNorm backward (3) and per product split (4).
     assert_int_equal(calls_labelled(&r[1], "colsum2_finish_kernel"), 3);
-    assert_int_equal(calls_labelled(&r[1], "colsum2_finish_prod_kernel"), 3);
+    assert_int_equal(calls_labelled(&r[1], "colsum2_finish_prod_kernel"), 4);
     assert_int_equal(calls_labelled(&r[1], "colsum2_finish_table_kernel"), 0);
-    // Deferred: flushed by the scale (it writes dbeta), by the second micro-batch's sums (they add
-    // into waiting outputs)... at most one launch per hazard, none of the single finishes.
+    // Deferred: none of the single finishes; table launches forced by the hazards only (each
+    // micro-batch's first sum meets a waiting one; the scale; the optimizer; the downloads).
     assert_int_equal(calls_labelled(&r[0], "colsum2_finish_kernel"), 0);
     assert_int_equal(calls_labelled(&r[0], "colsum2_finish_prod_kernel"), 0);
     const long table = calls_labelled(&r[0], "colsum2_finish_table_kernel");
-    assert_true(table >= 2 && table <= 3);
+    if (getenv("MHE_TEST_VERBOSE")) fprintf(stderr, "table launches %ld\n", table);
+    assert_true(table >= 3 && table <= 7);
     assert_true(r[0].launches < r[1].launches);
     const int outs[] = {DGAMMA, DBETA, DX, DF, DG, HDX, F, G};
     for (size_t k = 0; k < sizeof outs / sizeof *outs; k++) {
