@@ -255,6 +255,15 @@ struct Backend {
     void (*embedding_forward)(Backend *be, const int32_t *ids, const int32_t *type_ids,
                               const float *word, const float *pos, const float *type, int B,
                               int T, int D, float *out);
+    // Optional (NULL: embedding_forward into e, layernorm_forward of e into y, dropout of y in
+    // place): BERT's embedding block in one pass — e as embedding_forward, y = dropout(LayerNorm(e))
+    // with mean, rstd as layernorm_forward and the dropout op's mask (p, seed, offset over the
+    // B*T*D elements).
+    void (*embedding_layernorm_forward)(Backend *be, const int32_t *ids, const int32_t *type_ids,
+                                        const float *word, const float *pos, const float *type,
+                                        const float *gamma, const float *beta, int B, int T, int D,
+                                        float eps, float p, uint64_t seed, uint64_t offset, float *e,
+                                        float *y, float *mean, float *rstd);
     // Scatter-add of dout into dword, dpos (rows 0..T-1) and dtype (when non-NULL).
     void (*embedding_backward)(Backend *be, const float *dout, const int32_t *ids,
                                const int32_t *type_ids, int B, int T, int D, float *dword,

@@ -226,6 +226,18 @@ static void w_embedding_forward(Backend *be, const int32_t *ids, const int32_t *
     if (type) cuda_mirror_read_alloc(be, type);
     inner(be)->embedding_forward(be, ids, type_ids, word, pos, type, B, T, D, out);
 }
+static void w_embedding_layernorm_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
+                                          const float *pos, const float *type, const float *gamma, const float *beta,
+                                          int B, int T, int D, float eps, float p, uint64_t seed, uint64_t offset,
+                                          float *e, float *y, float *mean, float *rstd) {
+    cuda_mirror_read_alloc(be, word);
+    rd(be, pos, (size_t)T * D);
+    if (type) cuda_mirror_read_alloc(be, type);
+    rd(be, gamma, D);
+    rd(be, beta, D);
+    inner(be)->embedding_layernorm_forward(be, ids, type_ids, word, pos, type, gamma, beta, B, T, D, eps, p, seed,
+                                           offset, e, y, mean, rstd);
+}
 static void w_embedding_backward(Backend *be, const float *dout, const int32_t *ids, const int32_t *type_ids, int B,
                                  int T, int D, float *dword, float *dpos, float *dtype) {
     rd(be, dout, (size_t)B * T * D);
@@ -380,6 +392,7 @@ void cuda_install_lean(Backend *be) {
     WRAP(tanh_backward);
     WRAP(dropout);
     WRAP(embedding_forward);
+    WRAP(embedding_layernorm_forward);
     WRAP(embedding_backward);
     WRAP(cross_entropy_forward);
     WRAP(cross_entropy_backward);

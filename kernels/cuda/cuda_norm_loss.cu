@@ -106,6 +106,67 @@ __global__ void residual_layernorm_kernel(const typename In::X *x, const typenam
     }
 }
 
+// BERT's embedding block (embedding_layernorm_forward): e = word[id] + pos[t] (+ type[tt]), added
+// as embedding_forward_kernel adds them, LayerNorm(e) as layernorm_forward_kernel (the same
+// per-thread order of the two passes), then the dropout op's mask — one pass instead of three
+// kernels writing and re-reading the row.  e (LayerNorm's backward input) and y may be lean.
+// Each thread keeps its first RLN_KEEP sums in registers; longer rows gather again.
+__device__ __forceinline__ float embed_sum(const int32_t *ids, const int32_t *type_ids, const float *word,
+                                           const float *pos, const float *type, size_t row, int t, int D, int c) {
+    float v = word[(size_t)ids[row] * D + c] + pos[(size_t)t * D + c];
+    if (type) v += type[(size_t)(type_ids ? type_ids[row] : 0) * D + c];
+    return v;
+}
+__global__ void embedding_layernorm_kernel(const int32_t *ids, const int32_t *type_ids, const float *word,
+                                           const float *pos, const float *type, const float *gamma,
+                                           const float *beta, int T, int D, float eps, float p, uint64_t key,
+                                           uint32_t threshold, float *e, __nv_bfloat16 *eb, float *y,
+                                           __nv_bfloat16 *yb, float *mean, float *rstd) {
+    __shared__ float buf[32];
+    const size_t row = blockIdx.x, off = row * D;
+    const int t = (int)(row % T), kept = RLN_KEEP * blockDim.x;
+    float keep[RLN_KEEP];
+    float sum = 0;
+#pragma unroll
+    for (int k = 0; k < RLN_KEEP; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        keep[k] = c < D ? embed_sum(ids, type_ids, word, pos, type, row, t, D, c) : 0.0f;
+        sum += keep[k];
+    }
+    for (int c = kept + threadIdx.x; c < D; c += blockDim.x) sum += embed_sum(ids, type_ids, word, pos, type, row, t, D, c);
+    const float mu = block_sum(sum, buf) / (float)D;
+    float var = 0;
+#pragma unroll
+    for (int k = 0; k < RLN_KEEP; k++) {
+        const float d = (int)(threadIdx.x + k * blockDim.x) < D ? keep[k] - mu : 0.0f;
+        var += d * d;
+    }
+    for (int c = kept + threadIdx.x; c < D; c += blockDim.x) {
+        const float d = embed_sum(ids, type_ids, word, pos, type, row, t, D, c) - mu;
+        var += d * d;
+    }
+    const float rs = rsqrtf(block_sum(var, buf) / (float)D + eps);
+    const float inv = 1.0f / (1.0f - p);
+#pragma unroll
+    for (int k = 0; k < RLN_KEEP; k++) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c >= D) break;
+        store_twin(e, eb, off + c, keep[k]);
+        const float yv = (keep[k] - mu) * rs * gamma[c] + beta[c];
+        store_twin(y, yb, off + c, p <= 0.0f || ops_dropout_keep_fast(key, off + c, threshold) ? yv * inv : 0.0f);
+    }
+    for (int c = kept + threadIdx.x; c < D; c += blockDim.x) {
+        const float v = embed_sum(ids, type_ids, word, pos, type, row, t, D, c);
+        store_twin(e, eb, off + c, v);
+        const float yv = (v - mu) * rs * gamma[c] + beta[c];
+        store_twin(y, yb, off + c, p <= 0.0f || ops_dropout_keep_fast(key, off + c, threshold) ? yv * inv : 0.0f);
+    }
+    if (threadIdx.x == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
 // LayerNorm's backward in one pass over dy and x: each block takes a chunk of rows (at most
 // LN_BW_CHUNKS chunks: ceil(N / 256) rows each, 32 at BERT-base's N = 8192), computes each
 // row's dx (block reductions as layernorm_forward_kernel) and adds the row's dy·x̂ and dy into
@@ -263,6 +324,37 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+static void cuda_embedding_layernorm_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
+                                             const float *word, const float *pos, const float *type,
+                                             const float *gamma, const float *beta, int B, int T, int D, float eps,
+                                             float p, uint64_t seed, uint64_t offset, float *e, float *y, float *mean,
+                                             float *rstd) {
+    double t0 = cuda_prof_begin(be);
+    const int N = B * T;
+    const size_t n = (size_t)N * D;
+    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
+    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
+    // e is read by LayerNorm's backward only, y by the first layer's matmuls and residual step:
+    // both may turn lean (cuda_mirror.cu).
+    float *ef, *yf;
+    __nv_bfloat16 *eb = cuda_mirror_out_lean(be, e, n, &ef, LEAN_NORM);
+    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yf, LEAN_NORM);
+    const float q = p > 0.0f ? p : 0.0f;
+    // Reads the word, position (and type) rows (4 B each per element, as embedding_forward
+    // counts them) and the ids; gamma, beta, mean, rstd as layernorm_forward; writes e and y (4 B
+    // each unless lean, + 2 B per twin).  ~11 FLOPs per element (the adds, LayerNorm's 8, the
+    // dropout's scale).
+    MheCost cost = mhe_cost(11.0 * n, 4.0 * ((type ? 3.0 : 2.0) * n + (type_ids ? 2.0 : 1.0) * N) + 8.0 * n +
+                                          8.0 * D + 8.0 * N);
+    cost = with_lean_twin(with_lean_twin(cost, eb, ef, (double)n), yb, yf, (double)n);
+    if (N > 0 && D > 0)
+        MHE_LAUNCH(embedding_layernorm_kernel, N, MHE_BLOCK, 0, cuda_stream(be), cost)(
+            ids, type_ids, word, pos, type, gamma, beta, T, D, eps, q, ops_dropout_key(seed, offset),
+            ops_dropout_threshold(q), ef, eb, yf, yb, mean, rstd);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
 // dr (when not NULL) = dropout(dx): layernorm_backward_dropout.
 static void layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
                                const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
@@ -273,8 +365,10 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
     // that is all there is (lean, as the residual step and this op store them): x̂ from bf16(s)
     // and the fp32 statistics of s.  dy's segment is made here (without rounding) so its
     // producer — this op's dx one layer up, which matmuls then add to in bf16 (cuda_backend.cu)
-    // — can learn to write it lean.  Asked before the outputs are accounted for.
+    // — can learn to write it lean.  x's too: the embeddings' sum (embedding_layernorm_forward)
+    // is read by this op alone.  Asked before the outputs are accounted for.
     cuda_mirror_track(be, dy, (size_t)n);
+    cuda_mirror_track(be, x, (size_t)n);
     const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, (size_t)n), *dyb = cuda_mirror_stale_twin(be, dy, (size_t)n);
     if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
     if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
@@ -362,6 +456,7 @@ static void cuda_layernorm_backward_dropout(Backend *be, const float *dy, const 
 void cuda_install_norm_loss(Backend *be) {
     be->layernorm_forward = cuda_layernorm_forward;
     be->residual_layernorm_forward = cuda_residual_layernorm_forward;
+    be->embedding_layernorm_forward = cuda_embedding_layernorm_forward;
     be->layernorm_backward = cuda_layernorm_backward;
     be->layernorm_backward_dropout = cuda_layernorm_backward_dropout;
 }

@@ -307,6 +307,46 @@ static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
     for (int i = 0; i < 11; i++) buf_free(f, all[i]);
 }
 
+// embedding_layernorm_forward (one kernel) against the CPU backend's embedding_forward,
+// layernorm_forward and dropout in place: with token types and without, with dropout and without;
+// e, y, mean and rstd compared.  D = 300 is longer than the sums the kernel keeps in registers.
+static void embedding_layernorm_case(Fix *f, int B, int T, int D) {
+    const int N = B * T, V = 23;
+    int32_t *ids = malloc((size_t)N * sizeof *ids), *tids = malloc((size_t)N * sizeof *tids);
+    for (int i = 0; i < N; i++) {
+        ids[i] = (i * 7 + 3) % V;
+        tids[i] = (i / 3) % 2;
+    }
+    IBuf I = ibuf_new(f, ids, N), TI = ibuf_new(f, tids, N);
+    const size_t n = (size_t)N * D;
+    Buf word = buf_rand(f, (size_t)V * D), pos = buf_rand(f, (size_t)T * D), typ = buf_rand(f, 2 * (size_t)D);
+    Buf g = buf_new(f, D, 0.5f, 1.5f), bt = buf_rand(f, D);
+    Buf e = buf_rand(f, n), y = buf_rand(f, n), mean = buf_rand(f, N), rstd = buf_rand(f, N);
+    for (int variant = 0; variant < 4; variant++) {
+        const float p = variant & 1 ? 0.0f : 0.1f;
+        const int typed = variant < 2;
+        f->cpu->embedding_forward(f->cpu, I.c, typed ? TI.c : NULL, word.c, pos.c, typed ? typ.c : NULL, B, T, D, e.c);
+        f->cpu->layernorm_forward(f->cpu, e.c, g.c, bt.c, N, D, 1e-12f, y.c, mean.c, rstd.c);
+        f->cpu->dropout(f->cpu, y.c, y.c, n, p, 77, 9 + variant);
+        f->gpu->embedding_layernorm_forward(f->gpu, I.g, typed ? TI.g : NULL, word.g, pos.g, typed ? typ.g : NULL, g.g,
+                                            bt.g, B, T, D, 1e-12f, p, 77, 9 + variant, e.g, y.g, mean.g, rstd.g);
+        expect_close(f, &e, 1e-5, "embedding_layernorm e");
+        expect_close(f, &y, 1e-5, "embedding_layernorm y");
+        expect_close(f, &mean, 1e-5, "embedding_layernorm mean");
+        expect_close(f, &rstd, 1e-5, "embedding_layernorm rstd");
+    }
+    ibuf_free(f, &I);
+    ibuf_free(f, &TI);
+    Buf *all[] = {&word, &pos, &typ, &g, &bt, &e, &y, &mean, &rstd};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+    free(ids);
+    free(tids);
+}
+static void test_embedding_layernorm_matches_cpu(void **state) {
+    embedding_layernorm_case(*state, 2, 5, 16);
+    embedding_layernorm_case(*state, 3, 4, 300);
+}
+
 // The compact MLM head's row gather and scatter (rows distinct, unordered; untouched rows of the
 // scatter target keep their values).
 static void test_gather_scatter_rows_match_cpu(void **state) {
@@ -486,6 +526,7 @@ int main(void) {
         cmocka_unit_test(test_adamw_ranges_match_cpu),
         cmocka_unit_test(test_lamb_ranges_match_cpu),
         cmocka_unit_test(test_residual_layernorm_matches_cpu),
+        cmocka_unit_test(test_embedding_layernorm_matches_cpu),
         cmocka_unit_test(test_layernorm_backward_dropout_matches_cpu),
     };
     const struct CMUnitTest bf16[] = {

@@ -108,15 +108,21 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
 
     const float pd = hidden_p(m);
     const size_t ND = (size_t)N * D;
-    if (mc->arch == ARCH_BERT) {
-        be->embedding_forward(be, m->ids, m->has_types ? m->types : NULL, MP(m, m->word),
-                              MP(m, m->pos), MP(m, m->type), B, T, D, m->emb);
-        be->layernorm_forward(be, m->emb, MP(m, m->eln_g), MP(m, m->eln_b), N, D, mc->ln_eps,
-                              m->xs[0], m->emb_mean, m->emb_rstd);
+    if (mc->arch == ARCH_BERT && be->embedding_layernorm_forward) {
+        be->embedding_layernorm_forward(be, m->ids, m->has_types ? m->types : NULL, MP(m, m->word), MP(m, m->pos),
+                                        MP(m, m->type), MP(m, m->eln_g), MP(m, m->eln_b), B, T, D, mc->ln_eps, pd,
+                                        m->drop_seed, m->drop_base, m->emb, m->xs[0], m->emb_mean, m->emb_rstd);
     } else {
-        be->embedding_forward(be, m->ids, NULL, MP(m, m->word), MP(m, m->pos), NULL, B, T, D, m->xs[0]);
+        if (mc->arch == ARCH_BERT) {
+            be->embedding_forward(be, m->ids, m->has_types ? m->types : NULL, MP(m, m->word),
+                                  MP(m, m->pos), MP(m, m->type), B, T, D, m->emb);
+            be->layernorm_forward(be, m->emb, MP(m, m->eln_g), MP(m, m->eln_b), N, D, mc->ln_eps,
+                                  m->xs[0], m->emb_mean, m->emb_rstd);
+        } else {
+            be->embedding_forward(be, m->ids, NULL, MP(m, m->word), MP(m, m->pos), NULL, B, T, D, m->xs[0]);
+        }
+        be->dropout(be, m->xs[0], m->xs[0], ND, pd, m->drop_seed, m->drop_base);
     }
-    be->dropout(be, m->xs[0], m->xs[0], ND, pd, m->drop_seed, m->drop_base);
     attn_prepare(m);
     for (int l = 0; l < L; l++) layer_forward(m, l, 0);  // pre-LN: the last one ends with the final LN
 }
