@@ -39,8 +39,7 @@ struct TcArgs {
     bf16_t *outb, *dqb, *dkb, *dvb;
     // bf16 twins of the inputs, same layout: tiles are staged from them (half the bytes of the
     // fp32 data, the same bf16 values); nullptr: staged from fp32.  G's is dout's twin without
-    // out_scale, with it bf16(dout * out_scale) as the backward's row dots stored it (a twin of
-    // dout times the scale would round twice).
+    // out_scale, with it bf16(bf16(dout) * out_scale) as the backward's row dots stored it.
     const bf16_t *qb, *kb, *vb, *gb;
 };
 

@@ -297,7 +297,7 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
                             const bf16_t *gs, float *dq, float *dk, float *dv, float *dkey_bias) {
     TcArgs f = tc_args(s);
     tc_twins(be, s, f, q, k, v, dout);
-    if (gs) f.gb = gs;  // with out_scale: G = bf16(dout · out_scale), stored by the row dots
+    if (gs) f.gb = gs;  // with out_scale: G = bf16(bf16(dout) · out_scale), stored by the row dots
     const size_t rows = (size_t)s->B * s->T;
     // dQ, dK, dV are usually only the projections' backward operands: lean skips their fp32 store
     // (the kernels are given nullptr for it and store the twin).

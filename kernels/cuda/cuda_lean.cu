@@ -270,9 +270,9 @@ static void w_attention_backward(Backend *be, const AttnShape *s, const float *q
     size_t sv = 0, sc = 0;
     be->attention_sizes(be, s, &sv, &sc);
     rd(be, saved, sv);
-    // The tensor-core path without out_scale reads dout from its twin only (cuda_flash.cu: the
-    // row dots, and with them the output shift gradient's sums).
-    if (!cuda_attention_reads_twins(be, s) || s->out_scale)
+    // The tensor-core path reads dout from its twin only (cuda_flash.cu: the row dots, with them
+    // the output scale/shift gradients' sums and, with out_scale, the scaled G they store).
+    if (!cuda_attention_reads_twins(be, s))
         rd(be, dout, (size_t)s->B * s->T * s->n_heads * s->v_dim);
     rd(be, dout_scale, (size_t)s->n_heads * s->v_dim);
     rd(be, dout_shift, (size_t)s->n_heads * s->v_dim);
