@@ -111,6 +111,12 @@ typedef struct {
     const float *out_shift;       // [n_heads, v_dim]; NULL: 0
     float dropout;                // on P; 0 or training off: none
     uint64_t seed, offset;        // dropout element index: ((b*n + h)*T + i)*T + j
+    // [n_heads, qk_dim]: query head h's Q is its q head ⊙ q_scale[h] (mhe_mul's per-head query
+    // scale, applied by the core instead of a materialised head_expand); NULL: none.  Set only
+    // when the backend's attention_q_scale accepts the shape.  The backward then writes dq as the
+    // gradient of the scaled per-head queries, [B*T, n_heads*qk_dim] contiguous (not summed over
+    // the heads sharing a q head): the caller's head_expand_backward applies the chain rule.
+    const float *q_scale;
 } AttnShape;
 
 typedef struct Backend Backend;
@@ -290,13 +296,16 @@ struct Backend {
     void (*attention_forward)(Backend *be, const AttnShape *s, const float *q, const float *k,
                               const float *v, float *out, float *saved, float *scratch);
     // Given dout [B, T, n_heads*v_dim]: writes (overwrites) dq, dk, dv with the layouts (row
-    // strides) of q, k, v, gradients summed over the query heads sharing a K/V head; writes
-    // dkey_bias [B, T, n_heads] when non-NULL; accumulates dout_scale, dout_shift [n, v_dim]
-    // when non-NULL.
+    // strides) of q, k, v (dq: see q_scale), gradients summed over the query heads sharing a K/V
+    // head; writes dkey_bias [B, T, n_heads] when non-NULL; accumulates dout_scale, dout_shift
+    // [n, v_dim] when non-NULL.
     void (*attention_backward)(Backend *be, const AttnShape *s, const float *q, const float *k,
                                const float *v, const float *saved, const float *dout,
                                float *dq, float *dk, float *dv, float *dkey_bias,
                                float *dout_scale, float *dout_shift, float *scratch);
+    // Optional (NULL: never): nonzero when attention_forward/backward honour s->q_scale for a
+    // shape like s (q_scale itself not yet set).
+    int (*attention_q_scale)(Backend *be, const AttnShape *s);
 
     // ---- optimizer side ----
     // sum_i x[i]^2 accumulated in double; returned to the host (synchronises).

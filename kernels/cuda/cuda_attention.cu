@@ -460,6 +460,7 @@ static void attention_wrote(Backend *be, const AttnShape *s, float *out, float *
 static void cuda_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                                    const float *v, float *out, float *saved, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
+    if (s->q_scale && !cuda_attention_reads_twins(be, s)) mhe_fatal("attention: q_scale off the tensor-core path");
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
     // The tensor-core forward accounts for `out` itself (it may store only its twin).
@@ -480,6 +481,7 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
                                     float *dq, float *dk, float *dv, float *dkey_bias,
                                     float *dout_scale, float *dout_shift, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
+    if (s->q_scale && !cuda_attention_reads_twins(be, s)) mhe_fatal("attention: q_scale off the tensor-core path");
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
     // The tensor-core backward accounts for dQ, dK, dV itself (it may store only their twins).
@@ -502,7 +504,12 @@ int cuda_attention_reads_twins(Backend *be, const AttnShape *s) {
     return attn_path(be, s) == PATH_FLASH && cuda_flash_tc_supported(be, s);
 }
 
+// Only the tensor-core kernels scale Q per head while staging it; the other paths would need it
+// materialised, which is what the caller does without this.
+static int cuda_attention_q_scale(Backend *be, const AttnShape *s) { return cuda_attention_reads_twins(be, s); }
+
 void cuda_install_attention(Backend *be) {
+    be->attention_q_scale = cuda_attention_q_scale;
     be->attention_sizes = cuda_attention_sizes;
     be->attention_forward = cuda_attention_forward;
     be->attention_backward = cuda_attention_backward;

@@ -115,8 +115,8 @@ __global__ void flash_forward_kernel(FlashArgs f, const float *q, const float *k
 
 // D[b, h, i] = Σ_c dout · out_scale · Opre (one thread per (b, i, h)).  dout in bf16: the
 // tensor-core path's G, read from its twin as the dP = G Vᵀ products read it.  gs (non-null:
-// the tensor-core path with out_scale) receives G = bf16(dout · out_scale), the value the
-// tensor-core kernels would otherwise round from fp32 dout at every tile they stage.
+// the tensor-core path with out_scale) receives G = bf16(bf16(dout) · out_scale), the value the
+// tensor-core kernels would otherwise form at every tile they stage.
 __device__ __forceinline__ float gval(const float *g, size_t i) { return g[i]; }
 __device__ __forceinline__ float gval(const __nv_bfloat16 *g, size_t i) { return __bfloat162float(g[i]); }
 template <typename G>
@@ -376,44 +376,45 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
     cudaStream_t st = cuda_stream(be);
     const TileWork kw = key_tiles(s->T, FLASH_ROWS, s->causal), qw = query_tiles(s->T, FLASH_ROWS, s->causal);
     const double bn = bn_of(s), dqd = s->qk_dim, dvd = s->v_dim;
-    // On the tensor-core path without out_scale, G (= dout) is taken from its twin there, so the
-    // row dots read that twin too: dout's fp32 copy is then never read (it can be lean).
-    const bool tc = cuda_flash_tc_supported(be, s), g_twin = tc && !s->out_scale;
-    // With out_scale (mhe_mul) the tensor-core kernels' G is bf16(dout · out_scale): the row dots,
-    // which form that product anyway, store it once (2 B per element, grow-only scratch), and the
-    // dQ and dK/dV kernels stage G from it: 2 B per element read at every re-read instead of 4.
+    // On the tensor-core path the products see dout in bf16 anyway, so the row dots read its twin:
+    // dout's fp32 copy is then never read (the output projection's dX GEMM can write it lean).
+    const bool tc = cuda_flash_tc_supported(be, s);
+    // With out_scale (mhe_mul) the tensor-core kernels' G is bf16(bf16(dout) · out_scale) (one
+    // rounding more than from fp32, as autocast's bf16 dout would give): the row dots, which form
+    // that product anyway, store it once (2 B per element, grow-only scratch), and the dQ and
+    // dK/dV kernels stage G from it: 2 B per element read at every re-read instead of 4.
     __nv_bfloat16 *gs = nullptr;
     if (tc && s->out_scale) {
         CudaCtx *c = cuda_ctx(be);
         gs = cuda_grow(be, c->flash_g, c->flash_g_cap, rows_n * (size_t)dvd);
     }
     if (dout_scale || dout_shift) {
-        // With the output scale/shift gradients' sums (from dout's twin too when g_twin: mhe_add's
-        // shift gradient then sums the bf16 dout the products see).
+        // With the output scale/shift gradients' sums (from dout's twin too on the tensor-core
+        // path: they then sum the bf16 dout the products see).
         const int chunks = (int)((s->B * (size_t)s->T + COLSUM_ROWS - 1) / COLSUM_ROWS);
         const size_t C = (size_t)s->n_heads * dvd, np = 2 * (size_t)chunks * C;
         float *partials = cuda_colsum_space(be, np);
         const dim3 grid((unsigned)chunks, (unsigned)s->n_heads);
         const unsigned threads = MHE_BLOCK;
         const size_t smem = sizeof(float) * 2 * (threads / 32) * dvd;
-        const double el = rows_n * dvd, gb = g_twin ? 2.0 : 4.0;
+        const double el = rows_n * dvd, gb = tc ? 2.0 : 4.0;
         const MheCost cost =
             mhe_cost(7.0 * el, (gb + 4.0 + (gs ? 2.0 : 0.0)) * el + 4.0 * rows_n + 4.0 * (double)np);
-        if (g_twin) {
+        if (tc) {
             const __nv_bfloat16 *gt = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
             MHE_LAUNCH(flash_rowdot_sums_kernel<__nv_bfloat16>, grid, threads, smem, st, cost)(f, gt, opre, D, partials, gs);
         } else {
-            MHE_LAUNCH(flash_rowdot_sums_kernel<float>, grid, threads, smem, st, cost)(f, dout, opre, D, partials, gs);
+            MHE_LAUNCH(flash_rowdot_sums_kernel<float>, grid, threads, smem, st, cost)(f, dout, opre, D, partials, nullptr);
         }
         CUDA_CHECK_LAUNCH();
         cuda_colsum2_finish(be, partials, partials + (size_t)chunks * C, chunks, (int)C, dout_scale, dout_shift);
-    } else if (g_twin) {
+    } else if (tc) {
         const __nv_bfloat16 *gb = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
         MHE_LAUNCH(flash_rowdot_kernel<__nv_bfloat16>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
-                   mhe_cost(3.0 * rows_n * dvd, 6.0 * rows_n * dvd + 4.0 * rows_n))(f, gb, opre, D, nullptr);
+                   mhe_cost(3.0 * rows_n * dvd, (6.0 + (gs ? 2.0 : 0.0)) * rows_n * dvd + 4.0 * rows_n))(f, gb, opre, D, gs);
     } else {
         MHE_LAUNCH(flash_rowdot_kernel<float>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
-                   mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n) + (gs ? 2.0 * rows_n * dvd : 0.0)))(f, dout, opre, D, gs);
+                   mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n)))(f, dout, opre, D, nullptr);
     }
     CUDA_CHECK_LAUNCH();
     if (tc) {

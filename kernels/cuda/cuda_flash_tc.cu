@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, 1) flash_tc_forward_kernel(TcA
     float *Ss = sm, *Os = Ss + TC_FWD_ROWS * TC_COLS, *Ls = Os + TC_FWD_ROWS * D;
     bf16_t *Qs = reinterpret_cast<bf16_t *>(Ls + TC_FWD_ROWS), *Ks = Qs + TC_FWD_ROWS * D, *Vs = Ks + TC_COLS * D,
            *Ps = Vs + TC_COLS * D;
-    tc_stage<D>(Qs, TC_FWD_ROWS, q, f.qb, a.ldq, a.qr, b, q0, h, a, nullptr);
+    tc_stage_q<D>(Qs, TC_FWD_ROWS, q, f, b, q0, h);
     for (int e = t; e < TC_FWD_ROWS * D; e += blockDim.x) Os[e] = 0.0f;
     // This lane's row (of the block) and its half of the columns (of S and of O).
     const int r = w * 16 + tc_lane_row(), c0 = tc_lane_col0(), i = q0 + r, oc0 = (t & 1) * (D / 2);
@@ -121,9 +121,10 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     // O is usually only the output projection's operand: lean (cuda_mirror.cu) skips its fp32 store.
     float *outw;
     f.outb = cuda_mirror_out_lean(be, out, rows_n * d, &outw, LEAN_ATTENTION);
-    // Q once, K and V once per query tile, Opre and out written, L.
+    // Q once per head (q's head again for each head sharing it; with q_scale the scale too), K and
+    // V once per query tile, Opre and out written, L.
     const double bytes = rows_n * d * tc_el(f.qb) + bn * w.reads * d * (tc_el(f.kb) + tc_el(f.vb)) +
-                         4.0 * (2.0 * rows_n * d + rows_n);
+                         4.0 * (2.0 * rows_n * d + rows_n) + (s->q_scale ? 4.0 * s->n_heads * d : 0.0);
     const MheCost cost = with_lean_twin(MheCost{tt * 4.0 * d, tt * (16.0 + (double)d / TC_COLS), bytes, 0, tiles * bn},
                                         f.outb, outw, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);

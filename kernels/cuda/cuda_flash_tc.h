@@ -39,9 +39,13 @@ struct TcArgs {
     bf16_t *outb, *dqb, *dkb, *dvb;
     // bf16 twins of the inputs, same layout: tiles are staged from them (half the bytes of the
     // fp32 data, the same bf16 values); nullptr: staged from fp32.  G's is dout's twin without
-    // out_scale, with it bf16(dout * out_scale) as the backward's row dots stored it (a twin of
-    // dout times the scale would round twice).
+    // out_scale, with it bf16(bf16(dout) * out_scale) as the backward's row dots stored it.
     const bf16_t *qb, *kb, *vb, *gb;
+    // AttnShape.q_scale (mhe_mul's per-head query scale; nullptr: none): Q tiles are staged from
+    // q's head h / q_ratio (row stride q_ld) times q_scale[h], and a.qr = 1, a.ldq = n d describe
+    // dQ's per-head layout instead of q's.
+    const float *q_scale;
+    int q_ld, q_ratio;
 };
 
 __device__ __forceinline__ int tc_imin(int x, int y) { return x < y ? x : y; }
@@ -74,6 +78,25 @@ __device__ __forceinline__ void tc_stage(bf16_t *dst, int rows, const float *src
         }
         float x = 0.0f;
         if (t < a.T) x = src[at] * (mul ? mul[c] : 1.0f);
+        dst[e] = __float2bfloat16(x);
+    }
+}
+
+// Query head h's rows x D tile of Q.  With q_scale the tile is bf16(bf16(q) · q_scale[h]) (from q's
+// twin when there is one): what head_expand stored from a lean q, which the kernels read before.
+template <int D>
+__device__ __forceinline__ void tc_stage_q(bf16_t *dst, int rows, const float *q, const TcArgs &f, int b, int t0,
+                                           int h) {
+    if (!f.q_scale) {
+        tc_stage<D>(dst, rows, q, f.qb, f.a.ldq, f.a.qr, b, t0, h, f.a, nullptr);
+        return;
+    }
+    const float *mul = f.q_scale + (size_t)h * D;
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+        const int r = e / D, c = e % D, t = t0 + r;
+        const size_t at = ((size_t)b * f.a.T + t) * f.q_ld + (size_t)(h / f.q_ratio) * D + c;
+        float x = 0.0f;
+        if (t < f.a.T) x = (f.qb ? __bfloat162float(f.qb[at]) : q[at]) * mul[c];
         dst[e] = __float2bfloat16(x);
     }
 }
@@ -123,8 +146,17 @@ template <typename K> static inline void tc_opt_in(K *kernel, size_t bytes) {
 static inline TcArgs tc_args(const AttnShape *s) {
     TcArgs f{};
     attn_args_common(f, s);
+    if (s->q_scale) {
+        f.q_scale = s->q_scale;
+        f.q_ld = s->ldq;
+        f.q_ratio = s->n_heads / s->q_heads;
+        f.a.qr = 1;
+        f.a.ldq = s->n_heads * s->qk_dim;
+    }
     return f;
 }
+// Query heads as dQ sees them: every head with q_scale (per-head gradients), else q's.
+static inline int tc_dq_heads(const AttnShape *s) { return s->q_scale ? s->n_heads : s->q_heads; }
 
 // The bf16 twins of Q, K, V (and G = dout without out_scale) for the tile loads; made current by
 // cuda_mirror_operand (usually already: the projections' bias_add / head_expand store them).

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(TC_DQ_THREADS, 1) flash_tc_dq_kernel(TcArgs f,
     const int jend = f.causal ? tc_imin(a.T, q0 + TC_DQ_ROWS) : a.T;
     const float *srow = Ss + r * TC_COLS, *prow = Ps + r * TC_COLS;
     bf16_t *dsrow = dSs + r * TC_COLS;
-    tc_stage<D>(Qs, TC_DQ_ROWS, q, f.qb, a.ldq, a.qr, b, q0, hq * a.qr, a, nullptr);  // one Q head for the block
+    tc_stage_q<D>(Qs, TC_DQ_ROWS, q, f, b, q0, hq * a.qr);  // one Q head for the block
     AccFrag acc[D / 16];
     MHE_UNROLL
     for (int c = 0; c < D / 16; c++) wmma::fill_fragment(acc[c], 0.0f);
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs
         for (int i0 = i_first; i0 < a.T; i0 += TC_COLS) {
             const int nq = tc_imin(TC_COLS, a.T - i0);
             __syncthreads();
-            tc_stage<D>(Qs, TC_COLS, q, f.qb, a.ldq, a.qr, b, i0, h, a, nullptr);
+            tc_stage_q<D>(Qs, TC_COLS, q, f, b, i0, h);
             tc_stage<D>(Gs, TC_COLS, dout, f.gb, a.n * D, 1, b, i0, h, a, f.out_scale ? f.out_scale + h * D : nullptr);
             if (t < TC_COLS) {
                 Ls[t] = t < nq ? lse[((size_t)b * a.n + h) * a.T + i0 + t] : INFINITY;
@@ -297,12 +297,13 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
                             const bf16_t *gs, float *dq, float *dk, float *dv, float *dkey_bias) {
     TcArgs f = tc_args(s);
     tc_twins(be, s, f, q, k, v, dout);
-    if (gs) f.gb = gs;  // with out_scale: G = bf16(dout · out_scale), stored by the row dots
+    if (gs) f.gb = gs;  // with out_scale: G = bf16(bf16(dout) · out_scale), stored by the row dots
     const size_t rows = (size_t)s->B * s->T;
     // dQ, dK, dV are usually only the projections' backward operands: lean skips their fp32 store
     // (the kernels are given nullptr for it and store the twin).
     float *dqw = dq, *dkw = dk, *dvw = dv;
-    f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)s->q_heads * s->qk_dim, s->ldq, &dqw, LEAN_ATTENTION) : nullptr;
+    const int qh = tc_dq_heads(s);
+    f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)qh * s->qk_dim, f.a.ldq, &dqw, LEAN_ATTENTION) : nullptr;
     f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw, LEAN_ATTENTION) : nullptr;
     f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw, LEAN_ATTENTION) : nullptr;
     const size_t rows_n = rows * s->n_heads;
@@ -370,13 +371,14 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     }
     if (dq) {
         const int tiles = (s->T + TC_DQ_ROWS - 1) / TC_DQ_ROWS;
-        dim3 grid((unsigned)tiles, (unsigned)s->q_heads, (unsigned)s->B);
-        // K, V per query tile and head; Q once per Q head, G once per head; dQ written; L, D.
-        const double bytes = bn * qw.reads * d * (ek + ev) + rows * d * (s->q_heads * (eq + 4.0)) + rows_n * d * eg +
-                             8.0 * rows_n;
+        dim3 grid((unsigned)tiles, (unsigned)qh, (unsigned)s->B);
+        // K, V per query tile and head; Q once per dQ head (with q_scale q's head per head, and
+        // the scale), G once per head; dQ written; L, D.
+        const double bytes = bn * qw.reads * d * (ek + ev) + rows * d * (qh * (eq + 4.0)) + rows_n * d * eg +
+                             8.0 * rows_n + (s->q_scale ? 4.0 * s->n_heads * d : 0.0);
         const MheCost cost = with_lean_twin(MheCost{bn * qw.pairs * 6.0 * d, bn * qw.pairs * 10.0, bytes, 0,
                                                     (double)grid.x * grid.y * grid.z},
-                                            f.dqb, dqw, (double)rows * s->q_heads * d);
+                                            f.dqb, dqw, (double)rows * qh * d);
         if (d == 16) {
             tc_opt_in(flash_tc_dq_kernel<16>, tc_smem_dq(16));
             MHE_LAUNCH(flash_tc_dq_kernel<16>, grid, TC_DQ_THREADS, tc_smem_dq(16), st, cost)(f, q, k, v, dout, lse, D, dqw);

@@ -258,7 +258,7 @@ static void w_cross_entropy_backward(Backend *be, const float *logits, const flo
     rd(be, lse, N);
     inner(be)->cross_entropy_backward(be, logits, lse, labels, N, V, grad_scale, dlogits);
 }
-// Q, K, V, key_bias, out_scale/shift of an attention call (Q/K/V only off the tensor-core path).
+// Q, K, V, key_bias, out_scale/shift, q_scale of an attention call (Q/K/V only off the tensor-core path).
 static void attention_inputs(Backend *be, const AttnShape *s, const float *q, const float *k, const float *v) {
     const size_t rows = (size_t)s->B * s->T;
     if (!cuda_attention_reads_twins(be, s)) {
@@ -269,6 +269,7 @@ static void attention_inputs(Backend *be, const AttnShape *s, const float *q, co
     rd(be, s->key_bias, rows * s->n_heads);
     rd(be, s->out_scale, (size_t)s->n_heads * s->v_dim);
     rd(be, s->out_shift, (size_t)s->n_heads * s->v_dim);
+    rd(be, s->q_scale, (size_t)s->n_heads * s->qk_dim);
 }
 static void w_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k, const float *v,
                                 float *out, float *saved, float *scratch) {
@@ -282,9 +283,9 @@ static void w_attention_backward(Backend *be, const AttnShape *s, const float *q
     size_t sv = 0, sc = 0;
     be->attention_sizes(be, s, &sv, &sc);
     rd(be, saved, sv);
-    // The tensor-core path without out_scale reads dout from its twin only (cuda_flash.cu: the
-    // row dots, and with them the output shift gradient's sums).
-    if (!cuda_attention_reads_twins(be, s) || s->out_scale)
+    // The tensor-core path reads dout from its twin only (cuda_flash.cu: the row dots, with them
+    // the output scale/shift gradients' sums and, with out_scale, the scaled G they store).
+    if (!cuda_attention_reads_twins(be, s))
         rd(be, dout, (size_t)s->B * s->T * s->n_heads * s->v_dim);
     rd(be, dout_scale, (size_t)s->n_heads * s->v_dim);
     rd(be, dout_shift, (size_t)s->n_heads * s->v_dim);

@@ -4,7 +4,8 @@
 // op stores exactly the value the dual store had (GELU, dropout), close where the lean form
 // rounds the bias to bf16 (linear layers writing bf16), and an fp32 read of a lean buffer must
 // get the twin's value back (widened) and pin the buffer dual; strided stores (column slices of
-// one buffer) complete into one lean range; head_expand and its backward read lean inputs' twins.
+// one buffer) complete into one lean range; head_expand and its backward read lean inputs' twins;
+// the attention backward with an output scale reads dout from its twin only.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -501,6 +502,98 @@ static void test_residual_stream_turns_lean(void **state) {
     two_sides_free(T, host, bes, t[0], t[1]);
 }
 
+// mhe_mul's attention backward on the tensor-core path (d = 16, 3 heads sharing K and V, an
+// output scale and shift with their gradients, dropout): the row dots read dout from its twin
+// also with out_scale (G = bf16(bf16(dout) · out_scale)), so nothing reads dout in fp32 and the
+// GEMM producing it (the output projection's dX) writes bf16 only from step 2 on.  The row dots'
+// cost states 2 B per dout element; the scale/shift gradients match the dual side bit for bit
+// (both read the twin) and every output matches the CPU backend norm-wise within 1e-2.
+enum { AB = 2, AT = 40, AH = 3, AD = 16, AR = AB * AT, AC = AH * AD };
+static void attention_step(Backend *be, float *const *t, int step) {
+    float *A = t[0], *W = t[1], *dout = t[2], *q = t[3], *k = t[4], *v = t[5], *osc = t[6], *osh = t[7];
+    float *out = t[8], *dq = t[9], *dk = t[10], *dv = t[11], *dosc = t[12], *dosh = t[13];
+    float *p = t[14], *pg = t[15], *pm = t[16], *pv = t[17], *saved = t[18], *scratch = t[19];
+    AttnShape s = {.B = AB, .T = AT, .n_heads = AH, .q_heads = AH, .k_heads = 1, .v_heads = 1, .qk_dim = AD,
+                   .v_dim = AD, .ldq = AC, .ldk = AD, .ldv = AD, .scale = 0.25f, .out_scale = osc,
+                   .out_shift = osh, .dropout = 0.1f, .seed = 5, .offset = (uint64_t)step};
+    be->zero(be, dosc, AC * sizeof(float));
+    be->zero(be, dosh, AC * sizeof(float));
+    be->matmul(be, 0, 0, AR, AC, N, 1.0f, A, N, W, AC, 0.0f, dout, AC);
+    be->attention_forward(be, &s, q, k, v, out, saved, scratch);
+    be->attention_backward(be, &s, q, k, v, saved, dout, dq, dk, dv, NULL, dosc, dosh, scratch);
+    be->adamw_update(be, p, pg, pm, pv, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
+}
+static const CostEntry *entry_labelled(const CostReport *r, const char *label) {
+    for (int i = 0; i < r->n_top; i++)
+        if (strcmp(r->top[i].label, label) == 0) return &r->top[i];
+    return NULL;
+}
+// ‖a − b‖ / ‖b‖ of n floats of two backends.
+static double rel_norm(Backend *a, Backend *b, const float *pa, const float *pb, size_t n) {
+    float *ha = malloc(n * sizeof(float)), *hb = malloc(n * sizeof(float));
+    a->download(a, ha, pa, n * sizeof(float));
+    b->download(b, hb, pb, n * sizeof(float));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)ha[i] - hb[i]) * ((double)ha[i] - hb[i]);
+        den += (double)hb[i] * hb[i];
+    }
+    free(ha);
+    free(hb);
+    if (getenv("MHE_TEST_VERBOSE")) fprintf(stderr, "relative %g\n", sqrt(num / fmax(den, 1e-30)));
+    return sqrt(num / fmax(den, 1e-30));
+}
+
+static void test_attention_dout_turns_lean_with_out_scale(void **state) {
+    (void)state;
+    enum { T = 20, TD = 18 };  // TD tensors uploaded; saved and scratch per backend
+    const size_t sizes[TD] = {(size_t)AR * N, (size_t)N * AC, (size_t)AR * AC, (size_t)AR * AC, (size_t)AR * AD,
+                              (size_t)AR * AD, AC, AC, (size_t)AR * AC, (size_t)AR * AC, (size_t)AR * AD,
+                              (size_t)AR * AD, AC, AC, N, N, N, N};
+    float *host[TD];
+    random_host(TD, sizes, host, 6);
+    Backend *bes[2], *cpu = backend_cpu_create(1);
+    float *t[3][T];
+    two_sides(TD, sizes, host, bes, t[0], t[1]);
+    for (int i = 0; i < TD; i++) t[2][i] = dev(cpu, host[i], sizes[i]);
+    Backend *all[3] = {bes[0], bes[1], cpu};
+    AttnShape s = {.B = AB, .T = AT, .n_heads = AH, .q_heads = AH, .k_heads = 1, .v_heads = 1, .qk_dim = AD, .v_dim = AD};
+    for (int side = 0; side < 3; side++) {
+        size_t sv = 0, sc = 0;
+        all[side]->attention_sizes(all[side], &s, &sv, &sc);
+        t[side][18] = dev(all[side], NULL, sv);
+        t[side][19] = dev(all[side], NULL, sc);
+    }
+    const double el = (double)AR * AC;
+    for (int step = 0; step < 4; step++) {
+        CostReport r;
+        step_both(attention_step, bes, t[0], t[1], step, &r);
+        attention_step(cpu, t[2], step);
+        // Step 0 makes the twins; step 1's epoch sees dout read by nothing in fp32.
+        assert_int_equal(calls_labelled(&r, "gemm 80x48x16 bf16->bf16"), step >= 2);
+        const CostEntry *rd = entry_labelled(&r, "flash_rowdot_sums_kernel<__nv_bfloat16>");
+        assert_non_null(rd);
+        assert_int_equal(rd->calls, 1);
+        // dout's twin (2 B) + Opre (4) + the scaled G stored (2) per element, D, one chunk of
+        // partials (Σ dout ⊙ Opre and Σ dout).
+        assert_true(fabs(rd->bytes - (8.0 * el + 4.0 * AR * AH + 4.0 * 2 * AC)) < 0.5);
+        for (int side = 0; side < 2; side++) {
+            assert_true(rel_norm(bes[side], cpu, t[side][8], t[2][8], (size_t)AR * AC) <= 1e-2);  // out
+            assert_true(rel_norm(bes[side], cpu, t[side][9], t[2][9], (size_t)AR * AC) <= 1e-2);  // dq
+            assert_true(rel_norm(bes[side], cpu, t[side][10], t[2][10], (size_t)AR * AD) <= 1e-2);  // dk
+            assert_true(rel_norm(bes[side], cpu, t[side][11], t[2][11], (size_t)AR * AD) <= 1e-2);  // dv
+            assert_true(rel_norm(bes[side], cpu, t[side][12], t[2][12], AC) <= 1e-2);  // dout_scale
+            assert_true(rel_norm(bes[side], cpu, t[side][13], t[2][13], AC) <= 1e-2);  // dout_shift
+        }
+        for (int g = 12; g <= 13; g++) assert_true(rel_norm(bes[0], bes[1], t[0][g], t[1][g], AC) == 0.0);
+    }
+    for (int side = 0; side < 3; side++)
+        for (int i = TD; i < T; i++) all[side]->free(all[side], t[side][i]);
+    for (int i = 0; i < TD; i++) cpu->free(cpu, t[2][i]);
+    cpu->destroy(cpu);
+    two_sides_free(TD, host, bes, t[0], t[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lean_matches_dual),
@@ -510,6 +603,7 @@ int main(void) {
         cmocka_unit_test(test_ffn_gelu_epilogues_match_separate_ops),
         cmocka_unit_test(test_head_expand_reads_lean_twins),
         cmocka_unit_test(test_residual_stream_turns_lean),
+        cmocka_unit_test(test_attention_dout_turns_lean_with_out_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

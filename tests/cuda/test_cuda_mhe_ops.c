@@ -5,6 +5,8 @@
 //   head_expand_backward_prod  == zero dm, head_expand_backward, mul_acc x2
 //                                 norm-wise relative error <= 1e-5 (fp32 mode; the column sums add
 //                                 in another order), <= 1e-2 in bf16 mode
+//   attention with q_scale     == head_expand, then attention with a Q head per query head
+//                                 (bf16 tensor-core path) <= 1e-2
 // Shapes: several row chunks of the column sums with a partial last one, n d not a multiple of
 // the 32-column blocks, a strided x (a column slice), n d too wide for the fused dx + sums kernel,
 // and layer rows at a stride wider than what they hold (parameters between them), over both
@@ -26,6 +28,7 @@
 typedef struct {
     Backend *cpu, *gpu;
     uint64_t rng;
+    int bf16;
 } Fix;
 
 typedef struct {
@@ -76,6 +79,7 @@ static int setup(void **state, int bf16) {
     f->cpu = backend_cpu_create_for(2, bf16);
     f->gpu = backend_cuda_create(0, bf16);
     f->rng = 777;
+    f->bf16 = bf16;
     assert_non_null(f->gpu->head_scales);
     assert_non_null(f->gpu->head_expand_backward_prod);
     *state = f;
@@ -150,14 +154,74 @@ static void run_prod_cases(Fix *f, double tol) {
 static void test_head_expand_backward_prod_fp32(void **state) { run_prod_cases(*state, 1e-5); }
 static void test_head_expand_backward_prod_bf16(void **state) { run_prod_cases(*state, 1e-2); }
 
+// AttnShape.q_scale (mhe_mul's per-head query scale applied by the attention core instead of a
+// materialised head_expand): offered on the bf16 tensor-core path only (not in fp32 mode, not
+// by the CPU backend).  There the core reads the shared q (a column slice, as in the fused Q|K|V
+// buffer) and the scale; against the CPU backend's attention on Q_h = head_expand(q, scale) with
+// a head per query head: out, the per-head dQ, dK, dV and the output scale/shift gradients.
+static void test_attention_q_scale(void **state) {
+    Fix *f = *state;
+    enum { B = 2, T = 40, n = 4, d = 16, N = B * T, nd = n * d, ldq = 3 * d };
+    const AttnShape s = {.B = B, .T = T, .n_heads = n, .q_heads = 1, .k_heads = 1, .v_heads = 1, .qk_dim = d,
+                         .v_dim = d, .ldq = ldq, .ldk = d, .ldv = d, .scale = 0.25f, .dropout = 0.1f, .seed = 3,
+                         .offset = 9};
+    assert_null(f->cpu->attention_q_scale);
+    assert_non_null(f->gpu->attention_q_scale);
+    assert_int_equal(!!f->gpu->attention_q_scale(f->gpu, &s), f->bf16);
+    if (!f->bf16) return;
+    Buf q = buf_rand(f, (size_t)N * ldq), k = buf_rand(f, (size_t)N * d), v = buf_rand(f, (size_t)N * d),
+        qs = buf_rand(f, nd), osc = buf_rand(f, nd), osh = buf_rand(f, nd), dout = buf_rand(f, (size_t)N * nd),
+        out = buf_rand(f, (size_t)N * nd), dq = buf_rand(f, (size_t)N * nd), dk = buf_rand(f, (size_t)N * d),
+        dv = buf_rand(f, (size_t)N * d), dosc = buf_rand(f, nd), dosh = buf_rand(f, nd);
+    for (int i = 0; i < nd; i++) qs.host[i] = 1.0f + 0.5f * qs.host[i];
+    f->cpu->upload(f->cpu, qs.c, qs.host, nd * sizeof(float));
+    f->gpu->upload(f->gpu, qs.g, qs.host, nd * sizeof(float));
+    AttnShape c = s, g = s;
+    c.q_heads = n;
+    c.ldq = nd;
+    c.out_scale = osc.c;
+    c.out_shift = osh.c;
+    g.q_scale = qs.g;
+    g.out_scale = osc.g;
+    g.out_shift = osh.g;
+    float *qh = f->cpu->alloc(f->cpu, (size_t)N * nd * sizeof(float));
+    f->cpu->head_expand(f->cpu, q.c, ldq, qs.c, NULL, N, n, d, qh);
+    size_t sv[2], sc[2];
+    f->cpu->attention_sizes(f->cpu, &c, &sv[0], &sc[0]);
+    f->gpu->attention_sizes(f->gpu, &g, &sv[1], &sc[1]);
+    float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
+    float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
+    f->cpu->attention_forward(f->cpu, &c, qh, k.c, v.c, out.c, saved[0], scratch[0]);
+    f->cpu->attention_backward(f->cpu, &c, qh, k.c, v.c, saved[0], dout.c, dq.c, dk.c, dv.c, NULL, dosc.c, dosh.c,
+                               scratch[0]);
+    f->gpu->attention_forward(f->gpu, &g, q.g, k.g, v.g, out.g, saved[1], scratch[1]);
+    f->gpu->attention_backward(f->gpu, &g, q.g, k.g, v.g, saved[1], dout.g, dq.g, dk.g, dv.g, NULL, dosc.g, dosh.g,
+                               scratch[1]);
+    expect_close(f, &out, 1e-2, "q_scale attention out");
+    expect_close(f, &dq, 1e-2, "q_scale attention per-head dq");
+    expect_close(f, &dk, 1e-2, "q_scale attention dk");
+    expect_close(f, &dv, 1e-2, "q_scale attention dv");
+    expect_close(f, &dosc, 1e-2, "q_scale attention dout_scale");
+    expect_close(f, &dosh, 1e-2, "q_scale attention dout_shift");
+    f->cpu->free(f->cpu, qh);
+    f->cpu->free(f->cpu, saved[0]);
+    f->cpu->free(f->cpu, scratch[0]);
+    f->gpu->free(f->gpu, saved[1]);
+    f->gpu->free(f->gpu, scratch[1]);
+    Buf *all[] = {&q, &k, &v, &qs, &osc, &osh, &dout, &out, &dq, &dk, &dv, &dosc, &dosh};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
 int main(void) {
     const struct CMUnitTest fp32[] = {
         cmocka_unit_test(test_head_scales_equal_add_scalar_and_mul),
         cmocka_unit_test(test_head_expand_backward_prod_fp32),
+        cmocka_unit_test(test_attention_q_scale),
     };
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_head_scales_equal_add_scalar_and_mul),
         cmocka_unit_test(test_head_expand_backward_prod_bf16),
+        cmocka_unit_test(test_attention_q_scale),
     };
     int failed = cmocka_run_group_tests_name("mhe ops fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("mhe ops bf16", bf16, setup_bf16, teardown);

@@ -126,6 +126,8 @@ AttnPlan attn_plan(const Config *cfg);
 AttnPlan attn_plan_for(const Config *cfg, int fast);
 // AttnShape of layer l for the current (B, T).
 AttnShape attn_shape(const Model *m, const LayerActs *a);
+// Whether layer l's core applies the plan's per-head query scale itself (no qh to fill).
+int attn_core_scales_q(const Model *m, int l);
 // out [N, D] = attention sublayer (before dropout) of a->a_in.
 void attn_forward(Model *m, int l, float *out);
 // Before the layers of a forward: the variant's per-forward work on parameters only

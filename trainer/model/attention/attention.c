@@ -153,10 +153,24 @@ static CoreArgs core_args(const Model *m, const LayerActs *a, int l) {
     }
     if (pl->out_shift) s->out_shift = AP(m, l, pl->out_tensor);
     if (pl->out_scale) s->out_scale = a->small + pl->out_scale_at;
+    if (pl->q_scale && m->be->attention_q_scale) {
+        // The shared q (qc columns) and the scale instead of the per-head copies, where the core
+        // can apply it.
+        AttnShape t = *s;
+        t.q_heads = pl->qc / pl->qk_dim;
+        t.ldq = LDQ(m);
+        if (m->be->attention_q_scale(m->be, &t)) {
+            t.q_scale = a->small + pl->q_scale_at;
+            *s = t;
+            c.Q = a->q;
+        }
+    }
     return c;
 }
 
 AttnShape attn_shape(const Model *m, const LayerActs *a) { return core_args(m, a, (int)(a - m->la)).s; }
+
+int attn_core_scales_q(const Model *m, int l) { return core_args(m, &m->la[l], l).s.q_scale != NULL; }
 
 void attn_prepare(Model *m) {
     if (m->variant->prepare) m->variant->prepare(m);

@@ -2,6 +2,8 @@
 // Fast path (DESIGN.md §1): Q_i K_iᵀ = (Q ⊙ m_i) Kᵀ with m_i = (1+e_i^Q)(1+e_i^K), and
 // A_i V_i = (A_i V)(1+e_i^V): K and V stay one head, the core scales its output per head.
 // `small` holds 1+e^Q, 1+e^K, 1+e^V and (fast) m, each [n, d], for every layer at once (prepare).
+// Fast, on a backend whose core scales Q per head (ops.h AttnShape.q_scale), Q ⊙ m_i is never
+// stored: the core reads Q and m; the backward still gets the per-head dQ_i.
 #include "trainer/model/attention/mhe_common.h"
 
 static AttnPlan plan(const Config *c, int fast) {
@@ -9,6 +11,8 @@ static AttnPlan plan(const Config *c, int fast) {
     AttnPlan p = mhe_plan_base(c);
     if (fast) {
         p.qhc = n * d;
+        p.q_scale = 1;
+        p.q_scale_at = 3 * n * d;  // m
         p.k_heads = p.v_heads = 1;
         p.out_scale = 1;
         p.out_scale_at = 2 * n * d;
@@ -54,7 +58,7 @@ static void forward(Model *m, int l) {
     const float *s0 = a->small, *s1 = a->small + nd, *s2 = a->small + 2 * nd, *s3 = a->small + 3 * nd;
     attn_project(m, l);  // `small` is prepare's
     if (m->fast_path) {
-        be->head_expand(be, a->q, ldq, s3, NULL, N, n, d, a->qh);
+        if (!attn_core_scales_q(m, l)) be->head_expand(be, a->q, ldq, s3, NULL, N, n, d, a->qh);
     } else {
         be->head_expand(be, a->q, ldq, s0, NULL, N, n, d, a->qh);
         be->head_expand(be, a->k, ldk, s1, NULL, N, n, d, a->kh);

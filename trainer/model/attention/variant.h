@@ -40,6 +40,10 @@ typedef struct {
     int out_scale, out_shift;     // core output ⊙ small[out_scale_at..] / + tensor out_tensor
     int out_scale_at;             // offset in `small` of the [n, d] output scale
     int out_tensor;               // variant tensor receiving d(out_scale | out_shift)
+    // The materialised Q heads are q ⊙ small[q_scale_at..] per head ([n, d]): a backend whose
+    // core scales Q itself (ops.h attention_q_scale) reads q and the scale instead, and its dQ
+    // is still per head (the qhc-wide gradient).
+    int q_scale, q_scale_at;
     int small;                    // floats of per-layer small tensors (1+e, products)
     int extra;                    // columns of a per-layer [N, extra] buffer (latents), saved
     double proj_macs;             // multiply-adds per token of the projections (flop count)
