@@ -42,12 +42,64 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
 // BERT-large's 1024 at 256 threads) and recomputes any others from x and r.  s is stored in
 // the last pass, after every read of its row, so it may alias r; y may alias s (stored after it).
 #define RLN_KEEP 4
+// A row's values kept in registers (the first RLN_KEEP per thread; any others recomputed by
+// `val`) and their LayerNorm statistics, in layernorm_forward_kernel's per-thread order (two
+// passes: mean, then the centred variance).  Val: float operator()(int c), c < C.
+template <typename Val>
+struct KeptRow {
+    float keep[RLN_KEEP];
+    float mu, rs;
+    __device__ __forceinline__ KeptRow(const Val &val, int C, float eps, float *buf) {
+        const int kept = RLN_KEEP * blockDim.x;
+        float sum = 0;
+#pragma unroll
+        for (int k = 0; k < RLN_KEEP; k++) {
+            const int c = threadIdx.x + k * blockDim.x;
+            keep[k] = c < C ? val(c) : 0.0f;
+            sum += keep[k];
+        }
+        for (int c = kept + threadIdx.x; c < C; c += blockDim.x) sum += val(c);
+        mu = block_sum(sum, buf) / (float)C;
+        float var = 0;
+#pragma unroll
+        for (int k = 0; k < RLN_KEEP; k++) {
+            const float d = (int)(threadIdx.x + k * blockDim.x) < C ? keep[k] - mu : 0.0f;
+            var += d * d;
+        }
+        for (int c = kept + threadIdx.x; c < C; c += blockDim.x) {
+            const float d = val(c) - mu;
+            var += d * d;
+        }
+        rs = rsqrtf(block_sum(var, buf) / (float)C + eps);
+    }
+    // store(c, v) for every column with its value, kept or recomputed.
+    template <typename Store>
+    __device__ __forceinline__ void each(const Val &val, int C, Store store) const {
+#pragma unroll
+        for (int k = 0; k < RLN_KEEP; k++) {
+            const int c = threadIdx.x + k * blockDim.x;
+            if (c >= C) break;
+            store(c, keep[k]);
+        }
+        for (int c = RLN_KEEP * blockDim.x + threadIdx.x; c < C; c += blockDim.x) store(c, val(c));
+    }
+};
+
+// s = x + dropout(r) at column c of the row at off.
 template <typename X, typename R>
-__device__ __forceinline__ float residual_sum(const X *x, const R *r, size_t i, float p, float inv, uint64_t key,
-                                              uint32_t threshold) {
-    const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_float(r, i) * inv : 0.0f;
-    return ld_float(x, i) + d;
-}
+struct ResidualVal {
+    const X *x;
+    const R *r;
+    size_t off;
+    float p, inv;
+    uint64_t key;
+    uint32_t threshold;
+    __device__ __forceinline__ float operator()(int c) const {
+        const size_t i = off + c;
+        const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_float(r, i) * inv : 0.0f;
+        return ld_float(x, i) + d;
+    }
+};
 // The kernel's input types by name (the launch macro's argument cannot hold a comma).
 template <typename XT, typename RT>
 struct RlnIn {
@@ -65,41 +117,13 @@ __global__ void residual_layernorm_kernel(const typename In::X *x, const typenam
                                           float *rstd) {
     __shared__ float buf[32];
     const size_t off = (size_t)blockIdx.x * C;
-    const float inv = 1.0f / (1.0f - p);
-    const int kept = RLN_KEEP * blockDim.x;
-    float keep[RLN_KEEP];
-    float sum = 0;
-#pragma unroll
-    for (int k = 0; k < RLN_KEEP; k++) {
-        const int c = threadIdx.x + k * blockDim.x;
-        keep[k] = c < C ? residual_sum(x, r, off + c, p, inv, key, threshold) : 0.0f;
-        sum += keep[k];
-    }
-    for (int c = kept + threadIdx.x; c < C; c += blockDim.x) sum += residual_sum(x, r, off + c, p, inv, key, threshold);
-    const float mu = block_sum(sum, buf) / (float)C;
-    float var = 0;
-#pragma unroll
-    for (int k = 0; k < RLN_KEEP; k++) {
-        const float d = (int)(threadIdx.x + k * blockDim.x) < C ? keep[k] - mu : 0.0f;
-        var += d * d;
-    }
-    for (int c = kept + threadIdx.x; c < C; c += blockDim.x) {
-        const float d = residual_sum(x, r, off + c, p, inv, key, threshold) - mu;
-        var += d * d;
-    }
-    const float rs = rsqrtf(block_sum(var, buf) / (float)C + eps);
-#pragma unroll
-    for (int k = 0; k < RLN_KEEP; k++) {
-        const int c = threadIdx.x + k * blockDim.x;
-        if (c >= C) break;
-        store_twin(s, sb, off + c, keep[k]);
-        store_twin(y, yb, off + c, (keep[k] - mu) * rs * gamma[c] + beta[c]);
-    }
-    for (int c = kept + threadIdx.x; c < C; c += blockDim.x) {
-        const float v = residual_sum(x, r, off + c, p, inv, key, threshold);
+    const ResidualVal<typename In::X, typename In::R> val{x, r, off, p, 1.0f / (1.0f - p), key, threshold};
+    const KeptRow<ResidualVal<typename In::X, typename In::R>> row(val, C, eps, buf);
+    const float mu = row.mu, rs = row.rs;
+    row.each(val, C, [&](int c, float v) {
         store_twin(s, sb, off + c, v);
         store_twin(y, yb, off + c, (v - mu) * rs * gamma[c] + beta[c]);
-    }
+    });
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = mu;
         rstd[blockIdx.x] = rs;
@@ -110,60 +134,33 @@ __global__ void residual_layernorm_kernel(const typename In::X *x, const typenam
 // as embedding_forward_kernel adds them, LayerNorm(e) as layernorm_forward_kernel (the same
 // per-thread order of the two passes), then the dropout op's mask — one pass instead of three
 // kernels writing and re-reading the row.  e (LayerNorm's backward input) and y may be lean.
-// Each thread keeps its first RLN_KEEP sums in registers; longer rows gather again.
-__device__ __forceinline__ float embed_sum(const int32_t *ids, const int32_t *type_ids, const float *word,
-                                           const float *pos, const float *type, size_t row, int t, int D, int c) {
-    float v = word[(size_t)ids[row] * D + c] + pos[(size_t)t * D + c];
-    if (type) v += type[(size_t)(type_ids ? type_ids[row] : 0) * D + c];
-    return v;
-}
+struct EmbedVal {
+    const float *word_row, *pos_row, *type_row;  // type_row NULL: no token types
+    __device__ __forceinline__ float operator()(int c) const {
+        float v = word_row[c] + pos_row[c];
+        if (type_row) v += type_row[c];
+        return v;
+    }
+};
 __global__ void embedding_layernorm_kernel(const int32_t *ids, const int32_t *type_ids, const float *word,
                                            const float *pos, const float *type, const float *gamma,
                                            const float *beta, int T, int D, float eps, float p, uint64_t key,
                                            uint32_t threshold, float *e, __nv_bfloat16 *eb, float *y,
                                            __nv_bfloat16 *yb, float *mean, float *rstd) {
     __shared__ float buf[32];
-    const size_t row = blockIdx.x, off = row * D;
-    const int t = (int)(row % T), kept = RLN_KEEP * blockDim.x;
-    float keep[RLN_KEEP];
-    float sum = 0;
-#pragma unroll
-    for (int k = 0; k < RLN_KEEP; k++) {
-        const int c = threadIdx.x + k * blockDim.x;
-        keep[k] = c < D ? embed_sum(ids, type_ids, word, pos, type, row, t, D, c) : 0.0f;
-        sum += keep[k];
-    }
-    for (int c = kept + threadIdx.x; c < D; c += blockDim.x) sum += embed_sum(ids, type_ids, word, pos, type, row, t, D, c);
-    const float mu = block_sum(sum, buf) / (float)D;
-    float var = 0;
-#pragma unroll
-    for (int k = 0; k < RLN_KEEP; k++) {
-        const float d = (int)(threadIdx.x + k * blockDim.x) < D ? keep[k] - mu : 0.0f;
-        var += d * d;
-    }
-    for (int c = kept + threadIdx.x; c < D; c += blockDim.x) {
-        const float d = embed_sum(ids, type_ids, word, pos, type, row, t, D, c) - mu;
-        var += d * d;
-    }
-    const float rs = rsqrtf(block_sum(var, buf) / (float)D + eps);
-    const float inv = 1.0f / (1.0f - p);
-#pragma unroll
-    for (int k = 0; k < RLN_KEEP; k++) {
-        const int c = threadIdx.x + k * blockDim.x;
-        if (c >= D) break;
-        store_twin(e, eb, off + c, keep[k]);
-        const float yv = (keep[k] - mu) * rs * gamma[c] + beta[c];
-        store_twin(y, yb, off + c, p <= 0.0f || ops_dropout_keep_fast(key, off + c, threshold) ? yv * inv : 0.0f);
-    }
-    for (int c = kept + threadIdx.x; c < D; c += blockDim.x) {
-        const float v = embed_sum(ids, type_ids, word, pos, type, row, t, D, c);
+    const size_t row_i = blockIdx.x, off = row_i * D;
+    const EmbedVal val{word + (size_t)ids[row_i] * D, pos + (size_t)(row_i % T) * D,
+                       type ? type + (size_t)(type_ids ? type_ids[row_i] : 0) * D : nullptr};
+    const KeptRow<EmbedVal> row(val, D, eps, buf);
+    const float mu = row.mu, rs = row.rs, inv = 1.0f / (1.0f - p);
+    row.each(val, D, [&](int c, float v) {
         store_twin(e, eb, off + c, v);
         const float yv = (v - mu) * rs * gamma[c] + beta[c];
         store_twin(y, yb, off + c, p <= 0.0f || ops_dropout_keep_fast(key, off + c, threshold) ? yv * inv : 0.0f);
-    }
+    });
     if (threadIdx.x == 0) {
-        mean[row] = mu;
-        rstd[row] = rs;
+        mean[row_i] = mu;
+        rstd[row_i] = rs;
     }
 }
 
@@ -279,6 +276,22 @@ static void cuda_layernorm_forward(Backend *be, const float *x, const float *gam
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+// The outputs of a row op ending in LayerNorm: mean and rstd, and two lean-capable [n] tensors —
+// the sum the LayerNorm normalised (read by LayerNorm's backward only) and y (the next matmuls'
+// and residual step's input): either may turn lean (cuda_mirror.cu).
+struct LnOuts {
+    float *sf, *yf;
+    __nv_bfloat16 *sb, *yb;
+};
+static LnOuts ln_outputs(Backend *be, float *sum, float *y, size_t n, int N, float *mean, float *rstd) {
+    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
+    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
+    LnOuts o;
+    o.sb = cuda_mirror_out_lean(be, sum, n, &o.sf, LEAN_NORM);
+    o.yb = cuda_mirror_out_lean(be, y, n, &o.yf, LEAN_NORM);
+    return o;
+}
+
 static void cuda_residual_layernorm_forward(Backend *be, const float *x, const float *r, float p, uint64_t seed,
                                             uint64_t offset, const float *gamma, const float *beta, int N, int C,
                                             float eps, float *s, float *y, float *mean, float *rstd) {
@@ -290,13 +303,9 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
     cuda_mirror_track(be, r, n);
     cuda_mirror_track(be, x, n);
     const __nv_bfloat16 *rb = cuda_mirror_stale_twin(be, r, n), *xb = cuda_mirror_stale_twin(be, x, n);
-    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
-    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
-    // s is read by LayerNorm's backward only, y by the next layer's matmuls and residual step:
-    // both may turn lean (cuda_mirror.cu).
-    float *sf, *yf;
-    __nv_bfloat16 *sb = cuda_mirror_out_lean(be, s, n, &sf, LEAN_NORM);
-    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yf, LEAN_NORM);
+    const LnOuts o = ln_outputs(be, s, y, n, N, mean, rstd);
+    float *sf = o.sf, *yf = o.yf;
+    __nv_bfloat16 *sb = o.sb, *yb = o.yb;
     const float q = p > 0.0f ? p : 0.0f;
     // Reads x and r (4 B each, 2 from a twin), writes s and y (4 B each unless lean, + 2 B per
     // twin), gamma, beta, mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add,
@@ -332,13 +341,9 @@ static void cuda_embedding_layernorm_forward(Backend *be, const int32_t *ids, co
     double t0 = cuda_prof_begin(be);
     const int N = B * T;
     const size_t n = (size_t)N * D;
-    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
-    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
-    // e is read by LayerNorm's backward only, y by the first layer's matmuls and residual step:
-    // both may turn lean (cuda_mirror.cu).
-    float *ef, *yf;
-    __nv_bfloat16 *eb = cuda_mirror_out_lean(be, e, n, &ef, LEAN_NORM);
-    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yf, LEAN_NORM);
+    const LnOuts o = ln_outputs(be, e, y, n, N, mean, rstd);
+    float *ef = o.sf, *yf = o.yf;
+    __nv_bfloat16 *eb = o.sb, *yb = o.yb;
     const float q = p > 0.0f ? p : 0.0f;
     // Reads the word, position (and type) rows (4 B each per element, as embedding_forward
     // counts them) and the ids; gamma, beta, mean, rstd as layernorm_forward; writes e and y (4 B

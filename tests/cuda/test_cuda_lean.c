@@ -146,17 +146,23 @@ static void test_lean_matches_dual(void **state) {
     side_free(&dual);
 }
 
-// The emulation's safety net: a lean buffer's fp32 data is NaN once the next op has declared its
-// reads (emulated device memory is host memory), so an op reading it without declaring it would
-// poison every test; a declared read (download) gets the value.
-static void test_stale_fp32_is_poisoned_in_the_emulation(void **state) {
-    (void)state;
+// A lean side on random inputs after three steps: h, d and y lean (their fp32 stale).
+static Side lean_side_after_three_steps(void) {
     float hx[M * K], hW[K * N], hb[N];
     for (int i = 0; i < M * K; i++) hx[i] = uniform();
     for (int i = 0; i < K * N; i++) hW[i] = uniform();
     for (int i = 0; i < N; i++) hb[i] = uniform();
     Side s = side(1, hx, hW, hb);
     for (int t = 0; t < 3; t++) step(&s, t);
+    return s;
+}
+
+// The emulation's safety net: a lean buffer's fp32 data is NaN once the next op has declared its
+// reads (emulated device memory is host memory), so an op reading it without declaring it would
+// poison every test; a declared read (download) gets the value.
+static void test_stale_fp32_is_poisoned_in_the_emulation(void **state) {
+    (void)state;
+    Side s = lean_side_after_three_steps();
     // d = dropout(C) is lean; the next op's declaration (an unrelated read) fills it.
     s.be->scale(s.be, s.x, 1.0f, (size_t)M * K);
     s.be->synchronize(s.be);
@@ -174,12 +180,7 @@ static void test_stale_fp32_is_poisoned_in_the_emulation(void **state) {
 // is zeroed every step (the post-LN MLM backward's running gradient) stays lean that way.
 static void test_zero_drops_stale_marks(void **state) {
     (void)state;
-    float hx[M * K], hW[K * N], hb[N];
-    for (int i = 0; i < M * K; i++) hx[i] = uniform();
-    for (int i = 0; i < K * N; i++) hW[i] = uniform();
-    for (int i = 0; i < N; i++) hb[i] = uniform();
-    Side s = side(1, hx, hW, hb);
-    for (int t = 0; t < 3; t++) step(&s, t);
+    Side s = lean_side_after_three_steps();
     size_t stale = 0;
     assert_int_equal(backend_cuda_mirror_lean(s.be, &stale), 3);
     assert_true(stale == (size_t)M * K + 2u * M * N);  // h, d, y
