@@ -1,7 +1,7 @@
 """The PyTorch side of bench_vs_torch.sh: a plain Hugging Face-style BERT for masked-LM
 training, written in torch the way users write it (eager fp32, logits at every position,
-CrossEntropyLoss(ignore_index=-100), clip_grad_norm_(1.0), torch.optim.AdamW).  Same shapes, dropout and random
-token/label draw rule (mask_prob of positions scored) as `mhetrain bench`.
+CrossEntropyLoss(ignore_index=-100), clip_grad_norm_(1.0), torch.optim.AdamW).  Same shapes,
+dropout and random token/label draw rule (mask_prob of positions scored) as `mhetrain bench`.
 
 --fast (PyTorch 2): written the fast way instead: F.scaled_dot_product_attention (its own
 dropout), the MLM head on the scored positions only, AdamW(fused=True).  --bf16 adds

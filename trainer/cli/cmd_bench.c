@@ -1,5 +1,6 @@
-// mhetrain bench: a full training step (forward, backward, AdamW) on random tokens, timed by op
-// class, with MFU against the sgemm rate this machine reaches (measured at startup).
+// mhetrain bench: a full training step (forward, backward, gradient norm, AdamW) on random
+// tokens, timed by op class, with MFU against the sgemm rate this machine reaches (measured at
+// startup).
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
