@@ -388,6 +388,7 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
         CudaCtx *c = cuda_ctx(be);
         gs = cuda_grow(be, c->flash_g, c->flash_g_cap, rows_n * (size_t)dvd);
     }
+    const __nv_bfloat16 *gt = tc ? cuda_mirror_operand(be, dout, rows_n * (size_t)dvd) : nullptr;
     if (dout_scale || dout_shift) {
         // With the output scale/shift gradients' sums (from dout's twin too on the tensor-core
         // path: they then sum the bf16 dout the products see).
@@ -400,18 +401,16 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
         const double el = rows_n * dvd, gb = tc ? 2.0 : 4.0;
         const MheCost cost =
             mhe_cost(7.0 * el, (gb + 4.0 + (gs ? 2.0 : 0.0)) * el + 4.0 * rows_n + 4.0 * (double)np);
-        if (tc) {
-            const __nv_bfloat16 *gt = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
+        if (gt) {
             MHE_LAUNCH(flash_rowdot_sums_kernel<__nv_bfloat16>, grid, threads, smem, st, cost)(f, gt, opre, D, partials, gs);
         } else {
             MHE_LAUNCH(flash_rowdot_sums_kernel<float>, grid, threads, smem, st, cost)(f, dout, opre, D, partials, nullptr);
         }
         CUDA_CHECK_LAUNCH();
         cuda_colsum2_finish(be, partials, partials + (size_t)chunks * C, chunks, (int)C, dout_scale, dout_shift);
-    } else if (tc) {
-        const __nv_bfloat16 *gb = cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
+    } else if (gt) {
         MHE_LAUNCH(flash_rowdot_kernel<__nv_bfloat16>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
-                   mhe_cost(3.0 * rows_n * dvd, (6.0 + (gs ? 2.0 : 0.0)) * rows_n * dvd + 4.0 * rows_n))(f, gb, opre, D, gs);
+                   mhe_cost(3.0 * rows_n * dvd, (6.0 + (gs ? 2.0 : 0.0)) * rows_n * dvd + 4.0 * rows_n))(f, gt, opre, D, gs);
     } else {
         MHE_LAUNCH(flash_rowdot_kernel<float>, cuda_grid_for(rows_n), MHE_BLOCK, 0, st,
                    mhe_cost(3.0 * rows_n * dvd, 4.0 * (2.0 * rows_n * dvd + rows_n)))(f, dout, opre, D, nullptr);
