@@ -20,7 +20,7 @@ target_include_directories(mhecuda PRIVATE ${MHE_LAYERS_DIR}/mhe_kernels ${MHE_N
 target_compile_options(mhecuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${MHE_CUDA_PTXAS_VERBOSE}>>:-Xptxas=-v>)
-target_link_libraries(mhecuda PUBLIC mhe_kernels CUDA::cudart CUDA::cublas CUDA::cublasLt ${MHE_NCCL_LIBRARY} MPI::MPI_C)
+target_link_libraries(mhecuda PUBLIC mhe_kernels CUDA::cudart_static CUDA::cublas CUDA::cublasLt ${MHE_NCCL_LIBRARY} MPI::MPI_C)
 
 # The emulated twin: one generated .cpp per .cu that includes it, so the same file is compiled
 # by nvcc for mhecuda and by g++ here.

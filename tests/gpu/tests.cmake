@@ -3,6 +3,8 @@
 if(TARGET mhecuda)
   add_executable(gpu_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_bench.c)
   target_link_libraries(gpu_bench PRIVATE mhecore mhecuda)
+  add_executable(gpu_attn_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bench.c)
+  target_link_libraries(gpu_attn_bench PRIVATE mhecore mhecuda)
   # The parity (ops, attention), model and NCCL tests of tests/cuda, linked against the real backend.
   add_executable(gpu_parity ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_parity.c)
   target_link_libraries(gpu_parity PRIVATE mhecore mhecuda PkgConfig::CMOCKA)

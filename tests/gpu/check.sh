@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The one-call check for a bare GPU machine (driver, CUDA toolkit and PyTorch; none of our Debian
+# packages, no package manager):
+#   tests/gpu/check.sh ARCHIVE OUTDIR        ARCHIVE from tests/gpu/bundle.sh
+# Writes OUTDIR/check.log (everything) and OUTDIR/report.json (each step's status and time, and
+# every result line parsed into fields). Finishes within MHE_CHECK_BUDGET_S seconds (default 450):
+# a step that would start past the budget is recorded as skipped, and each step has its own
+# timeout. Exit status: 0 when every step passed, 1 otherwise or when there is no GPU.
+set -uo pipefail
+[ $# -eq 2 ] || { echo "usage: check.sh ARCHIVE OUTDIR" >&2; exit 2; }
+archive="$(realpath "$1")"
+out="$(mkdir -p "$2" && realpath "$2")"
+budget="${MHE_CHECK_BUDGET_S:-450}"
+t_start=$(date +%s)
+log="$out/check.log"
+: >"$log"
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  echo "check.sh: no NVIDIA GPU on this machine (nvidia-smi is missing or lists none); nothing was checked" | tee -a "$log" >&2
+  exit 1
+fi
+[ -f "$archive" ] || { echo "check.sh: $archive: no such archive (make it with tests/gpu/bundle.sh)" >&2; exit 1; }
+
+work="$(mktemp -d /tmp/mhegpu.XXXXXX)"
+tar -xzf "$archive" -C "$work" || { echo "check.sh: $archive: cannot unpack" >&2; exit 1; }
+B="$work/mhegpu"
+results="$out/steps.tsv"
+: >"$results"
+
+# cuBLAS, cuBLASLt and NCCL are not in the bundle: the CUDA toolkit's, or PyTorch's nvidia wheels.
+libpath="$B/lib"
+py="$(command -v python3 || true)"
+wheel_dirs=""
+[ -n "$py" ] && wheel_dirs="$("$py" -c 'import glob, os, nvidia; [print(d) for p in nvidia.__path__ for d in sorted(glob.glob(os.path.join(p, "*", "lib")))]' 2>/dev/null)"
+for need in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  found=""
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $wheel_dirs /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$d/$need" ]; then found="$d"; break; fi
+  done
+  if [ -z "$found" ]; then
+    echo "check.sh: $need not found (looked in the CUDA toolkit, PyTorch's nvidia wheels, /usr/lib)" | tee -a "$log" >&2
+  else
+    case ":$libpath:" in *":$found:"*) ;; *) libpath="$libpath:$found" ;; esac
+  fi
+done
+export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The bundled Open MPI runs one rank without mpirun (singleton), its plugins from the bundle.
+export OPAL_PREFIX="$B/openmpi" OMPI_MCA_mca_base_component_path="$B/openmpi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3"
+export PMIX_MCA_mca_base_component_path="$B/pmix" OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1
+export PATH="/usr/local/cuda/bin:$PATH"
+gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
+peak=0
+case "$gpu_name" in *H100*PCIe*) peak=756 ;; *H100*|*H200*) peak=989 ;; *A100*) peak=312 ;; esac
+
+# step NAME TIMEOUT_S COMMAND...: runs it with its output in the log; one row of steps.tsv.
+step() {
+  local name="$1" limit="$2"; shift 2
+  local now left t0 rc
+  now=$(date +%s); left=$((budget - (now - t_start)))
+  if [ "$left" -lt 10 ]; then
+    printf '%s\tskipped\t0\tout of time\n' "$name" >>"$results"
+    printf '\n== %s: skipped (out of time)\n' "$name" >>"$log"
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  printf '\n== %s (limit %ss)\n' "$name" "$limit" >>"$log"
+  t0=$(date +%s.%N)
+  (cd "$B" && timeout -k 5 "$limit" "$@") >>"$log" 2>&1
+  rc=$?
+  local secs; secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  local status=passed
+  [ $rc -ne 0 ] && status=failed
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && status=timeout
+  printf '%s\t%s\t%s\trc=%d\n' "$name" "$status" "$secs" "$rc" >>"$results"
+  printf '== %s: %s (rc %d, %ss)\n' "$name" "$status" "$rc" "$secs" | tee -a "$log"
+}
+
+{
+  echo "date: $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+  [ -n "$py" ] && "$py" -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' 2>&1
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+} >>"$log" 2>&1
+bin="$B/bin"
+cfg="$B/configs"
+step info 30 "$bin/mhetrain" info
+# 1. parity of every op, the attention core and every arch x attention type vs the CPU backend.
+step parity_ops 90 "$bin/gpu_parity"
+step parity_attention 90 "$bin/gpu_attention"
+# 2. learning: 100 steps on one batch (the loss must fall), then mhetrain train on a real corpus.
+step train_100 60 "$bin/gpu_bench" "$cfg/tiny-gpt-mha.yaml" 100 "$peak" runtime.device=cuda runtime.precision=bf16
+step mhetrain_train 90 "$bin/mhetrain" train "$cfg/quickstart.yaml" runtime.device=cuda runtime.precision=bf16 \
+  data.train=[corpus/shards/train] data.valid=[corpus/shards/valid] data.tokenizer=corpus/vocab.txt \
+  data.tokenizer_kind=wordpiece model.vocab_size=30522 train.steps=100 train.log_every=10 train.eval_every=50 \
+  train.out_dir="$work/train-out"
+# 3. timed steps: event-free between the warm-up and the end (gpu_bench), then our attention core
+#    and PyTorch's SDPA on the same shapes, then PyTorch's models.
+models=("bert-base-mha.yaml 128 64" "bert-base-mhe-mul.yaml 128 64" "bert-base-mha.yaml 512 16"
+        "bert-base-mhe-mul.yaml 512 16" "gpt2-small-mha.yaml 1024 16" "gpt2-small-mhe-mul.yaml 1024 16")
+for mdl in "${models[@]}"; do
+  set -- $mdl
+  step "time_${1%.yaml}_${2}x$3" 45 "$bin/gpu_bench" "$cfg/$1" 25 "$peak" runtime.device=cuda \
+    runtime.precision=bf16 data.seq_len="$2" train.micro_batch="$3"
+done
+step attn_ours 60 "$bin/gpu_attn_bench" bf16
+if [ -n "$py" ]; then
+  step attn_sdpa 90 "$py" "$B/tests/torch_gpu.py" attention
+  for mdl in "bert mha 128 64" "bert mhe_mul 128 64" "bert mha 512 16" "bert mhe_mul 512 16" \
+             "gpt mha 1024 16" "gpt mhe_mul 1024 16"; do
+    set -- $mdl
+    step "torch_$1_$2_${3}x$4" 45 "$py" "$B/tests/torch_gpu.py" model --arch "$1" --attention "$2" --seq "$3" --batch "$4"
+  done
+fi
+# parity of every arch x attention type (its CPU reference side is the slow part)
+step parity_model 120 "$bin/gpu_model"
+# 4. per op class: one profiled step (synchronises per op) next to the cost model's bound.
+for mdl in "bert-base-mhe-mul.yaml 512 16" "gpt2-small-mha.yaml 1024 16" "bert-base-mha.yaml 128 64"; do
+  set -- $mdl
+  step "opclass_${1%.yaml}_${2}x$3" 60 "$bin/mhetrain" bench "$cfg/$1" runtime.device=cuda runtime.precision=bf16 \
+    data.seq_len="$2" train.micro_batch="$3" --gpu h100 --steps 1 --top 20
+done
+# 5. compute-sanitizer over a small training step (tiny BERT mhe_mul and GPT, bf16).
+if command -v compute-sanitizer >/dev/null; then
+  step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/gpu_bench" "$cfg/tiny-bert-mhe-mul.yaml" 2 0 \
+    runtime.device=cuda runtime.precision=bf16 train.micro_batch=2 data.seq_len=64
+  step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/gpu_bench" "$cfg/tiny-gpt-mha.yaml" 2 0 \
+    runtime.device=cuda runtime.precision=bf16 train.micro_batch=2 data.seq_len=64
+  step synccheck 60 compute-sanitizer --tool synccheck --error-exitcode 9 "$bin/gpu_bench" "$cfg/tiny-bert-mhe-mul.yaml" 2 0 \
+    runtime.device=cuda runtime.precision=bf16 train.micro_batch=2 data.seq_len=64
+fi
+# 6. NCCL through the bundled MPI, one rank (singleton).
+step nccl_1rank 60 "$bin/gpu_nccl"
+# 7. torch.compile's step where time is left (compiles take a minute each).
+if [ -n "$py" ]; then
+  step torch_compile_bert_mha_512x16 120 "$py" "$B/tests/torch_gpu.py" model --arch bert --attention mha --seq 512 --batch 16 --compile
+fi
+
+elapsed=$(( $(date +%s) - t_start ))
+"${py:-python3}" "$B/tests/report.py" "$results" "$log" "$out/report.json" "$gpu_name" "$driver" "$elapsed" ||
+  echo "check.sh: report.json not written" >&2
+failed=$(awk -F'\t' '$2 != "passed"' "$results" | wc -l)
+echo "check.sh: $(awk -F'\t' '$2 == "passed"' "$results" | wc -l) steps passed, $failed not, in ${elapsed}s; report: $out/report.json"
+[ "$failed" -eq 0 ]

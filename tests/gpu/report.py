@@ -1,0 +1,67 @@
+"""Makes check.sh's report.json from its steps.tsv and log (no third-party packages: it runs on the
+bare GPU machine).  usage: report.py STEPS.tsv CHECK.log REPORT.json GPU DRIVER SECONDS
+
+report.json: {date, gpu, driver, seconds, steps: [{name, status, seconds, detail}],
+results: {prefix: [ {field: value} per line ]}, opclass: {step: [lines of the cost model's table]}}
+where a result line is `prefix: key=value key=value ...` (torch-result, attn-result, sdpa-result,
+cost-result) or gpu_bench's `throughput:` line.
+"""
+import datetime
+import json
+import re
+import sys
+
+PREFIXES = ("torch-result", "attn-result", "sdpa-result", "cost-result")
+
+
+def fields(text):
+    out = {}
+    for key, val in re.findall(r"(\w+)=(\S+)", text):
+        try:
+            out[key] = float(val) if re.fullmatch(r"[-+]?[0-9.]+(e[-+]?[0-9]+)?", val) else val
+        except ValueError:
+            out[key] = val
+    return out
+
+
+def main():
+    steps_path, log_path, report_path, gpu, driver, seconds = sys.argv[1:7]
+    steps = []
+    with open(steps_path) as f:
+        for line in f:
+            name, status, secs, detail = (line.rstrip("\n").split("\t") + [""] * 4)[:4]
+            steps.append({"name": name, "status": status, "seconds": float(secs or 0), "detail": detail})
+    results = {p: [] for p in PREFIXES}
+    results["throughput"] = []
+    opclass, current, in_table = {}, None, False
+    with open(log_path, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = re.match(r"== (\S+) \(limit", line)
+            if m:
+                current, in_table = m.group(1), False
+                continue
+            for p in PREFIXES:
+                if line.startswith(p + ":"):
+                    results[p].append(dict(fields(line[len(p) + 1:]), step=current))
+            m = re.match(r"throughput: ([0-9.]+) tokens/s, ([0-9.]+) TFLOP/s(?:, MFU ([0-9.]+)%)?", line)
+            if m:
+                results["throughput"].append({"step": current, "tokens_per_s": float(m.group(1)),
+                                              "tflops": float(m.group(2)),
+                                              "mfu_percent": float(m.group(3)) if m.group(3) else None})
+            if current and current.startswith("opclass_"):
+                if line.startswith("predicted") or line.startswith("cost model:") or line.startswith("launches"):
+                    in_table = True
+                if in_table:
+                    opclass.setdefault(current, []).append(line)
+                if line.startswith("cost-result:"):
+                    in_table = False
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "gpu": gpu, "driver": driver, "seconds": float(seconds), "steps": steps,
+              "results": results, "opclass": opclass}
+    with open(report_path, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
