@@ -26,7 +26,8 @@ B="$stage/mhegpu"
 mkdir -p "$B/bin" "$B/lib" "$B/tests" "$B/corpus"
 for p in "${progs[@]}"; do cp "$build/$p" "$B/bin/"; strip --strip-debug "$B/bin/$p"; done
 cp -r "$here/configs" "$B/"
-cp "$here/tests/gpu/check.sh" "$here/tests/gpu/torch_gpu.py" "$here/tests/gpu/report.py" "$B/tests/"
+cp "$here/tests/gpu/check.sh" "$here/tests/gpu/torch_gpu.py" "$here/tests/gpu/report.py" \
+  "$here/tests/gpu/sanitize.sh" "$B/tests/"
 
 # Open MPI's plugins and help files in its own layout under a relocatable prefix (OPAL_PREFIX).
 ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3

@@ -5,6 +5,9 @@ if(TARGET mhecuda)
   target_link_libraries(gpu_bench PRIVATE mhecore mhecuda)
   add_executable(gpu_attn_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bench.c)
   target_link_libraries(gpu_attn_bench PRIVATE mhecore mhecuda)
+  # The same against the emulation in record-only mode: the host's cost per attention call.
+  add_executable(gpu_attn_bench_emu ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bench.c)
+  target_link_libraries(gpu_attn_bench_emu PRIVATE mhecore mhecuda_emu)
   # The parity (ops, attention), model and NCCL tests of tests/cuda, linked against the real backend.
   add_executable(gpu_parity ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_parity.c)
   target_link_libraries(gpu_parity PRIVATE mhecore mhecuda PkgConfig::CMOCKA)
