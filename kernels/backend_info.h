@@ -52,6 +52,7 @@ typedef struct {
     long calls;
     double seconds, tc_flops, flops, bytes;
     double compute_seconds, memory_seconds, launch_seconds;  // the terms of `seconds`
+    double expected_seconds;  // at the efficiency table's rates (cuda_cost_expect.cu)
 } CostEntry;
 #define COST_TOP 40  // kept; bench --top N prints the first N
 // One call on the predicted timeline (the all-reduces are kept for the report).
@@ -60,8 +61,11 @@ typedef struct {
 } CostSpan;
 #define COST_COMM_MAX 64
 typedef struct {
-    double seconds;                   // predicted step: the last stream to finish
+    double seconds;                   // predicted step (bound): the last stream to finish
     double class_seconds[OPC_COUNT];
+    // The same at the efficiency table's rates (kernels/cuda/cuda_cost_expect.cu): "expected".
+    double expected_seconds, expected_compute_seconds, expected_exposed_comm_seconds;
+    double expected_class_seconds[OPC_COUNT];
     long class_calls[OPC_COUNT];
     long launches;                    // kernels + library calls + memsets/copies
     double tc_flops, flops, bytes, gemm_flops;
@@ -86,6 +90,12 @@ void backend_cuda_cost_stop(const GpuSpec *g, CostReport *r);  // stop, predict 
 double backend_cuda_cost_predict(const GpuSpec *g, double tc_flops, double flops, double bytes,
                                  double host_bytes);
 double backend_cuda_cost_peak_bytes(void);
+// The "expected" figures of single calls (kernels/cuda/cuda_cost_expect.cu): a GEMM C[M,N] =
+// A[M,K] B[K,N] (x batch) as published for cuBLAS (ours = 0) or at our GEMM path's measured share
+// (ours = 1), and a kernel labelled `label` with the given work (blocks as MheCost.blocks).
+double backend_cuda_cost_expected_gemm(const GpuSpec *g, int M, int N, int K, int batch, int bf16, int ours);
+double backend_cuda_cost_expected_kernel(const GpuSpec *g, const char *label, double tc_flops, double flops,
+                                         double bytes, double blocks);
 // Predict the all-reduces as if over `ranks` GPUs (bench --ranks); 0: the communicator's size.
 void backend_cuda_cost_ranks(int ranks);
 // Writes the last predicted step's timeline (stream, start and end in microseconds, call), one

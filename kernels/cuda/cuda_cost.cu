@@ -19,6 +19,7 @@ extern "C" {
 #include "kernels/backend_info.h"
 }
 #include "kernels/cuda/cuda_cost.h"
+#include "kernels/cuda/cuda_cost_expect.h"
 
 extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -37,6 +38,7 @@ struct Record {
     int world = 1;                // ALLREDUCE: the communicator's size; cost.bytes: the buffer
     double passes = 2.0;          // ALLREDUCE: ring passes over the buffer (2 all-reduce, 1 reduce
                                   // or broadcast)
+    int M = 0, N = 0, K = 0, batch = 0, bf16 = 0;  // gemms: the shape (expected time by waves)
 };
 
 struct Span {
@@ -124,7 +126,9 @@ static bool record_gemm(int M, int N, int K, int batch, int bf16, int reads_c, c
         std::snprintf(label, sizeof label, "gemm %dx%dx%d%s%s %s%s%s%s", M, N, K, batch > 1 ? " x" : "",
                       batch > 1 ? std::to_string(batch).c_str() : "", bf16 ? "bf16" : "fp32",
                       c_el < 4.0 ? "->bf16" : "", epilogue ? " " : "", epilogue ? epilogue : "");
-        r.recs.push_back(Record{"gemm", label, -1, c});
+        Record x{"gemm", label, -1, c};
+        x.M = M, x.N = N, x.K = K, x.batch = batch, x.bf16 = bf16;
+        r.recs.push_back(x);
     }
     return !r.dry;
 }
@@ -223,6 +227,12 @@ static double call_seconds(const GpuSpec *g, const Record &x) {
     return (t - fixed) * g->sms / c.blocks + fixed;
 }
 
+// The same call at the efficiency table's rates (cuda_cost_expect.cu).
+static double call_expected_seconds(const GpuSpec *g, const Record &x) {
+    if (x.batch > 0) return cost_expected_gemm(g, x.M, x.N, x.K, x.batch, x.bf16, x.cost.bytes, true);
+    return cost_expected_kernel(g, x.label.c_str(), x.cost);
+}
+
 extern "C" void backend_cuda_cost_ranks(int ranks) { rec().ranks = ranks > 0 ? ranks : 0; }
 
 // Ring all-reduce: every rank sends and receives 2 (n-1)/n of the buffer (reduce-scatter then
@@ -235,10 +245,12 @@ static double allreduce_seconds(const GpuSpec *g, double bytes, int n, double pa
 
 // Lays the records out on the streams in issue order: a call starts when its stream has
 // finished the previous one and every event the stream waited on has been reached.
-static void schedule(const GpuSpec *g, Recorder &r, CostReport *out) {
+// `expected`: each call at call_expected_seconds instead of the bound; the result goes to the
+// report's expected_* fields and the timeline file keeps the bound's.
+static void schedule(const GpuSpec *g, Recorder &r, CostReport *out, bool expected) {
     double clock[MHE_STREAMS] = {0}, busy[MHE_STREAMS] = {0};
     std::unordered_map<const void *, double> at;  // event -> time it is reached
-    r.spans.clear();
+    if (!expected) r.spans.clear();
     for (const Record &x : r.recs) {
         double &now = clock[x.stream];
         if (x.kind == EVENT_RECORD) {
@@ -255,16 +267,24 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out) {
         if (x.kind == ALLREDUCE) {
             int n = r.ranks > 0 ? r.ranks : x.world;
             t = allreduce_seconds(g, x.cost.bytes, n, x.passes);
-            out->ranks = n;
-            if (out->n_comm < COST_COMM_MAX) out->comm[out->n_comm++] = CostSpan{now, now + t, x.cost.bytes};
-            out->comm_calls++;
-            out->comm_bytes += x.cost.bytes;
+            if (!expected) {
+                out->ranks = n;
+                if (out->n_comm < COST_COMM_MAX) out->comm[out->n_comm++] = CostSpan{now, now + t, x.cost.bytes};
+                out->comm_calls++;
+                out->comm_bytes += x.cost.bytes;
+            }
         } else {
-            t = call_seconds(g, x);
+            t = expected ? call_expected_seconds(g, x) : call_seconds(g, x);
         }
-        r.spans.push_back(Span{x.stream, now, now + t, x.label});
+        if (!expected) r.spans.push_back(Span{x.stream, now, now + t, x.label});
         now += t;
         busy[x.stream] += t;
+    }
+    if (expected) {
+        out->expected_seconds = *std::max_element(clock, clock + MHE_STREAMS);
+        out->expected_compute_seconds = busy[MHE_STREAM_COMPUTE];
+        out->expected_exposed_comm_seconds = std::max(0.0, out->expected_seconds - busy[MHE_STREAM_COMPUTE]);
+        return;
     }
     out->seconds = *std::max_element(clock, clock + MHE_STREAMS);
     out->compute_seconds = busy[MHE_STREAM_COMPUTE];
@@ -291,7 +311,8 @@ extern "C" void backend_cuda_cost_stop(const GpuSpec *g, CostReport *out) {
     mhe_cost_close_op(OPC_OTHER);  // calls outside any op (uploads, downloads)
     std::memset(out, 0, sizeof *out);
     out->ranks = r.ranks > 0 ? r.ranks : 1;
-    schedule(g, r, out);
+    schedule(g, r, out, false);
+    schedule(g, r, out, true);
     std::map<std::string, CostEntry> by_label;
     for (const Record &x : r.recs) {
         // Stream ordering is no work; communication is reported on its own (schedule).
@@ -300,8 +321,9 @@ extern "C" void backend_cuda_cost_stop(const GpuSpec *g, CostReport *out) {
             continue;
         }
         const MheCost &c = x.cost;
-        double t = call_seconds(g, x);
+        double t = call_seconds(g, x), te = call_expected_seconds(g, x);
         out->class_seconds[x.op_class] += t;
+        out->expected_class_seconds[x.op_class] += te;
         out->class_calls[x.op_class]++;
         out->launches++;
         out->tc_flops += c.tc_flops;
@@ -315,6 +337,7 @@ extern "C" void backend_cuda_cost_stop(const GpuSpec *g, CostReport *out) {
         }
         e.calls++;
         e.seconds += t;
+        e.expected_seconds += te;
         e.tc_flops += c.tc_flops;
         e.flops += c.flops;
         e.bytes += c.bytes;

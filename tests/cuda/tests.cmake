@@ -42,6 +42,10 @@ if(TARGET mhecuda_emu)
   target_link_libraries(test_cuda_cost PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_cost COMMAND test_cuda_cost)
   set_tests_properties(test_cuda_cost PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
+  add_executable(test_cuda_cost_expect ${CMAKE_CURRENT_LIST_DIR}/test_cuda_cost_expect.c)
+  target_link_libraries(test_cuda_cost_expect PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_cost_expect COMMAND test_cuda_cost_expect)
+  set_tests_properties(test_cuda_cost_expect PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
 
   add_executable(test_cuda_model ${CMAKE_CURRENT_LIST_DIR}/test_cuda_model.c)
   target_link_libraries(test_cuda_model PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
@@ -115,6 +119,11 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_bench_zero PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 300 LABELS "cuda;dist")
+  # The expected step against the H100 measurement it was fitted to (CALIBRATION.md).
+  add_test(NAME test_cuda_cost_calibration COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_cost_calibration.sh)
+  set_tests_properties(test_cuda_cost_calibration PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
+    TIMEOUT 300 LABELS "cuda")
   # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
   set_property(TEST test_cuda_emu_reduce test_cuda_parity test_cuda_attention test_cuda_cost test_cuda_model_variants
     test_cuda_model_training test_cuda_nccl_np2 test_cuda_nccl_dead_peer_ends_job

@@ -60,6 +60,15 @@ static void run(Backend *be, Shape sh, int reps) {
         be->attention_forward(be, &s, q, k, v, out, saved, scratch);
         be->attention_backward(be, &s, q, k, v, saved, dout, dq, dk, dv, NULL, NULL, NULL, scratch);
     }
+    // The cost model's figures for one call of each (kernels/cuda/README.md "Cost model").
+    const GpuSpec *h100 = gpu_spec_find("h100");
+    CostReport cf, cb;
+    backend_cuda_cost_start();
+    be->attention_forward(be, &s, q, k, v, out, saved, scratch);
+    backend_cuda_cost_stop(h100, &cf);
+    backend_cuda_cost_start();
+    be->attention_backward(be, &s, q, k, v, saved, dout, dq, dk, dv, NULL, NULL, NULL, scratch);
+    backend_cuda_cost_stop(h100, &cb);
     be->synchronize(be);
     double t0 = now_s();
     for (int i = 0; i < reps; i++) be->attention_forward(be, &s, q, k, v, out, saved, scratch);
@@ -74,9 +83,11 @@ static void run(Backend *be, Shape sh, int reps) {
     const double fwd = (t1 - t0) / reps, bwd = (t2 - t1) / reps;
     const double f = 4.0 * sh.B * sh.H * (double)sh.T * sh.T * sh.d * (sh.causal ? 0.5 : 1.0);
     printf("attn-result: B=%d H=%d T=%d d=%d causal=%d fwd_ms=%.4f bwd_ms=%.4f fwd_tflops=%.1f bwd_tflops=%.1f "
-           "host_fwd_ms=%.4f host_bwd_ms=%.4f\n",
+           "host_fwd_ms=%.4f host_bwd_ms=%.4f bound_fwd_ms=%.4f bound_bwd_ms=%.4f expected_fwd_ms=%.4f "
+           "expected_bwd_ms=%.4f\n",
            sh.B, sh.H, sh.T, sh.d, sh.causal, 1e3 * fwd, 1e3 * bwd, f / fwd / 1e12, 2.5 * f / bwd / 1e12,
-           1e3 * issued_f / reps, 1e3 * issued_b / reps);
+           1e3 * issued_f / reps, 1e3 * issued_b / reps, 1e3 * cf.seconds, 1e3 * cb.seconds,
+           1e3 * cf.expected_seconds, 1e3 * cb.expected_seconds);
     fflush(stdout);
     float *bufs[] = {q, k, v, dout, out, dq, dk, dv, saved, scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(be, bufs[i]);

@@ -9,10 +9,12 @@
 // Without a visible GPU, replaces the process by mhetrain_emu (same arguments), whose emulated
 // backend predicts in record-only mode; returns when a GPU is present or already emulated.
 void bench_gpu_reexec_emulated(int argc, char **argv);
-// Prints the predicted step on g (and the measured op classes when `measured` is non-NULL).
+// Prints the predicted step on g, bound and expected (and the measured op classes when
+// `measured` is non-NULL).  host_s > 0: the host's own time per step (record-only: issuing every
+// call with nothing run); the expected step is then max(host, GPU).
 void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostReport *r,
                       double model_flops, long tokens, const OpProfile *measured, int measured_steps,
-                      int top);
+                      int top, double host_s);
 
 // bench --ranks N: the step as the trainer runs it data-parallel on a CUDA backend.  The real
 // gradient reducer and NCCL communicator (over this process alone, an MPI singleton) start

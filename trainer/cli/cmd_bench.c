@@ -225,8 +225,9 @@ int cmd_bench(int argc, char **argv) {
     const double step = t_total / steps;
     const double flops = model_step_flops(m, B, T);
     if (spec) {
+        // Record-only: the recorded step's wall time is the host's own cost of issuing it.
         bench_gpu_report(spec, cfg.runtime.precision == PREC_BF16, record_only, &cost, flops, (long)B * T,
-                         record_only ? NULL : &prof, steps, top);
+                         record_only ? NULL : &prof, steps, top, record_only ? t_total / steps : 0.0);
         // The erf GELU is the one activation cuBLASLt cannot fuse: say what it costs here.
         double gelu_s = 0;
         for (int i = 0; i < cost.n_top; i++)

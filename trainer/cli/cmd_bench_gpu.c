@@ -102,34 +102,43 @@ static const char *class_names[OPC_COUNT] = {"matmul", "attention", "norm/activa
 
 void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostReport *r,
                       double model_flops, long tokens, const OpProfile *measured, int measured_steps,
-                      int top) {
+                      int top, double host_s) {
     const double peak = bf16 ? g->bf16_flops : g->fp32_flops;
     const double mfu = model_flops / r->seconds / peak;
+    // Expected: the GPU's step at the table's rates, or the host's when it is the slower.
+    const double gpu_e = r->expected_seconds, step_e = host_s > gpu_e ? host_s : gpu_e;
     printf("cost model: %s SXM, %s (%.0f TFLOP/s bf16 tensor, %.1f TFLOP/s fp32, %.2f TB/s, %.0f us/launch)%s\n",
            g->name, bf16 ? "bf16" : "fp32", g->bf16_flops / 1e12, g->fp32_flops / 1e12,
            g->bytes_per_s / 1e12, g->launch_s * 1e6,
            record_only ? "; record-only emulation, no kernel ran" : "");
-    printf("predicted step time: %.3f ms   tokens/s: %.0f   MFU: %.1f%% (of %.1f TFLOP/s %s)\n",
-           1e3 * r->seconds, tokens / r->seconds, 100.0 * mfu, peak / 1e12, bf16 ? "bf16" : "fp32");
+    printf("bound step time:    %9.3f ms   tokens/s: %8.0f   MFU: %5.1f%% (roofline: every call at peak)\n",
+           1e3 * r->seconds, tokens / r->seconds, 100.0 * mfu);
+    printf("expected step time: %9.3f ms   tokens/s: %8.0f   MFU: %5.1f%% (efficiency table, CALIBRATION.md)\n",
+           1e3 * step_e, tokens / step_e, 100.0 * model_flops / step_e / peak);
+    if (host_s > 0)
+        printf("host time per step: %9.3f ms (issuing every call, nothing run%s): %s\n", 1e3 * host_s,
+               record_only ? "; emulated build with AddressSanitizer, an upper bound" : "",
+               host_s > gpu_e ? "the host is the slower, the GPU idles" : "below the GPU's expected time");
     printf("launches per step: %ld   peak device memory: %.3f GiB   moved: %.3f GB   "
            "tensor-core: %.3f TFLOP   CUDA-core: %.4f TFLOP\n",
            r->launches, r->peak_bytes / 1073741824.0, r->bytes / 1e9, r->tc_flops / 1e12, r->flops / 1e12);
-    printf("predicted%s time by op class (per step):\n", measured ? " vs measured" : "");
+    printf("time by op class (per step): bound, expected%s\n", measured ? ", measured" : "");
     for (int c = 0; c < OPC_COUNT; c++) {
-        printf("  %-16s %9.3f ms %5.1f%% %6ld calls", class_names[c], 1e3 * r->class_seconds[c],
-               100.0 * r->class_seconds[c] / r->seconds, r->class_calls[c]);
+        printf("  %-16s %9.3f ms %9.3f ms %5.1f%% %6ld calls", class_names[c], 1e3 * r->class_seconds[c],
+               1e3 * r->expected_class_seconds[c], 100.0 * r->expected_class_seconds[c] / gpu_e, r->class_calls[c]);
         if (measured) printf("   measured %9.3f ms", 1e3 * measured->seconds[c] / measured_steps);
         printf("\n");
     }
     const int shown = r->n_top < top ? r->n_top : top;
-    printf("top %d calls (grouped by kernel, gemms by shape):\n", shown);
-    printf("  %-44s %-15s %6s %9s %6s  %s\n", "call", "class", "calls", "ms", "step%", "bound by");
+    printf("top %d calls by bound (grouped by kernel, gemms by shape):\n", shown);
+    printf("  %-44s %-15s %6s %9s %9s %6s  %s\n", "call", "class", "calls", "bound ms", "exp. ms", "step%",
+           "bound by");
     for (int i = 0; i < shown; i++) {
         const CostEntry *e = &r->top[i];
         const char *bound = e->launch_seconds > e->compute_seconds && e->launch_seconds > e->memory_seconds ? "launch"
                             : e->compute_seconds >= e->memory_seconds ? "compute" : "memory";
-        printf("  %-44s %-15s %6ld %9.3f %5.1f%%  %s\n", e->label, class_names[e->op_class], e->calls,
-               1e3 * e->seconds, 100.0 * e->seconds / r->seconds, bound);
+        printf("  %-44s %-15s %6ld %9.3f %9.3f %5.1f%%  %s\n", e->label, class_names[e->op_class], e->calls,
+               1e3 * e->seconds, 1e3 * e->expected_seconds, 100.0 * e->seconds / r->seconds, bound);
     }
     if (r->comm_calls) {
         printf("data parallel over %d ranks: %ld NCCL collectives (all-reduces; reduces + broadcasts under "
@@ -152,8 +161,11 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
     }
     printf("cost-result: gpu=%s predicted_step_ms=%.4f predicted_tokens_per_s=%.1f predicted_mfu=%.4f "
            "launches=%ld peak_device_gib=%.4f gemm_flops=%.6e model_flops=%.6e ranks=%d compute_ms=%.4f "
-           "comm_ms=%.4f exposed_comm_ms=%.4f serial_step_ms=%.4f\n",
+           "comm_ms=%.4f exposed_comm_ms=%.4f serial_step_ms=%.4f expected_step_ms=%.4f "
+           "expected_gpu_ms=%.4f expected_tokens_per_s=%.1f expected_mfu=%.4f expected_exposed_comm_ms=%.4f "
+           "host_ms=%.4f\n",
            g->name, 1e3 * r->seconds, tokens / r->seconds, mfu, r->launches, r->peak_bytes / 1073741824.0,
            r->gemm_flops, model_flops, r->ranks, 1e3 * r->compute_seconds, 1e3 * r->comm_seconds,
-           1e3 * r->exposed_comm_seconds, 1e3 * r->serial_seconds);
+           1e3 * r->exposed_comm_seconds, 1e3 * r->serial_seconds, 1e3 * step_e, 1e3 * gpu_e, tokens / step_e,
+           model_flops / step_e / peak, 1e3 * r->expected_exposed_comm_seconds, 1e3 * (host_s > 0 ? host_s : 0));
 }
