@@ -17,4 +17,9 @@ if(TARGET mhecuda)
   target_link_libraries(gpu_model PRIVATE mhe_testutil mhecore mhecuda PkgConfig::CMOCKA)
   add_executable(gpu_nccl ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_nccl.c)
   target_link_libraries(gpu_nccl PRIVATE mhe_testutil mhecore mhecuda)
+  # The bundle from this build on a minimal root without a GPU (chroot; root only, else skipped).
+  add_test(NAME test_gpu_bundle_bare COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_bundle_bare.sh)
+  set_tests_properties(test_gpu_bundle_bare PROPERTIES
+    ENVIRONMENT "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BUILD_DIR=${CMAKE_BINARY_DIR}"
+    SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "cuda;e2e")
 endif()
