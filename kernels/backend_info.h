@@ -68,6 +68,8 @@ typedef struct {
     double expected_class_seconds[OPC_COUNT];
     long class_calls[OPC_COUNT];
     long launches;                    // kernels + library calls + memsets/copies
+    long syncs;                       // host waits for the stream (each drains the GPU)
+    double sync_seconds;              // the GPU's idle time after them (bound), in `seconds`
     double tc_flops, flops, bytes, gemm_flops;
     double peak_bytes;                // device memory high-water mark since backend creation
     int n_top;

@@ -51,7 +51,7 @@ static void *cuda_alloc(Backend *be, size_t bytes) {
 static void cuda_free(Backend *be, void *p) {
     if (!p) return;
     cuda_colsum_flush(be);  // a waiting column sum may write into it
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // it may still be in use on the stream
+    cuda_stream_sync(be, "free");  // it may still be in use on the stream
     cuda_mirror_release(be, p);
     cuda_device_free(p);
 }
@@ -59,14 +59,13 @@ static void cuda_free(Backend *be, void *p) {
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
     cuda_mirror_wrote(be, dst, bytes);
     if (!bytes || !mhe_cost_record("memcpy h2d", MheCost{0, 0, (double)bytes, (double)bytes, 0})) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream(be)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));  // the host buffer may be reused at once
+    cuda_staged_upload(be, dst, src, bytes);
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes || !mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)bytes, (double)bytes, 0})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    cuda_stream_sync(be, "download");
 }
 
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t bytes) {
@@ -83,7 +82,7 @@ static void cuda_zero(Backend *be, void *dst, size_t bytes) {
 
 static void cuda_synchronize(Backend *be) {
     cuda_colsum_flush(be);  // everything issued is done afterwards, waiting column sums included
-    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    cuda_stream_sync(be, "synchronize");
 }
 
 __global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
@@ -266,6 +265,7 @@ static void cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     cuda_colsum_flush(be);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    cuda_staging_destroy(c);
     cuda_colsum_defer_destroy(be);
     cuda_mirror_destroy(be);
     cuda_linear_destroy(be);
@@ -323,6 +323,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     c->partials = static_cast<double *>(cuda_device_alloc(CUDA_SUM_BLOCKS * sizeof(double), device));
     c->host_partials = static_cast<double *>(std::calloc(CUDA_SUM_BLOCKS, sizeof(double)));
     if (!c->host_partials) mhe_fatal("out of memory creating the CUDA backend");
+    cuda_staging_create(c);
     be->ctx = c;
     be->name = "cuda";
     be->destroy = cuda_destroy;

@@ -25,7 +25,7 @@ extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((form
 
 namespace {
 
-enum Kind { CALL, EVENT_RECORD, STREAM_WAIT, ALLREDUCE };
+enum Kind { CALL, EVENT_RECORD, STREAM_WAIT, ALLREDUCE, SYNC };
 
 struct Record {
     const char *name;
@@ -91,6 +91,8 @@ static void record_ordering(int kind, const char *name, int stream, const void *
     x.event = event;
     r.recs.push_back(x);
 }
+
+void mhe_cost_record_sync(const char *why) { record_ordering(SYNC, why, MHE_STREAM_COMPUTE, nullptr); }
 
 void mhe_cost_event_record(const void *event, int stream) { record_ordering(EVENT_RECORD, "event", stream, event); }
 
@@ -248,13 +250,23 @@ static double allreduce_seconds(const GpuSpec *g, double bytes, int n, double pa
 // `expected`: each call at call_expected_seconds instead of the bound; the result goes to the
 // report's expected_* fields and the timeline file keeps the bound's.
 static void schedule(const GpuSpec *g, Recorder &r, CostReport *out, bool expected) {
-    double clock[MHE_STREAMS] = {0}, busy[MHE_STREAMS] = {0};
+    double clock[MHE_STREAMS] = {0}, busy[MHE_STREAMS] = {0}, sync_idle = 0;
     std::unordered_map<const void *, double> at;  // event -> time it is reached
     if (!expected) r.spans.clear();
     for (const Record &x : r.recs) {
         double &now = clock[x.stream];
         if (x.kind == EVENT_RECORD) {
             at[x.event] = now;
+            continue;
+        }
+        if (x.kind == SYNC) {
+            // Drained: the next call on any stream is issued by the host after it wakes.
+            double drained = *std::max_element(clock, clock + MHE_STREAMS);
+            const double idle = expected ? cost_expected_sync(g) : g->launch_s;
+            sync_idle += idle;
+            drained += idle;
+            for (double &c : clock) c = drained;
+            if (!expected) out->syncs++;
             continue;
         }
         if (x.kind == STREAM_WAIT) {
@@ -283,16 +295,18 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out, bool expect
     if (expected) {
         out->expected_seconds = *std::max_element(clock, clock + MHE_STREAMS);
         out->expected_compute_seconds = busy[MHE_STREAM_COMPUTE];
-        out->expected_exposed_comm_seconds = std::max(0.0, out->expected_seconds - busy[MHE_STREAM_COMPUTE]);
+        out->expected_exposed_comm_seconds =
+            std::max(0.0, out->expected_seconds - busy[MHE_STREAM_COMPUTE] - sync_idle);
         return;
     }
     out->seconds = *std::max_element(clock, clock + MHE_STREAMS);
     out->compute_seconds = busy[MHE_STREAM_COMPUTE];
     out->comm_seconds = busy[MHE_STREAM_COMM];
     out->serial_seconds = out->compute_seconds + out->comm_seconds;
-    // The compute stream is idle only while it waits for a sum, or after its last call while
-    // a sum still runs: either way communication the step pays for.
-    out->exposed_comm_seconds = std::max(0.0, out->seconds - out->compute_seconds);
+    // The compute stream is idle while it waits for a sum, after its last call while a sum still
+    // runs (communication the step pays for), or after a host synchronisation (counted apart).
+    out->exposed_comm_seconds = std::max(0.0, out->seconds - out->compute_seconds - sync_idle);
+    out->sync_seconds = sync_idle;
 }
 
 extern "C" int backend_cuda_cost_write_timeline(const char *path) {

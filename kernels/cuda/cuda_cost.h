@@ -59,6 +59,9 @@ void mhe_cost_stream_wait(int stream, const void *event);
 bool mhe_cost_record_allreduce(double bytes, int world, int stream);
 // A ring collective of `passes` passes over `bytes` (all-reduce 2, reduce or broadcast 1), labelled.
 bool mhe_cost_record_collective(const char *label, double passes, double bytes, int world, int stream);
+// The host waits for the compute stream to drain (a download it needs, the synchronize op, a
+// free): every stream idles from the drain until the host's next launch reaches the GPU.
+void mhe_cost_record_sync(const char *why);
 // Device allocations, for the peak.
 void mhe_cost_alloc(const void *p, size_t bytes);
 void mhe_cost_free(const void *p);

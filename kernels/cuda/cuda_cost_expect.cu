@@ -30,6 +30,9 @@ struct Efficiency {
     // Back-to-back kernels on one stream: the gap between one's end and the next one's start
     // when the host is ahead, and the shortest kernel (launch latency inside the GPU).
     double gap_s, min_kernel_s;
+    // After a host synchronisation the GPU idles until the host's next launch arrives: the
+    // wake-up of cudaStreamSynchronize plus one launch latency (assumed; not measured yet).
+    double sync_s;
     // Our GEMM path against the published-cuBLAS model above (1: as published).
     double gemm_path;
     // Kernel families measured on a GPU: fraction of their bound (roofline, without launch).
@@ -52,7 +55,7 @@ struct Efficiency {
 constexpr double kFlashFwd = 0.0242, kFlashBwd = 0.0299, kGeneric = 0.285, kGemmPath = 0.53;
 
 const Efficiency table[] = {
-    {"h100", 0.84, 2.0e-6, 0.80, 1.0e-6, 2.0e-6, kGemmPath,
+    {"h100", 0.84, 2.0e-6, 0.80, 1.0e-6, 2.0e-6, 8.0e-6, kGemmPath,
      {{"flash_tc_forward", kFlashFwd},
       {"flash_tc_dq", kFlashBwd},
       {"flash_tc_dkv", kFlashBwd},
@@ -62,7 +65,7 @@ const Efficiency table[] = {
       {"", kGeneric},
       {nullptr, 0}}},
     // No A100 has been measured: the same fractions, assumed.
-    {"a100", 0.84, 2.0e-6, 0.80, 1.5e-6, 2.5e-6, kGemmPath,
+    {"a100", 0.84, 2.0e-6, 0.80, 1.5e-6, 2.5e-6, 8.0e-6, kGemmPath,
      {{"flash_tc_forward", kFlashFwd},
       {"flash_tc_dq", kFlashBwd},
       {"flash_tc_dkv", kFlashBwd},
@@ -113,6 +116,8 @@ double cost_expected_kernel(const GpuSpec *g, const char *label, const MheCost &
     const double t = bound / fraction_for(e, label) + c.host_bytes / g->pcie_bytes_per_s;
     return std::max(t, e.min_kernel_s) + e.gap_s;
 }
+
+double cost_expected_sync(const GpuSpec *g) { return efficiency(g).sync_s; }
 
 extern "C" double backend_cuda_cost_expected_gemm(const GpuSpec *g, int M, int N, int K, int batch, int bf16,
                                                   int ours) {

@@ -21,4 +21,7 @@ double cost_expected_gemm(const GpuSpec *g, int M, int N, int K, int batch, int 
 // kernel a GPU runs, plus the gap.  `blocks` as MheCost.blocks.
 double cost_expected_kernel(const GpuSpec *g, const char *label, const MheCost &c);
 
+// The GPU's idle time after a host synchronisation: the host wakes and its next launch arrives.
+double cost_expected_sync(const GpuSpec *g);
+
 #endif

@@ -610,7 +610,7 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
     const size_t pb = CUDA_SUM_BLOCKS * sizeof(double);
     if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)pb, (double)pb, 0}))
         CUDA_CHECK(cudaMemcpyAsync(c->host_partials, c->partials, pb, cudaMemcpyDeviceToHost, c->stream));
-    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    cuda_stream_sync(be, "sum_squares");
     double s = 0;
     for (int b = 0; b < CUDA_SUM_BLOCKS; b++) s += c->host_partials[b];
     cuda_prof_end(be, OPC_OTHER, t0, 0);

@@ -35,7 +35,13 @@ struct CudaCtx {
     __nv_bfloat16 *flash_g;       // G = bf16(dout * out_scale) of the tensor-core backward (cuda_flash.cu; grow-only)
     size_t flash_g_cap;
     int dkv_heads;                // MHE_CUDA_DKV_HEADS: heads per tensor-core dK/dV block (0: automatic)
+    struct UploadStaging *staging;  // pinned slots of asynchronous uploads (cuda_staging.cu)
 };
+
+// cuda_staging.cu: uploads without draining the stream.
+void cuda_staging_create(CudaCtx *c);
+void cuda_staging_destroy(CudaCtx *c);
+void cuda_staged_upload(Backend *be, void *dst, const void *src, size_t bytes);
 
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
 static inline cudaStream_t cuda_stream(Backend *be) { return cuda_ctx(be)->stream; }
@@ -48,6 +54,13 @@ static inline cudaStream_t cuda_stream(Backend *be) { return cuda_ctx(be)->strea
 // than an A100 has SMs (108) — 64 left half an H100 idle on the gradient norm, a pass over
 // every gradient each step.
 #define CUDA_SUM_BLOCKS 264
+
+// Every host wait for the stream outside the profiler goes through here, so the cost model counts
+// and prices it (a drained GPU idles until the host's next launch).
+static inline void cuda_stream_sync(Backend *be, const char *why) {
+    mhe_cost_record_sync(why);
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+}
 
 // With a profile attached, each op is bracketed by stream synchronisations so its host-clock
 // time is the device time (ops.h allows this).

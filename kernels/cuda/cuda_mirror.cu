@@ -581,7 +581,7 @@ static MirrorSegment *segment_for(Backend *be, const float *p, size_t n) {
             MirrorSegment &g = m->segs[b];
             if (!g.stale.empty()) widen_stale(be, g, 0, g.n);
         }
-        if (!overlapping.empty()) CUDA_CHECK(cudaStreamSynchronize(c->stream));  // twins in use
+        if (!overlapping.empty()) cuda_stream_sync(be, "bf16 twin merge");  // twins in use
         for (uintptr_t b : overlapping) {
             cuda_device_free(m->segs[b].twin);
             m->segs.erase(b);

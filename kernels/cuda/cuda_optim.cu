@@ -237,7 +237,7 @@ static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float 
     } else {
         if (mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)hb, (double)hb, 0}))
             CUDA_CHECK(cudaMemcpyAsync(sq, sums, hb, cudaMemcpyDeviceToHost, c->stream));
-        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        cuda_stream_sync(be, "LAMB's norms");
     }
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }

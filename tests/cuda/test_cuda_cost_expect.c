@@ -116,11 +116,46 @@ static void test_recorded_step(void **state) {
     config_free(&cfg);
 }
 
+// Uploads go through pinned staging without draining the stream; a download waits for it. The
+// one wait is counted and priced: the GPU idles 4 us on the bound's timeline and 8 us on the
+// expected one, after the last call, before the host's next launch.
+static void test_uploads_do_not_sync(void **state) {
+    (void)state;
+    backend_cuda_cost_dry_run(0);  // real (emulated) copies: the values must arrive
+    Backend *be = backend_cuda_create_for(0, 0);
+    float host[256], back[256];
+    for (int i = 0; i < 256; i++) host[i] = (float)i;
+    float *d = be->alloc(be, sizeof host);
+    const GpuSpec *h = gpu_spec_find("h100");
+    CostReport r;
+    backend_cuda_cost_start();
+    for (int k = 0; k < 6; k++) {  // more uploads than staging slots: each slot reused
+        be->upload(be, d, host, sizeof host);
+        host[0] += 1.0f;  // the caller may reuse its buffer at once
+    }
+    be->download(be, back, d, sizeof back);
+    backend_cuda_cost_stop(h, &r);
+    assert_true(back[0] == 5.0f && back[255] == 255.0f);  // the sixth upload, in stream order
+    assert_int_equal(r.syncs, 1);
+    double bound = 0, expected = 0;
+    for (int c = 0; c < OPC_COUNT; c++) {
+        bound += r.class_seconds[c];
+        expected += r.expected_class_seconds[c];
+    }
+    assert_true(fabs(r.seconds - bound - 4e-6) < 1e-12);
+    assert_true(fabs(r.sync_seconds - 4e-6) < 1e-12);
+    assert_true(fabs(r.expected_seconds - expected - 8e-6) < 1e-12);
+    assert_true(r.exposed_comm_seconds == 0 && r.expected_exposed_comm_seconds == 0);
+    be->free(be, d);
+    be->destroy(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_by_hand),
         cmocka_unit_test(test_kernels_by_hand),
         cmocka_unit_test(test_recorded_step),
+        cmocka_unit_test(test_uploads_do_not_sync),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -242,6 +243,17 @@ cudaError_t mhe_emu_runtime_version(int *v);
 cudaError_t mhe_emu_driver_version(int *v);
 const char *mhe_emu_error_string(cudaError_t e);
 
+// Pinned host memory is plain host memory here.
+inline cudaError_t mhe_emu_malloc_host(void **p, size_t bytes) {
+    *p = std::malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t mhe_emu_free_host(void *p) {
+    std::free(p);
+    return cudaSuccess;
+}
+#define cudaMallocHost(p, n) mhe_emu_malloc_host(reinterpret_cast<void **>(p), (n))
+#define cudaFreeHost mhe_emu_free_host
 #define cudaMalloc(p, n) mhe_emu_malloc(reinterpret_cast<void **>(p), (n))
 #define cudaFree mhe_emu_free
 #define cudaMemGetInfo mhe_emu_mem_get_info
