@@ -70,7 +70,12 @@ bash "$MHE_SOURCE_DIR/launch/reproduce.sh" "${ARGS[@]}" --run >"$WORK/rerun" 2>&
 [ "$(grep -c "pretrained, skipped" "$WORK/rerun")" = 3 ] || { cat "$WORK/rerun" >&2; fail "pretraining not skipped"; }
 [ "$(grep -c ": done, skipped" "$WORK/rerun")" = 24 ] || { cat "$WORK/rerun" >&2; fail "fine-tuning not skipped"; }
 cmp -s "$out/paper_table.csv" "$WORK/table1.csv" || fail "the rerun changed the table"
-# 4. A changed pretraining config is refused, not mixed in.
+# 4. Every shipped fine-tuning task file loads on top of a paper pretraining config.
+for f in "$MHE_SOURCE_DIR"/configs/paper/finetune/*.yaml; do
+  { echo "base: $MHE_SOURCE_DIR/configs/paper/bert-base-mha.yaml"; cat "$f"; } >"$WORK/ft.yaml"
+  "$MHETRAIN" finetune "$WORK/ft.yaml" --dry-run >/dev/null 2>"$WORK/ft.err" || { cat "$WORK/ft.err" >&2; fail "$f does not load"; }
+done
+# 5. A changed pretraining config is refused, not mixed in.
 if bash "$MHE_SOURCE_DIR/launch/reproduce.sh" "${ARGS[@]}" optim.lr=2e-2 --run >"$WORK/changed" 2>&1; then
   fail "a changed config was accepted"
 fi
