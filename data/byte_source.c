@@ -21,6 +21,7 @@ struct ByteSource {
     bool bz2;
     bool bz_active;         // a bz2 stream is open in `bz`
     bool raw_eof;
+    bool borrowed;          // f belongs to the caller (standard input, a pipe): not closed here
     bz_stream bz;
     char raw[RAW_CHUNK];
     long long raw_consumed; // compressed bytes handed to libbz2 and consumed
@@ -58,10 +59,9 @@ ByteSource *byte_source_open_threads(const char *path, int threads) {
     return s;
 }
 
-ByteSource *byte_source_open(const char *path) {
+static ByteSource *open_on(FILE *f, const char *path) {
     ByteSource *s = mhe_calloc(1, sizeof *s);
-    s->f = fopen(path, "rb");
-    if (!s->f) mhe_fail("%s: cannot open: %s", path, strerror(errno));
+    s->f = f;
     s->path = mhe_strdup(path);
     size_t n = fread(s->raw, 1, RAW_CHUNK, s->f);
     if (n < RAW_CHUNK) s->raw_eof = true;
@@ -73,6 +73,18 @@ ByteSource *byte_source_open(const char *path) {
         memcpy(s->out, s->raw, n);
         s->out_end = n;
     }
+    return s;
+}
+
+ByteSource *byte_source_open(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) mhe_fail("%s: cannot open: %s", path, strerror(errno));
+    return open_on(f, path);
+}
+
+ByteSource *byte_source_open_stream(FILE *f, const char *name) {
+    ByteSource *s = open_on(f, name);
+    s->borrowed = true;
     return s;
 }
 
@@ -196,7 +208,7 @@ void byte_source_close(ByteSource *s) {
     if (!s) return;
     if (s->bz_active) BZ2_bzDecompressEnd(&s->bz);
     if (s->par) bz2_parallel_close(s->par);
-    else fclose(s->f);
+    else if (!s->borrowed) fclose(s->f);
     free(s->path);
     free(s);
 }

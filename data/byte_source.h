@@ -14,6 +14,9 @@ typedef struct ByteSource ByteSource;
 ByteSource *byte_source_open(const char *path);
 // Same, decoding a multistream bz2 file with `threads` threads (any other file: as above).
 ByteSource *byte_source_open_threads(const char *path, int threads);
+// Reads an already open stream (standard input, a pipe from a reader process) from where it
+// is; `name` is what error messages call it.  byte_source_close leaves f open.
+ByteSource *byte_source_open_stream(FILE *f, const char *name);
 // Reads up to n bytes; returns 0 at the end.  A truncated or corrupt bz2 stream exits 2 with
 // "file: byte N: ..." (N = offset in the compressed file).
 size_t byte_source_read(ByteSource *s, void *buf, size_t n);

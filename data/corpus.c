@@ -11,10 +11,11 @@
 #include "data/byte_source.h"
 #include "data/unicode_text.h"
 
-static const char *const FORMAT_NAMES[] = {"auto", "wiki", "wikiextractor", "books", "jsonl"};
+static const char *const FORMAT_NAMES[] = {"auto", "wiki", "wikiextractor", "books", "jsonl", "parquet", "arrow"};
+#define N_FORMATS (int)(sizeof FORMAT_NAMES / sizeof *FORMAT_NAMES)
 
 bool corpus_format_parse(const char *name, CorpusFormat *out) {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < N_FORMATS; i++)
         if (strcmp(name, FORMAT_NAMES[i]) == 0) {
             *out = (CorpusFormat)i;
             return true;
@@ -23,6 +24,15 @@ bool corpus_format_parse(const char *name, CorpusFormat *out) {
 }
 
 const char *corpus_format_name(CorpusFormat f) { return FORMAT_NAMES[f]; }
+
+static const char *text_column = "text", *title_column = "title";
+
+void corpus_set_columns(const char *text, const char *title) {
+    text_column = text;
+    title_column = title;
+}
+const char *corpus_text_column(void) { return text_column; }
+const char *corpus_title_column(void) { return title_column; }
 
 typedef struct {
     char **v;
@@ -70,13 +80,33 @@ static void list_dir(const char *dir, PathList *out) {
     free(here.v);
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static bool is_table_file(const char *path) { return ends_with(path, ".parquet") || ends_with(path, ".arrow"); }
+
 char **corpus_list_files(const char *path, int *n_files) {
-    struct stat st;
-    if (stat(path, &st) != 0) mhe_fail("%s: cannot read input: %s", path, strerror(errno));
     PathList l = {0};
-    if (S_ISDIR(st.st_mode)) {
+    struct stat st;
+    if (strcmp(path, CORPUS_STDIN) == 0) {
+        list_push(&l, mhe_strdup(path));
+    } else if (stat(path, &st) != 0) {
+        mhe_fail("%s: cannot read input: %s", path, strerror(errno));
+    } else if (S_ISDIR(st.st_mode)) {
         list_dir(path, &l);
         if (l.n == 0) mhe_fail("%s: directory holds no input files", path);
+        int tables = 0;
+        for (int i = 0; i < l.n; i++) tables += is_table_file(l.v[i]);
+        if (tables) {
+            int k = 0;
+            for (int i = 0; i < l.n; i++) {
+                if (is_table_file(l.v[i])) l.v[k++] = l.v[i];
+                else free(l.v[i]);
+            }
+            l.n = k;
+        }
     } else {
         list_push(&l, mhe_strdup(path));
     }
@@ -89,13 +119,16 @@ void corpus_free_files(char **files, int n_files) {
     free(files);
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 CorpusFormat corpus_detect(const char *file, CorpusFormat requested) {
+    if (strcmp(file, CORPUS_STDIN) == 0) {
+        if (requested != CORPUS_AUTO && requested != CORPUS_JSONL)
+            mhe_fail("-: standard input is read as JSON lines; --format %s does not apply to it",
+                     corpus_format_name(requested));
+        return CORPUS_JSONL;
+    }
     if (requested != CORPUS_AUTO) return requested;
+    if (ends_with(file, ".parquet")) return CORPUS_PARQUET;
+    if (ends_with(file, ".arrow")) return CORPUS_ARROW;
     char name[4096];
     snprintf(name, sizeof name, "%s", file);
     if (ends_with(name, ".bz2")) name[strlen(name) - 4] = 0;
@@ -111,6 +144,11 @@ CorpusFormat corpus_detect(const char *file, CorpusFormat requested) {
     const char *p = head;
     if (n >= 3 && (unsigned char)p[0] == 0xEF && (unsigned char)p[1] == 0xBB) p += 3;
     while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+    // Binary tables by their magic: parquet opens with PAR1, an Arrow file with ARROW1, an
+    // Arrow stream with the 0xFFFFFFFF continuation marker of its first message.
+    if (n >= 4 && memcmp(head, "PAR1", 4) == 0) return CORPUS_PARQUET;
+    if ((n >= 6 && memcmp(head, "ARROW1", 6) == 0) || (n >= 8 && memcmp(head, "\xff\xff\xff\xff", 4) == 0))
+        return CORPUS_ARROW;
     if (strncmp(p, "<doc", 4) == 0) return CORPUS_WIKIEXTRACTOR;
     if (strncmp(p, "<mediawiki", 10) == 0 || strncmp(p, "<?xml", 5) == 0) return CORPUS_WIKI;
     if (*p == '{') return CORPUS_JSONL;
@@ -122,7 +160,15 @@ void corpus_read_file_threads(const char *file, CorpusFormat format, int threads
     switch (corpus_detect(file, format)) {
     case CORPUS_WIKI: corpus_read_wiki(file, threads, fn, ctx, stats); break;
     case CORPUS_WIKIEXTRACTOR: corpus_read_wikiextractor(file, threads, fn, ctx, stats); break;
-    case CORPUS_JSONL: corpus_read_jsonl(file, threads, fn, ctx, stats); break;
+    case CORPUS_JSONL:
+        if (strcmp(file, CORPUS_STDIN) == 0) {
+            corpus_read_jsonl_stream(stdin, "<stdin>", fn, ctx, stats);
+        } else {
+            corpus_read_jsonl(file, threads, fn, ctx, stats);
+        }
+        break;
+    case CORPUS_PARQUET:
+    case CORPUS_ARROW: corpus_read_arrow(file, corpus_detect(file, format), fn, ctx, stats); break;
     case CORPUS_BOOKS:
     case CORPUS_AUTO: corpus_read_book(file, threads, fn, ctx, stats); break;
     }

@@ -161,11 +161,27 @@ void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, 
     strbuf_free(&all);
 }
 
-void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
-    ByteSource *src = byte_source_open_threads(file, threads);
+// A document that opens with its title repeats a heading, which the readers drop (as the
+// WikiExtractor reader drops its repeated title line); compared after the same whitespace
+// normalisation as the text.
+static void drop_title_line(StrBuf *doc, const char *title) {
+    StrBuf t = {0};
+    lines_as_paragraphs(title, strlen(title), &t);
+    if (t.len && doc->len >= t.len && memcmp(doc->s, t.s, t.len) == 0 &&
+        (doc->len == t.len || doc->s[t.len] == '\n')) {
+        size_t cut = doc->len == t.len ? t.len : t.len + 1;
+        memmove(doc->s, doc->s + cut, doc->len - cut + 1);
+        doc->len -= cut;
+    }
+    strbuf_free(&t);
+}
+
+void corpus_read_jsonl_source(ByteSource *src, const char *file, const char *text_key,
+                              const char *title_key, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
     char *line = NULL;
     size_t len = 0, cap = 0;
     long long lineno = 0, offset = 0;
+    StrBuf doc = {0};
     while (byte_source_getline(src, &line, &len, &cap)) {
         lineno++;
         long long line_offset = offset;
@@ -180,16 +196,30 @@ void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx,
             int col = at && at >= line && at <= line + len ? (int)(at - line) + 1 : 1;
             mhe_fail_at(file, (int)lineno, col, "malformed JSON line");
         }
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, text_key);
         if (!cJSON_IsObject(obj) || !cJSON_IsString(text))
-            mhe_fail_at(file, (int)lineno, 1, "expected a JSON object with a string \"text\" field");
-        StrBuf doc = {0};
+            mhe_fail_at(file, (int)lineno, 1, "expected a JSON object with a string \"%s\" field", text_key);
+        const cJSON *title = cJSON_GetObjectItemCaseSensitive(obj, title_key);
+        if (title && !cJSON_IsString(title) && !cJSON_IsNull(title))
+            mhe_fail_at(file, (int)lineno, 1, "\"%s\" (the title) must be a string or null", title_key);
         lines_as_paragraphs(text->valuestring, strlen(text->valuestring), &doc);
+        if (cJSON_IsString(title) && doc.len) drop_title_line(&doc, title->valuestring);
         emit(fn, ctx, stats, doc.s ? doc.s : "", doc.len);
-        strbuf_free(&doc);
         cJSON_Delete(obj);
     }
+    strbuf_free(&doc);
     free(line);
+}
+
+void corpus_read_jsonl_stream(FILE *f, const char *name, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open_stream(f, name);
+    corpus_read_jsonl_source(src, name, corpus_text_column(), corpus_title_column(), fn, ctx, stats);
+    byte_source_close(src);
+}
+
+void corpus_read_jsonl(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    ByteSource *src = byte_source_open_threads(file, threads);
+    corpus_read_jsonl_source(src, file, corpus_text_column(), corpus_title_column(), fn, ctx, stats);
     byte_source_close(src);
 }
 

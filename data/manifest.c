@@ -80,7 +80,9 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
         cJSON *in = cJSON_CreateObject();
         cJSON_AddStringToObject(in, "path", m->input_paths[i]);
         cJSON_AddStringToObject(in, "format", m->input_formats[i]);
-        add_file(in, "sha256", m->input_paths[i], true);
+        // Standard input is gone once read: no size or checksum to record.
+        if (strcmp(m->input_paths[i], CORPUS_STDIN) == 0) cJSON_AddStringToObject(in, "source", "standard input");
+        else add_file(in, "sha256", m->input_paths[i], true);
         cJSON_AddItemToArray(inputs, in);
     }
 
@@ -107,6 +109,8 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)opt->seed);
     cJSON_AddStringToObject(set, "seed", seed);  // a string: u64 does not fit a double
     cJSON_AddStringToObject(set, "format", corpus_format_name(opt->format));
+    cJSON_AddStringToObject(set, "text_column", corpus_text_column());
+    cJSON_AddStringToObject(set, "title_column", corpus_title_column());
     cJSON_AddStringToObject(set, "dtype", m->dtype == 8 ? "uint16" : "int32");
     cJSON_AddNumberToObject(set, "dtype_code", m->dtype);
     cJSON_AddStringToObject(set, "sequences", "one per document");

@@ -58,7 +58,13 @@ fi
 cfg="$here/configs/quickstart.yaml"
 say "training $(basename "$cfg") (progress every 10 steps; Ctrl-C saves a checkpoint, rerun resumes)"
 "$bin" train "$cfg" "${overrides[@]}"
-out=$("$bin" train "$cfg" "${overrides[@]}" --dry-run | awk '/^  out_dir:/ {gsub(/"/, "", $2); print $2}')
+resolved=$("$bin" train "$cfg" "${overrides[@]}" --dry-run)
+out=$(awk '/^  out_dir:/ {gsub(/"/, "", $2); print $2}' <<<"$resolved")
+# The closing hint extends the run that just finished: twice its resolved step count, with the
+# same overrides, so it names a budget beyond the last checkpoint (not a fixed number below it).
+steps=$(awk '/^train:/ {t = 1; next} /^[^ ]/ {t = 0} t && /^  steps:/ {print $2}' <<<"$resolved")
+more=$(( steps * 2 ))
+keep=(); for o in "${overrides[@]+"${overrides[@]}"}"; do [[ "$o" == train.steps=* || "$o" == train.tokens=* ]] || keep+=("$o"); done
 
 say "evaluating the final checkpoint"
 "$bin" eval "$out"
@@ -73,7 +79,7 @@ corpus:       $work/corpus (tokenizer/, shards/ with manifest.json)
 run:          $work/$out (metrics.jsonl, tensorboard/, checkpoints/)
 export:       $work/$out/export (load with transformers, trust_remote_code=True)
 next:
-  resume/extend:  $bin train $cfg train.steps=600        (continues from the last checkpoint)
+  extend:         $bin train $cfg${keep[*]+ ${keep[*]}} train.steps=$more   (continues from step $steps)
   a larger model: $bin train $here/configs/tiny-bert-mha.yaml
   compare types:  $here/launch/compare.sh $here/configs/tiny-bert.yaml
   several ranks:  $here/launch/mpirun.sh -n 2 $cfg

@@ -22,7 +22,8 @@ if ((${#missing[@]})); then
 fi
 
 # Python oracles (Hugging Face tokenizers/transformers, safetensors, tensorboard) live in a venv
-# that also sees Debian's torch.
+# that also sees Debian's torch; so does pyarrow, which `mhetrain prepare` runs to read parquet
+# and Arrow files (it finds this .venv beside the build folder; MHE_PYTHON overrides).
 if [ "${MHE_SKIP_VENV:-0}" != 1 ]; then
   venv="$here/.venv"
   if [ ! -x "$venv/bin/python" ]; then

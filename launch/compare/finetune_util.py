@@ -13,7 +13,10 @@ import csv
 import json
 import math
 import os
+import re
 import sys
+
+import paper_table
 
 # The budget a derived task gets when the folder form is used: a few epochs of a tiny model
 # (tests/finetune/README.md: about a minute per epoch on 2 cores).  Write a task YAML to change it.
@@ -169,8 +172,51 @@ def cmd_summarise(outdir, seeds, tasks, types):
                                     for task in tasks] + [""] * (len(tasks) + 1)
     lines.append("| " + " | ".join(triv) + " |")
     lines.append("")
+    lines += paper_lines(outdir, seeds, tasks, types, res)
     with open(os.path.join(outdir, "results.md"), "a") as f:
         f.write("\n".join(lines))
+
+
+def attention_params(path):
+    """The count the MHE paper's #params column gives: attention weights without biases."""
+    if not os.path.exists(path):
+        return None
+    m = re.search(r"^attention weights \(no biases\):\s*(\d+)\s*$", open(path).read(), re.M)
+    if not m:
+        fail("%s: no attention weight count" % path)
+    return int(m.group(1))
+
+
+def paper_lines(outdir, seeds, tasks, types, res):
+    """Writes paper_table.csv and returns the Markdown of the paper's table form."""
+    first = {task: res[(types[0], task)][0] for task in tasks}
+    task_groups = {task: paper_table.group_of(first[task]["format"]) for task in tasks}
+    scores = {(t, task): [paper_table.as_percent(r["metric"], r["value"]) for r in res[(t, task)]]
+              for t in types for task in tasks}
+    groups = [g for g, _ in paper_table.GROUPS if g in task_groups.values()]
+    scores.update(paper_table.group_scores(scores, task_groups))
+    # random-init is no attention type: no parameter count, so no PEoP.
+    params = {t: attention_params(os.path.join(run_dir(outdir, t, seeds, 1), "params.txt")) for t in types}
+    units = groups + tasks
+    rows = paper_table.build(types, units, scores, params)
+    kinds = dict({g: "group" for g in groups}, **{t: "task" for t in tasks})
+    paper_table.write_csv(os.path.join(outdir, "paper_table.csv"), rows, types, units, kinds)
+    spread = ("one seed: no spread, so no marker" if seeds == 1 else
+              "%s: the difference behind the cell (the score's to mha for PRR, to sha for PEoP) is inside "
+              "the seed spread, |mean − mean_ref| ≤ sd + sd_ref" % paper_table.MARK)
+    lines = ["## The MHE paper's table", "",
+             "Scores in %% (metrics in [0, 1] × 100; SQuAD F1 as printed by its script), %s. A group's score "
+             "is the mean of its tasks' scores, per seed. PRR = score / score(mha) × 100 and PEoP = "
+             "((score − score(sha)) / score(sha)) / ((P − P(sha)) / P(sha)), P the attention weights "
+             "without biases (#params, `mhetrain params`), both per seed against the run of the same seed, "
+             "then averaged. %s (paper_table.csv)." % ("one seed" if seeds == 1 else
+                                                       "mean ± sd over %d seeds" % seeds, spread), ""]
+    if groups:
+        lines += ["Benchmark groups (tasks by format: %s):" % ", ".join(
+            "%s %s" % (g, "+".join(t for t in tasks if task_groups[t] == g)) for g in groups), ""]
+        lines += paper_table.markdown(rows, types, groups) + [""]
+    lines += ["Per task:", ""] + paper_table.markdown(rows, types, tasks) + [""]
+    return lines
 
 
 def main(argv):

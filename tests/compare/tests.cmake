@@ -5,3 +5,11 @@ set_tests_properties(test_compare_table_and_resume PROPERTIES FIXTURES_REQUIRED 
   ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 300)
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST test_compare_table_and_resume APPEND PROPERTY LABELS e2e)
+# The MHE paper's own PRR and PEoP columns recomputed from its published scores through
+# launch/compare/paper_table.py (tests/compare/README.md).
+add_test(NAME test_compare_paper_table COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/tests/compare/test_paper_table.py)
+set_tests_properties(test_compare_paper_table PROPERTIES ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 60 LABELS unit)
+# launch/reproduce.sh: configs/paper shrunk to tiny sizes, plan then --run end to end.
+add_test(NAME test_reproduce_tiny COMMAND bash ${CMAKE_SOURCE_DIR}/tests/compare/test_reproduce.sh)
+set_tests_properties(test_reproduce_tiny PROPERTIES FIXTURES_REQUIRED train_corpus
+  ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 400 LABELS e2e)

@@ -22,10 +22,15 @@ foreach(check book_chapters valid_split fetch_script)
   set_tests_properties(test_data_${check} PROPERTIES ENVIRONMENT
     "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")
 endforeach()
+# Parquet, Arrow (stream and file) and JSON lines on standard input against the JSON-lines path.
+add_test(NAME test_data_prepare_tables
+  COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_prepare_tables.py)
+set_tests_properties(test_data_prepare_tables PROPERTIES TIMEOUT 300 ENVIRONMENT
+  "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST test_corpus test_loader test_loader_config APPEND PROPERTY LABELS unit)
 set_property(TEST test_data_wiki_dump test_data_shards_python APPEND PROPERTY LABELS oracle)
 set_property(TEST test_data_book_chapters test_data_fetch_script APPEND PROPERTY LABELS unit)
 set_property(TEST test_data_valid_split APPEND PROPERTY LABELS e2e)
 set_property(TEST test_data_prepare_determinism test_data_bad_inputs test_data_bounded_memory
-  test_data_fuzz_inputs APPEND PROPERTY LABELS e2e)
+  test_data_fuzz_inputs test_data_prepare_tables APPEND PROPERTY LABELS e2e)

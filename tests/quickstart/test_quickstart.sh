@@ -26,4 +26,9 @@ run="$work/out/quickstart"
 grep -q '"valid_accuracy"' "$run/metrics.jsonl"
 test -s "$run/export/model.safetensors" && test -s "$run/export/config.json" || { echo "FAIL: no export"; exit 1; }
 grep -q "== done in" "$work/log.txt" || { echo "FAIL: no final summary"; exit 1; }
+# The closing hint extends the finished run: twice its steps, the same overrides, a valid command.
+hint=$(sed -n 's/^  extend: *//p' "$work/log.txt")
+[[ "$hint" == *" runtime.precision=fp32 train.eval_every=20 train.eval_batches=4 train.checkpoint_every=30 train.log_every=10 train.steps=120   (continues from step 60)" ]] \
+  || { echo "FAIL: closing hint '$hint'"; exit 1; }
+(cd "$work" && ${hint%%   (*} --dry-run >/dev/null) || { echo "FAIL: the hinted command does not load: $hint"; exit 1; }
 echo PASS

@@ -19,8 +19,11 @@ static const char USAGE[] =
     "\n"
     "INPUTS: MediaWiki XML dumps (.xml, .xml.bz2, multistream), WikiExtractor output\n"
     "(<doc> files or --json lines), plain-text books (.txt, Project Gutenberg header and\n"
-    "footer stripped), JSON lines with a \"text\" field; directories are read recursively\n"
-    "in sorted order.  Any file may be bz2-compressed.\n"
+    "footer stripped), JSON lines with a \"text\" field, parquet shards and Arrow files\n"
+    "(Hugging Face hub datasets, a `datasets` cache; read through pyarrow: MHE_PYTHON, else\n"
+    "the .venv beside the build folder, else python3), and - for JSON lines on standard\n"
+    "input; directories are read recursively in sorted order (only their .parquet/.arrow\n"
+    "files when they hold any).  Any text file may be bz2-compressed.\n"
     "\n"
     "options:\n"
     "  --tokenizer PATH       vocab.txt, tokenizer.json, vocab.json (+merges.txt) or a folder\n"
@@ -36,8 +39,11 @@ static const char USAGE[] =
     "  --threads N            tokenizing threads (default: the number of cores)\n"
     "  --whole-books          one document per book (default: one per chapter, see\n"
     "                         data/README.md)\n"
-    "  --format F             auto|wiki|wikiextractor|books|jsonl (default auto: by file\n"
-    "                         extension, then content)\n"
+    "  --format F             auto|wiki|wikiextractor|books|jsonl|parquet|arrow (default\n"
+    "                         auto: by file extension, then content)\n"
+    "  --text-column NAME     JSON lines, parquet, Arrow: the document's text (default text)\n"
+    "  --title-column NAME    the title, where a row has one: a first line equal to it is\n"
+    "                         dropped, as a heading (default title)\n"
     "  --text-out FILE        also write the cleaned documents, one paragraph per line and\n"
     "                         a blank line between documents (input for tokenizer training)\n";
 
@@ -58,6 +64,7 @@ int cmd_prepare(int argc, char **argv) {
                         .threads = cores > 0 ? (int)cores : 1};
     o.inputs = mhe_calloc((size_t)argc, sizeof *o.inputs);
     bool per_source_given = false;
+    const char *text_column = "text", *title_column = "title";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--tokenizer") == 0) o.tokenizer = need_value(argc, argv, &i);
@@ -80,11 +87,16 @@ int cmd_prepare(int argc, char **argv) {
             o.seed = (uint64_t)cli_int_option("prepare", a, need_value(argc, argv, &i), 0, INT64_MAX);
         else if (strcmp(a, "--threads") == 0)
             o.threads = (int)cli_int_option("prepare", a, need_value(argc, argv, &i), 1, 256);
-        else if (strcmp(a, "--format") == 0) {
+        else if (strcmp(a, "--text-column") == 0 || strcmp(a, "--title-column") == 0) {
+            const char *v = need_value(argc, argv, &i);
+            if (!v[0]) mhe_fail("prepare: %s needs a column name", a);
+            if (a[2] == 't' && a[3] == 'e') text_column = v;
+            else title_column = v;
+        } else if (strcmp(a, "--format") == 0) {
             const char *f = need_value(argc, argv, &i);
             if (!corpus_format_parse(f, &o.format))
                 mhe_fail("prepare: unknown --format \"%s\" (expected auto, wiki, wikiextractor, "
-                         "books or jsonl)", f);
+                         "books, jsonl, parquet or arrow)", f);
         } else if (a[0] == '-' && a[1] == '-')
             mhe_fail("prepare: unknown option %s (see mhetrain prepare --help)", a);
         else
@@ -94,6 +106,12 @@ int cmd_prepare(int argc, char **argv) {
         mhe_fail("prepare: --valid-fraction is another rule than --valid-docs-per-source and "
                  "--valid-min-tokens: give one or the other");
     if (o.n_inputs == 0) mhe_fail("prepare: no inputs given (see mhetrain prepare --help)");
+    int stdin_inputs = 0;
+    for (int i = 0; i < o.n_inputs; i++) stdin_inputs += strcmp(o.inputs[i], CORPUS_STDIN) == 0;
+    if (stdin_inputs > 1) mhe_fail("prepare: - (standard input) given %d times; it can be read once", stdin_inputs);
+    if (strcmp(text_column, title_column) == 0)
+        mhe_fail("prepare: --text-column and --title-column are both \"%s\"", text_column);
+    corpus_set_columns(text_column, title_column);
     if (!o.tokenizer && !o.text_out) mhe_fail("prepare: --tokenizer is required (or --text-out alone)");
     if (o.tokenizer && !o.out_dir) mhe_fail("prepare: --out DIR is required with --tokenizer");
     if (!o.tokenizer && o.out_dir) mhe_fail("prepare: --out needs --tokenizer");

@@ -9,10 +9,19 @@
 // warm-up.  Takes about (reps + 1) * 2n³ / rate seconds.
 double peak_matmul_gflops(Backend *be, int n, int reps);
 
+// The ceiling MFU is measured against: the best rate of peak_matmul_gflops over square sizes
+// 1024, 2048, 4096, growing while the rate still grows by 5% and the next size's product would
+// take under 0.25 s.
+// One 1024^3 product cannot fill a many-core CPU or its AMX/AVX-512 units, and a model whose
+// larger matmuls outran it reported MFU 100% (issue 33).  *n_used (may be NULL): the size
+// that gave it.
+double peak_matmul_ceiling(Backend *be, int *n_used);
+
 // MFU of a step that ran at `achieved` GFLOP/s, against the best matmul rate this process has
 // reached.  The start-up probe can land in a slice where other jobs held the cores; when the
 // model's own step (whose matmuls ran at least this fast) beats it, *peak is raised to the
-// step's rate, so MFU never reads above 1.  -1 when the ceiling or the rate is unknown.
+// step's rate, so MFU never reads above 1, and says so once on stderr (an MFU of 100% is then a
+// bound, not a measurement).  -1 when the ceiling or the rate is unknown.
 double peak_mfu(double *peak, double achieved);
 
 #endif

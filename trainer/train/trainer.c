@@ -269,7 +269,7 @@ static void setup(Trainer *t) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     t->flops_per_step = model_step_flops(t->model, B, T) * t->n_micro * t->world;
     if (is_host_backend(t->be)) {
-        double mine = peak_matmul_gflops(t->be, 1024, 5);
+        double mine = peak_matmul_ceiling(t->be, NULL);
         comm_allreduce_sum_f64(t->comm, &mine, 1);
         t->peak_gflops = mine;
     }
