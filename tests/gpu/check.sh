@@ -127,7 +127,7 @@ fi
 want parity && step parity_model 120 "$bin/gpu_model"
 # 4. per op class: one profiled step (synchronises per op) next to the cost model's bound.
 if want opclass; then
-  for mdl in "bert-base-mhe-mul.yaml 512 16" "gpt2-small-mha.yaml 1024 16" "bert-base-mha.yaml 128 64"; do
+  for mdl in "${models[@]}"; do
     set -- $mdl
     step "opclass_${1%.yaml}_${2}x$3" 60 "$bin/mhetrain" bench "$cfg/$1" runtime.device=cuda runtime.precision=bf16 \
       data.seq_len="$2" train.micro_batch="$3" --gpu h100 --steps 1 --top 20

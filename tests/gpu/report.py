@@ -24,6 +24,35 @@ def fields(text):
     return out
 
 
+def summary(results):
+    """One row per timed config: our step (gpu_bench, no per-op synchronisation), PyTorch's on the
+    same GPU, and the cost model's bound and expected where the opclass step ran the same config:
+    the rows CALIBRATION.md records."""
+    rows = {}
+    for t in results["throughput"]:
+        m = re.match(r"time_(.+?)_(\d+)x(\d+)$", t["step"] or "")
+        if not m:
+            continue
+        cfg, seq, batch = m.group(1), int(m.group(2)), int(m.group(3))
+        rows[(cfg, seq, batch)] = {"config": cfg, "seq": seq, "batch": batch, "tokens_per_s": t["tokens_per_s"],
+                                   "step_ms": 1e3 * seq * batch / t["tokens_per_s"], "mfu_percent": t["mfu_percent"]}
+    for r in results["torch-result"]:
+        if r.get("compile"):
+            continue
+        cfg = ("bert-base" if r["arch"] == "bert" else "gpt2-small") + "-" + r["attention"].replace("_", "-")
+        key = (cfg, int(r["seq"]), int(r["batch"]))
+        if key in rows:
+            rows[key]["torch_step_ms"] = r["step_ms"]
+            rows[key]["ours_over_torch"] = rows[key]["step_ms"] / r["step_ms"]
+    for r in results["cost-result"]:
+        m = re.match(r"opclass_(.+?)_(\d+)x(\d+)$", r.get("step") or "")
+        if m and (m.group(1), int(m.group(2)), int(m.group(3))) in rows:
+            row = rows[(m.group(1), int(m.group(2)), int(m.group(3)))]
+            row["bound_ms"] = r.get("predicted_step_ms")
+            row["expected_ms"] = r.get("expected_gpu_ms")
+    return list(rows.values())
+
+
 def main():
     steps_path, log_path, report_path, gpu, driver, seconds = sys.argv[1:7]
     steps = []
@@ -58,7 +87,7 @@ def main():
                     in_table = False
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "gpu": gpu, "driver": driver, "seconds": float(seconds), "steps": steps,
-              "results": results, "opclass": opclass}
+              "results": results, "opclass": opclass, "summary": summary(results)}
     with open(report_path, "w") as f:
         json.dump(report, f, indent=1)
 
