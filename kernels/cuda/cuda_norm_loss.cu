@@ -420,11 +420,12 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
             cost = with_lean_twin(cost, drop.drb, drop.dr, n);
         }
         cudaStream_t st = cuda_stream(be);
-        // C > 6144 needs more than 48 KB of partial sums: opt in (sm_80 allows 163 KB per block,
-        // sm_90 227 KB).
+        // More than 48 KB of shared memory in all — the partial sums plus the kernel's 256 B of
+        // static block sums (buf), so from C = 6,113 — needs the opt-in (sm_80 allows 163 KB per
+        // block, sm_90 227 KB).
 #define LNB_LAUNCH(IN, DYP, XP)                                                                              \
     do {                                                                                                     \
-        if (smem > 48 * 1024)                                                                                \
+        if (smem + sizeof(float[2][32]) > 48 * 1024)                                                         \
             CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<IN>,                                   \
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));        \
         MHE_LAUNCH(layernorm_backward_kernel<IN>, chunks, MHE_BLOCK, smem, st, cost)(                        \
