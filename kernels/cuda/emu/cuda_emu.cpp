@@ -149,6 +149,10 @@ cudaError_t mhe_emu_malloc(void **p, size_t bytes) {
         in_use -= bytes;
         return cudaErrorMemoryAllocation;
     }
+    // Fresh device memory holds 0xff bytes (NaN as fp32 and bf16, -1 as an integer), as
+    // compute-sanitizer's initcheck would flag a read of it: a kernel reading memory nobody wrote
+    // fails its parity test.  (The backend's alloc op zero-fills by contract, ops.h.)
+    std::memset(*p, 0xff, padded);
     sizes[*p] = bytes;
     return cudaSuccess;
 }

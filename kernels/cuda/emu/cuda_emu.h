@@ -1,10 +1,11 @@
 // CPU emulation of the slice of CUDA that kernels/cuda/*.cu use, so the same sources run in CI
 // without a GPU (DESIGN.md §7).  Test infrastructure only: built into `mhecuda_emu`, never
 // into the release binary.  Semantics kept (see README.md):
-//   - blocks of a grid run one after another; the threads of a block run concurrently as
-//     std::threads, so __syncthreads is a real std::barrier and races show up under ASan/TSan;
+//   - the threads of a block run concurrently as std::threads, so __syncthreads is a real
+//     barrier and races show up under TSan; barriers and launches are checked (cuda_emu_launch.cpp);
 //   - warp shuffles go through a per-warp exchange array guarded by a per-warp barrier;
-//   - __shared__ is static storage reused by each block in turn (blocks never overlap);
+//   - shared memory (MHE_SHARED, MHE_DYNAMIC_SHARED) belongs to the running block, filled with
+//     0xff bytes before each; blocks run in order, or shuffled and several at a time;
 //   - memory, streams and events live on the host; work on a stream runs synchronously; stream
 //     and event use is checked (live handles, waits only on recorded events, README.md);
 //   - cuBLAS is served by OpenBLAS with cuBLAS's column-major semantics, NCCL by MPI;
@@ -39,7 +40,8 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static
+// Shared variables are declared with MHE_SHARED (below), one per running block.
+#define __shared__ static_assert(false, "declare __shared__ variables with MHE_SHARED(type, name, dims)");
 #define __launch_bounds__(...)
 
 namespace mhe_emu {
@@ -239,6 +241,20 @@ void mma_sync(fragment<accumulator, M, N, K, TC> &d, const fragment<matrix_a, M,
 
 // Block size the sources launch their row kernels with (env MHE_EMU_BLOCK, default 64).
 int mhe_emu_block_threads(void);
+
+// Static shared memory: `MHE_SHARED(float, buf, [2][32]);` in both builds.  Here the variable
+// is a reference into the running block's static area (ThreadState::static_shared), at an
+// offset fixed when the declaration is first reached; blocks running at the same time
+// (MHE_EMU_SHUFFLE) each have their own area.
+namespace mhe_emu {
+struct SharedVar {
+    size_t offset;
+    SharedVar(size_t bytes, size_t align);
+};
+}  // namespace mhe_emu
+#define MHE_SHARED(type, name, dims)                                                    \
+    static const mhe_emu::SharedVar mhe_shared_##name(sizeof(type dims), alignof(type)); \
+    type(&name) dims = *reinterpret_cast<type(*) dims>(mhe_emu::self.static_shared + mhe_shared_##name.offset)
 
 // Dynamic shared memory: `MHE_DYNAMIC_SHARED(float, buf);` in both builds.
 #define MHE_DYNAMIC_SHARED(type, name) \

@@ -325,7 +325,20 @@ struct WarpCheck {
 // Shared memory is filled with 0xff bytes (NaN as fp32 and bf16) when a block starts, as
 // uninitialised memory on a GPU holds whatever the last block left: a kernel reading shared
 // memory it did not write fails its parity test.
+// Static shared variables get offsets in one area per running block, in the order their
+// declarations are first reached; 48 KB holds every kernel's (a kernel may have at most that).
 constexpr size_t STATIC_SHARED = 48 * 1024;
+static std::mutex shared_mu;
+static size_t shared_used;
+SharedVar::SharedVar(size_t bytes, size_t align) {
+    std::lock_guard<std::mutex> lock(shared_mu);
+    offset = (shared_used + align - 1) / align * align;
+    if (offset + bytes > STATIC_SHARED) {
+        std::fprintf(stderr, "cuda_emu: the __shared__ variables of all kernels exceed %zu B\n", STATIC_SHARED);
+        std::abort();
+    }
+    shared_used = offset + bytes;
+}
 struct Block {
     const char *kernel;
     int n;
@@ -354,7 +367,12 @@ struct Block {
     ~Block() { std::free(mem_); }
     void poison() {
         std::memset(dynamic_shared, 0xff, dynamic_bytes);
-        std::memset(static_shared, 0xff, STATIC_SHARED);
+        size_t used;
+        {
+            std::lock_guard<std::mutex> lock(shared_mu);
+            used = shared_used;
+        }
+        std::memset(static_shared, 0xff, used);
     }
 
   private:
