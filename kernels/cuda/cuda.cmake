@@ -2,6 +2,7 @@
 #   mhecuda      the nvcc build for sm_80 and sm_90, warnings as errors; linked into mhetrain.
 #   mhecuda_emu  the same .cu sources compiled as host C++ against emu/cuda_emu.h, with
 #                AddressSanitizer; linked only into tests (never into the release binary).
+#   mhecuda_emu_tsan  the same under ThreadSanitizer (when the compiler has it), for the `tsan` tests.
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
 find_path(MHE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
@@ -20,26 +21,54 @@ target_include_directories(mhecuda PRIVATE ${MHE_LAYERS_DIR}/mhe_kernels ${MHE_N
 target_compile_options(mhecuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Werror>
   $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${MHE_CUDA_PTXAS_VERBOSE}>>:-Xptxas=-v>)
+# Every compile keeps ptxas's figures (registers, static shared memory per kernel and
+# architecture) next to its object; the emulation checks launches against them (ptxas_table.inc).
+set_target_properties(mhecuda PROPERTIES CUDA_COMPILER_LAUNCHER "sh;${CMAKE_CURRENT_LIST_DIR}/emu/ptxas_capture.sh")
 target_link_libraries(mhecuda PUBLIC mhe_kernels CUDA::cudart_static CUDA::cublas CUDA::cublasLt ${MHE_NCCL_LIBRARY} MPI::MPI_C)
 
 # The emulated twin: one generated .cpp per .cu that includes it, so the same file is compiled
 # by nvcc for mhecuda and by g++ here.
-set(MHE_CUDA_EMU_SOURCES ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu.cpp ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu_lt.cpp)
+set(MHE_CUDA_EMU_SOURCES ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu.cpp ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu_lt.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu_launch.cpp)
+# The real build's ptxas figures, regenerated whenever mhecuda is rebuilt.
+set(MHE_PTXAS_TABLE ${CMAKE_BINARY_DIR}/cuda_emu/ptxas_table.inc)
+add_custom_command(OUTPUT ${MHE_PTXAS_TABLE}
+  COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/emu/ptxas_table.sh ${MHE_PTXAS_TABLE} $<TARGET_OBJECTS:mhecuda>
+  DEPENDS mhecuda ${CMAKE_CURRENT_LIST_DIR}/emu/ptxas_table.sh
+  COMMENT "ptxas figures of mhecuda for the emulation" COMMAND_EXPAND_LISTS VERBATIM)
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu_launch.cpp PROPERTIES OBJECT_DEPENDS ${MHE_PTXAS_TABLE})
+list(APPEND MHE_CUDA_EMU_SOURCES ${MHE_PTXAS_TABLE})
 foreach(src ${MHE_CUDA_SOURCES})
   get_filename_component(stem ${src} NAME_WE)
   set(wrapper ${CMAKE_BINARY_DIR}/cuda_emu/${stem}_emu.cpp)
   file(CONFIGURE OUTPUT ${wrapper} CONTENT "#include \"${src}\"\n")
   list(APPEND MHE_CUDA_EMU_SOURCES ${wrapper})
 endforeach()
-add_library(mhecuda_emu STATIC ${MHE_CUDA_EMU_SOURCES})
-target_compile_definitions(mhecuda_emu PUBLIC MHE_CUDA_EMU=1)
-target_include_directories(mhecuda_emu PUBLIC ${CMAKE_SOURCE_DIR})
-target_include_directories(mhecuda_emu SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${MHE_NCCL_INCLUDE_DIR})
-target_compile_options(mhecuda_emu PUBLIC -fsanitize=address -fno-omit-frame-pointer)
-# nvcc's `#pragma unroll` means nothing to g++; the emulated build ignores it.
-target_compile_options(mhecuda_emu PRIVATE -Werror -Wno-unknown-pragmas)
-target_link_options(mhecuda_emu PUBLIC -fsanitize=address)
-target_link_libraries(mhecuda_emu PUBLIC mhe_kernels PkgConfig::OPENBLAS MPI::MPI_C pthread)
+# The emulated library under a sanitizer: `address` (mhecuda_emu, every emulated test) or
+# `thread` (mhecuda_emu_tsan: races between the emulated threads, the `tsan` tests).
+function(mhe_cuda_emu_library name sanitizer)
+  add_library(${name} STATIC ${MHE_CUDA_EMU_SOURCES})
+  target_compile_definitions(${name} PUBLIC MHE_CUDA_EMU=1)
+  target_include_directories(${name} PUBLIC ${CMAKE_SOURCE_DIR})
+  target_include_directories(${name} PRIVATE ${CMAKE_BINARY_DIR}/cuda_emu)
+  target_include_directories(${name} SYSTEM PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${MHE_NCCL_INCLUDE_DIR})
+  target_compile_options(${name} PUBLIC -fsanitize=${sanitizer} -fno-omit-frame-pointer)
+  # nvcc's `#pragma unroll` means nothing to g++; the emulated build ignores it.
+  target_compile_options(${name} PRIVATE -Werror -Wno-unknown-pragmas)
+  target_link_options(${name} PUBLIC -fsanitize=${sanitizer})
+  target_link_libraries(${name} PUBLIC mhe_kernels PkgConfig::OPENBLAS MPI::MPI_C pthread)
+endfunction()
+mhe_cuda_emu_library(mhecuda_emu address)
+# ThreadSanitizer where the compiler has it (and the rest of the build is not under ASan).
+include(CheckCXXSourceCompiles)
+set(CMAKE_REQUIRED_FLAGS -fsanitize=thread)
+set(CMAKE_REQUIRED_LINK_OPTIONS -fsanitize=thread)
+check_cxx_source_compiles("int main() { return 0; }" MHE_HAVE_TSAN)
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_LINK_OPTIONS)
+if(MHE_HAVE_TSAN AND NOT MHE_SANITIZE)
+  mhe_cuda_emu_library(mhecuda_emu_tsan thread)
+endif()
 
 # mhetrain with the emulated GPU, for end-to-end tests of runtime.device: cuda (tests/cuda).
 add_executable(mhetrain_emu ${CMAKE_SOURCE_DIR}/trainer/cli/main.c)

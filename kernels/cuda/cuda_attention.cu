@@ -13,7 +13,7 @@
 __global__ void attn_softmax_kernel(AttnIdx a, const float *q, const float *k, float scale,
                                     int causal, const int32_t *key_mask, const float *key_bias,
                                     int have_scores, float *P) {
-    __shared__ float fbuf[32];
+    MHE_SHARED(float, fbuf, [32]);
     int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const float *qi = have_scores ? nullptr : q_row(a, q, b, i, h);
     float *row = P + p_index(a, b, h, i, 0);
@@ -122,7 +122,7 @@ static void attention_forward_plain(Backend *be, const AttnShape *s, const float
 __global__ void attn_dscores_kernel(AttnIdx a, const float *P, const float *v, const float *dout,
                                     const float *out_scale, float drop, uint64_t seed,
                                     uint64_t offset, int have_dp, float *dS) {
-    __shared__ float fbuf[32];
+    MHE_SHARED(float, fbuf, [32]);
     int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const float *go = have_dp ? nullptr : dout + (((size_t)b * a.T + i) * a.n + h) * a.dv;
     float dot = 0;

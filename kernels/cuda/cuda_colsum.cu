@@ -34,7 +34,8 @@ __device__ __forceinline__ void finish_sums(const float *pa, const float *pb, in
 
 __global__ void colsum2_finish_kernel(const float *pa, const float *pb, int chunks, int C, float *outA,
                                       float *outB) {
-    __shared__ float sa[FINISH_TY][FINISH_TX], sb[FINISH_TY][FINISH_TX];
+    MHE_SHARED(float, sa, [FINISH_TY][FINISH_TX]);
+    MHE_SHARED(float, sb, [FINISH_TY][FINISH_TX]);
     const int c = blockIdx.x * FINISH_TX + threadIdx.x % FINISH_TX;
     float a, b;
     finish_sums(outA ? pa : nullptr, outB ? pb : nullptr, chunks, C, c, sa, sb, &a, &b);
@@ -46,7 +47,8 @@ __global__ void colsum2_finish_kernel(const float *pa, const float *pb, int chun
 
 __global__ void colsum2_finish_prod_kernel(const float *pa, int chunks, int C, const float *f, const float *g,
                                            float *df, float *dg) {
-    __shared__ float sa[FINISH_TY][FINISH_TX], sb[FINISH_TY][FINISH_TX];
+    MHE_SHARED(float, sa, [FINISH_TY][FINISH_TX]);
+    MHE_SHARED(float, sb, [FINISH_TY][FINISH_TX]);
     const int c = blockIdx.x * FINISH_TX + threadIdx.x % FINISH_TX;
     float s, unused;
     finish_sums(pa, nullptr, chunks, C, c, sa, sb, &s, &unused);
@@ -110,7 +112,8 @@ struct ColsumDefer {
 };
 
 __global__ void colsum2_finish_table_kernel(DeferTable t) {
-    __shared__ float sa[FINISH_TY][FINISH_TX], sb[FINISH_TY][FINISH_TX];
+    MHE_SHARED(float, sa, [FINISH_TY][FINISH_TX]);
+    MHE_SHARED(float, sb, [FINISH_TY][FINISH_TX]);
     int i = 0;
     while (i + 1 < t.n && blockIdx.x >= t.e[i + 1].block0) i++;
     const DeferSum &s = t.e[i];

@@ -24,7 +24,8 @@
 
 template <typename Vals>
 __global__ void colsum2_partials_kernel(Vals f, int N, int C, float *partials) {
-    __shared__ float sa[COLSUM_TY][COLSUM_TX], sb[COLSUM_TY][COLSUM_TX];
+    MHE_SHARED(float, sa, [COLSUM_TY][COLSUM_TX]);
+    MHE_SHARED(float, sb, [COLSUM_TY][COLSUM_TX]);
     const int tx = threadIdx.x % COLSUM_TX, ty = threadIdx.x / COLSUM_TX;
     const int c = blockIdx.x * COLSUM_TX + tx, chunk = blockIdx.y;
     const int r0 = chunk * COLSUM_ROWS, r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;

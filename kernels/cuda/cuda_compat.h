@@ -25,6 +25,9 @@
 #define MHE_DYNAMIC_SHARED(type, name)                               \
     extern __shared__ __align__(128) unsigned char mhe_dynamic_smem[]; \
     type *name = reinterpret_cast<type *>(mhe_dynamic_smem)
+// A __shared__ variable: `MHE_SHARED(float, buf, [2][32]);` (the emulation gives each running
+// block its own, so blocks can run concurrently there).
+#define MHE_SHARED(type, name, dims) __shared__ type name dims
 #endif
 
 // Loop unrolling for nvcc (fragment arrays must stay in registers); g++ has no `unroll`.

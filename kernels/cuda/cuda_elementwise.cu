@@ -595,7 +595,7 @@ static void cuda_scatter_rows(Backend *be, const float *src, const int32_t *rows
 
 // Per-block partial sums of x² in double (warp shuffles + shared memory).
 __global__ void sum_squares_kernel(const float *x, size_t n, double *partials) {
-    __shared__ double buf[32];
+    MHE_SHARED(double, buf, [32]);
     double s = 0;
     GRID_STRIDE(i, n) s += (double)x[i] * x[i];
     s = block_sum(s, buf);

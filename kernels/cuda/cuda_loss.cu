@@ -16,8 +16,8 @@ __device__ __forceinline__ float logit(const __nv_bfloat16 *z, int v) { return _
 // loss = lse - z[label],  lse = max + log sum exp(z - max);  rows with label < 0 give 0, 0.
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *labels, int V, float *loss, float *lse) {
-    __shared__ float fbuf[32];
-    __shared__ double dbuf[32];
+    MHE_SHARED(float, fbuf, [32]);
+    MHE_SHARED(double, dbuf, [32]);
     int r = blockIdx.x, label = labels[r];
     if (label < 0) {  // uniform over the block: no thread reaches a barrier
         if (threadIdx.x == 0) loss[r] = lse[r] = 0.0f;

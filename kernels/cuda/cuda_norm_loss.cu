@@ -10,7 +10,7 @@
 __global__ void layernorm_forward_kernel(const float *x, const float *gamma, const float *beta,
                                          int C, float eps, float *y, __nv_bfloat16 *yb, float *mean,
                                          float *rstd) {
-    __shared__ float buf[32];
+    MHE_SHARED(float, buf, [32]);
     const float *xr = x + (size_t)blockIdx.x * C;
     float *yr = y + (size_t)blockIdx.x * C;
     float s = 0;
@@ -115,7 +115,7 @@ __global__ void residual_layernorm_kernel(const typename In::X *x, const typenam
                                           const float *gamma, const float *beta, int C, float eps, float *s,
                                           __nv_bfloat16 *sb, float *y, __nv_bfloat16 *yb, float *mean,
                                           float *rstd) {
-    __shared__ float buf[32];
+    MHE_SHARED(float, buf, [32]);
     const size_t off = (size_t)blockIdx.x * C;
     const ResidualVal<typename In::X, typename In::R> val{x, r, off, p, 1.0f / (1.0f - p), key, threshold};
     const KeptRow<ResidualVal<typename In::X, typename In::R>> row(val, C, eps, buf);
@@ -147,7 +147,7 @@ __global__ void embedding_layernorm_kernel(const int32_t *ids, const int32_t *ty
                                            const float *beta, int T, int D, float eps, float p, uint64_t key,
                                            uint32_t threshold, float *e, __nv_bfloat16 *eb, float *y,
                                            __nv_bfloat16 *yb, float *mean, float *rstd) {
-    __shared__ float buf[32];
+    MHE_SHARED(float, buf, [32]);
     const size_t row_i = blockIdx.x, off = row_i * D;
     const EmbedVal val{word + (size_t)ids[row_i] * D, pos + (size_t)(row_i % T) * D,
                        type ? type + (size_t)(type_ids ? type_ids[row_i] : 0) * D : nullptr};
@@ -220,7 +220,7 @@ __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typen
                                           const float *mean,
                                           const float *rstd, int N, int C, int rows, float *dx,
                                           __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb, LnDrop drop) {
-    __shared__ float buf[2][32];
+    MHE_SHARED(float, buf, [2][32]);
     MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb, else none
     const int sums = pg != nullptr || pb != nullptr;
     const bool want_dx = dx != nullptr || dxb != nullptr;  // dx null and dxb not: lean, the twin only
@@ -420,11 +420,12 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
             cost = with_lean_twin(cost, drop.drb, drop.dr, n);
         }
         cudaStream_t st = cuda_stream(be);
-        // C > 6144 needs more than 48 KB of partial sums: opt in (sm_80 allows 163 KB per block,
-        // sm_90 227 KB).
+        // More than 48 KB of shared memory in all — the partial sums plus the kernel's 256 B of
+        // static block sums (buf), so from C = 6,113 — needs the opt-in (sm_80 allows 163 KB per
+        // block, sm_90 227 KB).
 #define LNB_LAUNCH(IN, DYP, XP)                                                                              \
     do {                                                                                                     \
-        if (smem > 48 * 1024)                                                                                \
+        if (smem + sizeof(float[2][32]) > 48 * 1024)                                                         \
             CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<IN>,                                   \
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));        \
         MHE_LAUNCH(layernorm_backward_kernel<IN>, chunks, MHE_BLOCK, smem, st, cost)(                        \

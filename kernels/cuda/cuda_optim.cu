@@ -150,7 +150,7 @@ struct LambState {
 __global__ void lamb_chunks_kernel(const LambChunk *__restrict__ ch, const float *p, const float *grad, float *m,
                                    float *v, float *u, size_t m_base, float b1, float b2, float eps, float bc1,
                                    float bc2, float grad_scale, double *partials) {
-    __shared__ double buf[32];
+    MHE_SHARED(double, buf, [32]);
     const LambChunk c = ch[blockIdx.x];
     double pp = 0, uu = 0;
     for (size_t k = threadIdx.x; k < c.len; k += blockDim.x) {

@@ -225,6 +225,25 @@ static void test_layernorm_backward_dropout_matches_cpu(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
 }
 
+// LayerNorm's backward past 48 KB of shared memory in all: C = 6,120 columns of dγ/dβ partials
+// (47.8 KB dynamic) plus its 256 B of static block sums, which the launch must opt in to (the
+// emulation refuses the launch otherwise, as a GPU would).
+static void test_layernorm_backward_past_48k_matches_cpu(void **state) {
+    Fix *f = *state;
+    const int N = 2, C = 6120;
+    const size_t n = (size_t)N * C;
+    Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
+    Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n);
+    Buf dg = buf_rand(f, C), db = buf_rand(f, C);
+    PAIR(f, layernorm_forward, D(x), D(g), D(bt), N, C, 1e-5f, D(y), D(mean), D(rstd));
+    PAIR(f, layernorm_backward, D(dy), D(x), D(g), D(mean), D(rstd), N, C, D(dx), 0, D(dg), D(db));
+    expect_close(f, &dx, 1e-5, "layernorm dx, C = 6120");
+    expect_close(f, &dg, 1e-5, "layernorm dgamma, C = 6120");
+    expect_close(f, &db, 1e-5, "layernorm dbeta, C = 6120");
+    Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
+    for (int i = 0; i < 10; i++) buf_free(f, all[i]);
+}
+
 static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     const size_t n = (size_t)N * C;
     Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
@@ -528,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_residual_layernorm_matches_cpu),
         cmocka_unit_test(test_embedding_layernorm_matches_cpu),
         cmocka_unit_test(test_layernorm_backward_dropout_matches_cpu),
+        cmocka_unit_test(test_layernorm_backward_past_48k_matches_cpu),
     };
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_matmul_bf16_within_1e2),

@@ -10,7 +10,7 @@
 
 // Per-block sums with block_sum (shuffles + __shared__), plus a grid total through atomicAdd.
 __global__ void sum_blocks(const float *x, int n, float *block_out, float *total) {
-    __shared__ float buf[32];
+    MHE_SHARED(float, buf, [32]);
     float v = 0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) v += x[i];
     // Only blocks cover disjoint ranges when the grid is large enough; here it is.
@@ -29,7 +29,7 @@ __global__ void shfl_down_lanes(int *out) {
 
 // Each thread writes its index into static __shared__ storage, then reads its mirror.
 __global__ void shared_mirror(int *out) {
-    __shared__ int tile[128];
+    MHE_SHARED(int, tile, [128]);
     tile[threadIdx.x] = (int)(blockIdx.x * 1000 + threadIdx.x);
     __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = tile[blockDim.x - 1 - threadIdx.x];

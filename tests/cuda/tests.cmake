@@ -7,6 +7,13 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_emu_reduce COMMAND test_cuda_emu_reduce)
   set_tests_properties(test_cuda_emu_reduce PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120)
 
+  # The emulation's strictness (issue 29 B): each rule broken by a test kernel in a child process.
+  add_executable(test_cuda_emu_strict ${CMAKE_CURRENT_LIST_DIR}/test_emu_strict.cpp)
+  target_link_libraries(test_cuda_emu_strict PRIVATE mhecore mhecuda_emu)
+  add_test(NAME test_cuda_emu_strict COMMAND test_cuda_emu_strict)
+  set_tests_properties(test_cuda_emu_strict PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0"
+    TIMEOUT 300 LABELS "unit;cuda")
+
   add_executable(test_cuda_parity ${CMAKE_CURRENT_LIST_DIR}/test_cuda_parity.c)
   target_link_libraries(test_cuda_parity PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)

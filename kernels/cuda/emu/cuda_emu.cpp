@@ -1,5 +1,5 @@
-// The out-of-line half of the CUDA emulation (see cuda_emu.h): the launcher, host-memory
-// runtime, cuBLAS over OpenBLAS and NCCL over MPI.
+// The out-of-line half of the CUDA emulation (see cuda_emu.h): the host-memory runtime, cuBLAS
+// over OpenBLAS and NCCL over MPI (the launcher: cuda_emu_launch.cpp).
 #include "kernels/cuda/emu/cuda_emu.h"
 
 extern "C" {
@@ -94,145 +94,6 @@ static void nccl_complete_all(void) {
     }
 }
 
-namespace mhe_emu {
-
-// Emulated CUDA threads are pooled: creating (and, under ASan, instrumenting) an OS thread per
-// CUDA thread per launch cost milliseconds per launch.  The pool is process-wide, as the device
-// it stands for is; launches are serialised (one stream), so one job runs at a time.
-class ThreadPool {
-  public:
-    ~ThreadPool() {
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            stop_ = true;
-        }
-        wake_.notify_all();
-        for (auto &t : workers_) t.join();
-    }
-    // Runs job(0 .. n-1) on n distinct threads concurrently; returns when all have finished.
-    void run(int n, const std::function<void(int)> &job) {
-        std::lock_guard<std::mutex> serial(launch_mu_);
-        std::unique_lock<std::mutex> lock(mu_);
-        while ((int)workers_.size() < n) {
-            int id = (int)workers_.size();
-            workers_.emplace_back([this, id] { worker(id); });
-        }
-        job_ = &job;
-        job_threads_ = n;
-        remaining_ = n;
-        generation_++;
-        wake_.notify_all();
-        done_.wait(lock, [this] { return remaining_ == 0; });
-        job_ = nullptr;
-    }
-
-  private:
-    void worker(int id) {
-        uint64_t seen = 0;
-        std::unique_lock<std::mutex> lock(mu_);
-        for (;;) {
-            wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-            if (stop_) return;
-            seen = generation_;
-            if (id >= job_threads_) continue;
-            const std::function<void(int)> *job = job_;
-            lock.unlock();
-            (*job)(id);
-            lock.lock();
-            if (--remaining_ == 0) done_.notify_one();
-        }
-    }
-    std::mutex launch_mu_, mu_;
-    std::condition_variable wake_, done_;
-    std::vector<std::thread> workers_;
-    const std::function<void(int)> *job_ = nullptr;
-    int job_threads_ = 0, remaining_ = 0;
-    uint64_t generation_ = 0;
-    bool stop_ = false;
-};
-
-static ThreadPool &pool() {
-    static ThreadPool p;
-    return p;
-}
-
-static std::mutex smem_mu;
-static std::unordered_map<const void *, size_t> smem_limit;  // kernels opted in past 48 KB
-
-cudaError_t func_set_attribute(const void *kernel, cudaFuncAttribute attr, int value) {
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > 227 * 1024)
-        return cudaErrorInvalidValue;
-    std::lock_guard<std::mutex> lock(smem_mu);
-    smem_limit[kernel] = (size_t)value;
-    return cudaSuccess;
-}
-
-void launch(const void *kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
-            const std::function<void()> &body) {
-    const int n = (int)(block.x * block.y * block.z);
-    if (n <= 0 || n > 1024) {
-        std::fprintf(stderr, "cuda_emu: block of %d threads\n", n);
-        std::abort();
-    }
-    if (dynamic_shared_bytes > 48 * 1024) {
-        std::lock_guard<std::mutex> lock(smem_mu);
-        auto it = smem_limit.find(kernel);
-        if (it == smem_limit.end() || it->second < dynamic_shared_bytes) {
-            std::fprintf(stderr, "cuda_emu: a launch with %zu bytes of dynamic shared memory needs "
-                                 "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first\n", dynamic_shared_bytes);
-            std::abort();
-        }
-    }
-    const int n_warps = (n + WARP - 1) / WARP;
-    std::barrier<> block_sync(n);
-    std::vector<std::unique_ptr<std::barrier<>>> warp_syncs;
-    std::vector<Warp> warps(n_warps);
-    for (int w = 0; w < n_warps; w++) {
-        int lanes = n - w * WARP < WARP ? n - w * WARP : WARP;
-        warp_syncs.push_back(std::make_unique<std::barrier<>>(lanes));
-        warps[w].sync = warp_syncs.back().get();
-    }
-    std::vector<unsigned char> shared(dynamic_shared_bytes + 16);
-    Block blk{&block_sync, warps.data(), shared.data()};
-    // The threads of a block walk the grid together; the barrier after each block keeps blocks
-    // from overlapping (static __shared__ storage is reused by the next block).
-    std::function<void(int)> thread_main = [&](int linear) {
-        ThreadState &s = self;
-        s.block = &blk;
-        s.block_dim = block;
-        s.grid_dim = grid;
-        s.linear = linear;
-        s.lane = linear % WARP;
-        s.shuffle_phase = 0;
-        s.thread_idx = uint3{(unsigned)linear % block.x, (unsigned)(linear / block.x) % block.y,
-                             (unsigned)(linear / (block.x * block.y))};
-        for (unsigned bz = 0; bz < grid.z; bz++)
-            for (unsigned by = 0; by < grid.y; by++)
-                for (unsigned bx = 0; bx < grid.x; bx++) {
-                    s.block_idx = uint3{bx, by, bz};
-                    body();
-                    block_sync.arrive_and_wait();
-                }
-        s.block = nullptr;
-    };
-    pool().run(n, thread_main);
-}
-
-}  // namespace mhe_emu
-
-int mhe_emu_block_threads(void) {
-    static const int threads = [] {
-        const char *e = std::getenv("MHE_EMU_BLOCK");
-        long long t = 64;
-        if (e && (mhe_parse_int(e, 32, 1024, &t) != MHE_NUM_OK || t % 32)) {
-            std::fprintf(stderr, "cuda_emu: MHE_EMU_BLOCK=%s is not a multiple of 32 in [32, 1024]\n", e);
-            std::abort();
-        }
-        return (int)t;
-    }();
-    return threads;
-}
-
 // ---- runtime ----
 // Record-only mode (cuda_cost.h) hands out inaccessible address space: nothing may touch it,
 // and a bug that does faults at once instead of reading garbage.
@@ -288,6 +149,10 @@ cudaError_t mhe_emu_malloc(void **p, size_t bytes) {
         in_use -= bytes;
         return cudaErrorMemoryAllocation;
     }
+    // Fresh device memory holds 0xff bytes (NaN as fp32 and bf16, -1 as an integer), as
+    // compute-sanitizer's initcheck would flag a read of it: a kernel reading memory nobody wrote
+    // fails its parity test.  (The backend's alloc op zero-fills by contract, ops.h.)
+    std::memset(*p, 0xff, padded);
     sizes[*p] = bytes;
     return cudaSuccess;
 }

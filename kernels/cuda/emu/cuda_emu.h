@@ -1,10 +1,11 @@
 // CPU emulation of the slice of CUDA that kernels/cuda/*.cu use, so the same sources run in CI
 // without a GPU (DESIGN.md §7).  Test infrastructure only: built into `mhecuda_emu`, never
 // into the release binary.  Semantics kept (see README.md):
-//   - blocks of a grid run one after another; the threads of a block run concurrently as
-//     std::threads, so __syncthreads is a real std::barrier and races show up under ASan/TSan;
+//   - the threads of a block run concurrently as std::threads, so __syncthreads is a real
+//     barrier and races show up under TSan; barriers and launches are checked (cuda_emu_launch.cpp);
 //   - warp shuffles go through a per-warp exchange array guarded by a per-warp barrier;
-//   - __shared__ is static storage reused by each block in turn (blocks never overlap);
+//   - shared memory (MHE_SHARED, MHE_DYNAMIC_SHARED) belongs to the running block, filled with
+//     0xff bytes before each; blocks run in order, or shuffled and several at a time;
 //   - memory, streams and events live on the host; work on a stream runs synchronously; stream
 //     and event use is checked (live handles, waits only on recorded events, README.md);
 //   - cuBLAS is served by OpenBLAS with cuBLAS's column-major semantics, NCCL by MPI;
@@ -23,12 +24,13 @@
 #include "kernels/cuda/cuda_cost.h"
 
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <source_location>
+#include <string>
 #include <type_traits>
 
 #undef __global__
@@ -39,7 +41,8 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static
+// Shared variables are declared with MHE_SHARED (below), one per running block.
+#define __shared__ static_assert(false, "declare __shared__ variables with MHE_SHARED(type, name, dims)");
 #define __launch_bounds__(...)
 
 namespace mhe_emu {
@@ -47,15 +50,9 @@ namespace mhe_emu {
 constexpr int WARP = 32;
 
 struct Warp {
-    std::barrier<> *sync;
     uint64_t slot[2][WARP];  // double-buffered: one barrier per shuffle suffices
 };
-
-struct Block {
-    std::barrier<> *sync;
-    Warp *warps;
-    unsigned char *dynamic_shared;
-};
+struct Block;  // one running block: its barriers and what each thread arrived at (cuda_emu_launch.cpp)
 
 // Each emulated CUDA thread is one std::thread; these are its built-in variables.
 struct ThreadState {
@@ -63,32 +60,74 @@ struct ThreadState {
     dim3 block_dim, grid_dim;
     int lane, linear;
     int shuffle_phase;  // which slot buffer the next shuffle of this lane uses
+    int block_phase, warp_phase;  // block / warp barriers this thread has arrived at
     Block *block;
+    Warp *warp;
+    unsigned char *dynamic_shared, *static_shared;
+    const char *kernel;  // for messages
 };
 inline thread_local ThreadState self;
 
-// Runs body once per (block, thread); blocks in order, threads of a block concurrently.
-// `kernel` identifies the function: more than 48 KB of dynamic shared memory needs its
-// cudaFuncAttributeMaxDynamicSharedMemorySize raised first, as on the GPU (else abort).
-void launch(const void *kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
-            const std::function<void()> &body);
+// What a thread waits at: the barriers of a block and of a warp check that every thread arrived
+// at the same one (cuda_emu_launch.cpp), and a barrier that can never complete (a shuffle some
+// lanes of the warp will not reach before a __syncthreads, or after they returned) is reported
+// instead of hanging.
+enum Arrive { ARRIVE_SYNCTHREADS, ARRIVE_EXIT, ARRIVE_SHUFFLE, ARRIVE_SYNCWARP };
+void block_arrive(Arrive what, const char *file, unsigned line);
+void warp_arrive(Arrive what, const char *file, unsigned line);
+// A broken rule inside a kernel: the message, naming the kernel, block and thread, then abort.
+[[noreturn]] void kernel_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// The kernel's name as the ptxas table spells it, from the launch's function pointer.
+std::string kernel_name_from(const char *pretty_function);
+template <auto F> const char *kernel_name() {
+    static const std::string name = kernel_name_from(__PRETTY_FUNCTION__);
+    return name.c_str();
+}
+
+// Runs body once per (block, thread); the threads of a block concurrently, the blocks in order or
+// (MHE_EMU_SHUFFLE) in a seeded shuffled order, several at a time.  Before it runs, the launch
+// is checked against the limits of the GPUs the real build targets (sm_80, sm_90): block and
+// grid dimensions, static + dynamic shared memory (more than 48 KB needs the kernel's
+// cudaFuncAttributeMaxDynamicSharedMemorySize raised first) and registers x threads, the
+// per-kernel figures from ptxas (`file` says whether it is a product kernel, which must have them).
+void launch(const void *kernel, const char *name, const char *file, dim3 grid, dim3 block,
+            size_t dynamic_shared_bytes, const std::function<void()> &body);
 // cudaFuncSetAttribute: MaxDynamicSharedMemorySize up to the sm_90 limit (227 KB).
 cudaError_t func_set_attribute(const void *kernel, cudaFuncAttribute attr, int value);
+// Figures for a kernel ptxas never saw (tests' own kernels): registers per thread and static
+// shared bytes on both architectures.
+void set_resources(const char *name, int registers, int static_shared_bytes);
 
-template <typename T> T shuffle(T v, int src_lane, bool keep_own) {
+// Shuffles take all lanes of the warp (the only mask the sources use).
+inline void check_full_mask(unsigned mask, const char *what) {
+    const int lanes = (int)(self.block_dim.x * self.block_dim.y * self.block_dim.z) - (self.linear / WARP) * WARP;
+    const unsigned full = lanes >= WARP ? 0xffffffffu : (1u << lanes) - 1u;
+    if (mask != full) kernel_fail("%s with mask %#x: the emulation supports whole warps only (%#x)", what, mask, full);
+}
+
+template <typename T> T shuffle(T v, int src_lane, bool keep_own, const std::source_location &loc) {
     static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable_v<T>);
     // A lane can only start the shuffle after next (which reuses this buffer) once every lane
     // has arrived at the next one's barrier, i.e. has finished reading this one.
-    Warp &w = self.block->warps[self.linear / WARP];
-    uint64_t *slot = w.slot[self.shuffle_phase];
+    uint64_t *slot = self.warp->slot[self.shuffle_phase];
     self.shuffle_phase ^= 1;
     uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof v);
     slot[self.lane] = bits;
-    w.sync->arrive_and_wait();  // every lane has published
+    warp_arrive(ARRIVE_SHUFFLE, loc.file_name(), loc.line());  // every lane has published
     T out = v;
     if (!keep_own) std::memcpy(&out, &slot[src_lane], sizeof out);
     return out;
+}
+
+// WMMA loads and stores take a 256-bit aligned pointer and a leading dimension that is a
+// multiple of 16 bytes (8 bf16, 4 floats), as the PTX wmma.load/store require.
+inline void check_wmma(const char *what, const void *p, unsigned ldm, size_t elem) {
+    if (reinterpret_cast<uintptr_t>(p) % 32)
+        kernel_fail("wmma::%s: pointer %p is not 32-byte aligned", what, p);
+    if ((ldm * elem) % 16)
+        kernel_fail("wmma::%s: ldm %u is not a multiple of %zu elements", what, ldm, 16 / elem);
 }
 
 }  // namespace mhe_emu
@@ -99,19 +138,28 @@ template <typename T> T shuffle(T v, int src_lane, bool keep_own) {
 #define gridDim (mhe_emu::self.grid_dim)
 #define warpSize (mhe_emu::WARP)
 
-inline void __syncthreads() { mhe_emu::self.block->sync->arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) {
-    mhe_emu::self.block->warps[mhe_emu::self.linear / mhe_emu::WARP].sync->arrive_and_wait();
+inline void __syncthreads(std::source_location loc = std::source_location::current()) {
+    mhe_emu::block_arrive(mhe_emu::ARRIVE_SYNCTHREADS, loc.file_name(), loc.line());
 }
-template <typename T> T __shfl_xor_sync(unsigned, T v, int lane_mask, int = 32) {
-    return mhe_emu::shuffle(v, mhe_emu::self.lane ^ lane_mask, false);
+inline void __syncwarp(unsigned mask = 0xffffffffu, std::source_location loc = std::source_location::current()) {
+    mhe_emu::check_full_mask(mask, "__syncwarp");
+    mhe_emu::warp_arrive(mhe_emu::ARRIVE_SYNCWARP, loc.file_name(), loc.line());
 }
-template <typename T> T __shfl_down_sync(unsigned, T v, unsigned delta, int = 32) {
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int = 32, std::source_location loc = std::source_location::current()) {
+    mhe_emu::check_full_mask(mask, "__shfl_xor_sync");
+    return mhe_emu::shuffle(v, mhe_emu::self.lane ^ lane_mask, false, loc);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int = 32, std::source_location loc = std::source_location::current()) {
+    mhe_emu::check_full_mask(mask, "__shfl_down_sync");
     int src = mhe_emu::self.lane + (int)delta;
-    return mhe_emu::shuffle(v, src, src >= mhe_emu::WARP);
+    return mhe_emu::shuffle(v, src, src >= mhe_emu::WARP, loc);
 }
-template <typename T> T __shfl_sync(unsigned, T v, int src_lane, int = 32) {
-    return mhe_emu::shuffle(v, src_lane & (mhe_emu::WARP - 1), false);
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int = 32, std::source_location loc = std::source_location::current()) {
+    mhe_emu::check_full_mask(mask, "__shfl_sync");
+    return mhe_emu::shuffle(v, src_lane & (mhe_emu::WARP - 1), false, loc);
 }
 inline float atomicAdd(float *p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 inline int atomicAdd(int *p, int v) { return std::atomic_ref<int>(*p).fetch_add(v); }
@@ -154,6 +202,7 @@ void fill_fragment(fragment<Use, M, N, K, T, L> &f, const V &v) {
 }
 template <typename Use, int M, int N, int K, typename T, typename L>
 void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm) {
+    mhe_emu::check_wmma("load_matrix_sync", p, ldm, sizeof(T));
     using F = fragment<Use, M, N, K, T, L>;
     for (int r = 0; r < F::rows; r++)
         for (int c = 0; c < F::cols; c++)
@@ -161,12 +210,14 @@ void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm)
 }
 template <int M, int N, int K, typename T>
 void load_matrix_sync(fragment<accumulator, M, N, K, T> &f, const T *p, unsigned ldm, layout_t l) {
+    mhe_emu::check_wmma("load_matrix_sync", p, ldm, sizeof(T));
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
             f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
 }
 template <int M, int N, int K, typename T>
 void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigned ldm, layout_t l) {
+    mhe_emu::check_wmma("store_matrix_sync", p, ldm, sizeof(T));
     __syncwarp();  // every lane has its (identical) result before the memory changes
     if (mhe_emu::self.lane == 0)
         for (int r = 0; r < M; r++)
@@ -192,9 +243,23 @@ void mma_sync(fragment<accumulator, M, N, K, TC> &d, const fragment<matrix_a, M,
 // Block size the sources launch their row kernels with (env MHE_EMU_BLOCK, default 64).
 int mhe_emu_block_threads(void);
 
+// Static shared memory: `MHE_SHARED(float, buf, [2][32]);` in both builds.  Here the variable
+// is a reference into the running block's static area (ThreadState::static_shared), at an
+// offset fixed when the declaration is first reached; blocks running at the same time
+// (MHE_EMU_SHUFFLE) each have their own area.
+namespace mhe_emu {
+struct SharedVar {
+    size_t offset;
+    SharedVar(size_t bytes, size_t align);
+};
+}  // namespace mhe_emu
+#define MHE_SHARED(type, name, dims)                                                    \
+    static const mhe_emu::SharedVar mhe_shared_##name(sizeof(type dims), alignof(type)); \
+    type(&name) dims = *reinterpret_cast<type(*) dims>(mhe_emu::self.static_shared + mhe_shared_##name.offset)
+
 // Dynamic shared memory: `MHE_DYNAMIC_SHARED(float, buf);` in both builds.
 #define MHE_DYNAMIC_SHARED(type, name) \
-    type *name = reinterpret_cast<type *>(mhe_emu::self.block->dynamic_shared)
+    type *name = reinterpret_cast<type *>(mhe_emu::self.dynamic_shared)
 
 // The one launch form both compilers accept:
 // MHE_LAUNCH(kernel, grid, block, shmem, stream, cost)(args...); the cost is recorded first and
@@ -203,8 +268,8 @@ int mhe_emu_block_threads(void);
     [&](auto &&...mhe_args) {                                                               \
         mhe_emu_stream_op((stream), #kernel);                                               \
         if (mhe_cost_record(#kernel, (cost)))                                               \
-            mhe_emu::launch(reinterpret_cast<const void *>(&kernel), (grid), (block), (shmem), \
-                            [&] { kernel(mhe_args...); });                                  \
+            mhe_emu::launch(reinterpret_cast<const void *>(&kernel), mhe_emu::kernel_name<&kernel>(), \
+                            __FILE__, (grid), (block), (shmem), [&] { kernel(mhe_args...); }); \
     }
 
 // ---- runtime (host memory, synchronous streams) ----
