@@ -34,6 +34,7 @@
 #include "trainer/task/task.h"
 #include "trainer/train/finetune_init.h"
 #include "trainer/train/optim.h"
+#include "trainer/train/rank_agree.h"
 #include "trainer/train/reducer_setup.h"
 #include "trainer/train/schedule.h"
 #include "trainer/train/signals.h"
@@ -363,6 +364,19 @@ static void setup(Finetune *f) {
     const Config *cfg = f->cfg;
     f->rank = comm_rank(f->comm);
     f->world = comm_world(f->comm);
+    // Ranks agree on the config and the model's tensors before any check or collective that
+    // could go differently on one of them (trainer.c does the same).
+    f->config_yaml = config_to_yaml(cfg);
+    if (cfg->task.type != TASK_NONE) {
+        ParamTable shapes;
+        param_table_build(&shapes, cfg);
+        char *agree = rank_agree_text(f->config_yaml, &shapes, NULL, NULL);
+        rank_agree(f->comm, "config and model", agree);
+        free(agree);
+        param_table_free(&shapes);
+    } else {
+        rank_agree(f->comm, "config", f->config_yaml);
+    }
     if (cfg->task.type == TASK_NONE)
         mhe_fail("%s: finetune needs a task: section (task.type: classification, regression or span)", cfg->source);
     if (cfg->dist.zero) mhe_fail("%s: dist.zero: 1 is not supported by finetune (the task models are small)", cfg->source);
@@ -376,7 +390,6 @@ static void setup(Finetune *f) {
     char why[8192] = "";
     f->lock_fd = f->rank == 0 ? run_lock_take(cfg->train.out_dir, why, sizeof why) : -1;
     refuse_if(f, f->rank == 0 && f->lock_fd < 0, why);
-    f->config_yaml = config_to_yaml(cfg);
 
     f->tok = tokenizer_load(cfg->data.tokenizer);
     f->train = task_data_load(cfg, f->tok, TASK_SPLIT_TRAIN);
