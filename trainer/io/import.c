@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,15 +405,16 @@ static void copy_file(const char *src, const char *dst) {
     size_t len;
     char *text = mhe_read_file(src, &len);
     FILE *f = fopen(dst, "wb");
-    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("import: cannot write %s", dst);
+    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("import: cannot write %s: %s", dst, strerror(errno));
     free(text);
 }
 
-// Copies the tokenizer files into out/tokenizer/ and returns the one data.tokenizer names
-// (absolute; malloc'd), or NULL when the folder has none.
-static char *import_tokenizer(const char *hf_dir, const char *out_abs, const Config *cfg) {
+// Copies the tokenizer files into write_dir/tokenizer/ and returns the one data.tokenizer names
+// where the run will be, final_dir/tokenizer/... (absolute; malloc'd), or NULL when the folder
+// has none.
+static char *import_tokenizer(const char *hf_dir, const char *write_dir, const char *final_dir, const Config *cfg) {
     char src[IMP_PATH_MAX], dst_dir[IMP_PATH_MAX], dst[IMP_PATH_MAX];
-    path_join(dst_dir, out_abs, "tokenizer");
+    path_join(dst_dir, write_dir, "tokenizer");
     bool have[N_TOKENIZER_FILES] = {0};
     int any = 0;
     for (int i = 0; i < N_TOKENIZER_FILES; i++) {
@@ -440,6 +442,8 @@ static char *import_tokenizer(const char *hf_dir, const char *out_abs, const Con
         mhe_fail("import: %s/%s: a %s tokenizer for a %s model is not representable", hf_dir, pick,
                  tokenizer_kind(tok) == TOK_BPE ? "BPE" : "WordPiece", arch_name(cfg->model.arch));
     tokenizer_free(tok);
+    path_join(dst_dir, final_dir, "tokenizer");
+    path_join(dst, dst_dir, pick);
     return mhe_strdup(dst);
 }
 
@@ -476,16 +480,15 @@ void import_run(const ImportOptions *opt) {
     cfg.attention.type = ATTN_MHA;
     cfg.data.seq_len = cfg.model.max_seq;
 
-    // Refuse to overwrite a run: imports are meant to start one.
-    char ck_latest[IMP_PATH_MAX];
-    path_join(ck_latest, opt->out_dir, "checkpoints/latest");
-    if (is_file(ck_latest)) mhe_fail("import: --out %s already holds checkpoints: choose a new directory", opt->out_dir);
-    mhe_mkdirs(opt->out_dir);
-    char out_abs[PATH_MAX];
-    if (!realpath(opt->out_dir, out_abs)) mhe_fatal("import: cannot resolve %s", opt->out_dir);
+    // A run (or anything else) already there is replaced only with --force, and whole.
+    if (mhe_path_within(opt->hf_dir, opt->out_dir))
+        mhe_fail("import: --out %s is or holds the folder being imported (%s): choose another directory", opt->out_dir,
+                 opt->hf_dir);
+    MheOutDir out;
+    mhe_outdir_begin(&out, opt->out_dir, opt->force, "import");
     free(cfg.train.out_dir);
-    cfg.train.out_dir = mhe_strdup(out_abs);
-    char *tok = import_tokenizer(opt->hf_dir, out_abs, &cfg);
+    cfg.train.out_dir = mhe_strdup(out.target_abs);
+    char *tok = import_tokenizer(opt->hf_dir, out.staging, out.target_abs, &cfg);
     if (tok) {
         free(cfg.data.tokenizer);
         cfg.data.tokenizer = tok;
@@ -515,12 +518,13 @@ void import_run(const ImportOptions *opt) {
     const int dropped = check_all_used(&w);
 
     char *yaml = config_text(&cfg);
-    path_join(path, opt->out_dir, "config.yaml");
+    path_join(path, out.staging, "config.yaml");
     FILE *f = fopen(path, "w");
-    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("import: cannot write %s", path);
+    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("import: cannot write %s: %s", path, strerror(errno));
     CheckpointState st = {.step = 0, .rng_seed = cfg.train.seed, .loss_scale = 1.0, .world_size = 1,
                           .config_yaml = yaml};
-    if (checkpoint_save(opt->out_dir, &st, &t, params, NULL, 0) != 0) exit(1);
+    if (checkpoint_save(out.staging, &st, &t, params, NULL, 0) != 0) exit(1);
+    mhe_outdir_commit(&out);
 
     static const char *const KIND[] = {"BertForMaskedLM", "BertModel", "GPT2LMHeadModel", "GPT2Model"};
     printf("imported %s (%s: L=%d D=%d n=%d ffn=%d vocab=%d, %zu parameters) to %s/checkpoints/step_00000000\n",

@@ -66,8 +66,10 @@ int st_write(const StFile *f, const char *path) {
     for (size_t i = jlen; ok && i < padded; i++) ok = fputc(' ', out) != EOF;
     for (int i = 0; ok && i < f->count; i++)
         ok = fwrite(f->tensors[i].data, 1, f->tensors[i].nbytes, out) == f->tensors[i].nbytes;
+    int err = ok ? 0 : errno;  // the caller's message names the first failure's reason
     free(json);
-    if (fclose(out) != 0) ok = 0;
+    if (fclose(out) != 0 && ok) ok = 0, err = errno;
+    errno = err;
     return ok ? 0 : -1;
 }
 
