@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <stdio.h>
@@ -169,6 +170,7 @@ typedef struct {
     StFile *files;
     char **paths;
     bool **used;  // per file, per tensor
+    unsigned dtypes;  // bit per StDtype read
 } Weights;
 
 static void weights_add_file(Weights *w, const char *path) {
@@ -245,6 +247,38 @@ static const StTensor *weights_find(Weights *w, const char *name, int *file) {
     return NULL;
 }
 
+// IEEE binary16 -> binary32.  Every half is a float (5 exponent bits fit in 8, 10 mantissa bits
+// in 23), so this is exact: subnormal halves become normal floats, inf and NaN stay so.
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {  // zero or subnormal: man * 2^-24, a float exactly
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    uint32_t bits = exp == 0x1f ? sign | 0x7f800000u | (man << 13) : sign | (exp - 15 + 127) << 23 | (man << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// The stored values of t as fp32 (F32 as is; BF16, F16 widened exactly).  0 for another dtype.
+static int widen(const StTensor *t, size_t numel, float *dst) {
+    const uint16_t *src = t->data;
+    if (t->dtype == ST_F32) {
+        memcpy(dst, t->data, numel * sizeof(float));
+    } else if (t->dtype == ST_BF16) {  // bf16 is the top half of an fp32
+        for (size_t i = 0; i < numel; i++) {
+            uint32_t bits = (uint32_t)src[i] << 16;
+            memcpy(&dst[i], &bits, sizeof bits);
+        }
+    } else if (t->dtype == ST_F16) {
+        for (size_t i = 0; i < numel; i++) dst[i] = half_to_float(src[i]);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 // Reads `name` of shape [rows] (cols 0) or [rows, cols] as fp32 into dst (row-major, as stored).
 // Returns false when absent and `optional`; otherwise missing, misshapen or an unsupported
 // dtype is an error naming the file and the tensor.
@@ -267,17 +301,10 @@ static bool read_tensor(Weights *w, const char *dir, const char *name, int rows,
         mhe_fail("import: %s: tensor %s has shape [%s], expected [%s] from config.json", w->paths[f], name, got, want);
     }
     const size_t numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
-    if (t->dtype == ST_F32) {
-        memcpy(dst, t->data, numel * sizeof(float));
-    } else if (t->dtype == ST_BF16) {  // bf16 is the top half of an fp32: widening is exact
-        const uint16_t *src = t->data;
-        for (size_t i = 0; i < numel; i++) {
-            uint32_t bits = (uint32_t)src[i] << 16;
-            memcpy(&dst[i], &bits, sizeof bits);
-        }
-    } else {
-        mhe_fail("import: %s: tensor %s: dtype not supported (F32 or BF16 expected)", w->paths[f], name);
-    }
+    if (!widen(t, numel, dst))
+        mhe_fail("import: %s: tensor %s: dtype %s not supported (F32, BF16 or F16 expected)", w->paths[f], name,
+                 st_dtype_name(t->dtype));
+    w->dtypes |= 1u << t->dtype;
     return true;
 }
 
@@ -301,7 +328,10 @@ static void check_tied(Weights *w, const char *name, const float *tied, size_t n
     int f;
     const StTensor *t = weights_find(w, name, &f);
     if (!t) return;
-    if (t->dtype != ST_F32 || t->nbytes != numel * sizeof(float) || memcmp(t->data, tied, t->nbytes) != 0)
+    float *mine = t->nbytes == numel * st_dtype_size(t->dtype) ? mhe_malloc(numel * sizeof(float)) : NULL;
+    int same = mine && widen(t, numel, mine) && memcmp(mine, tied, numel * sizeof(float)) == 0;
+    free(mine);
+    if (!same)
         mhe_fail("import: %s: tensor %s differs from %s: an untied output layer is not representable", w->paths[f],
                  name, to);
 }
@@ -530,6 +560,11 @@ void import_run(const ImportOptions *opt) {
     printf("imported %s (%s: L=%d D=%d n=%d ffn=%d vocab=%d, %zu parameters) to %s/checkpoints/step_00000000\n",
            opt->hf_dir, KIND[kind], cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.ffn,
            cfg.model.vocab_size, t.total, opt->out_dir);
+    char dts[64] = "";
+    for (int d = 0; d <= ST_F16; d++)
+        if (w.dtypes & (1u << d))
+            snprintf(dts + strlen(dts), sizeof dts - strlen(dts), "%s%s", dts[0] ? "+" : "", st_dtype_name((StDtype)d));
+    printf("weights: %s%s\n", dts, w.dtypes & ~(1u << ST_F32) ? ", widened to fp32 exactly" : " (as stored)");
     if (fresh) printf("note: %d MLM head tensors are not in a BertModel: initialised as mhetrain does\n", fresh);
     if (dropped) printf("note: %d pooler tensors dropped (mhetrain has no pooler)\n", dropped);
     free(yaml);

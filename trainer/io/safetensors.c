@@ -8,10 +8,11 @@
 
 #include "common/error.h"
 
-static const char *DTYPE_NAMES[] = {"F32", "I32", "I64", "BF16", "F64", "U8"};
-static const size_t DTYPE_SIZES[] = {4, 4, 8, 2, 8, 1};
+static const char *DTYPE_NAMES[] = {"F32", "I32", "I64", "BF16", "F64", "U8", "F16"};
+static const size_t DTYPE_SIZES[] = {4, 4, 8, 2, 8, 1, 2};
 
 size_t st_dtype_size(StDtype t) { return DTYPE_SIZES[t]; }
+const char *st_dtype_name(StDtype t) { return DTYPE_NAMES[t]; }
 
 void st_init(StFile *f) { memset(f, 0, sizeof *f); }
 
