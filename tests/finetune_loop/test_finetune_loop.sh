@@ -81,8 +81,15 @@ set +e
 ft "$WORK/bad" train.init_from="$WORK/pre" model.hidden=32 model.heads=4; rc=$?
 set -e
 [ "$rc" = 2 ] || { cat "$WORK/bad.log"; fail "encoder mismatch: exit $rc, expected 2"; }
-[ "$(wc -l <"$WORK/bad.log")" = 1 ] && grep -q "embed.word is F32 \[2000, 64\] but the fine-tuning model expects F32 \[2000, 32\]" "$WORK/bad.log" ||
+[ "$(wc -l <"$WORK/bad.log")" = 1 ] && grep -q "train.init_from: the checkpoint's model differs from this run's (model.hidden 64 -> 32" "$WORK/bad.log" ||
   { cat "$WORK/bad.log"; fail "encoder mismatch message"; }
+# Same shapes, another attention type (was accepted: only shapes were compared).
+set +e
+ft "$WORK/bad2" train.init_from="$WORK/pre" attention.type=mhe_add; rc=$?
+set -e
+[ "$rc" = 2 ] && [ "$(wc -l <"$WORK/bad2.log")" = 1 ] &&
+  grep -q "model differs from this run's (attention.type mhe_mul -> mhe_add; checkpoint -> this run)" "$WORK/bad2.log" ||
+  { cat "$WORK/bad2.log"; fail "attention type mismatch: exit $rc"; }
 # A damaged best.json stops the resume (starting the best afresh could replace out/best with a
 # worse evaluation): exit 2 naming the file, out/best untouched.
 cp -r "$WORK/stop" "$WORK/badbest"

@@ -35,6 +35,7 @@
 #include "trainer/train/finetune_init.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/rank_agree.h"
+#include "trainer/train/run_identity.h"
 #include "trainer/train/reducer_setup.h"
 #include "trainer/train/schedule.h"
 #include "trainer/train/signals.h"
@@ -344,6 +345,9 @@ static void init_weights(Finetune *f) {
     } else if (cfg->train.init_from && cfg->train.init_from[0]) {
         if (f->rank == 0) {
             char dir[4200];
+            char *resolved = checkpoint_resolve(cfg->train.init_from);
+            run_arch_check(resolved, f->config_yaml, "train.init_from");
+            free(resolved);
             int ignored = finetune_load_encoder(cfg->train.init_from, f->table, f->host_params, dir, sizeof dir);
             fprintf(stderr, "initialised the encoder from %s (%d pretraining tensor%s ignored; task head seeded)\n", dir,
                     ignored, ignored == 1 ? "" : "s");

@@ -257,6 +257,23 @@ static void setup(Trainer *t) {
     if (ckpt) restore(t, ckpt, 0);
     else if (cfg->train.init_from && cfg->train.init_from[0]) {
         char *dir = checkpoint_resolve(cfg->train.init_from);
+        if (t->rank == 0) {  // equal shapes do not make the same model (mhe_mul vs mhe_add, ln_eps)
+            char path[4200];
+            snprintf(path, sizeof path, "%s/config.yaml", dir);
+            char *saved = mhe_read_file(path, NULL);
+            char *arch = run_arch_diff(saved, t->config_yaml), *msg = NULL;
+            if (arch) {
+                msg = mhe_malloc(strlen(path) + strlen(arch) + 256);
+                sprintf(msg, "%s: train.init_from: the checkpoint's model differs from this run's (%s; checkpoint -> "
+                             "this run): model.* and attention.* must match the checkpoint's config.yaml", path, arch);
+            }
+            refuse_if(t, arch != NULL, msg);
+            free(msg);
+            free(arch);
+            free(saved);
+        } else {
+            refuse_if(t, 0, why);
+        }
         restore(t, dir, 1);
         if (t->rank == 0) fprintf(stderr, "initialised weights from %s\n", dir);
         free(dir);
