@@ -6,7 +6,8 @@
 # byte for byte as it was and loadable by transformers with the logits it gave before.  On an
 # ordinary disk: a non-empty --out is refused without --force (exit 2, untouched); --force
 # replaces it whole (config.json and weights of the new model together); an --out that holds the
-# checkpoint (the run folder) is refused even with --force.
+# checkpoint (the run folder) is refused even with --force; a tokenizer of the other kind than
+# the checkpoint's data.tokenizer_kind (WordPiece for a GPT) is refused, writing nothing.
 # Where no mount namespace can be made, RLIMIT_FSIZE stands in for the full disk (EFBIG).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common/lib.sh"
@@ -61,6 +62,14 @@ set -e
 [ "$status" = 2 ] && grep -q "is or holds the checkpoint" "$WORK/self.log" ||
   { cat "$WORK/self.log"; fail "export over its own run folder: exit $status"; }
 test -f "$WORK/run1/checkpoints/latest" || fail "the run folder was touched"
+"$MHE_MAKE_CHECKPOINT" gpt mha "$WORK/gpt" 1 random >/dev/null
+set +e
+"$MHETRAIN" export "$WORK/gpt" --out "$WORK/gpt-hf" --tokenizer "$MHE_SOURCE_DIR/../shared/data/tokenizers/bert-base-uncased-vocab.txt" \
+  2>"$WORK/kind.log" >/dev/null
+status=$?
+set -e
+[ "$status" = 2 ] && grep -q "bert-base-uncased-vocab.txt is WordPiece but .*config.yaml says data.tokenizer_kind bpe (a gpt model)" \
+  "$WORK/kind.log" && [ ! -e "$WORK/gpt-hf" ] || { cat "$WORK/kind.log"; fail "WordPiece tokenizer for a GPT: exit $status"; }
 echo "ok ordinary disk"
 
 # --- a full disk in the middle of the second export.

@@ -169,6 +169,13 @@ static Tokenizer *load_tokenizer(const ExportOptions *opt, const Config *cfg, co
         mhe_fail("export: tokenizer %s (%s) not found: pass --tokenizer PATH or --no-tokenizer", path,
                  opt->tokenizer ? "--tokenizer" : "data.tokenizer of the checkpoint's config");
     Tokenizer *tok = tokenizer_load(path);
+    // The model was trained on the kind its config names (train refuses a contradicting file);
+    // another kind would ship ids the model never saw under a tokenizer class it does not expect.
+    if (tokenizer_kind(tok) != cfg->data.tokenizer_kind)
+        mhe_fail("export: tokenizer %s is %s but %s says data.tokenizer_kind %s (a %s model): pass the tokenizer the "
+                 "model was trained with, or --no-tokenizer", path,
+                 tokenizer_kind(tok) == TOK_WORDPIECE ? "WordPiece" : "byte-level BPE", cfg_path,
+                 cfg->data.tokenizer_kind == TOK_WORDPIECE ? "wordpiece" : "bpe", arch_name(cfg->model.arch));
     if (tokenizer_vocab_size(tok) > cfg->model.vocab_size)
         mhe_fail("export: tokenizer %s has %d tokens but the model's vocab_size is %d", path, tokenizer_vocab_size(tok),
                  cfg->model.vocab_size);
