@@ -1,6 +1,7 @@
 // JSON-lines readers: SuperGLUE's classification tasks (BoolQ, CB, RTE, WiC) and the generic
 // `jsonl` format with named keys.  One JSON object per line; anything else is an error.
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,14 @@ static void read_label(const char *path, int line, const cJSON *o, const char *k
     labels_doc(doc, sizeof doc, labels, n_labels);
     if (!v) mhe_fail_at(path, line, 0, "expected a label field \"%s\"%s", key, missing_hint);
     if (type == TASK_REGRESSION) {
-        if (cJSON_IsNumber(v)) e->target = (float)v->valuedouble;
-        else if (!cJSON_IsString(v) || !task_parse_target(v->valuestring, &e->target))
+        if (cJSON_IsNumber(v)) {
+            // JSON has no inf, but 1e400 parses to one and 1e39 overflows a float: refused as the
+            // TSV readers refuse them, or the loss and finetune_result.json would hold inf/NaN.
+            e->target = (float)v->valuedouble;
+            if (!isfinite(e->target))
+                mhe_fail_at(path, line, 0, "expected a finite number in \"%s\" (the regression target), found %g, "
+                            "which is not finite in single precision", key, v->valuedouble);
+        } else if (!cJSON_IsString(v) || !task_parse_target(v->valuestring, &e->target))
             mhe_fail_at(path, line, 0, "expected a number in \"%s\" (the regression target)", key);
         return;
     }

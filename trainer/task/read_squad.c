@@ -141,6 +141,7 @@ static void read_question(TaskExamples *out, const Src *s, const TaskFormatSpec 
 void task_read_squad(TaskExamples *out, const TaskFormatSpec *fmt, const char *path) {
     Src s = {path, NULL, 0};
     char *text = mhe_read_file(path, &s.len);
+    task_check_utf8(path, text, s.len);
     s.text = text;
     memset(out, 0, sizeof *out);
     out->path = path;

@@ -3,11 +3,24 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "data/corpus.h"
 #include "trainer/task/task_internal.h"
+
+void task_check_utf8(const char *path, const char *buf, size_t len) {
+    long long bad = utf8_invalid_offset(buf, len);
+    if (bad < 0) return;
+    int line = 1;
+    long long start = 0;
+    for (long long i = 0; i < bad; i++)
+        if (buf[i] == '\n') line++, start = i + 1;
+    mhe_fail_at(path, line, (int)(bad - start) + 1, "invalid UTF-8 (byte 0x%02x): fine-tuning text must be UTF-8, as "
+                "prepare's inputs are (re-encode the file; nothing is dropped silently)", (unsigned char)buf[bad]);
+}
 
 void text_lines_read(TextLines *l, const char *path) {
     size_t len = 0;  // mhe_read_file NUL-terminates
     l->buf = mhe_read_file(path, &len);
+    task_check_utf8(path, l->buf, len);
     char *p = l->buf, *end = l->buf + len;
     // The GLUE processors open with encoding utf-8-sig: a BOM is not part of the first field.
     if (len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) p += 3;
