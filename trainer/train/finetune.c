@@ -114,9 +114,30 @@ static void save(Finetune *f, const char *out_dir, int keep_last) {
     comm_barrier(f->comm);
 }
 
+// JSON has no inf or NaN (a correlation of constant predictions, no evaluation yet): null, so
+// the files stay JSON whatever the numbers.
+static void json_number(FILE *fp, double v) {
+    if (isfinite(v)) fprintf(fp, "%.17g", v);
+    else fputs("null", fp);
+}
+
+// A string with JSON's escapes (paths may hold quotes, backslashes or control characters).
+static void json_string(FILE *fp, const char *s) {
+    fputc('"', fp);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(fp, "\\%c", *p);
+        else if (*p < 0x20) fprintf(fp, "\\u%04x", *p);
+        else fputc(*p, fp);
+    }
+    fputc('"', fp);
+}
+
 static void write_scores_json(FILE *fp, const TaskScores *s) {
     fputc('{', fp);
-    for (int i = 0; i < s->n; i++) fprintf(fp, "%s\"%s\": %.17g", i ? ", " : "", s->name[i], s->value[i]);
+    for (int i = 0; i < s->n; i++) {
+        fprintf(fp, "%s\"%s\": ", i ? ", " : "", s->name[i]);
+        json_number(fp, s->value[i]);
+    }
     fputc('}', fp);
 }
 
@@ -128,8 +149,10 @@ static void write_best_json(Finetune *f) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *fp = fopen(tmp, "w");
     if (!fp) check_write(f, -1, "best.json");
-    fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"metric\": \"%s\", \"value\": %.17g, \"scores\": ", f->best_epoch,
-            (long long)f->best_step, f->best_scores.name[f->best_scores.primary], f->best);
+    fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"metric\": \"%s\", \"value\": ", f->best_epoch,
+            (long long)f->best_step, f->best_scores.name[f->best_scores.primary]);
+    json_number(fp, f->best);
+    fputs(", \"scores\": ", fp);
     write_scores_json(fp, &f->best_scores);
     fputs("}\n", fp);
     check_write(f, fclose(fp) != 0 || rename(tmp, path) != 0 ? -1 : 0, "best.json");
@@ -497,11 +520,13 @@ static void report(Finetune *f) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *fp = fopen(tmp, "w");
     if (!fp) check_write(f, -1, "finetune_result.json");
-    fprintf(fp, "{\"format\": \"%s\", \"attention\": \"%s\", \"init_from\": \"%s\", \"best_epoch\": %d, "
-            "\"best_step\": %lld, \"steps\": %lld, \"metric\": \"%s\", \"value\": %.17g, \"scores\": ",
-            f->cfg->task.format ? f->cfg->task.format : "", attention_type_name(f->cfg->attention.type),
-            f->cfg->train.init_from ? f->cfg->train.init_from : "", f->best_epoch, (long long)f->best_step,
-            (long long)f->step, name, f->best);
+    fprintf(fp, "{\"format\": \"%s\", \"attention\": \"%s\", \"init_from\": ",
+            f->cfg->task.format ? f->cfg->task.format : "", attention_type_name(f->cfg->attention.type));
+    json_string(fp, f->cfg->train.init_from);
+    fprintf(fp, ", \"best_epoch\": %d, \"best_step\": %lld, \"steps\": %lld, \"metric\": \"%s\", \"value\": ",
+            f->best_epoch, (long long)f->best_step, (long long)f->step, name);
+    json_number(fp, f->best);
+    fputs(", \"scores\": ", fp);
     write_scores_json(fp, &f->best_scores);
     fprintf(fp, ", \"trivial\": ");
     write_scores_json(fp, &triv);
