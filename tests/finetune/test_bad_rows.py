@@ -118,6 +118,11 @@ case("jsonl", '{"s1": "a", "y": 0.5}\n{"s1": "b", "y": 1e39}\n',
 case("jsonl", '{"s1": "a", "y": -1e400}\n',
      '{f}:1: expected a finite number in "y" (the regression target), found -inf, which is not finite in single '
      'precision', typ="regression", task=R)
+# More after the JSON value (was: the rest of the line, here a whole example, dropped silently).
+case("jsonl", '{"s1": "a", "y": 0.5}\n{"s1": "b", "y": 1}{"s1": "c", "y": 2}\n',
+     "{f}:2:20: expected one JSON object per line, found more after it", typ="regression", task=R)
+case("squad2", '{"version": "v2.0", "data": []}\n{"version": "v2.0"}\n',
+     "{f}:2:1: expected SQuAD JSON to end after its object, found more", typ="span")
 # Invalid UTF-8 with its line and column, in every reader (was: dropped silently).
 U = ": fine-tuning text must be UTF-8, as prepare's inputs are (re-encode the file; nothing is dropped silently)"
 case("sst2", b"sentence\tlabel\nfine\t1\nbad \xff here\t0\n", "{f}:3:5: invalid UTF-8 (byte 0xff)" + U)

@@ -10,7 +10,17 @@
 #include "trainer/task/task_internal.h"
 
 static cJSON *parse_line(const char *path, int line, const char *text) {
-    cJSON *o = cJSON_Parse(text);
+    // Only whitespace may follow the object: cJSON_Parse would stop after it and silently drop the
+    // rest of the line (a second example run into the first).
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithOpts(text, &end, 0);
+    if (o && end) {
+        end += strspn(end, " \t\r");
+        if (*end) {
+            cJSON_Delete(o);
+            mhe_fail_at(path, line, (int)(end - text) + 1, "expected one JSON object per line, found more after it");
+        }
+    }
     if (!o || !cJSON_IsObject(o)) {
         const char *err = cJSON_GetErrorPtr();
         long at = o ? 0 : err && err >= text && err <= text + strlen(text) ? (long)(err - text) : -1;

@@ -156,6 +156,15 @@ void task_read_squad(TaskExamples *out, const TaskFormatSpec *fmt, const char *p
         }
         mhe_fail_at(path, line, col, "expected SQuAD JSON (invalid JSON here)");
     }
+    if (end && end[strspn(end, " \t\r\n")]) {  // a second document after the first: not one SQuAD file
+        const char *at = end + strspn(end, " \t\r\n");
+        int line = 1, col = 1;
+        for (const char *p = text; p < at; p++) {
+            if (*p == '\n') line++, col = 1;
+            else col++;
+        }
+        mhe_fail_at(path, line, col, "expected SQuAD JSON to end after its object, found more");
+    }
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     if (!cJSON_IsArray(data))
         mhe_fail_at(path, 1, 0, "expected a JSON object with \"data\": a list of articles (SQuAD layout)");
