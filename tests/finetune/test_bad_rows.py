@@ -123,6 +123,13 @@ case("jsonl", '{"s1": "a", "y": 0.5}\n{"s1": "b", "y": 1}{"s1": "c", "y": 2}\n',
      "{f}:2:20: expected one JSON object per line, found more after it", typ="regression", task=R)
 case("squad2", '{"version": "v2.0", "data": []}\n{"version": "v2.0"}\n',
      "{f}:2:1: expected SQuAD JSON to end after its object, found more", typ="span")
+# Raw control bytes in JSON and NUL bytes anywhere (found by the fuzz pass: taken into the text, or
+# the rest of a field cut off).
+case("boolq", '{"question": "q", "passage": "a\x12b", "label": true}\n',
+     "{f}:1:32: control byte 0x12: JSON must escape it (\\u0012)")
+case("squad2", '{"version": "v2.0",\n "data": [{"title": "t\x01"}]}', "{f}:2:23: control byte 0x01: JSON must escape it (\\u0001)",
+     typ="span")
+case("sst2", b"sentence\tlabel\nfine\x00 film\t1\n", "{f}:2:5: NUL byte: expected text")
 # Invalid UTF-8 with its line and column, in every reader (was: dropped silently).
 U = ": fine-tuning text must be UTF-8, as prepare's inputs are (re-encode the file; nothing is dropped silently)"
 case("sst2", b"sentence\tlabel\nfine\t1\nbad \xff here\t0\n", "{f}:3:5: invalid UTF-8 (byte 0xff)" + U)

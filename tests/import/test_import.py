@@ -193,6 +193,12 @@ def to_pickle(d):
     torch.save(m.state_dict(), os.path.join(d, "pytorch_model.bin"))
 
 
+def dup_vocab(d):
+    os.remove(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "vocab.txt"), "a") as f:
+        f.write("[PAD]\n")
+
+
 def edit_config(key, value):
     def f(d):
         p = os.path.join(d, "config.json")
@@ -225,6 +231,9 @@ def main():
         half_roundtrip("gpt2_bf16", "gpt", torch.bfloat16, work)
         out_folders(work)
         bad("bad_gpt_pickle", work, to_pickle, ["pytorch_model.bin", "safetensors"])
+        # The tokenizer is checked in the user's folder: the message names that file, not a copy.
+        bad("bad_bert_vocab", work, dup_vocab, [os.path.join(work, "bad_bert_vocab", "hf", "vocab.txt"),
+                                                "duplicate token"])
         bad("bad_bert_relative", work, edit_config("position_embedding_type", "relative_key"),
             ["config.json", "position_embedding_type"])
         bad("bad_bert_missing", work,

@@ -463,8 +463,9 @@ static char *import_tokenizer(const char *hf_dir, const char *write_dir, const c
     // tokenizer.json carries the normalizer (cased or not); else the arch's vocabulary file.
     const char *pick = have[0] ? "tokenizer.json" : cfg->model.arch == ARCH_BERT ? "vocab.txt" : "vocab.json";
     if (!have[0] && !have[cfg->model.arch == ARCH_BERT ? 1 : 2]) return NULL;
-    path_join(dst, dst_dir, pick);
-    Tokenizer *tok = tokenizer_load(dst);
+    // Read from the user's folder, not the staging copy: a refusal names the file they can fix.
+    path_join(src, hf_dir, pick);
+    Tokenizer *tok = tokenizer_load(src);
     if (tokenizer_vocab_size(tok) > cfg->model.vocab_size)
         mhe_fail("import: %s/%s: %d tokens but config.json's vocab_size is %d", hf_dir, pick,
                  tokenizer_vocab_size(tok), cfg->model.vocab_size);

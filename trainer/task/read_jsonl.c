@@ -10,6 +10,7 @@
 #include "trainer/task/task_internal.h"
 
 static cJSON *parse_line(const char *path, int line, const char *text) {
+    task_check_json_line(path, line, text);
     // Only whitespace may follow the object: cJSON_Parse would stop after it and silently drop the
     // rest of the line (a second example run into the first).
     const char *end = NULL;

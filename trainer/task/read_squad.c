@@ -142,6 +142,13 @@ void task_read_squad(TaskExamples *out, const TaskFormatSpec *fmt, const char *p
     Src s = {path, NULL, 0};
     char *text = mhe_read_file(path, &s.len);
     task_check_utf8(path, text, s.len);
+    int cline = 1;
+    for (char *ln = text, *nl; ln; ln = nl ? nl + 1 : NULL, cline++) {  // raw control bytes, line by line
+        nl = strchr(ln, '\n');
+        if (nl) *nl = 0;
+        task_check_json_line(path, cline, ln);
+        if (nl) *nl = '\n';
+    }
     s.text = text;
     memset(out, 0, sizeof *out);
     out->path = path;
