@@ -49,6 +49,10 @@ void comm_allgatherv_f32(Comm *c, float *buf, const int *counts, const int *disp
 void comm_gatherv_f32(Comm *c, const float *shard, float *full, const int *counts, const int *displs, int root);
 void comm_scatterv_f32(Comm *c, const float *full, float *shard, const int *counts, const int *displs, int root);
 
+// A decision every rank reached together (after a collective that gave them all the same
+// facts): rank 0 prints msg, then every rank finalizes MPI and exits with `code`.  Unlike
+// comm_abort, the message is printed once and nothing is killed mid-way.
+_Noreturn void comm_exit_all(Comm *c, int code, const char *msg);
 // Ends every rank of the job with status `code` after printing msg on this rank.
 _Noreturn void comm_abort(Comm *c, int code, const char *msg);
 

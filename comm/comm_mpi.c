@@ -75,6 +75,13 @@ _Noreturn void comm_abort(Comm *c, int code, const char *msg) {
     exit(code);
 }
 
+_Noreturn void comm_exit_all(Comm *c, int code, const char *msg) {
+    if (c->rank == 0) fprintf(stderr, "mhetrain: %s\n", msg);
+    fflush(stderr);
+    comm_finalize(c);
+    exit(code);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,10 +1,12 @@
 #include "comm/grad_reducer.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
+#include "common/fnv1a.h"
 
 typedef struct {
     size_t begin, end;  // float range of the gradient buffer
@@ -77,7 +79,39 @@ static void buckets_init(GradReducer *r, const GradReducerSpec *s) {
             r->buckets[k].ready_stage = r->buckets[k - 1].ready_stage;
 }
 
+// Every later collective's size follows from the buffer's layout, fixed here: ranks that differ
+// in it would hand MPI or NCCL mismatched counts, which crash inside the library (or sum
+// unrelated tensors) instead of failing.  One fixed-size all-gather settles it before any of
+// them; on a mismatch every rank leaves with the sizes of each side.
+static void check_layout(Comm *comm, const GradReducerSpec *s) {
+    const int world = comm_world(comm);
+    if (world == 1 || s->ranks > 0) return;
+    uint64_t mine[4] = {s->total, (uint64_t)s->n_pieces, FNV1A_BASIS, 0};
+    for (int i = 0; i < s->n_pieces; i++) {
+        uint64_t v[3] = {s->pieces[i].offset, s->pieces[i].numel, (uint64_t)(int64_t)s->pieces[i].stage};
+        mine[2] = fnv1a(mine[2], v, sizeof v);
+    }
+    float mb = s->bucket_mb;
+    mine[3] = fnv1a(fnv1a(FNV1A_BASIS, &mb, sizeof mb), &s->zero, sizeof s->zero);
+    mine[3] = fnv1a(mine[3], &(int){s->device != NULL}, sizeof(int));
+    uint64_t *all = mhe_malloc((size_t)world * sizeof mine);
+    comm_allgather(comm, mine, all, sizeof mine);
+    char msg[1024] = "";
+    for (int r = 1; r < world && !msg[0]; r++)
+        if (memcmp(all + 4 * r, all, sizeof mine) != 0)
+            snprintf(msg, sizeof msg,
+                     "gradient buffers differ between ranks (rank 0: %llu floats in %llu tensors, rank %d: %llu "
+                     "floats in %llu tensors%s); no collective was started -- every rank must build the same model "
+                     "with the same dist.* settings",
+                     (unsigned long long)all[0], (unsigned long long)all[1], r, (unsigned long long)all[4 * r],
+                     (unsigned long long)all[4 * r + 1],
+                     all[4 * r + 3] != all[3] ? ", bucket size, ZeRO or device settings differ" : "");
+    free(all);
+    if (msg[0]) comm_exit_all(comm, 1, msg);
+}
+
 GradReducer *grad_reducer_create(Comm *comm, const GradReducerSpec *s) {
+    check_layout(comm, s);
     GradReducer *r = mhe_calloc(1, sizeof *r);
     r->comm = comm;
     r->world = s->ranks > 0 ? s->ranks : comm_world(comm);

@@ -1,9 +1,16 @@
+#define _GNU_SOURCE  // renameat2, nftw
 #include "common/fs.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/error.h"
 
@@ -23,4 +30,102 @@ void mhe_mkdirs(const char *path) {
         }
     }
     free(buf);
+}
+
+// The one staging folder of this process, removed at exit unless committed.
+static char pending_staging[MHE_OUTDIR_PATH_MAX];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static void remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void remove_pending(void) {
+    if (pending_staging[0]) remove_tree(pending_staging);
+    pending_staging[0] = 0;
+}
+
+static int dir_is_empty(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+void mhe_outdir_begin(MheOutDir *o, const char *target, int force, const char *who) {
+    memset(o, 0, sizeof *o);
+    size_t n = strlen(target);
+    while (n > 1 && target[n - 1] == '/') n--;
+    if (n == 0 || n >= sizeof o->target) mhe_fail("%s: --out '%s' is not a usable folder name", who, target);
+    memcpy(o->target, target, n);
+    const char *slash = strrchr(o->target, '/');
+    const char *base = slash ? slash + 1 : o->target;
+    char parent[MHE_OUTDIR_PATH_MAX];
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == o->target) snprintf(parent, sizeof parent, "/");
+    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - o->target), o->target);
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        mhe_fail("%s: --out %s: name the folder itself (not . or ..)", who, target);
+    struct stat st;
+    if (lstat(o->target, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) mhe_fail("%s: --out %s exists and is not a directory", who, o->target);
+        if (!force && !dir_is_empty(o->target))
+            mhe_fail("%s: --out %s exists and is not empty: pass --force to replace it (the whole folder is "
+                     "replaced, and only once the new one is complete)", who, o->target);
+    } else if (errno != ENOENT) {
+        mhe_fail("%s: --out %s: %s", who, o->target, strerror(errno));
+    }
+    mhe_mkdirs(parent);
+    char parent_abs[PATH_MAX];
+    if (!realpath(parent, parent_abs)) mhe_fatal("%s: cannot resolve %s: %s", who, parent, strerror(errno));
+    if (snprintf(o->target_abs, sizeof o->target_abs, "%s/%s", strcmp(parent_abs, "/") ? parent_abs : "", base) >=
+            (int)sizeof o->target_abs ||
+        snprintf(o->staging, sizeof o->staging, "%s/.%s.partial-%ld", parent, base, (long)getpid()) >=
+            (int)sizeof o->staging)
+        mhe_fail("%s: --out %s: path too long", who, target);
+    remove_tree(o->staging);  // a leftover of a killed process that had this pid
+    if (mkdir(o->staging, 0777) != 0)
+        mhe_fatal("%s: cannot create %s: %s", who, o->staging, strerror(errno));
+    static int registered;
+    if (!registered) atexit(remove_pending);
+    registered = 1;
+    snprintf(pending_staging, sizeof pending_staging, "%s", o->staging);
+}
+
+void mhe_outdir_commit(MheOutDir *o) {
+    struct stat st;
+    if (lstat(o->target, &st) == 0) {
+        if (renameat2(AT_FDCWD, o->staging, AT_FDCWD, o->target, RENAME_EXCHANGE) == 0) {
+            remove_tree(o->staging);  // now the previous contents
+        } else {
+            // No atomic exchange here: the old folder steps aside first, so a failure in between
+            // leaves it whole under its side name, named in the message.
+            char old[MHE_OUTDIR_PATH_MAX + 8];
+            snprintf(old, sizeof old, "%s.old", o->staging);
+            if (rename(o->target, old) != 0)
+                mhe_fatal("%s: cannot move the previous folder aside: %s", o->target, strerror(errno));
+            if (rename(o->staging, o->target) != 0)
+                mhe_fatal("%s: cannot rename %s into place: %s (the previous folder is %s)", o->target, o->staging,
+                          strerror(errno), old);
+            remove_tree(old);
+        }
+    } else if (rename(o->staging, o->target) != 0) {
+        mhe_fatal("%s: cannot rename %s into place: %s", o->target, o->staging, strerror(errno));
+    }
+    pending_staging[0] = 0;
+}
+
+int mhe_path_within(const char *inner, const char *outer) {
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!realpath(inner, a) || !realpath(outer, b)) return 0;
+    size_t n = strlen(b);
+    if (strcmp(b, "/") == 0) return 1;
+    return strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
 }

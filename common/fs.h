@@ -6,4 +6,25 @@
 // naming the directory that could not be created.
 void mhe_mkdirs(const char *path);
 
+// Output folders written whole (export, import, convert).  The files go into a staging folder
+// beside the target (".NAME.partial-PID", the same file system) and the folder is renamed into
+// place only once complete; an existing target is swapped out in one atomic exchange
+// (renameat2 RENAME_EXCHANGE; two renames where the file system lacks it).  Whatever fails
+// before the commit -- a full disk, a read-only file, a refusal -- leaves the previous target
+// untouched, and the staging folder is removed at exit.
+#define MHE_OUTDIR_PATH_MAX 4096
+typedef struct {
+    char target[MHE_OUTDIR_PATH_MAX];      // as given, trailing slashes dropped
+    char target_abs[MHE_OUTDIR_PATH_MAX];  // absolute, for files that must name the final folder
+    char staging[MHE_OUTDIR_PATH_MAX];     // where to write
+} MheOutDir;
+
+// Refuses (exit 2, naming `who` and the folder) a target that is not a directory, or a
+// non-empty one unless `force`; creates the parents and the staging folder.
+void mhe_outdir_begin(MheOutDir *o, const char *target, int force, const char *who);
+// Renames the staging folder into place (exit 1 with the reason when that fails).
+void mhe_outdir_commit(MheOutDir *o);
+// 1 when `inner` is `outer` or lies inside it (both resolved; 0 when either does not exist).
+int mhe_path_within(const char *inner, const char *outer);
+
 #endif

@@ -238,6 +238,46 @@ static void doc_attr(const char *line, const char *name, char *buf, size_t cap) 
     buf[n] = 0;
 }
 
+// One extracted article's text (without its title line) to a document: WikiExtractor escapes
+// <, > and & (and leaves some tags and magic words, such as <templatestyles/> and
+// __NOEDITSECTION__): unescape, then clean like wikitext.
+static void emit_extracted(const StrBuf *raw, StrBuf *unescaped, StrBuf *doc, CorpusDocFn fn, void *ctx,
+                           CorpusStats *stats) {
+    strbuf_clear(unescaped);
+    for (size_t i = 0; i < raw->len;) {
+        size_t k = raw->s[i] == '&' ? html_entity_decode(raw->s + i, raw->len - i, unescaped) : 0;
+        if (k) i += k;
+        else strbuf_putc(unescaped, raw->s[i++]);
+    }
+    wikitext_clean(unescaped->s ? unescaped->s : "", unescaped->len, doc);
+    emit(fn, ctx, stats, doc->s ? doc->s : "", doc->len);
+}
+
+// WikiExtractor --json: one object per line, {"id", "revid", "url", "title", "text"}; "text"
+// may repeat the title as its first line (dropped like the <doc> form's).
+static void wikiextractor_json_line(const char *file, long long lineno, const char *line, size_t len, StrBuf *raw,
+                                    StrBuf *unescaped, StrBuf *doc, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    cJSON *obj = cJSON_ParseWithLength(line, len);
+    if (!obj) {
+        const char *at = cJSON_GetErrorPtr();
+        int col = at && at >= line && at <= line + len ? (int)(at - line) + 1 : 1;
+        mhe_fail_at(file, (int)lineno, col, "malformed JSON line (WikiExtractor --json output)");
+    }
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(obj, "text");
+    const cJSON *title = cJSON_GetObjectItemCaseSensitive(obj, "title");
+    if (!cJSON_IsObject(obj) || !cJSON_IsString(text))
+        mhe_fail_at(file, (int)lineno, 1, "expected a JSON object with a string \"text\" field (WikiExtractor --json)");
+    const char *t = text->valuestring;
+    if (cJSON_IsString(title) && title->valuestring[0]) {
+        size_t tl = strlen(title->valuestring);
+        if (strncmp(t, title->valuestring, tl) == 0 && (t[tl] == '\n' || t[tl] == 0)) t += tl + (t[tl] == '\n');
+    }
+    strbuf_clear(raw);
+    strbuf_append(raw, t, strlen(t));
+    emit_extracted(raw, unescaped, doc, fn, ctx, stats);
+    cJSON_Delete(obj);
+}
+
 void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, void *ctx,
                                CorpusStats *stats) {
     ByteSource *src = byte_source_open_threads(file, threads);
@@ -245,6 +285,7 @@ void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, vo
     size_t len = 0, cap = 0;
     long long lineno = 0, offset = 0, open_line = 0;
     bool in_doc = false, first = false;
+    int json = -1;  // the form, decided by the first non-blank line: <doc> blocks or --json lines
     char title[1024];
     StrBuf raw = {0}, doc = {0}, unescaped = {0};
     while (byte_source_getline(src, &line, &len, &cap)) {
@@ -252,29 +293,27 @@ void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, vo
         long long line_offset = offset;
         offset = byte_source_offset(src);
         corpus_check_utf8(file, line, len, line_offset);
+        const size_t lead = strspn(line, " \t\r");
+        if (json < 0 && lead < len) json = line[lead] == '{';
+        if (json == 1) {
+            if (lead < len) wikiextractor_json_line(file, lineno, line, len, &raw, &unescaped, &doc, fn, ctx, stats);
+            continue;
+        }
         if (!in_doc) {
             if (strncmp(line, "<doc", 4) == 0 && (line[4] == ' ' || line[4] == '>')) {
                 in_doc = first = true;
                 open_line = lineno;
                 doc_attr(line, "title", title, sizeof title);
                 strbuf_clear(&raw);
-            } else if (len && strspn(line, " \t\r") != len) {
-                mhe_fail_at(file, (int)lineno, 1, "expected <doc ...> (WikiExtractor output)");
+            } else if (len && lead != len) {
+                mhe_fail_at(file, (int)lineno, 1, "expected <doc ...> (WikiExtractor output; the --json form "
+                            "has one JSON object per line throughout)");
             }
             continue;
         }
         if (strcmp(line, "</doc>") == 0) {
             in_doc = false;
-            // WikiExtractor escapes <, > and & (and leaves some tags and magic words, such as
-            // <templatestyles/> and __NOEDITSECTION__): unescape, then clean like wikitext.
-            strbuf_clear(&unescaped);
-            for (size_t i = 0; i < raw.len;) {
-                size_t k = raw.s[i] == '&' ? html_entity_decode(raw.s + i, raw.len - i, &unescaped) : 0;
-                if (k) i += k;
-                else strbuf_putc(&unescaped, raw.s[i++]);
-            }
-            wikitext_clean(unescaped.s ? unescaped.s : "", unescaped.len, &doc);
-            emit(fn, ctx, stats, doc.s ? doc.s : "", doc.len);
+            emit_extracted(&raw, &unescaped, &doc, fn, ctx, stats);
             continue;
         }
         // WikiExtractor repeats the title as the first line: a heading, dropped like wiki ones.

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+#include "common/fnv1a.h"
 #include "common/rng.h"
 #include "data/shard.h"
 
@@ -169,6 +170,24 @@ static void stream_copy(const Loader *l, int64_t pos, int64_t count, int32_t *ou
             pos++, count--;
         }
     }
+}
+
+uint64_t loader_digest(const Loader *l) {
+    uint64_t h = FNV1A_BASIS;
+    int64_t head[3] = {l->stream_len, l->n_samples, l->n_shards};
+    h = fnv1a(h, head, sizeof head);
+    for (int s = 0; s < l->n_shards; s++)
+        h = fnv1a(h, l->shards[s]->lengths, (size_t)l->shards[s]->n_seq * sizeof *l->shards[s]->lengths);
+    enum { WINDOWS = 256, WIDTH = 64 };
+    int32_t buf[WIDTH];
+    for (int w = 0; w < WINDOWS; w++) {
+        int64_t pos = l->stream_len * w / WINDOWS;
+        int64_t n = l->stream_len - pos < WIDTH ? l->stream_len - pos : WIDTH;
+        if (n <= 0) continue;
+        stream_copy(l, pos, n, buf);
+        h = fnv1a(h, buf, (size_t)n * sizeof *buf);
+    }
+    return h;
 }
 
 // A bijection of [0, 2^bits) keyed by (seed, epoch): a 4-round Feistel network.

@@ -55,6 +55,10 @@ void loader_close(Loader *l);
 int64_t loader_samples_per_epoch(const Loader *l);
 int64_t loader_stream_tokens(const Loader *l);      // stream length, separators included
 int loader_micro_batches(const Loader *l, int world);  // G / world / B (exits 2 if not exact)
+// What identifies the data a rank trains on, for comparing ranks: the stream's shape (shards,
+// sequence lengths) and 256 windows of its tokens.  Cheap (no pass over the tokens), and two
+// different corpora or a stale copy of one agree only by a freak of the sampled windows.
+uint64_t loader_digest(const Loader *l);
 
 // The packed sample `sample` (0 <= sample < N) of epoch `epoch`, masked; rows of T.
 void loader_sample(const Loader *l, int64_t epoch, int64_t sample, int32_t *input_ids,

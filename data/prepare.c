@@ -54,6 +54,7 @@ typedef struct {
     int64_t next_doc;
     int source;            // input being read
     FILE *text_out;
+    const char *text_out_path;  // for the write-failure message
     // Writer state.
     ShardWriter *writer[2];
     ManifestShard *shards[2];
@@ -107,10 +108,8 @@ static void submit(Pipeline *p, Batch *b) {
 
 static void on_doc(void *ctx, const char *text, size_t len) {
     Pipeline *p = ctx;
-    if (p->text_out) {
-        fwrite(text, 1, len, p->text_out);
-        fputs("\n\n", p->text_out);
-    }
+    if (p->text_out && (fwrite(text, 1, len, p->text_out) != len || fputs("\n\n", p->text_out) == EOF))
+        mhe_fatal("%s: write failed: %s", p->text_out_path, strerror(errno));
     if (!p->tok) {
         p->next_doc++;
         return;
@@ -345,6 +344,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     corpus_set_book_chapters(!opt->whole_books);
     if (opt->text_out) {
         p.text_out = fopen(opt->text_out, "wb");
+        p.text_out_path = opt->text_out;
         if (!p.text_out) mhe_fatal("%s: cannot create: %s", opt->text_out, strerror(errno));
     }
     p.shard_bytes = (int64_t)(opt->shard_size_mb * 1048576.0);
@@ -395,7 +395,8 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
         close_shard(&p, 0);
         close_shard(&p, 1);
     }
-    if (p.text_out && fclose(p.text_out) != 0) mhe_fatal("%s: write failed", opt->text_out);
+    if (p.text_out && (ferror(p.text_out) | fclose(p.text_out)) != 0)
+        mhe_fatal("%s: write failed: %s", opt->text_out, strerror(errno));
     res->skipped_empty += stats.empty;
 
     if (p.tok) {

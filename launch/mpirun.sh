@@ -21,7 +21,18 @@ while getopts "n:H:p:t:h" opt; do
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "launch/mpirun.sh: expected CONFIG.yaml (see -h)" >&2; exit 2; }
+die() { echo "launch/mpirun.sh: $*" >&2; exit 2; }
+# Every argument is checked before anything runs: a 0 or a word would otherwise reach bash's
+# arithmetic (division by zero, "unbound variable") or mpirun (OMP_NUM_THREADS=0).
+count() {  # count FLAG VALUE MAX: a whole number in [1, MAX]
+  [[ "$2" =~ ^[0-9]+$ ]] && [ "${#2}" -le 7 ] && [ "$2" -ge 1 ] && [ "$2" -le "$3" ] ||
+    die "$1 expects a whole number in [1, $3], got '$2'"
+}
+[ -z "$ranks" ] || count -n "$ranks" 1000000
+[ -z "$per_node" ] || count -p "$per_node" 4096
+[ -z "$threads" ] || count -t "$threads" 4096
+[ $# -ge 1 ] || die "expected CONFIG.yaml (see -h)"
+[ -f "$1" ] && [ -r "$1" ] || die "cannot read the config $1"
 
 bin="${MHETRAIN:-$here/build/mhetrain}"
 [ -x "$bin" ] || { echo "launch/mpirun.sh: $bin not built (run tests/run.sh or cmake --build build)" >&2; exit 2; }
@@ -29,12 +40,14 @@ cores=$(nproc)
 nodes=1
 if [ -n "$hostfile" ]; then
   [ -r "$hostfile" ] || { echo "launch/mpirun.sh: cannot read hostfile $hostfile" >&2; exit 2; }
-  nodes=$(grep -cvE '^\s*(#|$)' "$hostfile")
+  nodes=$(grep -cvE '^\s*(#|$)' "$hostfile" || true)
+  [ "$nodes" -ge 1 ] || die "hostfile $hostfile names no host"
 fi
 if [ -z "$per_node" ]; then
   per_node=1
   if grep -qE '^\s*device:\s*cuda' "$1" 2>/dev/null && command -v nvidia-smi >/dev/null; then
     per_node=$(nvidia-smi -L | wc -l)
+    [ "$per_node" -ge 1 ] || per_node=1
   fi
   # One host: every rank runs here (-n, or 2 by default).
   if [ -z "$hostfile" ]; then per_node="${ranks:-2}"; fi

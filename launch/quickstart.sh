@@ -70,7 +70,7 @@ say "evaluating the final checkpoint"
 "$bin" eval "$out"
 
 say "exporting to $out/export (safetensors + Hugging Face config + tokenizer)"
-"$bin" export "$out" --out "$out/export"
+"$bin" export "$out" --out "$out/export" --force  # a rerun replaces its own export, whole
 
 cat >&2 <<MSG
 

@@ -1,12 +1,15 @@
 // Runs under mpirun: checks the MPI communicator's collectives and its deadline.
 //   comm_ranks sums      every rank checks sums, buckets, broadcast, allgather; exit 0 on success
 //   comm_ranks deadline  rank 1 never joins; rank 0 must end the job (non-zero) within the deadline
+//   comm_ranks layout    rank 1's gradient buffer is one float longer; the reducer must end every
+//                        rank (status 1, one message) before any all-reduce reaches MPI
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "comm/grad_reducer.h"
 
 #define EXPECT(cond)                                                              \
     do {                                                                          \
@@ -24,6 +27,19 @@ int main(int argc, char **argv) {
         float x = 1.0f;
         comm_allreduce_sum_f32(c, &x, 1);
         fprintf(stderr, "rank %d: the all-reduce returned although a peer never joined\n", rank);
+        return 4;
+    }
+    if (argc > 1 && strcmp(argv[1], "layout") == 0) {
+        enum { M = 4096 };
+        static float g[M + 1];
+        size_t total = M + (rank == 1);
+        GradPiece p[2] = {{0, M / 2, 0}, {M / 2, total - M / 2, 1}};
+        GradReducerSpec spec = {.grads = g, .total = total, .pieces = p, .n_pieces = 2, .bucket_mb = 0.001f};
+        GradReducer *r = grad_reducer_create(c, &spec);
+        grad_reducer_stage_done(r, 1);
+        grad_reducer_stage_done(r, 0);
+        grad_reducer_finish(r);
+        fprintf(stderr, "rank %d: reduced buffers of different sizes without a refusal\n", rank);
         return 4;
     }
     // Sums of distinct values per rank, blocking and in buckets.

@@ -81,7 +81,7 @@ dry "<command line>:arg1: " "optim.lr: expected a finite number, found '0x1p-10'
 dry "<command line>:arg1: " "train.steps: expected an integer, found '1_000'" valid.yaml train.steps=1_000
 dry "<command line>:arg1: " "optim.lr: expected a finite number, found '.inf'" valid.yaml optim.lr=.inf
 dry "<command line>:arg1: " "train.steps: expected an integer in [" valid.yaml train.steps=1e30
-expect "mhetrain: " 'train: --stop-after expects an integer in [0, 9223372036854775807], got " 5"' train valid.yaml --dry-run --stop-after " 5"
+expect "mhetrain: " 'train: --stop-after expects an integer in [1, 9223372036854775807], got " 5"' train valid.yaml --dry-run --stop-after " 5"
 expect "mhetrain: " 'prepare: --threads expects an integer in [1, 256], got "2.5"' prepare --threads 2.5 --out /nonexistent x
 expect "mhetrain: " 'prepare: --seed expects an integer in [0, 9223372036854775807], got "0x10"' prepare --seed 0x10 --out /nonexistent x
 expect "mhetrain: " 'tokenizer train: --vocab-size expects an integer in [0, 100000000], got "+ 100"' tokenizer train --type bpe --vocab-size "+ 100" --out /nonexistent x

@@ -16,6 +16,11 @@ add_test(NAME test_data_same_strictness COMMAND bash ${CMAKE_SOURCE_DIR}/tests/d
 set_tests_properties(test_data_same_strictness PROPERTIES FIXTURES_REQUIRED train_corpus ENVIRONMENT
   "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=1"
   TIMEOUT 300 LABELS e2e)
+foreach(check prepare_lock wikiextractor_json)
+  add_test(NAME test_data_${check} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/data/test_${check}.sh)
+  set_tests_properties(test_data_${check} PROPERTIES LABELS unit ENVIRONMENT
+    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=1")
+endforeach()
 foreach(check book_chapters valid_split fetch_script)
   add_test(NAME test_data_${check}
     COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_split.py ${check})

@@ -14,8 +14,8 @@ def case(fmt, content, expected, typ="classification", name=None, task=None, spl
     """Writes `content` as the train file of `fmt`, expects `expected` (with {f} for the path)."""
     n[0] += 1
     path = os.path.join(work, name or f"f{n[0]}")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(content)
+    with open(path, "wb") as f:  # bytes: invalid UTF-8 as it is
+        f.write(content if isinstance(content, bytes) else content.encode("utf-8"))
     t = {"type": typ, "format": fmt, "train_file": path, "dev_file": path}
     t.update(task or {})
     cfg = write_config(os.path.join(work, f"c{n[0]}.yaml"), t)
@@ -109,6 +109,34 @@ case("squad2", '{"version": "v2.0"}', '{f}:1: expected a JSON object with "data"
      typ="span")
 case("squad1", squad([{"id": "q4", "question": "When?", "answers": [{"text": "1895", "answer_start": "27"}]}]),
      "{f}:11: expected \"answer_start\": a character offset in question 'q4'", typ="span")
+
+# Non-finite regression targets in JSONL (issue 32: exited 0 with inf/NaN in finetune_result.json).
+R = {"text_a": "s1", "label_column": "y"}
+case("jsonl", '{"s1": "a", "y": 0.5}\n{"s1": "b", "y": 1e39}\n',
+     '{f}:2: expected a finite number in "y" (the regression target), found 1e+39, which is not finite in single '
+     'precision', typ="regression", task=R)
+case("jsonl", '{"s1": "a", "y": -1e400}\n',
+     '{f}:1: expected a finite number in "y" (the regression target), found -inf, which is not finite in single '
+     'precision', typ="regression", task=R)
+# More after the JSON value (was: the rest of the line, here a whole example, dropped silently).
+case("jsonl", '{"s1": "a", "y": 0.5}\n{"s1": "b", "y": 1}{"s1": "c", "y": 2}\n',
+     "{f}:2:20: expected one JSON object per line, found more after it", typ="regression", task=R)
+case("squad2", '{"version": "v2.0", "data": []}\n{"version": "v2.0"}\n',
+     "{f}:2:1: expected SQuAD JSON to end after its object, found more", typ="span")
+# Raw control bytes in JSON and NUL bytes anywhere (found by the fuzz pass: taken into the text, or
+# the rest of a field cut off).
+case("boolq", '{"question": "q", "passage": "a\x12b", "label": true}\n',
+     "{f}:1:32: control byte 0x12: JSON must escape it (\\u0012)")
+case("squad2", '{"version": "v2.0",\n "data": [{"title": "t\x01"}]}', "{f}:2:23: control byte 0x01: JSON must escape it (\\u0001)",
+     typ="span")
+case("sst2", b"sentence\tlabel\nfine\x00 film\t1\n", "{f}:2:5: NUL byte: expected text")
+# Invalid UTF-8 with its line and column, in every reader (was: dropped silently).
+U = ": fine-tuning text must be UTF-8, as prepare's inputs are (re-encode the file; nothing is dropped silently)"
+case("sst2", b"sentence\tlabel\nfine\t1\nbad \xff here\t0\n", "{f}:3:5: invalid UTF-8 (byte 0xff)" + U)
+case("jsonl", b'{"s2": "ok", "s1": "caf\xc3", "y": "no"}\n', "{f}:1:24: invalid UTF-8 (byte 0xc3)" + U, task=G)
+case("boolq", b'{"question": "q", "passage": "\xe2\x82", "label": true}\n', "{f}:1:31: invalid UTF-8 (byte 0xe2)" + U)
+case("squad2", b'{"version": "v2.0", "data": [{"title": "t\xc0\xaf", "paragraphs": []}]}',
+     "{f}:1:42: invalid UTF-8 (byte 0xc0)" + U, typ="span")
 
 # The task section of the config: errors point at the offending key as written (task keys start at
 # line 8 of the file write_config makes).

@@ -23,4 +23,13 @@ $PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-weights "$WORK/two/che
 best=$(cat "$WORK/one/best/checkpoints/latest")
 $PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-weights "$WORK/two/best/checkpoints/$best/model.safetensors" \
   "$WORK/one/best/checkpoints/$best/model.safetensors" 1e-5
+# A rank with another learning rate stops both before any work, naming the key (was: trained on).
+set +e
+"${MPIRUN[@]}" -np 1 "$MHETRAIN" finetune "$TINY" "${DATA[@]}" "${TASK[@]}" train.out_dir="$WORK/lr" : \
+  -np 1 "$MHETRAIN" finetune "$TINY" "${DATA[@]}" "${TASK[@]}" train.out_dir="$WORK/lr" optim.lr=0.5 >"$WORK/lr.log" 2>&1
+status=$?
+set -e
+[ "$status" = 2 ] || { cat "$WORK/lr.log"; fail "ranks with different optim.lr: exit $status, expected 2"; }
+grep -q "the ranks disagree on their config and model .*rank 1: optim.lr [0-9.e-]* -> 0.5" "$WORK/lr.log" ||
+  { cat "$WORK/lr.log"; fail "no disagreement message"; }
 echo PASS

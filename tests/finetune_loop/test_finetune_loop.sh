@@ -81,8 +81,15 @@ set +e
 ft "$WORK/bad" train.init_from="$WORK/pre" model.hidden=32 model.heads=4; rc=$?
 set -e
 [ "$rc" = 2 ] || { cat "$WORK/bad.log"; fail "encoder mismatch: exit $rc, expected 2"; }
-[ "$(wc -l <"$WORK/bad.log")" = 1 ] && grep -q "embed.word is F32 \[2000, 64\] but the fine-tuning model expects F32 \[2000, 32\]" "$WORK/bad.log" ||
+[ "$(wc -l <"$WORK/bad.log")" = 1 ] && grep -q "train.init_from: the checkpoint's model differs from this run's (model.hidden 64 -> 32" "$WORK/bad.log" ||
   { cat "$WORK/bad.log"; fail "encoder mismatch message"; }
+# Same shapes, another attention type (was accepted: only shapes were compared).
+set +e
+ft "$WORK/bad2" train.init_from="$WORK/pre" attention.type=mhe_add; rc=$?
+set -e
+[ "$rc" = 2 ] && [ "$(wc -l <"$WORK/bad2.log")" = 1 ] &&
+  grep -q "model differs from this run's (attention.type mhe_mul -> mhe_add; checkpoint -> this run)" "$WORK/bad2.log" ||
+  { cat "$WORK/bad2.log"; fail "attention type mismatch: exit $rc"; }
 # A damaged best.json stops the resume (starting the best afresh could replace out/best with a
 # worse evaluation): exit 2 naming the file, out/best untouched.
 cp -r "$WORK/stop" "$WORK/badbest"
@@ -98,4 +105,21 @@ set +e
 set -e
 [ "$rc" = 2 ] && [ "$(wc -l <"$WORK/none.log")" = 1 ] && grep -q "finetune needs a task: section" "$WORK/none.log" ||
   { cat "$WORK/none.log"; fail "no task section: exit $rc"; }
+# Every JSON output stays JSON: init_from names a folder with a quote (was written unescaped), and
+# the scores of a regression with constant dev targets are numbers (non-finite ones would be null).
+mkdir -p "$WORK/reg"
+awk -F'\t' 'NR == 1 {print "sentence\tscore"; next} {print $1 "\t" 2.5}' "$WORK/task/dev.tsv" >"$WORK/reg/dev.tsv"
+awk -F'\t' 'NR == 1 {print "sentence\tscore"; next} {print $1 "\t" (NR % 5)}' "$WORK/task/train.tsv" >"$WORK/reg/train.tsv"
+cp -r "$WORK/pre" "$WORK/pre\"q"
+"$MHETRAIN" finetune "$TINY" "${DATA[@]}" "${TASK[@]}" task.type=regression task.format=tsv task.text_a=sentence \
+  task.label_column=score task.train_file="$WORK/reg/train.tsv" task.dev_file="$WORK/reg/dev.tsv" task.epochs=1 \
+  train.init_from="$WORK/pre\"q" train.out_dir="$WORK/regout" >"$WORK/regout.log" 2>&1 ||
+  { cat "$WORK/regout.log"; fail "constant-target regression"; }
+$PY - "$WORK/regout/finetune_result.json" "$WORK/pre\"q" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))  # fails on a bare nan/inf or an unescaped quote
+assert r["init_from"] == sys.argv[2], r["init_from"]
+assert all(v is None or isinstance(v, (int, float)) for v in r["scores"].values()), r["scores"]
+print("finetune_result.json is JSON:", r["scores"])
+PY
 echo PASS

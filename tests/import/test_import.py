@@ -10,6 +10,10 @@ exported again with `mhetrain export`, then:
   - `mhetrain eval`-style use: `mhetrain params RUN/config.yaml` accepts the written config.
 Bad inputs (pickled pytorch_model.bin only, relative position embeddings, a missing tensor,
 a misshapen tensor): exit 2 and one stderr line naming the file and the tensor / key.
+Half precision: fp16 and bf16 folders (as many public checkpoints are) import, the summary names
+the dtype, and every weight equals the half value widened by torch (bit for bit, fp16 subnormals
+and the largest half included).  Output folders: a non-empty --out is refused without --force
+and left as it was; --force replaces it whole; --out holding the source is refused.
 """
 import json
 import os
@@ -123,6 +127,56 @@ def roundtrip(name, model, arch, work, **save_kw):
     check(rel <= REL_TOL, f"{name}: logits of the export vs the original, rel {rel:.2e} <= {REL_TOL}")
 
 
+def half_roundtrip(name, arch, dtype, work):
+    from safetensors.torch import load_file as load_torch
+    src, run_dir, exp = (os.path.join(work, name, x) for x in ("hf", "run", "export"))
+    model = (bert() if arch == "bert" else gpt2()).to(dtype)
+    if dtype == torch.float16:  # the conversion's edge cases: subnormals, -0, the largest half
+        special = torch.tensor([2.0 ** -24, -(2.0 ** -24) * 3, 2.0 ** -15, -0.0, 65504.0, 2.0 ** -14],
+                               dtype=dtype)
+        name_b = "bert.embeddings.LayerNorm.bias" if arch == "bert" else "transformer.ln_f.bias"
+        with torch.no_grad():
+            model.get_parameter(name_b)[:len(special)] = special
+    save(model, src, arch)
+    rc, out, err = run("import", src, "--out", run_dir)
+    tag = "F16" if dtype == torch.float16 else "BF16"
+    check(rc == 0 and f"weights: {tag}, widened to fp32 exactly" in out,
+          f"{name}: import exits 0 and names {tag} ({rc}: {err.strip()} {out.strip()[-120:]})")
+    if rc:
+        return
+    rc, out, err = run("export", run_dir, "--out", exp)
+    check(rc == 0, f"{name}: export of the import exits 0 ({err.strip()})")
+    if rc:
+        return
+    a, b = load_torch(os.path.join(src, "model.safetensors")), load_torch(os.path.join(exp, "model.safetensors"))
+    a = {k: v for k, v in a.items() if not k.endswith("position_ids")}
+    same = set(a) <= set(b) and all(b[k].dtype == torch.float32 and torch.equal(a[k].float(), b[k]) and
+                                    torch.equal(torch.signbit(a[k].float()), torch.signbit(b[k])) for k in a)
+    check(same, f"{name}: every exported fp32 tensor equals the {tag} value widened by torch, bit for bit")
+
+
+def out_folders(work):
+    src, run_dir = os.path.join(work, "force", "hf"), os.path.join(work, "force", "run")
+    save(bert(), src, "bert")
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "notes.txt"), "w") as f:
+        f.write("mine")
+    rc, out, err = run("import", src, "--out", run_dir)
+    lines = [l for l in err.splitlines() if l.strip()]
+    check(rc == 2 and len(lines) == 1 and "not empty" in err and "--force" in err and run_dir in err,
+          f"force: a non-empty --out is refused with one line naming it and --force ({rc}: {err.strip()})")
+    check(sorted(os.listdir(run_dir)) == ["notes.txt"] and
+          not [f for f in os.listdir(os.path.dirname(run_dir)) if ".partial" in f],
+          "force: the refused folder is untouched and no staging folder is left")
+    rc, out, err = run("import", src, "--out", run_dir, "--force")
+    check(rc == 0 and not os.path.exists(os.path.join(run_dir, "notes.txt")) and
+          os.path.isfile(os.path.join(run_dir, "checkpoints", "step_00000000", "model.safetensors")),
+          f"force: --force replaces the folder whole ({rc}: {err.strip()})")
+    rc, out, err = run("import", src, "--out", os.path.dirname(src), "--force")
+    check(rc == 2 and "holds the folder being imported" in err and os.path.isfile(os.path.join(src, "config.json")),
+          f"force: --out holding the source is refused and the source kept ({rc}: {err.strip()})")
+
+
 def bad(name, work, mutate, expect):
     src, run_dir = os.path.join(work, name, "hf"), os.path.join(work, name, "run")
     save(gpt2() if "gpt" in name else bert(), src, "gpt" if "gpt" in name else "bert")
@@ -137,6 +191,12 @@ def to_pickle(d):
     m = tf.GPT2LMHeadModel.from_pretrained(d)
     os.remove(os.path.join(d, "model.safetensors"))
     torch.save(m.state_dict(), os.path.join(d, "pytorch_model.bin"))
+
+
+def dup_vocab(d):
+    os.remove(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "vocab.txt"), "a") as f:
+        f.write("[PAD]\n")
 
 
 def edit_config(key, value):
@@ -167,7 +227,13 @@ def main():
         roundtrip("gpt2_erf_sharded", gpt2("gelu"), "gpt", work, max_shard_size="2MB")
         check(os.path.exists(os.path.join(work, "gpt2_erf_sharded", "hf", "model.safetensors.index.json")),
               "gpt2_erf_sharded: the source really is sharded")
+        half_roundtrip("bert_fp16", "bert", torch.float16, work)
+        half_roundtrip("gpt2_bf16", "gpt", torch.bfloat16, work)
+        out_folders(work)
         bad("bad_gpt_pickle", work, to_pickle, ["pytorch_model.bin", "safetensors"])
+        # The tokenizer is checked in the user's folder: the message names that file, not a copy.
+        bad("bad_bert_vocab", work, dup_vocab, [os.path.join(work, "bad_bert_vocab", "hf", "vocab.txt"),
+                                                "duplicate token"])
         bad("bad_bert_relative", work, edit_config("position_embedding_type", "relative_key"),
             ["config.json", "position_embedding_type"])
         bad("bad_bert_missing", work,

@@ -19,4 +19,22 @@ print(f"valid loss: checkpoint {a['valid_loss']:.6f}, new run {b['valid_loss']:.
 assert b["step"] == 1, b
 assert err <= 1e-5, "the new run did not start from the checkpoint's weights"
 PY
+# Same tensor shapes, another model: mhe_mul -> mhe_add, another activation or ln_eps (was
+# accepted: only shapes were compared).  Exit 2 naming the key and both values.
+for change in "attention.type=mhe_add|attention.type mhe_mul -> mhe_add" \
+              "model.activation=gelu_tanh|model.activation gelu -> gelu_tanh" \
+              "model.ln_eps=1e-5|model.ln_eps 1e-12 -> 1e-05"; do
+  kv=${change%%|*} want=${change#*|}
+  set +e
+  "$MHETRAIN" train "$TINY" "${DATA[@]}" train.out_dir="$WORK/c" train.init_from="$WORK/a" train.steps=1 "$kv" \
+    2>"$WORK/c.log" >/dev/null
+  status=$?
+  set -e
+  [ "$status" = 2 ] || { cat "$WORK/c.log"; fail "init_from with $kv: exit $status, expected 2"; }
+  grep -q "train.init_from: the checkpoint's model differs from this run's ($want; checkpoint -> this run)" \
+    "$WORK/c.log" || { cat "$WORK/c.log"; fail "init_from with $kv: message"; }
+done
+# Dropout and the initialisation are not the architecture: accepted.
+"$MHETRAIN" train "$TINY" "${DATA[@]}" train.out_dir="$WORK/d" train.init_from="$WORK/a" train.steps=1 \
+  model.dropout=0 attention.embed_std=0.1 2>"$WORK/d.log" >/dev/null || { cat "$WORK/d.log"; fail "dropout change refused"; }
 echo PASS

@@ -51,6 +51,14 @@ cp "$CORPUS/shards/manifest.json" "$WORK/shards/manifest.json"
   data.tokenizer="$CORPUS/tokenizer/vocab.txt" 2>"$WORK/m.log" || { cat "$WORK/m.log"; fail "other tokenizer file run"; }
 grep -q "^mhetrain: warning: $WORK/shards/manifest.json: these shards were tokenized with .*tokenizer.json (sha256 [0-9a-f]*…), not with data.tokenizer $CORPUS/tokenizer/vocab.txt" \
   "$WORK/m.log" || { cat "$WORK/m.log"; fail "no other-tokenizer warning"; }
+# eval warns the same way (was: a loss without a word).
+"$MHETRAIN" eval "$WORK/m" data.valid="[$WORK/shards/valid]" data.tokenizer="$CORPUS/tokenizer/vocab.txt" \
+  2>"$WORK/e.log" >"$WORK/e.json" || { cat "$WORK/e.log"; fail "eval with another tokenizer file"; }
+grep -q "^mhetrain: warning: $WORK/shards/manifest.json: these shards were tokenized with .*tokenizer.json (sha256 [0-9a-f]*…), not with data.tokenizer $CORPUS/tokenizer/vocab.txt" \
+  "$WORK/e.log" || { cat "$WORK/e.log"; fail "eval: no other-tokenizer warning"; }
+"$MHETRAIN" eval "$WORK/m" data.valid="[$WORK/shards/valid]" data.tokenizer="$CORPUS/tokenizer/tokenizer.json" \
+  2>"$WORK/e2.log" >/dev/null || { cat "$WORK/e2.log"; fail "eval with the shards' tokenizer"; }
+if grep -q "warning" "$WORK/e2.log"; then cat "$WORK/e2.log"; fail "eval: a warning for the shards' own tokenizer"; fi
 # The consistent settings train (the checks above are not refusing everything).
 "$MHETRAIN" train "${args[@]}" train.out_dir="$WORK/ok" 2>"$WORK/ok.log" || { cat "$WORK/ok.log"; fail "consistent run"; }
 if grep -q "warning" "$WORK/ok.log"; then cat "$WORK/ok.log"; fail "a warning for consistent settings"; fi

@@ -2,6 +2,7 @@
 // (the math is trainer/model/convert.c; this file loads and saves).
 #include <limits.h>
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@ static void usage(FILE *out) {
             "train.init_from accept them) and prints each layer's relative reconstruction error.\n"
             "\n"
             "  CHECKPOINT     a step_* directory, or a run's output directory (its newest checkpoint)\n"
+            "  --out DIR      written beside DIR and renamed into place when complete\n"
+            "  --force        replace a non-empty DIR (whole; a failed convert leaves it untouched)\n"
             "  --seed S       ALS random columns (default 0)\n"
             "  --tol T        stop when the relative error improves by less than T (default 1e-7)\n"
             "  --max-iter N   ALS sweep cap (default 500)\n");
@@ -54,11 +57,13 @@ int cmd_convert(int argc, char **argv) {
         return 0;
     }
     const char *ckpt = NULL, *out = NULL, *to = NULL;
+    int force = 0;
     ConvertOptions o = {.seed = 0, .tol = 1e-7, .max_iter = 500};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int v = i + 1 < argc;
         if (strcmp(a, "--out") == 0 && v) out = argv[++i];
+        else if (strcmp(a, "--force") == 0) force = 1;
         else if (strcmp(a, "--to") == 0 && v) to = argv[++i];
         else if (strcmp(a, "--collab-dim") == 0 && v) o.collab_dim = (int)parse_long(a, argv[++i]);
         else if (strcmp(a, "--groups") == 0 && v) o.groups = (int)parse_long(a, argv[++i]);
@@ -106,18 +111,12 @@ int cmd_convert(int argc, char **argv) {
     float *sp = mhe_malloc(st.total * sizeof(float)), *dp = mhe_calloc(dt.total, sizeof(float));
     checkpoint_load_weights(dir, &st, sp);
 
-    char latest[4200];
-    snprintf(latest, sizeof latest, "%s/checkpoints/latest", out);
-    FILE *probe = fopen(latest, "r");
-    if (probe) {
-        fclose(probe);
-        mhe_fail("convert: --out %s already holds checkpoints: choose a new directory", out);
-    }
-    mhe_mkdirs(out);
-    char out_abs[PATH_MAX];
-    if (!realpath(out, out_abs)) mhe_fatal("convert: cannot resolve %s", out);
+    if (mhe_path_within(dir, out))
+        mhe_fail("convert: --out %s is or holds the checkpoint %s: choose another directory", out, dir);
+    MheOutDir od;
+    mhe_outdir_begin(&od, out, force, "convert");
     free(dst.train.out_dir);
-    dst.train.out_dir = mhe_strdup(out_abs);
+    dst.train.out_dir = mhe_strdup(od.target_abs);
     free(dst.train.init_from);
     dst.train.init_from = mhe_strdup("");
 
@@ -144,12 +143,13 @@ int cmd_convert(int argc, char **argv) {
 
     char *yaml = text_of(&dst);
     char path[4200];
-    snprintf(path, sizeof path, "%s/config.yaml", out);
+    snprintf(path, sizeof path, "%s/config.yaml", od.staging);
     FILE *f = fopen(path, "w");
-    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("convert: cannot write %s", path);
+    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("convert: cannot write %s: %s", path, strerror(errno));
     CheckpointState state = {.step = 0, .rng_seed = dst.train.seed, .loss_scale = 1.0, .world_size = 1,
                              .config_yaml = yaml};
-    if (checkpoint_save(out, &state, &dt, dp, NULL, 0) != 0) return 1;
+    if (checkpoint_save(od.staging, &state, &dt, dp, NULL, 0) != 0) return 1;
+    mhe_outdir_commit(&od);
     printf("wrote %s/checkpoints/step_00000000\n", out);
     free(yaml), free(rep), free(sp), free(dp), free(dir);
     param_table_free(&st), param_table_free(&dt);

@@ -70,6 +70,7 @@ int cmd_eval(int argc, char **argv) {
     float *host = mhe_malloc(t->total * sizeof(float));
     checkpoint_load_weights(dir, t, host);
     model_set_params(m, host);
+    if (comm_rank(comm) == 0) config_valid_data_warnings(&cfg);  // as train does
     Loader *valid = loader_open_config(&cfg, true);
     EvalResult r = evaluate_split(m, valid, comm, cfg.train.final_eval_batches, NULL);
     // Valid JSON whatever the numbers: non-finite ones are null and "nonfinite" says so.

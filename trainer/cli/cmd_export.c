@@ -9,7 +9,7 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: mhetrain export CHECKPOINT --out DIR [--tokenizer PATH | --no-tokenizer]\n"
+            "usage: mhetrain export CHECKPOINT --out DIR [--force] [--tokenizer PATH | --no-tokenizer]\n"
             "                       [--format auto|hf|mhetrain]\n"
             "\n"
             "Writes DIR/model.safetensors (fp32), DIR/config.json and tokenizer files (tokenizer.json,\n"
@@ -25,7 +25,8 @@ static void usage(FILE *out) {
             "ForSequenceClassification (classification, regression) or ForQuestionAnswering (span).\n"
             "\n"
             "  CHECKPOINT        a step_* directory, or a run's output directory (its newest valid checkpoint)\n"
-            "  --out DIR         export directory (created; existing files are replaced)\n"
+            "  --out DIR         export directory, written beside it and renamed into place when complete\n"
+            "  --force           replace a non-empty DIR (whole; a failed export leaves it untouched)\n"
             "  --tokenizer PATH  tokenizer file or folder instead of the config's data.tokenizer\n"
             "  --no-tokenizer    write no tokenizer files\n"
             "  --format F        auto (default): the stock class when the model is one; hf: insist on it;\n"
@@ -47,6 +48,8 @@ int cmd_export(int argc, char **argv) {
             opt.out_dir = argv[++i];
         else if (strcmp(a, "--tokenizer") == 0 && has_value)
             opt.tokenizer = argv[++i];
+        else if (strcmp(a, "--force") == 0)
+            opt.force = 1;
         else if (strcmp(a, "--no-tokenizer") == 0)
             opt.no_tokenizer = 1;
         else if (strcmp(a, "--format") == 0 && has_value)

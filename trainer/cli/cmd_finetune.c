@@ -47,11 +47,12 @@ int cmd_finetune(int argc, char **argv) {
         if (strcmp(argv[i], "--dry-run") == 0) {
             dry_run = 1;
         } else if (strcmp(argv[i], "--resume") == 0) {
-            if (i + 1 >= argc) mhe_fail("finetune: --resume expects auto, none or a path");
+            if (i + 1 >= argc || !argv[i + 1][0])
+                mhe_fail("finetune: --resume expects auto, none or a checkpoint path%s", i + 1 < argc ? ", got ''" : "");
             opt.resume = argv[++i];
         } else if (strcmp(argv[i], "--stop-after") == 0) {
             if (i + 1 >= argc) mhe_fail("finetune: --stop-after needs a value");
-            opt.stop_after = cli_int_option("finetune", "--stop-after", argv[++i], 0, INT64_MAX);
+            opt.stop_after = cli_int_option("finetune", "--stop-after", argv[++i], 1, INT64_MAX);
         } else {
             cli_take_config_arg(&args, "finetune", argv[i], usage);
         }

@@ -8,7 +8,7 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: mhetrain import HF_DIR --out RUN_DIR\n"
+            "usage: mhetrain import HF_DIR --out RUN_DIR [--force]\n"
             "\n"
             "Reads a Hugging Face folder (config.json, model.safetensors or model.safetensors.index.json\n"
             "with its shards, tokenizer files) holding BertForMaskedLM, BertModel, GPT2LMHeadModel or\n"
@@ -16,7 +16,8 @@ static void usage(FILE *out) {
             "and RUN_DIR/tokenizer/.  The checkpoint works with eval, export, params and train.init_from.\n"
             "A pickled pytorch_model.bin is refused (save with safetensors first).\n"
             "\n"
-            "  --out RUN_DIR   the run directory to create (must not hold checkpoints yet)\n"
+            "  --out RUN_DIR   the run directory to create, written beside it and renamed into place\n"
+            "  --force         replace a non-empty RUN_DIR (whole; a failed import leaves it untouched)\n"
             "  -h, --help      this help\n");
 }
 
@@ -29,6 +30,8 @@ int cmd_import(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
             opt.out_dir = argv[++i];
+        else if (strcmp(argv[i], "--force") == 0)
+            opt.force = 1;
         else if (argv[i][0] == '-') {
             usage(stderr);
             mhe_fail("import: unknown option or missing value: %s", argv[i]);

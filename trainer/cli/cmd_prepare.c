@@ -1,10 +1,14 @@
 // mhetrain prepare: tokenize corpora into Megatron shards (data/prepare.h does the work).
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "data/prepare.h"
 #include "trainer/cli/commands.h"
 
@@ -46,6 +50,33 @@ static const char USAGE[] =
     "                         dropped, as a heading (default title)\n"
     "  --text-out FILE        also write the cleaned documents, one paragraph per line and\n"
     "                         a blank line between documents (input for tokenizer training)\n";
+
+// One prepare per output folder, as one trainer per out_dir (trainer/io/run_lock.c): two runs
+// would remove each other's staging files.  The flock dies with its holder, so a lock file left
+// by a killed run is free; the file names the holder for the refusal only.  Held until exit.
+static void lock_out_dir(const char *dir) {
+    char path[4200];
+    mhe_mkdirs(dir);
+    snprintf(path, sizeof path, "%s/.prepare.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) mhe_fail("prepare: %s: cannot open the lock: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char holder[128] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        if (err == EWOULDBLOCK)
+            mhe_fail("prepare: --out %s is being written by another mhetrain prepare (%s); wait for it or choose "
+                     "another --out", dir, holder[0] ? holder : "pid unknown");
+        mhe_fail("prepare: %s: cannot lock: %s", path, strerror(err));
+    }
+    char host[64] = "?", text[160];
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(text, sizeof text, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len)
+        mhe_fail("prepare: %s: cannot write the lock: %s", path, strerror(errno));
+}
 
 static const char *need_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) mhe_fail("prepare: %s needs a value", argv[*i]);
@@ -116,6 +147,7 @@ int cmd_prepare(int argc, char **argv) {
     if (o.tokenizer && !o.out_dir) mhe_fail("prepare: --out DIR is required with --tokenizer");
     if (!o.tokenizer && o.out_dir) mhe_fail("prepare: --out needs --tokenizer");
 
+    if (o.out_dir) lock_out_dir(o.out_dir);
     PrepareResult r;
     prepare_run(&o, &r);
     if (o.tokenizer) {

@@ -12,7 +12,8 @@
 
 static long long parse_count(const char *opt, const char *v) {
     if (!v) mhe_fail("train: %s needs a value", opt);
-    return cli_int_option("train", opt, v, 0, INT64_MAX);
+    // 0 would mean "never" to the loop (stop after step 0 cannot happen): refused, not ignored.
+    return cli_int_option("train", opt, v, 1, INT64_MAX);
 }
 
 static void usage(FILE *out) {
@@ -53,7 +54,8 @@ int cmd_train(int argc, char **argv) {
         if (strcmp(argv[i], "--dry-run") == 0) {
             dry_run = 1;
         } else if (strcmp(argv[i], "--resume") == 0) {
-            if (i + 1 >= argc) mhe_fail("train: --resume expects auto, none or a path");
+            if (i + 1 >= argc || !argv[i + 1][0])
+                mhe_fail("train: --resume expects auto, none or a checkpoint path%s", i + 1 < argc ? ", got ''" : "");
             opt.resume = argv[++i];
         } else if (strcmp(argv[i], "--stop-after") == 0) {
             opt.stop_after = parse_count("--stop-after", i + 1 < argc ? argv[++i] : NULL);

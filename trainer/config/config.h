@@ -215,5 +215,7 @@ Loader *loader_open_config(const Config *cfg, bool valid);
 // (embedding rows no token uses), and a data.valid entry that is also a data.train entry
 // (validation would measure training data).  Returns the number of warnings.
 int config_data_warnings(const Config *cfg);
+// The manifest check of config_data_warnings for data.valid alone (eval reads nothing else).
+int config_valid_data_warnings(const Config *cfg);
 
 #endif

@@ -127,6 +127,10 @@ int config_data_warnings(const Config *cfg) {
     return n;
 }
 
+int config_valid_data_warnings(const Config *cfg) {
+    return check_manifests(cfg, cfg->data.valid, cfg->data.n_valid, true);
+}
+
 Loader *loader_open_config(const Config *cfg, bool valid) {
     if (!cfg->data.tokenizer || !cfg->data.tokenizer[0])
         mhe_fail("%s: data.tokenizer is needed to read the special tokens", cfg->source ? cfg->source : "config");

@@ -28,12 +28,6 @@ static int is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static void make_dirs(const char *dir) {
-    mhe_mkdirs(dir);
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) mhe_fail("export: --out %s is not a directory", dir);
-}
-
 // A GPT sequence task whose inputs are text pairs.  mhetrain joins a pair as
 // a <|endoftext|> b and pads with <|endoftext|> (trainer/task/task_features.c), while
 // GPT2ForSequenceClassification reads each row at the token before its first pad id, which for a
@@ -109,7 +103,7 @@ static void copy_file(const char *src, const char *dst) {
     size_t len;
     char *text = mhe_read_file(src, &len);
     FILE *f = fopen(dst, "wb");
-    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("export: cannot write %s", dst);
+    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("export: cannot write %s: %s", dst, strerror(errno));
     free(text);
 }
 
@@ -175,6 +169,13 @@ static Tokenizer *load_tokenizer(const ExportOptions *opt, const Config *cfg, co
         mhe_fail("export: tokenizer %s (%s) not found: pass --tokenizer PATH or --no-tokenizer", path,
                  opt->tokenizer ? "--tokenizer" : "data.tokenizer of the checkpoint's config");
     Tokenizer *tok = tokenizer_load(path);
+    // The model was trained on the kind its config names (train refuses a contradicting file);
+    // another kind would ship ids the model never saw under a tokenizer class it does not expect.
+    if (tokenizer_kind(tok) != cfg->data.tokenizer_kind)
+        mhe_fail("export: tokenizer %s is %s but %s says data.tokenizer_kind %s (a %s model): pass the tokenizer the "
+                 "model was trained with, or --no-tokenizer", path,
+                 tokenizer_kind(tok) == TOK_WORDPIECE ? "WordPiece" : "byte-level BPE", cfg_path,
+                 cfg->data.tokenizer_kind == TOK_WORDPIECE ? "wordpiece" : "bpe", arch_name(cfg->model.arch));
     if (tokenizer_vocab_size(tok) > cfg->model.vocab_size)
         mhe_fail("export: tokenizer %s has %d tokens but the model's vocab_size is %d", path, tokenizer_vocab_size(tok),
                  cfg->model.vocab_size);
@@ -200,20 +201,21 @@ void export_run(const ExportOptions *opt) {
     checkpoint_load_weights(dir, &t, params);
     Tokenizer *tok = load_tokenizer(opt, &cfg, dir, cfg_path);
 
-    make_dirs(opt->out_dir);
-    // Exporting into the checkpoint itself would overwrite its model.safetensors (other names).
-    char real_out[PATH_MAX], real_ckpt[PATH_MAX];
-    if (realpath(opt->out_dir, real_out) && realpath(dir, real_ckpt) && strcmp(real_out, real_ckpt) == 0)
-        mhe_fail("export: --out %s is the checkpoint directory itself: choose another directory", opt->out_dir);
+    // Replacing the checkpoint's own folder or one holding it (the run) would destroy the source.
+    if (mhe_path_within(dir, opt->out_dir))
+        mhe_fail("export: --out %s is or holds the checkpoint %s: choose another directory", opt->out_dir, dir);
+    MheOutDir out;
+    mhe_outdir_begin(&out, opt->out_dir, opt->force, "export");
     const ExportHead head = export_head(&cfg, &t);
-    path_join(path, opt->out_dir, "model.safetensors");
+    path_join(path, out.staging, "model.safetensors");
     export_write_weights(&cfg, &t, params, format, path);
-    path_join(path, opt->out_dir, "config.json");
+    path_join(path, out.staging, "config.json");
     export_write_config(&cfg, format, &head, tok, path);
-    if (format == EXPORT_MHETRAIN) export_copy_modeling_files(opt->out_dir, &cfg);
-    if (tok) export_write_tokenizer(tok, &cfg, opt->out_dir);
-    path_join(path, opt->out_dir, "README.md");
+    if (format == EXPORT_MHETRAIN) export_copy_modeling_files(out.staging, &cfg);
+    if (tok) export_write_tokenizer(tok, &cfg, out.staging);
+    path_join(path, out.staging, "README.md");
     export_write_card(&cfg, format, &head, dir, tok != NULL, path);
+    mhe_outdir_commit(&out);
 
     printf("exported %s (%s %s, %zu parameters) to %s as %s%s%s\n", dir, arch_name(cfg.model.arch),
            attention_type_name(cfg.attention.type), t.total, opt->out_dir, export_class_name(&cfg, format, &head),

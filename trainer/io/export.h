@@ -19,6 +19,7 @@ typedef enum { EXPORT_AUTO, EXPORT_HF, EXPORT_HF_BERT, EXPORT_HF_GPT2, EXPORT_MH
 typedef struct {
     const char *checkpoint;  // a step_* directory or a run's output directory
     const char *out_dir;
+    int force;             // replace a non-empty out_dir (whole, once the new export is complete)
     const char *tokenizer;   // overrides the config's data.tokenizer (NULL: use the config's)
     int no_tokenizer;        // write no tokenizer files
     ExportFormat format;     // EXPORT_AUTO picks the stock class when the model matches one

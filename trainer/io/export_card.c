@@ -1,4 +1,6 @@
 // DIR/README.md of an export: what the model is and the three lines that load it.
+#include <errno.h>
+#include <string.h>
 #include <stdio.h>
 
 #include "common/error.h"
@@ -14,7 +16,7 @@ void export_write_card(const Config *cfg, ExportFormat format, const ExportHead 
              format == EXPORT_MHETRAIN ? " (modeling_mhe.py)" : "");
     static const char *what[] = {NULL, "fine-tuned classifier", "fine-tuned regressor", "fine-tuned span extractor"};
     FILE *f = fopen(path, "w");
-    if (!f) mhe_fatal("export: cannot write %s", path);
+    if (!f) mhe_fatal("export: cannot write %s: %s", path, strerror(errno));
     fprintf(f,
             "# %s %s model exported by mhetrain\n\n"
             "- exported from: `%s`\n"
@@ -48,5 +50,5 @@ void export_write_card(const Config *cfg, ExportFormat format, const ExportHead 
                    "`AutoModelForQuestionAnswering` (heads it does not hold are initialised, as transformers does); "
                    "`output_attentions=True` returns every layer's attention probabilities.\n",
                 bert ? ", pooler output" : "", bert ? "AutoModelForMaskedLM" : "AutoModelForCausalLM");
-    if (fclose(f) != 0) mhe_fatal("export: cannot write %s", path);
+    if (fclose(f) != 0) mhe_fatal("export: cannot write %s: %s", path, strerror(errno));
 }

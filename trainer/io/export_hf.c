@@ -1,5 +1,6 @@
 // Weights and config.json for the three export formats of export.h.
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,7 +267,7 @@ void export_write_weights(const Config *cfg, const ParamTable *t, const float *p
             export_mhetrain_name(t->tensors[i].name, cfg->model.arch, name, sizeof name);
             add_as_is(&w, name, &t->tensors[i], params);
         }
-    if (st_write(&w.st, path) != 0) mhe_fatal("export: cannot write %s", path);
+    if (st_write(&w.st, path) != 0) mhe_fatal("export: cannot write %s: %s", path, strerror(errno));
     for (int i = 0; i < w.n_owned; i++) free(w.owned[i]);
     free(w.owned);
     // The names were copied by st_add; the tensors point into params or the freed buffers.
@@ -448,7 +449,7 @@ void export_write_config(const Config *cfg, ExportFormat format, const ExportHea
     char *text = cJSON_Print(o);
     FILE *f = fopen(path, "w");
     if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF || fclose(f) != 0)
-        mhe_fatal("export: cannot write %s", path);
+        mhe_fatal("export: cannot write %s: %s", path, strerror(errno));
     free(text);
     cJSON_Delete(o);
 }

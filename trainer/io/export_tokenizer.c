@@ -1,6 +1,7 @@
 // Tokenizer files of an export: what tokenizer_save writes, plus the post-processor and the two
 // small JSON files AutoTokenizer reads to pick the class and the special tokens.
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@ static void write_json(const char *dir, const char *file, const cJSON *o) {
     char *text = cJSON_Print(o);
     FILE *f = fopen(path, "w");
     if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF || fclose(f) != 0)
-        mhe_fatal("export: cannot write %s", path);
+        mhe_fatal("export: cannot write %s: %s", path, strerror(errno));
     free(text);
 }
 

@@ -3,7 +3,9 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +170,7 @@ typedef struct {
     StFile *files;
     char **paths;
     bool **used;  // per file, per tensor
+    unsigned dtypes;  // bit per StDtype read
 } Weights;
 
 static void weights_add_file(Weights *w, const char *path) {
@@ -244,6 +247,38 @@ static const StTensor *weights_find(Weights *w, const char *name, int *file) {
     return NULL;
 }
 
+// IEEE binary16 -> binary32.  Every half is a float (5 exponent bits fit in 8, 10 mantissa bits
+// in 23), so this is exact: subnormal halves become normal floats, inf and NaN stay so.
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) {  // zero or subnormal: man * 2^-24, a float exactly
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    uint32_t bits = exp == 0x1f ? sign | 0x7f800000u | (man << 13) : sign | (exp - 15 + 127) << 23 | (man << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// The stored values of t as fp32 (F32 as is; BF16, F16 widened exactly).  0 for another dtype.
+static int widen(const StTensor *t, size_t numel, float *dst) {
+    const uint16_t *src = t->data;
+    if (t->dtype == ST_F32) {
+        memcpy(dst, t->data, numel * sizeof(float));
+    } else if (t->dtype == ST_BF16) {  // bf16 is the top half of an fp32
+        for (size_t i = 0; i < numel; i++) {
+            uint32_t bits = (uint32_t)src[i] << 16;
+            memcpy(&dst[i], &bits, sizeof bits);
+        }
+    } else if (t->dtype == ST_F16) {
+        for (size_t i = 0; i < numel; i++) dst[i] = half_to_float(src[i]);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 // Reads `name` of shape [rows] (cols 0) or [rows, cols] as fp32 into dst (row-major, as stored).
 // Returns false when absent and `optional`; otherwise missing, misshapen or an unsupported
 // dtype is an error naming the file and the tensor.
@@ -266,17 +301,10 @@ static bool read_tensor(Weights *w, const char *dir, const char *name, int rows,
         mhe_fail("import: %s: tensor %s has shape [%s], expected [%s] from config.json", w->paths[f], name, got, want);
     }
     const size_t numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
-    if (t->dtype == ST_F32) {
-        memcpy(dst, t->data, numel * sizeof(float));
-    } else if (t->dtype == ST_BF16) {  // bf16 is the top half of an fp32: widening is exact
-        const uint16_t *src = t->data;
-        for (size_t i = 0; i < numel; i++) {
-            uint32_t bits = (uint32_t)src[i] << 16;
-            memcpy(&dst[i], &bits, sizeof bits);
-        }
-    } else {
-        mhe_fail("import: %s: tensor %s: dtype not supported (F32 or BF16 expected)", w->paths[f], name);
-    }
+    if (!widen(t, numel, dst))
+        mhe_fail("import: %s: tensor %s: dtype %s not supported (F32, BF16 or F16 expected)", w->paths[f], name,
+                 st_dtype_name(t->dtype));
+    w->dtypes |= 1u << t->dtype;
     return true;
 }
 
@@ -300,7 +328,10 @@ static void check_tied(Weights *w, const char *name, const float *tied, size_t n
     int f;
     const StTensor *t = weights_find(w, name, &f);
     if (!t) return;
-    if (t->dtype != ST_F32 || t->nbytes != numel * sizeof(float) || memcmp(t->data, tied, t->nbytes) != 0)
+    float *mine = t->nbytes == numel * st_dtype_size(t->dtype) ? mhe_malloc(numel * sizeof(float)) : NULL;
+    int same = mine && widen(t, numel, mine) && memcmp(mine, tied, numel * sizeof(float)) == 0;
+    free(mine);
+    if (!same)
         mhe_fail("import: %s: tensor %s differs from %s: an untied output layer is not representable", w->paths[f],
                  name, to);
 }
@@ -404,15 +435,16 @@ static void copy_file(const char *src, const char *dst) {
     size_t len;
     char *text = mhe_read_file(src, &len);
     FILE *f = fopen(dst, "wb");
-    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("import: cannot write %s", dst);
+    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("import: cannot write %s: %s", dst, strerror(errno));
     free(text);
 }
 
-// Copies the tokenizer files into out/tokenizer/ and returns the one data.tokenizer names
-// (absolute; malloc'd), or NULL when the folder has none.
-static char *import_tokenizer(const char *hf_dir, const char *out_abs, const Config *cfg) {
+// Copies the tokenizer files into write_dir/tokenizer/ and returns the one data.tokenizer names
+// where the run will be, final_dir/tokenizer/... (absolute; malloc'd), or NULL when the folder
+// has none.
+static char *import_tokenizer(const char *hf_dir, const char *write_dir, const char *final_dir, const Config *cfg) {
     char src[IMP_PATH_MAX], dst_dir[IMP_PATH_MAX], dst[IMP_PATH_MAX];
-    path_join(dst_dir, out_abs, "tokenizer");
+    path_join(dst_dir, write_dir, "tokenizer");
     bool have[N_TOKENIZER_FILES] = {0};
     int any = 0;
     for (int i = 0; i < N_TOKENIZER_FILES; i++) {
@@ -431,8 +463,9 @@ static char *import_tokenizer(const char *hf_dir, const char *out_abs, const Con
     // tokenizer.json carries the normalizer (cased or not); else the arch's vocabulary file.
     const char *pick = have[0] ? "tokenizer.json" : cfg->model.arch == ARCH_BERT ? "vocab.txt" : "vocab.json";
     if (!have[0] && !have[cfg->model.arch == ARCH_BERT ? 1 : 2]) return NULL;
-    path_join(dst, dst_dir, pick);
-    Tokenizer *tok = tokenizer_load(dst);
+    // Read from the user's folder, not the staging copy: a refusal names the file they can fix.
+    path_join(src, hf_dir, pick);
+    Tokenizer *tok = tokenizer_load(src);
     if (tokenizer_vocab_size(tok) > cfg->model.vocab_size)
         mhe_fail("import: %s/%s: %d tokens but config.json's vocab_size is %d", hf_dir, pick,
                  tokenizer_vocab_size(tok), cfg->model.vocab_size);
@@ -440,6 +473,8 @@ static char *import_tokenizer(const char *hf_dir, const char *out_abs, const Con
         mhe_fail("import: %s/%s: a %s tokenizer for a %s model is not representable", hf_dir, pick,
                  tokenizer_kind(tok) == TOK_BPE ? "BPE" : "WordPiece", arch_name(cfg->model.arch));
     tokenizer_free(tok);
+    path_join(dst_dir, final_dir, "tokenizer");
+    path_join(dst, dst_dir, pick);
     return mhe_strdup(dst);
 }
 
@@ -476,16 +511,15 @@ void import_run(const ImportOptions *opt) {
     cfg.attention.type = ATTN_MHA;
     cfg.data.seq_len = cfg.model.max_seq;
 
-    // Refuse to overwrite a run: imports are meant to start one.
-    char ck_latest[IMP_PATH_MAX];
-    path_join(ck_latest, opt->out_dir, "checkpoints/latest");
-    if (is_file(ck_latest)) mhe_fail("import: --out %s already holds checkpoints: choose a new directory", opt->out_dir);
-    mhe_mkdirs(opt->out_dir);
-    char out_abs[PATH_MAX];
-    if (!realpath(opt->out_dir, out_abs)) mhe_fatal("import: cannot resolve %s", opt->out_dir);
+    // A run (or anything else) already there is replaced only with --force, and whole.
+    if (mhe_path_within(opt->hf_dir, opt->out_dir))
+        mhe_fail("import: --out %s is or holds the folder being imported (%s): choose another directory", opt->out_dir,
+                 opt->hf_dir);
+    MheOutDir out;
+    mhe_outdir_begin(&out, opt->out_dir, opt->force, "import");
     free(cfg.train.out_dir);
-    cfg.train.out_dir = mhe_strdup(out_abs);
-    char *tok = import_tokenizer(opt->hf_dir, out_abs, &cfg);
+    cfg.train.out_dir = mhe_strdup(out.target_abs);
+    char *tok = import_tokenizer(opt->hf_dir, out.staging, out.target_abs, &cfg);
     if (tok) {
         free(cfg.data.tokenizer);
         cfg.data.tokenizer = tok;
@@ -515,17 +549,23 @@ void import_run(const ImportOptions *opt) {
     const int dropped = check_all_used(&w);
 
     char *yaml = config_text(&cfg);
-    path_join(path, opt->out_dir, "config.yaml");
+    path_join(path, out.staging, "config.yaml");
     FILE *f = fopen(path, "w");
-    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("import: cannot write %s", path);
+    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("import: cannot write %s: %s", path, strerror(errno));
     CheckpointState st = {.step = 0, .rng_seed = cfg.train.seed, .loss_scale = 1.0, .world_size = 1,
                           .config_yaml = yaml};
-    if (checkpoint_save(opt->out_dir, &st, &t, params, NULL, 0) != 0) exit(1);
+    if (checkpoint_save(out.staging, &st, &t, params, NULL, 0) != 0) exit(1);
+    mhe_outdir_commit(&out);
 
     static const char *const KIND[] = {"BertForMaskedLM", "BertModel", "GPT2LMHeadModel", "GPT2Model"};
     printf("imported %s (%s: L=%d D=%d n=%d ffn=%d vocab=%d, %zu parameters) to %s/checkpoints/step_00000000\n",
            opt->hf_dir, KIND[kind], cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.ffn,
            cfg.model.vocab_size, t.total, opt->out_dir);
+    char dts[64] = "";
+    for (int d = 0; d <= ST_F16; d++)
+        if (w.dtypes & (1u << d))
+            snprintf(dts + strlen(dts), sizeof dts - strlen(dts), "%s%s", dts[0] ? "+" : "", st_dtype_name((StDtype)d));
+    printf("weights: %s%s\n", dts, w.dtypes & ~(1u << ST_F32) ? ", widened to fp32 exactly" : " (as stored)");
     if (fresh) printf("note: %d MLM head tensors are not in a BertModel: initialised as mhetrain does\n", fresh);
     if (dropped) printf("note: %d pooler tensors dropped (mhetrain has no pooler)\n", dropped);
     free(yaml);

@@ -17,6 +17,7 @@
 typedef struct {
     const char *hf_dir;   // the Hugging Face folder
     const char *out_dir;  // the run directory to create
+    int force;            // replace a non-empty out_dir (whole, once the import is complete)
 } ImportOptions;
 
 // The whole import; user errors exit 2 with a message, I/O failures exit 1.

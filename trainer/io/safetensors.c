@@ -8,10 +8,11 @@
 
 #include "common/error.h"
 
-static const char *DTYPE_NAMES[] = {"F32", "I32", "I64", "BF16", "F64", "U8"};
-static const size_t DTYPE_SIZES[] = {4, 4, 8, 2, 8, 1};
+static const char *DTYPE_NAMES[] = {"F32", "I32", "I64", "BF16", "F64", "U8", "F16"};
+static const size_t DTYPE_SIZES[] = {4, 4, 8, 2, 8, 1, 2};
 
 size_t st_dtype_size(StDtype t) { return DTYPE_SIZES[t]; }
+const char *st_dtype_name(StDtype t) { return DTYPE_NAMES[t]; }
 
 void st_init(StFile *f) { memset(f, 0, sizeof *f); }
 
@@ -66,8 +67,10 @@ int st_write(const StFile *f, const char *path) {
     for (size_t i = jlen; ok && i < padded; i++) ok = fputc(' ', out) != EOF;
     for (int i = 0; ok && i < f->count; i++)
         ok = fwrite(f->tensors[i].data, 1, f->tensors[i].nbytes, out) == f->tensors[i].nbytes;
+    int err = ok ? 0 : errno;  // the caller's message names the first failure's reason
     free(json);
-    if (fclose(out) != 0) ok = 0;
+    if (fclose(out) != 0 && ok) ok = 0, err = errno;
+    errno = err;
     return ok ? 0 : -1;
 }
 

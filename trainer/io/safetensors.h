@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { ST_F32, ST_I32, ST_I64, ST_BF16, ST_F64, ST_U8 } StDtype;
+typedef enum { ST_F32, ST_I32, ST_I64, ST_BF16, ST_F64, ST_U8, ST_F16 } StDtype;
 
 #define ST_MAX_DIMS 4
 typedef struct {
@@ -26,6 +26,7 @@ typedef struct {
 } StFile;
 
 size_t st_dtype_size(StDtype t);
+const char *st_dtype_name(StDtype t);  // as in the header: "F32", "BF16", ...
 
 // Writer: add tensors (data is not copied), then write.  Returns 0, or -1 with errno set.
 void st_init(StFile *f);

@@ -1,6 +1,7 @@
 // JSON-lines readers: SuperGLUE's classification tasks (BoolQ, CB, RTE, WiC) and the generic
 // `jsonl` format with named keys.  One JSON object per line; anything else is an error.
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,18 @@
 #include "trainer/task/task_internal.h"
 
 static cJSON *parse_line(const char *path, int line, const char *text) {
-    cJSON *o = cJSON_Parse(text);
+    task_check_json_line(path, line, text);
+    // Only whitespace may follow the object: cJSON_Parse would stop after it and silently drop the
+    // rest of the line (a second example run into the first).
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithOpts(text, &end, 0);
+    if (o && end) {
+        end += strspn(end, " \t\r");
+        if (*end) {
+            cJSON_Delete(o);
+            mhe_fail_at(path, line, (int)(end - text) + 1, "expected one JSON object per line, found more after it");
+        }
+    }
     if (!o || !cJSON_IsObject(o)) {
         const char *err = cJSON_GetErrorPtr();
         long at = o ? 0 : err && err >= text && err <= text + strlen(text) ? (long)(err - text) : -1;
@@ -54,8 +66,14 @@ static void read_label(const char *path, int line, const cJSON *o, const char *k
     labels_doc(doc, sizeof doc, labels, n_labels);
     if (!v) mhe_fail_at(path, line, 0, "expected a label field \"%s\"%s", key, missing_hint);
     if (type == TASK_REGRESSION) {
-        if (cJSON_IsNumber(v)) e->target = (float)v->valuedouble;
-        else if (!cJSON_IsString(v) || !task_parse_target(v->valuestring, &e->target))
+        if (cJSON_IsNumber(v)) {
+            // JSON has no inf, but 1e400 parses to one and 1e39 overflows a float: refused as the
+            // TSV readers refuse them, or the loss and finetune_result.json would hold inf/NaN.
+            e->target = (float)v->valuedouble;
+            if (!isfinite(e->target))
+                mhe_fail_at(path, line, 0, "expected a finite number in \"%s\" (the regression target), found %g, "
+                            "which is not finite in single precision", key, v->valuedouble);
+        } else if (!cJSON_IsString(v) || !task_parse_target(v->valuestring, &e->target))
             mhe_fail_at(path, line, 0, "expected a number in \"%s\" (the regression target)", key);
         return;
     }

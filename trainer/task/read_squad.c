@@ -141,6 +141,14 @@ static void read_question(TaskExamples *out, const Src *s, const TaskFormatSpec 
 void task_read_squad(TaskExamples *out, const TaskFormatSpec *fmt, const char *path) {
     Src s = {path, NULL, 0};
     char *text = mhe_read_file(path, &s.len);
+    task_check_utf8(path, text, s.len);
+    int cline = 1;
+    for (char *ln = text, *nl; ln; ln = nl ? nl + 1 : NULL, cline++) {  // raw control bytes, line by line
+        nl = strchr(ln, '\n');
+        if (nl) *nl = 0;
+        task_check_json_line(path, cline, ln);
+        if (nl) *nl = '\n';
+    }
     s.text = text;
     memset(out, 0, sizeof *out);
     out->path = path;
@@ -154,6 +162,15 @@ void task_read_squad(TaskExamples *out, const TaskFormatSpec *fmt, const char *p
             else col++;
         }
         mhe_fail_at(path, line, col, "expected SQuAD JSON (invalid JSON here)");
+    }
+    if (end && end[strspn(end, " \t\r\n")]) {  // a second document after the first: not one SQuAD file
+        const char *at = end + strspn(end, " \t\r\n");
+        int line = 1, col = 1;
+        for (const char *p = text; p < at; p++) {
+            if (*p == '\n') line++, col = 1;
+            else col++;
+        }
+        mhe_fail_at(path, line, col, "expected SQuAD JSON to end after its object, found more");
     }
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     if (!cJSON_IsArray(data))

@@ -64,6 +64,11 @@ void task_examples_free(TaskExamples *ex);
 int task_label_index(const char *const *labels, int n_labels, const char *s);
 // A regression target: a finite decimal number and nothing else around it.  0 when not.
 int task_parse_target(const char *s, float *out);
+// Exits 2 at the first byte of buf that is not UTF-8, naming path:line:col.
+void task_check_utf8(const char *path, const char *buf, size_t len);
+// Exits 2 at a raw control byte (below 0x20 but tab and CR) in a JSON line: JSON requires them
+// escaped, and cJSON would take them into the text.
+void task_check_json_line(const char *path, int line, const char *text);
 void task_read_generic_jsonl(TaskExamples *out, const TaskConfig *t, const char *path);
 
 // ---- text helpers (task_text.c) ----

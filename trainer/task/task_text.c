@@ -3,11 +3,32 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "data/corpus.h"
 #include "trainer/task/task_internal.h"
+
+void task_check_utf8(const char *path, const char *buf, size_t len) {
+    long long bad = utf8_invalid_offset(buf, len);
+    const char *nul = memchr(buf, 0, len);  // C strings would end there: the rest of a field lost
+    if (nul && (bad < 0 || nul - buf < bad)) {
+        int line = 1;
+        long long start = 0;
+        for (long long i = 0; i < nul - buf; i++)
+            if (buf[i] == '\n') line++, start = i + 1;
+        mhe_fail_at(path, line, (int)(nul - buf - start) + 1, "NUL byte: expected text");
+    }
+    if (bad < 0) return;
+    int line = 1;
+    long long start = 0;
+    for (long long i = 0; i < bad; i++)
+        if (buf[i] == '\n') line++, start = i + 1;
+    mhe_fail_at(path, line, (int)(bad - start) + 1, "invalid UTF-8 (byte 0x%02x): fine-tuning text must be UTF-8, as "
+                "prepare's inputs are (re-encode the file; nothing is dropped silently)", (unsigned char)buf[bad]);
+}
 
 void text_lines_read(TextLines *l, const char *path) {
     size_t len = 0;  // mhe_read_file NUL-terminates
     l->buf = mhe_read_file(path, &len);
+    task_check_utf8(path, l->buf, len);
     char *p = l->buf, *end = l->buf + len;
     // The GLUE processors open with encoding utf-8-sig: a BOM is not part of the first field.
     if (len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) p += 3;
@@ -27,6 +48,13 @@ void text_lines_read(TextLines *l, const char *path) {
         if (!nl) break;  // the last line, without a newline: the buffer's NUL ends it
         p = nl + 1;
     }
+}
+
+void task_check_json_line(const char *path, int line, const char *text) {
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if (*p < 0x20 && *p != '\t' && *p != '\r')
+            mhe_fail_at(path, line, (int)(p - (const unsigned char *)text) + 1,
+                        "control byte 0x%02x: JSON must escape it (\\u%04x)", *p, *p);
 }
 
 void text_lines_free(TextLines *l) {

@@ -34,6 +34,8 @@
 #include "trainer/task/task.h"
 #include "trainer/train/finetune_init.h"
 #include "trainer/train/optim.h"
+#include "trainer/train/rank_agree.h"
+#include "trainer/train/run_identity.h"
 #include "trainer/train/reducer_setup.h"
 #include "trainer/train/schedule.h"
 #include "trainer/train/signals.h"
@@ -112,9 +114,30 @@ static void save(Finetune *f, const char *out_dir, int keep_last) {
     comm_barrier(f->comm);
 }
 
+// JSON has no inf or NaN (a correlation of constant predictions, no evaluation yet): null, so
+// the files stay JSON whatever the numbers.
+static void json_number(FILE *fp, double v) {
+    if (isfinite(v)) fprintf(fp, "%.17g", v);
+    else fputs("null", fp);
+}
+
+// A string with JSON's escapes (paths may hold quotes, backslashes or control characters).
+static void json_string(FILE *fp, const char *s) {
+    fputc('"', fp);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(fp, "\\%c", *p);
+        else if (*p < 0x20) fprintf(fp, "\\u%04x", *p);
+        else fputc(*p, fp);
+    }
+    fputc('"', fp);
+}
+
 static void write_scores_json(FILE *fp, const TaskScores *s) {
     fputc('{', fp);
-    for (int i = 0; i < s->n; i++) fprintf(fp, "%s\"%s\": %.17g", i ? ", " : "", s->name[i], s->value[i]);
+    for (int i = 0; i < s->n; i++) {
+        fprintf(fp, "%s\"%s\": ", i ? ", " : "", s->name[i]);
+        json_number(fp, s->value[i]);
+    }
     fputc('}', fp);
 }
 
@@ -126,8 +149,10 @@ static void write_best_json(Finetune *f) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *fp = fopen(tmp, "w");
     if (!fp) check_write(f, -1, "best.json");
-    fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"metric\": \"%s\", \"value\": %.17g, \"scores\": ", f->best_epoch,
-            (long long)f->best_step, f->best_scores.name[f->best_scores.primary], f->best);
+    fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"metric\": \"%s\", \"value\": ", f->best_epoch,
+            (long long)f->best_step, f->best_scores.name[f->best_scores.primary]);
+    json_number(fp, f->best);
+    fputs(", \"scores\": ", fp);
     write_scores_json(fp, &f->best_scores);
     fputs("}\n", fp);
     check_write(f, fclose(fp) != 0 || rename(tmp, path) != 0 ? -1 : 0, "best.json");
@@ -343,6 +368,9 @@ static void init_weights(Finetune *f) {
     } else if (cfg->train.init_from && cfg->train.init_from[0]) {
         if (f->rank == 0) {
             char dir[4200];
+            char *resolved = checkpoint_resolve(cfg->train.init_from);
+            run_arch_check(resolved, f->config_yaml, "train.init_from");
+            free(resolved);
             int ignored = finetune_load_encoder(cfg->train.init_from, f->table, f->host_params, dir, sizeof dir);
             fprintf(stderr, "initialised the encoder from %s (%d pretraining tensor%s ignored; task head seeded)\n", dir,
                     ignored, ignored == 1 ? "" : "s");
@@ -363,6 +391,19 @@ static void setup(Finetune *f) {
     const Config *cfg = f->cfg;
     f->rank = comm_rank(f->comm);
     f->world = comm_world(f->comm);
+    // Ranks agree on the config and the model's tensors before any check or collective that
+    // could go differently on one of them (trainer.c does the same).
+    f->config_yaml = config_to_yaml(cfg);
+    if (cfg->task.type != TASK_NONE) {
+        ParamTable shapes;
+        param_table_build(&shapes, cfg);
+        char *agree = rank_agree_text(f->config_yaml, &shapes, NULL, NULL);
+        rank_agree(f->comm, "config and model", agree);
+        free(agree);
+        param_table_free(&shapes);
+    } else {
+        rank_agree(f->comm, "config", f->config_yaml);
+    }
     if (cfg->task.type == TASK_NONE)
         mhe_fail("%s: finetune needs a task: section (task.type: classification, regression or span)", cfg->source);
     if (cfg->dist.zero) mhe_fail("%s: dist.zero: 1 is not supported by finetune (the task models are small)", cfg->source);
@@ -376,7 +417,6 @@ static void setup(Finetune *f) {
     char why[8192] = "";
     f->lock_fd = f->rank == 0 ? run_lock_take(cfg->train.out_dir, why, sizeof why) : -1;
     refuse_if(f, f->rank == 0 && f->lock_fd < 0, why);
-    f->config_yaml = config_to_yaml(cfg);
 
     f->tok = tokenizer_load(cfg->data.tokenizer);
     f->train = task_data_load(cfg, f->tok, TASK_SPLIT_TRAIN);
@@ -480,11 +520,13 @@ static void report(Finetune *f) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *fp = fopen(tmp, "w");
     if (!fp) check_write(f, -1, "finetune_result.json");
-    fprintf(fp, "{\"format\": \"%s\", \"attention\": \"%s\", \"init_from\": \"%s\", \"best_epoch\": %d, "
-            "\"best_step\": %lld, \"steps\": %lld, \"metric\": \"%s\", \"value\": %.17g, \"scores\": ",
-            f->cfg->task.format ? f->cfg->task.format : "", attention_type_name(f->cfg->attention.type),
-            f->cfg->train.init_from ? f->cfg->train.init_from : "", f->best_epoch, (long long)f->best_step,
-            (long long)f->step, name, f->best);
+    fprintf(fp, "{\"format\": \"%s\", \"attention\": \"%s\", \"init_from\": ",
+            f->cfg->task.format ? f->cfg->task.format : "", attention_type_name(f->cfg->attention.type));
+    json_string(fp, f->cfg->train.init_from);
+    fprintf(fp, ", \"best_epoch\": %d, \"best_step\": %lld, \"steps\": %lld, \"metric\": \"%s\", \"value\": ",
+            f->best_epoch, (long long)f->best_step, (long long)f->step, name);
+    json_number(fp, f->best);
+    fputs(", \"scores\": ", fp);
     write_scores_json(fp, &f->best_scores);
     fprintf(fp, ", \"trivial\": ");
     write_scores_json(fp, &triv);

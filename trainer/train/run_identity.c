@@ -78,6 +78,44 @@ RunDiff run_identity_diff(const char *saved_yaml, const char *current_yaml) {
     return d;
 }
 
+static int architecture(const char *key) {
+    static const char *const not_arch[] = {"model.dropout", "model.attn_dropout", "model.init_std",
+                                           "attention.embed_std", "attention.fast_path", NULL};
+    if (strncmp(key, "model.", 6) != 0 && strncmp(key, "attention.", 10) != 0) return 0;
+    for (int i = 0; not_arch[i]; i++)
+        if (strcmp(key, not_arch[i]) == 0) return 0;
+    return 1;
+}
+
+char *run_arch_diff(const char *saved_yaml, const char *current_yaml) {
+    Flat a = flatten(saved_yaml), b = flatten(current_yaml);
+    char *out = NULL;
+    for (int i = 0; i < b.n; i++) {
+        if (!architecture(b.e[i].key)) continue;
+        for (int j = 0; j < a.n; j++) {
+            if (strcmp(a.e[j].key, b.e[i].key) != 0) continue;
+            if (strcmp(a.e[j].value, b.e[i].value) != 0) append(&out, b.e[i].key, a.e[j].value, b.e[i].value);
+            break;
+        }
+    }
+    free(a.text);
+    free(a.e);
+    free(b.text);
+    free(b.e);
+    return out;
+}
+
+void run_arch_check(const char *ckpt_dir, const char *current_yaml, const char *what) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.yaml", ckpt_dir);
+    char *saved = mhe_read_file(path, NULL);
+    char *diff = run_arch_diff(saved, current_yaml);
+    free(saved);
+    if (diff)
+        mhe_fail("%s: %s: the checkpoint's model differs from this run's (%s; checkpoint -> this run): model.* and "
+                 "attention.* must match the checkpoint's config.yaml", path, what, diff);
+}
+
 void run_diff_free(RunDiff *d) {
     free(d->identity);
     free(d->harmless);

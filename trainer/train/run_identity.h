@@ -18,4 +18,13 @@ typedef struct {
 RunDiff run_identity_diff(const char *saved_yaml, const char *current_yaml);
 void run_diff_free(RunDiff *d);
 
+// The architecture-defining keys that differ between a checkpoint's config.yaml and this run's
+// (every model.* and attention.* key but those that only set the initialisation, dropout or the
+// compute path): "attention.type mhe_mul -> mhe_add" or NULL (malloc'd).  For train.init_from,
+// where equal tensor shapes do not make the same model (mhe_mul and mhe_add, another ln_eps).
+char *run_arch_diff(const char *saved_yaml, const char *current_yaml);
+// The same against the checkpoint directory's config.yaml: exits 2 naming `what` (the key that
+// named the checkpoint) and the differing keys.
+void run_arch_check(const char *ckpt_dir, const char *current_yaml, const char *what);
+
 #endif

@@ -24,6 +24,7 @@
 #include "trainer/train/optim.h"
 #include "trainer/train/reducer_setup.h"
 #include "trainer/train/peak.h"
+#include "trainer/train/rank_agree.h"
 #include "trainer/train/run_identity.h"
 #include "trainer/train/schedule.h"
 #include "trainer/train/signals.h"
@@ -174,6 +175,15 @@ static void setup(Trainer *t) {
     const Config *cfg = t->cfg;
     t->rank = comm_rank(t->comm);
     t->world = comm_world(t->comm);
+    // Before anything that can differ between ranks reaches a collective (the lock's broadcast
+    // is the first): the config and the model's tensors, then, once opened, the data.
+    t->config_yaml = config_to_yaml(cfg);
+    ParamTable shapes;
+    param_table_build(&shapes, cfg);
+    char *agree = rank_agree_text(t->config_yaml, &shapes, NULL, NULL);
+    rank_agree(t->comm, "config and model", agree);
+    free(agree);
+    param_table_free(&shapes);
     if (cfg->train.global_batch % (t->world * cfg->train.micro_batch) != 0)
         mhe_fail("%s: train.global_batch %d is not a multiple of %d workers x train.micro_batch %d", cfg->source,
                  cfg->train.global_batch, t->world, cfg->train.micro_batch);
@@ -181,7 +191,6 @@ static void setup(Trainer *t) {
     char why[8192] = "";
     t->lock_fd = t->rank == 0 ? run_lock_take(cfg->train.out_dir, why, sizeof why) : -1;
     refuse_if(t, t->rank == 0 && t->lock_fd < 0, why);
-    t->config_yaml = config_to_yaml(cfg);
     t->be = make_backend(cfg, t->comm);
     // Optimizer state in the model's memory: m and v (host), or m, v and the update buffer on
     // a device; a ZeRO-1 rank holds its 1/world share.
@@ -196,6 +205,9 @@ static void setup(Trainer *t) {
     if (t->rank == 0) config_data_warnings(cfg);
     t->train = loader_open_config(cfg, false);
     t->valid = cfg->data.n_valid > 0 ? loader_open_config(cfg, true) : NULL;
+    agree = rank_agree_text(t->config_yaml, t->table, t->train, t->valid);
+    rank_agree(t->comm, "data", agree);
+    free(agree);
     t->n_micro = loader_micro_batches(t->train, t->world);
     t->micro = mhe_calloc((size_t)t->n_micro, sizeof *t->micro);
     for (int i = 0; i < t->n_micro; i++) t->micro[i] = loader_batch_alloc(t->train);
@@ -245,6 +257,23 @@ static void setup(Trainer *t) {
     if (ckpt) restore(t, ckpt, 0);
     else if (cfg->train.init_from && cfg->train.init_from[0]) {
         char *dir = checkpoint_resolve(cfg->train.init_from);
+        if (t->rank == 0) {  // equal shapes do not make the same model (mhe_mul vs mhe_add, ln_eps)
+            char path[4200];
+            snprintf(path, sizeof path, "%s/config.yaml", dir);
+            char *saved = mhe_read_file(path, NULL);
+            char *arch = run_arch_diff(saved, t->config_yaml), *msg = NULL;
+            if (arch) {
+                msg = mhe_malloc(strlen(path) + strlen(arch) + 256);
+                sprintf(msg, "%s: train.init_from: the checkpoint's model differs from this run's (%s; checkpoint -> "
+                             "this run): model.* and attention.* must match the checkpoint's config.yaml", path, arch);
+            }
+            refuse_if(t, arch != NULL, msg);
+            free(msg);
+            free(arch);
+            free(saved);
+        } else {
+            refuse_if(t, 0, why);
+        }
         restore(t, dir, 1);
         if (t->rank == 0) fprintf(stderr, "initialised weights from %s\n", dir);
         free(dir);
