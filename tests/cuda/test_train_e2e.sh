@@ -17,7 +17,9 @@ run() {  # run NP NAME overrides...
 }
 run 1 cpu runtime.device=cpu
 run 1 cuda runtime.device=cuda
-run 2 cuda2 runtime.device=cuda
+# MFU on a GPU is against the card's dense peak: the emulated card has no data sheet, so this
+# run states one (2 TFLOP/s a rank, 4000 GFLOP/s for both).
+MHE_GPU_PEAK_TFLOPS=2 run 2 cuda2 runtime.device=cuda
 run 1 bf16 runtime.device=cuda runtime.precision=bf16
 # Without the lean bf16 twins (kernels/cuda/cuda_mirror.cu; on from step 3 here).
 MHE_CUDA_LEAN=0 run 1 bf16-dual runtime.device=cuda runtime.precision=bf16
@@ -28,6 +30,9 @@ run 1 lamb-cuda runtime.device=cuda optim.name=lamb
 run 2 lamb-2 runtime.device=cuda optim.name=lamb
 grep -q "cuda" "$WORK/cuda.log" || { cat "$WORK/cuda.log"; fail "the cuda run does not say it used cuda"; }
 grep -q "gradients all-reduced by NCCL on device buffers" "$WORK/cuda2.log" || { cat "$WORK/cuda2.log"; fail "the 2-rank cuda run did not use NCCL"; }
+grep -q "matmul ceiling 4000.0 GFLOP/s" "$WORK/cuda2.log" || { cat "$WORK/cuda2.log"; fail "the GPU's stated peak is not the ceiling"; }
+grep -Eq "MFU [0-9.]+%" "$WORK/cuda2.log" || { cat "$WORK/cuda2.log"; fail "no MFU against the GPU's peak"; }
+grep -q "MFU n/a" "$WORK/cuda.log" || { cat "$WORK/cuda.log"; fail "an unknown GPU must show MFU n/a"; }
 $PY "$CHECK" losses-close "$WORK/cuda/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/cuda2/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 1e-4
 $PY "$CHECK" losses-close "$WORK/bf16/metrics.jsonl" "$WORK/cpu/metrics.jsonl" 2e-2
