@@ -556,6 +556,8 @@ int main(void) {
         cmocka_unit_test(test_adamw_ranges_match_cpu),
         cmocka_unit_test(test_lamb_ranges_match_cpu),
     };
+    // MHE_TEST_FILTER (a cmocka pattern): the subset the `tsan` tier runs (tests.cmake).
+    if (getenv("MHE_TEST_FILTER")) cmocka_set_test_filter(getenv("MHE_TEST_FILTER"));
     int failed = cmocka_run_group_tests_name("cuda parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda parity bf16", bf16, setup_bf16, teardown);
     return failed ? 1 : 0;

@@ -14,6 +14,33 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_emu_strict PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0"
     TIMEOUT 300 LABELS "unit;cuda")
 
+  # The `tsan` tier: a few representative emulated tests against mhecuda_emu_tsan, the blocks of
+  # every grid two at a time in a shuffled order (MHE_EMU_SHUFFLE), so a race between the
+  # threads of a block or between blocks, in shared or global memory, is reported and fails the
+  # test (halt_on_error).  The CPU reference runs single-threaded (OMP_NUM_THREADS=1): its
+  # OpenMP threads are not ours to audit.
+  if(TARGET mhecuda_emu_tsan)
+    set(MHE_TSAN_ENV "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};OMP_NUM_THREADS=1;TSAN_OPTIONS=halt_on_error=1:exitcode=66:history_size=4")
+    foreach(t emu_strict parity mhe_ops)
+      set(src ${CMAKE_CURRENT_LIST_DIR}/test_cuda_${t}.c)
+      if(t STREQUAL emu_strict)
+        set(src ${CMAKE_CURRENT_LIST_DIR}/test_emu_strict.cpp)
+      endif()
+      add_executable(test_cuda_${t}_tsan ${src})
+      target_link_libraries(test_cuda_${t}_tsan PRIVATE mhecore mhecuda_emu_tsan PkgConfig::CMOCKA)
+      add_test(NAME test_cuda_${t}_tsan COMMAND test_cuda_${t}_tsan)
+      set_tests_properties(test_cuda_${t}_tsan PROPERTIES ENVIRONMENT "${MHE_TSAN_ENV};MHE_EMU_SHUFFLE=29"
+        TIMEOUT 900 LABELS "tsan;cuda")
+    endforeach()
+    # The strict test's own shuffled cases set the order themselves.
+    set_tests_properties(test_cuda_emu_strict_tsan PROPERTIES ENVIRONMENT "${MHE_TSAN_ENV}")
+    # Parity under TSan costs ~15x its ASan time: LayerNorm's backward with dropout (block sums
+    # through shared memory and shuffles, dγ/dβ partials over many blocks, their column-sum
+    # stage 2) stands for the row kernels; test_cuda_mhe_ops_tsan covers the tensor-core attention.
+    set_tests_properties(test_cuda_parity_tsan PROPERTIES
+      ENVIRONMENT "${MHE_TSAN_ENV};MHE_EMU_SHUFFLE=29;MHE_TEST_FILTER=*layernorm_backward_dropout*")
+  endif()
+
   add_executable(test_cuda_parity ${CMAKE_CURRENT_LIST_DIR}/test_cuda_parity.c)
   target_link_libraries(test_cuda_parity PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_parity COMMAND test_cuda_parity)
@@ -82,6 +109,11 @@ if(TARGET mhecuda_emu)
     set_tests_properties(test_${prec}_recompute PROPERTIES
       ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 600 LABELS cuda)
   endforeach()
+  # bf16 with every grid's blocks shuffled, two at a time (MHE_EMU_SHUFFLE): the runs it compares
+  # bit for bit launch their blocks in different orders, so a kernel whose result depends on the
+  # order of its blocks shows up as a difference between runs.
+  set_tests_properties(test_cuda_bf16_recompute PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_EMU_SHUFFLE=11")
 
   # NCCL served by MPI: two ranks, each with its own emulated GPU.
   add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)

@@ -346,17 +346,28 @@ struct Block {
     std::vector<std::unique_ptr<std::barrier<WarpCheck>>> warp_sync;
     std::vector<Warp> warps;
     std::vector<Arrival> arrivals;
-    std::unique_ptr<std::atomic<uint64_t>[]> progress;
+    // One cache line each: every arrival stores its own.
+    struct alignas(64) Progress {
+        std::atomic<uint64_t> word{0};
+    };
+    // Per warp, how many lanes wait at (or are just leaving) a warp / block barrier: only when the
+    // other kind is non-zero can a lane's barrier be one that never completes, so only then are
+    // the warp-mates' words read.
+    struct alignas(64) WarpWaits {
+        std::atomic<int> at_warp{0}, at_block{0};
+    };
+    std::unique_ptr<Progress[]> progress;
+    std::unique_ptr<WarpWaits[]> waits;
     size_t dynamic_bytes;
     unsigned char *dynamic_shared, *static_shared;
     Block(const char *k, int threads, size_t dyn)
         : kernel(k), n(threads), sync(threads, BlockCheck{this}), warps((threads + WARP - 1) / WARP),
-          arrivals(threads), progress(new std::atomic<uint64_t>[threads]), dynamic_bytes(dyn) {
+          arrivals(threads), progress(new Progress[threads]), waits(new WarpWaits[(threads + WARP - 1) / WARP]),
+          dynamic_bytes(dyn) {
         for (int w = 0; w < (int)warps.size(); w++) {
             const int lanes = n - w * WARP < WARP ? n - w * WARP : WARP;
             warp_sync.push_back(std::make_unique<std::barrier<WarpCheck>>(lanes, WarpCheck{this, w}));
         }
-        for (int t = 0; t < n; t++) progress[t].store(0);
         // The real build aligns dynamic shared memory to 128 bytes (cuda_compat.h).
         const size_t bytes = (dyn + 127) / 128 * 128 + STATIC_SHARED;
         mem_ = static_cast<unsigned char *>(std::aligned_alloc(128, bytes));
@@ -421,7 +432,7 @@ static void check_mates(Block &b, const ThreadState &s, bool at_block) {
     const int lo = s.linear / WARP * WARP, hi = std::min(lo + WARP, b.n);
     for (int m = lo; m < hi; m++) {
         if (m == s.linear) continue;
-        const uint64_t p = b.progress[m].load();
+        const uint64_t p = b.progress[m].word.load();
         const bool stuck = at_block
                                ? p_state(p) == WAIT_WARP && p_warp(p) > s.warp_phase && p_block(p) < s.block_phase
                                : p_state(p) == WAIT_BLOCK && p_block(p) > s.block_phase && p_warp(p) < s.warp_phase;
@@ -435,23 +446,29 @@ static void check_mates(Block &b, const ThreadState &s, bool at_block) {
 void block_arrive(Arrive what, const char *file, unsigned line) {
     ThreadState &s = self;
     Block &b = *s.block;
+    Block::WarpWaits &w = b.waits[s.linear / WARP];
     s.block_phase++;
     b.arrivals[s.linear] = Arrival{what, file, line};
-    b.progress[s.linear].store(progress_word(WAIT_BLOCK, s.block_phase, s.warp_phase));
-    check_mates(b, s, true);
+    b.progress[s.linear].word.store(progress_word(WAIT_BLOCK, s.block_phase, s.warp_phase));
+    w.at_block.fetch_add(1);
+    if (w.at_warp.load() > 0) check_mates(b, s, true);
     b.sync.arrive_and_wait();
-    b.progress[s.linear].store(progress_word(RUNNING, s.block_phase, s.warp_phase));
+    w.at_block.fetch_sub(1);
+    b.progress[s.linear].word.store(progress_word(RUNNING, s.block_phase, s.warp_phase));
 }
 
 void warp_arrive(Arrive what, const char *file, unsigned line) {
     ThreadState &s = self;
     Block &b = *s.block;
+    Block::WarpWaits &w = b.waits[s.linear / WARP];
     s.warp_phase++;
     b.arrivals[s.linear] = Arrival{what, file, line};
-    b.progress[s.linear].store(progress_word(WAIT_WARP, s.block_phase, s.warp_phase));
-    check_mates(b, s, false);
+    b.progress[s.linear].word.store(progress_word(WAIT_WARP, s.block_phase, s.warp_phase));
+    w.at_warp.fetch_add(1);
+    if (w.at_block.load() > 0) check_mates(b, s, false);
     b.warp_sync[s.linear / WARP]->arrive_and_wait();
-    b.progress[s.linear].store(progress_word(RUNNING, s.block_phase, s.warp_phase));
+    w.at_warp.fetch_sub(1);
+    b.progress[s.linear].word.store(progress_word(RUNNING, s.block_phase, s.warp_phase));
 }
 
 void launch(const void *kernel, const char *name, const char *file, dim3 grid, dim3 block,
