@@ -32,4 +32,18 @@ set -e
 [ "$status" = 2 ] || { cat "$WORK/lr.log"; fail "ranks with different optim.lr: exit $status, expected 2"; }
 grep -q "the ranks disagree on their config and model .*rank 1: optim.lr [0-9.e-]* -> 0.5" "$WORK/lr.log" ||
   { cat "$WORK/lr.log"; fail "no disagreement message"; }
+# The same relative task path holding another file on rank 1's node (one label changed): stopped
+# before any work, naming the file's digest (was: each rank trained on its own copy).
+mkdir -p "$WORK/na" "$WORK/nb/task"
+ln -s "$WORK/task" "$WORK/na/task"
+cp "$WORK/task/dev.tsv" "$WORK/nb/task/dev.tsv"
+awk -F'\t' 'BEGIN {OFS = "\t"} NR == 2 {$2 = 1 - $2} {print}' "$WORK/task/train.tsv" >"$WORK/nb/task/train.tsv"
+rel=("$TINY" "${DATA[@]}" "${TASK[@]}" task.train_file=task/train.tsv task.dev_file=task/dev.tsv train.out_dir="$WORK/stale")
+set +e
+"${MPIRUN[@]}" -np 1 -wdir "$WORK/na" "$MHETRAIN" finetune "${rel[@]}" : -np 1 -wdir "$WORK/nb" "$MHETRAIN" finetune "${rel[@]}" \
+  >"$WORK/stale.log" 2>&1
+status=$?
+set -e
+[ "$status" = 2 ] && grep -q "the ranks disagree on their data .*rank 1: ranks.task_train_file [0-9]* bytes, digest [0-9a-f]* -> " \
+  "$WORK/stale.log" || { cat "$WORK/stale.log"; fail "stale task file on rank 1: exit $status"; }
 echo PASS

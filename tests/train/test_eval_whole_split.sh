@@ -46,4 +46,12 @@ assert final["whole_split"] == 1 and final["valid_tokens"] == base["tokens"], fi
 assert abs(final["valid_loss"] - base["valid_loss"]) <= 1e-5, (final["valid_loss"], base["valid_loss"])
 print("whole split:", base["tokens"], "tokens, loss", base["valid_loss"])
 PY
+# Under mpirun, ranks evaluating with different settings stop naming the key (eval issue 32).
+set +e
+"${MPIRUN[@]}" -np 1 "$MHETRAIN" eval "$WORK/run" "${DATA[@]}" : -np 1 "$MHETRAIN" eval "$WORK/run" "${DATA[@]}" \
+  objective.eval_mask_prob=0.4 >/dev/null 2>"$WORK/disagree.err"
+status=$?
+set -e
+[ "$status" = 2 ] && grep -q "the ranks disagree on their config .*rank 1: objective.eval_mask_prob 0.0 -> 0.4" "$WORK/disagree.err" ||
+  { cat "$WORK/disagree.err"; fail "eval ranks that disagree: exit $status"; }
 echo PASS

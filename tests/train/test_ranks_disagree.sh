@@ -51,6 +51,22 @@ set -e
 grep -Eq "disagree on their data.*rank 1: ranks.train_data [0-9]+ tokens, [0-9]+ samples, digest [0-9a-f]+ -> " \
   "$WORK/stale.log" || { cat "$WORK/stale.log"; fail "stale corpus: no data message"; }
 echo "ok stale corpus"
+# The same relative tokenizer path holding another file on rank 1 (here the same vocabulary
+# re-saved with other bytes): its digest differs, and the special ids it defines could.
+mkdir -p "$WORK/ta/tok" "$WORK/tb/tok"
+cp "$CORPUS/tokenizer/tokenizer.json" "$WORK/ta/tok/"
+$PY -c "import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], 'w'), indent=1)" \
+  "$CORPUS/tokenizer/tokenizer.json" "$WORK/tb/tok/tokenizer.json"
+tk=("$TINY" "${DATA[@]}" data.tokenizer=tok/tokenizer.json train.steps=2 train.eval_every=0 train.checkpoint_every=0
+    train.out_dir="$WORK/tok")
+set +e
+timeout 120 "${MPIRUN[@]}" -np 1 -wdir "$WORK/ta" "$MHETRAIN" train "${tk[@]}" : \
+  -np 1 -wdir "$WORK/tb" "$MHETRAIN" train "${tk[@]}" >"$WORK/tok.log" 2>&1
+status=$?
+set -e
+[ "$status" = 2 ] && grep -Eq "disagree on their data.*rank 1: ranks.tokenizer_file [0-9]+ bytes, digest [0-9a-f]+ -> " \
+  "$WORK/tok.log" || { cat "$WORK/tok.log"; fail "another tokenizer file on rank 1: exit $status"; }
+echo "ok stale tokenizer"
 # Rank-local: another thread count on rank 1 trains to the end.
 "${MPIRUN[@]}" -np 1 "$MHETRAIN" train "${base[@]}" train.out_dir="$WORK/threads" : \
   -np 1 "$MHETRAIN" train "${base[@]}" train.out_dir="$WORK/threads" runtime.threads=2 >"$WORK/threads.log" 2>&1 ||

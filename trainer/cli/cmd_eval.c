@@ -13,6 +13,8 @@
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/train/evaluate.h"
+#include "trainer/train/rank_agree.h"
+#include "trainer/train/reducer_setup.h"
 #include "trainer/model/model.h"
 
 static void usage(FILE *out) {
@@ -58,6 +60,9 @@ int cmd_eval(int argc, char **argv) {
     Config cfg;
     config_load(&cfg, cfg_path, argc - 2, argv + 2);
     comm_set_timeout(comm, cfg.dist.timeout_s);
+    char *yaml = config_to_yaml(&cfg);  // under mpirun every rank must evaluate the same thing
+    rank_agree(comm, "config", yaml);
+    free(yaml);
     if (cfg.task.type != TASK_NONE)
         mhe_fail("%s: a fine-tuned task model (task.type is set): `mhetrain finetune` scores it on task.dev_file",
                  cfg_path);

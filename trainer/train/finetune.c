@@ -418,6 +418,13 @@ static void setup(Finetune *f) {
     f->lock_fd = f->rank == 0 ? run_lock_take(cfg->train.out_dir, why, sizeof why) : -1;
     refuse_if(f, f->rank == 0 && f->lock_fd < 0, why);
 
+    {  // the files behind the paths the config agreed on: a stale copy on one node differs here
+        const char *keys[] = {"task_train_file", "task_dev_file", "tokenizer_file"};
+        const char *paths[] = {cfg->task.train_file, cfg->task.dev_file, cfg->data.tokenizer};
+        char *agree = rank_agree_files_text(f->config_yaml, 3, keys, paths);
+        rank_agree(f->comm, "data", agree);
+        free(agree);
+    }
     f->tok = tokenizer_load(cfg->data.tokenizer);
     f->train = task_data_load(cfg, f->tok, TASK_SPLIT_TRAIN);
     f->dev = task_data_load(cfg, f->tok, TASK_SPLIT_DEV);

@@ -1,6 +1,7 @@
 #include "trainer/train/rank_agree.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,5 +113,25 @@ char *rank_agree_text(const char *config_yaml, const ParamTable *t, const Loader
                           (unsigned long long)loader_digest(l[k]));
     char *text = mhe_malloc(strlen(config_yaml) + (size_t)n + 2);
     sprintf(text, "%s%s%s", config_yaml, config_yaml[0] && config_yaml[strlen(config_yaml) - 1] != '\n' ? "\n" : "", extra);
+    return text;
+}
+
+char *rank_agree_files_text(const char *config_yaml, int n, const char *const *keys, const char *const *paths) {
+    size_t cap = strlen(config_yaml) + 16 + (size_t)n * 160, len = 0;
+    char *text = mhe_malloc(cap);
+    len += (size_t)snprintf(text, cap, "%s%sranks:\n", config_yaml,
+                            config_yaml[0] && config_yaml[strlen(config_yaml) - 1] != '\n' ? "\n" : "");
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        if (!paths[i] || !paths[i][0] || stat(paths[i], &st) != 0 || !S_ISREG(st.st_mode)) {
+            len += (size_t)snprintf(text + len, cap - len, "  %s: not a file here\n", keys[i]);
+            continue;
+        }
+        size_t bytes = 0;
+        char *data = mhe_read_file(paths[i], &bytes);
+        len += (size_t)snprintf(text + len, cap - len, "  %s: %zu bytes, digest %016llx\n", keys[i], bytes,
+                                (unsigned long long)fnv1a(FNV1A_BASIS, data, bytes));
+        free(data);
+    }
     return text;
 }

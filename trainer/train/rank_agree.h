@@ -22,5 +22,8 @@ void rank_agree(Comm *comm, const char *what, const char *text);
 // The text rank_agree compares for a run's model and data: the resolved config (config_yaml),
 // the parameter table's layout and, when given, the loaders' digests.  malloc'd.
 char *rank_agree_text(const char *config_yaml, const ParamTable *t, const Loader *train, const Loader *valid);
+// The same for files read whole (fine-tuning's task files and tokenizer): the config and, per
+// file named by keys[i], its size and a hash of its bytes ("missing" when it cannot be read).
+char *rank_agree_files_text(const char *config_yaml, int n, const char *const *keys, const char *const *paths);
 
 #endif

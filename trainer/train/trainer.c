@@ -206,7 +206,11 @@ static void setup(Trainer *t) {
     t->train = loader_open_config(cfg, false);
     t->valid = cfg->data.n_valid > 0 ? loader_open_config(cfg, true) : NULL;
     agree = rank_agree_text(t->config_yaml, t->table, t->train, t->valid);
-    rank_agree(t->comm, "data", agree);
+    // The tokenizer decides the special ids the masks avoid: its bytes too, not only its path.
+    char *with_tok = rank_agree_files_text(agree, 1, (const char *const[]){"tokenizer_file"},
+                                           (const char *const[]){cfg->data.tokenizer});
+    rank_agree(t->comm, "data", with_tok);
+    free(with_tok);
     free(agree);
     t->n_micro = loader_micro_batches(t->train, t->world);
     t->micro = mhe_calloc((size_t)t->n_micro, sizeof *t->micro);
