@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/resource.h>
 
@@ -231,7 +232,7 @@ int cmd_bench(int argc, char **argv) {
     be->profile = NULL;
     bench_gpu_dist_free(dist);
     if (timeline && backend_cuda_cost_write_timeline(timeline) != 0)
-        mhe_fail("bench: cannot write the timeline to %s", timeline);
+        mhe_fail("bench: cannot write the timeline to %s: %s", timeline, strerror(errno));
 
     const double step = t_total / steps;
     const double flops = model_step_flops(m, B, T);

@@ -395,12 +395,7 @@ static void setup(Finetune *f) {
     // could go differently on one of them (trainer.c does the same).
     f->config_yaml = config_to_yaml(cfg);
     if (cfg->task.type != TASK_NONE) {
-        ParamTable shapes;
-        param_table_build(&shapes, cfg);
-        char *agree = rank_agree_text(f->config_yaml, &shapes, NULL, NULL);
-        rank_agree(f->comm, "config and model", agree);
-        free(agree);
-        param_table_free(&shapes);
+        rank_agree_model(f->comm, f->config_yaml, cfg);
     } else {
         rank_agree(f->comm, "config", f->config_yaml);
     }

@@ -116,6 +116,15 @@ char *rank_agree_text(const char *config_yaml, const ParamTable *t, const Loader
     return text;
 }
 
+void rank_agree_model(Comm *comm, const char *config_yaml, const Config *cfg) {
+    ParamTable shapes;
+    param_table_build(&shapes, cfg);
+    char *text = rank_agree_text(config_yaml, &shapes, NULL, NULL);
+    rank_agree(comm, "config and model", text);
+    free(text);
+    param_table_free(&shapes);
+}
+
 char *rank_agree_files_text(const char *config_yaml, int n, const char *const *keys, const char *const *paths) {
     size_t cap = strlen(config_yaml) + 16 + (size_t)n * 160, len = 0;
     char *text = mhe_malloc(cap);

@@ -22,6 +22,9 @@ void rank_agree(Comm *comm, const char *what, const char *text);
 // The text rank_agree compares for a run's model and data: the resolved config (config_yaml),
 // the parameter table's layout and, when given, the loaders' digests.  malloc'd.
 char *rank_agree_text(const char *config_yaml, const ParamTable *t, const Loader *train, const Loader *valid);
+// rank_agree over the resolved config and the model's parameter layout (built from cfg): the
+// first check of train and finetune, before any collective that could go differently.
+void rank_agree_model(Comm *comm, const char *config_yaml, const Config *cfg);
 // The same for files read whole (fine-tuning's task files and tokenizer): the config and, per
 // file named by keys[i], its size and a hash of its bytes ("missing" when it cannot be read).
 char *rank_agree_files_text(const char *config_yaml, int n, const char *const *keys, const char *const *paths);

@@ -178,12 +178,7 @@ static void setup(Trainer *t) {
     // Before anything that can differ between ranks reaches a collective (the lock's broadcast
     // is the first): the config and the model's tensors, then, once opened, the data.
     t->config_yaml = config_to_yaml(cfg);
-    ParamTable shapes;
-    param_table_build(&shapes, cfg);
-    char *agree = rank_agree_text(t->config_yaml, &shapes, NULL, NULL);
-    rank_agree(t->comm, "config and model", agree);
-    free(agree);
-    param_table_free(&shapes);
+    rank_agree_model(t->comm, t->config_yaml, cfg);
     if (cfg->train.global_batch % (t->world * cfg->train.micro_batch) != 0)
         mhe_fail("%s: train.global_batch %d is not a multiple of %d workers x train.micro_batch %d", cfg->source,
                  cfg->train.global_batch, t->world, cfg->train.micro_batch);
@@ -205,7 +200,7 @@ static void setup(Trainer *t) {
     if (t->rank == 0) config_data_warnings(cfg);
     t->train = loader_open_config(cfg, false);
     t->valid = cfg->data.n_valid > 0 ? loader_open_config(cfg, true) : NULL;
-    agree = rank_agree_text(t->config_yaml, t->table, t->train, t->valid);
+    char *agree = rank_agree_text(t->config_yaml, t->table, t->train, t->valid);
     // The tokenizer decides the special ids the masks avoid: its bytes too, not only its path.
     char *with_tok = rank_agree_files_text(agree, 1, (const char *const[]){"tokenizer_file"},
                                            (const char *const[]){cfg->data.tokenizer});
