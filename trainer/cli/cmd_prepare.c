@@ -11,6 +11,7 @@
 #include "common/fs.h"
 #include "data/prepare.h"
 #include "trainer/cli/commands.h"
+#include "trainer/io/run_lock.h"
 
 static const char USAGE[] =
     "usage: mhetrain prepare --tokenizer PATH --out DIR [options] INPUTS...\n"
@@ -62,19 +63,14 @@ static void lock_out_dir(const char *dir) {
     if (fd < 0) mhe_fail("prepare: %s: cannot open the lock: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
-        char holder[128] = "";
-        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-        holder[n > 0 ? n : 0] = 0;
-        holder[strcspn(holder, "\n")] = 0;
+        char holder[128];
+        run_lock_holder(fd, holder, sizeof holder);
         if (err == EWOULDBLOCK)
             mhe_fail("prepare: --out %s is being written by another mhetrain prepare (%s); wait for it or choose "
                      "another --out", dir, holder[0] ? holder : "pid unknown");
         mhe_fail("prepare: %s: cannot lock: %s", path, strerror(err));
     }
-    char host[64] = "?", text[160];
-    gethostname(host, sizeof host - 1);
-    int len = snprintf(text, sizeof text, "pid %ld on %s\n", (long)getpid(), host);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len)
+    if (run_lock_claim(fd) != 0)
         mhe_fail("prepare: %s: cannot write the lock: %s", path, strerror(errno));
 }
 

@@ -25,10 +25,8 @@ int run_lock_take(const char *out_dir, char *why, size_t why_len) {
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
-        char holder[128] = "";
-        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-        holder[n > 0 ? n : 0] = 0;
-        holder[strcspn(holder, "\n")] = 0;
+        char holder[128];
+        run_lock_holder(fd, holder, sizeof holder);
         // Held exclusively by a trainer, or shared by readers (eval, export, convert): a
         // shared lock succeeding tells which, and is dropped at once.
         bool readers = err == EWOULDBLOCK && flock(fd, LOCK_SH | LOCK_NB) == 0;
@@ -46,15 +44,25 @@ int run_lock_take(const char *out_dir, char *why, size_t why_len) {
         return -1;
     }
     // Ours now: whatever pid the file named is dead (its flock is gone), so overwrite it.
-    char host[64] = "?", text[160];
-    gethostname(host, sizeof host - 1);
-    int len = snprintf(text, sizeof text, "pid %ld on %s\n", (long)getpid(), host);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) {
+    if (run_lock_claim(fd) != 0) {
         snprintf(why, why_len, "%s: cannot write the run lock: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
     return fd;
+}
+
+void run_lock_holder(int fd, char *holder, size_t len) {
+    ssize_t n = pread(fd, holder, len - 1, 0);
+    holder[n > 0 ? n : 0] = 0;
+    holder[strcspn(holder, "\n")] = 0;
+}
+
+int run_lock_claim(int fd) {
+    char host[64] = "?", text[160];
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(text, sizeof text, "pid %ld on %s\n", (long)getpid(), host);
+    return ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)len, 0) == len ? 0 : -1;
 }
 
 void run_lock_release(int fd) {

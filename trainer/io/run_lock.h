@@ -18,6 +18,10 @@ int run_lock_take(const char *out_dir, char *why, size_t why_len);
 // checkpoint outside any run directory (or a read-only one) is read unlocked (-1).  Returns
 // the descriptor to release, or -1.
 int run_lock_read(const char *checkpoint, const char *command);
+// For any lock file of this kind (prepare's too): the holder a refused flock names ("pid N on
+// HOST", or "" when unreadable), and writing our own into a lock just taken (0, or -1 and errno).
+void run_lock_holder(int fd, char *holder, size_t len);
+int run_lock_claim(int fd);
 // Releases (closing the descriptor drops the flock); the file stays, harmlessly.
 void run_lock_release(int fd);
 
