@@ -1,11 +1,13 @@
 // For machines with a GPU (tests/gpu/run.sh): trains the model of a config on the CUDA backend
 // for N steps on one fixed synthetic batch (the loss must fall: it memorises the batch), then
 // times steady-state steps and reports tokens/s and MFU against the GPU's bf16 peak.
-//   gpu_bench CONFIG STEPS PEAK_TFLOPS [key=value ...]      (PEAK_TFLOPS <= 0: MFU not shown)
+//   gpu_bench CONFIG STEPS PEAK_TFLOPS [key=value ...]      (PEAK_TFLOPS <= 0: MFU not shown;
+//                                                           auto: the card's data-sheet peak)
 // Exit status 1 when the loss does not fall or is not finite.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "common/error.h"
@@ -30,7 +32,10 @@ int main(int argc, char **argv) {
     Config cfg;
     config_load(&cfg, argv[1], argc - 4, argv + 4);
     const int steps = atoi(argv[2]);
-    const double peak = atof(argv[3]);
+    // auto: the backend's table of data sheets (backend_cuda_peak_flops), as training uses.
+    const double peak = strcmp(argv[3], "auto") == 0
+                            ? backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16) / 1e12
+                            : atof(argv[3]);
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
     Backend *be = backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16);
     Model *m = model_create(&cfg, be, B, T);
@@ -73,7 +78,7 @@ int main(int argc, char **argv) {
     double tps = timed > 0 ? (double)timed * B * T / dt : 0;
     double flops = model_step_flops(m, B, T) * timed / dt;
     printf("throughput: %.0f tokens/s, %.2f TFLOP/s", tps, flops / 1e12);
-    if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s bf16 peak", 100.0 * flops / 1e12 / peak, peak);
+    if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s %s peak", 100.0 * flops / 1e12 / peak, peak, cfg.runtime.precision == PREC_BF16 ? "bf16" : "fp32");
     printf("\n");
     int ok = isfinite(first) && isfinite(last) && last < 0.9f * first;
     printf("loss %.4f -> %.4f: %s\n", first, last, ok ? "learning" : "NOT LEARNING");
