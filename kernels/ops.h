@@ -13,7 +13,15 @@
 // Conventions, for every op:
 // - Pointers are in the backend's memory space (device pointers on CUDA), including the int32
 //   index arrays (ids, labels, masks).  Scalars (sizes, alpha, p, seeds) are host values.
-// - Matrices are row-major.  "[N, C]" is N rows of C floats, contiguous unless an ld is given.
+// - Two element types, and the type of every argument says which (DESIGN.md §3, "Typed
+//   activations"): `float *` is fp32 memory — parameters, their gradients, optimizer moments,
+//   LayerNorm statistics, the loss — and `Act *` is an activation or an activation's gradient,
+//   whose elements are of the backend's Backend.act type: bf16 in a bf16 run, fp32 otherwise.
+//   Act is incomplete, so an activation cannot be read as floats and a float * cannot be passed
+//   where an activation is expected (or the reverse): that mismatch does not compile.  Every op
+//   computes in fp32 inside and rounds once when it stores an Act.
+// - Matrices are row-major.  "[N, C]" is N rows of C elements, contiguous unless an ld is given;
+//   strides and sizes count elements, not bytes, except in the memory ops.
 // - Parameter gradients ALWAYS accumulate (+=) so gradient accumulation over micro-batches is
 //   free.  Activation gradients overwrite, unless the op has an `accumulate` flag set to 1.
 // - In-place use is allowed only where a comment says so.
@@ -70,6 +78,32 @@ static inline OPS_HD int ops_dropout_keep_fast(uint64_t key, uint64_t i, uint32_
     return (uint32_t)(x >> 40) >= threshold;
 }
 
+// Element types of backend memory.
+typedef enum { DT_F32 = 0, DT_BF16 = 1 } DType;
+static inline OPS_HD size_t dtype_size(DType t) { return t == DT_BF16 ? 2 : 4; }
+static inline const char *dtype_name(DType t) { return t == DT_BF16 ? "bf16" : "fp32"; }
+
+// An element of an activation buffer (see the conventions above).  Never defined.
+typedef struct Act Act;
+
+// A matmul operand or result: fp32 memory (is_act 0) or an activation (is_act 1, of the
+// backend's Act type), with its leading dimension in elements.  Made with mat_f32 / mat_act and
+// out_f32 / out_act, so each operand's kind is checked where the call is written.
+typedef struct {
+    const void *p;
+    int ld;
+    int is_act;
+} MatIn;
+typedef struct {
+    void *p;
+    int ld;
+    int is_act;
+} MatOut;
+static inline MatIn mat_f32(const float *p, int ld) { MatIn m = {p, ld, 0}; return m; }
+static inline MatIn mat_act(const Act *p, int ld) { MatIn m = {p, ld, 1}; return m; }
+static inline MatOut out_f32(float *p, int ld) { MatOut m = {p, ld, 0}; return m; }
+static inline MatOut out_act(Act *p, int ld) { MatOut m = {p, ld, 1}; return m; }
+
 typedef enum {
     OPC_MATMUL,      // matmul, matmul_batched (the model's projections and heads)
     OPC_ATTENTION,   // attention_forward/backward (scores, softmax, weighted sum)
@@ -101,12 +135,12 @@ typedef struct {
     int q_heads, k_heads, v_heads;
     int qk_dim;                   // per-head dim of Q and K
     int v_dim;                    // per-head dim of V and of the output
-    int ldq, ldk, ldv;            // row strides (floats) of q, k, v: row (b*T+t), head g at
+    int ldq, ldk, ldv;            // row strides (elements) of q, k, v: row (b*T+t), head g at
                                   // column g*qk_dim (q, k) or g*v_dim (v); >= heads*dim
     float scale;                  // usually 1/sqrt(d)
     int causal;
     const int32_t *key_mask;      // [B, T], 1 real / 0 padding; NULL: all real
-    const float *key_bias;        // [B, T, n_heads]: bias of key j for head h; NULL: none
+    const Act *key_bias;          // [B, T, n_heads]: bias of key j for head h; NULL: none
     const float *out_scale;       // [n_heads, v_dim]; NULL: 1
     const float *out_shift;       // [n_heads, v_dim]; NULL: 0
     float dropout;                // on P; 0 or training off: none
@@ -123,6 +157,7 @@ typedef struct Backend Backend;
 struct Backend {
     void *ctx;
     const char *name;             // "cpu", "cuda"
+    DType act;                    // the element type of every Act buffer, fixed at creation
     OpProfile *profile;           // NULL: no profiling
     void (*destroy)(Backend *be);
 
@@ -134,35 +169,40 @@ struct Backend {
     void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(Backend *be, void *dst, size_t bytes);
     void (*synchronize)(Backend *be);
+    // n activation elements to or from fp32 host memory, converted (rounded to nearest even on
+    // the way in): what the host reads of logits and task outputs, or writes as a gradient.
+    void (*upload_act)(Backend *be, Act *dst, const float *host_src, size_t n);
+    void (*download_act)(Backend *be, float *host_dst, const Act *src, size_t n);
     // Free and total bytes of the backend's own memory (a device's); NULL when the backend's
     // memory is the host's (the caller asks the operating system).
     void (*memory_info)(Backend *be, size_t *free_bytes, size_t *total_bytes);
 
     // ---- dense algebra ----
-    // C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]: A is [M,K] (lda >= K)
-    // or, with trans_a, [K,M] (lda >= M); likewise B.  beta = 0 ignores C's old contents.
+    // C[M,N] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [M,K]: A is [M,K] (A.ld >= K)
+    // or, with trans_a, [K,M] (A.ld >= M); likewise B.  beta = 0 ignores C's old contents.  Each
+    // of A, B, C is fp32 or an activation (MatIn, MatOut); the products accumulate in fp32.
     void (*matmul)(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-    // The same for `batch` independent products, operand i at A + i*stride_a (floats) etc.
+                   MatIn A, MatIn B, float beta, MatOut C);
+    // The same for `batch` independent fp32 products, operand i at A + i*stride_a (floats) etc.
     void (*matmul_batched)(Backend *be, int trans_a, int trans_b, int M, int N, int K,
                            float alpha, const float *A, int lda, long stride_a, const float *B,
                            int ldb, long stride_b, float beta, float *C, int ldc, long stride_c,
                            int batch);
-    // Optional (NULL: the model uses matmul, bias_add and bias_backward): a linear layer,
-    // y [N, out] = x [N, in] Wᵀ (W [out, in]) + b (b may be NULL), and its backward,
-    // dx = dy W (dx may be NULL; accumulate adds to it), dW += dyᵀ x, db += Σ_rows dy (db may
-    // be NULL).  A backend implements them to fuse the bias and reuse the operands' copies.
-    void (*linear_forward)(Backend *be, const float *x, const float *W, const float *b, int N,
-                           int in, int out, float *y);
-    void (*linear_backward)(Backend *be, const float *dy, const float *x, const float *W, int N,
-                            int in, int out, float *dx, int accumulate, float *dW, float *db);
+    // A linear layer, y [N, out] = x [N, in] Wᵀ (W [out, in]) + b (b may be NULL), and its
+    // backward, dx = dy W (dx may be NULL; accumulate adds to it), dW += dyᵀ x, db += Σ_rows dy
+    // (db may be NULL).
+    void (*linear_forward)(Backend *be, const Act *x, const float *W, const float *b, int N,
+                           int in, int out, Act *y);
+    void (*linear_backward)(Backend *be, const Act *dy, const Act *x, const float *W, int N,
+                            int in, int out, Act *dx, int accumulate, float *dW, float *db);
     // y[r, c] += bias[c] for y [N, C].
-    void (*bias_add)(Backend *be, float *y, const float *bias, int N, int C);
+    void (*bias_add)(Backend *be, Act *y, const float *bias, int N, int C);
     // dbias[c] += sum_r dy[r, c].
-    void (*bias_backward)(Backend *be, const float *dy, int N, int C, float *dbias);
+    void (*bias_backward)(Backend *be, const Act *dy, int N, int C, float *dbias);
 
-    // ---- elementwise (n floats) ----
-    void (*add)(Backend *be, const float *a, const float *b, float *out, size_t n);  // out = a+b, in-place ok
+    // ---- elementwise (n elements) ----
+    void (*add)(Backend *be, const Act *a, const Act *b, Act *out, size_t n);        // out = a+b, in-place ok
+    // fp32 (parameters, gradients, optimizer state):
     void (*axpy)(Backend *be, float alpha, const float *x, float *y, size_t n);      // y += alpha x
     void (*scale)(Backend *be, float *x, float alpha, size_t n);                     // x *= alpha
     void (*add_scalar)(Backend *be, const float *x, float c, float *out, size_t n);  // out = x + c, in-place ok
@@ -172,13 +212,13 @@ struct Backend {
     // ---- per-head broadcast (head embeddings, collab mixing, mhe_mul query scale) ----
     // out[r, h, :] = x[r, :] * (mul ? mul[h, :] : 1) + (add ? add[h, :] : 0)
     // x [N, d] with row stride ldx; mul, add [n, d]; out [N, n*d] contiguous.
-    void (*head_expand)(Backend *be, const float *x, int ldx, const float *mul, const float *add,
-                        int N, int n, int d, float *out);
+    void (*head_expand)(Backend *be, const Act *x, int ldx, const float *mul, const float *add,
+                        int N, int n, int d, Act *out);
     // dx[r, :] (=, or += with accumulate) sum_h dout[r, h, :] * (mul ? mul[h, :] : 1)  (dx row stride ldx)
     // dmul[h, :] += sum_r dout[r, h, :] * x[r, :]     (skipped when dmul is NULL)
     // dadd[h, :] += sum_r dout[r, h, :]                (skipped when dadd is NULL)
-    void (*head_expand_backward)(Backend *be, const float *dout, const float *x, int ldx,
-                                 const float *mul, int N, int n, int d, float *dx, int accumulate,
+    void (*head_expand_backward)(Backend *be, const Act *dout, const Act *x, int ldx,
+                                 const float *mul, int N, int n, int d, Act *dx, int accumulate,
                                  float *dmul, float *dadd);
     // Optional (NULL: add_scalar and mul per row): mhe_mul's per-head scales of `rows` layers in
     // one call, for parameters that sit at a fixed stride.  Row r reads e_r = e + r*lde (3w
@@ -192,75 +232,75 @@ struct Backend {
     // head_expand_backward, and the scale's gradient dm[h, :] = sum_r dout[r, h, :] * x[r, :]
     // split by the product rule, df += dm ⊙ g, dg += dm ⊙ f (f, g, df, dg [n, d]; df or dg may be
     // NULL).  dm is never stored.
-    void (*head_expand_backward_prod)(Backend *be, const float *dout, const float *x, int ldx,
+    void (*head_expand_backward_prod)(Backend *be, const Act *dout, const Act *x, int ldx,
                                       const float *mul, const float *f, const float *g, int N, int n,
-                                      int d, float *dx, int accumulate, float *df, float *dg);
+                                      int d, Act *dx, int accumulate, float *df, float *dg);
 
     // ---- row gather / scatter (the MLM head runs on the selected positions only) ----
     // dst[i, :] = src[rows[i], :] for i < M; rows [M] int32, each < src_rows, the rows of src;
     // src, dst have C columns.
-    void (*gather_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+    void (*gather_rows)(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst,
                         int src_rows);
     // dst[rows[i], :] = src[i, :] for i < M (rows distinct, each < dst_rows, the rows of dst);
     // other rows of dst untouched.
-    void (*scatter_rows)(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+    void (*scatter_rows)(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst,
                          int dst_rows);
 
     // ---- normalisation and activations ----
     // y = (x - mean) * rstd * gamma + beta per row of [N, C]; saves mean[N], rstd[N].
     // rstd = 1/sqrt(var + eps) with the biased variance (as torch).  y may alias x.
-    void (*layernorm_forward)(Backend *be, const float *x, const float *gamma, const float *beta,
-                              int N, int C, float eps, float *y, float *mean, float *rstd);
+    void (*layernorm_forward)(Backend *be, const Act *x, const float *gamma, const float *beta,
+                              int N, int C, float eps, Act *y, float *mean, float *rstd);
     // Optional (NULL: dropout, add, layernorm_forward): a layer's residual step in one pass,
     // s = x + dropout(r) (dropout exactly as the dropout op with p, seed, offset over the N*C
     // elements; s may alias r), then y = LayerNorm(s) as layernorm_forward (y may alias s).
-    void (*residual_layernorm_forward)(Backend *be, const float *x, const float *r, float p,
+    void (*residual_layernorm_forward)(Backend *be, const Act *x, const Act *r, float p,
                                        uint64_t seed, uint64_t offset, const float *gamma,
-                                       const float *beta, int N, int C, float eps, float *s,
-                                       float *y, float *mean, float *rstd);
+                                       const float *beta, int N, int C, float eps, Act *s,
+                                       Act *y, float *mean, float *rstd);
     // xhat = (x - mean) * rstd;  dgamma += sum_r dy*xhat;  dbeta += sum_r dy;
     // dx (=, or += with accumulate) = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)), g = dy*gamma.
     // dx may alias dy only when accumulate == 0.
-    void (*layernorm_backward)(Backend *be, const float *dy, const float *x, const float *gamma,
-                               const float *mean, const float *rstd, int N, int C, float *dx,
+    void (*layernorm_backward)(Backend *be, const Act *dy, const Act *x, const float *gamma,
+                               const float *mean, const float *rstd, int N, int C, Act *dx,
                                int accumulate, float *dgamma, float *dbeta);
     // Optional (NULL: layernorm_backward, then dropout): the same, and dr = dropout(dx) of the
     // values dx now holds (the dropout op with p, seed, offset over the N*C elements) — the
     // gradient of the dropped-out branch under a residual, in the pass that makes dx.  dx and dr
     // are not NULL; dr does not alias dy, x or dx.
-    void (*layernorm_backward_dropout)(Backend *be, const float *dy, const float *x, const float *gamma,
-                                       const float *mean, const float *rstd, int N, int C, float *dx,
+    void (*layernorm_backward_dropout)(Backend *be, const Act *dy, const Act *x, const float *gamma,
+                                       const float *mean, const float *rstd, int N, int C, Act *dx,
                                        int accumulate, float *dgamma, float *dbeta, float p, uint64_t seed,
-                                       uint64_t offset, float *dr);
+                                       uint64_t offset, Act *dr);
     // GELU_ERF: x/2 (1 + erf(x/√2));  GELU_TANH: x/2 (1 + tanh(√(2/π)(x + 0.044715 x³))).
-    void (*gelu_forward)(Backend *be, GeluKind kind, const float *x, float *y, size_t n);
+    void (*gelu_forward)(Backend *be, GeluKind kind, const Act *x, Act *y, size_t n);
     // dx = dy * gelu'(x); dx may alias dy.
-    void (*gelu_backward)(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx,
+    void (*gelu_backward)(Backend *be, GeluKind kind, const Act *x, const Act *dy, Act *dx,
                           size_t n);
     // Optional (NULL: linear_forward, then gelu_forward): the FFN's up projection and its GELU,
     // u = x Wᵀ + b (b not NULL) and g = GELU(u), as those two ops — a backend may fuse them
     // (cuBLASLt's GELU epilogue, GELU_TANH only; values within its precision of the two ops).
-    void (*linear_gelu_forward)(Backend *be, GeluKind kind, const float *x, const float *W, const float *b,
-                                int N, int in, int out, float *u, float *g);
+    void (*linear_gelu_forward)(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b,
+                                int N, int in, int out, Act *u, Act *g);
     // Optional (NULL: linear_backward with accumulate 0, then gelu_backward on dx): the down
     // projection's backward into the GELU's input gradient, dx = (dy W) * gelu'(u) (u [N, in]
     // as linear_gelu_forward wrote it), dW += dyᵀ x, db += Σ dy; dx not NULL.
-    void (*linear_backward_gelu)(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W,
-                                 int N, int in, int out, const float *u, float *dx, float *dW, float *db);
+    void (*linear_backward_gelu)(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W,
+                                 int N, int in, int out, const Act *u, Act *dx, float *dW, float *db);
     // y = tanh(x) (the BERT pooler of the fine-tuning heads); y may alias x.
-    void (*tanh_forward)(Backend *be, const float *x, float *y, size_t n);
+    void (*tanh_forward)(Backend *be, const Act *x, Act *y, size_t n);
     // dx = dy * (1 - y²) from the forward's output y; dx may alias dy.
-    void (*tanh_backward)(Backend *be, const float *y, const float *dy, float *dx, size_t n);
+    void (*tanh_backward)(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n);
     // y[i] = keep(i) ? x[i] / (1 - p) : 0 with keep = ops_dropout_keep(seed, offset, i, p).
     // The backward is the same call on dy.  In-place ok.  p = 0 copies.
-    void (*dropout)(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed,
+    void (*dropout)(Backend *be, const Act *x, Act *y, size_t n, float p, uint64_t seed,
                     uint64_t offset);
 
     // ---- embeddings ----
     // out[b, t, :] = word[ids[b,t]] + pos[t] + (type ? type[type_ids ? type_ids[b,t] : 0] : 0)
     void (*embedding_forward)(Backend *be, const int32_t *ids, const int32_t *type_ids,
                               const float *word, const float *pos, const float *type, int B,
-                              int T, int D, float *out);
+                              int T, int D, Act *out);
     // Optional (NULL: embedding_forward into e, layernorm_forward of e into y, dropout of y in
     // place): BERT's embedding block in one pass — e as embedding_forward, y = dropout(LayerNorm(e))
     // with mean, rstd as layernorm_forward and the dropout op's mask (p, seed, offset over the
@@ -268,40 +308,41 @@ struct Backend {
     void (*embedding_layernorm_forward)(Backend *be, const int32_t *ids, const int32_t *type_ids,
                                         const float *word, const float *pos, const float *type,
                                         const float *gamma, const float *beta, int B, int T, int D,
-                                        float eps, float p, uint64_t seed, uint64_t offset, float *e,
-                                        float *y, float *mean, float *rstd);
+                                        float eps, float p, uint64_t seed, uint64_t offset, Act *e,
+                                        Act *y, float *mean, float *rstd);
     // Scatter-add of dout into dword, dpos (rows 0..T-1) and dtype (when non-NULL).
-    void (*embedding_backward)(Backend *be, const float *dout, const int32_t *ids,
+    void (*embedding_backward)(Backend *be, const Act *dout, const int32_t *ids,
                                const int32_t *type_ids, int B, int T, int D, float *dword,
                                float *dpos, float *dtype);
 
     // ---- loss: softmax cross-entropy over rows of logits [N, V] ----
     // Rows with label < 0 are skipped: loss[r] = 0.  Otherwise loss[r] = lse[r] - logits[r, label],
-    // lse[r] = log sum_v exp(logits[r, v]).  Writes loss[N] and lse[N].
-    void (*cross_entropy_forward)(Backend *be, const float *logits, const int32_t *labels, int N,
+    // lse[r] = log sum_v exp(logits[r, v]), reduced in fp32.  Writes loss[N] and lse[N] (fp32).
+    void (*cross_entropy_forward)(Backend *be, const Act *logits, const int32_t *labels, int N,
                                   int V, float *loss, float *lse);
     // dlogits[r, :] = grad_scale * (softmax(logits[r]) - onehot(label)), or 0 when label < 0.
     // grad_scale is 1/count for a mean; dlogits may alias logits (the loss backward then
     // overwrites the logits).
-    void (*cross_entropy_backward)(Backend *be, const float *logits, const float *lse,
+    void (*cross_entropy_backward)(Backend *be, const Act *logits, const float *lse,
                                    const int32_t *labels, int N, int V, float grad_scale,
-                                   float *dlogits);
+                                   Act *dlogits);
 
     // ---- attention core (see AttnShape) ----
-    // Sizes of the two work buffers: `saved` lives from forward to backward (per layer),
-    // `scratch` is only used during one call (may be shared across layers).
+    // Sizes of the two work buffers, fp32 memory whose contents only the backend reads: `saved`
+    // lives from forward to backward (per layer), `scratch` is only used during one call (may be
+    // shared across layers).
     void (*attention_sizes)(Backend *be, const AttnShape *s, size_t *saved_floats,
                             size_t *scratch_floats);
     // out [B, T, n_heads*v_dim] contiguous.
-    void (*attention_forward)(Backend *be, const AttnShape *s, const float *q, const float *k,
-                              const float *v, float *out, float *saved, float *scratch);
+    void (*attention_forward)(Backend *be, const AttnShape *s, const Act *q, const Act *k,
+                              const Act *v, Act *out, float *saved, float *scratch);
     // Given dout [B, T, n_heads*v_dim]: writes (overwrites) dq, dk, dv with the layouts (row
     // strides) of q, k, v (dq: see q_scale), gradients summed over the query heads sharing a K/V
     // head; writes dkey_bias [B, T, n_heads] when non-NULL; accumulates dout_scale, dout_shift
     // [n, v_dim] when non-NULL.
-    void (*attention_backward)(Backend *be, const AttnShape *s, const float *q, const float *k,
-                               const float *v, const float *saved, const float *dout,
-                               float *dq, float *dk, float *dv, float *dkey_bias,
+    void (*attention_backward)(Backend *be, const AttnShape *s, const Act *q, const Act *k,
+                               const Act *v, const float *saved, const Act *dout,
+                               Act *dq, Act *dk, Act *dv, Act *dkey_bias,
                                float *dout_scale, float *dout_shift, float *scratch);
     // Optional (NULL: never): nonzero when attention_forward/backward honour s->q_scale for a
     // shape like s (q_scale itself not yet set).
@@ -346,6 +387,14 @@ struct Backend {
     void (*axpy_ranges)(Backend *be, float *p, const float *u, size_t m_base, int count,
                         const size_t *start, const size_t *len, const float *coef);
 };
+
+// p + i elements of an activation buffer of be (NULL stays NULL).
+static inline Act *act_at(const Backend *be, Act *p, size_t i) {
+    return p ? (Act *)((char *)p + i * dtype_size(be->act)) : NULL;
+}
+static inline const Act *act_cat(const Backend *be, const Act *p, size_t i) {
+    return p ? (const Act *)((const char *)p + i * dtype_size(be->act)) : NULL;
+}
 
 // The CPU backend (C + OpenMP, matmuls through oneDNN).  threads <= 0: the OpenMP default.
 Backend *backend_cpu_create(int threads);
