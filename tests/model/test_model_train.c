@@ -231,12 +231,13 @@ static void test_dropout_keeps_expected_fraction(void **state) {
     Backend *be = *state;
     const size_t n = 100000;
     const float p = 0.3f;
-    float *x = be->alloc(be, n * sizeof *x), *y = be->alloc(be, n * sizeof *y), *z = be->alloc(be, n * sizeof *z);
+    const size_t bytes = n * dtype_size(be->act);
+    Act *x = be->alloc(be, bytes), *y = be->alloc(be, bytes), *z = be->alloc(be, bytes);
     float *hx = mhe_malloc(n * sizeof *hx), *hy = mhe_malloc(n * sizeof *hy), *hz = mhe_malloc(n * sizeof *hz);
     for (size_t i = 0; i < n; i++) hx[i] = 1.0f + (float)(i % 3);
-    be->upload(be, x, hx, n * sizeof *hx);
+    be->upload_act(be, x, hx, n);
     be->dropout(be, x, y, n, p, 9, 100);
-    be->download(be, hy, y, n * sizeof *hy);
+    be->download_act(be, hy, y, n);
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
         if (hy[i] != 0.0f) {
@@ -247,10 +248,10 @@ static void test_dropout_keeps_expected_fraction(void **state) {
     double mean = n * (1.0 - p), sd = sqrt(n * p * (1.0 - p));
     assert_true(fabs((double)kept - mean) <= 5 * sd);
     be->dropout(be, x, z, n, p, 9, 100);
-    be->download(be, hz, z, n * sizeof *hz);
+    be->download_act(be, hz, z, n);
     assert_memory_equal(hy, hz, n * sizeof *hy);
     be->dropout(be, x, z, n, p, 9, 101);
-    be->download(be, hz, z, n * sizeof *hz);
+    be->download_act(be, hz, z, n);
     assert_memory_not_equal(hy, hz, n * sizeof *hy);
     be->free(be, x);
     be->free(be, y);

@@ -38,9 +38,10 @@ static const char *show_bytes(double b, char *buf, size_t n) {
 // Refuses at once a model the machine (or the device) cannot hold rather than failing, or
 // swapping, minutes into building it.  Called before any parameter, gradient or activation
 // buffer is allocated: first for weights, gradients and state alone, then with the arena.
-static void check_memory(const Model *m, size_t arena_floats) {
+static void check_memory(const Model *m, size_t arena_bytes) {
     const double per_param = 2.0 + m->state_per_param;
-    double need = (per_param * (double)m->table.total + (double)arena_floats) * sizeof(float);
+    double need = per_param * (double)m->table.total * sizeof(float) + (double)arena_bytes;
+    const size_t arena_floats = arena_bytes;  // only tested for zero below
     char what[96], a[32], b[32], c[32];
     const bool state = m->state_per_param > 0;
     snprintf(what, sizeof what, "weights%s gradients%s%s", state || arena_floats ? "," : " and",
@@ -102,29 +103,31 @@ static void lookup_params(Model *m) {
     }
 }
 
-float *arena_take(Bump *b, size_t n) {
-    if (n == 0) return NULL;
-    float *p = b->base ? b->base + b->used : NULL;
-    b->used += (n + 15) / 16 * 16;  // 64-byte aligned slices
+static void *arena_bytes(Bump *b, size_t bytes) {
+    if (bytes == 0) return NULL;
+    void *p = b->base ? b->base + b->used : NULL;
+    b->used += (bytes + 63) / 64 * 64;  // 64-byte aligned slices
     return p;
 }
+float *arena_take(Bump *b, size_t n) { return arena_bytes(b, n * sizeof(float)); }
+Act *arena_take_act(Bump *b, size_t n) { return arena_bytes(b, n * b->act_size); }
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
 // q, k, v (or dq, dk, dv) of widths qc, kc, vc: column slices of one [N, qkv_ld] buffer when
 // the projections are fused (one GEMM writes them all), else separate buffers.  Slices of a
 // zero width are NULL, like arena_take's empty buffers.
-static void qkv_buffers(const Model *m, Bump *b, size_t N, int qc, int kc, int vc, float **q, float **k, float **v) {
+static void qkv_buffers(const Model *m, Bump *b, size_t N, int qc, int kc, int vc, Act **q, Act **k, Act **v) {
     if (!m->qkv_ld) {
-        *q = arena_take(b, N * qc);
-        *k = arena_take(b, N * kc);
-        *v = arena_take(b, N * vc);
+        *q = arena_take_act(b, N * qc);
+        *k = arena_take_act(b, N * kc);
+        *v = arena_take_act(b, N * vc);
         return;
     }
-    float *base = arena_take(b, N * m->qkv_ld);
+    Act *base = arena_take_act(b, N * m->qkv_ld);
     *q = base && qc ? base : NULL;
-    *k = base && kc ? base + qc : NULL;
-    *v = base && vc ? base + qc + kc : NULL;
+    *k = base && kc ? AO(m, base, qc) : NULL;
+    *v = base && vc ? AO(m, base, qc + kc) : NULL;
 }
 
 static void layout(Model *m, Bump *b) {
@@ -163,11 +166,11 @@ static void layout(Model *m, Bump *b) {
     m->mask = (int32_t *)arena_take(b, N);
     m->labels = (int32_t *)arena_take(b, N);
     if (mc->arch == ARCH_BERT) {
-        m->emb = arena_take(b, N * D);
+        m->emb = arena_take_act(b, N * D);
         m->emb_mean = arena_take(b, N);
         m->emb_rstd = arena_take(b, N);
     }
-    for (int l = 0; l <= L; l++) m->xs[l] = arena_take(b, N * D);
+    for (int l = 0; l <= L; l++) m->xs[l] = arena_take_act(b, N * D);
     // train.recompute: layer 0 takes the buffers, later layers share what is recomputed — the
     // attention block's (`attention`) or everything but the layer's input and output (`layer`).
     const LayerActs *first = &m->la[0];
@@ -182,14 +185,14 @@ static void layout(Model *m, Bump *b) {
         } else {
             a->ln1_mean = arena_take(b, N);
             a->ln1_rstd = arena_take(b, N);
-            a->r1 = arena_take(b, N * D);
-            a->h = pre ? a->r1 : arena_take(b, N * D);
-            a->f_in = pre ? arena_take(b, N * D) : a->h;
+            a->r1 = arena_take_act(b, N * D);
+            a->h = pre ? a->r1 : arena_take_act(b, N * D);
+            a->f_in = pre ? arena_take_act(b, N * D) : a->h;
             a->ln2_mean = arena_take(b, N);
             a->ln2_rstd = arena_take(b, N);
-            a->u = arena_take(b, N * F);
-            a->g = arena_take(b, N * F);
-            a->r2 = pre ? NULL : arena_take(b, N * D);
+            a->u = arena_take_act(b, N * F);
+            a->g = arena_take_act(b, N * F);
+            a->r2 = pre ? NULL : arena_take_act(b, N * D);
         }
         if (l > 0 && m->recompute != RECOMPUTE_NONE) {
             a->a_in = first->a_in;
@@ -198,59 +201,59 @@ static void layout(Model *m, Bump *b) {
             a->kbias = first->kbias, a->extra = first->extra;
             a->att_saved = first->att_saved, a->ctx = first->ctx;
         } else {
-            a->a_in = pre ? arena_take(b, N * D) : NULL;
+            a->a_in = pre ? arena_take_act(b, N * D) : NULL;
             qkv_buffers(m, b, N, qc, kc, vc, &a->q, &a->k, &a->v);
-            a->qh = arena_take(b, N * qhc);
-            a->kh = arena_take(b, N * khc);
-            a->vh = arena_take(b, N * vhc);
-            a->kbias = kbias ? arena_take(b, N * n) : NULL;
-            a->extra = arena_take(b, N * extra);
+            a->qh = arena_take_act(b, N * qhc);
+            a->kh = arena_take_act(b, N * khc);
+            a->vh = arena_take_act(b, N * vhc);
+            a->kbias = kbias ? arena_take_act(b, N * n) : NULL;
+            a->extra = arena_take_act(b, N * extra);
             a->att_saved = arena_take(b, saved);
-            a->ctx = arena_take(b, N * nd);
+            a->ctx = arena_take_act(b, N * nd);
         }
         a->small = smalls ? smalls + (size_t)l * small : NULL;
         a->x = m->xs[l];
         if (!pre) a->a_in = a->x;
         if (pre) a->r2 = m->xs[l + 1];
     }
-    m->fin = pre ? arena_take(b, N * D) : m->xs[L];
+    m->fin = pre ? arena_take_act(b, N * D) : m->xs[L];
     m->fln_mean = arena_take(b, N);
     m->fln_rstd = arena_take(b, N);
     const int task = m->cfg.task.type != TASK_NONE;  // no MLM/LM head: none of its buffers
     if (mc->arch == ARCH_BERT && !task) {
-        m->t1 = arena_take(b, N * D);
-        m->t2 = arena_take(b, N * D);
-        m->t3 = arena_take(b, N * D);
+        m->t1 = arena_take_act(b, N * D);
+        m->t2 = arena_take_act(b, N * D);
+        m->t3 = arena_take_act(b, N * D);
         m->t3_mean = arena_take(b, N);
         m->t3_rstd = arena_take(b, N);
     }
     m->rows = (int32_t *)arena_take(b, N);
     m->labels_c = (int32_t *)arena_take(b, N);
-    m->fin_c = arena_take(b, N * D);
-    m->logits = task ? NULL : arena_take(b, N * V);
+    m->fin_c = arena_take_act(b, N * D);
+    m->logits = task ? NULL : arena_take_act(b, N * V);
     m->loss = arena_take(b, N);
     m->lse = arena_take(b, N);
-    m->dA = arena_take(b, N * D);
-    m->dB = arena_take(b, N * D);
-    m->dC = arena_take(b, N * D);
-    m->dY = arena_take(b, N * D);
-    m->dF = arena_take(b, N * F);
+    m->dA = arena_take_act(b, N * D);
+    m->dB = arena_take_act(b, N * D);
+    m->dC = arena_take_act(b, N * D);
+    m->dY = arena_take_act(b, N * D);
+    m->dF = arena_take_act(b, N * F);
     // Keys/values read from the input (el_att) have [N, D] gradients; values read from the
     // key buffer (skv) have the key's width.
     if (m->qkv_ld) {
         qkv_buffers(m, b, N, qc, kc, vc, &m->dq, &m->dk, &m->dv);  // fused: K, V are own buffers
     } else {
-        m->dq = arena_take(b, N * qc);
-        m->dk = arena_take(b, N * imax(kc, p0.k_src == ATTN_SRC_INPUT ? D : 0));
-        m->dv = arena_take(b, N * imax(vc, p0.v_src != ATTN_SRC_OWN ? imax(D, kc) : 0));
+        m->dq = arena_take_act(b, N * qc);
+        m->dk = arena_take_act(b, N * imax(kc, p0.k_src == ATTN_SRC_INPUT ? D : 0));
+        m->dv = arena_take_act(b, N * imax(vc, p0.v_src != ATTN_SRC_OWN ? imax(D, kc) : 0));
     }
-    m->dqh = arena_take(b, N * qhc);
-    m->dkh = arena_take(b, N * khc);
-    m->dvh = arena_take(b, N * vhc);
-    m->dkbias = kbias ? arena_take(b, N * n) : NULL;
-    m->dctx = arena_take(b, N * nd);
+    m->dqh = arena_take_act(b, N * qhc);
+    m->dkh = arena_take_act(b, N * khc);
+    m->dvh = arena_take_act(b, N * vhc);
+    m->dkbias = kbias ? arena_take_act(b, N * n) : NULL;
+    m->dctx = arena_take_act(b, N * nd);
     m->dsmall = arena_take(b, (size_t)imax(small, 1));
-    m->dextra = arena_take(b, N * extra);
+    m->dextra = arena_take_act(b, N * extra);
     m->att_scratch = arena_take(b, scratch);
     if (task) task_head_layout(m, b);
 }
@@ -284,20 +287,21 @@ Model *model_create_with_state(const Config *cfg, Backend *be, int max_batch, in
     // both layouts so that model_set_fused_qkv can switch without reallocating.
     const int qkv = m->plan.qc + m->plan.kc + m->plan.vc;
     m->qkv_ld = 0;
-    Bump measure = {NULL, 0};
+    const size_t act_size = dtype_size(be->act);
+    Bump measure = {NULL, 0, act_size};
     layout(m, &measure);
     if (attn_qkv_fusable(m)) {
         m->qkv_ld = qkv;
-        Bump fused = {NULL, 0};
+        Bump fused = {NULL, 0, act_size};
         layout(m, &fused);
         if (fused.used > measure.used) measure.used = fused.used;
     }
-    m->arena_floats = measure.used;
-    check_memory(m, m->arena_floats);
+    m->arena_bytes = measure.used;
+    check_memory(m, m->arena_bytes);
     m->params = be->alloc(be, m->table.total * sizeof(float));
     m->grads = be->alloc(be, m->table.total * sizeof(float));
-    m->arena = be->alloc(be, m->arena_floats * sizeof(float));
-    Bump real = {m->arena, 0};
+    m->arena = be->alloc(be, m->arena_bytes);
+    Bump real = {m->arena, 0, act_size};
     layout(m, &real);
     // Dropout sites per forward: embeddings, 3 per layer, and the task head's (task models only,
     // so pretraining masks are unchanged).
@@ -352,7 +356,7 @@ void model_set_fast_path(Model *m, int on) {
 }
 void model_set_fused_qkv(Model *m, int on) {
     m->qkv_ld = on && attn_qkv_fusable(m) ? m->plan.qc + m->plan.kc + m->plan.vc : 0;
-    Bump real = {m->arena, 0};
+    Bump real = {m->arena, 0, dtype_size(m->be->act)};
     layout(m, &real);  // fits: model_create measured both layouts
 }
 int model_fused_qkv(const Model *m) { return m->qkv_ld != 0; }
@@ -378,12 +382,11 @@ uint64_t model_dropout_counter(const Model *m) { return m->drop_counter; }
 
 long model_label_count(const Model *m) { return m->label_count; }
 double model_loss_sum(const Model *m) { return m->loss_sum; }
-const float *model_logits(const Model *m) { return m->logits; }
+const Act *model_logits(const Model *m) { return m->logits; }
 void model_download_logits(const Model *m, float *host) {
-    m->be->download(m->be, host, m->logits,
-                    (size_t)m->head_rows * m->cfg.model.vocab_size * sizeof(float));
+    m->be->download_act(m->be, host, m->logits, (size_t)m->head_rows * m->cfg.model.vocab_size);
 }
-size_t model_arena_bytes(const Model *m) { return m->arena_floats * sizeof(float); }
+size_t model_arena_bytes(const Model *m) { return m->arena_bytes; }
 size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }
 
 // One layer's forward products at (B, T), by part.
@@ -423,48 +426,26 @@ double model_step_flops(const Model *m, int B, int T) {
     return 3 * fwd;
 }
 
-void linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
-                    int out, float *y) {
-    if (be->linear_forward) {
-        be->linear_forward(be, x, W, b, N, in, out, y);
-        return;
-    }
-    be->matmul(be, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
-    if (b) be->bias_add(be, y, b, N, out);
-}
-
-// dx = dy W;  dW += dyᵀ x;  db += Σ_rows dy
-void linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
-                     int out, float *dx, int accumulate, float *dW, float *db) {
-    if (be->linear_backward) {
-        be->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
-        return;
-    }
-    if (dx) be->matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
-    be->matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
-    if (db) be->bias_backward(be, dy, N, out, db);
-}
-
 // u = x Wᵀ + b, g = GELU(u): the FFN's up projection, one backend call where it fuses them.
-void linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b, int N, int in,
-                         int out, float *u, float *g) {
+void linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N, int in,
+                         int out, Act *u, Act *g) {
     if (be->linear_gelu_forward) {
         be->linear_gelu_forward(be, kind, x, W, b, N, in, out, u, g);
         return;
     }
-    linear_forward(be, x, W, b, N, in, out, u);
+    be->linear_forward(be, x, W, b, N, in, out, u);
     be->gelu_forward(be, kind, u, g, (size_t)N * out);
 }
 
 // dx = (dy W) * gelu'(u);  dW += dyᵀ x;  db += Σ_rows dy: the down projection's backward into
 // the GELU's input, one backend call where it fuses them.
-void linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W, int N, int in,
-                          int out, const float *u, float *dx, float *dW, float *db) {
+void linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N, int in,
+                          int out, const Act *u, Act *dx, float *dW, float *db) {
     if (be->linear_backward_gelu) {
         be->linear_backward_gelu(be, kind, dy, x, W, N, in, out, u, dx, dW, db);
         return;
     }
-    linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
+    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
     be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
 }
 

@@ -107,7 +107,7 @@ long model_label_count(const Model *m);
 double model_loss_sum(const Model *m);
 // Logits [B, T, V] (or [M, V], see model_set_full_logits) of the last forward (backend memory;
 // valid until model_backward).
-const float *model_logits(const Model *m);
+const Act *model_logits(const Model *m);  // elements of the backend's Backend.act type
 void model_download_logits(const Model *m, float *host);  // as many rows as model_logits
 
 // Bytes of the activation arena, of parameters+gradients, and flops of one forward+backward

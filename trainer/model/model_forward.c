@@ -10,8 +10,8 @@ static GeluKind gelu_kind(const Model *m) {
 static float hidden_p(const Model *m) { return m->train ? m->cfg.model.dropout : 0.0f; }
 
 // r = x + dropout(r), then y = LayerNorm(r): one backend call where the backend fuses them.
-static void residual_layernorm(Backend *be, const float *x, float *r, float p, uint64_t seed, uint64_t site,
-                               const float *gamma, const float *beta, int N, int D, float eps, float *y,
+static void residual_layernorm(Backend *be, const Act *x, Act *r, float p, uint64_t seed, uint64_t site,
+                               const float *gamma, const float *beta, int N, int D, float eps, Act *y,
                                float *mean, float *rstd) {
     if (be->residual_layernorm_forward) {
         be->residual_layernorm_forward(be, x, r, p, seed, site, gamma, beta, N, D, eps, r, y, mean, rstd);
@@ -49,7 +49,7 @@ static void layer_forward(Model *m, int l, int again) {
                            mc->ln_eps, a->f_in, a->ln2_mean, a->ln2_rstd);
     linear_gelu_forward(be, gelu_kind(m), a->f_in, MP(m, p->up_w), MP(m, p->up_b), N, D, F, a->u, a->g);
     if (again && mc->norm == NORM_PRE) return;
-    linear_forward(be, a->g, MP(m, p->down_w), MP(m, p->down_b), N, F, D, a->r2);
+    be->linear_forward(be, a->g, MP(m, p->down_w), MP(m, p->down_b), N, F, D, a->r2);
     if (mc->norm == NORM_POST) {
         residual_layernorm(be, a->h, a->r2, pd, m->drop_seed, site + 2, MP(m, p->ln2_g), MP(m, p->ln2_b), N, D,
                            mc->ln_eps, again ? m->dB : m->xs[l + 1], a->ln2_mean, a->ln2_rstd);
@@ -147,7 +147,7 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
     }
     const int compact = labels && !m->full_logits;
     const int R = compact ? (int)m->label_count : N;
-    const float *head_in = m->fin;
+    const Act *head_in = m->fin;
     const int32_t *head_labels = m->labels;
     if (compact) {
         int32_t *rows = m->host_rows, *lab = m->host_rows + N;
@@ -169,15 +169,15 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
     m->compact = compact;
     if (R > 0) {
         const size_t RD = (size_t)R * D;
-        const float *last = head_in;
+        const Act *last = head_in;
         if (mc->arch == ARCH_BERT) {
-            linear_forward(be, head_in, MP(m, m->hd_w), MP(m, m->hd_b), R, D, D, m->t1);
+            be->linear_forward(be, head_in, MP(m, m->hd_w), MP(m, m->hd_b), R, D, D, m->t1);
             be->gelu_forward(be, gelu_kind(m), m->t1, m->t2, RD);
             be->layernorm_forward(be, m->t2, MP(m, m->hln_g), MP(m, m->hln_b), R, D, mc->ln_eps,
                                   m->t3, m->t3_mean, m->t3_rstd);
             last = m->t3;
         }
-        linear_forward(be, last, MP(m, m->word),
+        be->linear_forward(be, last, MP(m, m->word),
                        m->head_bias != NO_PARAM ? MP(m, m->head_bias) : NULL, R, D, V, m->logits);
     }
     if (!labels) {

@@ -20,22 +20,22 @@ typedef struct {
 // `attention` shares the attention block's (a_in when pre-LN, q ... ctx), `layer` shares all but
 // x (and pre-LN r2, the next layer's input); the backward recomputes them (layer_recompute).
 typedef struct {
-    float *x;                     // layer input [N, D] (previous output)
-    float *a_in;                  // attention input (pre: LN1(x); post: x)
+    Act *x;                       // layer input [N, D] (previous output)
+    Act *a_in;                    // attention input (pre: LN1(x); post: x)
     float *ln1_mean, *ln1_rstd;
-    float *q, *k, *v;
-    float *qh, *kh, *vh;
-    float *kbias;                 // [N, n]
+    Act *q, *k, *v;
+    Act *qh, *kh, *vh;
+    Act *kbias;                   // [N, n]
     float *small;                 // AttnPlan.small floats (layer l at Model.small_ld * l of one block)
-    float *extra;                 // [N, AttnPlan.extra]: the variant's saved latents
+    Act *extra;                   // [N, AttnPlan.extra]: the variant's saved latents
     float *att_saved;
-    float *ctx;                   // [N, n*d]
-    float *r1;                    // post: LN1 input x + drop(attn); pre: h = x + drop(attn)
-    float *h;                     // post: LN1(r1); pre: == r1
-    float *f_in;                  // post: == h; pre: LN2(h)
+    Act *ctx;                     // [N, n*d]
+    Act *r1;                      // post: LN1 input x + drop(attn); pre: h = x + drop(attn)
+    Act *h;                       // post: LN1(r1); pre: == r1
+    Act *f_in;                    // post: == h; pre: LN2(h)
     float *ln2_mean, *ln2_rstd;
-    float *u, *g;                 // FFN pre- and post-activation [N, F]
-    float *r2;                    // post: LN2 input; pre: == layer output
+    Act *u, *g;                   // FFN pre- and post-activation [N, F]
+    Act *r2;                      // post: LN2 input; pre: == layer output
 } LayerActs;
 
 struct Model {
@@ -58,34 +58,37 @@ struct Model {
     // task head (task_head.c; NO_PARAM when absent)
     size_t tk_pool_w, tk_pool_b, tk_cls_w, tk_cls_b, tk_qa_w, tk_qa_b;
 
-    // activation arena
+    // activation arena: Act buffers (Backend.act elements) and fp32 ones (statistics, loss,
+    // the attention core's work buffers) and int32 indices, each slice 64-byte aligned
     void *arena;
-    size_t arena_floats;
+    size_t arena_bytes;
     int32_t *ids, *types, *mask, *labels;
-    float *emb;                   // bert: embedding sum (LN input)
+    Act *emb;                     // bert: embedding sum (LN input)
     float *emb_mean, *emb_rstd;
-    float **xs;                   // [L+1] layer outputs, xs[0] = embeddings
+    Act **xs;                     // [L+1] layer outputs, xs[0] = embeddings
     LayerActs *la;
     int small_ld;                 // floats from one layer's `small` to the next (never shared)
-    float *fin;                   // vector the head starts from
+    Act *fin;                     // vector the head starts from
     float *fln_mean, *fln_rstd;
-    float *t1, *t2, *t3;          // bert head: dense, gelu, LN
+    Act *t1, *t2, *t3;            // bert head: dense, gelu, LN
     float *t3_mean, *t3_rstd;
-    float *logits, *loss, *lse;
+    Act *logits;
+    float *loss, *lse;
     int32_t *rows, *labels_c;     // compact head: labelled positions and their labels
-    float *fin_c;                 // compact head input [M, D]
+    Act *fin_c;                   // compact head input [M, D]
     int full_logits, head_rows;   // head_rows: rows the head ran on (N, or M when compact)
     int compact;                  // the last forward ran the head on labelled rows only
     int32_t *host_rows;           // [N] host scratch
     // backward scratch
-    float *dA, *dB, *dC, *dY, *dF;
-    float *dq, *dk, *dv, *dqh, *dkh, *dvh, *dkbias, *dctx, *dsmall;
-    float *dextra;                // [N, AttnPlan.extra]
+    Act *dA, *dB, *dC, *dY, *dF;
+    Act *dq, *dk, *dv, *dqh, *dkh, *dvh, *dkbias, *dctx;
+    float *dsmall;
+    Act *dextra;                  // [N, AttnPlan.extra]
     float *att_scratch;
     // task head activations ([max_batch, D] unless noted) and host scratch
     int32_t *tk_rows;             // [max_batch] the row each sequence's head reads
-    float *tk_in, *tk_pre, *tk_pool, *tk_drop, *tk_d1, *tk_d2;
-    float *tk_out, *tk_dout;      // [max_batch * tk_width] outputs and their gradient
+    Act *tk_in, *tk_pre, *tk_pool, *tk_drop, *tk_d1, *tk_d2;
+    Act *tk_out, *tk_dout;        // [max_batch * tk_width] outputs and their gradient
     float *tk_host_out, *tk_host_g;  // host: outputs; d(sum of row losses)/d outputs
     int32_t *tk_host_rows;
     int tk_width;                 // floats per sequence of tk_out (C, or 2T for span)
@@ -111,13 +114,15 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
 void layer_recompute(Model *m, int l);
 // Backward from dfin = d loss / d m->fin [B*T, D] (may be m->dA, or m->dY under post-LN) through
 // the final LayerNorm, the layers and the embeddings, calling the backward hook as model.h says.
-void encoder_backward(Model *m, const float *dfin);
+void encoder_backward(Model *m, const Act *dfin);
 // Bump allocator over the activation arena; with base == NULL it only measures.
 typedef struct Bump {
-    float *base;
-    size_t used;
+    char *base;
+    size_t used;                  // bytes
+    size_t act_size;              // bytes per Act element (the backend's)
 } Bump;
-float *arena_take(Bump *b, size_t n);  // n floats, 64-byte aligned; NULL when n == 0 or measuring
+float *arena_take(Bump *b, size_t n);      // n floats (or int32), 64-byte aligned; NULL when n == 0 or measuring
+Act *arena_take_act(Bump *b, size_t n);    // n Act elements, likewise
 // task_head.c: the task head's arena slices and parameter lookup.
 void task_head_layout(Model *m, Bump *b);
 void task_head_lookup(Model *m);
@@ -129,7 +134,7 @@ AttnShape attn_shape(const Model *m, const LayerActs *a);
 // Whether layer l's core applies the plan's per-head query scale itself (no qh to fill).
 int attn_core_scales_q(const Model *m, int l);
 // out [N, D] = attention sublayer (before dropout) of a->a_in.
-void attn_forward(Model *m, int l, float *out);
+void attn_forward(Model *m, int l, Act *out);
 // Before the layers of a forward: the variant's per-forward work on parameters only
 // (AttnVariant.prepare), for every layer at once.
 void attn_prepare(Model *m);
@@ -138,20 +143,18 @@ void attn_prepare(Model *m);
 void attn_core_forward(Model *m, int l);
 // d_ain = (accumulate: +=) gradient of the attention input, given d_out [N, D] (after dropout
 // backward).
-void attn_backward(Model *m, int l, const float *d_out, float *d_ain, int accumulate);
+void attn_backward(Model *m, int l, const Act *d_out, Act *d_ain, int accumulate);
 
-// y = x Wᵀ + b for x [N, in], W [out, in].
-void linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
-                    int out, float *y);
 // u = x Wᵀ + b and g = GELU(u) (ops.h linear_gelu_forward, or the two ops).
-void linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b, int N, int in,
-                         int out, float *u, float *g);
+void linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N, int in,
+                         int out, Act *u, Act *g);
 // dx = (dy W) * gelu'(u), dW += dyᵀ x, db += colsum(dy) (ops.h linear_backward_gelu, or the ops).
-void linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W, int N, int in,
-                          int out, const float *u, float *dx, float *dW, float *db);
-// dx (= or += by accumulate) dy W; dW += dyᵀ x; db += colsum(dy).  dx may be NULL.
-void linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
-                     int out, float *dx, int accumulate, float *dW, float *db);
+void linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N, int in,
+                          int out, const Act *u, Act *dx, float *dW, float *db);
+// Act pointer p advanced by i elements of the model's backend.
+#define AO(m, p, i) act_at((m)->be, (p), (i))
+// Bytes of n Act elements (the memory ops count bytes).
+#define ACT_BYTES(m, n) ((size_t)(n) * dtype_size((m)->be->act))
 
 // Row strides of the layer's q, k, v and of dq, dk, dv (see Model.qkv_ld).
 #define LDQ(m) ((m)->qkv_ld ? (m)->qkv_ld : (m)->plan.qc)

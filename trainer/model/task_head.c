@@ -56,17 +56,17 @@ void task_head_layout(Model *m, Bump *b) {
     const size_t outs = (size_t)m->max_batch * (is_span(m) ? 2 * m->max_seq : param_task_outputs(&m->cfg));
     m->tk_rows = (int32_t *)arena_take(b, (size_t)m->max_batch);
     if (!is_span(m)) {
-        m->tk_in = arena_take(b, BD);
-        m->tk_d2 = arena_take(b, BD);
+        m->tk_in = arena_take_act(b, BD);
+        m->tk_d2 = arena_take_act(b, BD);
         if (has_pooler(m)) {
-            m->tk_pre = arena_take(b, BD);
-            m->tk_pool = arena_take(b, BD);
-            m->tk_drop = arena_take(b, BD);
-            m->tk_d1 = arena_take(b, BD);
+            m->tk_pre = arena_take_act(b, BD);
+            m->tk_pool = arena_take_act(b, BD);
+            m->tk_drop = arena_take_act(b, BD);
+            m->tk_d1 = arena_take_act(b, BD);
         }
     }
-    m->tk_out = arena_take(b, outs);
-    m->tk_dout = arena_take(b, outs);
+    m->tk_out = arena_take_act(b, outs);
+    m->tk_dout = arena_take_act(b, outs);
 }
 
 // Softmax cross-entropy of row z[0..n) (stride s) against class y over the positions where
@@ -142,7 +142,7 @@ float model_forward_task(Model *m, const TaskBatch *b, int train) {
                     "model_forward_task");
     if (type == TASK_SPAN) {
         // [N, 2] row-major is the [B, T, 2] layout of the outputs.
-        linear_forward(be, m->fin, MP(m, m->tk_qa_w), MP(m, m->tk_qa_b), N, D, 2, m->tk_out);
+        be->linear_forward(be, m->fin, MP(m, m->tk_qa_w), MP(m, m->tk_qa_b), N, D, 2, m->tk_out);
     } else {
         const int gpt = m->cfg.model.arch == ARCH_GPT;
         if (gpt && !b->last) mhe_fatal("model_forward_task: a gpt classification batch needs `last`");
@@ -153,18 +153,18 @@ float model_forward_task(Model *m, const TaskBatch *b, int train) {
         }
         be->upload(be, m->tk_rows, m->tk_host_rows, (size_t)B * sizeof(int32_t));
         be->gather_rows(be, m->fin, m->tk_rows, B, D, m->tk_in, B * T);
-        const float *x = m->tk_in;
+        const Act *x = m->tk_in;
         if (has_pooler(m)) {
-            linear_forward(be, m->tk_in, MP(m, m->tk_pool_w), MP(m, m->tk_pool_b), B, D, D, m->tk_pre);
+            be->linear_forward(be, m->tk_in, MP(m, m->tk_pool_w), MP(m, m->tk_pool_b), B, D, D, m->tk_pre);
             be->tanh_forward(be, m->tk_pre, m->tk_pool, (size_t)B * D);
             be->dropout(be, m->tk_pool, m->tk_drop, (size_t)B * D, head_dropout(m), m->drop_seed, head_site(m));
             x = m->tk_drop;
         }
-        linear_forward(be, x, MP(m, m->tk_cls_w), m->tk_cls_b != NO_PARAM ? MP(m, m->tk_cls_b) : NULL, B, D, C,
+        be->linear_forward(be, x, MP(m, m->tk_cls_w), m->tk_cls_b != NO_PARAM ? MP(m, m->tk_cls_b) : NULL, B, D, C,
                        m->tk_out);
     }
     const size_t n = type == TASK_SPAN ? (size_t)N * 2 : (size_t)B * C;
-    be->download(be, m->tk_host_out, m->tk_out, n * sizeof(float));
+    be->download_act(be, m->tk_host_out, m->tk_out, n);
     task_loss(m, b);
     if (m->label_count == 0 && !b->label && !b->target && !b->start) {
         m->label_count = -1;  // no labels given: forward only
@@ -180,26 +180,29 @@ void model_backward_task(Model *m, double loss_divisor) {
     if (loss_divisor <= 0) loss_divisor = m->label_count > 0 ? (double)m->label_count : 1.0;
     const int B = m->B, T = m->T, N = B * T, D = m->cfg.model.hidden, C = m->tk_C;
     const size_t n = is_span(m) ? (size_t)N * 2 : (size_t)B * C;
-    be->upload(be, m->tk_dout, m->tk_host_g, n * sizeof(float));
-    be->scale(be, m->tk_dout, (float)(1.0 / loss_divisor), n);
+    // Scaled on the host (the same fp32 product the device would form), then stored once in
+    // the activation type.
+    const float inv = (float)(1.0 / loss_divisor);
+    for (size_t i = 0; i < n; i++) m->tk_host_g[i] *= inv;
+    be->upload_act(be, m->tk_dout, m->tk_host_g, n);
     if (is_span(m)) {
-        linear_backward(be, m->tk_dout, m->fin, MP(m, m->tk_qa_w), N, D, 2, m->dA, 0, MG(m, m->tk_qa_w),
+        be->linear_backward(be, m->tk_dout, m->fin, MP(m, m->tk_qa_w), N, D, 2, m->dA, 0, MG(m, m->tk_qa_w),
                         MG(m, m->tk_qa_b));
     } else {
         if (has_pooler(m)) {
-            linear_backward(be, m->tk_dout, m->tk_drop, MP(m, m->tk_cls_w), B, D, C, m->tk_d1, 0, MG(m, m->tk_cls_w),
+            be->linear_backward(be, m->tk_dout, m->tk_drop, MP(m, m->tk_cls_w), B, D, C, m->tk_d1, 0, MG(m, m->tk_cls_w),
                             MG(m, m->tk_cls_b));
             be->dropout(be, m->tk_d1, m->tk_d1, (size_t)B * D, head_dropout(m), m->drop_seed, head_site(m));
             // d pre = d pool ⊙ (1 − pool²)
             be->tanh_backward(be, m->tk_pool, m->tk_d1, m->tk_d1, (size_t)B * D);
-            linear_backward(be, m->tk_d1, m->tk_in, MP(m, m->tk_pool_w), B, D, D, m->tk_d2, 0, MG(m, m->tk_pool_w),
+            be->linear_backward(be, m->tk_d1, m->tk_in, MP(m, m->tk_pool_w), B, D, D, m->tk_d2, 0, MG(m, m->tk_pool_w),
                             MG(m, m->tk_pool_b));
         } else {
-            linear_backward(be, m->tk_dout, m->tk_in, MP(m, m->tk_cls_w), B, D, C, m->tk_d2, 0, MG(m, m->tk_cls_w),
+            be->linear_backward(be, m->tk_dout, m->tk_in, MP(m, m->tk_cls_w), B, D, C, m->tk_d2, 0, MG(m, m->tk_cls_w),
                             NULL);
         }
         // Only the pooled position of each row receives the head's gradient.
-        be->zero(be, m->dA, (size_t)N * D * sizeof(float));
+        be->zero(be, m->dA, ACT_BYTES(m, (size_t)N * D));
         be->scatter_rows(be, m->tk_d2, m->tk_rows, B, D, m->dA, N);
     }
     encoder_backward(m, m->dA);

@@ -76,32 +76,32 @@ void attn_project(Model *m, int l) {
     const int N = m->B * m->T, D = m->cfg.model.hidden;
     int w[3];
     widths(pl, w);
-    float *y[3] = {a->q, a->k, a->v};
+    Act *y[3] = {a->q, a->k, a->v};
     if (m->qkv_ld) {
         // The weights are one [qc+kc+vc, D] block and the biases one vector (attn_qkv_fusable),
         // and y[j] are column slices of one [N, qc+kc+vc] buffer: a single GEMM writes them all.
         int j0 = 0;
         while (pl->proj_w[j0] < 0 || w[j0] == 0) j0++;
-        linear_forward(m->be, a->a_in, AP(m, l, pl->proj_w[j0]), AP(m, l, pl->proj_b[j0]), N, D, m->qkv_ld, y[j0]);
+        m->be->linear_forward(m->be, a->a_in, AP(m, l, pl->proj_w[j0]), AP(m, l, pl->proj_b[j0]), N, D, m->qkv_ld, y[j0]);
         return;
     }
     for (int j = 0; j < 3; j++)
         if (pl->proj_w[j] >= 0 && w[j])
-            linear_forward(m->be, a->a_in, AP(m, l, pl->proj_w[j]), AP(m, l, pl->proj_b[j]), N, D, w[j], y[j]);
+            m->be->linear_forward(m->be, a->a_in, AP(m, l, pl->proj_w[j]), AP(m, l, pl->proj_b[j]), N, D, w[j], y[j]);
 }
 
-void attn_project_backward(Model *m, int l, float *d_ain, int accumulate) {
+void attn_project_backward(Model *m, int l, Act *d_ain, int accumulate) {
     const AttnPlan *pl = &m->plan;
     LayerActs *a = &m->la[l];
     Backend *be = m->be;
     const int N = m->B * m->T, D = m->cfg.model.hidden;
     int w[3];
     widths(pl, w);
-    float *dy[3] = {m->dq, m->dk, m->dv};
+    Act *dy[3] = {m->dq, m->dk, m->dv};
     for (int j = 0; j < 3; j++) {
         if (pl->proj_w[j] < 0 || w[j] == 0) continue;
         const int out = m->qkv_ld ? m->qkv_ld : w[j];
-        linear_backward(be, dy[j], a->a_in, AP(m, l, pl->proj_w[j]), N, D, out, d_ain, accumulate,
+        be->linear_backward(be, dy[j], a->a_in, AP(m, l, pl->proj_w[j]), N, D, out, d_ain, accumulate,
                         AG(m, l, pl->proj_w[j]), AG(m, l, pl->proj_b[j]));
         if (m->qkv_ld) return;  // one GEMM over the block (attn_project)
         accumulate = 1;
@@ -110,7 +110,7 @@ void attn_project_backward(Model *m, int l, float *d_ain, int accumulate) {
 
 typedef struct {
     AttnShape s;
-    const float *Q, *K, *V;
+    const Act *Q, *K, *V;
 } CoreArgs;
 
 // The core's inputs for layer l, once the forward has filled the layer's buffers.
@@ -183,15 +183,15 @@ void attn_core_forward(Model *m, int l) {
     m->be->attention_forward(m->be, &c.s, c.Q, c.K, c.V, a->ctx, a->att_saved, m->att_scratch);
 }
 
-void attn_forward(Model *m, int l, float *out) {
+void attn_forward(Model *m, int l, Act *out) {
     const LayerParams *p = &m->lp[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden;
     const int nd = m->cfg.model.heads * m->cfg.model.head_dim;
     attn_core_forward(m, l);
-    linear_forward(m->be, m->la[l].ctx, MP(m, p->wo), MP(m, p->bo), N, nd, D, out);
+    m->be->linear_forward(m->be, m->la[l].ctx, MP(m, p->wo), MP(m, p->bo), N, nd, D, out);
 }
 
-void attn_backward(Model *m, int l, const float *d_out, float *d_ain, int accumulate) {
+void attn_backward(Model *m, int l, const Act *d_out, Act *d_ain, int accumulate) {
     Backend *be = m->be;
     const AttnPlan *pl = &m->plan;
     LayerActs *a = &m->la[l];
@@ -200,12 +200,12 @@ void attn_backward(Model *m, int l, const float *d_out, float *d_ain, int accumu
     const int nd = m->cfg.model.heads * m->cfg.model.head_dim;
     // No zeroing of d_ain: the variant's backward writes it (its first term overwrites unless
     // the caller accumulates).
-    linear_backward(be, d_out, a->ctx, MP(m, p->wo), N, nd, D, m->dctx, 0, MG(m, p->wo), MG(m, p->bo));
+    be->linear_backward(be, d_out, a->ctx, MP(m, p->wo), N, nd, D, m->dctx, 0, MG(m, p->wo), MG(m, p->bo));
 
     CoreArgs c = core_args(m, a, l);
-    float *dQ = pl->qhc ? m->dqh : m->dq;
-    float *dK = pl->khc ? m->dkh : m->dk;
-    float *dV = pl->vhc ? m->dvh : m->dv;
+    Act *dQ = pl->qhc ? m->dqh : m->dq;
+    Act *dK = pl->khc ? m->dkh : m->dk;
+    Act *dV = pl->vhc ? m->dvh : m->dv;
     float *dscale = pl->out_scale ? AG(m, l, pl->out_tensor) : NULL;
     float *dshift = pl->out_shift ? AG(m, l, pl->out_tensor) : NULL;
     be->attention_backward(be, &c.s, c.Q, c.K, c.V, a->att_saved, m->dctx, dQ, dK, dV,

@@ -37,17 +37,17 @@ static void forward(Model *m, int l) {
     attn_project(m, l);
     be->head_expand(be, a->q, LDQ(m), AP(m, l, MIX), NULL, N, n, Dt, a->qh);
     // Content bias: the key's own score for head h, X W_cb[:, h] (not scaled).
-    be->matmul(be, 0, 1, N, n, D, 1.0f, a->a_in, D, AP(m, l, WCB), D, 0.0f, a->kbias, n);
+    be->matmul(be, 0, 1, N, n, D, 1.0f, mat_act(a->a_in, D), mat_f32(AP(m, l, WCB), D), 0.0f, out_act(a->kbias, n));
 }
 
-static void backward(Model *m, int l, float *d_ain, int accumulate) {
+static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden, n = m->cfg.model.heads;
     const int Dt = m->cfg.attention.collab_dim;
     be->head_expand_backward(be, m->dqh, a->q, LDQ(m), AP(m, l, MIX), N, n, Dt, m->dq, 0, AG(m, l, MIX), NULL);
     attn_project_backward(m, l, d_ain, accumulate);  // the first term; the content bias's adds
-    linear_backward(be, m->dkbias, a->a_in, AP(m, l, WCB), N, D, n, d_ain, 1, AG(m, l, WCB), NULL);
+    be->linear_backward(be, m->dkbias, a->a_in, AP(m, l, WCB), N, D, n, d_ain, 1, AG(m, l, WCB), NULL);
 }
 
 static void export_keys(const Config *c, void (*put)(void *, const char *, double), void *ctx) {

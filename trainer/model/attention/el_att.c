@@ -18,13 +18,13 @@ static AttnPlan plan(const Config *c, int fast) {
 
 static void forward(Model *m, int l) { attn_project(m, l); }
 
-static void backward(Model *m, int l, float *d_ain, int accumulate) {
+static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     // The core wrote dK, dV in the input's [N, D] layout: both flow straight into it, after
     // the projection's term (which writes d_ain first).
     const size_t ND = (size_t)m->B * m->T * m->cfg.model.hidden;
     attn_project_backward(m, l, d_ain, accumulate);
-    m->be->axpy(m->be, 1.0f, m->dk, d_ain, ND);
-    m->be->axpy(m->be, 1.0f, m->dv, d_ain, ND);
+    m->be->add(m->be, d_ain, m->dk, d_ain, ND);
+    m->be->add(m->be, d_ain, m->dv, d_ain, ND);
 }
 
 const AttnVariant attn_el_att = {"el_att", tensors, plan, forward, backward, NULL, NULL};

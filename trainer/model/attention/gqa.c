@@ -20,7 +20,7 @@ static AttnPlan plan(const Config *c, int fast) {
 }
 
 static void forward(Model *m, int l) { attn_project(m, l); }
-static void backward(Model *m, int l, float *d_ain, int acc) { attn_project_backward(m, l, d_ain, acc); }
+static void backward(Model *m, int l, Act *d_ain, int acc) { attn_project_backward(m, l, d_ain, acc); }
 
 static void export_keys(const Config *c, void (*put)(void *, const char *, double), void *ctx) {
     put(ctx, "kv_groups", c->attention.groups);

@@ -18,6 +18,6 @@ static AttnPlan plan(const Config *c, int fast) {
 }
 
 static void forward(Model *m, int l) { attn_project(m, l); }
-static void backward(Model *m, int l, float *d_ain, int acc) { attn_project_backward(m, l, d_ain, acc); }
+static void backward(Model *m, int l, Act *d_ain, int acc) { attn_project_backward(m, l, d_ain, acc); }
 
 const AttnVariant attn_mha = {"mha", tensors, plan, forward, backward, NULL, NULL};

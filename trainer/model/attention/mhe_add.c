@@ -27,7 +27,7 @@ static void forward(Model *m, int l) {
     if (m->fast_path) {
         // kbias[r, h] = scale * k_r · e_h^Q
         const float scale = (float)(1.0 / sqrt((double)d));
-        be->matmul(be, 0, 1, N, n, d, scale, a->k, ldk, AP(m, l, MHE_EQ), d, 0.0f, a->kbias, n);
+        be->matmul(be, 0, 1, N, n, d, scale, mat_act(a->k, ldk), mat_f32(AP(m, l, MHE_EQ), d), 0.0f, out_act(a->kbias, n));
     } else {
         be->head_expand(be, a->q, ldq, NULL, AP(m, l, MHE_EQ), N, n, d, a->qh);
         be->head_expand(be, a->k, ldk, NULL, AP(m, l, MHE_EK), N, n, d, a->kh);
@@ -35,7 +35,7 @@ static void forward(Model *m, int l) {
     }
 }
 
-static void backward(Model *m, int l, float *d_ain, int accumulate) {
+static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim;
@@ -43,8 +43,8 @@ static void backward(Model *m, int l, float *d_ain, int accumulate) {
     if (m->fast_path) {
         // kbias = scale k e^Qᵀ: dk += scale dkbias e^Q; de^Q += scale dkbiasᵀ k.  e^K: none.
         const float scale = (float)(1.0 / sqrt((double)d));
-        be->matmul(be, 0, 0, N, d, n, scale, m->dkbias, n, AP(m, l, MHE_EQ), d, 1.0f, m->dk, ldk);
-        be->matmul(be, 1, 0, n, d, N, scale, m->dkbias, n, a->k, ldk, 1.0f, AG(m, l, MHE_EQ), d);
+        be->matmul(be, 0, 0, N, d, n, scale, mat_act(m->dkbias, n), mat_f32(AP(m, l, MHE_EQ), d), 1.0f, out_act(m->dk, ldk));
+        be->matmul(be, 1, 0, n, d, N, scale, mat_act(m->dkbias, n), mat_act(a->k, ldk), 1.0f, out_f32(AG(m, l, MHE_EQ), d));
     } else {
         be->head_expand_backward(be, m->dqh, a->q, ldq, NULL, N, n, d, m->dq, 0, NULL, AG(m, l, MHE_EQ));
         be->head_expand_backward(be, m->dkh, a->k, ldk, NULL, N, n, d, m->dk, 0, NULL, AG(m, l, MHE_EK));

@@ -66,7 +66,7 @@ static void forward(Model *m, int l) {
     }
 }
 
-static void backward(Model *m, int l, float *d_ain, int accumulate) {
+static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, n = m->cfg.model.heads, d = m->cfg.model.head_dim, nd = n * d;

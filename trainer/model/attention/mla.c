@@ -44,37 +44,37 @@ static void forward(Model *m, int l) {
     const int N = m->B * m->T, D = m->cfg.model.hidden, nd = m->cfg.model.heads * m->cfg.model.head_dim;
     const int dc = m->cfg.attention.latent_dim, dq = m->cfg.attention.q_latent_dim;
     const int kv = q_tensors(&m->cfg);  // kv_down (w, b), k_up (w), v_up (w, b)
-    float *c = a->extra, *cq = a->extra + (size_t)N * dc;
+    Act *c = a->extra, *cq = AO(m, a->extra, (size_t)N * dc);
     if (dq) {
-        linear_forward(be, a->a_in, AP(m, l, Q_DOWN), AP(m, l, Q_DOWN + 1), N, D, dq, cq);
-        linear_forward(be, cq, AP(m, l, Q_UP), AP(m, l, Q_UP + 1), N, dq, nd, a->q);
+        be->linear_forward(be, a->a_in, AP(m, l, Q_DOWN), AP(m, l, Q_DOWN + 1), N, D, dq, cq);
+        be->linear_forward(be, cq, AP(m, l, Q_UP), AP(m, l, Q_UP + 1), N, dq, nd, a->q);
     } else {
-        linear_forward(be, a->a_in, AP(m, l, Q), AP(m, l, Q + 1), N, D, nd, a->q);
+        be->linear_forward(be, a->a_in, AP(m, l, Q), AP(m, l, Q + 1), N, D, nd, a->q);
     }
-    linear_forward(be, a->a_in, AP(m, l, kv), AP(m, l, kv + 1), N, D, dc, c);
-    linear_forward(be, c, AP(m, l, kv + 2), NULL, N, dc, nd, a->k);
-    linear_forward(be, c, AP(m, l, kv + 3), AP(m, l, kv + 4), N, dc, nd, a->v);
+    be->linear_forward(be, a->a_in, AP(m, l, kv), AP(m, l, kv + 1), N, D, dc, c);
+    be->linear_forward(be, c, AP(m, l, kv + 2), NULL, N, dc, nd, a->k);
+    be->linear_forward(be, c, AP(m, l, kv + 3), AP(m, l, kv + 4), N, dc, nd, a->v);
 }
 
-static void backward(Model *m, int l, float *d_ain, int accumulate) {
+static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     Backend *be = m->be;
     LayerActs *a = &m->la[l];
     const int N = m->B * m->T, D = m->cfg.model.hidden, nd = m->cfg.model.heads * m->cfg.model.head_dim;
     const int dc = m->cfg.attention.latent_dim, dq = m->cfg.attention.q_latent_dim;
     const int kv = q_tensors(&m->cfg);
-    const float *c = a->extra, *cq = a->extra + (size_t)N * dc;
-    float *d_c = m->dextra, *d_cq = m->dextra + (size_t)N * dc;
+    const Act *c = a->extra, *cq = AO(m, a->extra, (size_t)N * dc);
+    Act *d_c = m->dextra, *d_cq = AO(m, m->dextra, (size_t)N * dc);
     // dc = dK W_UK + dV W_UV, then back through the shared down-projection.
-    linear_backward(be, m->dk, c, AP(m, l, kv + 2), N, dc, nd, d_c, 0, AG(m, l, kv + 2), NULL);
-    linear_backward(be, m->dv, c, AP(m, l, kv + 3), N, dc, nd, d_c, 1, AG(m, l, kv + 3), AG(m, l, kv + 4));
+    be->linear_backward(be, m->dk, c, AP(m, l, kv + 2), N, dc, nd, d_c, 0, AG(m, l, kv + 2), NULL);
+    be->linear_backward(be, m->dv, c, AP(m, l, kv + 3), N, dc, nd, d_c, 1, AG(m, l, kv + 3), AG(m, l, kv + 4));
     // The first term of d_ain overwrites it or adds as asked (variant.h), the query's adds.
-    linear_backward(be, d_c, a->a_in, AP(m, l, kv), N, D, dc, d_ain, accumulate, AG(m, l, kv), AG(m, l, kv + 1));
+    be->linear_backward(be, d_c, a->a_in, AP(m, l, kv), N, D, dc, d_ain, accumulate, AG(m, l, kv), AG(m, l, kv + 1));
     if (dq) {
-        linear_backward(be, m->dq, cq, AP(m, l, Q_UP), N, dq, nd, d_cq, 0, AG(m, l, Q_UP), AG(m, l, Q_UP + 1));
-        linear_backward(be, d_cq, a->a_in, AP(m, l, Q_DOWN), N, D, dq, d_ain, 1, AG(m, l, Q_DOWN),
+        be->linear_backward(be, m->dq, cq, AP(m, l, Q_UP), N, dq, nd, d_cq, 0, AG(m, l, Q_UP), AG(m, l, Q_UP + 1));
+        be->linear_backward(be, d_cq, a->a_in, AP(m, l, Q_DOWN), N, D, dq, d_ain, 1, AG(m, l, Q_DOWN),
                         AG(m, l, Q_DOWN + 1));
     } else {
-        linear_backward(be, m->dq, a->a_in, AP(m, l, Q), N, D, nd, d_ain, 1, AG(m, l, Q), AG(m, l, Q + 1));
+        be->linear_backward(be, m->dq, a->a_in, AP(m, l, Q), N, D, nd, d_ain, 1, AG(m, l, Q), AG(m, l, Q + 1));
     }
 }
 

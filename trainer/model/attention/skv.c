@@ -21,7 +21,7 @@ static AttnPlan plan(const Config *c, int fast) {
 
 static void forward(Model *m, int l) { attn_project(m, l); }
 
-static void backward(Model *m, int l, float *d_ain, int accumulate) {
+static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     m->be->add(m->be, m->dk, m->dv, m->dk, (size_t)m->B * m->T * m->plan.kc);  // K and V are one
     attn_project_backward(m, l, d_ain, accumulate);
 }

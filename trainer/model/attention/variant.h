@@ -7,6 +7,7 @@
 #ifndef MHE_TRAINER_MODEL_ATTENTION_VARIANT_H
 #define MHE_TRAINER_MODEL_ATTENTION_VARIANT_H
 
+#include "kernels/ops.h"
 #include "trainer/config/config.h"
 #include "trainer/model/params.h"
 
@@ -67,7 +68,7 @@ typedef struct {
     // term overwrites (accumulate 0) or adds (1, the caller's residual share already there),
     // later ones add: no separate zeroing pass — and accumulate into the variant's parameter
     // gradients.
-    void (*backward)(Model *m, int l, float *d_ain, int accumulate);
+    void (*backward)(Model *m, int l, Act *d_ain, int accumulate);
     // Extra keys of the exported Hugging Face config.json (besides attention_type).
     void (*export_keys)(const Config *cfg, void (*put)(void *ctx, const char *key, double value),
                         void *ctx);
@@ -104,7 +105,7 @@ AttnPlan attn_plan_base(const Config *cfg);
 // the model fuses them (Model.qkv_ld), one per projection otherwise; and their backward into
 // d_ain, the first GEMM writing (accumulate 0) or adding (1) as asked, the others adding.
 void attn_project(Model *m, int l);
-void attn_project_backward(Model *m, int l, float *d_ain, int accumulate);
+void attn_project_backward(Model *m, int l, Act *d_ain, int accumulate);
 // Whether the model's projections can run as one GEMM: at least two, read from a_in, the
 // same on the fast and plain paths, weights and biases each adjacent in q, k, v order, and K
 // and V the core's own buffers (skv's V is its K: dV comes back in K's layout and would need
