@@ -4,7 +4,8 @@
 # Debian's PyTorch 1.13 eager fp32 (continuity with earlier tables), and PyTorch 2 from PyPI
 # written the fast way (SDPA, MLM head on the scored rows, fused AdamW) in fp32 and with bf16
 # autocast.  Prints the medians of tokens/s, the ratios, mhetrain's MFU at each precision
-# against its own ceiling (the backend's matmul at that precision), and the peak RSS.
+# against its own ceiling (the backend's matmul at that precision), the peak RSS, and bf16's attention
+# core (its GFLOP/s and share of the step, from mhetrain bench's profiled step).
 #
 #   tests/bench/bench_vs_torch.sh [--runs R] [--steps S] [--threads N] [--sizes "tiny small tiny512"]
 #                                 [--attention "mha mhe_add mhe_mul"] [--no-torch2] [--quick]
@@ -58,8 +59,8 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 t2ver=-
 [ "$torch2" = 1 ] && t2ver=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
 echo "bench_vs_torch: runs=$runs steps/run=$steps threads=$threads torch2=$t2ver OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto} $(date -u +%FT%TZ) load=$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-7s %-7s %8s %8s %8s %8s %8s %7s %7s %7s %6s %6s %7s %7s %6s %6s %6s %6s %6s\n' size attn mhe32 mhe16 t1_32 t2_32 t2_16 \
-    16/t2_16 32/t2_32 32/t1 MFU32 MFU16 peak32 peak16 MiB32 MiB16 MiBt1 MiBt2 MiBt2b
+printf '%-7s %-7s %8s %8s %8s %8s %8s %7s %7s %7s %6s %6s %7s %7s %6s %6s %6s %6s %6s %7s %6s\n' size attn mhe32 mhe16 t1_32 t2_32 t2_16 \
+    16/t2_16 32/t2_32 32/t1 MFU32 MFU16 peak32 peak16 MiB32 MiB16 MiBt1 MiBt2 MiBt2b attnGF16 attn%16
 for size in $sizes; do
     case $size in
     tiny) L=4 D=256 n=8 T=128 B=32 V=8192 ;;
@@ -102,13 +103,15 @@ for size in $sizes; do
             -v u32="$(col "$tmp/m32" mfu)" -v u16="$(col "$tmp/m16" mfu)" -v o32="${o32:-0}" -v o16="${o16:-0}" \
             -v p32="$(col "$tmp/m32" peak_gflops)" -v p16="$(col "$tmp/m16" peak_gflops)" \
             -v r32="$(col "$tmp/m32" peak_rss_mib)" -v r16="$(col "$tmp/m16" peak_rss_mib)" \
-            -v rt1="$(col "$tmp/t1" peak_rss_mib)" -v rt2="$(col "$tmp/t232" peak_rss_mib)" -v rt2b="$(col "$tmp/t216" peak_rss_mib)" '
+            -v rt1="$(col "$tmp/t1" peak_rss_mib)" -v rt2="$(col "$tmp/t232" peak_rss_mib)" -v rt2b="$(col "$tmp/t216" peak_rss_mib)" \
+            -v ag16="$(col "$tmp/m16" attn_gflops)" -v as16="$(col "$tmp/m16" attn_share)" '
             function num(x) { return x == "nan" ? "-" : sprintf("%.0f", x) }
             function ratio(x, y) { return (x == "nan" || y == "nan" || y <= 0) ? "-" : sprintf("%.2fx", x / y) }
             function mfu(u, o) { return sprintf("%.1f%%%s", 100 * u, o == 1 ? "*" : "") }
-            BEGIN { printf "%-7s %-7s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s %7.0f %7.0f %6s %6s %6s %6s %6s\n",
+            BEGIN { printf "%-7s %-7s %8s %8s %8s %8s %8s %7s %7s %7s %7s %7s %7.0f %7.0f %6s %6s %6s %6s %6s %7s %5.1f%%\n",
                     s, a, num(m32), num(m16), num(t1), num(t232), num(t216), ratio(m16, t216), ratio(m32, t232),
-                    ratio(m32, t1), mfu(u32, o32), mfu(u16, o16), p32, p16, num(r32), num(r16), num(rt1), num(rt2), num(rt2b) }'
+                    ratio(m32, t1), mfu(u32, o32), mfu(u16, o16), p32, p16, num(r32), num(r16), num(rt1), num(rt2), num(rt2b),
+                    num(ag16), 100 * as16 }'
         echo "$size $attn $m32 $m16" >>"$tmp/table"
     done
 done

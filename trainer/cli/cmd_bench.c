@@ -52,7 +52,7 @@ static void usage(FILE *out) {
 // memory, and the bench-result line.
 // `prof` covers `profiled` steps: the timed ones on the CPU; on a GPU one extra step, since its
 // per-op synchronisation would inflate the timed steps (its classes then need not add up to them).
-static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *prof, int steps, int profiled,
+static void bench_print_measured(const Config *cfg, const Backend *be, Model *m, const OpProfile *prof, int steps, int profiled,
                                  double t_total, double t_optim, double step, double flops,
                                  double peak, float loss) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
@@ -87,9 +87,15 @@ static void bench_print_measured(const Config *cfg, Model *m, const OpProfile *p
     getrusage(RUSAGE_SELF, &ru);
     printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
            model_arena_bytes(m) / 1048576.0, model_state_bytes(m) / 1048576.0, ru.ru_maxrss / 1024.0);
+    // The attention core's own rate and share of the step (from the profiled step), the figures
+    // the CPU attention work is judged by.
+    const double attn_s = prof->seconds[OPC_ATTENTION] / profiled;
+    const double attn_gflops = prof->seconds[OPC_ATTENTION] > 0
+                                   ? prof->flops[OPC_ATTENTION] / prof->seconds[OPC_ATTENTION] / 1e9 : 0;
     printf("bench-result: tokens_per_s=%.1f step_ms=%.3f gflops=%.3f peak_gflops=%.3f mfu=%.4f "
-           "peak_rss_mib=%.1f loss=%.4f mfu_outran=%d\n",
-           (double)B * T / step, 1e3 * step, gflops, peak, mfu, ru.ru_maxrss / 1024.0, loss, outran);
+           "peak_rss_mib=%.1f loss=%.4f mfu_outran=%d attn_gflops=%.2f attn_share=%.4f act=%s\n",
+           (double)B * T / step, 1e3 * step, gflops, peak, mfu, ru.ru_maxrss / 1024.0, loss, outran, attn_gflops,
+           attn_s / step, dtype_name(be->act));
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -262,7 +268,7 @@ int cmd_bench(int argc, char **argv) {
     }
     // In record-only mode the host timings measured nothing but the recording.
     if (!record_only)
-        bench_print_measured(&cfg, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, loss);
+        bench_print_measured(&cfg, be, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, loss);
     if (cuda) {
         be->free(be, dm);
         be->free(be, dv);
