@@ -62,7 +62,7 @@ static void head_scores(const Attn *a, int b, int h, const float *R, float *S) {
     else
         scores(a, b, h, S);
     if (s->key_bias) {
-        const float *kb = s->key_bias + (size_t)b * T * n + h;
+        const float *kb = act_cf(s->key_bias) + (size_t)b * T * n + h;
         for (int i = 0; i < T; i++) {
             float *row = S + (size_t)i * T;
             for (int j = 0; j < T; j++) row[j] += kb[(size_t)j * n];
@@ -279,9 +279,11 @@ static void forward_head(const Attn *a, float *out, float *lse_all, int b, int h
     }
 }
 
-static void cpu_attention_forward(Backend *be, const AttnShape *s, const float *q,
-                                  const float *k, const float *v, float *out, float *saved,
+static void cpu_attention_forward(Backend *be, const AttnShape *s, const Act *qa,
+                                  const Act *ka, const Act *va, Act *outa, float *saved,
                                   float *scratch) {
+    const float *q = act_cf(qa), *k = act_cf(ka), *v = act_cf(va);
+    float *out = act_f(outa);
     double t0 = cpu_prof_begin(be);
     const int B = s->B, n = s->n_heads, nt = cpu_threads(be);
     const size_t TT = (size_t)s->T * s->T, per_thread = fwd_thread_floats(s);
@@ -312,11 +314,13 @@ static void zero_cols(float *x, int rows, int ld, int cols) {
 //   dQ += scale dS K;  dK += scale dSᵀ Q;  dbias[j] = Σ_i dS[i, j].
 // Sequences run in parallel; the heads of one sequence run in order because they may share
 // the same K/V (or Q) rows.
-static void cpu_attention_backward(Backend *be, const AttnShape *s, const float *q,
-                                   const float *k, const float *v, const float *saved,
-                                   const float *dout, float *dq, float *dk, float *dv_out,
-                                   float *dkey_bias, float *dout_scale, float *dout_shift,
+static void cpu_attention_backward(Backend *be, const AttnShape *s, const Act *qa,
+                                   const Act *ka, const Act *va, const float *saved,
+                                   const Act *douta, Act *dqa, Act *dka, Act *dva,
+                                   Act *dkey_biasa, float *dout_scale, float *dout_shift,
                                    float *scratch) {
+    const float *q = act_cf(qa), *k = act_cf(ka), *v = act_cf(va), *dout = act_cf(douta);
+    float *dq = act_f(dqa), *dk = act_f(dka), *dv_out = act_f(dva), *dkey_bias = act_f(dkey_biasa);
     double t0 = cpu_prof_begin(be);
     const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim, dk_ = s->qk_dim, nt = cpu_threads(be);
     const size_t TT = (size_t)T * T;

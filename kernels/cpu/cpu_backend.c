@@ -35,6 +35,13 @@ static void cpu_zero(Backend *be, void *dst, size_t bytes) {
 
 static void cpu_synchronize(Backend *be) { (void)be; }
 
+static void cpu_upload_act(Backend *be, Act *dst, const float *host_src, size_t n) {
+    cpu_copy(be, act_f(dst), host_src, n * sizeof *host_src);
+}
+static void cpu_download_act(Backend *be, float *host_dst, const Act *src, size_t n) {
+    cpu_copy(be, host_dst, act_cf(src), n * sizeof *host_dst);
+}
+
 static void cpu_destroy(Backend *be) {
     cpu_gemm_destroy(cpu_ctx(be)->gemm);
     free(be->ctx);
@@ -47,6 +54,7 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
     // thread inside parallel regions (attention's per-head products), so nothing oversubscribes.
     Backend *be = mhe_calloc(1, sizeof *be);
     be->name = "cpu";
+    be->act = DT_F32;
     CpuContext *ctx = mhe_calloc(1, sizeof *ctx);
     ctx->threads = omp_get_max_threads();
     ctx->gemm = cpu_gemm_create(ctx->threads);
@@ -63,6 +71,8 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
     be->copy = cpu_copy;
     be->zero = cpu_zero;
     be->synchronize = cpu_synchronize;
+    be->upload_act = cpu_upload_act;
+    be->download_act = cpu_download_act;
     cpu_install_dense(be);
     cpu_install_nn(be);
     cpu_install_attention(be);

@@ -3,11 +3,10 @@
 
 #include "kernels/cpu/cpu_internal.h"
 
-static void cpu_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                       int ldc) {
+static void cpu_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha, MatIn A,
+                       MatIn B, float beta, MatOut C) {
     double t0 = cpu_prof_begin(be);
-    cpu_gemm_be(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cpu_gemm_be(be, ta, tb, M, N, K, alpha, A.p, A.ld, B.p, B.ld, beta, C.p, C.ld);
     cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K);
 }
 
@@ -18,12 +17,13 @@ static void cpu_matmul_batched(Backend *be, int ta, int tb, int M, int N, int K,
     OpProfile *saved = be->profile;
     be->profile = NULL;
     for (int i = 0; i < batch; i++)
-        cpu_matmul(be, ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
+        cpu_gemm_be(be, ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
     be->profile = saved;
     cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
 }
 
-static void cpu_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
+static void cpu_bias_add(Backend *be, Act *ya, const float *bias, int N, int C) {
+    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
     for (int r = 0; r < N; r++) {
@@ -34,7 +34,8 @@ static void cpu_bias_add(Backend *be, float *y, const float *bias, int N, int C)
 }
 
 // dbias[c] += sum_r dy[r, c]: threads own column blocks so no reduction races.
-static void cpu_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
+static void cpu_bias_backward(Backend *be, const Act *dya, int N, int C, float *dbias) {
+    const float *dy = act_cf(dya);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
     for (int c0 = 0; c0 < C; c0 += 64) {
@@ -49,7 +50,9 @@ static void cpu_bias_backward(Backend *be, const float *dy, int N, int C, float 
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-static void cpu_add(Backend *be, const float *a, const float *b, float *out, size_t n) {
+static void cpu_add(Backend *be, const Act *aa, const Act *ba, Act *outa, size_t n) {
+    const float *a = act_cf(aa), *b = act_cf(ba);
+    float *out = act_f(outa);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
@@ -91,8 +94,10 @@ static void cpu_mul_acc(Backend *be, const float *a, const float *b, float *out,
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-static void cpu_head_expand(Backend *be, const float *x, int ldx, const float *mul,
-                            const float *add, int N, int n, int d, float *out) {
+static void cpu_head_expand(Backend *be, const Act *xa, int ldx, const float *mul,
+                            const float *add, int N, int n, int d, Act *outa) {
+    const float *x = act_cf(xa);
+    float *out = act_f(outa);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN_MEM)
     for (int r = 0; r < N; r++) {
@@ -108,9 +113,11 @@ static void cpu_head_expand(Backend *be, const float *x, int ldx, const float *m
 }
 
 // dx = sum_h dout_h ⊙ mul_h;  dmul_h += sum_r dout_h ⊙ x;  dadd_h += sum_r dout_h.
-static void cpu_head_expand_backward(Backend *be, const float *dout, const float *x, int ldx,
-                                     const float *mul, int N, int n, int d, float *dx,
+static void cpu_head_expand_backward(Backend *be, const Act *douta, const Act *xa, int ldx,
+                                     const float *mul, int N, int n, int d, Act *dxa,
                                      int accumulate, float *dmul, float *dadd) {
+    const float *dout = act_cf(douta), *x = act_cf(xa);
+    float *dx = act_f(dxa);
     double t0 = cpu_prof_begin(be);
     if (dx) {
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * n * d >= CPU_PARALLEL_MIN_MEM)
@@ -149,8 +156,10 @@ static void cpu_head_expand_backward(Backend *be, const float *dout, const float
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
-                            float *dst, int src_rows) {
+static void cpu_gather_rows(Backend *be, const Act *srca, const int32_t *rows, int M, int C,
+                            Act *dsta, int src_rows) {
+    const float *src = act_cf(srca);
+    float *dst = act_f(dsta);
     (void)src_rows;  // the extent is for backends that track what each op reads
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN_MEM)
@@ -159,8 +168,10 @@ static void cpu_gather_rows(Backend *be, const float *src, const int32_t *rows, 
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-static void cpu_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C,
-                             float *dst, int dst_rows) {
+static void cpu_scatter_rows(Backend *be, const Act *srca, const int32_t *rows, int M, int C,
+                             Act *dsta, int dst_rows) {
+    const float *src = act_cf(srca);
+    float *dst = act_f(dsta);
     (void)dst_rows;  // the extent matters to backends that track writes (CUDA's bf16 twins)
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)M * C >= CPU_PARALLEL_MIN_MEM)
@@ -170,8 +181,10 @@ static void cpu_scatter_rows(Backend *be, const float *src, const int32_t *rows,
 }
 
 // y = x Wᵀ + b: the bias goes into the product (oneDNN's bias argument), no second pass.
-static void cpu_linear_forward(Backend *be, const float *x, const float *W, const float *b, int N,
-                               int in, int out, float *y) {
+static void cpu_linear_forward(Backend *be, const Act *xa, const float *W, const float *b, int N,
+                               int in, int out, Act *ya) {
+    const float *x = act_cf(xa);
+    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
     CpuContext *c = cpu_ctx(be);
     cpu_gemm_ex(c->gemm, c->bf16, 0, 1, N, out, in, 1.0f, (CpuOperand){x, NULL, in},
@@ -182,13 +195,17 @@ static void cpu_linear_forward(Backend *be, const float *x, const float *W, cons
 // dx = dy W, dW += dyᵀ x, db += Σ_rows dy.  In bf16 dy is rounded once for both products and
 // its column sums (db) are taken in the same pass; in fp32 the two products and the bias sum
 // are exactly those of the unfused ops.
-static void cpu_linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N,
-                                int in, int out, float *dx, int accumulate, float *dW, float *db) {
+static void cpu_linear_backward(Backend *be, const Act *dya, const Act *xa, const float *W, int N,
+                                int in, int out, Act *dxa, int accumulate, float *dW, float *db) {
     CpuContext *c = cpu_ctx(be);
+    const float *dy = act_cf(dya), *x = act_cf(xa);
+    float *dx = act_f(dxa);
     if (!c->bf16 || omp_in_parallel()) {
-        if (dx) cpu_matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
-        cpu_matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
-        if (db) cpu_bias_backward(be, dy, N, out, db);
+        if (dx)
+            cpu_matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dya, out), mat_f32(W, in),
+                       accumulate ? 1.0f : 0.0f, out_act(dxa, in));
+        cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dya, out), mat_act(xa, in), 1.0f, out_f32(dW, in));
+        if (db) cpu_bias_backward(be, dya, N, out, db);
         return;
     }
     double t0 = cpu_prof_begin(be);

@@ -66,6 +66,10 @@ static inline void cpu_gemm_be(const Backend *be, int ta, int tb, int M, int N, 
     cpu_gemm(cpu_ctx(be)->gemm, cpu_ctx(be)->bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// An activation buffer's elements as fp32 (valid while be->act == DT_F32).
+static inline float *act_f(Act *p) { return (float *)p; }
+static inline const float *act_cf(const Act *p) { return (const float *)p; }
+
 static inline double cpu_prof_begin(const Backend *be) { return be->profile ? omp_get_wtime() : 0.0; }
 static inline void cpu_prof_end(Backend *be, OpClass c, double t0, double flops) {
     if (!be->profile) return;

@@ -5,9 +5,11 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_math.h"
 
-static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamma,
-                                  const float *beta, int N, int C, float eps, float *y,
+static void cpu_layernorm_forward(Backend *be, const Act *xa, const float *gamma,
+                                  const float *beta, int N, int C, float eps, Act *ya,
                                   float *mean, float *rstd) {
+    const float *x = act_cf(xa);
+    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
     for (int r = 0; r < N; r++) {
@@ -29,10 +31,12 @@ static void cpu_layernorm_forward(Backend *be, const float *x, const float *gamm
 }
 
 // g = dy*gamma; dx = rstd * (g - mean(g) - xhat * mean(g*xhat)); dgamma += Σ dy*xhat; dbeta += Σ dy
-static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
+static void cpu_layernorm_backward(Backend *be, const Act *dya, const Act *xa,
                                    const float *gamma, const float *mean, const float *rstd,
-                                   int N, int C, float *dx, int accumulate, float *dgamma,
+                                   int N, int C, Act *dxa, int accumulate, float *dgamma,
                                    float *dbeta) {
+    const float *dy = act_cf(dya), *x = act_cf(xa);
+    float *dx = act_f(dxa);
     double t0 = cpu_prof_begin(be);
     if (dgamma || dbeta) {
         // Threads own blocks of 64 columns (one writer per element); rows run inside so each
@@ -84,7 +88,9 @@ static void cpu_layernorm_backward(Backend *be, const float *dy, const float *x,
 #define GELU_K0 0.7978845608028654f  // sqrt(2/pi)
 #define GELU_K1 0.044715f
 
-static void cpu_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
+static void cpu_gelu_forward(Backend *be, GeluKind kind, const Act *xa, Act *ya, size_t n) {
+    const float *x = act_cf(xa);
+    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
@@ -99,7 +105,9 @@ static void cpu_gelu_forward(Backend *be, GeluKind kind, const float *x, float *
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-static void cpu_tanh_forward(Backend *be, const float *x, float *y, size_t n) {
+static void cpu_tanh_forward(Backend *be, const Act *xa, Act *ya, size_t n) {
+    const float *x = act_cf(xa);
+    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
@@ -107,7 +115,9 @@ static void cpu_tanh_forward(Backend *be, const float *x, float *y, size_t n) {
 }
 
 // tanh' = 1 - tanh², from the saved output.
-static void cpu_tanh_backward(Backend *be, const float *y, const float *dy, float *dx, size_t n) {
+static void cpu_tanh_backward(Backend *be, const Act *ya, const Act *dya, Act *dxa, size_t n) {
+    const float *y = act_cf(ya), *dy = act_cf(dya);
+    float *dx = act_f(dxa);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
@@ -115,8 +125,10 @@ static void cpu_tanh_backward(Backend *be, const float *y, const float *dy, floa
 }
 
 // erf: gelu' = Φ(x) + x φ(x);  tanh: gelu' = ½(1+t) + ½ x (1-t²) k0 (1 + 3 k1 x²).
-static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy,
-                              float *dx, size_t n) {
+static void cpu_gelu_backward(Backend *be, GeluKind kind, const Act *xa, const Act *dya,
+                              Act *dxa, size_t n) {
+    const float *x = act_cf(xa), *dy = act_cf(dya);
+    float *dx = act_f(dxa);
     double t0 = cpu_prof_begin(be);
     if (kind == GELU_ERF) {
         // erf(v/√2) and φ(v) share one exp: cpu_erff's exp(-(v/√2)²) is φ's exp(-v²/2).
@@ -140,8 +152,10 @@ static void cpu_gelu_backward(Backend *be, GeluKind kind, const float *x, const 
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-static void cpu_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed,
+static void cpu_dropout(Backend *be, const Act *xa, Act *ya, size_t n, float p, uint64_t seed,
                         uint64_t offset) {
+    const float *x = act_cf(xa);
+    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
     if (p <= 0.0f) {
         if (y != x) memcpy(y, x, n * sizeof *y);
@@ -157,7 +171,8 @@ static void cpu_dropout(Backend *be, const float *x, float *y, size_t n, float p
 
 static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
                                   const float *word, const float *pos, const float *type, int B,
-                                  int T, int D, float *out) {
+                                  int T, int D, Act *outa) {
+    float *out = act_f(outa);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)B * T * D >= CPU_PARALLEL_MIN_MEM)
     for (int bt = 0; bt < B * T; bt++) {
@@ -171,9 +186,10 @@ static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t
 }
 
 // Scatter-add: threads split the D columns (blocks of 64), so rows hit twice never race.
-static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t *ids,
+static void cpu_embedding_backward(Backend *be, const Act *douta, const int32_t *ids,
                                    const int32_t *type_ids, int B, int T, int D, float *dword,
                                    float *dpos, float *dtype) {
+    const float *dout = act_cf(douta);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * D >= CPU_PARALLEL_MIN_MEM)
     for (int c0 = 0; c0 < D; c0 += 64) {
@@ -193,8 +209,9 @@ static void cpu_embedding_backward(Backend *be, const float *dout, const int32_t
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-static void cpu_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels,
+static void cpu_cross_entropy_forward(Backend *be, const Act *logitsa, const int32_t *labels,
                                       int N, int V, float *loss, float *lse) {
+    const float *logits = act_cf(logitsa);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
@@ -225,9 +242,11 @@ static void cpu_cross_entropy_forward(Backend *be, const float *logits, const in
     cpu_prof_end(be, OPC_LOSS, t0, 0);
 }
 
-static void cpu_cross_entropy_backward(Backend *be, const float *logits, const float *lse,
+static void cpu_cross_entropy_backward(Backend *be, const Act *logitsa, const float *lse,
                                        const int32_t *labels, int N, int V, float grad_scale,
-                                       float *dlogits) {
+                                       Act *dlogitsa) {
+    const float *logits = act_cf(logitsa);
+    float *dlogits = act_f(dlogitsa);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {

@@ -68,8 +68,8 @@ static void check_matmul(const Fixture *f, int ta, int tb, int M, int N, int K, 
     memcpy(C, C0, nc * sizeof *C);
     memcpy(Cf, C0, nc * sizeof *Cf);
     const float alpha = 0.75f;
-    f->bf16->matmul(f->bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    f->f32->matmul(f->f32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, Cf, ldc);
+    f->bf16->matmul(f->bf16, ta, tb, M, N, K, alpha, mat_f32(A, lda), mat_f32(B, ldb), beta, out_f32(C, ldc));
+    f->f32->matmul(f->f32, ta, tb, M, N, K, alpha, mat_f32(A, lda), mat_f32(B, ldb), beta, out_f32(Cf, ldc));
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double s = 0;
@@ -124,8 +124,8 @@ static void check_linear(Backend *be, int bf16, int N, int in, int out, int accu
     memcpy(dx, dx0, (size_t)N * in * sizeof *dx);
     memcpy(dW, dW0, (size_t)out * in * sizeof *dW);
     memcpy(db, db0, out * sizeof *db);
-    be->linear_forward(be, x, W, b, N, in, out, y);
-    be->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
+    be->linear_forward(be, (Act *)x, W, b, N, in, out, (Act *)y);
+    be->linear_backward(be, (Act *)dy, (Act *)x, W, N, in, out, (Act *)dx, accumulate, dW, db);
 #define R(v) (bf16 ? oracle_bf16(v) : (double)(v))
     double *ry = mhe_malloc((size_t)N * out * sizeof *ry), *rdx = mhe_malloc((size_t)N * in * sizeof *rdx);
     double *rdW = mhe_malloc((size_t)out * in * sizeof *rdW), *rdb = mhe_malloc(out * sizeof *rdb);
@@ -180,8 +180,8 @@ static void test_linear_bf16(void **state) {
         dx[p] = mhe_malloc((size_t)N * in * sizeof *dx[p]);
         dW[p] = mhe_calloc((size_t)out * in, sizeof *dW[p]);
         db[p] = mhe_calloc(out, sizeof *db[p]);
-        be->linear_forward(be, x, W, b, N, in, out, y[p]);
-        be->linear_backward(be, dy, x, W, N, in, out, dx[p], 0, dW[p], db[p]);
+        be->linear_forward(be, (Act *)x, W, b, N, in, out, (Act *)y[p]);
+        be->linear_backward(be, (Act *)dy, (Act *)x, W, N, in, out, (Act *)dx[p], 0, dW[p], db[p]);
     }
     const double ey = rel_err_f(y[1], y[0], (size_t)N * out), edx = rel_err_f(dx[1], dx[0], (size_t)N * in);
     const double edW = rel_err_f(dW[1], dW[0], (size_t)out * in), edb = rel_err_f(db[1], db[0], out);
@@ -214,7 +214,7 @@ static void check_attention(const Fixture *f, int shared, int causal, float drop
     float *osc = extras ? random_floats((size_t)n * s.v_dim, 26, 1.0) : NULL;
     float *osh = extras ? random_floats((size_t)n * s.v_dim, 27, 1.0) : NULL;
     s.key_mask = km;
-    s.key_bias = kb;
+    s.key_bias = (Act *)kb;
     s.out_scale = osc;
     s.out_shift = osh;
     Backend *bes[2] = {f->f32, f->bf16};
@@ -231,8 +231,9 @@ static void check_attention(const Fixture *f, int shared, int causal, float drop
         dkb[p] = mhe_calloc((size_t)BT * n, sizeof(float));
         dsc[p] = mhe_calloc((size_t)n * s.v_dim, sizeof(float));
         dsh[p] = mhe_calloc((size_t)n * s.v_dim, sizeof(float));
-        be->attention_forward(be, &s, q, k, v, out[p], saved, scratch);
-        be->attention_backward(be, &s, q, k, v, saved, dout, dq[p], dk[p], dv[p], extras ? dkb[p] : NULL,
+        be->attention_forward(be, &s, (Act *)q, (Act *)k, (Act *)v, (Act *)out[p], saved, scratch);
+        be->attention_backward(be, &s, (Act *)q, (Act *)k, (Act *)v, saved, (Act *)dout, (Act *)dq[p],
+                               (Act *)dk[p], (Act *)dv[p], extras ? (Act *)dkb[p] : NULL,
                                extras ? dsc[p] : NULL, extras ? dsh[p] : NULL, scratch);
         free(saved);
         free(scratch);
@@ -284,7 +285,7 @@ static void test_cache_refills(void **state) {
         for (int M = 1; M <= maxM; M += pass ? 37 : 1) {
             for (int p = 0; p < 2; p++) {
                 Backend *be = p ? f->bf16 : f->f32;
-                be->matmul(be, 0, 1, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+                be->matmul(be, 0, 1, M, N, K, 1.0f, mat_f32(A, K), mat_f32(B, K), 0.0f, out_f32(C, N));
                 for (int i = 0; i < M; i++)
                     for (int j = 0; j < N; j++) {
                         double sum = 0;

@@ -57,7 +57,7 @@ static void check_matmul(Backend *be, int ta, int tb, int M, int N, int K) {
     float *C = mhe_malloc(nc * sizeof *C);
     double *ref = mhe_malloc(nc * sizeof *ref);
     memcpy(C, C0, nc * sizeof *C);
-    be->matmul(be, ta, tb, M, N, K, 0.7f, A, lda, B, ldb, 0.3f, C, ldc);
+    be->matmul(be, ta, tb, M, N, K, 0.7f, mat_f32(A, lda), mat_f32(B, ldb), 0.3f, out_f32(C, ldc));
     naive_matmul(ta, tb, M, N, K, 0.7, A, lda, B, ldb, 0.3, C0, ref, ldc);
     double e = rel_err_matrix(C, ref, M, N, ldc);
     if (e > 1e-5) print_message("matmul ta=%d tb=%d %dx%dx%d: rel err %.3g\n", ta, tb, M, N, K, e);
@@ -162,8 +162,9 @@ static void test_gelu_matches_double(void **state) {
         x[i] = (float)(-12.0 + 24.0 * (double)i / (double)(n - 1));
         ones[i] = 1.0f;
     }
-    be->gelu_forward(be, GELU_ERF, x, y, n);
-    be->gelu_backward(be, GELU_ERF, x, ones, dx, n);
+    // The fixture's backend is fp32 (Backend.act == DT_F32): host floats are its activations.
+    be->gelu_forward(be, GELU_ERF, (Act *)x, (Act *)y, n);
+    be->gelu_backward(be, GELU_ERF, (Act *)x, (Act *)ones, (Act *)dx, n);
     double worst_f = 0, worst_b = 0;
     for (size_t i = 0; i < n; i++) {
         const double v = x[i], cdf = 0.5 * (1.0 + erf(v / sqrt(2.0)));
