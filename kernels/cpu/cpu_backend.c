@@ -66,7 +66,8 @@ float *cpu_thread_floats(Backend *be, size_t floats, size_t *stride) {
         if (omp_in_parallel()) mhe_fatal("cpu_thread_floats: grown inside a parallel region");
         free(c->rows);
         // Whole cache lines per thread, so two threads' rows never share one.
-        c->rows_stride = (floats + 15) / 16 * 16;
+        const size_t want = (floats + 15) / 16 * 16;
+        c->rows_stride = want > c->rows_stride ? want : c->rows_stride;
         c->rows_teams = teams;
         c->rows = aligned_alloc(64, (size_t)teams * c->rows_stride * sizeof *c->rows);
         if (!c->rows) mhe_fatal("out of memory allocating per-thread rows");
