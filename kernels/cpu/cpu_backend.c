@@ -36,14 +36,49 @@ static void cpu_zero(Backend *be, void *dst, size_t bytes) {
 static void cpu_synchronize(Backend *be) { (void)be; }
 
 static void cpu_upload_act(Backend *be, Act *dst, const float *host_src, size_t n) {
-    cpu_copy(be, act_f(dst), host_src, n * sizeof *host_src);
+    if (!act_bf16(be)) {
+        cpu_copy(be, act_f(dst), host_src, n * sizeof *host_src);
+        return;
+    }
+    double t0 = cpu_prof_begin(be);
+    uint16_t *h = act_h(dst);
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
+    for (size_t i = 0; i < n; i++) h[i] = to_bf16(host_src[i]);
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 static void cpu_download_act(Backend *be, float *host_dst, const Act *src, size_t n) {
-    cpu_copy(be, host_dst, act_cf(src), n * sizeof *host_dst);
+    if (!act_bf16(be)) {
+        cpu_copy(be, host_dst, act_cf(src), n * sizeof *host_dst);
+        return;
+    }
+    double t0 = cpu_prof_begin(be);
+    const uint16_t *h = act_ch(src);
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
+    for (size_t i = 0; i < n; i++) host_dst[i] = from_bf16(h[i]);
+    cpu_prof_end(be, OPC_OTHER, t0, 0);
+}
+
+float *cpu_thread_floats(Backend *be, size_t floats, size_t *stride) {
+    CpuContext *c = cpu_ctx(be);
+    // A team is as wide as the backend's threads unless the caller has changed OpenMP's default.
+    const int teams = c->threads > omp_get_max_threads() ? c->threads : omp_get_max_threads();
+    if (floats > c->rows_stride || teams > c->rows_teams) {
+        if (omp_in_parallel()) mhe_fatal("cpu_thread_floats: grown inside a parallel region");
+        free(c->rows);
+        // Whole cache lines per thread, so two threads' rows never share one.
+        const size_t want = (floats + 15) / 16 * 16;
+        c->rows_stride = want > c->rows_stride ? want : c->rows_stride;
+        c->rows_teams = teams;
+        c->rows = aligned_alloc(64, (size_t)teams * c->rows_stride * sizeof *c->rows);
+        if (!c->rows) mhe_fatal("out of memory allocating per-thread rows");
+    }
+    *stride = c->rows_stride;
+    return c->rows;
 }
 
 static void cpu_destroy(Backend *be) {
     cpu_gemm_destroy(cpu_ctx(be)->gemm);
+    free(cpu_ctx(be)->rows);
     free(be->ctx);
     free(be);
 }
@@ -54,7 +89,7 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
     // thread inside parallel regions (attention's per-head products), so nothing oversubscribes.
     Backend *be = mhe_calloc(1, sizeof *be);
     be->name = "cpu";
-    be->act = DT_F32;
+    be->act = bf16 ? DT_BF16 : DT_F32;
     CpuContext *ctx = mhe_calloc(1, sizeof *ctx);
     ctx->threads = omp_get_max_threads();
     ctx->gemm = cpu_gemm_create(ctx->threads);

@@ -21,7 +21,7 @@
 
 // One cached primitive: the key is everything its creation depends on.
 typedef struct {
-    int ta, tb, M, N, K, lda, ldb, ldc, bf16, bias;
+    int ta, tb, M, N, K, lda, ldb, ldc, bf16, cbf16, bias;
     float alpha, beta;
 } GemmKey;
 
@@ -50,10 +50,6 @@ struct CpuGemm {
     int entries;
     uint16_t **bf16_buf;            // per thread operand copies rounded to bf16 (grow-only)
     size_t *bf16_elems;
-    uint16_t *keep_buf;             // cpu_gemm_pack's result (outside parallel regions only)
-    size_t keep_elems;
-    double *colsum;                 // cpu_gemm_pack's per-block column sums
-    size_t colsum_elems;
 };
 
 static int key_eq(const GemmKey *a, const GemmKey *b) { return memcmp(a, b, sizeof *a) == 0; }
@@ -110,8 +106,6 @@ void cpu_gemm_destroy(CpuGemm *g) {
     free(g->streams);
     free(g->bf16_buf);
     free(g->bf16_elems);
-    free(g->keep_buf);
-    free(g->colsum);
     free(g);
 }
 
@@ -135,7 +129,7 @@ static GemmEntry *create_entry(CpuGemm *g, const GemmKey *k) {
     dnnl_memory_desc_t a, b, c;
     plain_md(&a, k->M, k->K, k->ta, k->lda, in);
     plain_md(&b, k->K, k->N, k->tb, k->ldb, in);
-    plain_md(&c, k->M, k->N, 0, k->ldc, dnnl_f32);
+    plain_md(&c, k->M, k->N, 0, k->ldc, k->cbf16 ? dnnl_bf16 : dnnl_f32);
     // Bias [1, N] fp32, added to the fp32 accumulators before they are stored (one pass less).
     dnnl_memory_desc_t bias;
     plain_md(&bias, 1, k->N, 0, k->N, dnnl_f32);
@@ -240,7 +234,7 @@ static uint16_t *thread_bf16(CpuGemm *g, int t, size_t elems) {
 }
 
 static void execute(CpuGemm *g, GemmEntry *e, int t, const void *A, const void *B,
-                    const float *bias, float *C) {
+                    const float *bias, void *C) {
     dnnl_memory_t *m = e->mem + t * MEMS;
     DNNL_OK(dnnl_memory_set_data_handle(m[0], (void *)A));
     DNNL_OK(dnnl_memory_set_data_handle(m[1], (void *)B));
@@ -264,44 +258,47 @@ static void bf16_to_f32(const uint16_t *h, int rows, int cols, int ld, float *ou
 }
 
 void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
-                 CpuOperand A, CpuOperand B, const float *bias, float beta, float *C, int ldc) {
+                 CpuOperand A, CpuOperand B, const float *bias, float beta, CpuResult C) {
     if (M <= 0 || N <= 0) return;
+    if ((A.h || B.h || C.h) && !bf16) mhe_fatal("cpu_gemm: a bf16 operand in an fp32 product");
     if (K <= 0) {
         for (int i = 0; i < M; i++)
             for (int j = 0; j < N; j++) {
-                float *c = &C[(size_t)i * ldc + j];
-                *c = (beta == 0.0f ? 0.0f : *c * beta) + (bias ? bias[j] : 0.0f);
+                const size_t at = (size_t)i * C.ld + j;
+                const float old = beta == 0.0f ? 0.0f : (C.h ? from_bf16(C.h[at]) : C.f[at]) * beta;
+                const float v = old + (bias ? bias[j] : 0.0f);
+                if (C.h) C.h[at] = to_bf16(v);
+                else C.f[at] = v;
             }
         return;
     }
     const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
     // Per-thread streams, memory objects and scratch exist for the backend's threads only.
     if (t >= g->threads) mhe_fatal("cpu_gemm called from OpenMP thread %d of a team wider than the backend's %d threads", t, g->threads);
-    if ((A.h || B.h) && !bf16) mhe_fatal("cpu_gemm: a bf16 operand in an fp32 product");
     const int hb_ = bias != NULL;
     if (!bf16) {
-        GemmKey k = {ta, tb, M, N, K, A.ld, B.ld, ldc, 0, hb_, alpha, beta};
-        execute(g, lookup(g, &k), t, A.f, B.f, bias, C);
+        GemmKey k = {ta, tb, M, N, K, A.ld, B.ld, C.ld, 0, 0, hb_, alpha, beta};
+        execute(g, lookup(g, &k), t, A.f, B.f, bias, C.f);
         return;
     }
     // bf16: fp32 operands are rounded into contiguous per-thread copies (same orientation,
     // leading dimension = stored row length), products accumulate in fp32.  Operands given in
-    // bf16 are used where they are, with their own leading dimension.
+    // bf16 (activations) are used where they are, with their own leading dimension.
     const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
     const size_t na = A.h ? 0 : (size_t)arows * acols, nb = B.h ? 0 : (size_t)brows * bcols;
-    GemmKey k = {ta, tb, M, N, K, A.h ? A.ld : acols, B.h ? B.ld : bcols, ldc, 1, hb_, alpha, beta};
+    GemmKey k = {ta, tb, M, N, K, A.h ? A.ld : acols, B.h ? B.ld : bcols, C.ld, 1, C.h != NULL, hb_, alpha, beta};
     GemmEntry *e = lookup(g, &k);
     if (e->prim) {
         uint16_t *ha = thread_bf16(g, t, na + nb), *hb = ha + na;
         if (!A.h) cpu_pack_bf16(A.f, arows, acols, A.ld, ha);
         if (!B.h) cpu_pack_bf16(B.f, brows, bcols, B.ld, hb);
-        execute(g, e, t, A.h ? A.h : ha, B.h ? B.h : hb, bias, C);
+        execute(g, e, t, A.h ? A.h : ha, B.h ? B.h : hb, bias, C.h ? (void *)C.h : (void *)C.f);
         return;
     }
     // No bf16 kernel on this CPU: the same arithmetic (bf16-rounded operands, fp32 products
-    // and sums) through the fp32 primitive.
-    const size_t fa_n = (size_t)arows * acols, fb_n = (size_t)brows * bcols;
-    float *fa = (float *)thread_bf16(g, t, 2 * (fa_n + fb_n)), *fb = fa + fa_n;
+    // and sums, a bf16 result rounded once) through the fp32 primitive.
+    const size_t fa_n = (size_t)arows * acols, fb_n = (size_t)brows * bcols, fc_n = C.h ? (size_t)M * N : 0;
+    float *fa = (float *)thread_bf16(g, t, 2 * (fa_n + fb_n + fc_n)), *fb = fa + fa_n, *fc = fb + fb_n;
     if (A.h) bf16_to_f32(A.h, arows, acols, A.ld, fa);
     else {
 #pragma omp parallel for schedule(dynamic, 16) if (fa_n >= (1u << 17))
@@ -312,62 +309,15 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
 #pragma omp parallel for schedule(dynamic, 16) if (fb_n >= (1u << 17))
         for (int r = 0; r < brows; r++) cpu_round_bf16(B.f + (size_t)r * B.ld, fb + (size_t)r * bcols, bcols);
     }
-    GemmKey kf = {ta, tb, M, N, K, acols, bcols, ldc, 0, hb_, alpha, beta};
-    execute(g, lookup(g, &kf), t, fa, fb, bias, C);
+    if (C.h && beta != 0.0f) bf16_to_f32(C.h, M, N, C.ld, fc);
+    GemmKey kf = {ta, tb, M, N, K, acols, bcols, C.h ? N : C.ld, 0, 0, hb_, alpha, beta};
+    execute(g, lookup(g, &kf), t, fa, fb, bias, C.h ? fc : C.f);
+    if (C.h)
+        for (int r = 0; r < M; r++) bf16_store(fc + (size_t)r * N, (size_t)N, C.h + (size_t)r * C.ld);
 }
 
 void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     cpu_gemm_ex(g, bf16, ta, tb, M, N, K, alpha, (CpuOperand){A, NULL, lda}, (CpuOperand){B, NULL, ldb},
-                NULL, beta, C, ldc);
-}
-
-// Rows per block of cpu_gemm_pack's column sums: fixed, so the sums do not depend on the
-// number of threads (a resumed run with another thread count stays exact).
-#define COLSUM_ROWS 256
-
-const uint16_t *cpu_gemm_pack(CpuGemm *g, const float *x, int rows, int cols, float *colsum) {
-    const size_t n = (size_t)rows * cols;
-    if (n > g->keep_elems) {
-        free(g->keep_buf);
-        g->keep_buf = aligned_alloc(64, (n * 2 + 63) / 64 * 64);
-        if (!g->keep_buf) mhe_fatal("out of memory allocating %zu bf16 values", n);
-        g->keep_elems = n;
-    }
-    uint16_t *out = g->keep_buf;
-    if (!colsum) {
-        cpu_pack_bf16(x, rows, cols, cols, out);
-        return out;
-    }
-    const int blocks = (rows + COLSUM_ROWS - 1) / COLSUM_ROWS;
-    const size_t need = (size_t)blocks * cols;
-    if (need > g->colsum_elems) {
-        free(g->colsum);
-        g->colsum = mhe_malloc(need * sizeof *g->colsum);
-        g->colsum_elems = need;
-    }
-    double *part = g->colsum;
-    // One pass over x: round each row to bf16 and add it to its block's column sums (the
-    // block's sums, cols doubles, stay in cache).
-#pragma omp parallel for schedule(dynamic, 1) if (n >= (1u << 16))
-    for (int bl = 0; bl < blocks; bl++) {
-        double *acc = part + (size_t)bl * cols;
-        memset(acc, 0, (size_t)cols * sizeof *acc);
-        const int r1 = (bl + 1) * COLSUM_ROWS < rows ? (bl + 1) * COLSUM_ROWS : rows;
-        for (int r = bl * COLSUM_ROWS; r < r1; r++) {
-            const float *xr = x + (size_t)r * cols;
-            uint16_t *o = out + (size_t)r * cols;
-#pragma omp simd
-            for (int c = 0; c < cols; c++) {
-                o[c] = to_bf16(xr[c]);
-                acc[c] += xr[c];
-            }
-        }
-    }
-    for (int c = 0; c < cols; c++) {
-        double s = 0;
-        for (int bl = 0; bl < blocks; bl++) s += part[(size_t)bl * cols + c];
-        colsum[c] += (float)s;
-    }
-    return out;
+                NULL, beta, (CpuResult){C, NULL, ldc});
 }

@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdint.h>
 
+#include "kernels/cpu/cpu_act.h"
 #include "kernels/ops.h"
 
 // Loops over fewer elements run on one thread.  With the OpenMP threads spinning between
@@ -30,21 +31,24 @@ int cpu_gemm_native_bf16(const CpuGemm *g);
 // product then runs on the calling thread).
 void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-// An operand: fp32 values (f, leading dimension ld) or, in bf16 products only, values already
-// rounded to bf16 (h, leading dimension ld: cpu_gemm_pack's are contiguous, ld = row length).
+// An operand: fp32 values (f, leading dimension ld; a bf16 product rounds them per call) or,
+// in bf16 products only, bf16 values (h, leading dimension ld) used where they are.
 typedef struct {
     const float *f;
     const uint16_t *h;
     int ld;
 } CpuOperand;
-// cpu_gemm with either kind of operand and an optional bias [N] added to every row of the
-// product (inside the primitive: no separate pass over C).
+// The result: fp32 (f) or, in bf16 products only, bf16 (h: the fp32 accumulators rounded once
+// as they are stored; beta != 0 reads the old bf16 values), leading dimension ld.
+typedef struct {
+    float *f;
+    uint16_t *h;
+    int ld;
+} CpuResult;
+// cpu_gemm with either kind of operand and result and an optional bias [N] added to every row
+// of the product (inside the primitive: no separate pass over C).
 void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
-                 CpuOperand A, CpuOperand B, const float *bias, float beta, float *C, int ldc);
-// x [rows, cols] (contiguous) rounded to bf16 once, for several products; with colsum != NULL
-// also colsum[c] += Σ_r x[r, c] (summed in double) in the same pass.  The result lives in one
-// buffer of g until the next call; call outside parallel regions.
-const uint16_t *cpu_gemm_pack(CpuGemm *g, const float *x, int rows, int cols, float *colsum);
+                 CpuOperand A, CpuOperand B, const float *bias, float beta, CpuResult C);
 // x [rows, cols] (leading dimension ld) rounded to bf16 into out (contiguous, ld = cols); split
 // over the threads when large and called outside a parallel region.
 void cpu_pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out);
@@ -54,8 +58,11 @@ void cpu_round_bf16(const float *x, float *out, size_t n);
 // Threads fixed at creation: per-thread scratch (attention, oneDNN) is sized for this many.
 typedef struct {
     int threads;
-    int bf16;       // runtime.precision bf16: matmul operands (incl. attention's) in bf16
+    int bf16;       // runtime.precision bf16: activations (Backend.act) and matmul operands in bf16
     CpuGemm *gemm;
+    float *rows;    // cpu_thread_floats' buffers: rows_teams of rows_stride floats
+    size_t rows_stride;
+    int rows_teams;
 } CpuContext;
 static inline int cpu_threads(const Backend *be) { return ((const CpuContext *)be->ctx)->threads; }
 static inline CpuContext *cpu_ctx(const Backend *be) { return (CpuContext *)be->ctx; }
@@ -65,10 +72,6 @@ static inline void cpu_gemm_be(const Backend *be, int ta, int tb, int M, int N, 
                                float *C, int ldc) {
     cpu_gemm(cpu_ctx(be)->gemm, cpu_ctx(be)->bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-
-// An activation buffer's elements as fp32 (valid while be->act == DT_F32).
-static inline float *act_f(Act *p) { return (float *)p; }
-static inline const float *act_cf(const Act *p) { return (const float *)p; }
 
 static inline double cpu_prof_begin(const Backend *be) { return be->profile ? omp_get_wtime() : 0.0; }
 static inline void cpu_prof_end(Backend *be, OpClass c, double t0, double flops) {

@@ -5,39 +5,74 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_math.h"
 
-static void cpu_layernorm_forward(Backend *be, const Act *xa, const float *gamma,
-                                  const float *beta, int N, int C, float eps, Act *ya,
+// A row's mean and 1/sqrt(var + eps) (biased variance), summed in double.
+static inline void ln_stats(const float *xr, int C, float eps, float *mean, float *rstd) {
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++) s += xr[c];
+    double mu = s / C, v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++) v += (xr[c] - mu) * (xr[c] - mu);
+    *rstd = (float)(1.0 / sqrt(v / C + eps));
+    *mean = (float)mu;
+}
+
+static void cpu_layernorm_forward(Backend *be, const Act *x, const float *gamma,
+                                  const float *beta, int N, int C, float eps, Act *y,
                                   float *mean, float *rstd) {
-    const float *x = act_cf(xa);
-    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
+    const int bf = act_bf16(be);
+    size_t stride = 0;
+    float *rows = bf ? cpu_thread_floats(be, (size_t)C, &stride) : NULL;
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
     for (int r = 0; r < N; r++) {
-        const float *xr = x + (size_t)r * C;
-        float *yr = y + (size_t)r * C;
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int c = 0; c < C; c++) s += xr[c];
-        double mu = s / C, v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int c = 0; c < C; c++) v += (xr[c] - mu) * (xr[c] - mu);
-        float rs = (float)(1.0 / sqrt(v / C + eps));
-        float m = (float)mu;
-        for (int c = 0; c < C; c++) yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
+        float m, rs;
+        if (bf) {
+            // The row in fp32 first: it is read three times, and y may alias x.
+            float *xr = rows + (size_t)omp_get_thread_num() * stride;
+            bf16_load(act_ch(x) + (size_t)r * C, (size_t)C, xr);
+            ln_stats(xr, C, eps, &m, &rs);
+            uint16_t *yr = act_h(y) + (size_t)r * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) yr[c] = to_bf16((xr[c] - m) * rs * gamma[c] + beta[c]);
+        } else {
+            const float *xr = act_cf(x) + (size_t)r * C;
+            float *yr = act_f(y) + (size_t)r * C;
+            ln_stats(xr, C, eps, &m, &rs);
+            for (int c = 0; c < C; c++) yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
+        }
         mean[r] = m;
         rstd[r] = rs;
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+// One row of LayerNorm's input gradient into dxr (= or +=), from fp32 rows of x and dy.
+static inline void ln_dx_row(const float *xr, const float *dyr, const float *gamma, float mu,
+                             float rs, int C, float *dxr, int accumulate) {
+    double sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+    for (int c = 0; c < C; c++) {
+        double g = (double)dyr[c] * gamma[c];
+        sg += g;
+        sgx += g * (xr[c] - mu) * rs;
+    }
+    float mg = (float)(sg / C), mgx = (float)(sgx / C);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        float xhat = (xr[c] - mu) * rs;
+        float v = rs * (dyr[c] * gamma[c] - mg - xhat * mgx);
+        dxr[c] = accumulate ? dxr[c] + v : v;
+    }
+}
+
 // g = dy*gamma; dx = rstd * (g - mean(g) - xhat * mean(g*xhat)); dgamma += Σ dy*xhat; dbeta += Σ dy
-static void cpu_layernorm_backward(Backend *be, const Act *dya, const Act *xa,
+static void cpu_layernorm_backward(Backend *be, const Act *dy, const Act *x,
                                    const float *gamma, const float *mean, const float *rstd,
-                                   int N, int C, Act *dxa, int accumulate, float *dgamma,
+                                   int N, int C, Act *dx, int accumulate, float *dgamma,
                                    float *dbeta) {
-    const float *dy = act_cf(dya), *x = act_cf(xa);
-    float *dx = act_f(dxa);
     double t0 = cpu_prof_begin(be);
+    const int bf = act_bf16(be);
     if (dgamma || dbeta) {
         // Threads own blocks of 64 columns (one writer per element); rows run inside so each
         // row's block is read contiguously.
@@ -46,12 +81,23 @@ static void cpu_layernorm_backward(Backend *be, const Act *dya, const Act *xa,
             const int w = C - c0 < 64 ? C - c0 : 64;
             double sg[64] = {0}, sb[64] = {0};
             for (int r = 0; r < N; r++) {
-                const float *dyr = dy + (size_t)r * C + c0, *xr = x + (size_t)r * C + c0;
+                const size_t o = (size_t)r * C + c0;
                 const float mu = mean[r], rs = rstd[r];
+                if (bf) {
+                    const uint16_t *dyr = act_ch(dy) + o, *xr = act_ch(x) + o;
 #pragma omp simd
-                for (int c = 0; c < w; c++) {
-                    sg[c] += (double)dyr[c] * ((xr[c] - mu) * rs);
-                    sb[c] += dyr[c];
+                    for (int c = 0; c < w; c++) {
+                        const float d = from_bf16(dyr[c]);
+                        sg[c] += (double)d * ((from_bf16(xr[c]) - mu) * rs);
+                        sb[c] += d;
+                    }
+                } else {
+                    const float *dyr = act_cf(dy) + o, *xr = act_cf(x) + o;
+#pragma omp simd
+                    for (int c = 0; c < w; c++) {
+                        sg[c] += (double)dyr[c] * ((xr[c] - mu) * rs);
+                        sb[c] += dyr[c];
+                    }
                 }
             }
             for (int c = 0; c < w; c++) {
@@ -61,24 +107,23 @@ static void cpu_layernorm_backward(Backend *be, const Act *dya, const Act *xa,
         }
     }
     if (dx) {
+        size_t stride = 0;
+        float *rows = bf ? cpu_thread_floats(be, 3 * (size_t)C, &stride) : NULL;
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
         for (int r = 0; r < N; r++) {
-            const float *xr = x + (size_t)r * C, *dyr = dy + (size_t)r * C;
-            float *dxr = dx + (size_t)r * C;
-            float mu = mean[r], rs = rstd[r];
-            double sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
-            for (int c = 0; c < C; c++) {
-                double g = (double)dyr[c] * gamma[c];
-                sg += g;
-                sgx += g * (xr[c] - mu) * rs;
-            }
-            float mg = (float)(sg / C), mgx = (float)(sgx / C);
-#pragma omp simd
-            for (int c = 0; c < C; c++) {
-                float xhat = (xr[c] - mu) * rs;
-                float v = rs * (dyr[c] * gamma[c] - mg - xhat * mgx);
-                dxr[c] = accumulate ? dxr[c] + v : v;
+            const size_t o = (size_t)r * C;
+            if (bf) {
+                // x, dy and (accumulating) dx in fp32; dx may alias dy (accumulate == 0): dy is
+                // read whole before dx is stored.
+                float *xr = rows + (size_t)omp_get_thread_num() * stride, *dyr = xr + C, *dxr = dyr + C;
+                bf16_load(act_ch(x) + o, (size_t)C, xr);
+                bf16_load(act_ch(dy) + o, (size_t)C, dyr);
+                if (accumulate) bf16_load(act_h(dx) + o, (size_t)C, dxr);
+                ln_dx_row(xr, dyr, gamma, mean[r], rstd[r], C, dxr, accumulate);
+                bf16_store(dxr, (size_t)C, act_h(dx) + o);
+            } else {
+                ln_dx_row(act_cf(x) + o, act_cf(dy) + o, gamma, mean[r], rstd[r], C, act_f(dx) + o,
+                          accumulate);
             }
         }
     }
@@ -88,114 +133,177 @@ static void cpu_layernorm_backward(Backend *be, const Act *dya, const Act *xa,
 #define GELU_K0 0.7978845608028654f  // sqrt(2/pi)
 #define GELU_K1 0.044715f
 
-static void cpu_gelu_forward(Backend *be, GeluKind kind, const Act *xa, Act *ya, size_t n) {
-    const float *x = act_cf(xa);
-    float *y = act_f(ya);
+static inline float gelu_erf(float v) { return 0.5f * v * (1.0f + cpu_erff(v * (float)M_SQRT1_2)); }
+static inline float gelu_tanh(float v) {
+    return 0.5f * v * (1.0f + cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v)));
+}
+// erf: gelu' = Φ(x) + x φ(x), where erf(v/√2) and φ(v) share one exp (cpu_erff's
+// exp(-(v/√2)²) is φ's exp(-v²/2));  tanh: gelu' = ½(1+t) + ½ x (1-t²) k0 (1 + 3 k1 x²).
+static inline float gelu_erf_grad(float v) {
+    const float e = cpu_expf_noover(-0.5f * v * v);
+    const float cdf = 0.5f * (1.0f + cpu_erff_with_exp(v * (float)M_SQRT1_2, e));
+    const float pdf = e * 0.3989422804014327f;
+    return cdf + v * pdf;
+}
+static inline float gelu_tanh_grad(float v) {
+    float t = cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * v * v);
+}
+
+static void cpu_gelu_forward(Backend *be, GeluKind kind, const Act *x, Act *y, size_t n) {
     double t0 = cpu_prof_begin(be);
-    if (kind == GELU_ERF) {
+    if (act_bf16(be)) {
+        const uint16_t *xh = act_ch(x);
+        uint16_t *yh = act_h(y);
+        if (kind == GELU_ERF) {
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
-        for (size_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + cpu_erff(x[i] * (float)M_SQRT1_2));
+            for (size_t i = 0; i < n; i++) yh[i] = to_bf16(gelu_erf(from_bf16(xh[i])));
+        } else {
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+            for (size_t i = 0; i < n; i++) yh[i] = to_bf16(gelu_tanh(from_bf16(xh[i])));
+        }
     } else {
+        const float *xf = act_cf(x);
+        float *yf = act_f(y);
+        if (kind == GELU_ERF) {
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float v = x[i];
-            y[i] = 0.5f * v * (1.0f + cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v)));
+            for (size_t i = 0; i < n; i++) yf[i] = gelu_erf(xf[i]);
+        } else {
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+            for (size_t i = 0; i < n; i++) yf[i] = gelu_tanh(xf[i]);
         }
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-static void cpu_tanh_forward(Backend *be, const Act *xa, Act *ya, size_t n) {
-    const float *x = act_cf(xa);
-    float *y = act_f(ya);
+static void cpu_gelu_backward(Backend *be, GeluKind kind, const Act *x, const Act *dy,
+                              Act *dx, size_t n) {
     double t0 = cpu_prof_begin(be);
+    if (act_bf16(be)) {
+        const uint16_t *xh = act_ch(x), *dyh = act_ch(dy);
+        uint16_t *dxh = act_h(dx);
+        if (kind == GELU_ERF) {
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+            for (size_t i = 0; i < n; i++) dxh[i] = to_bf16(from_bf16(dyh[i]) * gelu_erf_grad(from_bf16(xh[i])));
+        } else {
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+            for (size_t i = 0; i < n; i++) dxh[i] = to_bf16(from_bf16(dyh[i]) * gelu_tanh_grad(from_bf16(xh[i])));
+        }
+    } else {
+        const float *xf = act_cf(x), *dyf = act_cf(dy);
+        float *dxf = act_f(dx);
+        if (kind == GELU_ERF) {
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+            for (size_t i = 0; i < n; i++) dxf[i] = dyf[i] * gelu_erf_grad(xf[i]);
+        } else {
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
+            for (size_t i = 0; i < n; i++) dxf[i] = dyf[i] * gelu_tanh_grad(xf[i]);
+        }
+    }
+    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+static void cpu_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
+    double t0 = cpu_prof_begin(be);
+    if (act_bf16(be)) {
+        const uint16_t *xh = act_ch(x);
+        uint16_t *yh = act_h(y);
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+        for (size_t i = 0; i < n; i++) yh[i] = to_bf16(tanhf(from_bf16(xh[i])));
+    } else {
+        const float *xf = act_cf(x);
+        float *yf = act_f(y);
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+        for (size_t i = 0; i < n; i++) yf[i] = tanhf(xf[i]);
+    }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
 // tanh' = 1 - tanh², from the saved output.
-static void cpu_tanh_backward(Backend *be, const Act *ya, const Act *dya, Act *dxa, size_t n) {
-    const float *y = act_cf(ya), *dy = act_cf(dya);
-    float *dx = act_f(dxa);
+static void cpu_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n) {
     double t0 = cpu_prof_begin(be);
+    if (act_bf16(be)) {
+        const uint16_t *yh = act_ch(y), *dyh = act_ch(dy);
+        uint16_t *dxh = act_h(dx);
 #pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
-    cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
-}
-
-// erf: gelu' = Φ(x) + x φ(x);  tanh: gelu' = ½(1+t) + ½ x (1-t²) k0 (1 + 3 k1 x²).
-static void cpu_gelu_backward(Backend *be, GeluKind kind, const Act *xa, const Act *dya,
-                              Act *dxa, size_t n) {
-    const float *x = act_cf(xa), *dy = act_cf(dya);
-    float *dx = act_f(dxa);
-    double t0 = cpu_prof_begin(be);
-    if (kind == GELU_ERF) {
-        // erf(v/√2) and φ(v) share one exp: cpu_erff's exp(-(v/√2)²) is φ's exp(-v²/2).
-#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
         for (size_t i = 0; i < n; i++) {
-            const float v = x[i];
-            const float e = cpu_expf_noover(-0.5f * v * v);
-            const float cdf = 0.5f * (1.0f + cpu_erff_with_exp(v * (float)M_SQRT1_2, e));
-            const float pdf = e * 0.3989422804014327f;
-            dx[i] = dy[i] * (cdf + v * pdf);
+            const float v = from_bf16(yh[i]);
+            dxh[i] = to_bf16(from_bf16(dyh[i]) * (1.0f - v * v));
         }
     } else {
-#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float v = x[i];
-            float t = cpu_tanhf(GELU_K0 * (v + GELU_K1 * v * v * v));
-            float g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * v * v);
-            dx[i] = dy[i] * g;
-        }
+        const float *yf = act_cf(y), *dyf = act_cf(dy);
+        float *dxf = act_f(dx);
+#pragma omp parallel for schedule(static) if (n >= CPU_PARALLEL_MIN)
+        for (size_t i = 0; i < n; i++) dxf[i] = dyf[i] * (1.0f - yf[i] * yf[i]);
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-static void cpu_dropout(Backend *be, const Act *xa, Act *ya, size_t n, float p, uint64_t seed,
+static void cpu_dropout(Backend *be, const Act *x, Act *y, size_t n, float p, uint64_t seed,
                         uint64_t offset) {
-    const float *x = act_cf(xa);
-    float *y = act_f(ya);
     double t0 = cpu_prof_begin(be);
+    const int bf = act_bf16(be);
     if (p <= 0.0f) {
-        if (y != x) memcpy(y, x, n * sizeof *y);
+        if (y != x) memcpy(y, x, n * dtype_size(be->act));
     } else {
         const float inv = 1.0f / (1.0f - p);
         const uint64_t key = ops_dropout_key(seed, offset);
         const uint32_t thr = ops_dropout_threshold(p);
+        if (bf) {
+            const uint16_t *xh = act_ch(x);
+            uint16_t *yh = act_h(y);
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
-        for (size_t i = 0; i < n; i++) y[i] = ops_dropout_keep_fast(key, i, thr) ? x[i] * inv : 0.0f;
+            for (size_t i = 0; i < n; i++)
+                yh[i] = ops_dropout_keep_fast(key, i, thr) ? to_bf16(from_bf16(xh[i]) * inv) : 0;
+        } else {
+            const float *xf = act_cf(x);
+            float *yf = act_f(y);
+#pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
+            for (size_t i = 0; i < n; i++) yf[i] = ops_dropout_keep_fast(key, i, thr) ? xf[i] * inv : 0.0f;
+        }
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
 static void cpu_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
                                   const float *word, const float *pos, const float *type, int B,
-                                  int T, int D, Act *outa) {
-    float *out = act_f(outa);
+                                  int T, int D, Act *out) {
     double t0 = cpu_prof_begin(be);
+    const int bf = act_bf16(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)B * T * D >= CPU_PARALLEL_MIN_MEM)
     for (int bt = 0; bt < B * T; bt++) {
         int t = bt % T;
         const float *w = word + (size_t)ids[bt] * D, *p = pos + (size_t)t * D;
         const float *ty = type ? type + (size_t)(type_ids ? type_ids[bt] : 0) * D : NULL;
-        float *o = out + (size_t)bt * D;
-        for (int c = 0; c < D; c++) o[c] = w[c] + p[c] + (ty ? ty[c] : 0.0f);
+        if (bf) {
+            uint16_t *o = act_h(out) + (size_t)bt * D;
+            for (int c = 0; c < D; c++) o[c] = to_bf16(w[c] + p[c] + (ty ? ty[c] : 0.0f));
+        } else {
+            float *o = act_f(out) + (size_t)bt * D;
+            for (int c = 0; c < D; c++) o[c] = w[c] + p[c] + (ty ? ty[c] : 0.0f);
+        }
     }
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
+// g[0, w) of one row of dout as fp32: the row itself (fp32) or its conversion into buf.
+static inline const float *dout_block(const Backend *be, const Act *dout, size_t at, int w, float *buf) {
+    if (!act_bf16(be)) return act_cf(dout) + at;
+    bf16_load(act_ch(dout) + at, (size_t)w, buf);
+    return buf;
+}
+
 // Scatter-add: threads split the D columns (blocks of 64), so rows hit twice never race.
-static void cpu_embedding_backward(Backend *be, const Act *douta, const int32_t *ids,
+static void cpu_embedding_backward(Backend *be, const Act *dout, const int32_t *ids,
                                    const int32_t *type_ids, int B, int T, int D, float *dword,
                                    float *dpos, float *dtype) {
-    const float *dout = act_cf(douta);
     double t0 = cpu_prof_begin(be);
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * D >= CPU_PARALLEL_MIN_MEM)
     for (int c0 = 0; c0 < D; c0 += 64) {
         const int w = D - c0 < 64 ? D - c0 : 64;
+        float buf[64];
         for (int bt = 0; bt < B * T; bt++) {
-            const float *g = dout + (size_t)bt * D + c0;
+            const float *g = dout_block(be, dout, (size_t)bt * D + c0, w, buf);
             float *dw = dword + (size_t)ids[bt] * D + c0;
             float *dp = dpos ? dpos + (size_t)(bt % T) * D + c0 : NULL;
             float *dt = dtype ? dtype + (size_t)(type_ids ? type_ids[bt] : 0) * D + c0 : NULL;
@@ -209,10 +317,45 @@ static void cpu_embedding_backward(Backend *be, const Act *douta, const int32_t 
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-static void cpu_cross_entropy_forward(Backend *be, const Act *logitsa, const int32_t *labels,
+// Row maximum and Σ exp(z - max) of one row of logits (either storage type), the terms in
+// float and the sum in double.  In blocks through a buffer: GCC does not vectorise cpu_expf and
+// the widening sum in one loop (it stayed scalar, ~3 ns per logit).
+static double ce_row_sum(const Act *logits, int bf, size_t at, int V, float *max_out) {
+    const float *zf = bf ? NULL : act_cf(logits) + at;
+    const uint16_t *zh = bf ? act_ch(logits) + at : NULL;
+    float mx;
+    if (bf) {
+        mx = from_bf16(zh[0]);
+#pragma omp simd reduction(max : mx)
+        for (int v = 1; v < V; v++) mx = from_bf16(zh[v]) > mx ? from_bf16(zh[v]) : mx;
+    } else {
+        mx = zf[0];
+#pragma omp simd reduction(max : mx)
+        for (int v = 1; v < V; v++) mx = zf[v] > mx ? zf[v] : mx;
+    }
+    double s = 0;
+    float e[256];
+    for (int v0 = 0; v0 < V; v0 += 256) {
+        const int w = V - v0 < 256 ? V - v0 : 256;
+        if (bf) {
+#pragma omp simd
+            for (int v = 0; v < w; v++) e[v] = cpu_expf_noover(from_bf16(zh[v0 + v]) - mx);
+        } else {
+#pragma omp simd
+            for (int v = 0; v < w; v++) e[v] = cpu_expf_noover(zf[v0 + v] - mx);
+        }
+#pragma omp simd reduction(+ : s)
+        for (int v = 0; v < w; v++) s += e[v];
+    }
+    *max_out = mx;
+    return s;
+}
+
+// Logits of either storage type; the loss and lse are reduced and stored in fp32.
+static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels,
                                       int N, int V, float *loss, float *lse) {
-    const float *logits = act_cf(logitsa);
     double t0 = cpu_prof_begin(be);
+    const int bf = act_bf16(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         if (labels[r] < 0) {
@@ -220,46 +363,51 @@ static void cpu_cross_entropy_forward(Backend *be, const Act *logitsa, const int
             lse[r] = 0.0f;
             continue;
         }
-        const float *z = logits + (size_t)r * V;
-        float mx = z[0];
-#pragma omp simd reduction(max : mx)
-        for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-        // Terms in float, sum in double.  In blocks through a buffer: GCC does not vectorise
-        // cpu_expf and the widening sum in one loop (it stayed scalar, ~3 ns per logit).
-        double s = 0;
-        float e[256];
-        for (int v0 = 0; v0 < V; v0 += 256) {
-            const int w = V - v0 < 256 ? V - v0 : 256;
-#pragma omp simd
-            for (int v = 0; v < w; v++) e[v] = cpu_expf_noover(z[v0 + v] - mx);
-#pragma omp simd reduction(+ : s)
-            for (int v = 0; v < w; v++) s += e[v];
-        }
-        double l = mx + log(s);
+        const size_t at = (size_t)r * V;
+        float mx;
+        const double s = ce_row_sum(logits, bf, at, V, &mx);
+        const double l = mx + log(s);
+        const float zl = bf ? from_bf16(act_ch(logits)[at + labels[r]]) : act_cf(logits)[at + labels[r]];
         lse[r] = (float)l;
-        loss[r] = (float)(l - z[labels[r]]);
+        loss[r] = (float)(l - zl);
     }
     cpu_prof_end(be, OPC_LOSS, t0, 0);
 }
 
-static void cpu_cross_entropy_backward(Backend *be, const Act *logitsa, const float *lse,
+static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const float *lse,
                                        const int32_t *labels, int N, int V, float grad_scale,
-                                       Act *dlogitsa) {
-    const float *logits = act_cf(logitsa);
-    float *dlogits = act_f(dlogitsa);
+                                       Act *dlogits) {
     double t0 = cpu_prof_begin(be);
+    const int bf = act_bf16(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
-        const float *z = logits + (size_t)r * V;
-        float *g = dlogits + (size_t)r * V;
-        if (labels[r] < 0) {
-            memset(g, 0, (size_t)V * sizeof *g);
-            continue;
-        }
-        float l = lse[r];
+        const size_t at = (size_t)r * V;
+        const int label = labels[r];
+        const float l = lse[r];
+        if (bf) {
+            const uint16_t *z = act_ch(logits) + at;
+            uint16_t *g = act_h(dlogits) + at;
+            if (label < 0) {
+                memset(g, 0, (size_t)V * sizeof *g);
+                continue;
+            }
+            // The label's logit before g (which may alias the logits) overwrites it, so its
+            // gradient is rounded once, after the one-hot is subtracted.
+            const float zl = from_bf16(z[label]);
 #pragma omp simd
-        for (int v = 0; v < V; v++) g[v] = grad_scale * cpu_expf_noover(z[v] - l);
-        g[labels[r]] -= grad_scale;
+            for (int v = 0; v < V; v++) g[v] = to_bf16(grad_scale * cpu_expf_noover(from_bf16(z[v]) - l));
+            g[label] = to_bf16(grad_scale * cpu_expf_noover(zl - l) - grad_scale);
+        } else {
+            const float *z = act_cf(logits) + at;
+            float *g = act_f(dlogits) + at;
+            if (label < 0) {
+                memset(g, 0, (size_t)V * sizeof *g);
+                continue;
+            }
+#pragma omp simd
+            for (int v = 0; v < V; v++) g[v] = grad_scale * cpu_expf_noover(z[v] - l);
+            g[label] -= grad_scale;
+        }
     }
     cpu_prof_end(be, OPC_LOSS, t0, 0);
 }

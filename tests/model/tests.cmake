@@ -24,6 +24,14 @@ add_test(NAME cpu_bf16_emulated_matches_fp32 COMMAND cpu_bf16_matches_fp32)
 set_tests_properties(cpu_bf16_emulated_matches_fp32 PROPERTIES TIMEOUT 300 LABELS model ENVIRONMENT
   "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
 set_property(TEST cpu_bf16_matches_fp32 cpu_bf16_emulated_matches_fp32 APPEND PROPERTY LABELS unit)
+# Every activation op in bf16 storage (Backend.act = DT_BF16) against the fp32 backend on inputs
+# exact in bf16, and upload_act/download_act's rounding.
+mhe_add_cmocka_test(cpu_bf16_ops_match_fp32 ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_bf16_ops.c)
+set_tests_properties(cpu_bf16_ops_match_fp32 PROPERTIES TIMEOUT 300 LABELS "model;unit")
+# The same without a bf16 kernel (oneDNN limited to AVX2): bf16 results through the fp32 primitive.
+add_test(NAME cpu_bf16_ops_emulated_match_fp32 COMMAND cpu_bf16_ops_match_fp32)
+set_tests_properties(cpu_bf16_ops_emulated_match_fp32 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
+  "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
 # The fine-tuning heads (issue 14) against tests/reference/ref_task.py: every attention type x
 # bert/gpt x classification/regression/span, loss, outputs and every gradient; divisor semantics.
 mhe_add_cmocka_test(task_heads_match_pytorch ${CMAKE_SOURCE_DIR}/tests/model/test_task_heads.c)
