@@ -398,9 +398,10 @@ static inline const Act *act_cat(const Backend *be, const Act *p, size_t i) {
 
 // The CPU backend (C + OpenMP, matmuls through oneDNN).  threads <= 0: the OpenMP default.
 Backend *backend_cpu_create(int threads);
-// The same; bf16 != 0 (runtime.precision: bf16) rounds every matmul operand (the attention
-// core's too) to bf16 with fp32 accumulation; weights, moments, LayerNorm and softmax
-// statistics and the loss stay fp32.  Without native bf16 instructions it says so once.
+// The same; bf16 != 0 (runtime.precision: bf16) stores activations in bf16 (Backend.act =
+// DT_BF16) and runs every product (the attention core's too) on bf16 operands with fp32
+// accumulation; weights, moments, LayerNorm and softmax statistics and the loss stay fp32.
+// Without native bf16 instructions it says so once.
 Backend *backend_cpu_create_for(int threads, int bf16);
 
 #ifdef __cplusplus

@@ -291,8 +291,8 @@ static void test_task_heads_bit_identical(void **state) {
     assert_int_equal(bad, 0);
 }
 
-// Floats the arena's bump allocator takes for n (64-byte slices, model.c arena_take).
-static size_t slice(size_t n) { return (n + 15) / 16 * 16; }
+// Bytes the arena's bump allocator takes for n bytes (64-byte slices, model.c arena_take).
+static size_t slice(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // mha, worked out from the layer layout (model_internal.h LayerActs): the attention block is
 // q, k, v and ctx [N, n·d] each, the core's saved tensors and, pre-LN, LN1's output a_in [N, D];
@@ -327,9 +327,12 @@ static void test_arena_shrinks_by_the_shared_buffers(void **state) {
         s.ldq = s.ldk = s.ldv = (int)nd;
         size_t saved = 0, scratch = 0;
         be->attention_sizes(be, &s, &saved, &scratch);
-        const size_t attn = (pre ? slice(N * D) : 0) + 4 * slice(N * nd) + slice(saved);
-        const size_t rest = 4 * slice(N) + 2 * slice(N * D) + (pre ? 0 : slice(N * D)) + 2 * slice(N * F);
-        const size_t want_attn = (L_ - 1) * attn * sizeof(float), want_layer = (L_ - 1) * (attn + rest) * sizeof(float);
+        // Activations take the backend's element size (Backend.act), statistics and the core's
+        // saved tensors fp32.
+        const size_t A = dtype_size(be->act), F4 = sizeof(float);
+        const size_t attn = (pre ? slice(N * D * A) : 0) + 4 * slice(N * nd * A) + slice(saved * F4);
+        const size_t rest = 4 * slice(N * F4) + 2 * slice(N * D * A) + (pre ? 0 : slice(N * D * A)) + 2 * slice(N * F * A);
+        const size_t want_attn = (L_ - 1) * attn, want_layer = (L_ - 1) * (attn + rest);
         printf("%s %s: arena none %zu, attention %zu (-%zu, want -%zu), layer %zu (-%zu, want -%zu) bytes\n", BACKEND,
                a ? "gpt" : "bert", arena[0], arena[1], arena[0] - arena[1], want_attn, arena[2], arena[0] - arena[2],
                want_layer);
