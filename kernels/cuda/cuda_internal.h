@@ -43,6 +43,13 @@ void cuda_staging_create(CudaCtx *c);
 void cuda_staging_destroy(CudaCtx *c);
 void cuda_staged_upload(Backend *be, void *dst, const void *src, size_t bytes);
 
+// Activation memory as fp32: while be->act is DT_F32 an Act holds floats (a bf16 run keeps its
+// activations in fp32 with bf16 twins, cuda_mirror.cu).
+static inline float *af(Act *p) { return reinterpret_cast<float *>(p); }
+static inline const float *af(const Act *p) { return reinterpret_cast<const float *>(p); }
+static inline Act *fa(float *p) { return reinterpret_cast<Act *>(p); }
+static inline const Act *fa(const float *p) { return reinterpret_cast<const Act *>(p); }
+
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
 static inline cudaStream_t cuda_stream(Backend *be) { return cuda_ctx(be)->stream; }
 
