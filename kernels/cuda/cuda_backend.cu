@@ -279,6 +279,8 @@ static void cuda_destroy(Backend *be) {
     cuda_linear_destroy(be);
     cuda_optim_destroy(be);
     std::free(c->inner);
+    std::free(c->f32);
+    for (int i = 0; i < ACT_STAGE_SLOTS; i++) cuda_device_free(c->stage[i]);
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->colsum);
     cuda_device_free(c->flash_part);
@@ -304,7 +306,13 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
-    c->bf16 = bf16 != 0;
+    // bf16 activations (cuda_act.cu) with MHE_CUDA_ACT=bf16; otherwise a bf16 run keeps fp32
+    // activations with bf16 twins of the matmul operands (cuda_mirror.cu).
+    const char *act = std::getenv("MHE_CUDA_ACT");
+    if (act && *act && std::strcmp(act, "bf16") != 0 && std::strcmp(act, "twins") != 0)
+        mhe_fatal("MHE_CUDA_ACT=%s: expected bf16 or twins", act);
+    c->act_bf16 = bf16 && act && std::strcmp(act, "bf16") == 0;
+    c->bf16 = bf16 != 0 && !c->act_bf16;
     // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
     // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).
     const char *attn = std::getenv("MHE_CUDA_ATTENTION");
@@ -360,5 +368,6 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (c->lean) cuda_install_lean(be);
     // Deferred column sums rely on the reads the lean wrappers declare (cuda_colsum.cu).
     if (c->lean) cuda_colsum_defer_init(be);
+    if (c->act_bf16) cuda_install_act_bf16(be);
     return be;
 }
