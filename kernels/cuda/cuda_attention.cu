@@ -109,7 +109,7 @@ static void attention_forward_plain(Backend *be, const AttnShape *s, const float
     cudaStream_t st = cuda_stream(be);
     dim3 grid(s->T, s->n_heads, s->B);
     if (s->B && s->T && s->n_heads) {
-        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st, mhe_cost(attn_tt(s) * (2.0 * s->qk_dim + 5.0), 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim) + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 0, saved);
+        MHE_LAUNCH(attn_softmax_kernel, grid, MHE_BLOCK, 0, st, mhe_cost(attn_tt(s) * (2.0 * s->qk_dim + 5.0), 4.0 * attn_tt(s) + head_bytes(s, s->q_heads + s->k_heads, s->qk_dim) + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, af(s->key_bias), 0, saved);
         CUDA_CHECK_LAUNCH();
         MHE_LAUNCH(attn_pv_kernel, grid, dim_block(s->v_dim), 0, st, mhe_cost(2.0 * attn_tt(s) * s->v_dim, 4.0 * attn_tt(s) + head_bytes(s, s->v_heads + s->n_heads, s->v_dim)))(a, saved, v, s->out_scale, s->out_shift, s->dropout, s->seed, s->offset, out);
         CUDA_CHECK_LAUNCH();
@@ -376,7 +376,7 @@ static void attention_forward_gemm(Backend *be, const AttnShape *s, const float 
         Vh{v, s->ldv, (long)T * s->ldv, s->v_dim, a.vr};
     // S_h = scale Q_h K_hᵀ
     heads_gemm(be, s, 0, 1, T, T, s->qk_dim, s->scale, Q, Kh, GemmHeads{saved, T, n * TT, TT, 1}, nullptr, 0);
-    MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 8.0 * tt + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, s->key_bias, 1, saved);
+    MHE_LAUNCH(attn_softmax_kernel, dim3(T, n, s->B), MHE_BLOCK, 0, st, mhe_cost(5.0 * tt, 8.0 * tt + mask_bytes(s)))(a, q, k, s->scale, s->causal, s->key_mask, af(s->key_bias), 1, saved);
     CUDA_CHECK_LAUNCH();
     if (s->dropout > 0.0f) launch_elementwise_drop(be, s, saved, scratch, tt);
     // O_h = dropout(P_h) V_h
@@ -508,9 +508,21 @@ int cuda_attention_reads_twins(Backend *be, const AttnShape *s) {
 // materialised, which is what the caller does without this.
 static int cuda_attention_q_scale(Backend *be, const AttnShape *s) { return cuda_attention_reads_twins(be, s); }
 
+// The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
+static void act_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,
+                                  float *saved, float *scratch) {
+    cuda_attention_forward(be, s, af(q), af(k), af(v), af(out), saved, scratch);
+}
+static void act_attention_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
+                                   const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
+                                   float *dout_scale, float *dout_shift, float *scratch) {
+    cuda_attention_backward(be, s, af(q), af(k), af(v), saved, af(dout), af(dq), af(dk), af(dv), af(dkey_bias),
+                            dout_scale, dout_shift, scratch);
+}
+
 void cuda_install_attention(Backend *be) {
     be->attention_q_scale = cuda_attention_q_scale;
     be->attention_sizes = cuda_attention_sizes;
-    be->attention_forward = cuda_attention_forward;
-    be->attention_backward = cuda_attention_backward;
+    be->attention_forward = act_attention_forward;
+    be->attention_backward = act_attention_backward;
 }

@@ -23,7 +23,7 @@ template <typename Args> static inline void attn_args_common(Args &f, const Attn
     f.scale = s->scale;
     f.causal = s->causal;
     f.key_mask = s->key_mask;
-    f.key_bias = s->key_bias;
+    f.key_bias = reinterpret_cast<const float *>(s->key_bias);  // fp32 while be->act is DT_F32
     f.out_scale = s->out_scale;
     f.drop = s->dropout > 0.0f ? s->dropout : 0.0f;
     f.inv_keep = f.drop > 0.0f ? 1.0f / (1.0f - f.drop) : 1.0f;

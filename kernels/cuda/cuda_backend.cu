@@ -68,6 +68,14 @@ static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes)
     cuda_stream_sync(be, "download");
 }
 
+// Activations are fp32 storage while be->act is DT_F32: the conversion is the identity.
+static void cuda_upload_act(Backend *be, Act *dst, const float *host_src, size_t n) {
+    be->upload(be, dst, host_src, n * sizeof(float));
+}
+static void cuda_download_act(Backend *be, float *host_dst, const Act *src, size_t n) {
+    be->download(be, host_dst, src, n * sizeof(float));
+}
+
 static void cuda_copy(Backend *be, void *dst, const void *src, size_t bytes) {
     double t0 = cuda_prof_begin(be);
     cuda_memcpy_d2d(be, dst, src, bytes);
@@ -254,11 +262,11 @@ static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, in
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
 }
 
-static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                        int ldc) {
-    cuda_matmul_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
-                        0, 1);
+// Every operand is fp32 memory while be->act is DT_F32 (activations included).
+static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha, MatIn A, MatIn B,
+                        float beta, MatOut C) {
+    cuda_matmul_batched(be, trans_a, trans_b, M, N, K, alpha, static_cast<const float *>(A.p), A.ld, 0,
+                        static_cast<const float *>(B.p), B.ld, 0, beta, static_cast<float *>(C.p), C.ld, 0, 1);
 }
 
 static void cuda_destroy(Backend *be) {
@@ -271,6 +279,8 @@ static void cuda_destroy(Backend *be) {
     cuda_linear_destroy(be);
     cuda_optim_destroy(be);
     std::free(c->inner);
+    std::free(c->f32);
+    for (int i = 0; i < ACT_STAGE_SLOTS; i++) cuda_device_free(c->stage[i]);
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->colsum);
     cuda_device_free(c->flash_part);
@@ -296,7 +306,13 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
-    c->bf16 = bf16 != 0;
+    // bf16 activations (cuda_act.cu) with MHE_CUDA_ACT=bf16; otherwise a bf16 run keeps fp32
+    // activations with bf16 twins of the matmul operands (cuda_mirror.cu).
+    const char *act = std::getenv("MHE_CUDA_ACT");
+    if (act && *act && std::strcmp(act, "bf16") != 0 && std::strcmp(act, "twins") != 0)
+        mhe_fatal("MHE_CUDA_ACT=%s: expected bf16 or twins", act);
+    c->act_bf16 = bf16 && act && std::strcmp(act, "bf16") == 0;
+    c->bf16 = bf16 != 0 && !c->act_bf16;
     // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
     // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).
     const char *attn = std::getenv("MHE_CUDA_ATTENTION");
@@ -326,12 +342,15 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     cuda_staging_create(c);
     be->ctx = c;
     be->name = "cuda";
+    be->act = DT_F32;
     be->destroy = cuda_destroy;
     be->alloc = cuda_alloc;
     be->memory_info = cuda_memory_info;
     be->free = cuda_free;
     be->upload = cuda_upload;
     be->download = cuda_download;
+    be->upload_act = cuda_upload_act;
+    be->download_act = cuda_download_act;
     be->copy = cuda_copy;
     be->zero = cuda_zero;
     be->synchronize = cuda_synchronize;
@@ -349,5 +368,6 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (c->lean) cuda_install_lean(be);
     // Deferred column sums rely on the reads the lean wrappers declare (cuda_colsum.cu).
     if (c->lean) cuda_colsum_defer_init(be);
+    if (c->act_bf16) cuda_install_act_bf16(be);
     return be;
 }

@@ -659,28 +659,75 @@ static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, 
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
+// The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
+static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) { cuda_bias_add(be, af(y), bias, N, C); }
+static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
+    cuda_bias_backward(be, af(dy), N, C, dbias);
+}
+static void act_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) { cuda_add(be, af(a), af(b), af(out), n); }
+static void act_head_expand(Backend *be, const Act *x, int ldx, const float *mul, const float *add, int N, int n, int d,
+                            Act *out) {
+    cuda_head_expand(be, af(x), ldx, mul, add, N, n, d, af(out));
+}
+static void act_head_expand_backward(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul, int N,
+                                     int n, int d, Act *dx, int accumulate, float *dmul, float *dadd) {
+    cuda_head_expand_backward(be, af(dout), af(x), ldx, mul, N, n, d, af(dx), accumulate, dmul, dadd);
+}
+static void act_head_expand_backward_prod(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul,
+                                          const float *f, const float *g, int N, int n, int d, Act *dx,
+                                          int accumulate, float *df, float *dg) {
+    cuda_head_expand_backward_prod(be, af(dout), af(x), ldx, mul, f, g, N, n, d, af(dx), accumulate, df, dg);
+}
+static void act_gelu_forward(Backend *be, GeluKind kind, const Act *x, Act *y, size_t n) {
+    cuda_gelu_forward(be, kind, af(x), af(y), n);
+}
+static void act_gelu_backward(Backend *be, GeluKind kind, const Act *x, const Act *dy, Act *dx, size_t n) {
+    cuda_gelu_backward(be, kind, af(x), af(dy), af(dx), n);
+}
+static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) { cuda_tanh_forward(be, af(x), af(y), n); }
+static void act_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n) {
+    cuda_tanh_backward(be, af(y), af(dy), af(dx), n);
+}
+static void act_dropout(Backend *be, const Act *x, Act *y, size_t n, float p, uint64_t seed, uint64_t offset) {
+    cuda_dropout(be, af(x), af(y), n, p, seed, offset);
+}
+static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
+    cuda_gather_rows(be, af(src), rows, M, C, af(dst), src_rows);
+}
+static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int dst_rows) {
+    cuda_scatter_rows(be, af(src), rows, M, C, af(dst), dst_rows);
+}
+static void act_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
+                                  const float *pos, const float *type, int B, int T, int D, Act *out) {
+    cuda_embedding_forward(be, ids, type_ids, word, pos, type, B, T, D, af(out));
+}
+static void act_embedding_backward(Backend *be, const Act *dout, const int32_t *ids, const int32_t *type_ids, int B,
+                                   int T, int D, float *dword, float *dpos, float *dtype) {
+    cuda_embedding_backward(be, af(dout), ids, type_ids, B, T, D, dword, dpos, dtype);
+}
+
 void cuda_install_elementwise(Backend *be) {
-    be->bias_add = cuda_bias_add;
-    be->bias_backward = cuda_bias_backward;
-    be->add = cuda_add;
+    be->bias_add = act_bias_add;
+    be->bias_backward = act_bias_backward;
+    be->add = act_add;
     be->axpy = cuda_axpy;
     be->scale = cuda_scale;
     be->add_scalar = cuda_add_scalar;
     be->mul = cuda_mul;
     be->mul_acc = cuda_mul_acc;
-    be->head_expand = cuda_head_expand;
-    be->head_expand_backward = cuda_head_expand_backward;
-    be->head_expand_backward_prod = cuda_head_expand_backward_prod;
+    be->head_expand = act_head_expand;
+    be->head_expand_backward = act_head_expand_backward;
+    be->head_expand_backward_prod = act_head_expand_backward_prod;
     be->head_scales = cuda_head_scales;
-    be->gelu_forward = cuda_gelu_forward;
-    be->gelu_backward = cuda_gelu_backward;
-    be->tanh_forward = cuda_tanh_forward;
-    be->tanh_backward = cuda_tanh_backward;
-    be->dropout = cuda_dropout;
-    be->gather_rows = cuda_gather_rows;
-    be->scatter_rows = cuda_scatter_rows;
-    be->embedding_forward = cuda_embedding_forward;
-    be->embedding_backward = cuda_embedding_backward;
+    be->gelu_forward = act_gelu_forward;
+    be->gelu_backward = act_gelu_backward;
+    be->tanh_forward = act_tanh_forward;
+    be->tanh_backward = act_tanh_backward;
+    be->dropout = act_dropout;
+    be->gather_rows = act_gather_rows;
+    be->scatter_rows = act_scatter_rows;
+    be->embedding_forward = act_embedding_forward;
+    be->embedding_backward = act_embedding_backward;
     be->sum_squares = cuda_sum_squares;
     be->adamw_update = cuda_adamw_update;
     be->lamb_direction = cuda_lamb_direction;

@@ -8,9 +8,16 @@
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/ops.h"
 
+// fp32 staging buffers of one op's activations in bf16-activation mode (cuda_act.cu).
+#define ACT_STAGE_SLOTS 10
+
 struct CudaCtx {
     int device;
-    int bf16;
+    int bf16;                     // bf16 matmuls on fp32 activations with bf16 twins (cuda_mirror.cu)
+    int act_bf16;                 // activations stored as bf16 (be->act DT_BF16, cuda_act.cu; bf16 is 0)
+    Backend *f32;                 // act_bf16: the fp32 op table the staged ops run (cuda_act.cu)
+    float *stage[ACT_STAGE_SLOTS];  // act_bf16: fp32 staging of activations (grow-only)
+    size_t stage_cap[ACT_STAGE_SLOTS];
     int attention_mode;           // CUDA_ATTN_FLASH (default), _GEMM, _PLAIN: MHE_CUDA_ATTENTION
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -42,6 +49,13 @@ struct CudaCtx {
 void cuda_staging_create(CudaCtx *c);
 void cuda_staging_destroy(CudaCtx *c);
 void cuda_staged_upload(Backend *be, void *dst, const void *src, size_t bytes);
+
+// Activation memory as fp32: while be->act is DT_F32 an Act holds floats (a bf16 run keeps its
+// activations in fp32 with bf16 twins, cuda_mirror.cu).
+static inline float *af(Act *p) { return reinterpret_cast<float *>(p); }
+static inline const float *af(const Act *p) { return reinterpret_cast<const float *>(p); }
+static inline Act *fa(float *p) { return reinterpret_cast<Act *>(p); }
+static inline const Act *fa(const float *p) { return reinterpret_cast<const Act *>(p); }
 
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
 static inline cudaStream_t cuda_stream(Backend *be) { return cuda_ctx(be)->stream; }
@@ -222,6 +236,8 @@ static inline MheCost with_lean_twin(MheCost c, const void *twin, const float *f
 }
 
 void cuda_install_elementwise(Backend *be);
+// bf16 activations (cuda_act.cu): the Act ops over bf16 storage, installed last.
+void cuda_install_act_bf16(Backend *be);
 void cuda_install_norm_loss(Backend *be);
 void cuda_install_loss(Backend *be);
 void cuda_install_attention(Backend *be);

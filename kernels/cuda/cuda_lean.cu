@@ -18,6 +18,10 @@ static Backend *inner(Backend *be) { return cuda_ctx(be)->inner; }
 static void rd(Backend *be, const void *p, size_t floats) {
     if (p && floats) cuda_mirror_read(be, p, floats * sizeof(float));
 }
+// The same for an input the op may read from its twin instead.
+static void rt(Backend *be, const void *p, size_t floats) {
+    cuda_mirror_read_or_twin(be, static_cast<const float *>(p), floats);
+}
 // A [rows, cols] operand with row stride ld: the floats it spans.
 static size_t span(size_t rows, size_t cols, size_t ld) { return rows && cols ? (rows - 1) * ld + cols : 0; }
 
@@ -31,10 +35,10 @@ static void w_copy(Backend *be, void *dst, const void *src, size_t bytes) {
 }
 // An accumulation into a C held only by its twin adds into the twin (cuda_backend.cu): not an
 // fp32 read for the lean decision.
-static void w_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                     const float *B, int ldb, float beta, float *C, int ldc) {
-    if (beta != 0.0f) cuda_mirror_read_or_twin(be, C, span(M, N, ldc));
-    inner(be)->matmul(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+static void w_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha, MatIn A, MatIn B, float beta,
+                     MatOut C) {
+    if (beta != 0.0f) rt(be, C.p, span(M, N, C.ld));
+    inner(be)->matmul(be, ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 static void w_matmul_batched(Backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                              int lda, long sa, const float *B, int ldb, long sb, float beta, float *C, int ldc,
@@ -42,40 +46,40 @@ static void w_matmul_batched(Backend *be, int ta, int tb, int M, int N, int K, f
     if (beta != 0.0f && batch > 0) rd(be, C, (size_t)(batch - 1) * sc + span(M, N, ldc));
     inner(be)->matmul_batched(be, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
 }
-static void w_linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in, int out,
-                             float *y) {
+static void w_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
+                             Act *y) {
     rd(be, b, out);
     inner(be)->linear_forward(be, x, W, b, N, in, out, y);
 }
-static void w_linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in, int out,
-                              float *dx, int accumulate, float *dW, float *db) {
+static void w_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
+                              Act *dx, int accumulate, float *dW, float *db) {
     rd(be, dW, (size_t)out * in);
     rd(be, db, out);
     inner(be)->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
 }
 // The fused paths read the bias and u from twins; their fallbacks call the wrapped ops.
-static void w_linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b, int N,
-                                  int in, int out, float *u, float *g) {
+static void w_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
+                                  int in, int out, Act *u, Act *g) {
     rd(be, b, out);
     inner(be)->linear_gelu_forward(be, kind, x, W, b, N, in, out, u, g);
 }
-static void w_linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W, int N,
-                                   int in, int out, const float *u, float *dx, float *dW, float *db) {
+static void w_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
+                                   int in, int out, const Act *u, Act *dx, float *dW, float *db) {
     rd(be, dW, (size_t)out * in);
     rd(be, db, out);
     inner(be)->linear_backward_gelu(be, kind, dy, x, W, N, in, out, u, dx, dW, db);
 }
-static void w_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
+static void w_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
     rd(be, y, (size_t)N * C);
     rd(be, bias, C);
     inner(be)->bias_add(be, y, bias, N, C);
 }
-static void w_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
+static void w_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
     rd(be, dy, (size_t)N * C);
     rd(be, dbias, C);
     inner(be)->bias_backward(be, dy, N, C, dbias);
 }
-static void w_add(Backend *be, const float *a, const float *b, float *out, size_t n) {
+static void w_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) {
     rd(be, a, n);
     rd(be, b, n);
     inner(be)->add(be, a, b, out, n);
@@ -106,29 +110,29 @@ static void w_mul_acc(Backend *be, const float *a, const float *b, float *out, s
 }
 // head_expand(_backward(_prod)) read x and dout from their twins once those are stale
 // (cuda_elementwise.cu).
-static void w_head_expand(Backend *be, const float *x, int ldx, const float *mul, const float *add, int N, int n,
-                          int d, float *out) {
-    cuda_mirror_read_or_twin(be, x, span(N, d, ldx));
+static void w_head_expand(Backend *be, const Act *x, int ldx, const float *mul, const float *add, int N, int n,
+                          int d, Act *out) {
+    rt(be, x, span(N, d, ldx));
     rd(be, mul, (size_t)n * d);
     rd(be, add, (size_t)n * d);
     inner(be)->head_expand(be, x, ldx, mul, add, N, n, d, out);
 }
-static void w_head_expand_backward(Backend *be, const float *dout, const float *x, int ldx, const float *mul, int N,
-                                   int n, int d, float *dx, int accumulate, float *dmul, float *dadd) {
-    cuda_mirror_read_or_twin(be, dout, (size_t)N * n * d);
-    if (dmul) cuda_mirror_read_or_twin(be, x, span(N, d, ldx));
+static void w_head_expand_backward(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul, int N,
+                                   int n, int d, Act *dx, int accumulate, float *dmul, float *dadd) {
+    rt(be, dout, (size_t)N * n * d);
+    if (dmul) rt(be, x, span(N, d, ldx));
     rd(be, mul, (size_t)n * d);
     if (accumulate) rd(be, dx, span(N, d, ldx));
     rd(be, dmul, (size_t)n * d);
     rd(be, dadd, (size_t)n * d);
     inner(be)->head_expand_backward(be, dout, x, ldx, mul, N, n, d, dx, accumulate, dmul, dadd);
 }
-static void w_head_expand_backward_prod(Backend *be, const float *dout, const float *x, int ldx, const float *mul,
-                                        const float *f, const float *g, int N, int n, int d, float *dx, int accumulate,
+static void w_head_expand_backward_prod(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul,
+                                        const float *f, const float *g, int N, int n, int d, Act *dx, int accumulate,
                                         float *df, float *dg) {
-    cuda_mirror_read_or_twin(be, dout, (size_t)N * n * d);
+    rt(be, dout, (size_t)N * n * d);
     if (df || dg) {
-        cuda_mirror_read_or_twin(be, x, span(N, d, ldx));
+        rt(be, x, span(N, d, ldx));
         rd(be, f, (size_t)n * d);
         rd(be, g, (size_t)n * d);
     }
@@ -142,39 +146,39 @@ static void w_head_scales(Backend *be, const float *e, size_t lde, int rows, int
     for (int r = 0; r < rows; r++) rd(be, e + (size_t)r * lde, 3 * (size_t)w);
     inner(be)->head_scales(be, e, lde, rows, w, prod, s, lds);
 }
-static void w_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+static void w_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst,
                           int src_rows) {
     rd(be, src, (size_t)src_rows * C);
     inner(be)->gather_rows(be, src, rows, M, C, dst, src_rows);
 }
-static void w_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
+static void w_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst,
                            int dst_rows) {
     rd(be, src, (size_t)M * C);
     inner(be)->scatter_rows(be, src, rows, M, C, dst, dst_rows);
 }
-static void w_layernorm_forward(Backend *be, const float *x, const float *gamma, const float *beta, int N, int C,
-                                float eps, float *y, float *mean, float *rstd) {
+static void w_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
+                                float eps, Act *y, float *mean, float *rstd) {
     rd(be, x, (size_t)N * C);
     rd(be, gamma, C);
     rd(be, beta, C);
     inner(be)->layernorm_forward(be, x, gamma, beta, N, C, eps, y, mean, rstd);
 }
-static void w_residual_layernorm_forward(Backend *be, const float *x, const float *r, float p, uint64_t seed,
+static void w_residual_layernorm_forward(Backend *be, const Act *x, const Act *r, float p, uint64_t seed,
                                          uint64_t offset, const float *gamma, const float *beta, int N, int C,
-                                         float eps, float *s, float *y, float *mean, float *rstd) {
+                                         float eps, Act *s, Act *y, float *mean, float *rstd) {
     // x and r may come from lean twins (cuda_norm_loss.cu)
-    cuda_mirror_read_or_twin(be, x, (size_t)N * C);
-    cuda_mirror_read_or_twin(be, r, (size_t)N * C);
+    rt(be, x, (size_t)N * C);
+    rt(be, r, (size_t)N * C);
     rd(be, gamma, C);
     rd(be, beta, C);
     inner(be)->residual_layernorm_forward(be, x, r, p, seed, offset, gamma, beta, N, C, eps, s, y, mean, rstd);
 }
-static void ln_bw_reads(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
-                        const float *rstd, int N, int C, const float *dx, int accumulate, const float *dgamma,
+static void ln_bw_reads(Backend *be, const Act *dy, const Act *x, const float *gamma, const float *mean,
+                        const float *rstd, int N, int C, const Act *dx, int accumulate, const float *dgamma,
                         const float *dbeta) {
     // dy and x may come from lean twins (cuda_norm_loss.cu)
-    cuda_mirror_read_or_twin(be, dy, (size_t)N * C);
-    cuda_mirror_read_or_twin(be, x, (size_t)N * C);
+    rt(be, dy, (size_t)N * C);
+    rt(be, x, (size_t)N * C);
     rd(be, gamma, C);
     rd(be, mean, N);
     rd(be, rstd, N);
@@ -182,45 +186,45 @@ static void ln_bw_reads(Backend *be, const float *dy, const float *x, const floa
     rd(be, dgamma, C);
     rd(be, dbeta, C);
 }
-static void w_layernorm_backward(Backend *be, const float *dy, const float *x, const float *gamma, const float *mean,
-                                 const float *rstd, int N, int C, float *dx, int accumulate, float *dgamma,
+static void w_layernorm_backward(Backend *be, const Act *dy, const Act *x, const float *gamma, const float *mean,
+                                 const float *rstd, int N, int C, Act *dx, int accumulate, float *dgamma,
                                  float *dbeta) {
     ln_bw_reads(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
     inner(be)->layernorm_backward(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
 }
-static void w_layernorm_backward_dropout(Backend *be, const float *dy, const float *x, const float *gamma,
-                                         const float *mean, const float *rstd, int N, int C, float *dx, int accumulate,
+static void w_layernorm_backward_dropout(Backend *be, const Act *dy, const Act *x, const float *gamma,
+                                         const float *mean, const float *rstd, int N, int C, Act *dx, int accumulate,
                                          float *dgamma, float *dbeta, float p, uint64_t seed, uint64_t offset,
-                                         float *dr) {
+                                         Act *dr) {
     ln_bw_reads(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta);
     inner(be)->layernorm_backward_dropout(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta, p, seed,
                                           offset, dr);
 }
 // GELU may read its inputs from lean twins (cuda_elementwise.cu): not fp32 reads for the decision.
-static void w_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
-    cuda_mirror_read_or_twin(be, x, n);
+static void w_gelu_forward(Backend *be, GeluKind kind, const Act *x, Act *y, size_t n) {
+    rt(be, x, n);
     inner(be)->gelu_forward(be, kind, x, y, n);
 }
-static void w_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
-    cuda_mirror_read_or_twin(be, x, n);
-    cuda_mirror_read_or_twin(be, dy, n);
+static void w_gelu_backward(Backend *be, GeluKind kind, const Act *x, const Act *dy, Act *dx, size_t n) {
+    rt(be, x, n);
+    rt(be, dy, n);
     inner(be)->gelu_backward(be, kind, x, dy, dx, n);
 }
-static void w_tanh_forward(Backend *be, const float *x, float *y, size_t n) {
+static void w_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
     rd(be, x, n);
     inner(be)->tanh_forward(be, x, y, n);
 }
-static void w_tanh_backward(Backend *be, const float *y, const float *dy, float *dx, size_t n) {
+static void w_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n) {
     rd(be, y, n);
     rd(be, dy, n);
     inner(be)->tanh_backward(be, y, dy, dx, n);
 }
-static void w_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
-    cuda_mirror_read_or_twin(be, x, n);  // x may come from a lean twin (cuda_elementwise.cu)
+static void w_dropout(Backend *be, const Act *x, Act *y, size_t n, float p, uint64_t seed, uint64_t offset) {
+    rt(be, x, n);  // x may come from a lean twin (cuda_elementwise.cu)
     inner(be)->dropout(be, x, y, n, p, seed, offset);
 }
 static void w_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
-                                const float *pos, const float *type, int B, int T, int D, float *out) {
+                                const float *pos, const float *type, int B, int T, int D, Act *out) {
     cuda_mirror_read_alloc(be, word);
     rd(be, pos, (size_t)T * D);
     if (type) cuda_mirror_read_alloc(be, type);
@@ -229,7 +233,7 @@ static void w_embedding_forward(Backend *be, const int32_t *ids, const int32_t *
 static void w_embedding_layernorm_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
                                           const float *pos, const float *type, const float *gamma, const float *beta,
                                           int B, int T, int D, float eps, float p, uint64_t seed, uint64_t offset,
-                                          float *e, float *y, float *mean, float *rstd) {
+                                          Act *e, Act *y, float *mean, float *rstd) {
     cuda_mirror_read_alloc(be, word);
     rd(be, pos, (size_t)T * D);
     if (type) cuda_mirror_read_alloc(be, type);
@@ -238,7 +242,7 @@ static void w_embedding_layernorm_forward(Backend *be, const int32_t *ids, const
     inner(be)->embedding_layernorm_forward(be, ids, type_ids, word, pos, type, gamma, beta, B, T, D, eps, p, seed,
                                            offset, e, y, mean, rstd);
 }
-static void w_embedding_backward(Backend *be, const float *dout, const int32_t *ids, const int32_t *type_ids, int B,
+static void w_embedding_backward(Backend *be, const Act *dout, const int32_t *ids, const int32_t *type_ids, int B,
                                  int T, int D, float *dword, float *dpos, float *dtype) {
     rd(be, dout, (size_t)B * T * D);
     if (dword) cuda_mirror_read_alloc(be, dword);
@@ -247,19 +251,19 @@ static void w_embedding_backward(Backend *be, const float *dout, const int32_t *
     inner(be)->embedding_backward(be, dout, ids, type_ids, B, T, D, dword, dpos, dtype);
 }
 // The logits may be read from their twin (cuda_loss.cu): not an fp32 read for the lean decision.
-static void w_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels, int N, int V,
+static void w_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels, int N, int V,
                                     float *loss, float *lse) {
-    cuda_mirror_read_or_twin(be, logits, (size_t)N * V);
+    rt(be, logits, (size_t)N * V);
     inner(be)->cross_entropy_forward(be, logits, labels, N, V, loss, lse);
 }
-static void w_cross_entropy_backward(Backend *be, const float *logits, const float *lse, const int32_t *labels,
-                                     int N, int V, float grad_scale, float *dlogits) {
-    cuda_mirror_read_or_twin(be, logits, (size_t)N * V);
+static void w_cross_entropy_backward(Backend *be, const Act *logits, const float *lse, const int32_t *labels,
+                                     int N, int V, float grad_scale, Act *dlogits) {
+    rt(be, logits, (size_t)N * V);
     rd(be, lse, N);
     inner(be)->cross_entropy_backward(be, logits, lse, labels, N, V, grad_scale, dlogits);
 }
 // Q, K, V, key_bias, out_scale/shift, q_scale of an attention call (Q/K/V only off the tensor-core path).
-static void attention_inputs(Backend *be, const AttnShape *s, const float *q, const float *k, const float *v) {
+static void attention_inputs(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v) {
     const size_t rows = (size_t)s->B * s->T;
     if (!cuda_attention_reads_twins(be, s)) {
         rd(be, q, span(rows, (size_t)s->q_heads * s->qk_dim, s->ldq));
@@ -271,14 +275,14 @@ static void attention_inputs(Backend *be, const AttnShape *s, const float *q, co
     rd(be, s->out_shift, (size_t)s->n_heads * s->v_dim);
     rd(be, s->q_scale, (size_t)s->n_heads * s->qk_dim);
 }
-static void w_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k, const float *v,
-                                float *out, float *saved, float *scratch) {
+static void w_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
+                                Act *out, float *saved, float *scratch) {
     attention_inputs(be, s, q, k, v);
     inner(be)->attention_forward(be, s, q, k, v, out, saved, scratch);
 }
-static void w_attention_backward(Backend *be, const AttnShape *s, const float *q, const float *k, const float *v,
-                                 const float *saved, const float *dout, float *dq, float *dk, float *dv,
-                                 float *dkey_bias, float *dout_scale, float *dout_shift, float *scratch) {
+static void w_attention_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
+                                 const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv,
+                                 Act *dkey_bias, float *dout_scale, float *dout_shift, float *scratch) {
     attention_inputs(be, s, q, k, v);
     size_t sv = 0, sc = 0;
     be->attention_sizes(be, s, &sv, &sc);

@@ -198,8 +198,8 @@ static void cuda_linear_forward(Backend *be, const float *x, const float *W, con
                         ? lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, y, b)
                         : nullptr;
     if (!p) {  // no bias, nothing to do, or no fused algorithm: the two-op form
-        be->matmul(be, 0, 1, N, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
-        if (b) be->bias_add(be, y, b, N, out);
+        be->matmul(be, 0, 1, N, out, in, 1.0f, mat_act(fa(x), in), mat_f32(W, in), 0.0f, out_act(fa(y), out));
+        if (b) be->bias_add(be, fa(y), b, N, out);
         return;
     }
     cuda_mirror_wrote(be, y, (size_t)N * out * sizeof(float));
@@ -212,7 +212,9 @@ static void cuda_linear_forward(Backend *be, const float *x, const float *W, con
 static void cuda_linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
                                  int out, float *dx, int accumulate, float *dW, float *db) {
     const bool bf16 = cuda_ctx(be)->bf16;
-    if (dx) be->matmul(be, 0, 0, N, in, out, 1.0f, dy, out, W, in, accumulate ? 1.0f : 0.0f, dx, in);
+    if (dx)
+        be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(fa(dy), out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
+                   out_act(fa(dx), in));
     const LtPlan *p = nullptr;
     const void *A = x, *B = dy;
     LtState *s = nullptr;
@@ -229,8 +231,8 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
         if (!p) p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, s->dbias);
     }
     if (!p) {  // no bias gradient, nothing to do, or no fused algorithm: the two-op form
-        be->matmul(be, 1, 0, out, in, N, 1.0f, dy, out, x, in, 1.0f, dW, in);
-        if (db) be->bias_backward(be, dy, N, out, db);
+        be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(fa(dy), out), mat_act(fa(x), in), 1.0f, out_f32(dW, in));
+        if (db) be->bias_backward(be, fa(dy), N, out, db);
         return;
     }
     double t0 = cuda_prof_begin(be);
@@ -256,8 +258,8 @@ static void cuda_linear_gelu_forward(Backend *be, GeluKind kind, const float *x,
             return;
         }
     }
-    be->linear_forward(be, x, W, b, N, in, out, u);
-    be->gelu_forward(be, kind, u, g, (size_t)N * out);
+    be->linear_forward(be, fa(x), W, b, N, in, out, fa(u));
+    be->gelu_forward(be, kind, fa(u), fa(g), (size_t)N * out);
 }
 
 // Its backward: dx = (dy W) * gelu'(u) in one DGELU GEMM reading u's twin as aux, taken when u
@@ -282,12 +284,12 @@ static void cuda_linear_backward_gelu(Backend *be, GeluKind kind, const float *d
             mhe_cost_record_gemm_bf16_out(N, in, out, "+dgelu", 2.0 * n);  // the aux read
             lt_run(be, p, A, B, 0.0f, dw, nullptr, ut);
             cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
-            be->linear_backward(be, dy, x, W, N, in, out, nullptr, 0, dW, db);
+            be->linear_backward(be, fa(dy), fa(x), W, N, in, out, nullptr, 0, dW, db);
             return;
         }
     }
-    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
-    be->gelu_backward(be, kind, u, dx, dx, n);
+    be->linear_backward(be, fa(dy), fa(x), W, N, in, out, fa(dx), 0, dW, db);
+    be->gelu_backward(be, kind, fa(u), fa(dx), fa(dx), n);
 }
 
 void cuda_linear_destroy(Backend *be) {
@@ -308,9 +310,27 @@ void cuda_linear_destroy(Backend *be) {
     c->lt = nullptr;
 }
 
+// The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
+static void act_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
+                               Act *y) {
+    cuda_linear_forward(be, af(x), W, b, N, in, out, af(y));
+}
+static void act_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
+                                Act *dx, int accumulate, float *dW, float *db) {
+    cuda_linear_backward(be, af(dy), af(x), W, N, in, out, af(dx), accumulate, dW, db);
+}
+static void act_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
+                                    int in, int out, Act *u, Act *g) {
+    cuda_linear_gelu_forward(be, kind, af(x), W, b, N, in, out, af(u), af(g));
+}
+static void act_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
+                                     int in, int out, const Act *u, Act *dx, float *dW, float *db) {
+    cuda_linear_backward_gelu(be, kind, af(dy), af(x), W, N, in, out, af(u), af(dx), dW, db);
+}
+
 void cuda_install_linear(Backend *be) {
-    be->linear_forward = cuda_linear_forward;
-    be->linear_backward = cuda_linear_backward;
-    be->linear_gelu_forward = cuda_linear_gelu_forward;
-    be->linear_backward_gelu = cuda_linear_backward_gelu;
+    be->linear_forward = act_linear_forward;
+    be->linear_backward = act_linear_backward;
+    be->linear_gelu_forward = act_linear_gelu_forward;
+    be->linear_backward_gelu = act_linear_backward_gelu;
 }

@@ -86,7 +86,17 @@ static void cuda_cross_entropy_backward(Backend *be, const float *logits, const 
     cuda_prof_end(be, OPC_LOSS, t0, 0);
 }
 
+// The op table's signatures (ops.h's Act for the logits) over the fp32 implementations above.
+static void act_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels, int N, int V,
+                                      float *loss, float *lse) {
+    cuda_cross_entropy_forward(be, af(logits), labels, N, V, loss, lse);
+}
+static void act_cross_entropy_backward(Backend *be, const Act *logits, const float *lse, const int32_t *labels, int N,
+                                       int V, float grad_scale, Act *dlogits) {
+    cuda_cross_entropy_backward(be, af(logits), lse, labels, N, V, grad_scale, af(dlogits));
+}
+
 void cuda_install_loss(Backend *be) {
-    be->cross_entropy_forward = cuda_cross_entropy_forward;
-    be->cross_entropy_backward = cuda_cross_entropy_backward;
+    be->cross_entropy_forward = act_cross_entropy_forward;
+    be->cross_entropy_backward = act_cross_entropy_backward;
 }

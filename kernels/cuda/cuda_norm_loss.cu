@@ -459,10 +459,42 @@ static void cuda_layernorm_backward_dropout(Backend *be, const float *dy, const 
     layernorm_backward(be, dy, x, gamma, mean, rstd, N, C, dx, accumulate, dgamma, dbeta, p, seed, offset, dr);
 }
 
+// The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
+static void act_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
+                                  float eps, Act *y, float *mean, float *rstd) {
+    cuda_layernorm_forward(be, af(x), gamma, beta, N, C, eps, af(y), mean, rstd);
+}
+static void act_residual_layernorm_forward(Backend *be, const Act *x, const Act *r, float p, uint64_t seed,
+                                           uint64_t offset, const float *gamma, const float *beta, int N, int C,
+                                           float eps, Act *s, Act *y, float *mean, float *rstd) {
+    cuda_residual_layernorm_forward(be, af(x), af(r), p, seed, offset, gamma, beta, N, C, eps, af(s), af(y), mean,
+                                    rstd);
+}
+static void act_embedding_layernorm_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
+                                            const float *word, const float *pos, const float *type,
+                                            const float *gamma, const float *beta, int B, int T, int D, float eps,
+                                            float p, uint64_t seed, uint64_t offset, Act *e, Act *y, float *mean,
+                                            float *rstd) {
+    cuda_embedding_layernorm_forward(be, ids, type_ids, word, pos, type, gamma, beta, B, T, D, eps, p, seed, offset,
+                                     af(e), af(y), mean, rstd);
+}
+static void act_layernorm_backward(Backend *be, const Act *dy, const Act *x, const float *gamma, const float *mean,
+                                   const float *rstd, int N, int C, Act *dx, int accumulate, float *dgamma,
+                                   float *dbeta) {
+    cuda_layernorm_backward(be, af(dy), af(x), gamma, mean, rstd, N, C, af(dx), accumulate, dgamma, dbeta);
+}
+static void act_layernorm_backward_dropout(Backend *be, const Act *dy, const Act *x, const float *gamma,
+                                           const float *mean, const float *rstd, int N, int C, Act *dx,
+                                           int accumulate, float *dgamma, float *dbeta, float p, uint64_t seed,
+                                           uint64_t offset, Act *dr) {
+    cuda_layernorm_backward_dropout(be, af(dy), af(x), gamma, mean, rstd, N, C, af(dx), accumulate, dgamma, dbeta, p,
+                                    seed, offset, af(dr));
+}
+
 void cuda_install_norm_loss(Backend *be) {
-    be->layernorm_forward = cuda_layernorm_forward;
-    be->residual_layernorm_forward = cuda_residual_layernorm_forward;
-    be->embedding_layernorm_forward = cuda_embedding_layernorm_forward;
-    be->layernorm_backward = cuda_layernorm_backward;
-    be->layernorm_backward_dropout = cuda_layernorm_backward_dropout;
+    be->layernorm_forward = act_layernorm_forward;
+    be->residual_layernorm_forward = act_residual_layernorm_forward;
+    be->embedding_layernorm_forward = act_embedding_layernorm_forward;
+    be->layernorm_backward = act_layernorm_backward;
+    be->layernorm_backward_dropout = act_layernorm_backward_dropout;
 }

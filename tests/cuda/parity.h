@@ -145,5 +145,7 @@ static inline int teardown(void **state) {
         }                                                  \
     } while (0)
 #define D(b) (side_ ? (b).g : (b).c)
+// The same buffer as an activation: both backends here store activations as fp32 (Backend.act).
+#define DA(b) ((Act *)D(b))
 
 #endif

@@ -64,7 +64,7 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol, int rewrite)
             const size_t qspan = (rows - 1) * s.ldq + (size_t)ac->qh * ac->dq;
             const size_t kspan = (rows - 1) * s.ldk + (size_t)ac->kh * ac->dq;
             PAIR(f, scale, D(q), 0.75f, qspan);
-            PAIR(f, gelu_forward, GELU_ERF, D(k), D(k), kspan);
+            PAIR(f, gelu_forward, GELU_ERF, DA(k), DA(k), kspan);
             for (size_t i = 0; i < v.n; i++) v.host[i] = 0.5f * v.host[i] - 0.25f;
             PAIR(f, upload, D(v), v.host, v.n * sizeof(float));
             PAIR(f, scale, D(dout), -1.5f, dout.n);
@@ -74,12 +74,12 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol, int rewrite)
             Backend *be = side_ ? f->gpu : f->cpu;
             AttnShape t = s;
             t.key_mask = ac->use_mask ? D(M) : NULL;
-            t.key_bias = ac->use_bias ? D(kb) : NULL;
+            t.key_bias = ac->use_bias ? DA(kb) : NULL;
             t.out_scale = ac->use_scale ? D(osc) : NULL;
             t.out_shift = ac->use_shift ? D(osh) : NULL;
-            be->attention_forward(be, &t, D(q), D(k), D(v), D(out), saved[side_], scratch[side_]);
-            be->attention_backward(be, &t, D(q), D(k), D(v), saved[side_], D(dout), D(dq), D(dk), D(dv),
-                                   ac->use_bias ? D(dkb) : NULL, ac->use_scale ? D(dosc) : NULL,
+            be->attention_forward(be, &t, DA(q), DA(k), DA(v), DA(out), saved[side_], scratch[side_]);
+            be->attention_backward(be, &t, DA(q), DA(k), DA(v), saved[side_], DA(dout), DA(dq), DA(dk), DA(dv),
+                                   ac->use_bias ? DA(dkb) : NULL, ac->use_scale ? D(dosc) : NULL,
                                    ac->use_shift ? D(dosh) : NULL, scratch[side_]);
         }
         if (pass) {

@@ -45,7 +45,7 @@ static void test_single_calls(void **state) {
     // LayerNorm of [6, 10]: reads x (60 floats) + gamma, beta (20), writes y (60) + mean,
     // rstd (12): 152 floats = 608 bytes.
     backend_cuda_cost_start();
-    be->layernorm_forward(be, x, y, y + 100, 6, 10, 1e-5f, z, z + 100, z + 200);
+    be->layernorm_forward(be, (const Act *)(x), y, y + 100, 6, 10, 1e-5f, (Act *)(z), z + 100, z + 200);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
     const CostEntry *e = find(&r, "layernorm_forward_kernel");
@@ -56,7 +56,7 @@ static void test_single_calls(void **state) {
     // three (dropout, add, LayerNorm); s over r, whose twin segment the step tracks, also
     // stores its twin (60 x 2 B): 1208.
     backend_cuda_cost_start();
-    be->residual_layernorm_forward(be, x, x + 100, 0.1f, 1, 2, y, y + 100, 6, 10, 1e-5f, x + 100, z, z + 100, z + 200);
+    be->residual_layernorm_forward(be, (const Act *)(x), (const Act *)(x + 100), 0.1f, 1, 2, y, y + 100, 6, 10, 1e-5f, (Act *)(x + 100), (Act *)(z), z + 100, z + 200);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
     e = find(&r, "residual_layernorm_kernel<RlnFp32>");
@@ -67,7 +67,7 @@ static void test_single_calls(void **state) {
     // written each = 1536 B; B 512 elements = 3072 B), then the GEMM reads 768 bf16 (1536 B),
     // writes 128 fp32 (512 B) = 2048 B, 2*8*16*32 = 8192 tensor-core FLOPs.
     backend_cuda_cost_start();
-    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 3);
     e = find(&r, "gemm 8x16x32 bf16");
@@ -79,22 +79,22 @@ static void test_single_calls(void **state) {
     // Those roundings went into persistent bf16 twins of A and B (kernels/cuda/cuda_mirror.cu),
     // still current: the same product again is the GEMM alone.
     backend_cuda_cost_start();
-    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
     // A LayerNorm rewriting A ([8, 32]) stores the twin alongside: reads 256 + 64 (gamma, beta),
     // writes 256 + 16 (mean, rstd) floats = 2368 B, plus 256 bf16 = 512 B: 2880 B; the matmul
     // after it rounds nothing.
     backend_cuda_cost_start();
-    be->layernorm_forward(be, x, y + 600, y + 700, 8, 32, 1e-5f, x, z + 300, z + 400);
-    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    be->layernorm_forward(be, (const Act *)(x), y + 600, y + 700, 8, 32, 1e-5f, (Act *)(x), z + 300, z + 400);
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 2);
     assert_true(find(&r, "layernorm_forward_kernel")->bytes == 2880.0);
     // A memset of A invalidates its twin: the matmul rounds A (only) again, 256 x 6 B = 1536 B.
     backend_cuda_cost_start();
     be->zero(be, x, 256 * sizeof(float));
-    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, x, 32, y, 16, 0.0f, z, 16);
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 3);
     e = find(&r, "to_bf16_kernel");
@@ -120,7 +120,7 @@ static void test_single_calls(void **state) {
     float *saved = be->alloc(be, saved_n * sizeof(float)), *scratch = be->alloc(be, scratch_n * sizeof(float));
     float *q = y + 1000, *k = y + 4000, *v = y + 7000, *out = z + 1000;
     backend_cuda_cost_start();
-    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 4);
     e = find(&r, "to_bf16_kernel");
@@ -130,7 +130,7 @@ static void test_single_calls(void **state) {
     assert_true(e->bytes == 29184.0 && e->tc_flops == 524288.0);
     // The twins are current: the same forward again is the kernel alone.
     backend_cuda_cost_start();
-    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
     be->free(be, saved);
@@ -150,7 +150,7 @@ static void test_single_calls(void **state) {
     v = y + 60000;
     out = z + 20000;
     backend_cuda_cost_start();
-    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
     backend_cuda_cost_stop(a100, &r);
     e = find(&r, "flash_tc_forward_kernel<16>");
     assert_true(e->bytes == 266240.0 && e->tc_flops == 25165824.0);
@@ -181,9 +181,9 @@ static void test_single_calls(void **state) {
     saved = be->alloc(be, saved_n * sizeof(float));
     scratch = be->alloc(be, scratch_n * sizeof(float));
     float *dout = z + 60000, *dq = z + 100000, *dk = z + 110000, *dv = z + 120000;
-    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
     backend_cuda_cost_start();
-    be->attention_backward(be, &as, q, k, v, saved, dout, dq, dk, dv, NULL, NULL, NULL, scratch);
+    be->attention_backward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), saved, (const Act *)(dout), (Act *)(dq), (Act *)(dk), (Act *)(dv), NULL, NULL, NULL, scratch);
     backend_cuda_cost_stop(a100, &r);
     e = find(&r, "flash_tc_dkv_kernel<16>");
     assert_true(e->bytes == 86016.0 && e->tc_flops == 4194304.0);
@@ -199,7 +199,7 @@ static void test_single_calls(void **state) {
     // 768 bf16 operands (1536 B), writing 128 fp32 (512 B), reading the 16 biases (64 B):
     // 2112 B, 2 x 8 x 16 x 32 = 8192 tensor-core FLOPs; no bias_add pass.
     backend_cuda_cost_start();
-    be->linear_forward(be, x, y, z + 600, 8, 32, 16, z);
+    be->linear_forward(be, (const Act *)(x), y, z + 600, 8, 32, 16, (Act *)(z));
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
     e = find(&r, "gemm 8x16x32 bf16 +bias");
@@ -210,7 +210,7 @@ static void test_single_calls(void **state) {
     // rather than adds: it reads 128 + 256 bf16 (768 B), writes dW (2048 B) and the 16 sums
     // straight into db (64 B): 2880 B, 8192 FLOPs, no bias_grad_accumulate and no bias_backward.
     backend_cuda_cost_start();
-    be->linear_backward(be, z, x, y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
+    be->linear_backward(be, (const Act *)(z), (const Act *)(x), y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 2);
     assert_true(find(&r, "to_bf16_kernel")->bytes == 768.0);
@@ -220,7 +220,7 @@ static void test_single_calls(void **state) {
     // 4928 B; the sums go to a scratch vector a kernel adds into db (2 x 16 read, 16 written:
     // 192 B).
     backend_cuda_cost_start();
-    be->linear_backward(be, z, x, y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
+    be->linear_backward(be, (const Act *)(z), (const Act *)(x), y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 2);
     e = find(&r, "gemm 16x32x8 bf16 +bgrad");
@@ -230,7 +230,7 @@ static void test_single_calls(void **state) {
     // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
     // (36 B) = 636 B.
     backend_cuda_cost_start();
-    be->cross_entropy_forward(be, x, labels, 3, 50, y, z);
+    be->cross_entropy_forward(be, (const Act *)(x), labels, 3, 50, y, z);
     backend_cuda_cost_stop(a100, &r);
     assert_true(find(&r, "cross_entropy_forward_kernel<float>")->bytes == 636.0);
 
@@ -244,7 +244,7 @@ static void test_single_calls(void **state) {
     // (cuda_colsum.cu) until the synchronize: the deferred table kernel counts the same bytes.
     for (int variant = 0; variant < 2; variant++) {
         backend_cuda_cost_start();
-        be->layernorm_backward(be, x, y, y + 100, z + 100, z + 200, 6, 10, z + 3000, variant, variant ? NULL : z + 300,
+        be->layernorm_backward(be, (const Act *)(x), (const Act *)(y), y + 100, z + 100, z + 200, 6, 10, (Act *)(z + 3000), variant, variant ? NULL : z + 300,
                                z + 400);
         be->synchronize(be);
         backend_cuda_cost_stop(a100, &r);

@@ -62,13 +62,13 @@ static void scale_backward(Side *s, int rows) {
     float **t = s->t;
     be->mul(be, t[F], t[G], t[MUL], (size_t)H * D);
     if (be->head_expand_backward_prod) {
-        be->head_expand_backward_prod(be, t[DOUT], t[HX], D, t[MUL], t[F], t[G], rows, H, D, t[HDX], 0, t[DF],
+        be->head_expand_backward_prod(be, (const Act *)(t[DOUT]), (const Act *)(t[HX]), D, t[MUL], t[F], t[G], rows, H, D, (Act *)(t[HDX]), 0, t[DF],
                                       t[DG]);
         return;
     }
     // The CPU leaves it out: ops.h's composition.
     be->zero(be, t[DM], (size_t)H * D * sizeof(float));
-    be->head_expand_backward(be, t[DOUT], t[HX], D, t[MUL], rows, H, D, t[HDX], 0, t[DM], NULL);
+    be->head_expand_backward(be, (const Act *)(t[DOUT]), (const Act *)(t[HX]), D, t[MUL], rows, H, D, (Act *)(t[HDX]), 0, t[DM], NULL);
     be->mul_acc(be, t[DM], t[G], t[DF], (size_t)H * D);
     be->mul_acc(be, t[DM], t[F], t[DG], (size_t)H * D);
 }
@@ -79,8 +79,8 @@ static void micro_batch(Side *s) {
     Backend *be = s->be;
     float **t = s->t;
     scale_backward(s, N);
-    be->layernorm_forward(be, t[X], t[GAMMA], t[BETA], N, C, 1e-5f, t[Y], t[MEAN], t[RSTD]);
-    be->layernorm_backward(be, t[DY], t[X], t[GAMMA], t[MEAN], t[RSTD], N, C, t[DX], 0, t[DGAMMA], t[DBETA]);
+    be->layernorm_forward(be, (const Act *)(t[X]), t[GAMMA], t[BETA], N, C, 1e-5f, (Act *)(t[Y]), t[MEAN], t[RSTD]);
+    be->layernorm_backward(be, (const Act *)(t[DY]), (const Act *)(t[X]), t[GAMMA], t[MEAN], t[RSTD], N, C, (Act *)(t[DX]), 0, t[DGAMMA], t[DBETA]);
 }
 
 // The sequence: a small sum, then a micro-batch whose first sum meets it (the flush this forces

@@ -71,14 +71,14 @@ static void side_free(Side *s) {
 // an optimizer step.
 static void step(Side *s, int t) {
     Backend *be = s->be;
-    be->gelu_forward(be, GELU_ERF, s->x, s->h, (size_t)M * K);
-    be->matmul(be, 0, 0, M, N, K, 1.0f, s->h, K, s->W, N, 0.0f, s->C, N);
-    be->dropout(be, s->C, s->d, (size_t)M * N, 0.25f, 7, (uint64_t)t);
-    be->matmul(be, 1, 0, N, N, M, 1.0f, s->d, N, s->d, N, 0.0f, s->G, N);
+    be->gelu_forward(be, GELU_ERF, (const Act *)(s->x), (Act *)(s->h), (size_t)M * K);
+    be->matmul(be, 0, 0, M, N, K, 1.0f, mat_f32(s->h, K), mat_f32(s->W, N), 0.0f, out_f32(s->C, N));
+    be->dropout(be, (const Act *)(s->C), (Act *)(s->d), (size_t)M * N, 0.25f, 7, (uint64_t)t);
+    be->matmul(be, 1, 0, N, N, M, 1.0f, mat_f32(s->d, N), mat_f32(s->d, N), 0.0f, out_f32(s->G, N));
     // y [M, N] = h [M, K] Wᵀ with W as [N, K]: reuse the K x N weights read as [N, K]... a
     // fresh view is not needed: the shapes only have to be consistent, values are arbitrary.
-    be->linear_forward(be, s->h, s->W, s->b, M, K, N, s->y);
-    be->matmul(be, 1, 0, N, N, M, 1.0f, s->y, N, s->y, N, 1.0f, s->G, N);
+    be->linear_forward(be, (const Act *)(s->h), s->W, s->b, M, K, N, (Act *)(s->y));
+    be->matmul(be, 1, 0, N, N, M, 1.0f, mat_f32(s->y, N), mat_f32(s->y, N), 1.0f, out_f32(s->G, N));
     be->adamw_update(be, s->p, s->g, s->m, s->v, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
 }
 
@@ -206,8 +206,8 @@ static void test_zero_drops_stale_marks(void **state) {
 enum { DS = 8, LDZ = 3 * DS };
 static void strided_step(Backend *be, float *const dout[3], float *Z, float *G, float *p) {
     for (int j = 0; j < 3; j++)
-        be->head_expand_backward(be, dout[j], NULL, LDZ, NULL, M, 1, DS, Z + j * DS, 0, NULL, NULL);
-    be->matmul(be, 1, 0, LDZ, LDZ, M, 1.0f, Z, LDZ, Z, LDZ, 0.0f, G, LDZ);
+        be->head_expand_backward(be, (const Act *)(dout[j]), NULL, LDZ, NULL, M, 1, DS, (Act *)(Z + j * DS), 0, NULL, NULL);
+    be->matmul(be, 1, 0, LDZ, LDZ, M, 1.0f, mat_f32(Z, LDZ), mat_f32(Z, LDZ), 0.0f, out_f32(G, LDZ));
     be->adamw_update(be, p, p, p + N, p + 2 * N, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
 }
 
@@ -244,7 +244,7 @@ static void test_strided_slices_complete_a_lean_range(void **state) {
     // dual side has the exact ones.
     for (int k = 0; k < 2; k++) {
         bes[k]->scale(bes[k], dout[k][1], 2.0f, (size_t)M * DS);
-        bes[k]->head_expand_backward(bes[k], dout[k][1], NULL, LDZ, NULL, M, 1, DS, Z[k] + DS, 0, NULL, NULL);
+        bes[k]->head_expand_backward(bes[k], (const Act *)(dout[k][1]), NULL, LDZ, NULL, M, 1, DS, (Act *)(Z[k] + DS), 0, NULL, NULL);
     }
     float zl[M * LDZ], zd[M * LDZ];
     bes[0]->download(bes[0], zl, Z[0], sizeof zl);
@@ -276,11 +276,11 @@ static void ffn_step(Backend *be, float *const *t, int step) {
     float *pm = t[16], *pv = t[17];
     be->zero(be, dW2, (size_t)N * F * sizeof(float));
     be->zero(be, db2, N * sizeof(float));
-    be->linear_gelu_forward(be, GELU_TANH, x, W1, b1, M, K, F, u, g);
-    be->linear_forward(be, g, W2, b2, M, F, N, y);
-    be->matmul(be, 1, 0, N, N, M, 1.0f, y, N, y, N, 0.0f, G, N);
-    be->linear_backward_gelu(be, GELU_TANH, e, g, W2, M, F, N, u, dF, dW2, db2);
-    be->matmul(be, 0, 0, M, K, F, 1.0f, dF, F, W1, K, 0.0f, dX, K);
+    be->linear_gelu_forward(be, GELU_TANH, (const Act *)(x), W1, b1, M, K, F, (Act *)(u), (Act *)(g));
+    be->linear_forward(be, (const Act *)(g), W2, b2, M, F, N, (Act *)(y));
+    be->matmul(be, 1, 0, N, N, M, 1.0f, mat_f32(y, N), mat_f32(y, N), 0.0f, out_f32(G, N));
+    be->linear_backward_gelu(be, GELU_TANH, (const Act *)(e), (const Act *)(g), W2, M, F, N, (const Act *)(u), (Act *)(dF), dW2, db2);
+    be->matmul(be, 0, 0, M, K, F, 1.0f, mat_f32(dF, F), mat_f32(W1, K), 0.0f, out_f32(dX, K));
     be->adamw_update(be, p, pg, pm, pv, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
     (void)step;
 }
@@ -389,12 +389,12 @@ static void test_head_expand_reads_lean_twins(void **state) {
     float *mul = dev(be, hm, nm), *out = dev(be, NULL, nq), *dX = dev(be, NULL, (size_t)M * LDZ), *dmul = dev(be, NULL, nm);
     float *G = dev(be, NULL, nm * nm), *p = dev(be, NULL, 3 * N);
     for (int t = 0; t < 4; t++) {
-        be->dropout(be, xs, X, nx, 0.0f, 1, (uint64_t)t);
-        be->dropout(be, qs, dQ, nq, 0.0f, 1, (uint64_t)t);
-        be->head_expand(be, X, LDZ, mul, NULL, M, HN, DS, out);
-        be->matmul(be, 1, 0, HN * DS, HN * DS, M, 1.0f, out, HN * DS, out, HN * DS, 0.0f, G, HN * DS);
+        be->dropout(be, (const Act *)(xs), (Act *)(X), nx, 0.0f, 1, (uint64_t)t);
+        be->dropout(be, (const Act *)(qs), (Act *)(dQ), nq, 0.0f, 1, (uint64_t)t);
+        be->head_expand(be, (const Act *)(X), LDZ, mul, NULL, M, HN, DS, (Act *)(out));
+        be->matmul(be, 1, 0, HN * DS, HN * DS, M, 1.0f, mat_f32(out, HN * DS), mat_f32(out, HN * DS), 0.0f, out_f32(G, HN * DS));
         be->zero(be, dmul, nm * sizeof(float));
-        be->head_expand_backward(be, dQ, X, LDZ, mul, M, HN, DS, dX + DS, 0, dmul, NULL);
+        be->head_expand_backward(be, (const Act *)(dQ), (const Act *)(X), LDZ, mul, M, HN, DS, (Act *)(dX + DS), 0, dmul, NULL);
         be->adamw_update(be, p, p, p + N, p + 2 * N, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
     }
     float *ho = malloc(nq * 4), *hdx = malloc((size_t)M * LDZ * 4), hdm[HN * DS];
@@ -452,17 +452,17 @@ static void residual_step(Backend *be, float *const *t, int step) {
     float *p = t[21], *pg = t[22], *pm = t[23], *pv = t[24], *G2 = t[25];
     be->zero(be, dg, N * sizeof(float));
     be->zero(be, db, N * sizeof(float));
-    be->linear_forward(be, x0, W1, b1, M, N, N, r1);
-    be->residual_layernorm_forward(be, x0, r1, 0.1f, 9, 2u * (uint64_t)step, ga, be_, M, N, 1e-5f, r1, h, mu1, rs1);
-    be->linear_forward(be, h, W2, b2, M, N, N, r2);
-    be->residual_layernorm_forward(be, h, r2, 0.1f, 9, 2u * (uint64_t)step + 1, ga, be_, M, N, 1e-5f, r2, out, mu2,
+    be->linear_forward(be, (const Act *)(x0), W1, b1, M, N, N, (Act *)(r1));
+    be->residual_layernorm_forward(be, (const Act *)(x0), (const Act *)(r1), 0.1f, 9, 2u * (uint64_t)step, ga, be_, M, N, 1e-5f, (Act *)(r1), (Act *)(h), mu1, rs1);
+    be->linear_forward(be, (const Act *)(h), W2, b2, M, N, N, (Act *)(r2));
+    be->residual_layernorm_forward(be, (const Act *)(h), (const Act *)(r2), 0.1f, 9, 2u * (uint64_t)step + 1, ga, be_, M, N, 1e-5f, (Act *)(r2), (Act *)(out), mu2,
                                    rs2);
-    be->matmul(be, 1, 0, N, N, M, 1.0f, out, N, out, N, 0.0f, G, N);
-    be->layernorm_backward(be, e, r2, ga, mu2, rs2, M, N, dB, 0, dg, db);
-    be->matmul(be, 0, 0, M, N, N, 0.5f, h, N, W2, N, 1.0f, dB, N);
-    be->layernorm_backward(be, dB, r1, ga, mu1, rs1, M, N, dA, 0, dg, db);
-    be->dropout(be, dA, dA, (size_t)M * N, 0.1f, 9, 100u + (uint64_t)step);
-    be->matmul(be, 1, 0, N, N, M, 1.0f, dA, N, dA, N, 0.0f, G2, N);
+    be->matmul(be, 1, 0, N, N, M, 1.0f, mat_f32(out, N), mat_f32(out, N), 0.0f, out_f32(G, N));
+    be->layernorm_backward(be, (const Act *)(e), (const Act *)(r2), ga, mu2, rs2, M, N, (Act *)(dB), 0, dg, db);
+    be->matmul(be, 0, 0, M, N, N, 0.5f, mat_f32(h, N), mat_f32(W2, N), 1.0f, out_f32(dB, N));
+    be->layernorm_backward(be, (const Act *)(dB), (const Act *)(r1), ga, mu1, rs1, M, N, (Act *)(dA), 0, dg, db);
+    be->dropout(be, (const Act *)(dA), (Act *)(dA), (size_t)M * N, 0.1f, 9, 100u + (uint64_t)step);
+    be->matmul(be, 1, 0, N, N, M, 1.0f, mat_f32(dA, N), mat_f32(dA, N), 0.0f, out_f32(G2, N));
     be->adamw_update(be, p, pg, pm, pv, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
 }
 
@@ -519,9 +519,9 @@ static void attention_step(Backend *be, float *const *t, int step) {
                    .out_shift = osh, .dropout = 0.1f, .seed = 5, .offset = (uint64_t)step};
     be->zero(be, dosc, AC * sizeof(float));
     be->zero(be, dosh, AC * sizeof(float));
-    be->matmul(be, 0, 0, AR, AC, N, 1.0f, A, N, W, AC, 0.0f, dout, AC);
-    be->attention_forward(be, &s, q, k, v, out, saved, scratch);
-    be->attention_backward(be, &s, q, k, v, saved, dout, dq, dk, dv, NULL, dosc, dosh, scratch);
+    be->matmul(be, 0, 0, AR, AC, N, 1.0f, mat_f32(A, N), mat_f32(W, AC), 0.0f, out_f32(dout, AC));
+    be->attention_forward(be, &s, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
+    be->attention_backward(be, &s, (const Act *)(q), (const Act *)(k), (const Act *)(v), saved, (const Act *)(dout), (Act *)(dq), (Act *)(dk), (Act *)(dv), NULL, dosc, dosh, scratch);
     be->adamw_update(be, p, pg, pm, pv, N, 0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 1.0f);
 }
 static const CostEntry *entry_labelled(const CostReport *r, const char *label) {

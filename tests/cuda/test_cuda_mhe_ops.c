@@ -128,10 +128,10 @@ static void prod_case(Fix *f, int N, int n, int d, int ldx, double tol) {
     float *dm = f->cpu->alloc(f->cpu, nd * sizeof(float));
     for (int acc = 0; acc < 2; acc++) {
         f->cpu->zero(f->cpu, dm, nd * sizeof(float));
-        f->cpu->head_expand_backward(f->cpu, dout.c, x.c, ldx, mul.c, N, n, d, dx.c, acc, dm, NULL);
+        f->cpu->head_expand_backward(f->cpu, (const Act *)(dout.c), (const Act *)(x.c), ldx, mul.c, N, n, d, (Act *)(dx.c), acc, dm, NULL);
         f->cpu->mul_acc(f->cpu, dm, gv.c, df.c, nd);
         f->cpu->mul_acc(f->cpu, dm, fv.c, dg.c, nd);
-        f->gpu->head_expand_backward_prod(f->gpu, dout.g, x.g, ldx, mul.g, fv.g, gv.g, N, n, d, dx.g, acc, df.g,
+        f->gpu->head_expand_backward_prod(f->gpu, (const Act *)(dout.g), (const Act *)(x.g), ldx, mul.g, fv.g, gv.g, N, n, d, (Act *)(dx.g), acc, df.g,
                                           dg.g);
         expect_close(f, &dx, tol, "head_expand_backward_prod dx");
         expect_close(f, &df, tol, "head_expand_backward_prod df");
@@ -139,9 +139,9 @@ static void prod_case(Fix *f, int N, int n, int d, int ldx, double tol) {
     }
     // One of the two outputs; no dx.
     f->cpu->zero(f->cpu, dm, nd * sizeof(float));
-    f->cpu->head_expand_backward(f->cpu, dout.c, x.c, ldx, mul.c, N, n, d, NULL, 0, dm, NULL);
+    f->cpu->head_expand_backward(f->cpu, (const Act *)(dout.c), (const Act *)(x.c), ldx, mul.c, N, n, d, NULL, 0, dm, NULL);
     f->cpu->mul_acc(f->cpu, dm, gv.c, df.c, nd);
-    f->gpu->head_expand_backward_prod(f->gpu, dout.g, x.g, ldx, mul.g, fv.g, gv.g, N, n, d, NULL, 0, df.g, NULL);
+    f->gpu->head_expand_backward_prod(f->gpu, (const Act *)(dout.g), (const Act *)(x.g), ldx, mul.g, fv.g, gv.g, N, n, d, NULL, 0, df.g, NULL);
     expect_close(f, &df, tol, "head_expand_backward_prod df only");
     expect_close(f, &dg, tol, "head_expand_backward_prod dg untouched");
     f->cpu->free(f->cpu, dm);
@@ -190,17 +190,17 @@ static void test_attention_q_scale(void **state) {
     g.out_scale = osc.g;
     g.out_shift = osh.g;
     float *qh = f->cpu->alloc(f->cpu, (size_t)N * nd * sizeof(float));
-    f->cpu->head_expand(f->cpu, q.c, ldq, qs.c, NULL, N, n, d, qh);
+    f->cpu->head_expand(f->cpu, (const Act *)(q.c), ldq, qs.c, NULL, N, n, d, (Act *)(qh));
     size_t sv[2], sc[2];
     f->cpu->attention_sizes(f->cpu, &c, &sv[0], &sc[0]);
     f->gpu->attention_sizes(f->gpu, &g, &sv[1], &sc[1]);
     float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
     float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
-    f->cpu->attention_forward(f->cpu, &c, qh, k.c, v.c, out.c, saved[0], scratch[0]);
-    f->cpu->attention_backward(f->cpu, &c, qh, k.c, v.c, saved[0], dout.c, dq.c, dk.c, dv.c, NULL, dosc.c, dosh.c,
+    f->cpu->attention_forward(f->cpu, &c, (const Act *)(qh), (const Act *)(k.c), (const Act *)(v.c), (Act *)(out.c), saved[0], scratch[0]);
+    f->cpu->attention_backward(f->cpu, &c, (const Act *)(qh), (const Act *)(k.c), (const Act *)(v.c), saved[0], (const Act *)(dout.c), (Act *)(dq.c), (Act *)(dk.c), (Act *)(dv.c), NULL, dosc.c, dosh.c,
                                scratch[0]);
-    f->gpu->attention_forward(f->gpu, &g, q.g, k.g, v.g, out.g, saved[1], scratch[1]);
-    f->gpu->attention_backward(f->gpu, &g, q.g, k.g, v.g, saved[1], dout.g, dq.g, dk.g, dv.g, NULL, dosc.g, dosh.g,
+    f->gpu->attention_forward(f->gpu, &g, (const Act *)(q.g), (const Act *)(k.g), (const Act *)(v.g), (Act *)(out.g), saved[1], scratch[1]);
+    f->gpu->attention_backward(f->gpu, &g, (const Act *)(q.g), (const Act *)(k.g), (const Act *)(v.g), saved[1], (const Act *)(dout.g), (Act *)(dq.g), (Act *)(dk.g), (Act *)(dv.g), NULL, dosc.g, dosh.g,
                                scratch[1]);
     expect_close(f, &out, 1e-2, "q_scale attention out");
     expect_close(f, &dq, 1e-2, "q_scale attention per-head dq");

@@ -15,10 +15,10 @@ static double check_matmuls(void **state, double tol) {
             Buf A = buf_rand(f, (size_t)(ta ? K : M) * lda);
             Buf B = buf_rand(f, (size_t)(tb ? N : K) * ldb);
             Buf C = buf_rand(f, (size_t)M * ldc);
-            PAIR(f, matmul, ta, tb, M, N, K, 0.7f, D(A), lda, D(B), ldb, 0.5f, D(C), ldc);
+            PAIR(f, matmul, ta, tb, M, N, K, 0.7f, mat_f32(D(A), lda), mat_f32(D(B), ldb), 0.5f, out_f32(D(C), ldc));
             e = expect_close(f, &C, tol, "matmul");
             worst = e > worst ? e : worst;
-            PAIR(f, matmul, ta, tb, M, N, K, 1.0f, D(A), lda, D(B), ldb, 0.0f, D(C), ldc);
+            PAIR(f, matmul, ta, tb, M, N, K, 1.0f, mat_f32(D(A), lda), mat_f32(D(B), ldb), 0.0f, out_f32(D(C), ldc));
             e = expect_close(f, &C, tol, "matmul beta=0");
             worst = e > worst ? e : worst;
             buf_free(f, &A);
@@ -72,32 +72,32 @@ static void check_linear(void **state, double tol) {
     for (int pass = 0; pass < 2; pass++) {
         CostReport r;
         backend_cuda_cost_start();
-        PAIR(f, linear_forward, D(x), D(W), D(b), N, in, out, D(y));
+        PAIR(f, linear_forward, DA(x), D(W), D(b), N, in, out, DA(y));
         backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
         assert_int_equal(calls_labelled(&r, " +bias"), 1);
         expect_close(f, &y, tol, "linear_forward");
-        PAIR(f, linear_forward, D(x), D(W), NULL, N, in, out, D(y));
+        PAIR(f, linear_forward, DA(x), D(W), NULL, N, in, out, DA(y));
         expect_close(f, &y, tol, "linear_forward without bias");
         backend_cuda_cost_start();
-        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        PAIR(f, linear_backward, DA(dy), DA(x), D(W), N, in, out, DA(dx), 1, D(dW), D(db));
         backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
         assert_int_equal(calls_labelled(&r, " +bgrad"), 1);
         expect_close(f, &dx, tol, "linear_backward dx (accumulated)");
         expect_close(f, &dW, tol, "linear_backward dW");
         expect_close(f, &db, tol, "linear_backward db");
-        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, NULL, 0, D(dW), NULL);
+        PAIR(f, linear_backward, DA(dy), DA(x), D(W), N, in, out, NULL, 0, D(dW), NULL);
         expect_close(f, &dW, tol, "linear_backward dW without dx, db");
-        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 0, D(dW), D(db));
+        PAIR(f, linear_backward, DA(dy), DA(x), D(W), N, in, out, DA(dx), 0, D(dW), D(db));
         expect_close(f, &dx, tol, "linear_backward dx (overwritten)");
         expect_close(f, &db, tol, "linear_backward db (again)");
         // Gradients cleared first (the optimizer's zeros): bf16 mode stores instead of adding
         // (cuda_mirror_known_zero; the emulation checks the zeros are there).
         PAIR(f, zero, D(dW), (size_t)out * in * sizeof(float));
         PAIR(f, zero, D(db), (size_t)out * sizeof(float));
-        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        PAIR(f, linear_backward, DA(dy), DA(x), D(W), N, in, out, DA(dx), 1, D(dW), D(db));
         expect_close(f, &dW, tol, "linear_backward dW (from zeros)");
         expect_close(f, &db, tol, "linear_backward db (from zeros)");
-        PAIR(f, linear_backward, D(dy), D(x), D(W), N, in, out, D(dx), 1, D(dW), D(db));
+        PAIR(f, linear_backward, DA(dy), DA(x), D(W), N, in, out, DA(dx), 1, D(dW), D(db));
         expect_close(f, &dW, tol, "linear_backward dW (added to the stored sums)");
         expect_close(f, &db, tol, "linear_backward db (added to the stored sums)");
         PAIR(f, scale, D(dy), -0.5f, (size_t)N * out);  // new values under the twins
@@ -115,11 +115,11 @@ static void test_bias_and_elementwise_match_cpu(void **state) {
     const size_t n = (size_t)N * C;
     Buf y = buf_rand(f, n), bias = buf_rand(f, C), db = buf_rand(f, C), a = buf_rand(f, n),
         b = buf_rand(f, n), o = buf_rand(f, n);
-    PAIR(f, bias_add, D(y), D(bias), N, C);
+    PAIR(f, bias_add, DA(y), D(bias), N, C);
     expect_close(f, &y, 1e-5, "bias_add");
-    PAIR(f, bias_backward, D(a), N, C, D(db));
+    PAIR(f, bias_backward, DA(a), N, C, D(db));
     expect_close(f, &db, 1e-5, "bias_backward");
-    PAIR(f, add, D(a), D(b), D(o), n);
+    PAIR(f, add, DA(a), DA(b), DA(o), n);
     expect_close(f, &o, 1e-5, "add");
     PAIR(f, axpy, -0.3f, D(a), D(o), n);
     expect_close(f, &o, 1e-5, "axpy");
@@ -131,9 +131,9 @@ static void test_bias_and_elementwise_match_cpu(void **state) {
     expect_close(f, &o, 1e-5, "mul");
     PAIR(f, mul_acc, D(a), D(b), D(o), n);
     expect_close(f, &o, 1e-5, "mul_acc");
-    PAIR(f, dropout, D(a), D(o), n, 0.3f, 99u, 7u);
+    PAIR(f, dropout, DA(a), DA(o), n, 0.3f, 99u, 7u);
     expect_close(f, &o, 1e-5, "dropout");
-    PAIR(f, dropout, D(a), D(o), n, 0.0f, 99u, 7u);
+    PAIR(f, dropout, DA(a), DA(o), n, 0.0f, 99u, 7u);
     expect_close(f, &o, 1e-5, "dropout p=0");
     double sc = f->cpu->sum_squares(f->cpu, a.c, n), sg = f->gpu->sum_squares(f->gpu, a.g, n);
     assert_true(fabs(sc - sg) <= 1e-9 * sc);
@@ -147,17 +147,17 @@ static void head_expand_case(Fix *f, int N, int n, int d, int ldx) {
     Buf x = buf_rand(f, (size_t)N * ldx), mul = buf_rand(f, (size_t)n * d), add = buf_rand(f, (size_t)n * d);
     Buf out = buf_rand(f, (size_t)N * n * d), dx = buf_rand(f, (size_t)N * ldx);
     Buf dmul = buf_rand(f, (size_t)n * d), dadd = buf_rand(f, (size_t)n * d);
-    PAIR(f, head_expand, D(x), ldx, D(mul), D(add), N, n, d, D(out));
+    PAIR(f, head_expand, DA(x), ldx, D(mul), D(add), N, n, d, DA(out));
     expect_close(f, &out, 1e-5, "head_expand");
-    PAIR(f, head_expand, D(x), ldx, NULL, D(add), N, n, d, D(out));
+    PAIR(f, head_expand, DA(x), ldx, NULL, D(add), N, n, d, DA(out));
     expect_close(f, &out, 1e-5, "head_expand add only");
     for (int acc = 0; acc < 2; acc++) {
-        PAIR(f, head_expand_backward, D(out), D(x), ldx, D(mul), N, n, d, D(dx), acc, D(dmul), D(dadd));
+        PAIR(f, head_expand_backward, DA(out), DA(x), ldx, D(mul), N, n, d, DA(dx), acc, D(dmul), D(dadd));
         expect_close(f, &dx, 1e-5, "head_expand_backward dx");
         expect_close(f, &dmul, 1e-5, "head_expand_backward dmul");
         expect_close(f, &dadd, 1e-5, "head_expand_backward dadd");
     }
-    PAIR(f, head_expand_backward, D(out), D(x), ldx, D(mul), N, n, d, D(dx), 1, NULL, D(dadd));
+    PAIR(f, head_expand_backward, DA(out), DA(x), ldx, D(mul), N, n, d, DA(dx), 1, NULL, D(dadd));
     expect_close(f, &dadd, 1e-5, "head_expand_backward dadd only");
     Buf *all[] = {&x, &mul, &add, &out, &dx, &dmul, &dadd};
     for (int i = 0; i < 7; i++) buf_free(f, all[i]);
@@ -178,10 +178,10 @@ static void residual_layernorm_case(Fix *f, int N, int C) {
     for (int variant = 0; variant < 3; variant++) {
         const float p = variant == 1 ? 0.0f : 0.25f;
         Buf *out = variant == 2 ? &s : &r;  // the sum over r, or into s
-        f->cpu->dropout(f->cpu, r.c, out->c, n, p, 31, 5 + variant);
-        f->cpu->add(f->cpu, x.c, out->c, out->c, n);
-        f->cpu->layernorm_forward(f->cpu, out->c, g.c, bt.c, N, C, 1e-5f, y.c, mean.c, rstd.c);
-        f->gpu->residual_layernorm_forward(f->gpu, x.g, r.g, p, 31, 5 + variant, g.g, bt.g, N, C, 1e-5f, out->g, y.g,
+        f->cpu->dropout(f->cpu, (const Act *)(r.c), (Act *)(out->c), n, p, 31, 5 + variant);
+        f->cpu->add(f->cpu, (const Act *)(x.c), (const Act *)(out->c), (Act *)(out->c), n);
+        f->cpu->layernorm_forward(f->cpu, (const Act *)(out->c), g.c, bt.c, N, C, 1e-5f, (Act *)(y.c), mean.c, rstd.c);
+        f->gpu->residual_layernorm_forward(f->gpu, (const Act *)(x.g), (const Act *)(r.g), p, 31, 5 + variant, g.g, bt.g, N, C, 1e-5f, (Act *)(out->g), (Act *)(y.g),
                                            mean.g, rstd.g);
         expect_close(f, out, 1e-5, "residual_layernorm s");
         expect_close(f, &y, 1e-5, "residual_layernorm y");
@@ -206,16 +206,16 @@ static void test_layernorm_backward_dropout_matches_cpu(void **state) {
     Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
     Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n), dr = buf_rand(f, n);
     Buf dg = buf_rand(f, C), db = buf_rand(f, C);
-    PAIR(f, layernorm_forward, D(x), D(g), D(bt), N, C, 1e-5f, D(y), D(mean), D(rstd));
+    PAIR(f, layernorm_forward, DA(x), D(g), D(bt), N, C, 1e-5f, DA(y), D(mean), D(rstd));
     for (int v = 0; v < 4; v++) {
         const float p = v == 2 ? 0.0f : 0.3f;
         const int acc = v == 1;
         float *dgc = v == 3 ? NULL : dg.c, *dbc = v == 3 ? NULL : db.c;
         float *dgg = v == 3 ? NULL : dg.g, *dbg = v == 3 ? NULL : db.g;
-        f->cpu->layernorm_backward(f->cpu, dy.c, x.c, g.c, mean.c, rstd.c, N, C, dx.c, acc, dgc, dbc);
-        f->cpu->dropout(f->cpu, dx.c, dr.c, n, p, 77, 9 + v);
-        f->gpu->layernorm_backward_dropout(f->gpu, dy.g, x.g, g.g, mean.g, rstd.g, N, C, dx.g, acc, dgg, dbg, p, 77,
-                                           9 + v, dr.g);
+        f->cpu->layernorm_backward(f->cpu, (const Act *)(dy.c), (const Act *)(x.c), g.c, mean.c, rstd.c, N, C, (Act *)(dx.c), acc, dgc, dbc);
+        f->cpu->dropout(f->cpu, (const Act *)(dx.c), (Act *)(dr.c), n, p, 77, 9 + v);
+        f->gpu->layernorm_backward_dropout(f->gpu, (const Act *)(dy.g), (const Act *)(x.g), g.g, mean.g, rstd.g, N, C, (Act *)(dx.g), acc, dgg, dbg, p, 77,
+                                           9 + v, (Act *)(dr.g));
         expect_close(f, &dx, 1e-5, "layernorm_backward_dropout dx");
         expect_close(f, &dr, 1e-5, "layernorm_backward_dropout dr");
         expect_close(f, &dg, 1e-5, "layernorm_backward_dropout dgamma");
@@ -235,8 +235,8 @@ static void test_layernorm_backward_past_48k_matches_cpu(void **state) {
     Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
     Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n);
     Buf dg = buf_rand(f, C), db = buf_rand(f, C);
-    PAIR(f, layernorm_forward, D(x), D(g), D(bt), N, C, 1e-5f, D(y), D(mean), D(rstd));
-    PAIR(f, layernorm_backward, D(dy), D(x), D(g), D(mean), D(rstd), N, C, D(dx), 0, D(dg), D(db));
+    PAIR(f, layernorm_forward, DA(x), D(g), D(bt), N, C, 1e-5f, DA(y), D(mean), D(rstd));
+    PAIR(f, layernorm_backward, DA(dy), DA(x), D(g), D(mean), D(rstd), N, C, DA(dx), 0, D(dg), D(db));
     expect_close(f, &dx, 1e-5, "layernorm dx, C = 6120");
     expect_close(f, &dg, 1e-5, "layernorm dgamma, C = 6120");
     expect_close(f, &db, 1e-5, "layernorm dbeta, C = 6120");
@@ -249,7 +249,7 @@ static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     Buf x = buf_new(f, n, -2.0f, 3.0f), g = buf_rand(f, C), bt = buf_rand(f, C), y = buf_rand(f, n);
     Buf mean = buf_rand(f, N), rstd = buf_rand(f, N), dy = buf_rand(f, n), dx = buf_rand(f, n);
     Buf dg = buf_rand(f, C), db = buf_rand(f, C);
-    PAIR(f, layernorm_forward, D(x), D(g), D(bt), N, C, 1e-5f, D(y), D(mean), D(rstd));
+    PAIR(f, layernorm_forward, DA(x), D(g), D(bt), N, C, 1e-5f, DA(y), D(mean), D(rstd));
     expect_close(f, &y, 1e-5, "layernorm y");
     expect_close(f, &mean, 1e-5, "layernorm mean");
     expect_close(f, &rstd, 1e-5, "layernorm rstd");
@@ -258,21 +258,21 @@ static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     for (int v = 0; v < 7; v++) {
         const int acc = v == 1 || v == 2;
         Buf *out = v == 6 ? &dy : &dx;
-        PAIR(f, layernorm_backward, D(dy), D(x), D(g), D(mean), D(rstd), N, C, v == 5 ? NULL : D(*out), acc,
+        PAIR(f, layernorm_backward, DA(dy), DA(x), D(g), D(mean), D(rstd), N, C, (Act *)(v == 5 ? NULL : D(*out)), acc,
              v == 3 || v == 4 ? NULL : D(dg), v == 2 || v == 4 ? NULL : D(db));
         expect_close(f, out, 1e-5, "layernorm dx");
         expect_close(f, &dg, 1e-5, "layernorm dgamma");
         expect_close(f, &db, 1e-5, "layernorm dbeta");
     }
     for (int kind = 0; kind < 2; kind++) {
-        PAIR(f, gelu_forward, (GeluKind)kind, D(x), D(y), n);
+        PAIR(f, gelu_forward, (GeluKind)kind, DA(x), DA(y), n);
         expect_close(f, &y, 1e-5, "gelu_forward");
-        PAIR(f, gelu_backward, (GeluKind)kind, D(x), D(dy), D(dx), n);
+        PAIR(f, gelu_backward, (GeluKind)kind, DA(x), DA(dy), DA(dx), n);
         expect_close(f, &dx, 1e-5, "gelu_backward");
     }
-    PAIR(f, tanh_forward, D(x), D(y), n);
+    PAIR(f, tanh_forward, DA(x), DA(y), n);
     expect_close(f, &y, 1e-6, "tanh_forward");
-    PAIR(f, tanh_backward, D(y), D(dy), D(dx), n);
+    PAIR(f, tanh_backward, DA(y), DA(dy), DA(dx), n);
     expect_close(f, &dx, 1e-6, "tanh_backward");
     Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
     for (int i = 0; i < 10; i++) buf_free(f, all[i]);
@@ -300,24 +300,24 @@ static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
     Buf word = buf_rand(f, (size_t)V * D), pos = buf_rand(f, (size_t)T * D), typ = buf_rand(f, (size_t)types * D);
     Buf out = buf_rand(f, (size_t)B * T * D), dword = buf_rand(f, (size_t)V * D),
         dpos = buf_rand(f, (size_t)T * D), dtyp = buf_rand(f, (size_t)types * D);
-    PAIR(f, embedding_forward, D(I), D(TI), D(word), D(pos), D(typ), B, T, D, D(out));
+    PAIR(f, embedding_forward, D(I), D(TI), D(word), D(pos), D(typ), B, T, D, DA(out));
     expect_close(f, &out, 1e-5, "embedding_forward");
-    PAIR(f, embedding_forward, D(I), NULL, D(word), D(pos), NULL, B, T, D, D(out));
+    PAIR(f, embedding_forward, D(I), NULL, D(word), D(pos), NULL, B, T, D, DA(out));
     expect_close(f, &out, 1e-5, "embedding_forward no types");
-    PAIR(f, embedding_backward, D(out), D(I), D(TI), B, T, D, D(dword), D(dpos), D(dtyp));
+    PAIR(f, embedding_backward, DA(out), D(I), D(TI), B, T, D, D(dword), D(dpos), D(dtyp));
     expect_close(f, &dword, 1e-5, "embedding_backward word");
     expect_close(f, &dpos, 1e-5, "embedding_backward pos");
     expect_close(f, &dtyp, 1e-5, "embedding_backward type");
 
     Buf logits = buf_new(f, (size_t)B * T * V, -4.0f, 4.0f), loss = buf_rand(f, (size_t)B * T),
         lse = buf_rand(f, (size_t)B * T), dl = buf_rand(f, (size_t)B * T * V);
-    PAIR(f, cross_entropy_forward, D(logits), D(L), B * T, V, D(loss), D(lse));
+    PAIR(f, cross_entropy_forward, DA(logits), D(L), B * T, V, D(loss), D(lse));
     expect_close(f, &loss, 1e-5, "cross_entropy loss");
     expect_close(f, &lse, 1e-5, "cross_entropy lse");
-    PAIR(f, cross_entropy_backward, D(logits), D(lse), D(L), B * T, V, 0.125f, D(dl));
+    PAIR(f, cross_entropy_backward, DA(logits), D(lse), D(L), B * T, V, 0.125f, DA(dl));
     expect_close(f, &dl, 1e-5, "cross_entropy_backward");
     // In place: the loss backward overwrites the logits.
-    PAIR(f, cross_entropy_backward, D(logits), D(lse), D(L), B * T, V, 0.125f, D(logits));
+    PAIR(f, cross_entropy_backward, DA(logits), D(lse), D(L), B * T, V, 0.125f, DA(logits));
     expect_close(f, &logits, 1e-5, "cross_entropy_backward in place");
     ibuf_free(f, &I);
     ibuf_free(f, &TI);
@@ -344,11 +344,11 @@ static void embedding_layernorm_case(Fix *f, int B, int T, int D) {
     for (int variant = 0; variant < 4; variant++) {
         const float p = variant & 1 ? 0.0f : 0.1f;
         const int typed = variant < 2;
-        f->cpu->embedding_forward(f->cpu, I.c, typed ? TI.c : NULL, word.c, pos.c, typed ? typ.c : NULL, B, T, D, e.c);
-        f->cpu->layernorm_forward(f->cpu, e.c, g.c, bt.c, N, D, 1e-12f, y.c, mean.c, rstd.c);
-        f->cpu->dropout(f->cpu, y.c, y.c, n, p, 77, 9 + variant);
+        f->cpu->embedding_forward(f->cpu, I.c, typed ? TI.c : NULL, word.c, pos.c, typed ? typ.c : NULL, B, T, D, (Act *)(e.c));
+        f->cpu->layernorm_forward(f->cpu, (const Act *)(e.c), g.c, bt.c, N, D, 1e-12f, (Act *)(y.c), mean.c, rstd.c);
+        f->cpu->dropout(f->cpu, (const Act *)(y.c), (Act *)(y.c), n, p, 77, 9 + variant);
         f->gpu->embedding_layernorm_forward(f->gpu, I.g, typed ? TI.g : NULL, word.g, pos.g, typed ? typ.g : NULL, g.g,
-                                            bt.g, B, T, D, 1e-12f, p, 77, 9 + variant, e.g, y.g, mean.g, rstd.g);
+                                            bt.g, B, T, D, 1e-12f, p, 77, 9 + variant, (Act *)(e.g), (Act *)(y.g), mean.g, rstd.g);
         expect_close(f, &e, 1e-5, "embedding_layernorm e");
         expect_close(f, &y, 1e-5, "embedding_layernorm y");
         expect_close(f, &mean, 1e-5, "embedding_layernorm mean");
@@ -374,9 +374,9 @@ static void test_gather_scatter_rows_match_cpu(void **state) {
     int32_t rows[4] = {9, 0, 5, 10};
     IBuf R = ibuf_new(f, rows, M);
     Buf src = buf_rand(f, (size_t)N * C), dst = buf_rand(f, (size_t)M * C), big = buf_rand(f, (size_t)N * C);
-    PAIR(f, gather_rows, D(src), D(R), M, C, D(dst), N);
+    PAIR(f, gather_rows, DA(src), D(R), M, C, DA(dst), N);
     expect_close(f, &dst, 0.0, "gather_rows");
-    PAIR(f, scatter_rows, D(dst), D(R), M, C, D(big), N);
+    PAIR(f, scatter_rows, DA(dst), D(R), M, C, DA(big), N);
     expect_close(f, &big, 0.0, "scatter_rows");
     ibuf_free(f, &R);
     buf_free(f, &src);
@@ -419,7 +419,7 @@ static void test_adamw_ranges_match_cpu(void **state) {
     Buf v = buf_new(f, n - m_base, 0.0f, 0.5f);
     const float lr = 1e-2f, wd = 0.01f;
     for (int step = 1; step <= 3; step++) {
-        PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 300, 20, 0.0f, D(y), 20);  // W = p[300 .. 500)
+        PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, mat_f32(D(x), 10), mat_f32(D(p) + 300, 20), 0.0f, out_f32(D(y), 20));  // W = p[300 .. 500)
         expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
         const float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
         const float step_size = lr / bc1, decay = 1.0f - lr * wd;
@@ -433,7 +433,7 @@ static void test_adamw_ranges_match_cpu(void **state) {
         expect_close(f, &m, 1e-5, "adamw ranges m");
         expect_close(f, &v, 1e-5, "adamw ranges v");
     }
-    PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 300, 20, 0.0f, D(y), 20);
+    PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, mat_f32(D(x), 10), mat_f32(D(p) + 300, 20), 0.0f, out_f32(D(y), 20));
     expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
     Buf *all[] = {&p, &g, &m, &v, &x, &y};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
@@ -455,7 +455,7 @@ static void test_lamb_ranges_match_cpu(void **state) {
     double sq[10];
     float coef[5];
     for (int step = 1; step <= 3; step++) {
-        PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 19000, 20, 0.0f, D(y), 20);  // W in range 4
+        PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, mat_f32(D(x), 10), mat_f32(D(p) + 19000, 20), 0.0f, out_f32(D(y), 20));  // W in range 4
         expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
         const float bc1 = 1.0f - powf(0.9f, (float)step), bc2 = 1.0f - powf(0.999f, (float)step);
         f->gpu->lamb_direction_ranges(f->gpu, p.g, g.g, m.g, v.g, u.g, m_base, 5, start, len, wds, 0.9f, 0.999f,
@@ -478,7 +478,7 @@ static void test_lamb_ranges_match_cpu(void **state) {
         f->gpu->axpy_ranges(f->gpu, p.g, u.g, m_base, 5, start, len, coef);
         expect_close(f, &p, 1e-5, "lamb ranges p");
     }
-    PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, D(x), 10, D(p) + 19000, 20, 0.0f, D(y), 20);
+    PAIR(f, matmul, 0, 0, 8, 20, 10, 1.0f, mat_f32(D(x), 10), mat_f32(D(p) + 19000, 20), 0.0f, out_f32(D(y), 20));
     expect_close(f, &y, f->gpu_bf16 ? 1e-2 : 1e-5, "matmul on the updated weights");
     Buf *all[] = {&p, &g, &m, &v, &u, &x, &y};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
@@ -504,24 +504,24 @@ static void test_bf16_twins_follow_every_write(void **state) {
     size_t twin_bytes = 0;
     for (int step = 0; step < 11; step++) {
         switch (step) {
-        case 1: PAIR(f, layernorm_forward, D(A), D(g), D(bias), M, K, 1e-5f, D(A), D(mean), D(rstd)); break;
+        case 1: PAIR(f, layernorm_forward, DA(A), D(g), D(bias), M, K, 1e-5f, DA(A), D(mean), D(rstd)); break;
         case 2: PAIR(f, scale, D(A), 0.5f, (size_t)M * K); break;
         case 3: PAIR(f, upload, D(A), host, (size_t)M * K * sizeof(float)); break;
-        case 4: PAIR(f, scatter_rows, D(other), D(R), 3, K, D(A), M); break;
-        case 5: PAIR(f, gelu_forward, GELU_ERF, D(A), D(A), (size_t)M * K); break;
-        case 6: PAIR(f, dropout, D(A), D(A), (size_t)M * K, 0.3f, 9, 4); break;
-        case 7: PAIR(f, bias_add, D(A), D(bias), M, K); break;
+        case 4: PAIR(f, scatter_rows, DA(other), D(R), 3, K, DA(A), M); break;
+        case 5: PAIR(f, gelu_forward, GELU_ERF, DA(A), DA(A), (size_t)M * K); break;
+        case 6: PAIR(f, dropout, DA(A), DA(A), (size_t)M * K, 0.3f, 9, 4); break;
+        case 7: PAIR(f, bias_add, DA(A), D(bias), M, K); break;
         case 8: PAIR(f, copy, D(A), D(other), (size_t)M * K * sizeof(float)); break;
-        case 9: PAIR(f, matmul, 0, 1, M, K, N, 1.0f, D(C), N, D(W), N, 0.0f, D(A), K); break;  // A = C Wᵀ (C's twin is new)
+        case 9: PAIR(f, matmul, 0, 1, M, K, N, 1.0f, mat_f32(D(C), N), mat_f32(D(W), N), 0.0f, out_f32(D(A), K)); break;  // A = C Wᵀ (C's twin is new)
         case 10: PAIR(f, zero, D(A), (size_t)M * K * sizeof(float)); break;
         default: break;
         }
-        PAIR(f, matmul, 0, 0, M, N, K, 1.0f, D(A), K, D(W), N, 0.0f, D(C), N);
+        PAIR(f, matmul, 0, 0, M, N, K, 1.0f, mat_f32(D(A), K), mat_f32(D(W), N), 0.0f, out_f32(D(C), N));
         char what[64];
         snprintf(what, sizeof what, "matmul after write %d", step);
         expect_close(f, &C, 1e-2, what);
         // Rows 4..11 of A (inside A's twin): no new twin.
-        PAIR(f, matmul, 0, 0, 8, N, K, 1.0f, D(A) + 4 * K, K, D(W), N, 0.0f, D(C), N);
+        PAIR(f, matmul, 0, 0, 8, N, K, 1.0f, mat_f32(D(A) + 4 * K, K), mat_f32(D(W), N), 0.0f, out_f32(D(C), N));
         expect_close(f, &C, 1e-2, what);
         assert_int_equal(backend_cuda_mirror_segments(f->gpu, &twin_bytes), step < 9 ? 2 : 3);
     }

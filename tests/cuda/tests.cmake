@@ -58,6 +58,12 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_mhe_ops COMMAND test_cuda_mhe_ops)
   set_tests_properties(test_cuda_mhe_ops PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300 LABELS "unit;cuda")
 
+  # bf16 activations (MHE_CUDA_ACT=bf16): every op taking an Act against the CPU backend in fp32.
+  add_executable(test_cuda_act ${CMAKE_CURRENT_LIST_DIR}/test_cuda_act.c)
+  target_link_libraries(test_cuda_act PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
+  add_test(NAME test_cuda_act COMMAND test_cuda_act)
+  set_tests_properties(test_cuda_act PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300 LABELS "unit;cuda")
+
   # Lean bf16 twins: the same ops with and without them, bit for bit where the stored values agree.
   add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)
   target_link_libraries(test_cuda_lean PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)

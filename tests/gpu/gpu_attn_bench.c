@@ -22,11 +22,11 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static float *upload_random(Backend *be, size_t n, Rng *r) {
+static Act *upload_random(Backend *be, size_t n, Rng *r) {
     float *h = mhe_malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = (float)(rng_next_uniform(r) * 2.0 - 1.0);
-    float *d = be->alloc(be, n * sizeof *d);
-    be->upload(be, d, h, n * sizeof *d);
+    Act *d = be->alloc(be, n * dtype_size(be->act));
+    be->upload_act(be, d, h, n);
     free(h);
     return d;
 }
@@ -49,11 +49,12 @@ static void run(Backend *be, Shape sh, int reps) {
     size_t saved_n = 0, scratch_n = 0;
     be->attention_sizes(be, &s, &saved_n, &scratch_n);
     Rng r = rng_stream(7, 0, 0);
-    float *q = upload_random(be, rows * width, &r), *k = upload_random(be, rows * width, &r);
-    float *v = upload_random(be, rows * width, &r), *dout = upload_random(be, rows * width, &r);
-    float *out = be->alloc(be, rows * width * sizeof(float));
-    float *dq = be->alloc(be, rows * width * sizeof(float)), *dk = be->alloc(be, rows * width * sizeof(float));
-    float *dv = be->alloc(be, rows * width * sizeof(float));
+    const size_t act_bytes = rows * width * dtype_size(be->act);
+    Act *q = upload_random(be, rows * width, &r), *k = upload_random(be, rows * width, &r);
+    Act *v = upload_random(be, rows * width, &r), *dout = upload_random(be, rows * width, &r);
+    Act *out = be->alloc(be, act_bytes);
+    Act *dq = be->alloc(be, act_bytes), *dk = be->alloc(be, act_bytes);
+    Act *dv = be->alloc(be, act_bytes);
     float *saved = be->alloc(be, (saved_n ? saved_n : 1) * sizeof(float));
     float *scratch = be->alloc(be, (scratch_n ? scratch_n : 1) * sizeof(float));
     for (int i = 0; i < 3; i++) {  // warm-up: bf16 copies of the inputs made once
@@ -89,7 +90,7 @@ static void run(Backend *be, Shape sh, int reps) {
            1e3 * issued_f / reps, 1e3 * issued_b / reps, 1e3 * cf.seconds, 1e3 * cb.seconds,
            1e3 * cf.expected_seconds, 1e3 * cb.expected_seconds);
     fflush(stdout);
-    float *bufs[] = {q, k, v, dout, out, dq, dk, dv, saved, scratch};
+    void *bufs[] = {q, k, v, dout, out, dq, dk, dv, saved, scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) be->free(be, bufs[i]);
 }
 

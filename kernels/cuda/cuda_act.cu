@@ -1,0 +1,438 @@
+// bf16 activations (be->act == DT_BF16): every Act buffer holds __nv_bfloat16, with fp32
+// arithmetic inside each op and one rounding when it stores.  No twins: the element type of a
+// buffer is ops.h's Act, fixed for the backend's life, so nothing tracks which copy is current.
+//
+// The matmuls read bf16 activations directly (cuBLAS with bf16 A/B, a bf16 C for an Act result
+// and an fp32 C for an fp32 one such as dW); the linear layers are those matmuls plus bf16 bias
+// kernels.  An fp32 operand (a weight) is rounded into scratch per call: the fp32 master weights
+// stay the only copy, so no write to them (optimizer, upload, copy, all-reduce) can leave a bf16
+// copy behind.  The other ops run the fp32 kernels of the other files on widened copies: each
+// Act input is widened into an fp32 staging buffer (a compact [rows, cols] for strided ones),
+// the fp32 op runs there, and each Act output is rounded back (a strided one only over its own
+// columns, so the slices of one fused buffer stay each other's).  An output that is the same
+// buffer as an input shares its staging buffer, which keeps the in-place contracts of ops.h.
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_internal.h"
+
+static __nv_bfloat16 *ab(Act *p) { return reinterpret_cast<__nv_bfloat16 *>(p); }
+static const __nv_bfloat16 *ab(const Act *p) { return reinterpret_cast<const __nv_bfloat16 *>(p); }
+static Backend *f32(Backend *be) { return cuda_ctx(be)->f32; }
+
+// y[r * ldy + c] = T(x[r * ldx + c]) for a [rows, cols] matrix: widening and rounding (round to
+// nearest even) between bf16 storage and fp32 staging.
+__global__ void act_widen_kernel(const __nv_bfloat16 *__restrict__ x, size_t ldx, float *__restrict__ y, size_t ldy,
+                                 size_t rows, size_t cols) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * cols;
+         i += (size_t)blockDim.x * gridDim.x)
+        y[(i / cols) * ldy + i % cols] = __bfloat162float(x[(i / cols) * ldx + i % cols]);
+}
+__global__ void act_round_kernel(const float *__restrict__ x, size_t ldx, __nv_bfloat16 *__restrict__ y, size_t ldy,
+                                 size_t rows, size_t cols) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * cols;
+         i += (size_t)blockDim.x * gridDim.x)
+        y[(i / cols) * ldy + i % cols] = __float2bfloat16(x[(i / cols) * ldx + i % cols]);
+}
+static void widen(Backend *be, const __nv_bfloat16 *x, size_t ldx, float *y, size_t ldy, size_t rows, size_t cols) {
+    const size_t n = rows * cols;
+    if (n) MHE_LAUNCH(act_widen_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, ldx, y, ldy, rows, cols);
+    CUDA_CHECK_LAUNCH();
+}
+static void round_to(Backend *be, const float *x, size_t ldx, __nv_bfloat16 *y, size_t ldy, size_t rows, size_t cols) {
+    const size_t n = rows * cols;
+    if (n) MHE_LAUNCH(act_round_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, ldx, y, ldy, rows, cols);
+    CUDA_CHECK_LAUNCH();
+}
+
+// The fp32 staging of one op's Act arguments (see the top of the file).  Slot i uses the
+// backend's grow-only buffer i, so steady-state steps allocate nothing.
+class Stage {
+    struct Slot {
+        const void *p;
+        size_t rows, cols, ld;
+        float *f;
+        bool out;
+    };
+    Backend *be;
+    OpClass cls;
+    Slot slots[ACT_STAGE_SLOTS];
+    int n = 0;
+
+    Slot *find(const void *p, size_t rows, size_t cols, size_t ld) {
+        for (int i = 0; i < n; i++)
+            if (slots[i].p == p && slots[i].rows == rows && slots[i].cols == cols && slots[i].ld == ld) return &slots[i];
+        return nullptr;
+    }
+    Slot *add(const void *p, size_t rows, size_t cols, size_t ld) {
+        if (n == ACT_STAGE_SLOTS) mhe_fatal("cuda_act: more than %d staged activations in one op", ACT_STAGE_SLOTS);
+        CudaCtx *c = cuda_ctx(be);
+        Slot &s = slots[n];
+        s = Slot{p, rows, cols, ld, cuda_grow(be, c->stage[n], c->stage_cap[n], rows * cols > 0 ? rows * cols : 1), false};
+        n++;
+        return &s;
+    }
+
+public:
+    Stage(Backend *b, OpClass c) : be(b), cls(c) {}
+    // An input [rows, cols] with row stride ld, as a compact fp32 [rows, cols] (NULL stays NULL).
+    const Act *in(const Act *p, size_t rows, size_t cols, size_t ld) {
+        if (!p) return nullptr;
+        Slot *s = find(p, rows, cols, ld);
+        if (!s) {
+            s = add(p, rows, cols, ld);
+            widen(be, ab(p), ld, s->f, cols, rows, cols);
+        }
+        return fa(s->f);
+    }
+    const Act *in(const Act *p, size_t count) { return in(p, 1, count, count); }
+    // An output, rounded back by done(); `read`: the op reads it first (accumulation, rows left
+    // untouched).  The same buffer as an input shares that input's staging.
+    Act *out(Act *p, size_t rows, size_t cols, size_t ld, bool read) {
+        if (!p) return nullptr;
+        Slot *s = find(p, rows, cols, ld);
+        if (!s) {
+            s = add(p, rows, cols, ld);
+            if (read) widen(be, ab(p), ld, s->f, cols, rows, cols);
+        }
+        s->out = true;
+        return fa(s->f);
+    }
+    Act *out(Act *p, size_t count, bool read) { return out(p, 1, count, count, read); }
+    void done() {
+        for (int i = 0; i < n; i++)
+            if (slots[i].out)
+                round_to(be, slots[i].f, slots[i].cols, ab(const_cast<Act *>(static_cast<const Act *>(slots[i].p))),
+                         slots[i].ld, slots[i].rows, slots[i].cols);
+        mhe_cost_close_op(cls);  // the roundings belong to the op
+    }
+};
+
+// Elements a row-major operand of `rows` rows of `cols` with leading dimension ld spans.
+static size_t span(size_t rows, size_t cols, size_t ld) { return rows && cols ? (rows - 1) * ld + cols : 0; }
+
+// ---- matmuls ----
+
+// The bf16 form of a matmul operand: an activation as it is, fp32 memory rounded into `scratch`.
+static const void *operand(Backend *be, MatIn m, size_t n, __nv_bfloat16 *scratch) {
+    if (m.is_act) return m.p;
+    cuda_round_bf16(be, static_cast<const float *>(m.p), scratch, n);
+    return scratch;
+}
+
+static void act_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha, MatIn A, MatIn B, float beta,
+                       MatOut C) {
+    if (M == 0 || N == 0) return;
+    double t0 = cuda_prof_begin(be);
+    CudaCtx *c = cuda_ctx(be);
+    const size_t na = A.is_act ? 0 : span(ta ? K : M, ta ? M : K, A.ld);
+    const size_t nb = B.is_act ? 0 : span(tb ? N : K, tb ? K : N, B.ld);
+    __nv_bfloat16 *scratch = cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, na + nb);
+    const void *pa = operand(be, A, na, scratch), *pb = operand(be, B, nb, scratch + na);
+    if (!C.is_act)
+        mhe_cost_record_gemm(M, N, K, 1, 1, beta != 0.0f);
+    else if (beta != 0.0f)
+        mhe_cost_record_gemm_bf16_acc(M, N, K);
+    else
+        mhe_cost_record_gemm_bf16_out(M, N, K, nullptr, 0.0);
+    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ (cuda_backend.cu).
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                            N, M, K, &alpha, pb, CUDA_R_16BF, B.ld, 0, pa, CUDA_R_16BF, A.ld, 0,
+                                            &beta, C.p, C.is_act ? CUDA_R_16BF : CUDA_R_32F, C.ld, 0, 1,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K);
+}
+
+// ---- bias (the linear layers' epilogue work) ----
+
+__global__ void act_bias_add_kernel(__nv_bfloat16 *y, const float *bias, size_t total, int C) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)blockDim.x * gridDim.x)
+        y[i] = __float2bfloat16(__bfloat162float(y[i]) + bias[i % C]);
+}
+// One thread per column, rows in order: deterministic (the fp32 backend's bias_backward too).
+__global__ void act_bias_backward_kernel(const __nv_bfloat16 *dy, int N, int C, float *dbias) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0;
+    for (int r = 0; r < N; r++) s += __bfloat162float(dy[(size_t)r * C + c]);
+    dbias[c] += s;
+}
+static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
+    double t0 = cuda_prof_begin(be);
+    const size_t total = (size_t)N * C;
+    if (total) MHE_LAUNCH(act_bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)total, 4.0 * total + 4.0 * C))(ab(y), bias, total, C);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
+    double t0 = cuda_prof_begin(be);
+    const unsigned blocks = (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK);
+    if (C) MHE_LAUNCH(act_bias_backward_kernel, blocks, MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 2.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(ab(dy), N, C, dbias);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
+// ---- linear layers: the matmuls above and the bias kernels ----
+
+static void act_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
+                               Act *y) {
+    be->matmul(be, 0, 1, N, out, in, 1.0f, mat_act(x, in), mat_f32(W, in), 0.0f, out_act(y, out));
+    if (b) be->bias_add(be, y, b, N, out);
+}
+static void act_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
+                                Act *dx, int accumulate, float *dW, float *db) {
+    if (dx)
+        be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
+                   out_act(dx, in));
+    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), 1.0f, out_f32(dW, in));
+    if (db) be->bias_backward(be, dy, N, out, db);
+}
+static void act_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
+                                    int in, int out, Act *u, Act *g) {
+    be->linear_forward(be, x, W, b, N, in, out, u);
+    be->gelu_forward(be, kind, u, g, (size_t)N * out);
+}
+static void act_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
+                                     int in, int out, const Act *u, Act *dx, float *dW, float *db) {
+    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
+    be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
+}
+
+// ---- the host boundary ----
+
+static void act_upload(Backend *be, Act *dst, const float *host_src, size_t n) {
+    CudaCtx *c = cuda_ctx(be);
+    float *f = cuda_grow(be, c->stage[0], c->stage_cap[0], n ? n : 1);
+    be->upload(be, f, host_src, n * sizeof(float));
+    round_to(be, f, n, ab(dst), n, 1, n);
+}
+static void act_download(Backend *be, float *host_dst, const Act *src, size_t n) {
+    CudaCtx *c = cuda_ctx(be);
+    float *f = cuda_grow(be, c->stage[0], c->stage_cap[0], n ? n : 1);
+    widen(be, ab(src), n, f, n, 1, n);
+    be->download(be, host_dst, f, n * sizeof(float));
+}
+
+// ---- every other op: the fp32 kernels on staged copies ----
+
+static void act_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *fa_ = s.in(a, n), *fb = s.in(b, n);
+    f32(be)->add(be, fa_, fb, s.out(out, n, false), n);
+    s.done();
+}
+static void act_head_expand(Backend *be, const Act *x, int ldx, const float *mul, const float *add, int N, int n,
+                            int d, Act *out) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *xs = s.in(x, N, d, ldx);
+    f32(be)->head_expand(be, xs, d, mul, add, N, n, d, s.out(out, (size_t)N * n * d, false));
+    s.done();
+}
+static void act_head_expand_backward(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul, int N,
+                                     int n, int d, Act *dx, int accumulate, float *dmul, float *dadd) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *gs = s.in(dout, (size_t)N * n * d), *xs = dmul ? s.in(x, N, d, ldx) : nullptr;
+    f32(be)->head_expand_backward(be, gs, xs, d, mul, N, n, d, s.out(dx, N, d, ldx, accumulate), accumulate, dmul,
+                                  dadd);
+    s.done();
+}
+static void act_head_expand_backward_prod(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul,
+                                          const float *f, const float *g, int N, int n, int d, Act *dx,
+                                          int accumulate, float *df, float *dg) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *gs = s.in(dout, (size_t)N * n * d), *xs = df || dg ? s.in(x, N, d, ldx) : nullptr;
+    f32(be)->head_expand_backward_prod(be, gs, xs, d, mul, f, g, N, n, d, s.out(dx, N, d, ldx, accumulate),
+                                       accumulate, df, dg);
+    s.done();
+}
+static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
+    Stage s(be, OPC_OTHER);
+    const Act *ss = s.in(src, (size_t)src_rows * C);
+    f32(be)->gather_rows(be, ss, rows, M, C, s.out(dst, (size_t)M * C, false), src_rows);
+    s.done();
+}
+static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int dst_rows) {
+    Stage s(be, OPC_OTHER);
+    const Act *ss = s.in(src, (size_t)M * C);
+    f32(be)->scatter_rows(be, ss, rows, M, C, s.out(dst, (size_t)dst_rows * C, true), dst_rows);
+    s.done();
+}
+static void act_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
+                                  float eps, Act *y, float *mean, float *rstd) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *xs = s.in(x, (size_t)N * C);
+    f32(be)->layernorm_forward(be, xs, gamma, beta, N, C, eps, s.out(y, (size_t)N * C, false), mean, rstd);
+    s.done();
+}
+static void act_residual_layernorm_forward(Backend *be, const Act *x, const Act *r, float p, uint64_t seed,
+                                           uint64_t offset, const float *gamma, const float *beta, int N, int C,
+                                           float eps, Act *s_, Act *y, float *mean, float *rstd) {
+    Stage s(be, OPC_NORM_ACT);
+    const size_t n = (size_t)N * C;
+    const Act *xs = s.in(x, n), *rs = s.in(r, n);
+    Act *ss = s.out(s_, n, false), *ys = s.out(y, n, false);
+    f32(be)->residual_layernorm_forward(be, xs, rs, p, seed, offset, gamma, beta, N, C, eps, ss, ys, mean, rstd);
+    s.done();
+}
+static void act_embedding_layernorm_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
+                                            const float *word, const float *pos, const float *type,
+                                            const float *gamma, const float *beta, int B, int T, int D, float eps,
+                                            float p, uint64_t seed, uint64_t offset, Act *e, Act *y, float *mean,
+                                            float *rstd) {
+    Stage s(be, OPC_NORM_ACT);
+    const size_t n = (size_t)B * T * D;
+    Act *es = s.out(e, n, false), *ys = s.out(y, n, false);
+    f32(be)->embedding_layernorm_forward(be, ids, type_ids, word, pos, type, gamma, beta, B, T, D, eps, p, seed,
+                                         offset, es, ys, mean, rstd);
+    s.done();
+}
+static void act_layernorm_backward(Backend *be, const Act *dy, const Act *x, const float *gamma, const float *mean,
+                                   const float *rstd, int N, int C, Act *dx, int accumulate, float *dgamma,
+                                   float *dbeta) {
+    Stage s(be, OPC_NORM_ACT);
+    const size_t n = (size_t)N * C;
+    const Act *gs = s.in(dy, n), *xs = s.in(x, n);
+    f32(be)->layernorm_backward(be, gs, xs, gamma, mean, rstd, N, C, s.out(dx, n, accumulate), accumulate, dgamma,
+                                dbeta);
+    s.done();
+}
+static void act_layernorm_backward_dropout(Backend *be, const Act *dy, const Act *x, const float *gamma,
+                                           const float *mean, const float *rstd, int N, int C, Act *dx,
+                                           int accumulate, float *dgamma, float *dbeta, float p, uint64_t seed,
+                                           uint64_t offset, Act *dr) {
+    Stage s(be, OPC_NORM_ACT);
+    const size_t n = (size_t)N * C;
+    const Act *gs = s.in(dy, n), *xs = s.in(x, n);
+    Act *dxs = s.out(dx, n, accumulate), *drs = s.out(dr, n, false);
+    f32(be)->layernorm_backward_dropout(be, gs, xs, gamma, mean, rstd, N, C, dxs, accumulate, dgamma, dbeta, p, seed,
+                                        offset, drs);
+    s.done();
+}
+static void act_gelu_forward(Backend *be, GeluKind kind, const Act *x, Act *y, size_t n) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *xs = s.in(x, n);
+    f32(be)->gelu_forward(be, kind, xs, s.out(y, n, false), n);
+    s.done();
+}
+static void act_gelu_backward(Backend *be, GeluKind kind, const Act *x, const Act *dy, Act *dx, size_t n) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *xs = s.in(x, n), *gs = s.in(dy, n);
+    f32(be)->gelu_backward(be, kind, xs, gs, s.out(dx, n, false), n);
+    s.done();
+}
+static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *xs = s.in(x, n);
+    f32(be)->tanh_forward(be, xs, s.out(y, n, false), n);
+    s.done();
+}
+static void act_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *ys = s.in(y, n), *gs = s.in(dy, n);
+    f32(be)->tanh_backward(be, ys, gs, s.out(dx, n, false), n);
+    s.done();
+}
+static void act_dropout(Backend *be, const Act *x, Act *y, size_t n, float p, uint64_t seed, uint64_t offset) {
+    Stage s(be, OPC_NORM_ACT);
+    const Act *xs = s.in(x, n);
+    f32(be)->dropout(be, xs, s.out(y, n, false), n, p, seed, offset);
+    s.done();
+}
+static void act_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
+                                  const float *pos, const float *type, int B, int T, int D, Act *out) {
+    Stage s(be, OPC_OTHER);
+    f32(be)->embedding_forward(be, ids, type_ids, word, pos, type, B, T, D, s.out(out, (size_t)B * T * D, false));
+    s.done();
+}
+static void act_embedding_backward(Backend *be, const Act *dout, const int32_t *ids, const int32_t *type_ids, int B,
+                                   int T, int D, float *dword, float *dpos, float *dtype) {
+    Stage s(be, OPC_OTHER);
+    f32(be)->embedding_backward(be, s.in(dout, (size_t)B * T * D), ids, type_ids, B, T, D, dword, dpos, dtype);
+    s.done();
+}
+static void act_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels, int N, int V,
+                                      float *loss, float *lse) {
+    Stage s(be, OPC_LOSS);
+    f32(be)->cross_entropy_forward(be, s.in(logits, (size_t)N * V), labels, N, V, loss, lse);
+    s.done();
+}
+static void act_cross_entropy_backward(Backend *be, const Act *logits, const float *lse, const int32_t *labels, int N,
+                                       int V, float grad_scale, Act *dlogits) {
+    Stage s(be, OPC_LOSS);
+    const size_t n = (size_t)N * V;
+    const Act *zs = s.in(logits, n);
+    f32(be)->cross_entropy_backward(be, zs, lse, labels, N, V, grad_scale, s.out(dlogits, n, false));
+    s.done();
+}
+
+// Q, K, V (and their gradients) staged compact: the fp32 core sees row strides heads * dim.
+static AttnShape compact(const AttnShape *s, Stage &st) {
+    AttnShape t = *s;
+    t.ldq = s->q_heads * s->qk_dim;
+    t.ldk = s->k_heads * s->qk_dim;
+    t.ldv = s->v_heads * s->v_dim;
+    t.key_bias = st.in(s->key_bias, (size_t)s->B * s->T * s->n_heads);
+    return t;
+}
+static void act_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,
+                                  float *saved, float *scratch) {
+    Stage st(be, OPC_ATTENTION);
+    const size_t rows = (size_t)s->B * s->T;
+    const AttnShape t = compact(s, st);
+    const Act *qs = st.in(q, rows, t.ldq, s->ldq), *ks = st.in(k, rows, t.ldk, s->ldk), *vs = st.in(v, rows, t.ldv, s->ldv);
+    f32(be)->attention_forward(be, &t, qs, ks, vs, st.out(out, rows * s->n_heads * s->v_dim, false), saved, scratch);
+    st.done();
+}
+static void act_attention_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
+                                   const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
+                                   float *dout_scale, float *dout_shift, float *scratch) {
+    Stage st(be, OPC_ATTENTION);
+    const size_t rows = (size_t)s->B * s->T;
+    const AttnShape t = compact(s, st);
+    const Act *qs = st.in(q, rows, t.ldq, s->ldq), *ks = st.in(k, rows, t.ldk, s->ldk), *vs = st.in(v, rows, t.ldv, s->ldv);
+    const Act *gs = st.in(dout, rows * s->n_heads * s->v_dim);
+    Act *dqs = st.out(dq, rows, t.ldq, s->ldq, false), *dks = st.out(dk, rows, t.ldk, s->ldk, false);
+    Act *dvs = st.out(dv, rows, t.ldv, s->ldv, false), *dkbs = st.out(dkey_bias, rows * s->n_heads, false);
+    f32(be)->attention_backward(be, &t, qs, ks, vs, saved, gs, dqs, dks, dvs, dkbs, dout_scale, dout_shift, scratch);
+    st.done();
+}
+
+void cuda_install_act_bf16(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    Backend *inner = static_cast<Backend *>(std::malloc(sizeof(Backend)));
+    if (!inner) mhe_fatal("out of memory creating the CUDA backend");
+    std::memcpy(inner, be, sizeof *be);
+    c->f32 = inner;
+    be->act = DT_BF16;
+    be->upload_act = act_upload;
+    be->download_act = act_download;
+    be->matmul = act_matmul;
+    be->linear_forward = act_linear_forward;
+    be->linear_backward = act_linear_backward;
+    be->linear_gelu_forward = act_linear_gelu_forward;
+    be->linear_backward_gelu = act_linear_backward_gelu;
+    be->bias_add = act_bias_add;
+    be->bias_backward = act_bias_backward;
+    be->add = act_add;
+    be->head_expand = act_head_expand;
+    be->head_expand_backward = act_head_expand_backward;
+    be->head_expand_backward_prod = act_head_expand_backward_prod;
+    be->gather_rows = act_gather_rows;
+    be->scatter_rows = act_scatter_rows;
+    be->layernorm_forward = act_layernorm_forward;
+    be->residual_layernorm_forward = act_residual_layernorm_forward;
+    be->embedding_layernorm_forward = act_embedding_layernorm_forward;
+    be->layernorm_backward = act_layernorm_backward;
+    be->layernorm_backward_dropout = act_layernorm_backward_dropout;
+    be->gelu_forward = act_gelu_forward;
+    be->gelu_backward = act_gelu_backward;
+    be->tanh_forward = act_tanh_forward;
+    be->tanh_backward = act_tanh_backward;
+    be->dropout = act_dropout;
+    be->embedding_forward = act_embedding_forward;
+    be->embedding_backward = act_embedding_backward;
+    be->cross_entropy_forward = act_cross_entropy_forward;
+    be->cross_entropy_backward = act_cross_entropy_backward;
+    be->attention_forward = act_attention_forward;
+    be->attention_backward = act_attention_backward;
+}
