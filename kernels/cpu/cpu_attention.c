@@ -65,13 +65,9 @@ static int kcols(const AttnShape *s) { return s->k_heads * s->qk_dim; }
 static int vcols(const AttnShape *s) { return s->v_heads * s->v_dim; }
 // The thread's key-side gradient rows: dk | dv | dkey_bias (one column per head).
 static int acc_ld(const AttnShape *s) { return kcols(s) + vcols(s) + s->n_heads; }
+static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
 
-// Rows from absolute row r0 (b*T + i) at column col.
-static CpuOperand rows_op(const Src *x, size_t r0, size_t col) {
-    if (x->h) return (CpuOperand){NULL, x->h + r0 * x->ld + col, x->ld};
-    return (CpuOperand){x->f + r0 * x->ld + col, NULL, x->ld};
-}
 static CpuOperand f32_op(const float *x, int ld) { return (CpuOperand){x, NULL, ld}; }
 static CpuOperand h_op(const uint16_t *x, int ld) { return (CpuOperand){NULL, x, ld}; }
 static CpuResult f32_res(float *x, int ld) { return (CpuResult){x, NULL, ld}; }
@@ -81,12 +77,63 @@ static void gemm(const Fused *a, int ta, int tb, int M, int N, int K, float alph
     cpu_gemm_ex(a->g, a->bf16, ta, tb, M, N, K, alpha, A, B, NULL, beta, C);
 }
 
-// Raw scores of query rows [i0, i0+rows) of sequence b against keys [0, nk): S [rows, nk].
-static void scores(const Fused *a, int b, int h, int i0, int rows, int nk, float *S) {
+// The thread's dense copies of the products' operands, in the activation type: the query
+// block, K and V of one sequence's head (kept while consecutive items use the same one: tag =
+// b * heads + head, -1 none) and the block's G.  oneDNN 2.6 takes its AMX / AVX-512 brgemm
+// kernels only for dense weights (the B operand); head slices of q, k, v (row stride
+// heads * dim) sent it to its gemm:jit path, 2-4x slower at these shapes, with the packing in
+// C++.  A copy costs T * dim per item, 1/bq of the item's products.
+typedef struct {
+    void *q, *k, *v, *g;
+    int ktag, vtag;
+} Packs;
+static size_t pack_floats(const AttnShape *s, int bq) {
+    return align16((size_t)bq * s->qk_dim) + align16((size_t)s->T * s->qk_dim) +
+           align16((size_t)s->T * s->v_dim) + align16((size_t)bq * s->v_dim);
+}
+static Packs packs_at(const AttnShape *s, int bq, float *p) {
+    Packs k = {p, 0, 0, 0, -1, -1};
+    k.k = p + align16((size_t)bq * s->qk_dim);
+    k.v = (float *)k.k + align16((size_t)s->T * s->qk_dim);
+    k.g = (float *)k.v + align16((size_t)s->T * s->v_dim);
+    return k;
+}
+// rows x cols of x from absolute row r0, column col, into dst (row stride cols).
+static void pack_rows(const Src *x, size_t r0, size_t col, int rows, int cols, void *dst) {
+    for (int r = 0; r < rows; r++) {
+        if (x->h)
+            memcpy((uint16_t *)dst + (size_t)r * cols, x->h + (r0 + r) * x->ld + col, (size_t)cols * sizeof(uint16_t));
+        else
+            memcpy((float *)dst + (size_t)r * cols, x->f + (r0 + r) * x->ld + col, (size_t)cols * sizeof(float));
+    }
+}
+static CpuOperand dense_op(const Fused *a, const void *p, int ld) {
+    return a->bf16 ? h_op((const uint16_t *)p, ld) : f32_op((const float *)p, ld);
+}
+// Dense K (or V) of head h of sequence b, all T rows (causal blocks read a prefix).
+static const void *packed_k(const Fused *a, Packs *pk, int b, int h) {
     const AttnShape *s = a->s;
-    const size_t r0 = (size_t)b * s->T;
-    gemm(a, 0, 1, rows, nk, s->qk_dim, s->scale, rows_op(&a->q, r0 + i0, qcol(s, h)),
-         rows_op(&a->k, r0, kcol(s, h)), 0.0f, f32_res(S, nk));
+    const int tag = b * s->k_heads + h / (s->n_heads / s->k_heads);
+    if (pk->ktag != tag) pack_rows(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, pk->k);
+    pk->ktag = tag;
+    return pk->k;
+}
+static const void *packed_v(const Fused *a, Packs *pk, int b, int h) {
+    const AttnShape *s = a->s;
+    const int tag = b * s->v_heads + h / (s->n_heads / s->v_heads);
+    if (pk->vtag != tag) pack_rows(&a->v, (size_t)b * s->T, vcol(s, h), s->T, s->v_dim, pk->v);
+    pk->vtag = tag;
+    return pk->v;
+}
+
+// Raw scores of query rows [i0, i0+rows) of sequence b against keys [0, nk): S [rows, nk].
+// Leaves the block's dense Q in pk->q (the backward's dK reads it).
+static void scores(const Fused *a, Packs *pk, int b, int h, int i0, int rows, int nk, float *S) {
+    const AttnShape *s = a->s;
+    const int d = s->qk_dim;
+    pack_rows(&a->q, (size_t)b * s->T + i0, qcol(s, h), rows, d, pk->q);
+    gemm(a, 0, 1, rows, nk, d, s->scale, dense_op(a, pk->q, d), dense_op(a, packed_k(a, pk, b, h), d), 0.0f,
+         f32_res(S, nk));
 }
 
 // kadd[j], j < nk: head h's bias of key j, -inf where key_mask hides it.  0: neither is set
@@ -184,7 +231,6 @@ static void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk
 // Per-thread scratch, in floats.  Forward: S, Ph (bf16, half a block), R (shared raw scores),
 // fp32 output rows, kadd.  Backward: P, dP, the dropped P (fp32 mode) or Pd and dS in bf16, R,
 // Σ_h dS, G rows, kadd, column sums, dq rows [bq, qcols], key-side rows [T, acc_ld].
-static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 static size_t fwd_thread_floats(const AttnShape *s, int bq) {
     const size_t blk = align16((size_t)bq * s->T);
     return 3 * blk + align16((size_t)bq * s->v_dim) + align16((size_t)s->T);
@@ -200,13 +246,18 @@ static size_t bwd_thread_floats(const AttnShape *s, int bq) {
 static size_t g_floats(const AttnShape *s) { return align16((size_t)s->B * s->T * s->n_heads * s->v_dim / 2 + 1); }
 static size_t glob_floats(const AttnShape *s) { return align16((size_t)s->B * s->T * acc_ld(s)); }
 
+// Forward or backward blocks, then the packs.
+static size_t core_floats(const AttnShape *s, int bq) {
+    const size_t f = fwd_thread_floats(s, bq), bw = bwd_thread_floats(s, bq);
+    return f > bw ? f : bw;
+}
+static size_t thread_floats(const AttnShape *s, int bq) { return core_floats(s, bq) + pack_floats(s, bq); }
 static void fused_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
     const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
     const int bq = block_rows(s->T);
     // The same saved layout as the reference core: lse [B, n, T], then the unscaled P V.
     *saved = (size_t)s->B * s->n_heads * T + (size_t)s->B * T * s->n_heads * s->v_dim;
-    const size_t f = fwd_thread_floats(s, bq), bw = bwd_thread_floats(s, bq);
-    *scratch = nt * (f > bw ? f : bw) + (act_bf16(be) ? g_floats(s) + glob_floats(s) : 0);
+    *scratch = nt * thread_floats(s, bq) + (act_bf16(be) ? g_floats(s) + glob_floats(s) : 0);
 }
 
 static double attention_flops(const AttnShape *s) {
@@ -232,7 +283,7 @@ static Fused fused_begin(Backend *be, const AttnShape *s, const Act *q, const Ac
 // Head h of query block qb of sequence b: softmax, P V, output scale/shift.  R: the block's
 // shared raw scores (NULL: computed here).
 static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, int qb, const float *R,
-                          float *ws) {
+                          float *ws, Packs *pk) {
     const AttnShape *s = a->s;
     const int T = s->T, n = s->n_heads, dv = s->v_dim, ldo = n * dv;
     const int i0 = qb * a->bq, rows = T - i0 < a->bq ? T - i0 : a->bq;
@@ -241,36 +292,44 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     float *S = ws, *o = ws + 3 * blk, *kadd = o + align16((size_t)a->bq * dv);
     uint16_t *Ph = a->bf16 ? (uint16_t *)(ws + blk) : NULL;
     if (R) memcpy(S, R, (size_t)rows * nk * sizeof *S);
-    else scores(a, b, h, i0, rows, nk, S);
+    else scores(a, pk, b, h, i0, rows, nk, S);
     const int has_kadd = key_add(a, b, h, nk, kadd);
     softmax_block(a, b, h, i0, rows, nk, S, has_kadd ? kadd : NULL, saved + ((size_t)b * n + h) * T, Ph);
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
-    const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = rows_op(&a->v, (size_t)b * T, vcol(s, h));
+    const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = dense_op(a, packed_v(a, pk, b, h), dv);
+    // Into the dense block o, then copied into the head's columns: a strided destination would
+    // send oneDNN to its slower gemm:jit path as a strided B operand does.
     const int affine = s->out_scale || s->out_shift;
     if (a->bf16 && !affine) {
-        gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, (CpuResult){NULL, act_h(out) + at, ldo});
+        uint16_t *oh = (uint16_t *)o;
+        gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, (CpuResult){NULL, oh, dv});
+        for (int r = 0; r < rows; r++)
+            memcpy(act_h(out) + at + (size_t)r * ldo, oh + (size_t)r * dv, (size_t)dv * sizeof *oh);
         return;
     }
-    float *po = a->bf16 ? o : act_f(out) + at;
-    const int ld_o = a->bf16 ? dv : ldo;
-    gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(po, ld_o));
-    if (!affine) return;
+    gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(o, dv));
+    if (!affine) {
+        for (int r = 0; r < rows; r++)
+            memcpy(act_f(out) + at + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *o);
+        return;
+    }
     // Unscaled P V saved after the lse for d out_scale (same place as the reference core's).
     if (s->out_scale) {
         float *pv = saved + (size_t)s->B * n * T + at;
-        for (int r = 0; r < rows; r++) memcpy(pv + (size_t)r * ldo, po + (size_t)r * ld_o, (size_t)dv * sizeof *pv);
+        for (int r = 0; r < rows; r++) memcpy(pv + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *pv);
     }
     const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
     const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
     for (int r = 0; r < rows; r++) {
-        float *x = po + (size_t)r * ld_o;
+        const float *x = o + (size_t)r * dv;
         if (a->bf16) {
             uint16_t *oh = act_h(out) + at + (size_t)r * ldo;
 #pragma omp simd
             for (int c = 0; c < dv; c++) oh[c] = to_bf16((sc ? x[c] * sc[c] : x[c]) + (sh ? sh[c] : 0.0f));
         } else {
+            float *of = act_f(out) + at + (size_t)r * ldo;
 #pragma omp simd
-            for (int c = 0; c < dv; c++) x[c] = (sc ? x[c] * sc[c] : x[c]) + (sh ? sh[c] : 0.0f);
+            for (int c = 0; c < dv; c++) of[c] = (sc ? x[c] * sc[c] : x[c]) + (sh ? sh[c] : 0.0f);
         }
     }
 }
@@ -280,25 +339,27 @@ static void fused_forward(Backend *be, const AttnShape *s, const Act *q, const A
     double t0 = cpu_prof_begin(be);
     const Fused a = fused_begin(be, s, q, k, v);
     const int B = s->B, n = s->n_heads, nqb = a.nqb, nt = cpu_threads(be);
-    const size_t per_thread = fwd_thread_floats(s, a.bq), blk = align16((size_t)a.bq * s->T);
-    if (shares_scores(s)) {
-        // sha / mhe_add: one score product per block for all heads.
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
-        for (int it = 0; it < B * nqb; it++) {
-            float *ws = scratch + (size_t)omp_get_thread_num() * per_thread, *R = ws + 2 * blk;
-            const int b = it / nqb, qb = it % nqb, i0 = qb * a.bq;
-            const int rows = s->T - i0 < a.bq ? s->T - i0 : a.bq;
-            scores(&a, b, 0, i0, rows, s->causal ? i0 + rows : s->T, R);
-            for (int h = 0; h < n; h++) forward_block(&a, out, saved, b, h, qb, R, ws);
-        }
-    } else {
+    const size_t per_thread = thread_floats(s, a.bq), blk = align16((size_t)a.bq * s->T);
+    const int shared = shares_scores(s), items = shared ? B * nqb : B * n * nqb;
+#pragma omp parallel num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
+    {
+        float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
+        Packs pk = packs_at(s, a.bq, ws + core_floats(s, a.bq));
         // Blocks nearest the end first: under a causal mask they are the largest, and dynamic
         // scheduling then evens out the tail.
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
-        for (int it = 0; it < B * n * nqb; it++) {
-            const int qb = nqb - 1 - it % nqb, bh = it / nqb;
-            forward_block(&a, out, saved, bh / n, bh % n, qb, NULL,
-                          scratch + (size_t)omp_get_thread_num() * per_thread);
+#pragma omp for schedule(dynamic)
+        for (int it = 0; it < items; it++) {
+            const int qb = nqb - 1 - it % nqb;
+            if (shared) {
+                // sha / mhe_add: one score product per block for all heads.
+                const int b = it / nqb, i0 = qb * a.bq, rows = s->T - i0 < a.bq ? s->T - i0 : a.bq;
+                float *R = ws + 2 * blk;
+                scores(&a, &pk, b, 0, i0, rows, s->causal ? i0 + rows : s->T, R);
+                for (int h = 0; h < n; h++) forward_block(&a, out, saved, b, h, qb, R, ws, &pk);
+            } else {
+                const int bh = it / nqb;
+                forward_block(&a, out, saved, bh / n, bh % n, qb, NULL, ws, &pk);
+            }
         }
     }
     cpu_prof_end(be, OPC_ATTENTION, t0, attention_flops(s));
@@ -308,7 +369,8 @@ static void fused_forward(Backend *be, const AttnShape *s, const Act *q, const A
 // sum lives between hand-overs: f (row stride ld), fp32; in bf16 mode the last hand-over
 // stores f + its rows into h (row stride hld) instead, each element rounded once.
 typedef struct {
-    int c0, w;
+    const float *x;   // the thread's rows of this part, dense [T, w]
+    int w;
     float *f;
     int ld;
     uint16_t *h;
@@ -317,10 +379,10 @@ typedef struct {
 
 // The thread's rows [0, touched) (rows past it are 0: keys none of its blocks saw) into the
 // sequence's sum: the first hand-over writes, later ones add, the last one also stores.
-static void hand_over(const float *acc, int ald, int touched, int T, int rank, int last, const Part *p) {
+static void hand_over(int touched, int T, int rank, int last, const Part *p) {
     const int w = p->w;
     for (int i = 0; i < T; i++) {
-        const float *x = acc + (size_t)i * ald + p->c0;
+        const float *x = p->x + (size_t)i * w;
         float *f = p->f + (size_t)i * p->ld;
         uint16_t *o = p->h ? p->h + (size_t)i * p->hld : NULL;
         const int have = i < touched;
@@ -355,30 +417,48 @@ typedef struct {
 
 // Thread tid of nth hands over its part of sequence b, after the threads whose first block of
 // b comes before its own (a fixed order: the sums are the same whatever the timing).
+// Part c of the key-side columns (dk heads, then dv heads, then dkey_bias), columns [c0, c0+w)
+// of acc_ld, into p: the thread's rows (dense per head: oneDNN writes them as dense
+// destinations), and where the sum goes.
+static Part part_of(const Bwd *w, int b, const float *acc, int c) {
+    const AttnShape *s = w->a->s;
+    const int T = s->T, kh = s->k_heads, vh = s->v_heads, dk = s->qk_dim, dv = s->v_dim, ald = acc_ld(s);
+    const size_t r0 = (size_t)b * T;
+    int c0, wd, ld;
+    const float *x;
+    float *f;
+    uint16_t *h = NULL;
+    if (c < kh) {
+        c0 = c * dk, wd = dk, x = acc + (size_t)c * T * dk;
+        f = w->glob ? NULL : act_f(w->dk) + r0 * s->ldk + c0, ld = s->ldk;
+        if (w->glob) h = act_h(w->dk) + r0 * s->ldk + c0;
+    } else if (c < kh + vh) {
+        const int g = c - kh;
+        c0 = kcols(s) + g * dv, wd = dv, x = acc + (size_t)kh * T * dk + (size_t)g * T * dv;
+        f = w->glob ? NULL : act_f(w->dv) + r0 * s->ldv + (size_t)g * dv, ld = s->ldv;
+        if (w->glob) h = act_h(w->dv) + r0 * s->ldv + (size_t)g * dv;
+    } else {
+        c0 = kcols(s) + vcols(s), wd = s->n_heads, x = acc + (size_t)T * (kcols(s) + vcols(s));
+        f = w->glob ? NULL : act_f(w->dkb) + r0 * s->n_heads, ld = s->n_heads;
+        if (w->glob) h = act_h(w->dkb) + r0 * s->n_heads;
+    }
+    if (w->glob) {
+        f = w->glob + r0 * ald + c0;
+        return (Part){x, wd, f, ald, h, c < kh ? s->ldk : c < kh + vh ? s->ldv : s->n_heads};
+    }
+    return (Part){x, wd, f, ld, NULL, 0};
+}
+
 static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, int tid, int nth) {
     const AttnShape *s = w->a->s;
-    const int T = s->T, nqb = w->a->nqb, ald = acc_ld(s);
+    const int T = s->T, nqb = w->a->nqb;
     const int rank = (tid - (b * nqb) % nth + nth) % nth, count = nqb < nth ? nqb : nth;
-    const int last = rank == count - 1;
-    Part parts[3];
-    int np = 0;
-    const size_t r0 = (size_t)b * T;
-    if (w->glob) {
-        float *g = w->glob + r0 * ald;
-        parts[np++] = (Part){0, kcols(s), g, ald, act_h(w->dk) + r0 * s->ldk, s->ldk};
-        parts[np++] = (Part){kcols(s), vcols(s), g + kcols(s), ald, act_h(w->dv) + r0 * s->ldv, s->ldv};
-        if (w->dkb)
-            parts[np++] = (Part){kcols(s) + vcols(s), s->n_heads, g + kcols(s) + vcols(s), ald,
-                                 act_h(w->dkb) + r0 * s->n_heads, s->n_heads};
-    } else {
-        parts[np++] = (Part){0, kcols(s), act_f(w->dk) + r0 * s->ldk, s->ldk, NULL, 0};
-        parts[np++] = (Part){kcols(s), vcols(s), act_f(w->dv) + r0 * s->ldv, s->ldv, NULL, 0};
-        if (w->dkb)
-            parts[np++] = (Part){kcols(s) + vcols(s), s->n_heads, act_f(w->dkb) + r0 * s->n_heads,
-                                 s->n_heads, NULL, 0};
-    }
+    const int last = rank == count - 1, parts = s->k_heads + s->v_heads + (w->dkb != NULL);
     while (atomic_load_explicit(&w->ticket[b], memory_order_acquire) != rank) sched_yield();
-    for (int p = 0; p < np; p++) hand_over(acc, ald, touched, T, rank, last, &parts[p]);
+    for (int c = 0; c < parts; c++) {
+        const Part p = part_of(w, b, acc, c);
+        hand_over(touched, T, rank, last, &p);
+    }
     atomic_store_explicit(&w->ticket[b], rank + 1, memory_order_release);
 }
 
@@ -466,7 +546,7 @@ static void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP
 
 // Query block qb of sequence b, every head: dq rows stored; dk, dv, dkey_bias added to the
 // thread's key-side rows acc (rows [0, *touched) valid; grown and zeroed here).
-static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, int *touched) {
+static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, int *touched, Packs *pk) {
     const Fused *a = w->a;
     const AttnShape *s = a->s;
     const int T = s->T, n = s->n_heads, dv = s->v_dim, dkd = s->qk_dim, ldo = n * dv, bf = a->bf16;
@@ -478,13 +558,20 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     float *G = ws + 5 * blk, *kadd = G + align16((size_t)a->bq * dv), *cs = kadd + align16((size_t)T);
     float *dqa = cs + align16((size_t)T);
     uint16_t *Pdh = bf ? (uint16_t *)Pdf : NULL, *dSh = bf ? Pdh + blk : NULL;
+    // acc: dk per K head [T, dk], dv per V head [T, dv], dkey_bias [T, n]; rows [0, *touched)
+    // hold sums, the rest is zeroed as blocks reach it.
+    float *kacc = acc, *vacc = acc + (size_t)s->k_heads * T * dkd, *bacc = acc + (size_t)T * (ald - n);
     if (*touched < nk) {
-        memset(acc + (size_t)*touched * ald, 0, (size_t)(nk - *touched) * ald * sizeof *acc);
+        const size_t t0 = (size_t)*touched, cnt = (size_t)(nk - *touched);
+        for (int g = 0; g < s->k_heads; g++) memset(kacc + ((size_t)g * T + t0) * dkd, 0, cnt * dkd * sizeof *acc);
+        for (int g = 0; g < s->v_heads; g++) memset(vacc + ((size_t)g * T + t0) * dv, 0, cnt * dv * sizeof *acc);
+        memset(bacc + t0 * n, 0, cnt * n * sizeof *acc);
         *touched = nk;
     }
-    memset(dqa, 0, (size_t)rows * qc * sizeof *dqa);
+    // dq per Q head [bq, dk].
+    memset(dqa, 0, (size_t)a->bq * qc * sizeof *dqa);
     if (shared) {
-        scores(a, b, 0, i0, rows, nk, R);
+        scores(a, pk, b, 0, i0, rows, nk, R);
         memset(dSs, 0, (size_t)rows * nk * sizeof *dSs);
     }
     // fp32 dS is needed for Σ_h dS, the key-bias column sums, or as the fp32 products' operand.
@@ -492,24 +579,26 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     for (int h = 0; h < n; h++) {
         const int has_kadd = key_add(a, b, h, nk, kadd);
         if (shared) memcpy(P, R, (size_t)rows * nk * sizeof *P);
-        else scores(a, b, h, i0, rows, nk, P);
+        else scores(a, pk, b, h, i0, rows, nk, P);
         probs_block(a, b, h, i0, rows, nk, P, has_kadd ? kadd : NULL, w->lse_all + ((size_t)b * n + h) * T,
                     Pdf, Pdh);
         CpuOperand Gop;
-        if (bf) {
-            Gop = rows_op(&w->G, r0 + i0, (size_t)h * dv);
-        } else if (s->out_scale) {
+        if (!bf && s->out_scale) {
             const float *dO = w->G.f + (r0 + i0) * ldo + (size_t)h * dv, *sc = s->out_scale + (size_t)h * dv;
             for (int r = 0; r < rows; r++)
 #pragma omp simd
                 for (int c = 0; c < dv; c++) G[(size_t)r * dv + c] = dO[(size_t)r * ldo + c] * sc[c];
             Gop = f32_op(G, dv);
         } else {
-            Gop = rows_op(&w->G, r0 + i0, (size_t)h * dv);
+            pack_rows(&w->G, r0 + i0, (size_t)h * dv, rows, dv, pk->g);
+            Gop = dense_op(a, pk->g, dv);
         }
+        const CpuOperand Vd = dense_op(a, packed_v(a, pk, b, h), dv), Qd = dense_op(a, pk->q, dkd);
         const CpuOperand Pd = Pdh ? h_op(Pdh, nk) : f32_op(a->drop ? Pdf : P, nk);
-        gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(acc + kcols(s) + vcol(s, h), ald));
-        gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, rows_op(&a->v, r0, vcol(s, h)), 0.0f, f32_res(dP, nk));
+        float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
+        float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
+        gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
+        gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, Vd, 0.0f, f32_res(dP, nk));
         ds_block(a, rows, nk, P, dP, Pdf, Pdh, df, shared ? NULL : dSh);
         if (w->dkb) {
             memset(cs, 0, (size_t)nk * sizeof *cs);
@@ -518,8 +607,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
 #pragma omp simd
                 for (int j = 0; j < nk; j++) cs[j] += gr[j];
             }
-            float *col = acc + kcols(s) + vcols(s) + h;
-            for (int j = 0; j < nk; j++) col[(size_t)j * ald] += cs[j];
+            for (int j = 0; j < nk; j++) bacc[(size_t)j * n + h] += cs[j];
         }
         if (shared) {
             const size_t e = (size_t)rows * nk;
@@ -528,9 +616,8 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             continue;
         }
         const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
-        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, rows_op(&a->k, r0, kcol(s, h)), 1.0f, f32_res(dqa + qcol(s, h), qc));
-        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, rows_op(&a->q, r0 + i0, qcol(s, h)), 1.0f,
-             f32_res(acc + kcol(s, h), ald));
+        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, dense_op(a, packed_k(a, pk, b, h), dkd), 1.0f, f32_res(dqh, dkd));
+        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qd, 1.0f, f32_res(dkh, dkd));
     }
     if (shared) {
         CpuOperand dS = f32_op(dSs, nk);
@@ -538,14 +625,16 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             bf16_store(dSs, (size_t)rows * nk, dSh);
             dS = h_op(dSh, nk);
         }
-        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, rows_op(&a->k, r0, 0), 1.0f, f32_res(dqa, qc));
-        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, rows_op(&a->q, r0 + i0, 0), 1.0f, f32_res(acc, ald));
+        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, dense_op(a, packed_k(a, pk, b, 0), dkd), 1.0f, f32_res(dqa, dkd));
+        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, dense_op(a, pk->q, dkd), 1.0f, f32_res(kacc, dkd));
     }
-    for (int r = 0; r < rows; r++) {
-        const size_t at = (r0 + i0 + r) * s->ldq;
-        if (bf) bf16_store(dqa + (size_t)r * qc, (size_t)qc, act_h(w->dq) + at);
-        else memcpy(act_f(w->dq) + at, dqa + (size_t)r * qc, (size_t)qc * sizeof(float));
-    }
+    for (int g = 0; g < s->q_heads; g++)
+        for (int r = 0; r < rows; r++) {
+            const size_t at = (r0 + i0 + r) * s->ldq + (size_t)g * dkd;
+            const float *x = dqa + ((size_t)g * a->bq + r) * dkd;
+            if (bf) bf16_store(x, (size_t)dkd, act_h(w->dq) + at);
+            else memcpy(act_f(w->dq) + at, x, (size_t)dkd * sizeof *x);
+        }
 }
 
 static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
@@ -555,7 +644,7 @@ static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const 
     const Fused a = fused_begin(be, s, q, k, v);
     const int B = s->B, T = s->T, n = s->n_heads, ldo = n * s->v_dim, nt = cpu_threads(be), nqb = a.nqb;
     const int bf = act_bf16(be);
-    const size_t per_thread = bwd_thread_floats(s, a.bq), blk = align16((size_t)a.bq * T);
+    const size_t per_thread = thread_floats(s, a.bq), blk = align16((size_t)a.bq * T);
     float *tail = scratch + (size_t)nt * per_thread;
     Bwd w = {&a, saved, src_of(be, dout, ldo), dq, dk, dv_out, dkey_bias, bf ? tail + g_floats(s) : NULL, NULL};
     if (bf && s->out_scale) {
@@ -579,6 +668,7 @@ static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const 
         float *ws = scratch + (size_t)tid * per_thread;
         float *acc = ws + 5 * blk + align16((size_t)a.bq * s->v_dim) + 2 * align16((size_t)T) +
                      align16((size_t)a.bq * qcols(s));
+        Packs pk = packs_at(s, a.bq, ws + core_floats(s, a.bq));
         int cur = -1, touched = 0;
         // Round-robin: the blocks of a sequence spread over the team even when B is small.
         for (int it = tid; it < B * nqb; it += nth) {
@@ -588,7 +678,7 @@ static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const 
                 cur = b;
                 touched = 0;
             }
-            backward_block(&w, b, it % nqb, ws, acc, &touched);
+            backward_block(&w, b, it % nqb, ws, acc, &touched, &pk);
         }
         if (cur >= 0) flush_sequence(&w, cur, acc, touched, tid, nth);
     }
