@@ -136,12 +136,11 @@ static void scores(const Fused *a, Packs *pk, int b, int h, int i0, int rows, in
          f32_res(S, nk));
 }
 
-// kadd[j], j < nk: head h's bias of key j, -inf where key_mask hides it.  0: neither is set
-// (the loops then add nothing).  One strided gather per block instead of one per score.
-static int key_add(const Fused *a, int b, int h, int nk, float *kadd) {
+// kadd[j], j < nk: head h's bias of key j, -inf where key_mask hides it, else 0 (one strided
+// gather per block instead of one per score; the loops add it unconditionally).
+static void key_add(const Fused *a, int b, int h, int nk, float *kadd) {
     const AttnShape *s = a->s;
     const int32_t *km = s->key_mask ? s->key_mask + (size_t)b * s->T : NULL;
-    if (!km && !s->key_bias) return 0;
     const size_t n = (size_t)s->n_heads, at = (size_t)b * s->T * n + h;
     if (s->key_bias && a->bf16) {
         const uint16_t *kb = act_ch(s->key_bias) + at;
@@ -155,7 +154,6 @@ static int key_add(const Fused *a, int b, int h, int nk, float *kadd) {
     if (km)
 #pragma omp simd
         for (int j = 0; j < nk; j++) kadd[j] = km[j] ? kadd[j] : -INFINITY;
-    return 1;
 }
 
 static int row_end(const AttnShape *s, int i, int nk) { return s->causal ? i + 1 : nk; }
@@ -163,77 +161,80 @@ static uint64_t drop_base(const AttnShape *s, int b, int h, int i) {
     return (((uint64_t)b * s->n_heads + h) * (uint64_t)s->T + (uint64_t)i) * (uint64_t)s->T;
 }
 
-// Softmax of block rows [i0, i0+rows) in place: S [rows, nk] (+ kadd) becomes the dropped
-// probabilities (fp32 mode) or they go to Ph in bf16; lse[i] saved.  Masked keys (kadd = -inf,
-// or above the diagonal) get exactly 0; a row with no visible key is all 0 with lse = -inf.
+// Softmax numerators of block rows [i0, i0+rows): e = exp(S + kadd - max) on visible keys, 0
+// on masked ones (kadd = -inf) and above the diagonal, times the dropout mask, into Ph (bf16
+// mode) or S in place; rs[r] = keep_scale / Σ e is applied to the P V rows afterwards (one
+// multiply per output element instead of a third pass over the scores).  lse[i] saved; a row
+// with no visible key is all 0 with lse = -inf and rs = 0.
 static void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *S,
-                          const float *kadd, float *lse, uint16_t *Ph) {
+                          const float *kadd, float *lse, uint16_t *Ph, float *rs) {
     const AttnShape *s = a->s;
-    const float ks = a->keep_scale;
+    const uint64_t key = a->key;
+    const uint32_t thr = a->thr;
     for (int r = 0; r < rows; r++) {
         const int i = i0 + r, je = row_end(s, i, nk);
         float *row = S + (size_t)r * nk;
-        float mx = -INFINITY;
-        if (kadd) {
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < je; j++) {
-                const float x = row[j] + kadd[j];
-                row[j] = x;
-                mx = x > mx ? x : mx;
-            }
-        } else {
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < je; j++) mx = row[j] > mx ? row[j] : mx;
-        }
         uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < je; j++) {
+            const float x = row[j] + kadd[j];
+            row[j] = x;
+            mx = x > mx ? x : mx;
+        }
         if (mx == -INFINITY) {
             if (ph) memset(ph, 0, (size_t)nk * sizeof *ph);
             else memset(row, 0, (size_t)nk * sizeof *row);
             lse[i] = -INFINITY;
+            rs[r] = 0.0f;
             continue;
         }
-        float sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < je; j++) {
-            const float e = cpu_expf_noover(row[j] - mx);
-            row[j] = e;
-            sum += e;
-        }
-        const float inv = 1.0f / sum, invk = inv * ks;
         const uint64_t rb = drop_base(s, b, h, i);
-        const uint64_t key = a->key;
-        const uint32_t thr = a->thr;
-        if (ph) {
-            if (a->drop) {
-#pragma omp simd
-                for (int j = 0; j < je; j++)
-                    ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * invk : 0.0f);
-            } else {
-#pragma omp simd
-                for (int j = 0; j < je; j++) ph[j] = to_bf16(row[j] * inv);
+        float sum = 0;
+        if (ph && a->drop) {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_noover(row[j] - mx);
+                sum += e;
+                ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? e : 0.0f);
             }
-            if (je < nk) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+        } else if (ph) {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_noover(row[j] - mx);
+                sum += e;
+                ph[j] = to_bf16(e);
+            }
+        } else if (a->drop) {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_noover(row[j] - mx);
+                sum += e;
+                row[j] = ops_dropout_keep_fast(key, rb + j, thr) ? e : 0.0f;
+            }
         } else {
-            if (a->drop) {
-#pragma omp simd
-                for (int j = 0; j < je; j++)
-                    row[j] = ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * invk : 0.0f;
-            } else {
-#pragma omp simd
-                for (int j = 0; j < je; j++) row[j] *= inv;
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_noover(row[j] - mx);
+                sum += e;
+                row[j] = e;
             }
-            if (je < nk) memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
         }
+        if (je < nk) {
+            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+            else memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
+        }
+        rs[r] = a->keep_scale / sum;
         lse[i] = mx + logf(sum);
     }
 }
 
 // Per-thread scratch, in floats.  Forward: S, Ph (bf16, half a block), R (shared raw scores),
-// fp32 output rows, kadd.  Backward: P, dP, the dropped P (fp32 mode) or Pd and dS in bf16, R,
+// fp32 output rows, kadd, the rows' scales.  Backward: P, dP, the dropped P (fp32 mode) or Pd and dS in bf16, R,
 // Σ_h dS, G rows, kadd, column sums, dq rows [bq, qcols], key-side rows [T, acc_ld].
 static size_t fwd_thread_floats(const AttnShape *s, int bq) {
     const size_t blk = align16((size_t)bq * s->T);
-    return 3 * blk + align16((size_t)bq * s->v_dim) + align16((size_t)s->T);
+    return 3 * blk + align16((size_t)bq * s->v_dim) + align16((size_t)s->T) + align16((size_t)bq);
 }
 static size_t bwd_thread_floats(const AttnShape *s, int bq) {
     const size_t blk = align16((size_t)bq * s->T);
@@ -289,28 +290,30 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     const int i0 = qb * a->bq, rows = T - i0 < a->bq ? T - i0 : a->bq;
     const int nk = s->causal ? i0 + rows : T;
     const size_t blk = align16((size_t)a->bq * T);
-    float *S = ws, *o = ws + 3 * blk, *kadd = o + align16((size_t)a->bq * dv);
+    float *S = ws, *o = ws + 3 * blk, *kadd = o + align16((size_t)a->bq * dv), *rs = kadd + align16((size_t)T);
     uint16_t *Ph = a->bf16 ? (uint16_t *)(ws + blk) : NULL;
     if (R) memcpy(S, R, (size_t)rows * nk * sizeof *S);
     else scores(a, pk, b, h, i0, rows, nk, S);
-    const int has_kadd = key_add(a, b, h, nk, kadd);
-    softmax_block(a, b, h, i0, rows, nk, S, has_kadd ? kadd : NULL, saved + ((size_t)b * n + h) * T, Ph);
+    key_add(a, b, h, nk, kadd);
+    softmax_block(a, b, h, i0, rows, nk, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs);
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
     const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = dense_op(a, packed_v(a, pk, b, h), dv);
     // Into the dense block o, then copied into the head's columns: a strided destination would
     // send oneDNN to its slower gemm:jit path as a strided B operand does.
-    const int affine = s->out_scale || s->out_shift;
-    if (a->bf16 && !affine) {
-        uint16_t *oh = (uint16_t *)o;
-        gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, (CpuResult){NULL, oh, dv});
-        for (int r = 0; r < rows; r++)
-            memcpy(act_h(out) + at + (size_t)r * ldo, oh + (size_t)r * dv, (size_t)dv * sizeof *oh);
-        return;
-    }
     gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(o, dv));
+    // The softmax's 1 / Σ e (and 1/(1-p)) per row.
+    for (int r = 0; r < rows; r++) {
+        float *x = o + (size_t)r * dv;
+        const float f = rs[r];
+#pragma omp simd
+        for (int c = 0; c < dv; c++) x[c] *= f;
+    }
+    const int affine = s->out_scale || s->out_shift;
     if (!affine) {
-        for (int r = 0; r < rows; r++)
-            memcpy(act_f(out) + at + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *o);
+        for (int r = 0; r < rows; r++) {
+            if (a->bf16) bf16_store(o + (size_t)r * dv, (size_t)dv, act_h(out) + at + (size_t)r * ldo);
+            else memcpy(act_f(out) + at + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *o);
+        }
         return;
     }
     // Unscaled P V saved after the lse for d out_scale (same place as the reference core's).
@@ -462,8 +465,8 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
     atomic_store_explicit(&w->ticket[b], rank + 1, memory_order_release);
 }
 
-// P = exp(S + kadd - lse) on visible keys (0 elsewhere) and, with dropout or in bf16 mode, the
-// dropped P as the products read it (Pdh in bf16, or Pdf in fp32).
+// P = exp(S + kadd - lse) on visible keys (0 elsewhere) and, in the same pass, with dropout or
+// in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32).
 static void probs_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *P,
                         const float *kadd, const float *lse, float *Pdf, uint16_t *Pdh) {
     const AttnShape *s = a->s;
@@ -475,71 +478,95 @@ static void probs_block(const Fused *a, int b, int h, int i0, int rows, int nk, 
         const float l = lse[i];
         const int je = l > -INFINITY ? row_end(s, i, nk) : 0;
         float *row = P + (size_t)r * nk;
-        if (kadd) {
+        const uint64_t rb = drop_base(s, b, h, i);
+        uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
+        float *pf = Pdf + (size_t)r * nk;
+        if (ph && a->drop) {
 #pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] + kadd[j] - l);
+            for (int j = 0; j < je; j++) {
+                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
+                row[j] = p;
+                ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? p * ks : 0.0f);
+            }
+        } else if (ph) {
+#pragma omp simd
+            for (int j = 0; j < je; j++) {
+                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
+                row[j] = p;
+                ph[j] = to_bf16(p);
+            }
+        } else if (a->drop) {
+#pragma omp simd
+            for (int j = 0; j < je; j++) {
+                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
+                row[j] = p;
+                pf[j] = ops_dropout_keep_fast(key, rb + j, thr) ? p * ks : 0.0f;
+            }
         } else {
 #pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] - l);
+            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] + kadd[j] - l);
         }
-        if (je < nk) memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
-        const uint64_t rb = drop_base(s, b, h, i);
-        if (Pdh) {
-            uint16_t *pd = Pdh + (size_t)r * nk;
-            if (a->drop) {
-#pragma omp simd
-                for (int j = 0; j < je; j++)
-                    pd[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * ks : 0.0f);
-            } else {
-#pragma omp simd
-                for (int j = 0; j < je; j++) pd[j] = to_bf16(row[j]);
-            }
-            if (je < nk) memset(pd + je, 0, (size_t)(nk - je) * sizeof *pd);
-        } else if (a->drop) {
-            float *pd = Pdf + (size_t)r * nk;
-#pragma omp simd
-            for (int j = 0; j < je; j++) pd[j] = ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * ks : 0.0f;
-            if (je < nk) memset(pd + je, 0, (size_t)(nk - je) * sizeof *pd);
+        if (je < nk) {
+            memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
+            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+            else if (a->drop) memset(pf + je, 0, (size_t)(nk - je) * sizeof *pf);
         }
     }
 }
 
-// dP ⊙ keep/(1-p) (the mask read off the dropped P: 0 where dropped or where P = 0, and there
-// dS = 0 whatever dP is), then dS = P ⊙ (dP - rowsum(P ⊙ dP)) into dP (fp32, when df) and dSh.
+// dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
+// (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
+// whatever dP is) inside both passes rather than stored by a pass of its own.
 static void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP, const float *Pdf,
                      const uint16_t *Pdh, int df, uint16_t *dSh) {
     const float inv = a->keep_scale;
     for (int r = 0; r < rows; r++) {
         const float *pr = P + (size_t)r * nk;
         float *gr = dP + (size_t)r * nk;
-        if (a->drop && Pdh) {
-            const uint16_t *pdr = Pdh + (size_t)r * nk;
-#pragma omp simd
-            for (int j = 0; j < nk; j++) gr[j] = pdr[j] != 0 ? gr[j] * inv : 0.0f;
-        } else if (a->drop) {
-            const float *pdr = Pdf + (size_t)r * nk;
-#pragma omp simd
-            for (int j = 0; j < nk; j++) gr[j] = pdr[j] != 0.0f ? gr[j] * inv : 0.0f;
-        }
-        double dot = 0;
+        const uint16_t *mh = a->drop && Pdh ? Pdh + (size_t)r * nk : NULL;
+        const float *mf = a->drop && !Pdh ? Pdf + (size_t)r * nk : NULL;
+        uint16_t *dr = dSh ? dSh + (size_t)r * nk : NULL;
+        float dot = 0;
+        if (mh) {
 #pragma omp simd reduction(+ : dot)
-        for (int j = 0; j < nk; j++) dot += (double)pr[j] * gr[j];
-        const float fd = (float)dot;
-        if (dSh && df) {
-            uint16_t *dr = dSh + (size_t)r * nk;
+            for (int j = 0; j < nk; j++) dot += pr[j] * (mh[j] != 0 ? gr[j] * inv : 0.0f);
+        } else if (mf) {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * (mf[j] != 0.0f ? gr[j] * inv : 0.0f);
+        } else {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * gr[j];
+        }
+        // Without dropout every visible key is kept (inv = 1): one loop with a mask of ones.
+        if (mh && dr && df) {
 #pragma omp simd
             for (int j = 0; j < nk; j++) {
-                const float d = pr[j] * (gr[j] - fd);
+                const float d = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
                 gr[j] = d;
                 dr[j] = to_bf16(d);
             }
-        } else if (dSh) {
-            uint16_t *dr = dSh + (size_t)r * nk;
+        } else if (mh && dr) {
 #pragma omp simd
-            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * (gr[j] - fd));
+            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot));
+        } else if (mh) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
+        } else if (mf) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mf[j] != 0.0f ? gr[j] * inv : 0.0f) - dot);
+        } else if (dr && df) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) {
+                const float d = pr[j] * (gr[j] - dot);
+                gr[j] = d;
+                dr[j] = to_bf16(d);
+            }
+        } else if (dr) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * (gr[j] - dot));
         } else {
 #pragma omp simd
-            for (int j = 0; j < nk; j++) gr[j] = pr[j] * (gr[j] - fd);
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * (gr[j] - dot);
         }
     }
 }
@@ -577,10 +604,10 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     // fp32 dS is needed for Σ_h dS, the key-bias column sums, or as the fp32 products' operand.
     const int df = !bf || shared || w->dkb;
     for (int h = 0; h < n; h++) {
-        const int has_kadd = key_add(a, b, h, nk, kadd);
+        key_add(a, b, h, nk, kadd);
         if (shared) memcpy(P, R, (size_t)rows * nk * sizeof *P);
         else scores(a, pk, b, h, i0, rows, nk, P);
-        probs_block(a, b, h, i0, rows, nk, P, has_kadd ? kadd : NULL, w->lse_all + ((size_t)b * n + h) * T,
+        probs_block(a, b, h, i0, rows, nk, P, kadd, w->lse_all + ((size_t)b * n + h) * T,
                     Pdf, Pdh);
         CpuOperand Gop;
         if (!bf && s->out_scale) {

@@ -1,7 +1,8 @@
 // The CPU attention core alone, forward + backward, fused (the default) against the reference
 // core (MHE_CPU_ATTENTION=ref), alternating in one process, medians; and the backend's matmul
 // ceiling at the same precision (peak_matmul_gflops, 2048^3) measured in the same process.
-//   build/bench_attention [--rounds R] [--quick] [--prec fp32|bf16] [--shape NAME]
+//   build/bench_attention [--rounds R] [--quick] [--prec fp32|bf16] [--shape NAME] [--core fused|ref]
+// (--core: time only that core, for a profiler).
 // Shapes: the bench's tiny512 (B=8, T=512, n=8, d=32) and small (B=32, T=128, n=8, d=64), BERT
 // (key mask, attention dropout 0.1), and tiny512 causal (GPT).  GFLOP/s count the products as
 // the backend's profile does (T x T even when causal), so a causal core that skips the blocks
@@ -100,14 +101,15 @@ static Backend *make(const char *core, int bf16) {
 
 int main(int argc, char **argv) {
     int rounds = 7, quick = 0;
-    const char *only_prec = NULL, *only_shape = NULL;
+    const char *only_prec = NULL, *only_shape = NULL, *only_core = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--prec") && i + 1 < argc) only_prec = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
+        else if (!strcmp(argv[i], "--core") && i + 1 < argc) only_core = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else {
-            fprintf(stderr, "usage: bench_attention [--rounds R] [--quick] [--prec fp32|bf16] [--shape NAME]\n");
+            fprintf(stderr, "usage: bench_attention [--rounds R] [--quick] [--prec fp32|bf16] [--shape NAME] [--core fused|ref]\n");
             return 2;
         }
     }
@@ -133,9 +135,12 @@ int main(int argc, char **argv) {
             if (only_shape && strcmp(only_shape, sh->name)) continue;
             Run r[2] = {run_make(be[0], sh), run_make(be[1], sh)};
             double *t[2] = {mhe_malloc((size_t)rounds * sizeof(double)), mhe_malloc((size_t)rounds * sizeof(double))};
-            for (int c = 0; c < 2; c++) run_once(be[c], &r[c]);  // primitives, caches
+            int on[2] = {1, 1};
+            if (only_core) on[0] = !strcmp(only_core, "fused"), on[1] = !strcmp(only_core, "ref");
+            for (int c = 0; c < 2; c++)
+                if (on[c]) run_once(be[c], &r[c]);  // primitives, caches
             for (int i = 0; i < rounds; i++)
-                for (int c = 0; c < 2; c++) t[c][i] = run_once(be[c], &r[c]);
+                for (int c = 0; c < 2; c++) t[c][i] = on[c] ? run_once(be[c], &r[c]) : 1.0;
             double g[2];
             for (int c = 0; c < 2; c++) g[c] = flops(sh) / median(t[c], rounds) / 1e9;
             for (int c = 0; c < 2; c++)
