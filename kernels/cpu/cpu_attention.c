@@ -77,12 +77,13 @@ static void gemm(const Fused *a, int ta, int tb, int M, int N, int K, float alph
     cpu_gemm_ex(a->g, a->bf16, ta, tb, M, N, K, alpha, A, B, NULL, beta, C);
 }
 
-// The thread's dense copies of the products' operands, in the activation type: the query
-// block, K and V of one sequence's head (kept while consecutive items use the same one: tag =
-// b * heads + head, -1 none) and the block's G.  oneDNN 2.6 takes its AMX / AVX-512 brgemm
-// kernels only for dense weights (the B operand); head slices of q, k, v (row stride
-// heads * dim) sent it to its gemm:jit path, 2-4x slower at these shapes, with the packing in
-// C++.  A copy costs T * dim per item, 1/bq of the item's products.
+// bf16 mode: the thread's dense copies of the products' operands: the query block, K and V of
+// one sequence's head (kept while consecutive items use the same one: tag = b * heads + head,
+// -1 none) and the block's G.  oneDNN 2.6 takes its AMX / AVX-512-bf16 brgemm kernels only for
+// a dense B operand (and destination); head slices of q, k, v (row stride heads * dim) sent it
+// to its bf16 gemm:jit path, 2-4x slower at these shapes.  A copy costs T * dim per item, 1/bq
+// of the item's products.  fp32 mode reads the slices where they are: there oneDNN's gemm:jit
+// (sgemm) on strided operands beat its fp32 brgemm on dense copies.
 typedef struct {
     void *q, *k, *v, *g;
     int ktag, vtag;
@@ -107,33 +108,35 @@ static void pack_rows(const Src *x, size_t r0, size_t col, int rows, int cols, v
             memcpy((float *)dst + (size_t)r * cols, x->f + (r0 + r) * x->ld + col, (size_t)cols * sizeof(float));
     }
 }
-static CpuOperand dense_op(const Fused *a, const void *p, int ld) {
-    return a->bf16 ? h_op((const uint16_t *)p, ld) : f32_op((const float *)p, ld);
+// rows x cols of x from absolute row r0, column col, as a product operand: bf16, packed into
+// dst (unless *tag already names it); fp32, where it is.
+static CpuOperand operand(const Src *x, size_t r0, size_t col, int rows, int cols, void *dst, int *tag,
+                          int want) {
+    if (!x->h) return f32_op(x->f + r0 * x->ld + col, x->ld);
+    if (!tag || *tag != want) pack_rows(x, r0, col, rows, cols, dst);
+    if (tag) *tag = want;
+    return h_op((const uint16_t *)dst, cols);
 }
-// Dense K (or V) of head h of sequence b, all T rows (causal blocks read a prefix).
-static const void *packed_k(const Fused *a, Packs *pk, int b, int h) {
+// K (or V) of head h of sequence b, all T rows (causal blocks read a prefix).
+static CpuOperand k_op(const Fused *a, Packs *pk, int b, int h) {
     const AttnShape *s = a->s;
-    const int tag = b * s->k_heads + h / (s->n_heads / s->k_heads);
-    if (pk->ktag != tag) pack_rows(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, pk->k);
-    pk->ktag = tag;
-    return pk->k;
+    return operand(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, pk->k, &pk->ktag,
+                   b * s->k_heads + h / (s->n_heads / s->k_heads));
 }
-static const void *packed_v(const Fused *a, Packs *pk, int b, int h) {
+static CpuOperand v_op(const Fused *a, Packs *pk, int b, int h) {
     const AttnShape *s = a->s;
-    const int tag = b * s->v_heads + h / (s->n_heads / s->v_heads);
-    if (pk->vtag != tag) pack_rows(&a->v, (size_t)b * s->T, vcol(s, h), s->T, s->v_dim, pk->v);
-    pk->vtag = tag;
-    return pk->v;
+    return operand(&a->v, (size_t)b * s->T, vcol(s, h), s->T, s->v_dim, pk->v, &pk->vtag,
+                   b * s->v_heads + h / (s->n_heads / s->v_heads));
 }
 
 // Raw scores of query rows [i0, i0+rows) of sequence b against keys [0, nk): S [rows, nk].
-// Leaves the block's dense Q in pk->q (the backward's dK reads it).
-static void scores(const Fused *a, Packs *pk, int b, int h, int i0, int rows, int nk, float *S) {
+// Returns the block's Q operand (the backward's dK reads it).
+static CpuOperand scores(const Fused *a, Packs *pk, int b, int h, int i0, int rows, int nk, float *S) {
     const AttnShape *s = a->s;
     const int d = s->qk_dim;
-    pack_rows(&a->q, (size_t)b * s->T + i0, qcol(s, h), rows, d, pk->q);
-    gemm(a, 0, 1, rows, nk, d, s->scale, dense_op(a, pk->q, d), dense_op(a, packed_k(a, pk, b, h), d), 0.0f,
-         f32_res(S, nk));
+    const CpuOperand Q = operand(&a->q, (size_t)b * s->T + i0, qcol(s, h), rows, d, pk->q, NULL, 0);
+    gemm(a, 0, 1, rows, nk, d, s->scale, Q, k_op(a, pk, b, h), 0.0f, f32_res(S, nk));
+    return Q;
 }
 
 // kadd[j], j < nk: head h's bias of key j, -inf where key_mask hides it, else 0 (one strided
@@ -297,7 +300,7 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     key_add(a, b, h, nk, kadd);
     softmax_block(a, b, h, i0, rows, nk, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs);
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
-    const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = dense_op(a, packed_v(a, pk, b, h), dv);
+    const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = v_op(a, pk, b, h);
     // Into the dense block o, then copied into the head's columns: a strided destination would
     // send oneDNN to its slower gemm:jit path as a strided B operand does.
     gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(o, dv));
@@ -597,8 +600,9 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     }
     // dq per Q head [bq, dk].
     memset(dqa, 0, (size_t)a->bq * qc * sizeof *dqa);
+    CpuOperand Qb = {0};
     if (shared) {
-        scores(a, pk, b, 0, i0, rows, nk, R);
+        Qb = scores(a, pk, b, 0, i0, rows, nk, R);
         memset(dSs, 0, (size_t)rows * nk * sizeof *dSs);
     }
     // fp32 dS is needed for Σ_h dS, the key-bias column sums, or as the fp32 products' operand.
@@ -606,7 +610,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     for (int h = 0; h < n; h++) {
         key_add(a, b, h, nk, kadd);
         if (shared) memcpy(P, R, (size_t)rows * nk * sizeof *P);
-        else scores(a, pk, b, h, i0, rows, nk, P);
+        else Qb = scores(a, pk, b, h, i0, rows, nk, P);
         probs_block(a, b, h, i0, rows, nk, P, kadd, w->lse_all + ((size_t)b * n + h) * T,
                     Pdf, Pdh);
         CpuOperand Gop;
@@ -617,10 +621,9 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
                 for (int c = 0; c < dv; c++) G[(size_t)r * dv + c] = dO[(size_t)r * ldo + c] * sc[c];
             Gop = f32_op(G, dv);
         } else {
-            pack_rows(&w->G, r0 + i0, (size_t)h * dv, rows, dv, pk->g);
-            Gop = dense_op(a, pk->g, dv);
+            Gop = operand(&w->G, r0 + i0, (size_t)h * dv, rows, dv, pk->g, NULL, 0);
         }
-        const CpuOperand Vd = dense_op(a, packed_v(a, pk, b, h), dv), Qd = dense_op(a, pk->q, dkd);
+        const CpuOperand Vd = v_op(a, pk, b, h);
         const CpuOperand Pd = Pdh ? h_op(Pdh, nk) : f32_op(a->drop ? Pdf : P, nk);
         float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
         float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
@@ -643,8 +646,8 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             continue;
         }
         const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
-        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, dense_op(a, packed_k(a, pk, b, h), dkd), 1.0f, f32_res(dqh, dkd));
-        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qd, 1.0f, f32_res(dkh, dkd));
+        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, h), 1.0f, f32_res(dqh, dkd));
+        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(dkh, dkd));
     }
     if (shared) {
         CpuOperand dS = f32_op(dSs, nk);
@@ -652,8 +655,8 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             bf16_store(dSs, (size_t)rows * nk, dSh);
             dS = h_op(dSh, nk);
         }
-        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, dense_op(a, packed_k(a, pk, b, 0), dkd), 1.0f, f32_res(dqa, dkd));
-        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, dense_op(a, pk->q, dkd), 1.0f, f32_res(kacc, dkd));
+        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, 0), 1.0f, f32_res(dqa, dkd));
+        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(kacc, dkd));
     }
     for (int g = 0; g < s->q_heads; g++)
         for (int r = 0; r < rows; r++) {
