@@ -455,10 +455,10 @@ static Part part_of(const Bwd *w, int b, const float *acc, int c) {
     return (Part){x, wd, f, ld, NULL, 0};
 }
 
-static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, int tid, int nth) {
+// rank: the thread's place among the count threads with blocks of sequence b.
+static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, int rank, int count) {
     const AttnShape *s = w->a->s;
-    const int T = s->T, nqb = w->a->nqb;
-    const int rank = (tid - (b * nqb) % nth + nth) % nth, count = nqb < nth ? nqb : nth;
+    const int T = s->T;
     const int last = rank == count - 1, parts = s->k_heads + s->v_heads + (w->dkb != NULL);
     while (atomic_load_explicit(&w->ticket[b], memory_order_acquire) != rank) sched_yield();
     for (int c = 0; c < parts; c++) {
@@ -700,17 +700,27 @@ static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const 
                      align16((size_t)a.bq * qcols(s));
         Packs pk = packs_at(s, a.bq, ws + core_floats(s, a.bq));
         int cur = -1, touched = 0;
-        // Round-robin: the blocks of a sequence spread over the team even when B is small.
-        for (int it = tid; it < B * nqb; it += nth) {
-            const int b = it / nqb;
-            if (b != cur) {
-                if (cur >= 0) flush_sequence(&w, cur, acc, touched, tid, nth);
-                cur = b;
-                touched = 0;
+        // With at least two sequences per thread, whole sequences round-robin: one thread sums
+        // each sequence's dk, dv and stores them (no hand-over).  Otherwise blocks round-robin,
+        // so a sequence's blocks spread over the team even when B is small; rank = the order of
+        // the threads' first blocks of the sequence.
+        const int whole = B >= 2 * nth, step = whole ? nth * nqb : nth;
+        for (int it0 = whole ? tid * nqb : tid; it0 < B * nqb; it0 += step) {
+            for (int it = it0; it < (whole ? it0 + nqb : it0 + 1); it++) {
+                const int b = it / nqb;
+                if (b != cur) {
+                    if (cur >= 0)
+                        flush_sequence(&w, cur, acc, touched, whole ? 0 : (tid - (cur * nqb) % nth + nth) % nth,
+                                       whole ? 1 : (nqb < nth ? nqb : nth));
+                    cur = b;
+                    touched = 0;
+                }
+                backward_block(&w, b, it % nqb, ws, acc, &touched, &pk);
             }
-            backward_block(&w, b, it % nqb, ws, acc, &touched, &pk);
         }
-        if (cur >= 0) flush_sequence(&w, cur, acc, touched, tid, nth);
+        if (cur >= 0)
+            flush_sequence(&w, cur, acc, touched, whole ? 0 : (tid - (cur * nqb) % nth + nth) % nth,
+                           whole ? 1 : (nqb < nth ? nqb : nth));
     }
     free(w.ticket);
     cpu_attention_affine_grads(be, s, saved + (size_t)B * n * T, dout, dout_scale, dout_shift);

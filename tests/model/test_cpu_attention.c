@@ -4,7 +4,8 @@
 // (dq, dk, dv, dkey_bias, d out_scale, d out_shift) on every AttnShape feature the CPU takes:
 // per-head, shared (sha / mhe_add) and grouped K/V heads, causal, key mask (including rows with
 // no visible key), key bias, output scale and shift, dropout, padded row strides, T = 1, T not a
-// multiple of the query block, B = 1 (blocks of one sequence on several threads).
+// multiple of the query block, B = 1 (blocks of one sequence on several threads), B >= 2 x threads
+// (whole sequences per thread).
 // Tolerances (relative Frobenius error):
 //   fp32  1e-5: the same arithmetic in another order (products of other shapes, key-side sums
 //         added per block); dropout compared on: a different kept set would be off by O(1).
@@ -146,6 +147,9 @@ static void test_per_head(void **state) {
         {1, 64, 1, 1, 1, 1, 32, 32, 3, 1, 0, 0, 0, 0.2f},
         {1, 512, 2, 2, 2, 2, 32, 32, 0, 0, 1, 0, 0, 0.1f},
         {3, 160, 2, 2, 2, 2, 24, 40, 0, 1, 1, 1, 0, 0.0f},
+        // Two or more sequences per thread: whole sequences per thread (no hand-over).
+        {5, 100, 2, 2, 2, 2, 16, 16, 0, 0, 1, 1, 1, 0.1f},
+        {7, 70, 2, 2, 2, 2, 16, 16, 2, 1, 1, 0, 0, 0.1f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(f, &cases[i]);
 }
@@ -160,6 +164,7 @@ static void test_shared_heads(void **state) {
         {1, 130, 4, 1, 1, 1, 8, 8, 0, 0, 0, 1, 1, 0.0f},
         {2, 200, 4, 4, 2, 2, 16, 8, 0, 1, 1, 0, 0, 0.1f},
         {2, 99, 6, 3, 1, 2, 16, 16, 4, 1, 1, 1, 1, 0.1f},
+        {7, 70, 4, 1, 1, 4, 16, 16, 0, 1, 1, 1, 0, 0.1f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(f, &cases[i]);
 }
