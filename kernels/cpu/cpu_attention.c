@@ -1,18 +1,33 @@
-// The attention core (ops.h AttnShape) on the CPU: per (batch, head) oneDNN products for scores
-// and weighted sums, fp32 softmax and statistics; only the row log-sum-exp is saved, the
-// backward recomputes the scores.  In bf16 mode q, k, v, key_bias and dout are bf16 activations
-// that the products read where they are, the softmax and the dS pass write their products'
-// operand (P, dropped P, dS) in bf16 directly, and out, dq, dk, dv, dkey_bias are stored in bf16
-// once per element: dq, dk, dv are summed over a sequence's heads in per-thread fp32 rows first.
+// The fused attention core (ops.h AttnShape) of the CPU backend, the default (MHE_CPU_ATTENTION=ref
+// selects the reference core of cpu_attention_ref.c, its test oracle).
+//
+// Query rows go in blocks of bq rows (block_rows: bq * T fp32 scores = 256 KiB) and each block
+// holds a full row of keys, [bq, T] (causal: [bq, i1], the keys up to the block's last row, so
+// blocks above the diagonal are never computed).  No T x T matrix exists; the per-thread blocks
+// stay in L2.  A full row rather than an online softmax over key tiles: the row maximum and sum
+// are the reference core's exactly (no rescaling of partial outputs), the backward's
+// rowsum(P ⊙ dP) comes from the same block, and at the project's T (<= 2048) a row of keys fits
+// in cache anyway.  Products go through cpu_gemm_ex per block (bf16 operands in bf16 mode: the
+// activations as they are, P, dropped P and dS written in bf16 by the element loops).
+//
+// Work: the forward runs (batch, head, query block) items (shared scores: (batch, query block),
+// the heads inside), dynamically scheduled.  The backward runs (batch, query block) items with
+// the heads inside, round-robin over the team: dq rows of a block are the item's own, but dk, dv
+// and dkey_bias sum over all query blocks of a sequence, so each thread sums its blocks' part in
+// fp32 rows of its own and hands them over once per sequence, in a fixed order (a ticket per
+// sequence: rank = the order of the threads' first blocks), so the sums do not depend on timing.
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
+#include "kernels/cpu/cpu_attention.h"
 #include "kernels/cpu/cpu_bf16.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_math.h"
 
-// One of q, k, v (or G = dout ⊙ out_scale) as the products read it: fp32 (f) or, in bf16 mode,
-// bf16 (h), with its row stride.
 typedef struct {
     const float *f;
     const uint16_t *h;
@@ -23,213 +38,230 @@ typedef struct {
     const AttnShape *s;
     CpuGemm *g;
     int bf16;
+    int bq, nqb;         // query rows per block, blocks per sequence
     Src q, k, v;
-} Attn;
+    int drop;
+    float keep_scale;
+    uint64_t key;
+    uint32_t thr;
+} Fused;
 
-// Columns of head h's Q, K, V slices.
+// 64K fp32 scores per block (256 KiB): bq = 128 at T <= 512, 64 at 1024, 32 at 2048; a
+// multiple of 16 rows so the products' row blocking is whole.  MHE_CPU_ATTN_BLOCK overrides
+// (tuning).
+static int block_override = -1;
+static int block_rows(int T) {
+    int bq = block_override > 0 ? block_override : 65536 / (T > 0 ? T : 1) / 16 * 16;
+    if (bq < 16) bq = 16;
+    if (block_override <= 0 && bq > 128) bq = 128;
+    return bq < T ? bq : T;
+}
+
 static size_t qcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->q_heads)) * s->qk_dim; }
 static size_t kcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->k_heads)) * s->qk_dim; }
 static size_t vcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->v_heads)) * s->v_dim; }
+static int qcols(const AttnShape *s) { return s->q_heads * s->qk_dim; }
+static int kcols(const AttnShape *s) { return s->k_heads * s->qk_dim; }
+static int vcols(const AttnShape *s) { return s->v_heads * s->v_dim; }
+// The thread's key-side gradient rows: dk | dv | dkey_bias (one column per head).
+static int acc_ld(const AttnShape *s) { return kcols(s) + vcols(s) + s->n_heads; }
+static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
 
-// Rows of sequence b, starting at column col.
-static CpuOperand head_op(const Src *x, int T, int b, size_t col) {
-    if (x->h) return (CpuOperand){NULL, x->h + (size_t)b * T * x->ld + col, x->ld};
-    return (CpuOperand){x->f + (size_t)b * T * x->ld + col, NULL, x->ld};
-}
-static CpuResult f32_res(float *x, int ld) { return (CpuResult){x, NULL, ld}; }
 static CpuOperand f32_op(const float *x, int ld) { return (CpuOperand){x, NULL, ld}; }
 static CpuOperand h_op(const uint16_t *x, int ld) { return (CpuOperand){NULL, x, ld}; }
+static CpuResult f32_res(float *x, int ld) { return (CpuResult){x, NULL, ld}; }
 
-static void gemm(const Attn *a, int ta, int tb, int M, int N, int K, float alpha, CpuOperand A,
+static void gemm(const Fused *a, int ta, int tb, int M, int N, int K, float alpha, CpuOperand A,
                  CpuOperand B, float beta, CpuResult C) {
     cpu_gemm_ex(a->g, a->bf16, ta, tb, M, N, K, alpha, A, B, NULL, beta, C);
 }
 
-static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
-
-static void scores(const Attn *a, int b, int h, float *S) {
-    const AttnShape *s = a->s;
-    gemm(a, 0, 1, s->T, s->T, s->qk_dim, s->scale, head_op(&a->q, s->T, b, qcol(s, h)),
-         head_op(&a->k, s->T, b, kcol(s, h)), 0.0f, f32_res(S, s->T));
+// bf16 mode: the thread's dense copies of the products' operands: the query block, K and V of
+// one sequence's head (kept while consecutive items use the same one: tag = b * heads + head,
+// -1 none) and the block's G.  oneDNN 2.6 takes its AMX / AVX-512-bf16 brgemm kernels only for
+// a dense B operand (and destination); head slices of q, k, v (row stride heads * dim) sent it
+// to its bf16 gemm:jit path, 2-4x slower at these shapes.  A copy costs T * dim per item, 1/bq
+// of the item's products.  fp32 mode reads the slices where they are: there oneDNN's gemm:jit
+// (sgemm) on strided operands beat its fp32 brgemm on dense copies.
+typedef struct {
+    void *q, *k, *v, *g;
+    int ktag, vtag;
+} Packs;
+static size_t pack_floats(const AttnShape *s, int bq) {
+    return align16((size_t)bq * s->qk_dim) + align16((size_t)s->T * s->qk_dim) +
+           align16((size_t)s->T * s->v_dim) + align16((size_t)bq * s->v_dim);
 }
-
-// S = raw scores of (b, h) (a copy of R when heads share them) plus the per-key bias.
-static void head_scores(const Attn *a, int b, int h, const float *R, float *S) {
-    const AttnShape *s = a->s;
-    const int T = s->T, n = s->n_heads;
-    const size_t TT = (size_t)T * T;
-    if (R)
-        memcpy(S, R, TT * sizeof *S);
-    else
-        scores(a, b, h, S);
-    if (s->key_bias && a->bf16) {
-        const uint16_t *kb = act_ch(s->key_bias) + (size_t)b * T * n + h;
-        for (int i = 0; i < T; i++) {
-            float *row = S + (size_t)i * T;
-            for (int j = 0; j < T; j++) row[j] += from_bf16(kb[(size_t)j * n]);
-        }
-    } else if (s->key_bias) {
-        const float *kb = act_cf(s->key_bias) + (size_t)b * T * n + h;
-        for (int i = 0; i < T; i++) {
-            float *row = S + (size_t)i * T;
-            for (int j = 0; j < T; j++) row[j] += kb[(size_t)j * n];
-        }
+static Packs packs_at(const AttnShape *s, int bq, float *p) {
+    Packs k = {p, 0, 0, 0, -1, -1};
+    k.k = p + align16((size_t)bq * s->qk_dim);
+    k.v = (float *)k.k + align16((size_t)s->T * s->qk_dim);
+    k.g = (float *)k.v + align16((size_t)s->T * s->v_dim);
+    return k;
+}
+// rows x cols of x from absolute row r0, column col, into dst (row stride cols).
+static void pack_rows(const Src *x, size_t r0, size_t col, int rows, int cols, void *dst) {
+    for (int r = 0; r < rows; r++) {
+        if (x->h)
+            memcpy((uint16_t *)dst + (size_t)r * cols, x->h + (r0 + r) * x->ld + col, (size_t)cols * sizeof(uint16_t));
+        else
+            memcpy((float *)dst + (size_t)r * cols, x->f + (r0 + r) * x->ld + col, (size_t)cols * sizeof(float));
     }
 }
-
-// Keys visible to query row i: j < row_end (causal) and key_mask[j] != 0 (km may be NULL).
-static int row_end(const AttnShape *s, int i) { return s->causal ? i + 1 : s->T; }
-static const int32_t *row_mask(const AttnShape *s, int b) {
-    return s->key_mask ? s->key_mask + (size_t)b * s->T : NULL;
+// rows x cols of x from absolute row r0, column col, as a product operand: bf16, packed into
+// dst (unless *tag already names it); fp32, where it is.
+static CpuOperand operand(const Src *x, size_t r0, size_t col, int rows, int cols, void *dst, int *tag,
+                          int want) {
+    if (!x->h) return f32_op(x->f + r0 * x->ld + col, x->ld);
+    if (!tag || *tag != want) pack_rows(x, r0, col, rows, cols, dst);
+    if (tag) *tag = want;
+    return h_op((const uint16_t *)dst, cols);
+}
+// K (or V) of head h of sequence b, all T rows (causal blocks read a prefix).
+static CpuOperand k_op(const Fused *a, Packs *pk, int b, int h) {
+    const AttnShape *s = a->s;
+    return operand(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, pk->k, &pk->ktag,
+                   b * s->k_heads + h / (s->n_heads / s->k_heads));
+}
+static CpuOperand v_op(const Fused *a, Packs *pk, int b, int h) {
+    const AttnShape *s = a->s;
+    return operand(&a->v, (size_t)b * s->T, vcol(s, h), s->T, s->v_dim, pk->v, &pk->vtag,
+                   b * s->v_heads + h / (s->n_heads / s->v_heads));
 }
 
-// Masked row softmax in place; lse[i] = log Σ_visible exp(S[i, j]) (-inf: no visible key).
-// With dropout the normalising pass also applies head h's mask, so S ends as the dropped
-// probabilities P ⊙ keep / (1-p) without a second pass over T².
-// With Ph (bf16 mode) the probabilities go to Ph in bf16 instead (S keeps the exponentials).
-// Branch-free inner loops (masks as selects) so they vectorise, exp by cpu_expf.
-static void softmax_rows(const AttnShape *s, int b, int h, float *S, float *lse, uint16_t *Ph) {
-    const int T = s->T;
-    const int32_t *km = row_mask(s, b);
-    const int drop = s->dropout > 0.0f;
-    const float keep_scale = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
-    const uint64_t key = drop ? ops_dropout_key(s->seed, s->offset) : 0;
-    const uint32_t thr = drop ? ops_dropout_threshold(s->dropout) : 0;
-    const uint64_t base = ((uint64_t)b * s->n_heads + h) * (uint64_t)T * T;
-    for (int i = 0; i < T; i++) {
-        float *row = S + (size_t)i * T;
-        const int je = row_end(s, i);
+// Raw scores of query rows [i0, i0+rows) of sequence b against keys [0, nk): S [rows, nk].
+// Returns the block's Q operand (the backward's dK reads it).
+static CpuOperand scores(const Fused *a, Packs *pk, int b, int h, int i0, int rows, int nk, float *S) {
+    const AttnShape *s = a->s;
+    const int d = s->qk_dim;
+    const CpuOperand Q = operand(&a->q, (size_t)b * s->T + i0, qcol(s, h), rows, d, pk->q, NULL, 0);
+    gemm(a, 0, 1, rows, nk, d, s->scale, Q, k_op(a, pk, b, h), 0.0f, f32_res(S, nk));
+    return Q;
+}
+
+// kadd[j], j < nk: head h's bias of key j, -inf where key_mask hides it, else 0 (one strided
+// gather per block instead of one per score; the loops add it unconditionally).
+static void key_add(const Fused *a, int b, int h, int nk, float *kadd) {
+    const AttnShape *s = a->s;
+    const int32_t *km = s->key_mask ? s->key_mask + (size_t)b * s->T : NULL;
+    const size_t n = (size_t)s->n_heads, at = (size_t)b * s->T * n + h;
+    if (s->key_bias && a->bf16) {
+        const uint16_t *kb = act_ch(s->key_bias) + at;
+        for (int j = 0; j < nk; j++) kadd[j] = from_bf16(kb[j * n]);
+    } else if (s->key_bias) {
+        const float *kb = act_cf(s->key_bias) + at;
+        for (int j = 0; j < nk; j++) kadd[j] = kb[j * n];
+    } else {
+        memset(kadd, 0, (size_t)nk * sizeof *kadd);
+    }
+    if (km)
+#pragma omp simd
+        for (int j = 0; j < nk; j++) kadd[j] = km[j] ? kadd[j] : -INFINITY;
+}
+
+static int row_end(const AttnShape *s, int i, int nk) { return s->causal ? i + 1 : nk; }
+static uint64_t drop_base(const AttnShape *s, int b, int h, int i) {
+    return (((uint64_t)b * s->n_heads + h) * (uint64_t)s->T + (uint64_t)i) * (uint64_t)s->T;
+}
+
+// Softmax numerators of block rows [i0, i0+rows): e = exp(S + kadd - max) on visible keys, 0
+// on masked ones (kadd = -inf) and above the diagonal, times the dropout mask, into Ph (bf16
+// mode) or S in place; rs[r] = keep_scale / Σ e is applied to the P V rows afterwards (one
+// multiply per output element instead of a third pass over the scores).  lse[i] saved; a row
+// with no visible key is all 0 with lse = -inf and rs = 0.
+static void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *S,
+                          const float *kadd, float *lse, uint16_t *Ph, float *rs) {
+    const AttnShape *s = a->s;
+    const uint64_t key = a->key;
+    const uint32_t thr = a->thr;
+    for (int r = 0; r < rows; r++) {
+        const int i = i0 + r, je = row_end(s, i, nk);
+        float *row = S + (size_t)r * nk;
+        uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
         float mx = -INFINITY;
-        if (km) {
 #pragma omp simd reduction(max : mx)
-            for (int j = 0; j < je; j++) mx = km[j] && row[j] > mx ? row[j] : mx;
-        } else {
-#pragma omp simd reduction(max : mx)
-            for (int j = 0; j < je; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j < je; j++) {
+            const float x = row[j] + kadd[j];
+            row[j] = x;
+            mx = x > mx ? x : mx;
         }
-        uint16_t *ph = Ph ? Ph + (size_t)i * T : NULL;
         if (mx == -INFINITY) {
-            if (ph)
-                memset(ph, 0, (size_t)T * sizeof *ph);
-            else
-                memset(row, 0, (size_t)T * sizeof *row);
+            if (ph) memset(ph, 0, (size_t)nk * sizeof *ph);
+            else memset(row, 0, (size_t)nk * sizeof *row);
             lse[i] = -INFINITY;
+            rs[r] = 0.0f;
             continue;
         }
+        const uint64_t rb = drop_base(s, b, h, i);
         float sum = 0;
-        if (km) {
+        if (ph && a->drop) {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
-                float e = km[j] ? cpu_expf_noover(row[j] - mx) : 0.0f;
-                row[j] = e;
+                const float e = cpu_expf_noover(row[j] - mx);
                 sum += e;
+                ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? e : 0.0f);
+            }
+        } else if (ph) {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_noover(row[j] - mx);
+                sum += e;
+                ph[j] = to_bf16(e);
+            }
+        } else if (a->drop) {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_noover(row[j] - mx);
+                sum += e;
+                row[j] = ops_dropout_keep_fast(key, rb + j, thr) ? e : 0.0f;
             }
         } else {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
-                float e = cpu_expf_noover(row[j] - mx);
-                row[j] = e;
+                const float e = cpu_expf_noover(row[j] - mx);
                 sum += e;
+                row[j] = e;
             }
         }
-        const float inv = 1.0f / sum;
-        const uint64_t rb = base + (uint64_t)i * T;
-        if (ph) {
-            if (je < T) memset(ph + je, 0, (size_t)(T - je) * sizeof *ph);
-            if (drop) {
-#pragma omp simd
-                for (int j = 0; j < je; j++)
-                    ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * inv * keep_scale : 0.0f);
-            } else {
-#pragma omp simd
-                for (int j = 0; j < je; j++) ph[j] = to_bf16(row[j] * inv);
-            }
-        } else {
-            if (je < T) memset(row + je, 0, (size_t)(T - je) * sizeof *row);
-            if (drop) {
-#pragma omp simd
-                for (int j = 0; j < je; j++)
-                    row[j] = ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * inv * keep_scale : 0.0f;
-            } else {
-#pragma omp simd
-                for (int j = 0; j < je; j++) row[j] *= inv;
-            }
+        if (je < nk) {
+            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+            else memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
         }
+        rs[r] = a->keep_scale / sum;
         lse[i] = mx + logf(sum);
     }
 }
 
-// The backward's probabilities from the saved row log-sum-exp: P = exp(S - lse) where visible.
-// With dropout, Pd (head h's dropped probabilities, as the forward used them) is written in
-// the same pass; with Pdh (bf16 mode) the dropped (or, without dropout, plain) probabilities
-// are written in bf16 there instead.
-static void probs_from_lse(const AttnShape *s, int b, int h, float *S, const float *lse, float *Pd,
-                           uint16_t *Pdh) {
-    const int T = s->T;
-    const int32_t *km = row_mask(s, b);
-    const int drop = s->dropout > 0.0f;
-    const float keep_scale = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
-    const uint64_t key = drop ? ops_dropout_key(s->seed, s->offset) : 0;
-    const uint32_t thr = drop ? ops_dropout_threshold(s->dropout) : 0;
-    const uint64_t base = ((uint64_t)b * s->n_heads + h) * (uint64_t)T * T;
-    for (int i = 0; i < T; i++) {
-        float *row = S + (size_t)i * T;
-        const float l = lse[i];
-        const int je = l > -INFINITY ? row_end(s, i) : 0;
-        if (km) {
-#pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = km[j] ? cpu_expf_noover(row[j] - l) : 0.0f;
-        } else {
-#pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] - l);
-        }
-        if (je < T) memset(row + je, 0, (size_t)(T - je) * sizeof *row);
-        const uint64_t rb = base + (uint64_t)i * T;
-        if (Pdh) {
-            uint16_t *pd = Pdh + (size_t)i * T;
-            if (drop) {
-#pragma omp simd
-                for (int j = 0; j < T; j++)
-                    pd[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * keep_scale : 0.0f);
-            } else {
-#pragma omp simd
-                for (int j = 0; j < T; j++) pd[j] = to_bf16(row[j]);
-            }
-        } else if (drop) {
-            float *pd = Pd + (size_t)i * T;
-#pragma omp simd
-            for (int j = 0; j < T; j++) pd[j] = ops_dropout_keep_fast(key, rb + j, thr) ? row[j] * keep_scale : 0.0f;
-        }
-    }
+// Per-thread scratch, in floats.  Forward: S, Ph (bf16, half a block), R (shared raw scores),
+// fp32 output rows, kadd, the rows' scales.  Backward: P, dP, the dropped P (fp32 mode) or Pd and dS in bf16, R,
+// Σ_h dS, G rows, kadd, column sums, dq rows [bq, qcols], key-side rows [T, acc_ld].
+static size_t fwd_thread_floats(const AttnShape *s, int bq) {
+    const size_t blk = align16((size_t)bq * s->T);
+    return 3 * blk + align16((size_t)bq * s->v_dim) + align16((size_t)s->T) + align16((size_t)bq);
 }
+static size_t bwd_thread_floats(const AttnShape *s, int bq) {
+    const size_t blk = align16((size_t)bq * s->T);
+    return 5 * blk + align16((size_t)bq * s->v_dim) + 2 * align16((size_t)s->T) +
+           align16((size_t)bq * qcols(s)) + align16((size_t)s->T * acc_ld(s));
+}
+// After the threads' scratch (bf16 mode): G = dO ⊙ out_scale in bf16, then the sequences'
+// key-side rows in fp32 between the threads' hand-overs (fp32 mode hands over in dk, dv,
+// dkey_bias themselves).
+static size_t g_floats(const AttnShape *s) { return align16((size_t)s->B * s->T * s->n_heads * s->v_dim / 2 + 1); }
+static size_t glob_floats(const AttnShape *s) { return align16((size_t)s->B * s->T * acc_ld(s)); }
 
-// Only the row log-sum-exp is saved ([B, n, T]): the backward recomputes the scores, so memory
-// stays O(T) per head instead of O(T²).  Scratch is per thread (T² blocks; in bf16 mode a
-// block holds two bf16 T² matrices, and the thread also has fp32 rows for one head's output, or
-// for a sequence's dq, dk, dv), then, in bf16 mode, the call's G = dO ⊙ out_scale in bf16.
-#define FWD_TT 3
-#define BWD_TT 5
-static size_t align32(size_t n) { return (n + 31) / 32 * 32; }
-static size_t fwd_thread_floats(const AttnShape *s, int bf16) {
-    return FWD_TT * (size_t)s->T * s->T + (bf16 ? (size_t)s->T * s->v_dim : 0);
+// Forward or backward blocks, then the packs.
+static size_t core_floats(const AttnShape *s, int bq) {
+    const size_t f = fwd_thread_floats(s, bq), bw = bwd_thread_floats(s, bq);
+    return f > bw ? f : bw;
 }
-// dq, dk, dv of one sequence (bf16 mode): fp32 rows [T, heads*dim] each.
-static size_t qcols(const AttnShape *s) { return (size_t)s->q_heads * s->qk_dim; }
-static size_t kcols(const AttnShape *s) { return (size_t)s->k_heads * s->qk_dim; }
-static size_t vcols(const AttnShape *s) { return (size_t)s->v_heads * s->v_dim; }
-static size_t bwd_thread_floats(const AttnShape *s, int bf16) {
-    return BWD_TT * (size_t)s->T * s->T + (size_t)s->T * s->v_dim + s->T +
-           (bf16 ? (size_t)s->T * (qcols(s) + kcols(s) + vcols(s)) : 0);
-}
-static size_t g_floats(const AttnShape *s) { return align32((size_t)s->B * s->T * s->n_heads * s->v_dim) / 2 + 32; }
-static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
+static size_t thread_floats(const AttnShape *s, int bq) { return core_floats(s, bq) + pack_floats(s, bq); }
+static void fused_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
     const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
-    const int bf = act_bf16(be);
-    // Room for the unscaled P V too (the output scale's gradient needs it), whether or not
-    // this shape has out_scale set: callers may size with a shape whose pointers are unset.
+    const int bq = block_rows(s->T);
+    // The same saved layout as the reference core: lse [B, n, T], then the unscaled P V.
     *saved = (size_t)s->B * s->n_heads * T + (size_t)s->B * T * s->n_heads * s->v_dim;
-    size_t fwd = nt * fwd_thread_floats(s, bf), bwd = nt * bwd_thread_floats(s, bf);
-    *scratch = align32(fwd > bwd ? fwd : bwd) + (bf ? g_floats(s) : 0);
+    *scratch = nt * thread_floats(s, bq) + (act_bf16(be) ? g_floats(s) + glob_floats(s) : 0);
 }
 
 static double attention_flops(const AttnShape *s) {
@@ -240,112 +272,414 @@ static Src src_of(const Backend *be, const Act *x, int ld) {
     if (act_bf16(be)) return (Src){NULL, act_ch(x), ld};
     return (Src){act_cf(x), NULL, ld};
 }
-static Attn attn_begin(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v) {
-    Attn a = {s, cpu_ctx(be)->gemm, act_bf16(be), src_of(be, q, s->ldq), src_of(be, k, s->ldk),
-              src_of(be, v, s->ldv)};
+static Fused fused_begin(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v) {
+    const int bq = block_rows(s->T);
+    Fused a = {s, cpu_ctx(be)->gemm, act_bf16(be), bq, (s->T + bq - 1) / bq, src_of(be, q, s->ldq),
+               src_of(be, k, s->ldk), src_of(be, v, s->ldv), s->dropout > 0.0f, 1.0f, 0, 0};
+    if (a.drop) {
+        a.keep_scale = 1.0f / (1.0f - s->dropout);
+        a.key = ops_dropout_key(s->seed, s->offset);
+        a.thr = ops_dropout_threshold(s->dropout);
+    }
     return a;
 }
 
-// One head of one sequence: scores, softmax (lse saved), dropout, P V, output scale/shift.
-static void forward_head(const Attn *a, Act *out_act, float *lse_all, int b, int h, const float *R,
-                         float *ws) {
+// Head h of query block qb of sequence b: softmax, P V, output scale/shift.  R: the block's
+// shared raw scores (NULL: computed here).
+static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, int qb, const float *R,
+                          float *ws, Packs *pk) {
     const AttnShape *s = a->s;
-    const int T = s->T, n = s->n_heads, dv = s->v_dim;
-    const int ldo = n * dv;
-    float *S = ws;
-    uint16_t *Ph = a->bf16 ? (uint16_t *)(ws + (size_t)T * T) : NULL;
-    head_scores(a, b, h, R, S);
-    softmax_rows(s, b, h, S, lse_all + ((size_t)b * n + h) * T, Ph);
-    // S (or Ph) holds the dropped probabilities.
-    const size_t at = (size_t)b * T * ldo + (size_t)h * dv;
-    const CpuOperand P = Ph ? h_op(Ph, T) : f32_op(S, T), V = head_op(&a->v, T, b, vcol(s, h));
+    const int T = s->T, n = s->n_heads, dv = s->v_dim, ldo = n * dv;
+    const int i0 = qb * a->bq, rows = T - i0 < a->bq ? T - i0 : a->bq;
+    const int nk = s->causal ? i0 + rows : T;
+    const size_t blk = align16((size_t)a->bq * T);
+    float *S = ws, *o = ws + 3 * blk, *kadd = o + align16((size_t)a->bq * dv), *rs = kadd + align16((size_t)T);
+    uint16_t *Ph = a->bf16 ? (uint16_t *)(ws + blk) : NULL;
+    if (R) memcpy(S, R, (size_t)rows * nk * sizeof *S);
+    else scores(a, pk, b, h, i0, rows, nk, S);
+    key_add(a, b, h, nk, kadd);
+    softmax_block(a, b, h, i0, rows, nk, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs);
+    const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
+    const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = v_op(a, pk, b, h);
+    // Into the dense block o, then copied into the head's columns: a strided destination would
+    // send oneDNN to its slower gemm:jit path as a strided B operand does.
+    gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(o, dv));
+    // The softmax's 1 / Σ e (and 1/(1-p)) per row.
+    for (int r = 0; r < rows; r++) {
+        float *x = o + (size_t)r * dv;
+        const float f = rs[r];
+#pragma omp simd
+        for (int c = 0; c < dv; c++) x[c] *= f;
+    }
     const int affine = s->out_scale || s->out_shift;
-    if (a->bf16 && !affine) {
-        gemm(a, 0, 0, T, dv, T, 1.0f, P, V, 0.0f, (CpuResult){NULL, act_h(out_act) + at, ldo});
+    if (!affine) {
+        for (int r = 0; r < rows; r++) {
+            if (a->bf16) bf16_store(o + (size_t)r * dv, (size_t)dv, act_h(out) + at + (size_t)r * ldo);
+            else memcpy(act_f(out) + at + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *o);
+        }
         return;
     }
-    // bf16 with an output scale or shift: P V in fp32 rows of the thread's block (the scale's
-    // gradient saves it unrounded), rounded once after the affine map.
-    float *o = a->bf16 ? ws + FWD_TT * (size_t)T * T : act_f(out_act) + at;
-    const int ld_o = a->bf16 ? dv : ldo;
-    gemm(a, 0, 0, T, dv, T, 1.0f, P, V, 0.0f, f32_res(o, ld_o));
+    // Unscaled P V saved after the lse for d out_scale (same place as the reference core's).
     if (s->out_scale) {
-        // Saved after the row log-sum-exps: d out_scale = Σ_rows dO ⊙ (P V).
-        float *pv = lse_all + (size_t)s->B * n * T + (size_t)b * T * ldo + (size_t)h * dv;
-        for (int i = 0; i < T; i++) memcpy(pv + (size_t)i * ldo, o + (size_t)i * ld_o, (size_t)dv * sizeof *pv);
+        float *pv = saved + (size_t)s->B * n * T + at;
+        for (int r = 0; r < rows; r++) memcpy(pv + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *pv);
     }
-    if (affine) {
-        const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
-        const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
-        for (int i = 0; i < T; i++) {
-            float *r = o + (size_t)i * ld_o;
-            if (a->bf16) {
-                uint16_t *oh = act_h(out_act) + at + (size_t)i * ldo;
-                for (int c = 0; c < dv; c++) oh[c] = to_bf16((sc ? r[c] * sc[c] : r[c]) + (sh ? sh[c] : 0.0f));
-            } else {
-                for (int c = 0; c < dv; c++) r[c] = (sc ? r[c] * sc[c] : r[c]) + (sh ? sh[c] : 0.0f);
-            }
+    const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
+    const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
+    for (int r = 0; r < rows; r++) {
+        const float *x = o + (size_t)r * dv;
+        if (a->bf16) {
+            uint16_t *oh = act_h(out) + at + (size_t)r * ldo;
+#pragma omp simd
+            for (int c = 0; c < dv; c++) oh[c] = to_bf16((sc ? x[c] * sc[c] : x[c]) + (sh ? sh[c] : 0.0f));
+        } else {
+            float *of = act_f(out) + at + (size_t)r * ldo;
+#pragma omp simd
+            for (int c = 0; c < dv; c++) of[c] = (sc ? x[c] * sc[c] : x[c]) + (sh ? sh[c] : 0.0f);
         }
     }
 }
 
-static void cpu_attention_forward(Backend *be, const AttnShape *s, const Act *q,
-                                  const Act *k, const Act *v, Act *out, float *saved,
-                                  float *scratch) {
+static void fused_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
+                          Act *out, float *saved, float *scratch) {
     double t0 = cpu_prof_begin(be);
-    const int B = s->B, n = s->n_heads, nt = cpu_threads(be);
-    const size_t TT = (size_t)s->T * s->T, per_thread = fwd_thread_floats(s, act_bf16(be));
-    const Attn a = attn_begin(be, s, q, k, v);
-    if (shares_scores(s)) {
-        // sha / mhe_add: every head has the same raw scores, one product per sequence.
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
-        for (int b = 0; b < B; b++) {
-            float *ws = scratch + (size_t)omp_get_thread_num() * per_thread, *R = ws + 2 * TT;
-            scores(&a, b, 0, R);
-            for (int h = 0; h < n; h++) forward_head(&a, out, saved, b, h, R, ws);
+    const Fused a = fused_begin(be, s, q, k, v);
+    const int B = s->B, n = s->n_heads, nqb = a.nqb, nt = cpu_threads(be);
+    const size_t per_thread = thread_floats(s, a.bq), blk = align16((size_t)a.bq * s->T);
+    const int shared = shares_scores(s), items = shared ? B * nqb : B * n * nqb;
+#pragma omp parallel num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
+    {
+        float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
+        Packs pk = packs_at(s, a.bq, ws + core_floats(s, a.bq));
+        // Blocks nearest the end first: under a causal mask they are the largest, and dynamic
+        // scheduling then evens out the tail.
+#pragma omp for schedule(dynamic)
+        for (int it = 0; it < items; it++) {
+            const int qb = nqb - 1 - it % nqb;
+            if (shared) {
+                // sha / mhe_add: one score product per block for all heads.
+                const int b = it / nqb, i0 = qb * a.bq, rows = s->T - i0 < a.bq ? s->T - i0 : a.bq;
+                float *R = ws + 2 * blk;
+                scores(&a, &pk, b, 0, i0, rows, s->causal ? i0 + rows : s->T, R);
+                for (int h = 0; h < n; h++) forward_block(&a, out, saved, b, h, qb, R, ws, &pk);
+            } else {
+                const int bh = it / nqb;
+                forward_block(&a, out, saved, bh / n, bh % n, qb, NULL, ws, &pk);
+            }
         }
-    } else {
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
-        for (int bh = 0; bh < B * n; bh++)
-            forward_head(&a, out, saved, bh / n, bh % n, NULL,
-                         scratch + (size_t)omp_get_thread_num() * per_thread);
     }
     cpu_prof_end(be, OPC_ATTENTION, t0, attention_flops(s));
 }
 
-static void zero_cols(float *x, int rows, int ld, int cols) {
-    for (int r = 0; r < rows; r++) memset(x + (size_t)r * ld, 0, (size_t)cols * sizeof *x);
+// Columns [c0, c0+w) of a thread's key-side rows (dk, dv or dkey_bias) and where a sequence's
+// sum lives between hand-overs: f (row stride ld), fp32; in bf16 mode the last hand-over
+// stores f + its rows into h (row stride hld) instead, each element rounded once.
+typedef struct {
+    const float *x;   // the thread's rows of this part, dense [T, w]
+    int w;
+    float *f;
+    int ld;
+    uint16_t *h;
+    int hld;
+} Part;
+
+// The thread's rows [0, touched) (rows past it are 0: keys none of its blocks saw) into the
+// sequence's sum: the first hand-over writes, later ones add, the last one also stores.
+static void hand_over(int touched, int T, int rank, int last, const Part *p) {
+    const int w = p->w;
+    for (int i = 0; i < T; i++) {
+        const float *x = p->x + (size_t)i * w;
+        float *f = p->f + (size_t)i * p->ld;
+        uint16_t *o = p->h ? p->h + (size_t)i * p->hld : NULL;
+        const int have = i < touched;
+        if (rank == 0 && last && o) {
+            if (have) bf16_store(x, (size_t)w, o);
+            else memset(o, 0, (size_t)w * sizeof *o);
+        } else if (rank == 0) {
+            if (have) memcpy(f, x, (size_t)w * sizeof *f);
+            else memset(f, 0, (size_t)w * sizeof *f);
+        } else if (!last || !o) {
+            if (have)
+#pragma omp simd
+                for (int c = 0; c < w; c++) f[c] += x[c];
+        } else if (have) {
+#pragma omp simd
+            for (int c = 0; c < w; c++) o[c] = to_bf16(f[c] + x[c]);
+        } else {
+            bf16_store(f, (size_t)w, o);
+        }
+    }
 }
 
-// Per (b, h), with G = dO ⊙ scale and Pd the dropped probabilities:
-//   dV += Pdᵀ G;  dP = (G Vᵀ) ⊙ keep/(1-p);  dS = P ⊙ (dP - rowsum(P ⊙ dP));
-//   dQ += scale dS K;  dK += scale dSᵀ Q;  dbias[j] = Σ_i dS[i, j].
-// Sequences run in parallel; the heads of one sequence run in order because they may share
-// the same K/V (or Q) rows.
-// The sequence's gradient rows [T, cols] in fp32 (bf16 mode: the thread's accumulators, ld =
-// cols) stored into the bf16 activation x (row stride ld), each element rounded once.
-static void store_rows(const float *acc, int T, size_t cols, uint16_t *x, int ld) {
-    for (int i = 0; i < T; i++) bf16_store(acc + (size_t)i * cols, cols, x + (size_t)i * ld);
+// What one backward call shares among its threads.
+typedef struct {
+    const Fused *a;
+    const float *lse_all;
+    Src G;                 // dO ⊙ out_scale (bf16 mode: a bf16 copy; fp32: dO, scaled per block)
+    Act *dq, *dk, *dv, *dkb;
+    float *glob;           // bf16 mode: the sequences' key-side sums, [B*T, acc_ld]
+    atomic_int *ticket;    // per sequence: how many threads have handed over
+} Bwd;
+
+// Thread tid of nth hands over its part of sequence b, after the threads whose first block of
+// b comes before its own (a fixed order: the sums are the same whatever the timing).
+// Part c of the key-side columns (dk heads, then dv heads, then dkey_bias), columns [c0, c0+w)
+// of acc_ld, into p: the thread's rows (dense per head: oneDNN writes them as dense
+// destinations), and where the sum goes.
+static Part part_of(const Bwd *w, int b, const float *acc, int c) {
+    const AttnShape *s = w->a->s;
+    const int T = s->T, kh = s->k_heads, vh = s->v_heads, dk = s->qk_dim, dv = s->v_dim, ald = acc_ld(s);
+    const size_t r0 = (size_t)b * T;
+    int c0, wd, ld;
+    const float *x;
+    float *f;
+    uint16_t *h = NULL;
+    if (c < kh) {
+        c0 = c * dk, wd = dk, x = acc + (size_t)c * T * dk;
+        f = w->glob ? NULL : act_f(w->dk) + r0 * s->ldk + c0, ld = s->ldk;
+        if (w->glob) h = act_h(w->dk) + r0 * s->ldk + c0;
+    } else if (c < kh + vh) {
+        const int g = c - kh;
+        c0 = kcols(s) + g * dv, wd = dv, x = acc + (size_t)kh * T * dk + (size_t)g * T * dv;
+        f = w->glob ? NULL : act_f(w->dv) + r0 * s->ldv + (size_t)g * dv, ld = s->ldv;
+        if (w->glob) h = act_h(w->dv) + r0 * s->ldv + (size_t)g * dv;
+    } else {
+        c0 = kcols(s) + vcols(s), wd = s->n_heads, x = acc + (size_t)T * (kcols(s) + vcols(s));
+        f = w->glob ? NULL : act_f(w->dkb) + r0 * s->n_heads, ld = s->n_heads;
+        if (w->glob) h = act_h(w->dkb) + r0 * s->n_heads;
+    }
+    if (w->glob) {
+        f = w->glob + r0 * ald + c0;
+        return (Part){x, wd, f, ald, h, c < kh ? s->ldk : c < kh + vh ? s->ldv : s->n_heads};
+    }
+    return (Part){x, wd, f, ld, NULL, 0};
 }
 
-static void cpu_attention_backward(Backend *be, const AttnShape *s, const Act *q,
-                                   const Act *k, const Act *v, const float *saved,
-                                   const Act *dout, Act *dq, Act *dk, Act *dv_out,
-                                   Act *dkey_bias, float *dout_scale, float *dout_shift,
-                                   float *scratch) {
+// rank: the thread's place among the count threads with blocks of sequence b.
+static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, int rank, int count) {
+    const AttnShape *s = w->a->s;
+    const int T = s->T;
+    const int last = rank == count - 1, parts = s->k_heads + s->v_heads + (w->dkb != NULL);
+    while (atomic_load_explicit(&w->ticket[b], memory_order_acquire) != rank) sched_yield();
+    for (int c = 0; c < parts; c++) {
+        const Part p = part_of(w, b, acc, c);
+        hand_over(touched, T, rank, last, &p);
+    }
+    atomic_store_explicit(&w->ticket[b], rank + 1, memory_order_release);
+}
+
+// P = exp(S + kadd - lse) on visible keys (0 elsewhere) and, in the same pass, with dropout or
+// in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32).
+static void probs_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *P,
+                        const float *kadd, const float *lse, float *Pdf, uint16_t *Pdh) {
+    const AttnShape *s = a->s;
+    const uint64_t key = a->key;
+    const uint32_t thr = a->thr;
+    const float ks = a->keep_scale;
+    for (int r = 0; r < rows; r++) {
+        const int i = i0 + r;
+        const float l = lse[i];
+        const int je = l > -INFINITY ? row_end(s, i, nk) : 0;
+        float *row = P + (size_t)r * nk;
+        const uint64_t rb = drop_base(s, b, h, i);
+        uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
+        float *pf = Pdf + (size_t)r * nk;
+        if (ph && a->drop) {
+#pragma omp simd
+            for (int j = 0; j < je; j++) {
+                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
+                row[j] = p;
+                ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? p * ks : 0.0f);
+            }
+        } else if (ph) {
+#pragma omp simd
+            for (int j = 0; j < je; j++) {
+                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
+                row[j] = p;
+                ph[j] = to_bf16(p);
+            }
+        } else if (a->drop) {
+#pragma omp simd
+            for (int j = 0; j < je; j++) {
+                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
+                row[j] = p;
+                pf[j] = ops_dropout_keep_fast(key, rb + j, thr) ? p * ks : 0.0f;
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] + kadd[j] - l);
+        }
+        if (je < nk) {
+            memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
+            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+            else if (a->drop) memset(pf + je, 0, (size_t)(nk - je) * sizeof *pf);
+        }
+    }
+}
+
+// dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
+// (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
+// whatever dP is) inside both passes rather than stored by a pass of its own.
+static void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP, const float *Pdf,
+                     const uint16_t *Pdh, int df, uint16_t *dSh) {
+    const float inv = a->keep_scale;
+    for (int r = 0; r < rows; r++) {
+        const float *pr = P + (size_t)r * nk;
+        float *gr = dP + (size_t)r * nk;
+        const uint16_t *mh = a->drop && Pdh ? Pdh + (size_t)r * nk : NULL;
+        const float *mf = a->drop && !Pdh ? Pdf + (size_t)r * nk : NULL;
+        uint16_t *dr = dSh ? dSh + (size_t)r * nk : NULL;
+        float dot = 0;
+        if (mh) {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * (mh[j] != 0 ? gr[j] * inv : 0.0f);
+        } else if (mf) {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * (mf[j] != 0.0f ? gr[j] * inv : 0.0f);
+        } else {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * gr[j];
+        }
+        // Without dropout every visible key is kept (inv = 1): one loop with a mask of ones.
+        if (mh && dr && df) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) {
+                const float d = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
+                gr[j] = d;
+                dr[j] = to_bf16(d);
+            }
+        } else if (mh && dr) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot));
+        } else if (mh) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
+        } else if (mf) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mf[j] != 0.0f ? gr[j] * inv : 0.0f) - dot);
+        } else if (dr && df) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) {
+                const float d = pr[j] * (gr[j] - dot);
+                gr[j] = d;
+                dr[j] = to_bf16(d);
+            }
+        } else if (dr) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * (gr[j] - dot));
+        } else {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * (gr[j] - dot);
+        }
+    }
+}
+
+// Query block qb of sequence b, every head: dq rows stored; dk, dv, dkey_bias added to the
+// thread's key-side rows acc (rows [0, *touched) valid; grown and zeroed here).
+static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, int *touched, Packs *pk) {
+    const Fused *a = w->a;
+    const AttnShape *s = a->s;
+    const int T = s->T, n = s->n_heads, dv = s->v_dim, dkd = s->qk_dim, ldo = n * dv, bf = a->bf16;
+    const int i0 = qb * a->bq, rows = T - i0 < a->bq ? T - i0 : a->bq;
+    const int nk = s->causal ? i0 + rows : T, ald = acc_ld(s), qc = qcols(s);
+    const int shared = shares_scores(s);
+    const size_t blk = align16((size_t)a->bq * T), r0 = (size_t)b * T;
+    float *P = ws, *dP = ws + blk, *Pdf = ws + 2 * blk, *R = ws + 3 * blk, *dSs = ws + 4 * blk;
+    float *G = ws + 5 * blk, *kadd = G + align16((size_t)a->bq * dv), *cs = kadd + align16((size_t)T);
+    float *dqa = cs + align16((size_t)T);
+    uint16_t *Pdh = bf ? (uint16_t *)Pdf : NULL, *dSh = bf ? Pdh + blk : NULL;
+    // acc: dk per K head [T, dk], dv per V head [T, dv], dkey_bias [T, n]; rows [0, *touched)
+    // hold sums, the rest is zeroed as blocks reach it.
+    float *kacc = acc, *vacc = acc + (size_t)s->k_heads * T * dkd, *bacc = acc + (size_t)T * (ald - n);
+    if (*touched < nk) {
+        const size_t t0 = (size_t)*touched, cnt = (size_t)(nk - *touched);
+        for (int g = 0; g < s->k_heads; g++) memset(kacc + ((size_t)g * T + t0) * dkd, 0, cnt * dkd * sizeof *acc);
+        for (int g = 0; g < s->v_heads; g++) memset(vacc + ((size_t)g * T + t0) * dv, 0, cnt * dv * sizeof *acc);
+        memset(bacc + t0 * n, 0, cnt * n * sizeof *acc);
+        *touched = nk;
+    }
+    // dq per Q head [bq, dk].
+    memset(dqa, 0, (size_t)a->bq * qc * sizeof *dqa);
+    CpuOperand Qb = {0};
+    if (shared) {
+        Qb = scores(a, pk, b, 0, i0, rows, nk, R);
+        memset(dSs, 0, (size_t)rows * nk * sizeof *dSs);
+    }
+    // fp32 dS is needed for Σ_h dS, the key-bias column sums, or as the fp32 products' operand.
+    const int df = !bf || shared || w->dkb;
+    for (int h = 0; h < n; h++) {
+        key_add(a, b, h, nk, kadd);
+        if (shared) memcpy(P, R, (size_t)rows * nk * sizeof *P);
+        else Qb = scores(a, pk, b, h, i0, rows, nk, P);
+        probs_block(a, b, h, i0, rows, nk, P, kadd, w->lse_all + ((size_t)b * n + h) * T,
+                    Pdf, Pdh);
+        CpuOperand Gop;
+        if (!bf && s->out_scale) {
+            const float *dO = w->G.f + (r0 + i0) * ldo + (size_t)h * dv, *sc = s->out_scale + (size_t)h * dv;
+            for (int r = 0; r < rows; r++)
+#pragma omp simd
+                for (int c = 0; c < dv; c++) G[(size_t)r * dv + c] = dO[(size_t)r * ldo + c] * sc[c];
+            Gop = f32_op(G, dv);
+        } else {
+            Gop = operand(&w->G, r0 + i0, (size_t)h * dv, rows, dv, pk->g, NULL, 0);
+        }
+        const CpuOperand Vd = v_op(a, pk, b, h);
+        const CpuOperand Pd = Pdh ? h_op(Pdh, nk) : f32_op(a->drop ? Pdf : P, nk);
+        float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
+        float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
+        gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
+        gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, Vd, 0.0f, f32_res(dP, nk));
+        ds_block(a, rows, nk, P, dP, Pdf, Pdh, df, shared ? NULL : dSh);
+        if (w->dkb) {
+            memset(cs, 0, (size_t)nk * sizeof *cs);
+            for (int r = 0; r < rows; r++) {
+                const float *gr = dP + (size_t)r * nk;
+#pragma omp simd
+                for (int j = 0; j < nk; j++) cs[j] += gr[j];
+            }
+            for (int j = 0; j < nk; j++) bacc[(size_t)j * n + h] += cs[j];
+        }
+        if (shared) {
+            const size_t e = (size_t)rows * nk;
+#pragma omp simd
+            for (size_t x = 0; x < e; x++) dSs[x] += dP[x];
+            continue;
+        }
+        const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
+        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, h), 1.0f, f32_res(dqh, dkd));
+        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(dkh, dkd));
+    }
+    if (shared) {
+        CpuOperand dS = f32_op(dSs, nk);
+        if (bf) {
+            bf16_store(dSs, (size_t)rows * nk, dSh);
+            dS = h_op(dSh, nk);
+        }
+        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, 0), 1.0f, f32_res(dqa, dkd));
+        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(kacc, dkd));
+    }
+    for (int g = 0; g < s->q_heads; g++)
+        for (int r = 0; r < rows; r++) {
+            const size_t at = (r0 + i0 + r) * s->ldq + (size_t)g * dkd;
+            const float *x = dqa + ((size_t)g * a->bq + r) * dkd;
+            if (bf) bf16_store(x, (size_t)dkd, act_h(w->dq) + at);
+            else memcpy(act_f(w->dq) + at, x, (size_t)dkd * sizeof *x);
+        }
+}
+
+static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
+                           const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv_out,
+                           Act *dkey_bias, float *dout_scale, float *dout_shift, float *scratch) {
     double t0 = cpu_prof_begin(be);
-    const int B = s->B, T = s->T, n = s->n_heads, dv = s->v_dim, dk_ = s->qk_dim, nt = cpu_threads(be);
-    const size_t TT = (size_t)T * T;
-    const int ldo = n * dv;
+    const Fused a = fused_begin(be, s, q, k, v);
+    const int B = s->B, T = s->T, n = s->n_heads, ldo = n * s->v_dim, nt = cpu_threads(be), nqb = a.nqb;
     const int bf = act_bf16(be);
-    const size_t per_thread = bwd_thread_floats(s, bf);
-    const int shared = shares_scores(s), drop = s->dropout > 0.0f;
-    const float *pv_all = saved + (size_t)B * n * T;  // the forward's unscaled P V
-    const Attn a = attn_begin(be, s, q, k, v);
-    // bf16 mode: G = dO ⊙ out_scale for every head at once, in bf16 (dO itself without a scale).
-    Src G_all = src_of(be, dout, ldo);
+    const size_t per_thread = thread_floats(s, a.bq), blk = align16((size_t)a.bq * T);
+    float *tail = scratch + (size_t)nt * per_thread;
+    Bwd w = {&a, saved, src_of(be, dout, ldo), dq, dk, dv_out, dkey_bias, bf ? tail + g_floats(s) : NULL, NULL};
     if (bf && s->out_scale) {
-        uint16_t *g = (uint16_t *)(scratch + align32(nt * per_thread));
+        // G = dO ⊙ out_scale once for all heads, in bf16 (the products' operand).
+        uint16_t *g = (uint16_t *)tail;
         const float *sc = s->out_scale;
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)B * T * ldo >= CPU_PARALLEL_MIN_MEM)
         for (int r = 0; r < B * T; r++) {
@@ -354,163 +688,58 @@ static void cpu_attention_backward(Backend *be, const AttnShape *s, const Act *q
 #pragma omp simd
             for (int c = 0; c < ldo; c++) o[c] = to_bf16(from_bf16(d[c]) * sc[c]);
         }
-        G_all = (Src){NULL, g, ldo};
+        w.G = (Src){NULL, g, ldo};
     }
-#pragma omp parallel for schedule(dynamic) num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
-    for (int b = 0; b < B; b++) {
-        float *ws = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *Pdbuf = ws, *dP = ws + TT, *dS_sum = ws + 2 * TT, *R = ws + 3 * TT, *P = ws + 4 * TT;
-        float *G = ws + BWD_TT * TT;
-        // bf16 mode: the dropped probabilities and dS, each T² bf16, in Pdbuf's block.
-        uint16_t *Pdh = bf ? (uint16_t *)Pdbuf : NULL, *dSh = bf ? Pdh + TT : NULL;
-        // Where dq, dk, dv of sequence b accumulate: the outputs (fp32) or the thread's fp32
-        // rows after G and the key-bias row (bf16, stored once the sequence is done).
-        float *acc = G + (size_t)T * dv + T;
-        float *dqb = bf ? acc : act_f(dq) + (size_t)b * T * s->ldq;
-        float *dkb = bf ? dqb + (size_t)T * qcols(s) : act_f(dk) + (size_t)b * T * s->ldk;
-        float *dvb = bf ? dkb + (size_t)T * kcols(s) : act_f(dv_out) + (size_t)b * T * s->ldv;
-        const int ldq = bf ? (int)qcols(s) : s->ldq, ldk = bf ? (int)kcols(s) : s->ldk;
-        const int ldv = bf ? (int)vcols(s) : s->ldv;
-        if (shared) {
-            memset(dS_sum, 0, TT * sizeof *dS_sum);
-            scores(&a, b, 0, R);
-        }
-        zero_cols(dqb, T, ldq, s->q_heads * dk_);
-        zero_cols(dkb, T, ldk, s->k_heads * dk_);
-        zero_cols(dvb, T, ldv, s->v_heads * dv);
-        for (int h = 0; h < n; h++) {
-            const size_t qoff = qcol(s, h), koff = kcol(s, h), voff = vcol(s, h);
-            head_scores(&a, b, h, shared ? R : NULL, P);
-            probs_from_lse(s, b, h, P, saved + ((size_t)b * n + h) * T, Pdbuf, Pdh);
-            CpuOperand Pd = Pdh ? h_op(Pdh, T) : f32_op(drop ? Pdbuf : P, T), Gh;
-            if (bf) {
-                Gh = head_op(&G_all, T, b, (size_t)h * dv);
-            } else {
-                const float *dO = act_cf(dout) + (size_t)b * T * ldo + (size_t)h * dv;
-                const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
-                for (int i = 0; i < T; i++)
-                    for (int c = 0; c < dv; c++)
-                        G[(size_t)i * dv + c] = sc ? dO[(size_t)i * ldo + c] * sc[c] : dO[(size_t)i * ldo + c];
-                Gh = f32_op(G, dv);
-            }
-            gemm(&a, 1, 0, T, dv, T, 1.0f, Pd, Gh, 1.0f, f32_res(dvb + voff, ldv));
-            gemm(&a, 0, 1, T, T, dv, 1.0f, Gh, head_op(&a.v, T, b, vcol(s, h)), 0.0f, f32_res(dP, T));
-            // dP ⊙ keep/(1-p), then dS = P ⊙ (dP - rowsum(P ⊙ dP)), one row at a time so the
-            // row stays in cache.  The mask is read off Pd: Pd = 0 where it dropped or where
-            // P = 0 (a non-zero P is >= 2^-126, never 0 in bf16), and where P = 0 the value
-            // of dP does not matter (dS = 0 there).  In bf16 mode dS also goes to dSh, the
-            // operand of dQ and dK (not needed when the heads share Q and K).
-            const float inv = drop ? 1.0f / (1.0f - s->dropout) : 1.0f;
-            uint16_t *dsh_all = shared ? NULL : dSh;
-            for (int i = 0; i < T; i++) {
-                const float *pr = P + (size_t)i * T;
-                float *gr = dP + (size_t)i * T;
-                if (drop && Pdh) {
-                    const uint16_t *pdr = Pdh + (size_t)i * T;
-#pragma omp simd
-                    for (int j = 0; j < T; j++) gr[j] = pdr[j] != 0 ? gr[j] * inv : 0.0f;
-                } else if (drop) {
-                    const float *pdr = Pdbuf + (size_t)i * T;
-#pragma omp simd
-                    for (int j = 0; j < T; j++) gr[j] = pdr[j] != 0.0f ? gr[j] * inv : 0.0f;
+    w.ticket = mhe_malloc((size_t)B * sizeof *w.ticket);
+    for (int b = 0; b < B; b++) atomic_init(&w.ticket[b], 0);
+#pragma omp parallel num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
+    {
+        const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        float *ws = scratch + (size_t)tid * per_thread;
+        float *acc = ws + 5 * blk + align16((size_t)a.bq * s->v_dim) + 2 * align16((size_t)T) +
+                     align16((size_t)a.bq * qcols(s));
+        Packs pk = packs_at(s, a.bq, ws + core_floats(s, a.bq));
+        int cur = -1, touched = 0;
+        // With at least two sequences per thread, whole sequences round-robin: one thread sums
+        // each sequence's dk, dv and stores them (no hand-over).  Otherwise blocks round-robin,
+        // so a sequence's blocks spread over the team even when B is small; rank = the order of
+        // the threads' first blocks of the sequence.
+        const int whole = B >= 2 * nth, step = whole ? nth * nqb : nth;
+        for (int it0 = whole ? tid * nqb : tid; it0 < B * nqb; it0 += step) {
+            for (int it = it0; it < (whole ? it0 + nqb : it0 + 1); it++) {
+                const int b = it / nqb;
+                if (b != cur) {
+                    if (cur >= 0)
+                        flush_sequence(&w, cur, acc, touched, whole ? 0 : (tid - (cur * nqb) % nth + nth) % nth,
+                                       whole ? 1 : (nqb < nth ? nqb : nth));
+                    cur = b;
+                    touched = 0;
                 }
-                double dot = 0;
-#pragma omp simd reduction(+ : dot)
-                for (int j = 0; j < T; j++) dot += (double)pr[j] * gr[j];
-                float fd = (float)dot;
-                if (dsh_all) {
-                    uint16_t *dr = dsh_all + (size_t)i * T;
-#pragma omp simd
-                    for (int j = 0; j < T; j++) {
-                        const float d = pr[j] * (gr[j] - fd);
-                        gr[j] = d;
-                        dr[j] = to_bf16(d);
-                    }
-                } else {
-#pragma omp simd
-                    for (int j = 0; j < T; j++) gr[j] = pr[j] * (gr[j] - fd);
-                }
+                backward_block(&w, b, it % nqb, ws, acc, &touched, &pk);
             }
-            if (dkey_bias) {
-                // Column sums of dS into a contiguous row first (the bias is strided by n).
-                float *cs = G + (size_t)T * dv;
-                memset(cs, 0, (size_t)T * sizeof *cs);
-                for (int i = 0; i < T; i++) {
-                    const float *gr = dP + (size_t)i * T;
-#pragma omp simd
-                    for (int j = 0; j < T; j++) cs[j] += gr[j];
-                }
-                const size_t kb0 = (size_t)b * T * n + h;
-                if (bf)
-                    for (int j = 0; j < T; j++) act_h(dkey_bias)[kb0 + (size_t)j * n] = to_bf16(cs[j]);
-                else
-                    for (int j = 0; j < T; j++) act_f(dkey_bias)[kb0 + (size_t)j * n] = cs[j];
-            }
-            if (shared) {
-                // Q and K shared by all heads: dQ and dK need only Σ_h dS_h.
-#pragma omp simd
-                for (size_t e = 0; e < TT; e++) dS_sum[e] += dP[e];
-                continue;
-            }
-            const CpuOperand dS = dSh ? h_op(dSh, T) : f32_op(dP, T);
-            gemm(&a, 0, 0, T, dk_, T, s->scale, dS, head_op(&a.k, T, b, kcol(s, h)), 1.0f, f32_res(dqb + qoff, ldq));
-            gemm(&a, 1, 0, T, dk_, T, s->scale, dS, head_op(&a.q, T, b, qcol(s, h)), 1.0f, f32_res(dkb + koff, ldk));
         }
-        if (shared) {
-            CpuOperand dS = f32_op(dS_sum, T);
-            if (dSh) {
-                cpu_pack_bf16(dS_sum, T, T, T, dSh);
-                dS = h_op(dSh, T);
-            }
-            gemm(&a, 0, 0, T, dk_, T, s->scale, dS, head_op(&a.k, T, b, 0), 1.0f, f32_res(dqb, ldq));
-            gemm(&a, 1, 0, T, dk_, T, s->scale, dS, head_op(&a.q, T, b, 0), 1.0f, f32_res(dkb, ldk));
-        }
-        if (bf) {
-            store_rows(dqb, T, qcols(s), act_h(dq) + (size_t)b * T * s->ldq, s->ldq);
-            store_rows(dkb, T, kcols(s), act_h(dk) + (size_t)b * T * s->ldk, s->ldk);
-            store_rows(dvb, T, vcols(s), act_h(dv_out) + (size_t)b * T * s->ldv, s->ldv);
-        }
+        if (cur >= 0)
+            flush_sequence(&w, cur, acc, touched, whole ? 0 : (tid - (cur * nqb) % nth + nth) % nth,
+                           whole ? 1 : (nqb < nth ? nqb : nth));
     }
-    if (dout_scale || dout_shift) {
-        // Blocks of 64 (head, column) pairs, rows inside: contiguous reads, one writer each.
-        const int cols = n * dv, with_scale = s->out_scale && dout_scale;
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)B * T * n * dv >= CPU_PARALLEL_MIN_MEM)
-        for (int c0 = 0; c0 < cols; c0 += 64) {
-            const int w = cols - c0 < 64 ? cols - c0 : 64;
-            double ss[64] = {0}, sh[64] = {0};
-            for (size_t r = 0; r < (size_t)B * T; r++) {
-                if (bf) {
-                    const uint16_t *g = act_ch(dout) + r * ldo + c0;
-                    const float *pv = pv_all + r * ldo + c0;
-#pragma omp simd
-                    for (int c = 0; c < w; c++) {
-                        const float gc = from_bf16(g[c]);
-                        ss[c] += (double)gc * (with_scale ? pv[c] : gc);
-                        sh[c] += gc;
-                    }
-                    continue;
-                }
-                const float *g = act_cf(dout) + r * ldo + c0;
-                const float *pv = with_scale ? pv_all + r * ldo + c0 : g;
-#pragma omp simd
-                for (int c = 0; c < w; c++) {
-                    ss[c] += (double)g[c] * pv[c];
-                    sh[c] += g[c];
-                }
-            }
-            for (int c = 0; c < w; c++) {
-                if (with_scale) dout_scale[c0 + c] += (float)ss[c];
-                if (dout_shift) dout_shift[c0 + c] += (float)sh[c];
-            }
-        }
-    }
-    // Twice the forward's products, plus the recomputed scores.
-    cpu_prof_end(be, OPC_ATTENTION, t0,
-                 2.0 * attention_flops(s) + 2.0 * B * n * (double)T * T * s->qk_dim);
+    free(w.ticket);
+    cpu_attention_affine_grads(be, s, saved + (size_t)B * n * T, dout, dout_scale, dout_shift);
+    // Counted as the reference core counts it (twice the forward's products plus the recomputed
+    // scores, all T x T even when causal), so the two report comparable GFLOP/s.
+    cpu_prof_end(be, OPC_ATTENTION, t0, 2.0 * attention_flops(s) + 2.0 * B * n * (double)T * T * s->qk_dim);
 }
 
 void cpu_install_attention(Backend *be) {
-    be->attention_sizes = cpu_attention_sizes;
-    be->attention_forward = cpu_attention_forward;
-    be->attention_backward = cpu_attention_backward;
+    const char *e = getenv("MHE_CPU_ATTN_BLOCK");
+    block_override = e && atoi(e) > 0 ? atoi(e) : -1;
+    const char *which = getenv("MHE_CPU_ATTENTION");
+    if (which && strcmp(which, "ref") == 0) {
+        cpu_install_attention_ref(be);
+        return;
+    }
+    if (which && *which && strcmp(which, "fused") != 0)
+        mhe_fatal("MHE_CPU_ATTENTION=%s: expected fused or ref", which);
+    be->attention_sizes = fused_sizes;
+    be->attention_forward = fused_forward;
+    be->attention_backward = fused_backward;
 }

@@ -43,3 +43,15 @@ set_tests_properties(recompute_is_bit_identical PROPERTIES TIMEOUT 300 LABELS "m
 add_test(NAME recompute_is_bit_identical_bf16 COMMAND recompute_is_bit_identical cpu_bf16)
 set_tests_properties(recompute_is_bit_identical_bf16 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
   "OMP_NUM_THREADS=2")
+# The fused attention core against the reference core (MHE_CPU_ATTENTION=ref), fp32 and bf16,
+# every AttnShape feature; again with 16-row query blocks on 3 threads (many blocks per
+# sequence, three threads handing over each sequence's dk/dv sums); and with oneDNN limited to
+# AVX2 (no bf16 kernel: the emulated products).
+mhe_add_cmocka_test(cpu_attention_fused_matches_ref ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_attention.c)
+set_tests_properties(cpu_attention_fused_matches_ref PROPERTIES TIMEOUT 300 LABELS "model;unit")
+add_test(NAME cpu_attention_fused_matches_ref_block16 COMMAND cpu_attention_fused_matches_ref)
+set_tests_properties(cpu_attention_fused_matches_ref_block16 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
+  "MHE_CPU_ATTN_BLOCK=16;OMP_NUM_THREADS=3")
+add_test(NAME cpu_attention_fused_matches_ref_emulated COMMAND cpu_attention_fused_matches_ref)
+set_tests_properties(cpu_attention_fused_matches_ref_emulated PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
+  "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
