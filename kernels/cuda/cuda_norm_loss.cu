@@ -249,7 +249,7 @@ __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typen
                 ab[c] += g0;
             }
             if (want_dx) {
-                const float d = rs * (g0 * gamma[c] - mg - xh * mgx), v = accumulate ? dx[off + c] + d : d;
+                const float d = rs * (g0 * gamma[c] - mg - xh * mgx), v = accumulate ? ld_old(dx, dxb, off + c) + d : d;
                 store_twin(dx, dxb, off + c, v);
                 if (drop.on)
                     store_twin(drop.dr, drop.drb, off + c,
@@ -381,7 +381,7 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
     // to it read its twin.  An accumulated dx was widened by the read its wrapper declared.
     float *dxw = dx;
     __nv_bfloat16 *dxb = nullptr;
-    if (dx && !accumulate)
+    if (dx && (!accumulate || cuda_ctx(be)->act_bf16))  // bf16 activations: accumulated in bf16 too
         dxb = cuda_mirror_out_lean(be, dx, (size_t)n, &dxw, LEAN_NORM);
     else if (dx)
         cuda_mirror_wrote(be, dx, (size_t)n * sizeof(float));
