@@ -298,13 +298,30 @@ static void act_linear_backward(Backend *be, const Act *dy, const Act *x, const 
     be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), 1.0f, out_f32(dW, in));
     if (db) be->bias_backward(be, dy, N, out, db);
 }
+// The FFN's GELU_TANH projections through cuBLASLt's GELU epilogues (cuda_linear.cu): g is GELU
+// of the fp32 sum and dx multiplies the fp32 product (one bf16 rounding fewer than the two ops).
 static void act_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
                                     int in, int out, Act *u, Act *g) {
+    if (kind == GELU_TANH) {
+        double t0 = cuda_prof_begin(be);
+        if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(u), ab(g))) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            return;
+        }
+    }
     be->linear_forward(be, x, W, b, N, in, out, u);
     be->gelu_forward(be, kind, u, g, (size_t)N * out);
 }
 static void act_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
                                      int in, int out, const Act *u, Act *dx, float *dW, float *db) {
+    if (kind == GELU_TANH) {
+        double t0 = cuda_prof_begin(be);
+        if (cuda_act_linear_dgelu(be, ab(dy), W, ab(u), N, in, out, ab(dx))) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            be->linear_backward(be, dy, x, W, N, in, out, nullptr, 0, dW, db);
+            return;
+        }
+    }
     be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
     be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
 }

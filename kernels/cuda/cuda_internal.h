@@ -255,8 +255,12 @@ __nv_bfloat16 *cuda_act_store_copy(Backend *be, const float *p);
 const __nv_bfloat16 *cuda_act_weight(Backend *be, const float *p, size_t n);
 void cuda_act_weights_destroy(Backend *be);
 // Their linear layers through cuBLASLt with the bias fused (cuda_linear.cu); false: no plan.
+// With g: the FFN's GELU_TANH up projection, g = GELU(y) and y stored in one GEMM.
 bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W, const float *b, int N, int in,
-                             int out, __nv_bfloat16 *y);
+                             int out, __nv_bfloat16 *y, __nv_bfloat16 *g = nullptr);
+// dx = (dy W) ⊙ gelu'(u), GELU_TANH, one GEMM.
+bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W, const __nv_bfloat16 *u, int N,
+                           int in, int out, __nv_bfloat16 *dx);
 bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
                         float *dW, float *db);
 void cuda_install_norm_loss(Backend *be);

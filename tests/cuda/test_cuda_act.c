@@ -193,7 +193,7 @@ static void test_weight_copy_follows_writes(void **state) {
 
 static void test_linear_layers(void **state) {
     Fix *f = *state;
-    const int N = 13, in = 24, out = 20;
+    const int N = 13, in = 24, out = 32;  // multiples of 8: the GELU epilogues' aux matrix
     ABuf x = abuf_rand(f, (size_t)N * in), y = abuf_rand(f, (size_t)N * out), dy = abuf_rand(f, (size_t)N * out);
     ABuf dx = abuf_rand(f, (size_t)N * in);
     Buf W = fbuf_rand(f, (size_t)out * in), b = fbuf_rand(f, out), dW = fbuf_rand(f, (size_t)out * in),
@@ -212,19 +212,26 @@ static void test_linear_layers(void **state) {
     expect_act(f, &dx, TOL, "linear_backward dx (accumulated)");
     expect_close(f, &dW, TOL, "linear_backward dW");
     expect_close(f, &db, TOL, "linear_backward db");
-    // The FFN's fused forms against the CPU's linear + GELU, both GELUs.
+    // The FFN's fused forms against the CPU's linear + GELU, both GELUs; the tanh form through
+    // cuBLASLt's GELU_AUX_BIAS and DGELU epilogues (one GEMM each).
     ABuf u = abuf_rand(f, (size_t)N * out), g = abuf_rand(f, (size_t)N * out), du = abuf_rand(f, (size_t)N * in);
     for (int k = 0; k < 2; k++) {
         const GeluKind kind = k ? GELU_TANH : GELU_ERF;
         f->cpu->linear_forward(f->cpu, (Act *)x.c, W.c, b.c, N, in, out, (Act *)u.c);
         f->cpu->gelu_forward(f->cpu, kind, (Act *)u.c, (Act *)g.c, (size_t)N * out);
+        backend_cuda_cost_start();
         f->gpu->linear_gelu_forward(f->gpu, kind, x.g, W.g, b.g, N, in, out, u.g, g.g);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "+bias+gelu"), kind == GELU_TANH);
         expect_act(f, &u, TOL, "linear_gelu_forward u");
         expect_act(f, &g, TOL, "linear_gelu_forward g");
         // dx = (dy W) gelu'(x) with x standing in for the GELU input u of the down projection.
         f->cpu->linear_backward(f->cpu, (Act *)dy.c, (Act *)x.c, W.c, N, in, out, (Act *)du.c, 0, dW.c, db.c);
         f->cpu->gelu_backward(f->cpu, kind, (Act *)x.c, (Act *)du.c, (Act *)du.c, (size_t)N * in);
+        backend_cuda_cost_start();
         f->gpu->linear_backward_gelu(f->gpu, kind, dy.g, x.g, W.g, N, in, out, x.g, du.g, dW.g, db.g);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "+dgelu"), kind == GELU_TANH);
         expect_act(f, &du, TOL, "linear_backward_gelu dx");
         expect_close(f, &dW, TOL, "linear_backward_gelu dW");
         expect_close(f, &db, TOL, "linear_backward_gelu db");
