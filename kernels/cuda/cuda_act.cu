@@ -3,16 +3,32 @@
 // buffer is ops.h's Act, fixed for the backend's life, so nothing tracks which copy is current.
 //
 // The matmuls read bf16 activations directly (cuBLAS with bf16 A/B, a bf16 C for an Act result
-// and an fp32 C for an fp32 one such as dW); the linear layers are those matmuls plus bf16 bias
-// kernels.  An fp32 operand (a weight) is rounded into scratch per call: the fp32 master weights
-// stay the only copy, so no write to them (optimizer, upload, copy, all-reduce) can leave a bf16
-// copy behind.  The other ops run the fp32 kernels of the other files on widened copies: each
-// Act input is widened into an fp32 staging buffer (a compact [rows, cols] for strided ones),
-// the fp32 op runs there, and each Act output is rounded back (a strided one only over its own
-// columns, so the slices of one fused buffer stay each other's).  An output that is the same
-// buffer as an input shares its staging buffer, which keeps the in-place contracts of ops.h.
+// and an fp32 C for an fp32 one such as dW; the linear layers through cuBLASLt with the bias
+// fused, cuda_linear.cu).  An fp32 operand (a weight: the model's are parameters) is read from a
+// bf16 copy of the whole backend allocation holding it — the parameter buffer — made on first
+// use.  Every fp32 write reports itself (cuda_mirror.cu's hooks, which the twins relied on too)
+// and marks the copy of its allocation stale, except an update in place through the dual store
+// (cuda_mirror_out: AdamW, LAMB's step, the fp32 elementwise ops), which stores bf16(p) into a
+// current copy as it updates p — so the copy stays current through optimizer steps and is never
+// re-rounded; anything else (an upload, a copy, an all-reduce) costs one rounding pass over the
+// allocation at its next use as an operand.  The emulated build compares every span it hands to
+// cuBLAS with bf16 of the fp32 data and aborts on a difference.
+//
+// add and layernorm_forward (the pre-LN residual stream) have bf16 kernels here.  The ops whose
+// kernels already read and store bf16 (those that wrote lean twins: GELU, dropout, the residual
+// step, BERT's embedding block, LayerNorm's backwards, the per-head broadcast and its backwards,
+// the cross-entropy, the tensor-core attention) run on the bf16 buffers themselves:
+// cuda_mirror.cu's lean lookups name the buffer in this mode.  The rest (tanh, row gather and
+// scatter, the embeddings, the attention core off the tensor-core path) run the fp32 kernels of
+// the other files on widened copies: each Act input is widened into an fp32 staging buffer (a
+// compact [rows, cols] for strided ones), the fp32 op runs there, and each Act output is rounded
+// back (a strided one only over its own columns, so the slices of one fused buffer stay each
+// other's).  An output that is the same buffer as an input shares its staging buffer, which
+// keeps the in-place contracts of ops.h.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "kernels/cuda/cuda_internal.h"
 
@@ -108,14 +124,97 @@ public:
     }
 };
 
+// ---- bf16 copies of fp32 matmul operands, per backend allocation (see the top of the file) ----
+
+struct WeightCopy {
+    size_t bytes;
+    __nv_bfloat16 *copy;  // bytes / 4 values, made on first use as an operand; nullptr: none yet
+    bool current;         // copy[i] == bf16(fp32[i]) for the whole allocation
+};
+struct ActWeights {
+    std::map<uintptr_t, WeightCopy> allocs;  // by base address
+};
+static ActWeights &weights(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->weights) c->weights = new ActWeights();
+    return *c->weights;
+}
+// The allocation holding p (nullptr: not the backend's), its base in *base.
+static WeightCopy *holding(Backend *be, const void *p, uintptr_t *base) {
+    auto &m = weights(be).allocs;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return nullptr;
+    --it;
+    if (a >= it->first + it->second.bytes) return nullptr;
+    *base = it->first;
+    return &it->second;
+}
+void cuda_act_track_alloc(Backend *be, const void *p, size_t bytes) {
+    weights(be).allocs[reinterpret_cast<uintptr_t>(p)] = WeightCopy{bytes, nullptr, false};
+}
+void cuda_act_release(Backend *be, const void *p) {
+    auto &m = weights(be).allocs;
+    auto it = m.find(reinterpret_cast<uintptr_t>(p));
+    if (it == m.end()) return;
+    cuda_device_free(it->second.copy);
+    m.erase(it);
+}
+void cuda_act_wrote(Backend *be, const void *p) {
+    uintptr_t base;
+    if (WeightCopy *w = holding(be, p, &base)) w->current = false;
+}
+__nv_bfloat16 *cuda_act_store_copy(Backend *be, const float *p) {
+    uintptr_t base;
+    WeightCopy *w = holding(be, p, &base);
+    if (!w) return nullptr;
+    if (w->current) return w->copy + (reinterpret_cast<uintptr_t>(p) - base) / sizeof(float);
+    return nullptr;
+}
+void cuda_act_weights_destroy(Backend *be) {
+    CudaCtx *c = cuda_ctx(be);
+    if (!c->weights) return;
+    for (auto &kv : c->weights->allocs) cuda_device_free(kv.second.copy);
+    delete c->weights;
+    c->weights = nullptr;
+}
+const __nv_bfloat16 *cuda_act_weight(Backend *be, const float *p, size_t n) {
+    uintptr_t base;
+    WeightCopy *w = holding(be, p, &base);
+    if (!w) return nullptr;
+    const size_t all = w->bytes / sizeof(float), off = (reinterpret_cast<uintptr_t>(p) - base) / sizeof(float);
+    if (!w->copy) w->copy = static_cast<__nv_bfloat16 *>(cuda_device_alloc(all * sizeof(__nv_bfloat16), cuda_ctx(be)->device));
+    if (!w->current) {
+        cuda_round_bf16(be, reinterpret_cast<const float *>(base), w->copy, all);
+        w->current = true;
+    }
+#if defined(MHE_CUDA_EMU)
+    if (!mhe_cost_dry_run()) {
+        CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+        for (size_t i = 0; i < n; i++) {
+            const __nv_bfloat16 want = __float2bfloat16(p[i]);
+            if (std::memcmp(&want, &w->copy[off + i], sizeof want) != 0)
+                mhe_fatal("cuda_act: stale bf16 copy of an fp32 matmul operand at float %zu (%g vs %g): an op wrote "
+                          "the fp32 data without reporting it (cuda_mirror_wrote / cuda_mirror_out)",
+                          off + i, (double)p[i], (double)__bfloat162float(w->copy[off + i]));
+        }
+    }
+#else
+    (void)n;
+#endif
+    return w->copy + off;
+}
+
 // Elements a row-major operand of `rows` rows of `cols` with leading dimension ld spans.
 static size_t span(size_t rows, size_t cols, size_t ld) { return rows && cols ? (rows - 1) * ld + cols : 0; }
 
 // ---- matmuls ----
 
-// The bf16 form of a matmul operand: an activation as it is, fp32 memory rounded into `scratch`.
+// The bf16 form of a matmul operand: an activation as it is, fp32 memory from its allocation's
+// copy (rounded into `scratch` when it is not the backend's memory).
 static const void *operand(Backend *be, MatIn m, size_t n, __nv_bfloat16 *scratch) {
     if (m.is_act) return m.p;
+    if (const __nv_bfloat16 *w = cuda_act_weight(be, static_cast<const float *>(m.p), n)) return w;
     cuda_round_bf16(be, static_cast<const float *>(m.p), scratch, n);
     return scratch;
 }
@@ -129,6 +228,7 @@ static void act_matmul(Backend *be, int ta, int tb, int M, int N, int K, float a
     const size_t nb = B.is_act ? 0 : span(tb ? N : K, tb ? K : N, B.ld);
     __nv_bfloat16 *scratch = cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, na + nb);
     const void *pa = operand(be, A, na, scratch), *pb = operand(be, B, nb, scratch + na);
+    if (!C.is_act) cuda_act_wrote(be, C.p);
     if (!C.is_act)
         mhe_cost_record_gemm(M, N, K, 1, 1, beta != 0.0f);
     else if (beta != 0.0f)
@@ -167,6 +267,7 @@ static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
 static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
     double t0 = cuda_prof_begin(be);
     const unsigned blocks = (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK);
+    cuda_act_wrote(be, dbias);
     if (C) MHE_LAUNCH(act_bias_backward_kernel, blocks, MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 2.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(ab(dy), N, C, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -176,6 +277,11 @@ static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *d
 
 static void act_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
                                Act *y) {
+    double t0 = cuda_prof_begin(be);
+    if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(y))) {
+        cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+        return;
+    }
     be->matmul(be, 0, 1, N, out, in, 1.0f, mat_act(x, in), mat_f32(W, in), 0.0f, out_act(y, out));
     if (b) be->bias_add(be, y, b, N, out);
 }
@@ -184,16 +290,38 @@ static void act_linear_backward(Backend *be, const Act *dy, const Act *x, const 
     if (dx)
         be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
                    out_act(dx, in));
+    double t0 = cuda_prof_begin(be);
+    if (cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db)) {
+        cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
+        return;
+    }
     be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), 1.0f, out_f32(dW, in));
     if (db) be->bias_backward(be, dy, N, out, db);
 }
+// The FFN's GELU_TANH projections through cuBLASLt's GELU epilogues (cuda_linear.cu): g is GELU
+// of the fp32 sum and dx multiplies the fp32 product (one bf16 rounding fewer than the two ops).
 static void act_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
                                     int in, int out, Act *u, Act *g) {
+    if (kind == GELU_TANH) {
+        double t0 = cuda_prof_begin(be);
+        if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(u), ab(g))) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            return;
+        }
+    }
     be->linear_forward(be, x, W, b, N, in, out, u);
     be->gelu_forward(be, kind, u, g, (size_t)N * out);
 }
 static void act_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
                                      int in, int out, const Act *u, Act *dx, float *dW, float *db) {
+    if (kind == GELU_TANH) {
+        double t0 = cuda_prof_begin(be);
+        if (cuda_act_linear_dgelu(be, ab(dy), W, ab(u), N, in, out, ab(dx))) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            be->linear_backward(be, dy, x, W, N, in, out, nullptr, 0, dW, db);
+            return;
+        }
+    }
     be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
     be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
 }
@@ -213,38 +341,53 @@ static void act_download(Backend *be, float *host_dst, const Act *src, size_t n)
     be->download(be, host_dst, f, n * sizeof(float));
 }
 
+// ---- the pre-LN residual stream's ops, on bf16 ----
+
+__global__ void act_add_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, __nv_bfloat16 *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
+        out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+static void act_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(act_add_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 6.0 * n))(ab(a), ab(b), ab(out), n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+// layernorm_forward_kernel (cuda_norm_loss.cu) on a bf16 row: the same two passes in fp32 over the
+// widened values, one rounding per stored element; each thread rewrites only what it read, so y
+// may alias x.
+__global__ void act_layernorm_forward_kernel(const __nv_bfloat16 *x, const float *gamma, const float *beta, int C,
+                                             float eps, __nv_bfloat16 *y, float *mean, float *rstd) {
+    MHE_SHARED(float, buf, [32]);
+    const size_t off = (size_t)blockIdx.x * C;
+    float s = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += __bfloat162float(x[off + c]);
+    const float mu = block_sum(s, buf) / (float)C;
+    float v = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const float d = __bfloat162float(x[off + c]) - mu;
+        v += d * d;
+    }
+    const float rs = rsqrtf(block_sum(v, buf) / (float)C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        y[off + c] = __float2bfloat16((__bfloat162float(x[off + c]) - mu) * rs * gamma[c] + beta[c]);
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+static void act_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
+                                  float eps, Act *y, float *mean, float *rstd) {
+    double t0 = cuda_prof_begin(be);
+    cuda_act_wrote(be, mean);
+    cuda_act_wrote(be, rstd);
+    if (N) MHE_LAUNCH(act_layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(8.0 * N * C, 4.0 * N * C + 8.0 * C + 8.0 * N))(ab(x), gamma, beta, C, eps, ab(y), mean, rstd);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+
 // ---- every other op: the fp32 kernels on staged copies ----
 
-static void act_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *fa_ = s.in(a, n), *fb = s.in(b, n);
-    f32(be)->add(be, fa_, fb, s.out(out, n, false), n);
-    s.done();
-}
-static void act_head_expand(Backend *be, const Act *x, int ldx, const float *mul, const float *add, int N, int n,
-                            int d, Act *out) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *xs = s.in(x, N, d, ldx);
-    f32(be)->head_expand(be, xs, d, mul, add, N, n, d, s.out(out, (size_t)N * n * d, false));
-    s.done();
-}
-static void act_head_expand_backward(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul, int N,
-                                     int n, int d, Act *dx, int accumulate, float *dmul, float *dadd) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *gs = s.in(dout, (size_t)N * n * d), *xs = dmul ? s.in(x, N, d, ldx) : nullptr;
-    f32(be)->head_expand_backward(be, gs, xs, d, mul, N, n, d, s.out(dx, N, d, ldx, accumulate), accumulate, dmul,
-                                  dadd);
-    s.done();
-}
-static void act_head_expand_backward_prod(Backend *be, const Act *dout, const Act *x, int ldx, const float *mul,
-                                          const float *f, const float *g, int N, int n, int d, Act *dx,
-                                          int accumulate, float *df, float *dg) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *gs = s.in(dout, (size_t)N * n * d), *xs = df || dg ? s.in(x, N, d, ldx) : nullptr;
-    f32(be)->head_expand_backward_prod(be, gs, xs, d, mul, f, g, N, n, d, s.out(dx, N, d, ldx, accumulate),
-                                       accumulate, df, dg);
-    s.done();
-}
 static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
     Stage s(be, OPC_OTHER);
     const Act *ss = s.in(src, (size_t)src_rows * C);
@@ -255,69 +398,6 @@ static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, i
     Stage s(be, OPC_OTHER);
     const Act *ss = s.in(src, (size_t)M * C);
     f32(be)->scatter_rows(be, ss, rows, M, C, s.out(dst, (size_t)dst_rows * C, true), dst_rows);
-    s.done();
-}
-static void act_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
-                                  float eps, Act *y, float *mean, float *rstd) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *xs = s.in(x, (size_t)N * C);
-    f32(be)->layernorm_forward(be, xs, gamma, beta, N, C, eps, s.out(y, (size_t)N * C, false), mean, rstd);
-    s.done();
-}
-static void act_residual_layernorm_forward(Backend *be, const Act *x, const Act *r, float p, uint64_t seed,
-                                           uint64_t offset, const float *gamma, const float *beta, int N, int C,
-                                           float eps, Act *s_, Act *y, float *mean, float *rstd) {
-    Stage s(be, OPC_NORM_ACT);
-    const size_t n = (size_t)N * C;
-    const Act *xs = s.in(x, n), *rs = s.in(r, n);
-    Act *ss = s.out(s_, n, false), *ys = s.out(y, n, false);
-    f32(be)->residual_layernorm_forward(be, xs, rs, p, seed, offset, gamma, beta, N, C, eps, ss, ys, mean, rstd);
-    s.done();
-}
-static void act_embedding_layernorm_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
-                                            const float *word, const float *pos, const float *type,
-                                            const float *gamma, const float *beta, int B, int T, int D, float eps,
-                                            float p, uint64_t seed, uint64_t offset, Act *e, Act *y, float *mean,
-                                            float *rstd) {
-    Stage s(be, OPC_NORM_ACT);
-    const size_t n = (size_t)B * T * D;
-    Act *es = s.out(e, n, false), *ys = s.out(y, n, false);
-    f32(be)->embedding_layernorm_forward(be, ids, type_ids, word, pos, type, gamma, beta, B, T, D, eps, p, seed,
-                                         offset, es, ys, mean, rstd);
-    s.done();
-}
-static void act_layernorm_backward(Backend *be, const Act *dy, const Act *x, const float *gamma, const float *mean,
-                                   const float *rstd, int N, int C, Act *dx, int accumulate, float *dgamma,
-                                   float *dbeta) {
-    Stage s(be, OPC_NORM_ACT);
-    const size_t n = (size_t)N * C;
-    const Act *gs = s.in(dy, n), *xs = s.in(x, n);
-    f32(be)->layernorm_backward(be, gs, xs, gamma, mean, rstd, N, C, s.out(dx, n, accumulate), accumulate, dgamma,
-                                dbeta);
-    s.done();
-}
-static void act_layernorm_backward_dropout(Backend *be, const Act *dy, const Act *x, const float *gamma,
-                                           const float *mean, const float *rstd, int N, int C, Act *dx,
-                                           int accumulate, float *dgamma, float *dbeta, float p, uint64_t seed,
-                                           uint64_t offset, Act *dr) {
-    Stage s(be, OPC_NORM_ACT);
-    const size_t n = (size_t)N * C;
-    const Act *gs = s.in(dy, n), *xs = s.in(x, n);
-    Act *dxs = s.out(dx, n, accumulate), *drs = s.out(dr, n, false);
-    f32(be)->layernorm_backward_dropout(be, gs, xs, gamma, mean, rstd, N, C, dxs, accumulate, dgamma, dbeta, p, seed,
-                                        offset, drs);
-    s.done();
-}
-static void act_gelu_forward(Backend *be, GeluKind kind, const Act *x, Act *y, size_t n) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *xs = s.in(x, n);
-    f32(be)->gelu_forward(be, kind, xs, s.out(y, n, false), n);
-    s.done();
-}
-static void act_gelu_backward(Backend *be, GeluKind kind, const Act *x, const Act *dy, Act *dx, size_t n) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *xs = s.in(x, n), *gs = s.in(dy, n);
-    f32(be)->gelu_backward(be, kind, xs, gs, s.out(dx, n, false), n);
     s.done();
 }
 static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
@@ -332,12 +412,6 @@ static void act_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx,
     f32(be)->tanh_backward(be, ys, gs, s.out(dx, n, false), n);
     s.done();
 }
-static void act_dropout(Backend *be, const Act *x, Act *y, size_t n, float p, uint64_t seed, uint64_t offset) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *xs = s.in(x, n);
-    f32(be)->dropout(be, xs, s.out(y, n, false), n, p, seed, offset);
-    s.done();
-}
 static void act_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
                                   const float *pos, const float *type, int B, int T, int D, Act *out) {
     Stage s(be, OPC_OTHER);
@@ -350,20 +424,6 @@ static void act_embedding_backward(Backend *be, const Act *dout, const int32_t *
     f32(be)->embedding_backward(be, s.in(dout, (size_t)B * T * D), ids, type_ids, B, T, D, dword, dpos, dtype);
     s.done();
 }
-static void act_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels, int N, int V,
-                                      float *loss, float *lse) {
-    Stage s(be, OPC_LOSS);
-    f32(be)->cross_entropy_forward(be, s.in(logits, (size_t)N * V), labels, N, V, loss, lse);
-    s.done();
-}
-static void act_cross_entropy_backward(Backend *be, const Act *logits, const float *lse, const int32_t *labels, int N,
-                                       int V, float grad_scale, Act *dlogits) {
-    Stage s(be, OPC_LOSS);
-    const size_t n = (size_t)N * V;
-    const Act *zs = s.in(logits, n);
-    f32(be)->cross_entropy_backward(be, zs, lse, labels, N, V, grad_scale, s.out(dlogits, n, false));
-    s.done();
-}
 
 // Q, K, V (and their gradients) staged compact: the fp32 core sees row strides heads * dim.
 static AttnShape compact(const AttnShape *s, Stage &st) {
@@ -374,10 +434,24 @@ static AttnShape compact(const AttnShape *s, Stage &st) {
     t.key_bias = st.in(s->key_bias, (size_t)s->B * s->T * s->n_heads);
     return t;
 }
+// The tensor-core flash kernels (head dims 16, 32, 64 on the flash path) read and write bf16
+// themselves (cuda_flash_tc.h's tc_act): only the key bias and its gradient, fp32 there, are
+// staged.  Other shapes run the fp32 core on compact staged copies.
+static AttnShape with_key_bias(const AttnShape *s, Stage &st) {
+    AttnShape t = *s;
+    t.key_bias = st.in(s->key_bias, (size_t)s->B * s->T * s->n_heads);
+    return t;
+}
 static void act_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,
                                   float *saved, float *scratch) {
     Stage st(be, OPC_ATTENTION);
     const size_t rows = (size_t)s->B * s->T;
+    if (cuda_attention_reads_twins(be, s)) {
+        const AttnShape t = with_key_bias(s, st);
+        f32(be)->attention_forward(be, &t, q, k, v, out, saved, scratch);
+        st.done();
+        return;
+    }
     const AttnShape t = compact(s, st);
     const Act *qs = st.in(q, rows, t.ldq, s->ldq), *ks = st.in(k, rows, t.ldk, s->ldk), *vs = st.in(v, rows, t.ldv, s->ldv);
     f32(be)->attention_forward(be, &t, qs, ks, vs, st.out(out, rows * s->n_heads * s->v_dim, false), saved, scratch);
@@ -388,6 +462,13 @@ static void act_attention_backward(Backend *be, const AttnShape *s, const Act *q
                                    float *dout_scale, float *dout_shift, float *scratch) {
     Stage st(be, OPC_ATTENTION);
     const size_t rows = (size_t)s->B * s->T;
+    if (cuda_attention_reads_twins(be, s)) {
+        const AttnShape t = with_key_bias(s, st);
+        f32(be)->attention_backward(be, &t, q, k, v, saved, dout, dq, dk, dv, st.out(dkey_bias, rows * s->n_heads, false),
+                                    dout_scale, dout_shift, scratch);
+        st.done();
+        return;
+    }
     const AttnShape t = compact(s, st);
     const Act *qs = st.in(q, rows, t.ldq, s->ldq), *ks = st.in(k, rows, t.ldk, s->ldk), *vs = st.in(v, rows, t.ldv, s->ldv);
     const Act *gs = st.in(dout, rows * s->n_heads * s->v_dim);
@@ -414,25 +495,13 @@ void cuda_install_act_bf16(Backend *be) {
     be->bias_add = act_bias_add;
     be->bias_backward = act_bias_backward;
     be->add = act_add;
-    be->head_expand = act_head_expand;
-    be->head_expand_backward = act_head_expand_backward;
-    be->head_expand_backward_prod = act_head_expand_backward_prod;
     be->gather_rows = act_gather_rows;
     be->scatter_rows = act_scatter_rows;
     be->layernorm_forward = act_layernorm_forward;
-    be->residual_layernorm_forward = act_residual_layernorm_forward;
-    be->embedding_layernorm_forward = act_embedding_layernorm_forward;
-    be->layernorm_backward = act_layernorm_backward;
-    be->layernorm_backward_dropout = act_layernorm_backward_dropout;
-    be->gelu_forward = act_gelu_forward;
-    be->gelu_backward = act_gelu_backward;
     be->tanh_forward = act_tanh_forward;
     be->tanh_backward = act_tanh_backward;
-    be->dropout = act_dropout;
     be->embedding_forward = act_embedding_forward;
     be->embedding_backward = act_embedding_backward;
-    be->cross_entropy_forward = act_cross_entropy_forward;
-    be->cross_entropy_backward = act_cross_entropy_backward;
     be->attention_forward = act_attention_forward;
     be->attention_backward = act_attention_backward;
 }

@@ -276,6 +276,7 @@ static void cuda_destroy(Backend *be) {
     cuda_staging_destroy(c);
     cuda_colsum_defer_destroy(be);
     cuda_mirror_destroy(be);
+    cuda_act_weights_destroy(be);
     cuda_linear_destroy(be);
     cuda_optim_destroy(be);
     std::free(c->inner);

@@ -112,7 +112,7 @@ __global__ void head_expand_dx_kernel(const G *dout, const float *mul, int N, in
         size_t r = i / d;
         float s = 0;
         for (int h = 0; h < n; h++) s += ld_float(dout, (r * n + h) * d + c) * (mul ? mul[h * d + c] : 1.0f);
-        store_twin(dx, dxb, r * ldx + c, accumulate ? dx[r * ldx + c] + s : s);
+        store_twin(dx, dxb, r * ldx + c, accumulate ? ld_old(dx, dxb, r * ldx + c) + s : s);
     }
 }
 // dmul[h, c] += sum_r dout[r, h, c] x[r, c];  dadd[h, c] += sum_r dout[r, h, c]  (column hc = h d + c
@@ -167,7 +167,7 @@ __global__ void head_expand_bwd_fused_kernel(const typename T::G *dout, const ty
                 if (want_a) accA[h * d + c] += g * xv;
                 if (want_b) accB[h * d + c] += g;
             }
-            if (dx || dxb) store_twin(dx, dxb, (size_t)r * ldx + c, accumulate ? dx[(size_t)r * ldx + c] + s : s);
+            if (dx || dxb) store_twin(dx, dxb, (size_t)r * ldx + c, accumulate ? ld_old(dx, dxb, (size_t)r * ldx + c) + s : s);
         }
     __syncthreads();
     const size_t chunks = gridDim.x;
@@ -195,7 +195,7 @@ struct HeadIn {
 };
 static HeadIn head_inputs(Backend *be, const float *x, size_t xspan, const float *dout, size_t gn) {
     HeadIn in{nullptr, nullptr, 4.0, 4.0};
-    if (!cuda_ctx(be)->bf16) return in;
+    if (!cuda_ctx(be)->bf16 && !cuda_ctx(be)->act_bf16) return in;
     if (x && xspan) cuda_mirror_track(be, x, xspan);
     if (dout && gn) cuda_mirror_track(be, dout, gn);
     if (x && xspan) in.xb = cuda_mirror_stale_twin(be, x, xspan);
@@ -231,6 +231,7 @@ struct HeadDx {
 };
 static HeadDx head_dx_twin(Backend *be, float *dx, int N, int d, int ldx, int accumulate) {
     HeadDx o{dx, nullptr};
+    if (dx && cuda_ctx(be)->act_bf16) return HeadDx{nullptr, cuda_mirror_out2d_lean(be, dx, N, d, ldx, &o.dxw, LEAN_ELEMENTWISE)};
     if (dx) o.dxb = accumulate ? cuda_mirror_out2d(be, dx, N, d, ldx) : cuda_mirror_out2d_lean(be, dx, N, d, ldx, &o.dxw, LEAN_ELEMENTWISE);
     return o;
 }

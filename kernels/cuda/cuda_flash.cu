@@ -388,7 +388,9 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
         CudaCtx *c = cuda_ctx(be);
         gs = cuda_grow(be, c->flash_g, c->flash_g_cap, rows_n * (size_t)dvd);
     }
-    const __nv_bfloat16 *gt = tc ? cuda_mirror_operand(be, dout, rows_n * (size_t)dvd) : nullptr;
+    const __nv_bfloat16 *gt = !tc                         ? nullptr
+                              : cuda_ctx(be)->act_bf16 ? reinterpret_cast<const __nv_bfloat16 *>(dout)
+                                                       : cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
     if (dout_scale || dout_shift) {
         // With the output scale/shift gradients' sums (from dout's twin too on the tensor-core
         // path: they then sum the bf16 dout the products see).

@@ -102,7 +102,7 @@ static size_t tc_smem_fwd(int d) {
 
 int cuda_flash_tc_supported(Backend *be, const AttnShape *s) {
     const int d = s->qk_dim;
-    return cuda_ctx(be)->bf16 && d == s->v_dim && (d == 16 || d == 32 || d == 64);
+    return (cuda_ctx(be)->bf16 || cuda_ctx(be)->act_bf16) && d == s->v_dim && (d == 16 || d == 32 || d == 64);
 }
 
 // Cost model: tensor-core FLOPs of Q Kᵀ and P V (4 d per visited (query, key) pair), CUDA-core
@@ -119,8 +119,8 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     const double tt = bn * w.pairs;
     tc_twins(be, s, f, q, k, v, nullptr);
     // O is usually only the output projection's operand: lean (cuda_mirror.cu) skips its fp32 store.
-    float *outw;
-    f.outb = cuda_mirror_out_lean(be, out, rows_n * d, &outw, LEAN_ATTENTION);
+    float *outw = nullptr;
+    f.outb = cuda_ctx(be)->act_bf16 ? tc_act(out) : cuda_mirror_out_lean(be, out, rows_n * d, &outw, LEAN_ATTENTION);
     // Q once per head (q's head again for each head sharing it; with q_scale the scale too), K and
     // V once per query tile, Opre and out written, L.
     const double bytes = rows_n * d * tc_el(f.qb) + bn * w.reads * d * (tc_el(f.kb) + tc_el(f.vb)) +

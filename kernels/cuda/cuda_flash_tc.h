@@ -158,6 +158,11 @@ static inline TcArgs tc_args(const AttnShape *s) {
 // Query heads as dQ sees them: every head with q_scale (per-head gradients), else q's.
 static inline int tc_dq_heads(const AttnShape *s) { return s->q_scale ? s->n_heads : s->q_heads; }
 
+// With bf16 activations (cuda_act.cu) the attention core's float * arguments carry bf16 elements
+// on the tensor-core path (ops.h's Act, passed through the fp32-typed entry points): these name
+// them as what they hold.
+static inline const bf16_t *tc_act(const float *p) { return reinterpret_cast<const bf16_t *>(p); }
+static inline bf16_t *tc_act(float *p) { return reinterpret_cast<bf16_t *>(p); }
 // The bf16 twins of Q, K, V (and G = dout without out_scale) for the tile loads; made current by
 // cuda_mirror_operand (usually already: the projections' bias_add / head_expand store them).
 static inline const bf16_t *tc_input_twin(Backend *be, const AttnShape *s, const float *p, int heads, int dim, int ld) {
@@ -168,6 +173,13 @@ static inline const bf16_t *tc_input_twin(Backend *be, const AttnShape *s, const
 // second round re-reads pointers the first one may have invalidated (it creates nothing).
 static inline void tc_twins(Backend *be, const AttnShape *s, TcArgs &f, const float *q, const float *k,
                             const float *v, const float *dout) {
+    if (cuda_ctx(be)->act_bf16) {  // bf16 activations: the operands are bf16 themselves (tc_act)
+        f.qb = tc_act(q);
+        f.kb = tc_act(k);
+        f.vb = tc_act(v);
+        if (dout && !s->out_scale) f.gb = tc_act(dout);
+        return;
+    }
     for (int round = 0; round < 2; round++) {
         f.qb = tc_input_twin(be, s, q, s->q_heads, s->qk_dim, s->ldq);
         f.kb = tc_input_twin(be, s, k, s->k_heads, s->qk_dim, s->ldk);

@@ -303,9 +303,16 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
     // (the kernels are given nullptr for it and store the twin).
     float *dqw = dq, *dkw = dk, *dvw = dv;
     const int qh = tc_dq_heads(s);
-    f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)qh * s->qk_dim, f.a.ldq, &dqw, LEAN_ATTENTION) : nullptr;
-    f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw, LEAN_ATTENTION) : nullptr;
-    f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw, LEAN_ATTENTION) : nullptr;
+    if (cuda_ctx(be)->act_bf16) {  // bf16 activations: the outputs are bf16 themselves
+        f.dqb = dq ? tc_act(dq) : nullptr;
+        f.dkb = dk ? tc_act(dk) : nullptr;
+        f.dvb = dv ? tc_act(dv) : nullptr;
+        dqw = dkw = dvw = nullptr;
+    } else {
+        f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)qh * s->qk_dim, f.a.ldq, &dqw, LEAN_ATTENTION) : nullptr;
+        f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw, LEAN_ATTENTION) : nullptr;
+        f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw, LEAN_ATTENTION) : nullptr;
+    }
     const size_t rows_n = rows * s->n_heads;
     const int d = s->qk_dim;
     const double bn = (double)s->B * s->n_heads;

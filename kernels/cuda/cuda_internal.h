@@ -18,6 +18,7 @@ struct CudaCtx {
     Backend *f32;                 // act_bf16: the fp32 op table the staged ops run (cuda_act.cu)
     float *stage[ACT_STAGE_SLOTS];  // act_bf16: fp32 staging of activations (grow-only)
     size_t stage_cap[ACT_STAGE_SLOTS];
+    struct ActWeights *weights;   // act_bf16: bf16 copies of fp32 matmul operands (cuda_act.cu)
     int attention_mode;           // CUDA_ATTN_FLASH (default), _GEMM, _PLAIN: MHE_CUDA_ATTENTION
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -218,6 +219,11 @@ void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n);
 // p[i] as a float, from fp32 data or from a twin (kernels templated on where an input comes from).
 __device__ __forceinline__ float ld_float(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ld_float(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+// An output's old value, for an op accumulating into it: fp32, or (y null: a lean twin or a bf16
+// activation) the bf16 value.
+__device__ __forceinline__ float ld_old(const float *y, const __nv_bfloat16 *yb, size_t i) {
+    return y ? y[i] : __bfloat162float(yb[i]);
+}
 // Stores v at y[i] (unless the op writes lean: y null) and, when the op has a twin, bf16(v) at yb[i].
 __device__ __forceinline__ void store_twin(float *y, __nv_bfloat16 *yb, size_t i, float v) {
     if (y) y[i] = v;
@@ -238,6 +244,25 @@ static inline MheCost with_lean_twin(MheCost c, const void *twin, const float *f
 void cuda_install_elementwise(Backend *be);
 // bf16 activations (cuda_act.cu): the Act ops over bf16 storage, installed last.
 void cuda_install_act_bf16(Backend *be);
+// Their bf16 copies of fp32 matmul operands, one per backend allocation: its registration and
+// release, an fp32 write into it (the copy goes stale), the copy to store bf16(value) into for
+// an op updating fp32 data in place while the copy is current (the optimizer; nullptr: none),
+// and the current copy of [p, p + n) (nullptr: p is not the backend's memory).
+void cuda_act_track_alloc(Backend *be, const void *p, size_t bytes);
+void cuda_act_release(Backend *be, const void *p);
+void cuda_act_wrote(Backend *be, const void *p);
+__nv_bfloat16 *cuda_act_store_copy(Backend *be, const float *p);
+const __nv_bfloat16 *cuda_act_weight(Backend *be, const float *p, size_t n);
+void cuda_act_weights_destroy(Backend *be);
+// Their linear layers through cuBLASLt with the bias fused (cuda_linear.cu); false: no plan.
+// With g: the FFN's GELU_TANH up projection, g = GELU(y) and y stored in one GEMM.
+bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W, const float *b, int N, int in,
+                             int out, __nv_bfloat16 *y, __nv_bfloat16 *g = nullptr);
+// dx = (dy W) ⊙ gelu'(u), GELU_TANH, one GEMM.
+bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W, const __nv_bfloat16 *u, int N,
+                           int in, int out, __nv_bfloat16 *dx);
+bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
+                        float *dW, float *db);
 void cuda_install_norm_loss(Backend *be);
 void cuda_install_loss(Backend *be);
 void cuda_install_attention(Backend *be);

@@ -75,7 +75,7 @@ static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool 
                            int ldb, int ldd, const void *A, const void *B, const void *D, const void *bias,
                            cudaDataType dt = CUDA_R_32F, const void *aux = nullptr) {
     LtState *s = lt_state(be);
-    const cudaDataType t = cuda_ctx(be)->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType t = cuda_ctx(be)->bf16 || cuda_ctx(be)->act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const uint32_t al[5] = {alignment(A), alignment(B), alignment(D), alignment(bias), alignment(aux)};
     LtPlanKey key{(int)epi, ta, tb, m, n, k, lda, ldb, ldd, (int)t, (int)dt, al[0], al[1], al[2], al[3], al[4]};
     auto it = s->plans.find(key);
@@ -308,6 +308,75 @@ void cuda_linear_destroy(Backend *be) {
     CUBLAS_CHECK(cublasLtDestroy(s->handle));
     delete s;
     c->lt = nullptr;
+}
+
+// bf16 activations (cuda_act.cu): x and y are bf16, W and b the fp32 masters, read from their
+// allocation's bf16 copy (a bf16 D takes a bf16 bias).  One BIAS GEMM;
+// false (nothing done) when cuBLASLt has no algorithm for the shape.
+// With g (the FFN's up projection, GELU_TANH): one GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b)
+// as D and y = x Wᵀ + b (GELU's input u) as the aux matrix, as the twins' lean form.
+bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W, const float *b, int N, int in,
+                             int out, __nv_bfloat16 *y, __nv_bfloat16 *g) {
+    if (!b || N <= 0 || out <= 0 || in <= 0) return false;
+    if (g && (out % 8 || reinterpret_cast<uintptr_t>(y) % 16)) return false;  // the aux matrix's ld and alignment
+    CudaCtx *c = cuda_ctx(be);
+    // The bias after W, at a 16-element boundary so its alignment does not vary with the shape.
+    const size_t nw = (size_t)out * in, at = (nw + 15) / 16 * 16;
+    __nv_bfloat16 *wb = cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, at + (size_t)out), *bb = wb + at;
+    // The copies of W's and b's allocations (cuda_act.cu), else rounded into the scratch.
+    const __nv_bfloat16 *wc = cuda_act_weight(be, W, nw), *bc = cuda_act_weight(be, b, (size_t)out);
+    const void *A = wc ? static_cast<const void *>(wc) : wb, *bias = bc ? static_cast<const void *>(bc) : bb;
+    const LtPlan *p = g ? lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, out, A, x, g,
+                                  bias, CUDA_R_16BF, y)
+                        : lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, x, y, bias,
+                                  CUDA_R_16BF);
+    if (!p) return false;
+    if (!wc) cuda_round_bf16(be, W, wb, nw);
+    if (!bc) cuda_round_bf16(be, b, bb, (size_t)out);
+    if (g) {
+        mhe_cost_record_gemm_bf16_out(N, out, in, "+bias+gelu", 2.0 * out + 2.0 * N * out);  // + the aux store
+        lt_run(be, p, A, x, 0.0f, g, bias, y);
+    } else {
+        mhe_cost_record_gemm_bf16_out(N, out, in, "+bias", 2.0 * out);
+        lt_run(be, p, A, x, 0.0f, y, bias);
+    }
+    return true;
+}
+// dx = (dy W) ⊙ gelu'(u) in one DGELU GEMM reading u as the aux matrix (GELU_TANH); false (nothing
+// done) without a plan.
+bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W, const __nv_bfloat16 *u, int N,
+                           int in, int out, __nv_bfloat16 *dx) {
+    if (N <= 0 || out <= 0 || in <= 0 || in % 8 || reinterpret_cast<uintptr_t>(u) % 16) return false;
+    CudaCtx *c = cuda_ctx(be);
+    const size_t nw = (size_t)out * in;
+    const __nv_bfloat16 *wc = cuda_act_weight(be, W, nw);
+    __nv_bfloat16 *wb = wc ? nullptr : cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, nw);
+    const void *A = wc ? static_cast<const void *>(wc) : wb;
+    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_DGELU, false, false, in, N, out, in, out, in, A, dy, dx, nullptr,
+                              CUDA_R_16BF, u);
+    if (!p) return false;
+    if (!wc) cuda_round_bf16(be, W, wb, nw);
+    mhe_cost_record_gemm_bf16_out(N, in, out, "+dgelu", 2.0 * N * in);  // the aux read
+    lt_run(be, p, A, dy, 0.0f, dx, nullptr, u);
+    return true;
+}
+// dW += dyᵀ x with db += Σ dy from the same GEMM (BGRADB into the scratch vector, then added):
+// bf16 operands as they are, fp32 dW.  false (nothing done) without a plan.
+bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
+                        float *dW, float *db) {
+    if (!db || N <= 0 || out <= 0 || in <= 0) return false;
+    LtState *s = lt_state(be);
+    cuda_grow(be, s->dbias, s->dbias_n, (size_t)out);
+    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, x, dy, dW, s->dbias);
+    if (!p) return false;
+    cuda_act_wrote(be, dW);
+    cuda_act_wrote(be, db);
+    mhe_cost_record_gemm_epilogue(out, in, N, 1, 1, "+bgrad", 4.0 * out);
+    lt_run(be, p, x, dy, 1.0f, dW, s->dbias);
+    MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
+               mhe_cost(out, 12.0 * out))(db, s->dbias, out);
+    CUDA_CHECK_LAUNCH();
+    return true;
 }
 
 // The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.

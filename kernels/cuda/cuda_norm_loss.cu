@@ -85,7 +85,9 @@ struct KeptRow {
     }
 };
 
-// s = x + dropout(r) at column c of the row at off.
+// s = x + dropout(r) at column c of the row at off; with round_sum, bf16(s): with bf16
+// activations s is stored as bf16 and y is LayerNorm of that stored value, as layernorm_forward
+// of s computes it (a recomputation, train.recompute, reruns that op and gets the same bits).
 template <typename X, typename R>
 struct ResidualVal {
     const X *x;
@@ -94,10 +96,12 @@ struct ResidualVal {
     float p, inv;
     uint64_t key;
     uint32_t threshold;
+    int round_sum;
     __device__ __forceinline__ float operator()(int c) const {
         const size_t i = off + c;
         const float d = p <= 0.0f || ops_dropout_keep_fast(key, i, threshold) ? ld_float(r, i) * inv : 0.0f;
-        return ld_float(x, i) + d;
+        const float v = ld_float(x, i) + d;
+        return round_sum ? __bfloat162float(__float2bfloat16(v)) : v;
     }
 };
 // The kernel's input types by name (the launch macro's argument cannot hold a comma).
@@ -114,10 +118,10 @@ template <typename In>
 __global__ void residual_layernorm_kernel(const typename In::X *x, const typename In::R *r, float p, uint64_t key, uint32_t threshold,
                                           const float *gamma, const float *beta, int C, float eps, float *s,
                                           __nv_bfloat16 *sb, float *y, __nv_bfloat16 *yb, float *mean,
-                                          float *rstd) {
+                                          float *rstd, int round_sum) {
     MHE_SHARED(float, buf, [32]);
     const size_t off = (size_t)blockIdx.x * C;
-    const ResidualVal<typename In::X, typename In::R> val{x, r, off, p, 1.0f / (1.0f - p), key, threshold};
+    const ResidualVal<typename In::X, typename In::R> val{x, r, off, p, 1.0f / (1.0f - p), key, threshold, round_sum};
     const KeptRow<ResidualVal<typename In::X, typename In::R>> row(val, C, eps, buf);
     const float mu = row.mu, rs = row.rs;
     row.each(val, C, [&](int c, float v) {
@@ -249,7 +253,7 @@ __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typen
                 ab[c] += g0;
             }
             if (want_dx) {
-                const float d = rs * (g0 * gamma[c] - mg - xh * mgx), v = accumulate ? dx[off + c] + d : d;
+                const float d = rs * (g0 * gamma[c] - mg - xh * mgx), v = accumulate ? ld_old(dx, dxb, off + c) + d : d;
                 store_twin(dx, dxb, off + c, v);
                 if (drop.on)
                     store_twin(drop.dr, drop.drb, off + c,
@@ -314,20 +318,21 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
     cost = with_lean_twin(with_lean_twin(cost, sb, sf, (double)n), yb, yf, (double)n);
     const uint64_t key = ops_dropout_key(seed, offset);
     const uint32_t thr = ops_dropout_threshold(q);
+    const int round_sum = cuda_ctx(be)->act_bf16;
     const dim3 grid(N), block(MHE_BLOCK);
     if (!N) {
     } else if (xb && rb) {
         MHE_LAUNCH(residual_layernorm_kernel<RlnTwins>, grid, block, 0, cuda_stream(be), cost)(
-            xb, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+            xb, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
     } else if (rb) {
         MHE_LAUNCH(residual_layernorm_kernel<RlnBranchTwin>, grid, block, 0, cuda_stream(be), cost)(
-            x, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+            x, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
     } else if (xb) {
         MHE_LAUNCH(residual_layernorm_kernel<RlnStreamTwin>, grid, block, 0, cuda_stream(be), cost)(
-            xb, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+            xb, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
     } else {
         MHE_LAUNCH(residual_layernorm_kernel<RlnFp32>, grid, block, 0, cuda_stream(be), cost)(
-            x, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd);
+            x, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
     }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -381,7 +386,7 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
     // to it read its twin.  An accumulated dx was widened by the read its wrapper declared.
     float *dxw = dx;
     __nv_bfloat16 *dxb = nullptr;
-    if (dx && !accumulate)
+    if (dx && (!accumulate || cuda_ctx(be)->act_bf16))  // bf16 activations: accumulated in bf16 too
         dxb = cuda_mirror_out_lean(be, dx, (size_t)n, &dxw, LEAN_NORM);
     else if (dx)
         cuda_mirror_wrote(be, dx, (size_t)n * sizeof(float));

@@ -53,6 +53,25 @@ static Buf fbuf_rand(Fix *f, size_t n) {
 // The activation on the side the PAIR macro is running (the CPU's is fp32, Backend.act DT_F32).
 #define DX(b) (side_ ? (b).g : (Act *)(b).c)
 
+// Recorded calls (the cost model's records) whose label contains `part`: which path ran.
+static long calls_with(const CostReport *r, const char *part) {
+    long n = 0;
+    for (int i = 0; i < r->n_top; i++)
+        if (strstr(r->top[i].label, part)) n += r->top[i].calls;
+    return n;
+}
+
+// The ops whose kernels store bf16 themselves (kernels/cuda/cuda_act.cu) run without staging:
+// no widening or rounding kernel among the records of `call` on the CUDA backend.
+#define NATIVE(call)                                                                               \
+    do {                                                                                           \
+        CostReport nr_;                                                                            \
+        backend_cuda_cost_start();                                                                 \
+        call;                                                                                      \
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &nr_);                                       \
+        assert_int_equal(calls_with(&nr_, "act_widen_kernel") + calls_with(&nr_, "act_round_kernel"), 0); \
+    } while (0)
+
 static double expect_act(Fix *f, const ABuf *b, double tol, const char *what) {
     float *x = malloc((b->n ? b->n : 1) * sizeof(float)), *y = malloc((b->n ? b->n : 1) * sizeof(float));
     f->cpu->download(f->cpu, x, b->c, b->n * sizeof(float));
@@ -78,6 +97,7 @@ static double expect_act(Fix *f, const ABuf *b, double tol, const char *what) {
 }
 
 #define TOL 1e-2
+
 
 static int setup_act(void **state) {
     setenv("MHE_CUDA_ACT", "bf16", 1);
@@ -133,32 +153,85 @@ static void test_matmuls(void **state) {
     for (size_t i = 0; i < 3; i++) buf_free(f, fs[i]);
 }
 
+// The bf16 copy of a weight (kernels/cuda/cuda_act.cu) follows every kind of write to the fp32
+// master: after each, the product matches the CPU's on the new weights (and the emulated build
+// checks the copy it hands to cuBLAS against bf16 of the fp32 data).  AdamW and the fp32
+// elementwise ops store into the copy as they update the weights: no rounding pass before the
+// next product; an upload or a copy costs one.
+static void test_weight_copy_follows_writes(void **state) {
+    Fix *f = *state;
+    const int M = 6, N = 10, K = 8;
+    const size_t nw = (size_t)K * N;
+    ABuf A = abuf_rand(f, (size_t)M * K), C = abuf_rand(f, (size_t)M * N);
+    Buf W = fbuf_rand(f, nw), G = fbuf_rand(f, nw), mom = fbuf_rand(f, nw), var = buf_new(f, nw, 0.0f, 1.0f);
+    float *host = malloc(nw * sizeof(float));
+    for (int step = 0; step < 6; step++) {
+        CostReport r;
+        backend_cuda_cost_start();
+        switch (step) {
+        case 0: break;  // the copy is made
+        case 1: PAIR(f, adamw_update, D(W), D(G), D(mom), D(var), nw, 0.9f, 0.999f, 1e-8f, 1e-2f, 0.99f, 0.5f, 1.0f); break;
+        case 2: PAIR(f, axpy, 0.25f, D(G), D(W), nw); break;
+        case 3:
+            for (size_t i = 0; i < nw; i++) host[i] = bf16_round(0.5f - (float)i / (float)nw);
+            PAIR(f, upload, D(W), host, nw * sizeof(float));
+            break;
+        case 4: PAIR(f, copy, D(W), D(G), nw * sizeof(float)); break;
+        default: PAIR(f, scale, D(W), -2.0f, nw); break;
+        }
+        PAIR(f, matmul, 0, 0, M, N, K, 1.0f, mat_act(DX(A), K), mat_f32(D(W), N), 0.0f, out_act(DX(C), N));
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "to_bf16_kernel"), step == 0 || step == 3 || step == 4);
+        expect_act(f, &C, TOL, "matmul on the written weights");
+    }
+    free(host);
+    abuf_free(f, &A);
+    abuf_free(f, &C);
+    Buf *fs[] = {&W, &G, &mom, &var};
+    for (size_t i = 0; i < 4; i++) buf_free(f, fs[i]);
+}
+
 static void test_linear_layers(void **state) {
     Fix *f = *state;
-    const int N = 13, in = 24, out = 20;
+    const int N = 13, in = 24, out = 32;  // multiples of 8: the GELU epilogues' aux matrix
     ABuf x = abuf_rand(f, (size_t)N * in), y = abuf_rand(f, (size_t)N * out), dy = abuf_rand(f, (size_t)N * out);
     ABuf dx = abuf_rand(f, (size_t)N * in);
     Buf W = fbuf_rand(f, (size_t)out * in), b = fbuf_rand(f, out), dW = fbuf_rand(f, (size_t)out * in),
         db = fbuf_rand(f, out);
+    // One cuBLASLt GEMM each with the bias fused (BIAS forward, BGRADB backward).
+    CostReport r;
+    backend_cuda_cost_start();
     PAIR(f, linear_forward, DX(x), D(W), D(b), N, in, out, DX(y));
+    backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+    assert_int_equal(calls_with(&r, " +bias"), 1);
     expect_act(f, &y, TOL, "linear_forward");
+    backend_cuda_cost_start();
     PAIR(f, linear_backward, DX(dy), DX(x), D(W), N, in, out, DX(dx), 1, D(dW), D(db));
+    backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+    assert_int_equal(calls_with(&r, " +bgrad"), 1);
     expect_act(f, &dx, TOL, "linear_backward dx (accumulated)");
     expect_close(f, &dW, TOL, "linear_backward dW");
     expect_close(f, &db, TOL, "linear_backward db");
-    // The FFN's fused forms against the CPU's linear + GELU, both GELUs.
+    // The FFN's fused forms against the CPU's linear + GELU, both GELUs; the tanh form through
+    // cuBLASLt's GELU_AUX_BIAS and DGELU epilogues (one GEMM each).
     ABuf u = abuf_rand(f, (size_t)N * out), g = abuf_rand(f, (size_t)N * out), du = abuf_rand(f, (size_t)N * in);
     for (int k = 0; k < 2; k++) {
         const GeluKind kind = k ? GELU_TANH : GELU_ERF;
         f->cpu->linear_forward(f->cpu, (Act *)x.c, W.c, b.c, N, in, out, (Act *)u.c);
         f->cpu->gelu_forward(f->cpu, kind, (Act *)u.c, (Act *)g.c, (size_t)N * out);
+        backend_cuda_cost_start();
         f->gpu->linear_gelu_forward(f->gpu, kind, x.g, W.g, b.g, N, in, out, u.g, g.g);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "+bias+gelu"), kind == GELU_TANH);
         expect_act(f, &u, TOL, "linear_gelu_forward u");
         expect_act(f, &g, TOL, "linear_gelu_forward g");
         // dx = (dy W) gelu'(x) with x standing in for the GELU input u of the down projection.
         f->cpu->linear_backward(f->cpu, (Act *)dy.c, (Act *)x.c, W.c, N, in, out, (Act *)du.c, 0, dW.c, db.c);
         f->cpu->gelu_backward(f->cpu, kind, (Act *)x.c, (Act *)du.c, (Act *)du.c, (size_t)N * in);
+        backend_cuda_cost_start();
         f->gpu->linear_backward_gelu(f->gpu, kind, dy.g, x.g, W.g, N, in, out, x.g, du.g, dW.g, db.g);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "+dgelu"), kind == GELU_TANH);
         expect_act(f, &du, TOL, "linear_backward_gelu dx");
         expect_close(f, &dW, TOL, "linear_backward_gelu dW");
         expect_close(f, &db, TOL, "linear_backward_gelu db");
@@ -179,11 +252,11 @@ static void test_elementwise(void **state) {
     expect_act(f, &o, TOL, "bias_add");
     PAIR(f, bias_backward, DX(a), N, C, D(db));
     expect_close(f, &db, TOL, "bias_backward");
-    PAIR(f, add, DX(a), DX(b), DX(o), n);
+    NATIVE(PAIR(f, add, DX(a), DX(b), DX(o), n));
     expect_act(f, &o, TOL, "add");
     PAIR(f, add, DX(o), DX(b), DX(o), n);
     expect_act(f, &o, TOL, "add in place");
-    PAIR(f, dropout, DX(a), DX(o), n, 0.3f, 99u, 7u);
+    NATIVE(PAIR(f, dropout, DX(a), DX(o), n, 0.3f, 99u, 7u));
     expect_act(f, &o, TOL, "dropout");
     PAIR(f, dropout, DX(o), DX(o), n, 0.2f, 98u, 3u);
     expect_act(f, &o, TOL, "dropout in place");
@@ -193,9 +266,9 @@ static void test_elementwise(void **state) {
     expect_act(f, &b, TOL, "tanh_backward in place");
     for (int k = 0; k < 2; k++) {
         const GeluKind kind = k ? GELU_TANH : GELU_ERF;
-        PAIR(f, gelu_forward, kind, DX(a), DX(o), n);
+        NATIVE(PAIR(f, gelu_forward, kind, DX(a), DX(o), n));
         expect_act(f, &o, TOL, "gelu_forward");
-        PAIR(f, gelu_backward, kind, DX(a), DX(o), DX(o), n);
+        NATIVE(PAIR(f, gelu_backward, kind, DX(a), DX(o), DX(o), n));
         expect_act(f, &o, TOL, "gelu_backward in place");
     }
     abuf_free(f, &a);
@@ -216,7 +289,7 @@ static void test_head_expand(void **state) {
     PAIR(f, head_expand, DX(x) , ldx, D(mul), D(add), N, n, d, DX(out));
     expect_act(f, &out, TOL, "head_expand");
     for (int acc = 0; acc < 2; acc++) {
-        PAIR(f, head_expand_backward, DX(out), DX(x), ldx, D(mul), N, n, d, DX(dx), acc, D(dmul), D(dadd));
+        NATIVE(PAIR(f, head_expand_backward, DX(out), DX(x), ldx, D(mul), N, n, d, DX(dx), acc, D(dmul), D(dadd)));
         expect_act(f, &dx, TOL, "head_expand_backward dx (slice, untouched columns too)");
         expect_close(f, &dmul, TOL, "head_expand_backward dmul");
         expect_close(f, &dadd, TOL, "head_expand_backward dadd");
@@ -264,7 +337,9 @@ static void test_layernorms(void **state) {
          dx = abuf_rand(f, n), dr = abuf_rand(f, n);
     Buf g = fbuf_rand(f, C), bt = fbuf_rand(f, C), mean = fbuf_rand(f, N), rstd = fbuf_rand(f, N),
         dg = fbuf_rand(f, C), dbt = fbuf_rand(f, C);
-    PAIR(f, layernorm_forward, DX(x), D(g), D(bt), N, C, 1e-5f, DX(y), D(mean), D(rstd));
+    NATIVE(PAIR(f, layernorm_forward, DX(x), D(g), D(bt), N, C, 1e-5f, DX(y), D(mean), D(rstd)));
+    expect_act(f, &y, TOL, "layernorm_forward");
+    PAIR(f, layernorm_forward, DX(y), D(g), D(bt), N, C, 1e-5f, DX(y), D(mean), D(rstd));  // in place
     expect_act(f, &y, TOL, "layernorm_forward");
     expect_close(f, &mean, TOL, "layernorm_forward mean");
     expect_close(f, &rstd, TOL, "layernorm_forward rstd");
@@ -272,12 +347,13 @@ static void test_layernorms(void **state) {
     f->cpu->dropout(f->cpu, (Act *)r.c, (Act *)s.c, n, p, 31, 5);
     f->cpu->add(f->cpu, (Act *)x.c, (Act *)s.c, (Act *)s.c, n);
     f->cpu->layernorm_forward(f->cpu, (Act *)s.c, g.c, bt.c, N, C, 1e-5f, (Act *)y.c, mean.c, rstd.c);
-    f->gpu->residual_layernorm_forward(f->gpu, x.g, r.g, p, 31, 5, g.g, bt.g, N, C, 1e-5f, s.g, y.g, mean.g, rstd.g);
+    NATIVE(f->gpu->residual_layernorm_forward(f->gpu, x.g, r.g, p, 31, 5, g.g, bt.g, N, C, 1e-5f, s.g, y.g, mean.g,
+                                              rstd.g));
     expect_act(f, &s, TOL, "residual_layernorm_forward s");
     expect_act(f, &y, TOL, "residual_layernorm_forward y");
     expect_close(f, &mean, TOL, "residual_layernorm_forward mean");
     for (int acc = 0; acc < 2; acc++) {
-        PAIR(f, layernorm_backward, DX(dy), DX(s), D(g), D(mean), D(rstd), N, C, DX(dx), acc, D(dg), D(dbt));
+        NATIVE(PAIR(f, layernorm_backward, DX(dy), DX(s), D(g), D(mean), D(rstd), N, C, DX(dx), acc, D(dg), D(dbt)));
         expect_act(f, &dx, TOL, "layernorm_backward dx");
         expect_close(f, &dg, TOL, "layernorm_backward dgamma");
         expect_close(f, &dbt, TOL, "layernorm_backward dbeta");
@@ -332,7 +408,7 @@ static void test_embeddings_and_loss(void **state) {
     PAIR(f, cross_entropy_forward, DX(z), D(L), B * T, V, D(loss), D(lse));
     expect_close(f, &loss, TOL, "cross_entropy_forward loss");
     expect_close(f, &lse, TOL, "cross_entropy_forward lse");
-    PAIR(f, cross_entropy_backward, DX(z), D(lse), D(L), B * T, V, 0.125f, DX(z));
+    NATIVE(PAIR(f, cross_entropy_backward, DX(z), D(lse), D(L), B * T, V, 0.125f, DX(z)));
     expect_act(f, &z, TOL, "cross_entropy_backward (in place)");
     ABuf *acts[] = {&e, &y, &dout, &z};
     for (size_t i = 0; i < 4; i++) abuf_free(f, acts[i]);
@@ -343,16 +419,17 @@ static void test_embeddings_and_loss(void **state) {
 }
 
 // Q, K, V as column slices of one fused [B T, 3 H d] buffer (the projections' layout), with a
-// key bias, padding and dropout; dQ, dK, dV into the slices of another.
-static void test_attention(void **state) {
-    Fix *f = *state;
+// key bias, padding and dropout; dQ, dK, dV into the slices of another.  d = 8 runs the fp32
+// core on staged copies, d = 16 the tensor-core flash kernels on the bf16 buffers themselves,
+// here with an output scale and shift and their gradients.
+static void attention_case(Fix *f, int d, int scaled) {
     AttnShape s;
     memset(&s, 0, sizeof s);
     s.B = 2;
     s.T = 7;
     s.n_heads = s.q_heads = s.k_heads = s.v_heads = 2;
-    s.qk_dim = s.v_dim = 8;
-    s.ldq = s.ldk = s.ldv = 3 * 2 * 8;
+    s.qk_dim = s.v_dim = d;
+    s.ldq = s.ldk = s.ldv = 3 * 2 * d;
     s.scale = 0.35f;
     s.dropout = 0.1f;
     s.seed = 21;
@@ -360,34 +437,56 @@ static void test_attention(void **state) {
     int32_t mask[14];
     for (int i = 0; i < 14; i++) mask[i] = i != 6 && i != 12;
     IBuf M = ibuf_new(f, mask, 14);
-    ABuf qkv = abuf_rand(f, rows * s.ldq), d = abuf_rand(f, rows * s.ldq), kb = abuf_rand(f, rows * s.n_heads);
+    ABuf qkv = abuf_rand(f, rows * s.ldq), dqkv = abuf_rand(f, rows * s.ldq), kb = abuf_rand(f, rows * s.n_heads);
     ABuf dkb = abuf_rand(f, rows * s.n_heads), out = abuf_rand(f, rows * w), dout = abuf_rand(f, rows * w);
     size_t sv[2], sc[2];
     f->cpu->attention_sizes(f->cpu, &s, &sv[0], &sc[0]);
     f->gpu->attention_sizes(f->gpu, &s, &sv[1], &sc[1]);
     float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4 + 4), f->gpu->alloc(f->gpu, sv[1] * 4 + 4)};
     float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4 + 4), f->gpu->alloc(f->gpu, sc[1] * 4 + 4)};
+    Buf osc = fbuf_rand(f, w), osh = fbuf_rand(f, w), dosc = fbuf_rand(f, w), dosh = fbuf_rand(f, w);
+    CostReport r;
     for (int side_ = 0; side_ < 2; side_++) {
         Backend *be = side_ ? f->gpu : f->cpu;
+        if (side_) backend_cuda_cost_start();
         AttnShape t = s;
         t.key_mask = D(M);
         t.key_bias = DX(kb);
-        Act *q = DX(qkv), *dq = DX(d);
+        t.out_scale = scaled ? D(osc) : NULL;
+        t.out_shift = scaled ? D(osh) : NULL;
+        Act *q = DX(qkv), *dq = DX(dqkv);
         be->attention_forward(be, &t, q, act_at(be, q, w), act_at(be, q, 2 * w), DX(out), saved[side_], scratch[side_]);
         be->attention_backward(be, &t, q, act_at(be, q, w), act_at(be, q, 2 * w), saved[side_], DX(dout), dq,
-                               act_at(be, dq, w), act_at(be, dq, 2 * w), DX(dkb), NULL, NULL, scratch[side_]);
+                               act_at(be, dq, w), act_at(be, dq, 2 * w), DX(dkb), scaled ? D(dosc) : NULL,
+                               scaled ? D(dosh) : NULL, scratch[side_]);
+        if (side_) backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
     }
+    // At d = 16 the tensor-core kernels read Q, K, V, dout from the bf16 buffers: the only
+    // staging is the key bias (twice) and its gradient.
+    assert_int_equal(calls_with(&r, "flash_tc_") > 0, d == 16);
+    if (d == 16) assert_int_equal(calls_with(&r, "act_widen_kernel") + calls_with(&r, "act_round_kernel"), 3);
     expect_act(f, &out, TOL, "attention_forward");
-    expect_act(f, &d, TOL, "attention_backward dq|dk|dv");
+    expect_act(f, &dqkv, TOL, "attention_backward dq|dk|dv");
     expect_act(f, &dkb, TOL, "attention_backward dkey_bias");
+    if (scaled) {
+        expect_close(f, &dosc, TOL, "attention_backward dout_scale");
+        expect_close(f, &dosh, TOL, "attention_backward dout_shift");
+    }
+    Buf *fs[] = {&osc, &osh, &dosc, &dosh};
+    for (size_t i = 0; i < 4; i++) buf_free(f, fs[i]);
     for (int i = 0; i < 2; i++) {
         Backend *be = i ? f->gpu : f->cpu;
         be->free(be, saved[i]);
         be->free(be, scratch[i]);
     }
-    ABuf *acts[] = {&qkv, &d, &kb, &dkb, &out, &dout};
+    ABuf *acts[] = {&qkv, &dqkv, &kb, &dkb, &out, &dout};
     for (size_t i = 0; i < 6; i++) abuf_free(f, acts[i]);
     ibuf_free(f, &M);
+}
+static void test_attention(void **state) {
+    attention_case(*state, 8, 0);
+    attention_case(*state, 16, 0);
+    attention_case(*state, 16, 1);
 }
 
 int main(void) {
@@ -395,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_backend_stores_bf16),
         cmocka_unit_test(test_host_boundary_rounds_to_nearest_even),
         cmocka_unit_test(test_matmuls),
+        cmocka_unit_test(test_weight_copy_follows_writes),
         cmocka_unit_test(test_linear_layers),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_head_expand),

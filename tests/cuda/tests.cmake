@@ -121,6 +121,13 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_bf16_recompute PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_EMU_SHUFFLE=11")
 
+  # bf16 activations (MHE_CUDA_ACT=bf16) end to end: the bf16 training parity on the bf16
+  # buffers (20 AdamW steps within 2% of the CPU, mhe_mul's q_scale path one launch per layer
+  # shorter).
+  add_test(NAME test_cuda_act_model_training COMMAND test_cuda_model training)
+  set_tests_properties(test_cuda_act_model_training PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_CUDA_ACT=bf16" TIMEOUT 900 LABELS cuda)
+
   # NCCL served by MPI: two ranks, each with its own emulated GPU.
   add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)
   target_link_libraries(test_cuda_nccl PRIVATE mhe_testutil mhecore mhecuda_emu)
