@@ -30,12 +30,6 @@
 #include "kernels/cpu/cpu_math.h"
 
 typedef struct {
-    const float *f;
-    const uint16_t *h;
-    int ld;
-} Src;
-
-typedef struct {
     const AttnShape *s;
     CpuGemm *g;
     int bf16;
@@ -58,9 +52,6 @@ static int block_rows(int T) {
     return bq < T ? bq : T;
 }
 
-static size_t qcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->q_heads)) * s->qk_dim; }
-static size_t kcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->k_heads)) * s->qk_dim; }
-static size_t vcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->v_heads)) * s->v_dim; }
 static int qcols(const AttnShape *s) { return s->q_heads * s->qk_dim; }
 static int kcols(const AttnShape *s) { return s->k_heads * s->qk_dim; }
 static int vcols(const AttnShape *s) { return s->v_heads * s->v_dim; }
@@ -69,8 +60,6 @@ static int acc_ld(const AttnShape *s) { return kcols(s) + vcols(s) + s->n_heads;
 static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
 
-static CpuOperand f32_op(const float *x, int ld) { return (CpuOperand){x, NULL, ld}; }
-static CpuOperand h_op(const uint16_t *x, int ld) { return (CpuOperand){NULL, x, ld}; }
 static CpuResult f32_res(float *x, int ld) { return (CpuResult){x, NULL, ld}; }
 
 static void gemm(const Fused *a, int ta, int tb, int M, int N, int K, float alpha, CpuOperand A,

@@ -13,14 +13,6 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_math.h"
 
-// One of q, k, v (or G = dout ⊙ out_scale) as the products read it: fp32 (f) or, in bf16 mode,
-// bf16 (h), with its row stride.
-typedef struct {
-    const float *f;
-    const uint16_t *h;
-    int ld;
-} Src;
-
 typedef struct {
     const AttnShape *s;
     CpuGemm *g;
@@ -28,19 +20,12 @@ typedef struct {
     Src q, k, v;
 } Attn;
 
-// Columns of head h's Q, K, V slices.
-static size_t qcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->q_heads)) * s->qk_dim; }
-static size_t kcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->k_heads)) * s->qk_dim; }
-static size_t vcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->v_heads)) * s->v_dim; }
-
 // Rows of sequence b, starting at column col.
 static CpuOperand head_op(const Src *x, int T, int b, size_t col) {
     if (x->h) return (CpuOperand){NULL, x->h + (size_t)b * T * x->ld + col, x->ld};
     return (CpuOperand){x->f + (size_t)b * T * x->ld + col, NULL, x->ld};
 }
 static CpuResult f32_res(float *x, int ld) { return (CpuResult){x, NULL, ld}; }
-static CpuOperand f32_op(const float *x, int ld) { return (CpuOperand){x, NULL, ld}; }
-static CpuOperand h_op(const uint16_t *x, int ld) { return (CpuOperand){NULL, x, ld}; }
 
 static void gemm(const Attn *a, int ta, int tb, int M, int N, int K, float alpha, CpuOperand A,
                  CpuOperand B, float beta, CpuResult C) {
