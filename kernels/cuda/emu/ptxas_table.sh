@@ -4,6 +4,10 @@
 # and architecture, {"mangled name", sm, registers per thread, static shared bytes}.
 out=$1
 shift
+# The ASan and TSan emulation libraries both list the table, so a parallel build can run this
+# twice at once: each run writes its own temporary file and renames it into place (same content,
+# atomic), where a shared one let a run see the other's half-written or already-renamed file.
+tmp="$out.tmp.$$"
 for o in "$@"; do
   if [ ! -f "$o.ptxas" ]; then
     echo "ptxas_table.sh: $o.ptxas is missing (mhecuda built without kernels/cuda/emu/ptxas_capture.sh?)" >&2
@@ -23,6 +27,6 @@ done | awk '
     }
     printf "{\"%s\", %s, %s, %s},\n", name, arch, regs, smem
     name = ""
-  }' > "$out.tmp" || exit 1
-[ -s "$out.tmp" ] || { echo "ptxas_table.sh: no kernels found" >&2; exit 1; }
-mv "$out.tmp" "$out"
+  }' > "$tmp" || { rm -f "$tmp"; exit 1; }
+[ -s "$tmp" ] || { rm -f "$tmp"; echo "ptxas_table.sh: no kernels found" >&2; exit 1; }
+mv "$tmp" "$out"
