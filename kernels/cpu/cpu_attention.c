@@ -254,14 +254,6 @@ static void fused_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *
     *scratch = nt * thread_floats(s, bq) + (act_bf16(be) ? g_floats(s) + glob_floats(s) : 0);
 }
 
-static double attention_flops(const AttnShape *s) {
-    return 2.0 * s->B * s->n_heads * (double)s->T * s->T * (s->qk_dim + s->v_dim);
-}
-
-static Src src_of(const Backend *be, const Act *x, int ld) {
-    if (act_bf16(be)) return (Src){NULL, act_ch(x), ld};
-    return (Src){act_cf(x), NULL, ld};
-}
 static Fused fused_begin(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v) {
     const int bq = block_rows(s->T);
     Fused a = {s, cpu_ctx(be)->gemm, act_bf16(be), bq, (s->T + bq - 1) / bq, src_of(be, q, s->ldq),

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/cpu_act.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/ops.h"
 
@@ -23,6 +24,15 @@ static inline size_t kcol(const AttnShape *s, int h) { return (size_t)(h / (s->n
 static inline size_t vcol(const AttnShape *s, int h) { return (size_t)(h / (s->n_heads / s->v_heads)) * s->v_dim; }
 static inline CpuOperand f32_op(const float *x, int ld) { return (CpuOperand){x, NULL, ld}; }
 static inline CpuOperand h_op(const uint16_t *x, int ld) { return (CpuOperand){NULL, x, ld}; }
+// An activation operand in the backend's storage type.
+static inline Src src_of(const Backend *be, const Act *x, int ld) {
+    if (act_bf16(be)) return (Src){NULL, act_ch(x), ld};
+    return (Src){act_cf(x), NULL, ld};
+}
+// The forward's products, T x T per head (both cores count the same, so their GFLOP/s compare).
+static inline double attention_flops(const AttnShape *s) {
+    return 2.0 * s->B * s->n_heads * (double)s->T * s->T * (s->qk_dim + s->v_dim);
+}
 
 // Installs the reference core's sizes, forward and backward.
 void cpu_install_attention_ref(Backend *be);

@@ -219,14 +219,6 @@ static void cpu_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, 
     *scratch = align32(fwd > bwd ? fwd : bwd) + (bf ? g_floats(s) : 0);
 }
 
-static double attention_flops(const AttnShape *s) {
-    return 2.0 * s->B * s->n_heads * (double)s->T * s->T * (s->qk_dim + s->v_dim);
-}
-
-static Src src_of(const Backend *be, const Act *x, int ld) {
-    if (act_bf16(be)) return (Src){NULL, act_ch(x), ld};
-    return (Src){act_cf(x), NULL, ld};
-}
 static Attn attn_begin(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v) {
     Attn a = {s, cpu_ctx(be)->gemm, act_bf16(be), src_of(be, q, s->ldq), src_of(be, k, s->ldk),
               src_of(be, v, s->ldv)};
