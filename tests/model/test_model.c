@@ -337,15 +337,20 @@ static double sumsq(const float *a, size_t n) {
     return s;
 }
 
-// Fast and plain paths compute the same function: loss and logits ≤ 1e-5 relative, every
-// gradient ≤ 1e-5 relative (e^K of mhe_add excepted: exactly 0 on the fast path, checked below).
+// Fast and plain paths compute the same function, for every registered type whose fast path
+// changes its plan (attention_has_fast_path): loss and logits ≤ 1e-5 relative, every gradient
+// ≤ 1e-5 relative.  Analytically zero gradients (every K bias, a per-row constant score shift;
+// mhe_add's e^K, which the fast path folds into a key bias) are round-off or exactly zero on
+// either side: both must be ≤ 1e-6 in absolute norm.
 static void test_fast_paths_equal_plain_paths(void **state) {
     Backend *be = *state;
     const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
-    const AttentionType types[2] = {ATTN_MHE_ADD, ATTN_MHE_MUL};
-    for (int a = 0; a < 2; a++)
-        for (int t = 0; t < 2; t++) {
-            Case c = {"fast_vs_plain", arches[a], types[t], -1, 0, 0, 0, 1, 1};
+    int types_with_fast_path = 0;
+    for (int t = 0; t < ATTN_TYPE_COUNT; t++) {
+        if (!attention_has_fast_path((AttentionType)t)) continue;
+        types_with_fast_path++;
+        for (int a = 0; a < 2; a++) {
+            Case c = {"fast_vs_plain", arches[a], (AttentionType)t, -1, 0, 0, 0, 1, 1};
             Result fast, plain;
             run_case(be, &c, &fast, NULL);
             c.fast = 0;
@@ -356,22 +361,20 @@ static void test_fast_paths_equal_plain_paths(void **state) {
             for (int i = 0; i < fast.table.count; i++) {
                 const ParamTensor *p = &fast.table.tensors[i];
                 const float *gf = fast.grads + p->offset;
-                if (types[t] == ATTN_MHE_ADD && strstr(p->name, "head_embed.k")) {
-                    for (size_t j = 0; j < p->numel; j++) assert_true(gf[j] == 0.0f);
-                    continue;
-                }
-                // Analytically zero gradients (e.g. every K bias: a per-row constant score
-                // shift) are round-off on both sides: compared in absolute norm.
                 double ge = rel_l2(gf, plain.grads + p->offset, p->numel);
                 if (sqrt(sumsq(plain.grads + p->offset, p->numel)) < 1e-6)
                     ge = sqrt(sumsq(gf, p->numel)) <= 1e-6 ? 0.0 : 1.0;
                 if (ge > 1e-5) print_message("%s %s: %s rel err %.3g (norm %.3g)\n", arch_name(arches[a]),
-                                             attention_type_name(types[t]), p->name, ge, sqrt(sumsq(plain.grads + p->offset, p->numel)));
+                                             attention_type_name((AttentionType)t), p->name, ge,
+                                             sqrt(sumsq(plain.grads + p->offset, p->numel)));
                 assert_true(ge <= 1e-5);
             }
             result_free(&fast);
             result_free(&plain);
         }
+    }
+    print_message("fast vs plain: %d registered types have a fast path\n", types_with_fast_path);
+    assert_true(types_with_fast_path >= 2);  // mhe_add, mhe_mul at least
 }
 
 // Our fp32 analytic gradient against centred differences of the oracle's loss computed in
@@ -380,23 +383,32 @@ static void test_fast_paths_equal_plain_paths(void **state) {
 // ~1e-6 relative gradient error).  The check is |g·u − FD| ≤ 1e-4 ‖g‖ (Cauchy–Schwarz scale,
 // robust when g·u happens to be small); a wrong term in a gradient gives O(‖g‖) errors.
 // Tensors whose gradient is analytically zero (‖g‖ < 1e-6, the K biases) need |FD| ≤ 1e-6.
+// Cases: mha and mhe_mul on both arches, then every other registered type on one arch (bert and
+// gpt alternating in registry order), so a new type is checked without a line here.
 static void test_gradients_match_double_finite_differences(void **state) {
     Backend *be = *state;
-    const Case cases[] = {
-        {"fd_bert_mha", ARCH_BERT, ATTN_MHA, -1, 0, 0, 0, 1, 1},
-        {"fd_gpt_mha", ARCH_GPT, ATTN_MHA, -1, 0, 0, 0, 0, 1},
-        {"fd_bert_mhe_mul", ARCH_BERT, ATTN_MHE_MUL, -1, 0, 0, 0, 1, 1},
-        {"fd_gpt_mhe_mul", ARCH_GPT, ATTN_MHE_MUL, -1, 0, 0, 0, 0, 1},
-    };
-    const int nc = (int)(sizeof cases / sizeof cases[0]);
+    Case cases[2 * ATTN_TYPE_COUNT];
+    char names[2 * ATTN_TYPE_COUNT][48];
+    int nc = 0;
+    for (int t = 0, other = 0; t < ATTN_TYPE_COUNT; t++) {
+        const int both = t == ATTN_MHA || t == ATTN_MHE_MUL;
+        for (int a = 0; a < 2; a++) {
+            if (!both && a != other % 2) continue;
+            const Arch arch = a ? ARCH_GPT : ARCH_BERT;
+            snprintf(names[nc], sizeof names[nc], "fd_%s_%s", arch_name(arch), attention_type_name((AttentionType)t));
+            cases[nc] = (Case){names[nc], arch, (AttentionType)t, -1, 0, 0, 0, arch == ARCH_BERT, 1};
+            nc++;
+        }
+        if (!both) other++;
+    }
     const double h = 1e-4;
     char jobs[1024];
     snprintf(jobs, sizeof jobs, "%s/tests/model/fd_jobs.txt", out_dir());
     FILE *jf = fopen(jobs, "w");
     assert_non_null(jf);
-    Result res[4];
-    double *dirs[4];
-    float *weights[4];
+    Result res[2 * ATTN_TYPE_COUNT];
+    double *dirs[2 * ATTN_TYPE_COUNT];
+    float *weights[2 * ATTN_TYPE_COUNT];
     for (int ci = 0; ci < nc; ci++) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/tests/model/%s", out_dir(), cases[ci].name);
