@@ -113,7 +113,7 @@ if(TARGET mhecuda_emu)
   foreach(prec cuda cuda_bf16)
     add_test(NAME test_${prec}_recompute COMMAND test_cuda_recompute ${prec})
     set_tests_properties(test_${prec}_recompute PROPERTIES
-      ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 600 LABELS cuda)
+      ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32" TIMEOUT 900 LABELS cuda)
   endforeach()
   # bf16 with every grid's blocks shuffled, two at a time (MHE_EMU_SHUFFLE): the runs it compares
   # bit for bit launch their blocks in different orders, so a kernel whose result depends on the

@@ -31,6 +31,16 @@ def sh(*args, cwd=None):
     return p.stdout
 
 
+def registered_types(mhetrain):
+    """Every attention type of the registry (trainer/config/attention_types.h), in registry order,
+    as `mhetrain info --attention-types` lists them (the first column): a test iterating these
+    checks a new type without a line of its own."""
+    names = [line.split("\t", 1)[0] for line in sh(mhetrain, "info", "--attention-types").splitlines() if line]
+    if "mha" not in names:
+        raise RuntimeError(f"mhetrain info --attention-types lists no mha: {names}")
+    return names
+
+
 def finish(work):
     """Prints the count and exits 1 on any failure (keeping the work dir), else 0."""
     if not failures:

@@ -34,7 +34,7 @@ import json
 import os
 import shutil
 
-from hf_harness import check, finish, make_workdir, sh
+from hf_harness import check, finish, make_workdir, registered_types, sh
 
 WORK = make_workdir("mhe_hf_auto_")  # before transformers is imported
 
@@ -46,7 +46,6 @@ from safetensors.numpy import load_file
 
 MHETRAIN = os.environ["MHETRAIN"]
 MAKE = os.environ["MHE_MAKE_CHECKPOINT"]
-TYPES = ["mha", "sha", "mhe_add", "mhe_mul", "mqa", "gqa", "el_att", "skv", "collab", "mla"]
 # Accessors, resizing, checkpointing, pipelines and the heads' losses live in code every type
 # shares: checked on these (one per family of Q/K/V sharing), the rest on every type.
 DEEP = {"mha", "mhe_mul", "mhe_add", "gqa", "collab"}
@@ -55,11 +54,10 @@ torch.set_num_threads(2)
 
 
 
-def registered_types():
-    """Every type of the registry (trainer/config/attention_types.h), so a new one is tested."""
+def module_types():
+    """The attention modules of trainer/hf/attention: every registered type needs one."""
     src = os.environ["MHE_SOURCE_DIR"]
-    names = sorted(f[:-3] for f in os.listdir(os.path.join(src, "trainer/hf/attention")) if f.endswith(".py"))
-    return names
+    return sorted(f[:-3] for f in os.listdir(os.path.join(src, "trainer/hf/attention")) if f.endswith(".py"))
 
 
 def batch(arch, V, seed):
@@ -353,8 +351,9 @@ def check_stock(name, d_hf, d_mhe, arch):
 
 def main():
     work = WORK
-    types = registered_types()
-    check(set(TYPES) <= set(types), f"every listed type has a module ({types})")
+    types = registered_types(MHETRAIN)
+    check(DEEP <= set(types), f"the deep-checked types are registered ({types})")
+    check(set(types) <= set(module_types()), f"every registered type has a module in trainer/hf/attention ({module_types()})")
     try:
         for arch in ("bert", "gpt"):
             for i, t in enumerate(types):

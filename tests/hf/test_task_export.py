@@ -26,7 +26,7 @@ import re
 import shutil
 import subprocess
 
-from hf_harness import check, finish, make_workdir, sh
+from hf_harness import check, finish, make_workdir, registered_types, sh
 
 WORK = make_workdir("mhe_hf_task_")  # before transformers is imported
 import zlib
@@ -39,7 +39,6 @@ from safetensors.numpy import load_file, save_file
 MHETRAIN = os.environ["MHETRAIN"]
 MAKE = os.environ["MHE_MAKE_CHECKPOINT"]
 OUTPUTS = os.environ["MHE_TASK_OUTPUTS"]
-TYPES = ["mha", "mhe_mul", "mhe_add", "gqa", "collab", "mla"]
 TASKS = {"classification": ("mnli", ["contradiction", "entailment", "neutral"]), "regression": ("stsb", None),
          "span": ("squad2", None), "single": ("sst2", ["0", "1"])}
 REL_TOL = 1e-5
@@ -161,7 +160,7 @@ def main():
     sents = sentences()
     try:
         for arch in ("bert", "gpt"):
-            for attn in TYPES:
+            for attn in registered_types(MHETRAIN):
                 for task in (TASKS if attn == "mha" else [t for t in TASKS if t != "single"]):
                     for fmt in ([None, "mhetrain"] if attn == "mha" else [None]):
                         try:
