@@ -175,7 +175,10 @@ def check_resize(name, d, auto, arch, ids, mask, extra):
             check(tuple(a.shape[:-1]) == tuple(b.shape[:-1]) and a.shape[-1] == V + 8,
                   f"{name}: logits over V+8 after the resize")
             a = a[..., :V]
-        check(close(a, b, 1e-6), f"{name}/{auto.__name__}: outputs for the old ids unchanged by the resize")
+        # The resized decoder is a product of another shape (V+8 columns), which may take another
+        # kernel and summation order: equal to fp32 round-off of the largest logit, not absolutely.
+        check(close(a, b, 1e-6 * max(1.0, float(b.abs().max()))),
+              f"{name}/{auto.__name__}: outputs for the old ids unchanged by the resize")
         new_ids = ids.clone()
         new_ids[0, 1] = V + 3
         r = model(input_ids=new_ids, attention_mask=mask, **extra)[key]
