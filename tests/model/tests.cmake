@@ -32,6 +32,10 @@ set_tests_properties(cpu_bf16_ops_match_fp32 PROPERTIES TIMEOUT 300 LABELS "mode
 add_test(NAME cpu_bf16_ops_emulated_match_fp32 COMMAND cpu_bf16_ops_match_fp32)
 set_tests_properties(cpu_bf16_ops_emulated_match_fp32 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
   "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
+# bf16 weight copies kept for a training step (ops.h weights_steady) against rounding per call:
+# training steps bit for bit (accumulation, an upload, a resume), no reuse outside a window.
+mhe_add_cmocka_test(cpu_weight_cache_matches_per_call ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_weight_cache.c)
+set_tests_properties(cpu_weight_cache_matches_per_call PROPERTIES TIMEOUT 300 LABELS "model;unit")
 # The fine-tuning heads (issue 14) against tests/reference/ref_task.py: every attention type x
 # bert/gpt x classification/regression/span, loss, outputs and every gradient; divisor semantics.
 mhe_add_cmocka_test(task_heads_match_pytorch ${CMAKE_SOURCE_DIR}/tests/model/test_task_heads.c)
