@@ -81,6 +81,22 @@ void cpu_weights_steady(CpuWeights *w, const float *p, size_t n) {
     w->gen++;
     w->lo = (const char *)p;
     w->hi = p ? (const char *)(p + n) : w->lo;
+    // A window over other memory (another model on the same backend, a freed one's address
+    // reused): copies outside it are freed, so they never outnumber one model's weights.
+    if (p)
+        for (int b = 0; b < WEIGHT_BUCKETS; b++)
+            for (WeightCopy **c = &w->buckets[b]; *c;) {
+                const char *a = (const char *)(*c)->src;
+                if (a >= w->lo && (const char *)((*c)->src + (size_t)((*c)->rows - 1) * (*c)->ld + (*c)->cols) <= w->hi) {
+                    c = &(*c)->next;
+                    continue;
+                }
+                WeightCopy *dead = *c;
+                *c = dead->next;
+                free(dead->h);
+                free(dead);
+                w->copies--;
+            }
     pthread_mutex_unlock(&w->lock);
 }
 
