@@ -177,7 +177,8 @@ static void fused_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *
 static Fused fused_begin(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v) {
     const int bq = block_rows(s->T);
     Fused a = {s, cpu_ctx(be)->gemm, act_bf16(be), bq, (s->T + bq - 1) / bq, src_of(be, q, s->ldq),
-               src_of(be, k, s->ldk), src_of(be, v, s->ldv), s->dropout > 0.0f, 1.0f, 0, 0};
+               src_of(be, k, s->ldk), src_of(be, v, s->ldv), !s->key_bias && !s->key_mask, s->dropout > 0.0f,
+               1.0f, 0, 0};
     if (a.drop) {
         a.keep_scale = 1.0f / (1.0f - s->dropout);
         a.key = ops_dropout_key(s->seed, s->offset);

@@ -14,6 +14,7 @@ typedef struct {
     int bf16;
     int bq, nqb;         // query rows per block, blocks per sequence
     Src q, k, v;
+    int kzero;           // no key bias or mask: the scores' additive term is 0
     int drop;
     float keep_scale;
     uint64_t key;

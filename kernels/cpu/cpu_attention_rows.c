@@ -80,11 +80,17 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float
         uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
         uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
         float mx = -INFINITY;
+        if (a->kzero) {
+            // Nothing to add (mha and mhe_mul without padding): the pass only reads.
 #pragma omp simd reduction(max : mx)
-        for (int j = 0; j < je; j++) {
-            const float x = row[j] + kadd[j];
-            row[j] = x;
-            mx = x > mx ? x : mx;
+            for (int j = 0; j < je; j++) mx = row[j] > mx ? row[j] : mx;
+        } else {
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < je; j++) {
+                const float x = row[j] + kadd[j];
+                row[j] = x;
+                mx = x > mx ? x : mx;
+            }
         }
         if (mx == -INFINITY) {
             if (ph) memset(ph, 0, (size_t)nk * sizeof *ph);
