@@ -44,9 +44,11 @@ set_tests_properties(task_heads_match_pytorch PROPERTIES TIMEOUT 300 LABELS "mod
 # dropout on, CPU fp32 (every attention type) and bf16; the arena shrinks by the shared buffers.
 mhe_add_cmocka_test(recompute_is_bit_identical ${CMAKE_SOURCE_DIR}/tests/model/test_recompute.c)
 set_tests_properties(recompute_is_bit_identical PROPERTIES TIMEOUT 300 LABELS "model;unit")
+# MHE_CPU_WEIGHT_CHECK: every reused bf16 weight copy compared with a fresh rounding (aborts if
+# stale) through the recomputed layers and the task heads.
 add_test(NAME recompute_is_bit_identical_bf16 COMMAND recompute_is_bit_identical cpu_bf16)
 set_tests_properties(recompute_is_bit_identical_bf16 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
-  "OMP_NUM_THREADS=2")
+  "OMP_NUM_THREADS=2;MHE_CPU_WEIGHT_CHECK=1")
 # The fused attention core against the reference core (MHE_CPU_ATTENTION=ref), fp32 and bf16,
 # every AttnShape feature; again with 16-row query blocks on 3 threads (many blocks per
 # sequence, three threads handing over each sequence's dk/dv sums); and with oneDNN limited to
