@@ -173,6 +173,12 @@ struct Backend {
     // the way in): what the host reads of logits and task outputs, or writes as a gradient.
     void (*upload_act)(Backend *be, Act *dst, const float *host_src, size_t n);
     void (*download_act)(Backend *be, float *host_dst, const Act *src, size_t n);
+    // Optional (NULL: nothing to keep): the fp32 memory p[0, n) — the model's parameters — will
+    // not change until the next call, by any writer (host code included); p NULL ends the promise.
+    // Meanwhile the backend may reuse values derived from it (the CPU backend's bf16 copies of the
+    // weights in bf16 products); every call drops them.  The model makes the promise for a
+    // training forward up to the end of its backward.
+    void (*weights_steady)(Backend *be, const float *p, size_t n);
     // Free and total bytes of the backend's own memory (a device's); NULL when the backend's
     // memory is the host's (the caller asks the operating system).
     void (*memory_info)(Backend *be, size_t *free_bytes, size_t *total_bytes);

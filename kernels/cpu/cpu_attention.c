@@ -25,21 +25,9 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_attention.h"
+#include "kernels/cpu/cpu_attention_fused.h"
 #include "kernels/cpu/cpu_bf16.h"
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/cpu/cpu_math.h"
-
-typedef struct {
-    const AttnShape *s;
-    CpuGemm *g;
-    int bf16;
-    int bq, nqb;         // query rows per block, blocks per sequence
-    Src q, k, v;
-    int drop;
-    float keep_scale;
-    uint64_t key;
-    uint32_t thr;
-} Fused;
 
 // 64K fp32 scores per block (256 KiB): bq = 128 at T <= 512, 64 at 1024, 32 at 2048; a
 // multiple of 16 rows so the products' row blocking is whole.  MHE_CPU_ATTN_BLOCK overrides
@@ -149,79 +137,6 @@ static void key_add(const Fused *a, int b, int h, int nk, float *kadd) {
         for (int j = 0; j < nk; j++) kadd[j] = km[j] ? kadd[j] : -INFINITY;
 }
 
-static int row_end(const AttnShape *s, int i, int nk) { return s->causal ? i + 1 : nk; }
-static uint64_t drop_base(const AttnShape *s, int b, int h, int i) {
-    return (((uint64_t)b * s->n_heads + h) * (uint64_t)s->T + (uint64_t)i) * (uint64_t)s->T;
-}
-
-// Softmax numerators of block rows [i0, i0+rows): e = exp(S + kadd - max) on visible keys, 0
-// on masked ones (kadd = -inf) and above the diagonal, times the dropout mask, into Ph (bf16
-// mode) or S in place; rs[r] = keep_scale / Σ e is applied to the P V rows afterwards (one
-// multiply per output element instead of a third pass over the scores).  lse[i] saved; a row
-// with no visible key is all 0 with lse = -inf and rs = 0.
-static void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *S,
-                          const float *kadd, float *lse, uint16_t *Ph, float *rs) {
-    const AttnShape *s = a->s;
-    const uint64_t key = a->key;
-    const uint32_t thr = a->thr;
-    for (int r = 0; r < rows; r++) {
-        const int i = i0 + r, je = row_end(s, i, nk);
-        float *row = S + (size_t)r * nk;
-        uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int j = 0; j < je; j++) {
-            const float x = row[j] + kadd[j];
-            row[j] = x;
-            mx = x > mx ? x : mx;
-        }
-        if (mx == -INFINITY) {
-            if (ph) memset(ph, 0, (size_t)nk * sizeof *ph);
-            else memset(row, 0, (size_t)nk * sizeof *row);
-            lse[i] = -INFINITY;
-            rs[r] = 0.0f;
-            continue;
-        }
-        const uint64_t rb = drop_base(s, b, h, i);
-        float sum = 0;
-        if (ph && a->drop) {
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < je; j++) {
-                const float e = cpu_expf_noover(row[j] - mx);
-                sum += e;
-                ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? e : 0.0f);
-            }
-        } else if (ph) {
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < je; j++) {
-                const float e = cpu_expf_noover(row[j] - mx);
-                sum += e;
-                ph[j] = to_bf16(e);
-            }
-        } else if (a->drop) {
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < je; j++) {
-                const float e = cpu_expf_noover(row[j] - mx);
-                sum += e;
-                row[j] = ops_dropout_keep_fast(key, rb + j, thr) ? e : 0.0f;
-            }
-        } else {
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < je; j++) {
-                const float e = cpu_expf_noover(row[j] - mx);
-                sum += e;
-                row[j] = e;
-            }
-        }
-        if (je < nk) {
-            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
-            else memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
-        }
-        rs[r] = a->keep_scale / sum;
-        lse[i] = mx + logf(sum);
-    }
-}
-
 // Per-thread scratch, in floats.  Forward: S, Ph (bf16, half a block), R (shared raw scores),
 // fp32 output rows, kadd, the rows' scales.  Backward: P, dP, the dropped P (fp32 mode) or Pd and dS in bf16, R,
 // Σ_h dS, G rows, kadd, column sums, dq rows [bq, qcols], key-side rows [T, acc_ld].
@@ -246,18 +161,24 @@ static size_t core_floats(const AttnShape *s, int bq) {
     return f > bw ? f : bw;
 }
 static size_t thread_floats(const AttnShape *s, int bq) { return core_floats(s, bq) + pack_floats(s, bq); }
+// Where the dropout mask's words start in `saved`, in floats (one word per float).
+static size_t mask_at(const AttnShape *s) {
+    return (size_t)s->B * s->n_heads * s->T + (size_t)s->B * s->T * s->n_heads * s->v_dim;
+}
 static void fused_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
     const size_t T = (size_t)s->T, nt = (size_t)cpu_threads(be);
     const int bq = block_rows(s->T);
-    // The same saved layout as the reference core: lse [B, n, T], then the unscaled P V.
-    *saved = (size_t)s->B * s->n_heads * T + (size_t)s->B * T * s->n_heads * s->v_dim;
+    // The reference core's saved layout, lse [B, n, T] then the unscaled P V, and after them the
+    // dropout mask's bits (whatever s->dropout: the sizes are asked once for every call).
+    *saved = mask_at(s) + (size_t)s->B * s->n_heads * T * mask_words(s->T);
     *scratch = nt * thread_floats(s, bq) + (act_bf16(be) ? g_floats(s) + glob_floats(s) : 0);
 }
 
 static Fused fused_begin(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v) {
     const int bq = block_rows(s->T);
     Fused a = {s, cpu_ctx(be)->gemm, act_bf16(be), bq, (s->T + bq - 1) / bq, src_of(be, q, s->ldq),
-               src_of(be, k, s->ldk), src_of(be, v, s->ldv), s->dropout > 0.0f, 1.0f, 0, 0};
+               src_of(be, k, s->ldk), src_of(be, v, s->ldv), !s->key_bias && !s->key_mask, s->dropout > 0.0f,
+               1.0f, 0, 0};
     if (a.drop) {
         a.keep_scale = 1.0f / (1.0f - s->dropout);
         a.key = ops_dropout_key(s->seed, s->offset);
@@ -280,7 +201,8 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     if (R) memcpy(S, R, (size_t)rows * nk * sizeof *S);
     else scores(a, pk, b, h, i0, rows, nk, S);
     key_add(a, b, h, nk, kadd);
-    softmax_block(a, b, h, i0, rows, nk, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs);
+    uint32_t *mask = a->drop ? (uint32_t *)(saved + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
+    softmax_block(a, b, h, i0, rows, nk, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs, mask);
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
     const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = v_op(a, pk, b, h);
     // Into the dense block o, then copied into the head's columns: a strided destination would
@@ -450,112 +372,6 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
     atomic_store_explicit(&w->ticket[b], rank + 1, memory_order_release);
 }
 
-// P = exp(S + kadd - lse) on visible keys (0 elsewhere) and, in the same pass, with dropout or
-// in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32).
-static void probs_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *P,
-                        const float *kadd, const float *lse, float *Pdf, uint16_t *Pdh) {
-    const AttnShape *s = a->s;
-    const uint64_t key = a->key;
-    const uint32_t thr = a->thr;
-    const float ks = a->keep_scale;
-    for (int r = 0; r < rows; r++) {
-        const int i = i0 + r;
-        const float l = lse[i];
-        const int je = l > -INFINITY ? row_end(s, i, nk) : 0;
-        float *row = P + (size_t)r * nk;
-        const uint64_t rb = drop_base(s, b, h, i);
-        uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
-        float *pf = Pdf + (size_t)r * nk;
-        if (ph && a->drop) {
-#pragma omp simd
-            for (int j = 0; j < je; j++) {
-                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
-                row[j] = p;
-                ph[j] = to_bf16(ops_dropout_keep_fast(key, rb + j, thr) ? p * ks : 0.0f);
-            }
-        } else if (ph) {
-#pragma omp simd
-            for (int j = 0; j < je; j++) {
-                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
-                row[j] = p;
-                ph[j] = to_bf16(p);
-            }
-        } else if (a->drop) {
-#pragma omp simd
-            for (int j = 0; j < je; j++) {
-                const float p = cpu_expf_noover(row[j] + kadd[j] - l);
-                row[j] = p;
-                pf[j] = ops_dropout_keep_fast(key, rb + j, thr) ? p * ks : 0.0f;
-            }
-        } else {
-#pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] + kadd[j] - l);
-        }
-        if (je < nk) {
-            memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
-            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
-            else if (a->drop) memset(pf + je, 0, (size_t)(nk - je) * sizeof *pf);
-        }
-    }
-}
-
-// dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
-// (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
-// whatever dP is) inside both passes rather than stored by a pass of its own.
-static void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP, const float *Pdf,
-                     const uint16_t *Pdh, int df, uint16_t *dSh) {
-    const float inv = a->keep_scale;
-    for (int r = 0; r < rows; r++) {
-        const float *pr = P + (size_t)r * nk;
-        float *gr = dP + (size_t)r * nk;
-        const uint16_t *mh = a->drop && Pdh ? Pdh + (size_t)r * nk : NULL;
-        const float *mf = a->drop && !Pdh ? Pdf + (size_t)r * nk : NULL;
-        uint16_t *dr = dSh ? dSh + (size_t)r * nk : NULL;
-        float dot = 0;
-        if (mh) {
-#pragma omp simd reduction(+ : dot)
-            for (int j = 0; j < nk; j++) dot += pr[j] * (mh[j] != 0 ? gr[j] * inv : 0.0f);
-        } else if (mf) {
-#pragma omp simd reduction(+ : dot)
-            for (int j = 0; j < nk; j++) dot += pr[j] * (mf[j] != 0.0f ? gr[j] * inv : 0.0f);
-        } else {
-#pragma omp simd reduction(+ : dot)
-            for (int j = 0; j < nk; j++) dot += pr[j] * gr[j];
-        }
-        // Without dropout every visible key is kept (inv = 1): one loop with a mask of ones.
-        if (mh && dr && df) {
-#pragma omp simd
-            for (int j = 0; j < nk; j++) {
-                const float d = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
-                gr[j] = d;
-                dr[j] = to_bf16(d);
-            }
-        } else if (mh && dr) {
-#pragma omp simd
-            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot));
-        } else if (mh) {
-#pragma omp simd
-            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
-        } else if (mf) {
-#pragma omp simd
-            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mf[j] != 0.0f ? gr[j] * inv : 0.0f) - dot);
-        } else if (dr && df) {
-#pragma omp simd
-            for (int j = 0; j < nk; j++) {
-                const float d = pr[j] * (gr[j] - dot);
-                gr[j] = d;
-                dr[j] = to_bf16(d);
-            }
-        } else if (dr) {
-#pragma omp simd
-            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * (gr[j] - dot));
-        } else {
-#pragma omp simd
-            for (int j = 0; j < nk; j++) gr[j] = pr[j] * (gr[j] - dot);
-        }
-    }
-}
-
 // Query block qb of sequence b, every head: dq rows stored; dk, dv, dkey_bias added to the
 // thread's key-side rows acc (rows [0, *touched) valid; grown and zeroed here).
 static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, int *touched, Packs *pk) {
@@ -593,8 +409,8 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         key_add(a, b, h, nk, kadd);
         if (shared) memcpy(P, R, (size_t)rows * nk * sizeof *P);
         else Qb = scores(a, pk, b, h, i0, rows, nk, P);
-        probs_block(a, b, h, i0, rows, nk, P, kadd, w->lse_all + ((size_t)b * n + h) * T,
-                    Pdf, Pdh);
+        const uint32_t *mask = a->drop ? (const uint32_t *)(w->lse_all + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
+        probs_block(a, i0, rows, nk, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh, mask);
         CpuOperand Gop;
         if (!bf && s->out_scale) {
             const float *dO = w->G.f + (r0 + i0) * ldo + (size_t)h * dv, *sc = s->out_scale + (size_t)h * dv;

@@ -23,17 +23,23 @@ static void cpu_free(Backend *be, void *p) {
 
 static void cpu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
     double t0 = cpu_prof_begin(be);
+    cpu_wrote(be, dst, bytes);
     if (bytes) memmove(dst, src, bytes);
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cpu_zero(Backend *be, void *dst, size_t bytes) {
     double t0 = cpu_prof_begin(be);
+    cpu_wrote(be, dst, bytes);
     if (bytes) memset(dst, 0, bytes);
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 static void cpu_synchronize(Backend *be) { (void)be; }
+
+static void cpu_weights_steady_op(Backend *be, const float *p, size_t n) {
+    cpu_weights_steady(cpu_gemm_weights(cpu_ctx(be)->gemm), p, n);
+}
 
 static void cpu_upload_act(Backend *be, Act *dst, const float *host_src, size_t n) {
     if (!act_bf16(be)) {
@@ -108,6 +114,7 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
     be->synchronize = cpu_synchronize;
     be->upload_act = cpu_upload_act;
     be->download_act = cpu_download_act;
+    be->weights_steady = cpu_weights_steady_op;
     cpu_install_dense(be);
     cpu_install_nn(be);
     cpu_install_attention(be);

@@ -90,6 +90,7 @@ static void cpu_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n)
 
 static void cpu_axpy(Backend *be, float alpha, const float *x, float *y, size_t n) {
     double t0 = cpu_prof_begin(be);
+    cpu_wrote(be, y, n * sizeof *y);  // LAMB's step on the parameters
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
     cpu_prof_end(be, OPC_OTHER, t0, 0);
@@ -97,6 +98,7 @@ static void cpu_axpy(Backend *be, float alpha, const float *x, float *y, size_t 
 
 static void cpu_scale(Backend *be, float *x, float alpha, size_t n) {
     double t0 = cpu_prof_begin(be);
+    cpu_wrote(be, x, n * sizeof *x);
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN_MEM)
     for (size_t i = 0; i < n; i++) x[i] *= alpha;
     cpu_prof_end(be, OPC_OTHER, t0, 0);

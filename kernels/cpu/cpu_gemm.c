@@ -50,6 +50,7 @@ struct CpuGemm {
     int entries;
     uint16_t **bf16_buf;            // per thread operand copies rounded to bf16 (grow-only)
     size_t *bf16_elems;
+    CpuWeights *weights;            // bf16 copies of steady weights (cpu_weights.c)
 };
 
 static int key_eq(const GemmKey *a, const GemmKey *b) { return memcmp(a, b, sizeof *a) == 0; }
@@ -72,6 +73,7 @@ CpuGemm *cpu_gemm_create(int threads) {
     g->bf16_elems = mhe_calloc((size_t)threads, sizeof *g->bf16_elems);
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     g->native_bf16 = isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+    g->weights = cpu_weights_create();
     return g;
 }
 
@@ -97,6 +99,7 @@ static void free_entries(CpuGemm *g) {
 void cpu_gemm_destroy(CpuGemm *g) {
     if (!g) return;
     free_entries(g);
+    cpu_weights_destroy(g->weights);
     for (int t = 0; t < g->threads; t++) {
         dnnl_stream_destroy(g->streams[t]);
         free(g->bf16_buf[t]);
@@ -110,6 +113,7 @@ void cpu_gemm_destroy(CpuGemm *g) {
 }
 
 int cpu_gemm_native_bf16(const CpuGemm *g) { return g->native_bf16; }
+CpuWeights *cpu_gemm_weights(CpuGemm *g) { return g->weights; }
 
 // Row-major op(X) of `rows` x `cols` stored with leading dimension ld (transposed: stored
 // [cols, rows]): strides of the logical matrix.
@@ -281,18 +285,21 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
         execute(g, lookup(g, &k), t, A.f, B.f, bias, C.f);
         return;
     }
-    // bf16: fp32 operands are rounded into contiguous per-thread copies (same orientation,
-    // leading dimension = stored row length), products accumulate in fp32.  Operands given in
-    // bf16 (activations) are used where they are, with their own leading dimension.
+    // bf16: fp32 operands are rounded into contiguous copies (same orientation, leading
+    // dimension = stored row length): a steady weight's kept copy (cpu_weights.c) or a per-thread
+    // one made now; products accumulate in fp32.  Operands given in bf16 (activations) are used
+    // where they are, with their own leading dimension.
     const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
-    const size_t na = A.h ? 0 : (size_t)arows * acols, nb = B.h ? 0 : (size_t)brows * bcols;
     GemmKey k = {ta, tb, M, N, K, A.h ? A.ld : acols, B.h ? B.ld : bcols, C.ld, 1, C.h != NULL, hb_, alpha, beta};
     GemmEntry *e = lookup(g, &k);
     if (e->prim) {
+        const uint16_t *ka = A.h ? NULL : cpu_weights_bf16(g->weights, A.f, arows, acols, A.ld);
+        const uint16_t *kb = B.h ? NULL : cpu_weights_bf16(g->weights, B.f, brows, bcols, B.ld);
+        const size_t na = A.h || ka ? 0 : (size_t)arows * acols, nb = B.h || kb ? 0 : (size_t)brows * bcols;
         uint16_t *ha = thread_bf16(g, t, na + nb), *hb = ha + na;
-        if (!A.h) cpu_pack_bf16(A.f, arows, acols, A.ld, ha);
-        if (!B.h) cpu_pack_bf16(B.f, brows, bcols, B.ld, hb);
-        execute(g, e, t, A.h ? A.h : ha, B.h ? B.h : hb, bias, C.h ? (void *)C.h : (void *)C.f);
+        if (na) cpu_pack_bf16(A.f, arows, acols, A.ld, ha);
+        if (nb) cpu_pack_bf16(B.f, brows, bcols, B.ld, hb);
+        execute(g, e, t, A.h ? A.h : ka ? ka : ha, B.h ? B.h : kb ? kb : hb, bias, C.h ? (void *)C.h : (void *)C.f);
         return;
     }
     // No bf16 kernel on this CPU: the same arithmetic (bf16-rounded operands, fp32 products

@@ -49,6 +49,19 @@ typedef struct {
 // of the product (inside the primitive: no separate pass over C).
 void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
                  CpuOperand A, CpuOperand B, const float *bias, float beta, CpuResult C);
+// bf16 copies of steady weights (cpu_weights.c, ops.h weights_steady): the copy of x [rows,
+// cols] (leading dimension ld; contiguous, as cpu_pack_bf16 writes it) when x lies in the memory
+// declared steady, made at its first use in the window; NULL otherwise (round per call).
+typedef struct CpuWeights CpuWeights;
+CpuWeights *cpu_weights_create(void);
+void cpu_weights_destroy(CpuWeights *w);
+CpuWeights *cpu_gemm_weights(CpuGemm *g);
+void cpu_weights_steady(CpuWeights *w, const float *p, size_t n);   // p NULL: the window ends
+const uint16_t *cpu_weights_bf16(CpuWeights *w, const float *x, int rows, int cols, int ld);
+// How many products took a copy made earlier in its window (the tests: the cache is used).
+long cpu_weights_reused(const CpuWeights *w);
+// A backend op wrote [p, p + bytes): a window over any of it ends.
+void cpu_weights_wrote(CpuWeights *w, const void *p, size_t bytes);
 // x [rows, cols] (leading dimension ld) rounded to bf16 into out (contiguous, ld = cols); split
 // over the threads when large and called outside a parallel region.
 void cpu_pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out);
@@ -71,6 +84,10 @@ static inline void cpu_gemm_be(const Backend *be, int ta, int tb, int M, int N, 
                                const float *A, int lda, const float *B, int ldb, float beta,
                                float *C, int ldc) {
     cpu_gemm(cpu_ctx(be)->gemm, cpu_ctx(be)->bf16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+static inline void cpu_wrote(const Backend *be, const void *p, size_t bytes) {
+    cpu_weights_wrote(cpu_gemm_weights(cpu_ctx(be)->gemm), p, bytes);
 }
 
 static inline double cpu_prof_begin(const Backend *be) { return be->profile ? omp_get_wtime() : 0.0; }

@@ -15,6 +15,7 @@ static void cpu_adamw_update(Backend *be, float *p, const float *grad, float *m,
                              size_t n, float b1, float b2, float eps, float step_size, float decay,
                              float bc2_sqrt, float grad_scale) {
     double t0 = cpu_prof_begin(be);
+    cpu_wrote(be, p, n * sizeof *p);
 #pragma omp parallel for schedule(dynamic, 16384) if (n >= CPU_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         optim_moments(&m[i], &v[i], grad[i] * grad_scale, b1, b2);

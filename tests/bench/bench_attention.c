@@ -157,12 +157,19 @@ int main(int argc, char **argv) {
                 }
             double g[2], cpu_ms[2];
             for (int c = 0; c < 2; c++) g[c] = flops(sh) / median(t[c], rounds) / 1e9, cpu_ms[c] = 1e3 * median(u[c], rounds);
-            for (int c = 0; c < 2; c++)
+            // A core not run (--core) prints no line, and the ratios to the reference need both.
+            for (int c = 0; c < 2; c++) {
+                if (!on[c]) continue;
+                char sp[32] = "-", csp[32] = "-";
+                if (on[0] && on[1]) {
+                    snprintf(sp, sizeof sp, "%.2fx", g[c] / g[1]);
+                    snprintf(csp, sizeof csp, "%.2fx", cpu_ms[1] / cpu_ms[c]);
+                }
                 printf("bench-attention: shape=%s B=%d T=%d n=%d d=%d prec=%s core=%s ms=%.2f gflops=%.1f "
-                       "ceiling_gflops=%.1f of_ceiling=%.1f%% speedup=%.2fx cpu_ms=%.2f cpu_speedup=%.2fx\n",
+                       "ceiling_gflops=%.1f of_ceiling=%.1f%% speedup=%s cpu_ms=%.2f cpu_speedup=%s\n",
                        sh->name, sh->B, sh->T, sh->n, sh->d, bf ? "bf16" : "fp32", c ? "ref" : "fused",
-                       1e3 * flops(sh) / g[c] / 1e9, g[c], ceiling, 100.0 * g[c] / ceiling, g[c] / g[1], cpu_ms[c],
-                       cpu_ms[1] / cpu_ms[c]);
+                       1e3 * flops(sh) / g[c] / 1e9, g[c], ceiling, 100.0 * g[c] / ceiling, sp, cpu_ms[c], csp);
+            }
             for (int c = 0; c < 2; c++) run_free(be[c], &r[c]), free(t[c]), free(u[c]);
         }
         be[0]->destroy(be[0]);

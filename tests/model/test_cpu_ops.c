@@ -205,8 +205,39 @@ static void test_expf_accuracy_and_noover(void **state) {
     assert_int_equal(differ, 0);
 }
 
+// cpu_expf_bf16 (the fused attention core's bf16 probabilities) against double exp: relative
+// error < 6e-6 on [-87, 88] (cpu_math.h's bound), 0 below -87.33; and its bf16 roundings
+// equal cpu_expf's except rarely (one ulp, < 1% of points).
+static void test_expf_bf16_accuracy(void **state) {
+    (void)state;
+    double worst = 0;
+    long flips = 0, n = 0;
+    for (long i = 0; i <= 2000000; i++) {
+        const float x = (float)(-100.0 + 188.72 * (double)i / 2000000.0);
+        const float e = cpu_expf_bf16(x);
+        if (x >= -87.0f && x <= 88.0f) {
+            const double r = fabs(e - exp((double)x)) / exp((double)x);
+            worst = r > worst ? r : worst;
+            const float ref = cpu_expf_noover(x);
+            uint32_t a, b;
+            memcpy(&a, &e, sizeof a);
+            memcpy(&b, &ref, sizeof b);
+            const long d = (long)((a + 0x7fffu + ((a >> 16) & 1u)) >> 16) - (long)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+            assert_true(d >= -1 && d <= 1);
+            flips += d != 0;
+            n++;
+        }
+        if (x < -87.34f) assert_true(e == 0.0f);
+    }
+    print_message("cpu_expf_bf16: worst relative error %.3g; bf16 value differs from cpu_expf's at %.3f%% of points\n",
+                  worst, 100.0 * flips / n);
+    assert_true(worst < 6e-6);
+    assert_true(flips < n / 100);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expf_bf16_accuracy),
         cmocka_unit_test(test_matmul_matches_naive_for_every_transpose),
         cmocka_unit_test(test_matmul_batched_matches_naive),
         cmocka_unit_test(test_optimizer_ops_match_formulas),

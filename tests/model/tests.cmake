@@ -32,6 +32,10 @@ set_tests_properties(cpu_bf16_ops_match_fp32 PROPERTIES TIMEOUT 300 LABELS "mode
 add_test(NAME cpu_bf16_ops_emulated_match_fp32 COMMAND cpu_bf16_ops_match_fp32)
 set_tests_properties(cpu_bf16_ops_emulated_match_fp32 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
   "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
+# bf16 weight copies kept for a training step (ops.h weights_steady) against rounding per call:
+# training steps bit for bit (accumulation, an upload, a resume), no reuse outside a window.
+mhe_add_cmocka_test(cpu_weight_cache_matches_per_call ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_weight_cache.c)
+set_tests_properties(cpu_weight_cache_matches_per_call PROPERTIES TIMEOUT 300 LABELS "model;unit")
 # The fine-tuning heads (issue 14) against tests/reference/ref_task.py: every attention type x
 # bert/gpt x classification/regression/span, loss, outputs and every gradient; divisor semantics.
 mhe_add_cmocka_test(task_heads_match_pytorch ${CMAKE_SOURCE_DIR}/tests/model/test_task_heads.c)
@@ -40,9 +44,11 @@ set_tests_properties(task_heads_match_pytorch PROPERTIES TIMEOUT 300 LABELS "mod
 # dropout on, CPU fp32 (every attention type) and bf16; the arena shrinks by the shared buffers.
 mhe_add_cmocka_test(recompute_is_bit_identical ${CMAKE_SOURCE_DIR}/tests/model/test_recompute.c)
 set_tests_properties(recompute_is_bit_identical PROPERTIES TIMEOUT 300 LABELS "model;unit")
+# MHE_CPU_WEIGHT_CHECK: every reused bf16 weight copy compared with a fresh rounding (aborts if
+# stale) through the recomputed layers and the task heads.
 add_test(NAME recompute_is_bit_identical_bf16 COMMAND recompute_is_bit_identical cpu_bf16)
 set_tests_properties(recompute_is_bit_identical_bf16 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
-  "OMP_NUM_THREADS=2")
+  "OMP_NUM_THREADS=2;MHE_CPU_WEIGHT_CHECK=1")
 # The fused attention core against the reference core (MHE_CPU_ATTENTION=ref), fp32 and bf16,
 # every AttnShape feature; again with 16-row query blocks on 3 threads (many blocks per
 # sequence, three threads handing over each sequence's dk/dv sums); and with oneDNN limited to

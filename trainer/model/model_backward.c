@@ -94,6 +94,7 @@ void encoder_backward(Model *m, const Act *dfin) {
     } else {
         be->embedding_backward(be, demb, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
     }
+    model_weights_steady(m, 0);  // before the last hook: whatever follows may write the weights
     if (m->bw_hook) m->bw_hook(m->bw_ctx, -1);
 }
 

@@ -99,6 +99,7 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
     m->B = B;
     m->T = T;
     m->train = train != 0;
+    model_weights_steady(m, m->train);
     m->has_types = type_ids != NULL && mc->arch == ARCH_BERT;
     m->has_mask = attn_mask != NULL;
     m->drop_base = m->drop_counter++ * (uint64_t)m->sites_per_step;

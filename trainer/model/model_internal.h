@@ -105,6 +105,14 @@ struct Model {
     RecomputeMode recompute;     // cfg train.recompute: which layer buffers are shared
 };
 
+// ops.h weights_steady: the parameters cannot change from a training forward to the end of its
+// backward (the optimizer runs after it), so the backend may keep values derived from them for
+// that long.  An eval forward ends the promise instead: nothing says a backward follows.
+static inline void model_weights_steady(Model *m, int on) {
+    Backend *be = m->be;
+    if (be->weights_steady) be->weights_steady(be, on ? m->params : NULL, on ? m->table.total : 0);
+}
+
 // Embeddings and layers (and GPT's final LayerNorm) of one batch: checks and uploads the inputs,
 // sets B, T, train and the dropout base, leaves the encoder output in m->fin [B*T, D].
 void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, const int32_t *attn_mask, int B,

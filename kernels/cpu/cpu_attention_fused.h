@@ -1,0 +1,47 @@
+// What the fused attention core's two files share: the call's constants (Fused) and the element
+// passes over a block of scores (cpu_attention_rows.c), which cpu_attention.c's tiling calls.
+#ifndef MHE_KERNELS_CPU_ATTENTION_FUSED_H
+#define MHE_KERNELS_CPU_ATTENTION_FUSED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cpu/cpu_attention.h"
+
+typedef struct {
+    const AttnShape *s;
+    CpuGemm *g;
+    int bf16;
+    int bq, nqb;         // query rows per block, blocks per sequence
+    Src q, k, v;
+    int kzero;           // no key bias or mask: the scores' additive term is 0
+    int drop;
+    float keep_scale;
+    uint64_t key;
+    uint32_t thr;
+} Fused;
+
+static inline int row_end(const AttnShape *s, int i, int nk) { return s->causal ? i + 1 : nk; }
+static inline uint64_t drop_base(const AttnShape *s, int b, int h, int i) {
+    return (((uint64_t)b * s->n_heads + h) * (uint64_t)s->T + (uint64_t)i) * (uint64_t)s->T;
+}
+
+// The dropout mask as the forward drew it: bit j % 32 of word j / 32 of row (b, h, i) is
+// keep(i, j), so the backward reads the mask instead of hashing every element again (the hash,
+// 64-bit multiplies, was ~10% of the core's time in each direction).  Rows of mask_words(T)
+// words, [B, n, T, words], saved after the lse and the unscaled P V.
+static inline size_t mask_words(int T) { return ((size_t)T + 31) / 32; }
+static inline size_t mask_row(const AttnShape *s, int b, int h, int i) {
+    return (((size_t)b * s->n_heads + h) * s->T + i) * mask_words(s->T);
+}
+
+// Softmax numerators of block rows [i0, i0+rows) of head h, sequence b (see the definitions).
+// mask: the block's first row's mask words (written when a->drop).
+void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *S, const float *kadd,
+                   float *lse, uint16_t *Ph, float *rs, uint32_t *mask);
+void probs_block(const Fused *a, int i0, int rows, int nk, float *P, const float *kadd, const float *lse,
+                 float *Pdf, uint16_t *Pdh, const uint32_t *mask);
+void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP, const float *Pdf, const uint16_t *Pdh,
+              int df, uint16_t *dSh);
+
+#endif

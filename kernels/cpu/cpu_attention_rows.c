@@ -1,0 +1,237 @@
+// The fused attention core's element passes over one block of scores (cpu_attention.c tiles):
+// the forward's softmax numerators, the backward's probabilities and dS.  Plain C under
+// `omp simd` (masks as selects), checked with -fopt-info-vec: every loop here vectorises.
+//
+// Dropout: the forward draws each element's mask with ops_dropout_keep_fast (the position hash
+// CUDA and the reference core use) and saves it as bits (cpu_attention_fused.h mask_row); the
+// backward reads the bits.  Rows go in chunks of 32 keys, one mask word each.
+//
+// bf16 mode computes exp with cpu_expf_bf16 (degree 4, relative error < 6e-6): its results are
+// stored in bf16, where the degree-7 polynomial's extra digits do not survive; fp32 mode keeps
+// cpu_expf_noover.
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_attention_fused.h"
+#include "kernels/cpu/cpu_bf16.h"
+#include "kernels/cpu/cpu_math.h"
+
+#define CHUNK 32
+
+// Rows are split into whole chunks of CHUNK keys and a last partial one: the helpers below are
+// inlined with n = CHUNK (a constant trip count: no loop prologue or epilogue per chunk) or the
+// remainder.
+
+// The mask word of n <= CHUNK keys whose first element index is `at`: bit k = keep(at + k).
+static inline uint32_t keep_word(const Fused *a, uint64_t at, int n) {
+    const uint64_t key = a->key;
+    const uint32_t thr = a->thr;
+    uint32_t w = 0;
+#pragma omp simd reduction(| : w)
+    for (int k = 0; k < n; k++) w |= (uint32_t)ops_dropout_keep_fast(key, at + (uint64_t)k, thr) << k;
+    return w;
+}
+// The forward's dropout on n stored numerators (bf16 or fp32): zero where bit k of w is clear.
+// to_bf16(0) is 0, so dropping after the rounding gives the bits rounding after dropping would.
+static inline void drop_h(uint16_t *x, uint32_t w, int n) {
+#pragma omp simd
+    for (int k = 0; k < n; k++) x[k] = (w >> k) & 1u ? x[k] : 0;
+}
+static inline void drop_f(float *x, uint32_t w, int n) {
+#pragma omp simd
+    for (int k = 0; k < n; k++) x[k] = (w >> k) & 1u ? x[k] : 0.0f;
+}
+static inline void mask_chunk(const Fused *a, uint64_t at, int n, uint32_t *word, uint16_t *ph, float *row) {
+    const uint32_t w = keep_word(a, at, n);
+    *word = w;
+    if (ph) drop_h(ph, w, n);
+    else drop_f(row, w, n);
+}
+// The backward's P = exp(S + kadd - l) (in place of S) and dropped P of n keys, mask word w.
+static inline void probs_h(float *p, const float *kadd, float l, uint16_t *ph, uint32_t w, float ks, int n) {
+#pragma omp simd
+    for (int k = 0; k < n; k++) {
+        const float e = cpu_expf_bf16(p[k] + kadd[k] - l);
+        p[k] = e;
+        ph[k] = to_bf16((w >> k) & 1u ? e * ks : 0.0f);
+    }
+}
+static inline void probs_f(float *p, const float *kadd, float l, float *pf, uint32_t w, float ks, int n) {
+#pragma omp simd
+    for (int k = 0; k < n; k++) {
+        const float e = cpu_expf_noover(p[k] + kadd[k] - l);
+        p[k] = e;
+        pf[k] = (w >> k) & 1u ? e * ks : 0.0f;
+    }
+}
+
+// Softmax numerators of block rows [i0, i0+rows): e = exp(S + kadd - max) on visible keys, 0
+// on masked ones (kadd = -inf) and above the diagonal, times the dropout mask, into Ph (bf16
+// mode) or S in place; rs[r] = keep_scale / Σ e is applied to the P V rows afterwards (one
+// multiply per output element instead of a third pass over the scores).  lse[i] saved; a row
+// with no visible key is all 0 with lse = -inf and rs = 0 (its mask words are never read).
+void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *S, const float *kadd,
+                   float *lse, uint16_t *Ph, float *rs, uint32_t *mask) {
+    const AttnShape *s = a->s;
+    const size_t mw = mask_words(s->T);
+    for (int r = 0; r < rows; r++) {
+        const int i = i0 + r, je = row_end(s, i, nk);
+        float *row = S + (size_t)r * nk;
+        uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
+        uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
+        float mx = -INFINITY;
+        if (a->kzero) {
+            // Nothing to add (mha and mhe_mul without padding): the pass only reads.
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < je; j++) mx = row[j] > mx ? row[j] : mx;
+        } else {
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < je; j++) {
+                const float x = row[j] + kadd[j];
+                row[j] = x;
+                mx = x > mx ? x : mx;
+            }
+        }
+        if (mx == -INFINITY) {
+            if (ph) memset(ph, 0, (size_t)nk * sizeof *ph);
+            else memset(row, 0, (size_t)nk * sizeof *row);
+            lse[i] = -INFINITY;
+            rs[r] = 0.0f;
+            continue;
+        }
+        const uint64_t rb = drop_base(s, b, h, i);
+        float sum = 0;
+        if (ph) {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_bf16(row[j] - mx);
+                sum += e;
+                ph[j] = to_bf16(e);
+            }
+        } else {
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < je; j++) {
+                const float e = cpu_expf_noover(row[j] - mx);
+                sum += e;
+                row[j] = e;
+            }
+        }
+        // The mask in a pass of its own: fused into the exp loop, its word per chunk split that
+        // loop (and its sum) into 32-key pieces, 50% slower than the two passes.
+        if (a->drop) {
+            int j0 = 0;
+            for (; j0 + CHUNK <= je; j0 += CHUNK)
+                mask_chunk(a, rb + (uint64_t)j0, CHUNK, mrow + j0 / CHUNK, ph ? ph + j0 : NULL, row + j0);
+            if (j0 < je) mask_chunk(a, rb + (uint64_t)j0, je - j0, mrow + j0 / CHUNK, ph ? ph + j0 : NULL, row + j0);
+        }
+        if (je < nk) {
+            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+            else memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
+        }
+        rs[r] = a->keep_scale / sum;
+        lse[i] = mx + logf(sum);
+    }
+}
+
+// P = exp(S + kadd - lse) on visible keys (0 elsewhere) and, in the same pass, with dropout or
+// in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32), the mask
+// read from the forward's bits.
+void probs_block(const Fused *a, int i0, int rows, int nk, float *P, const float *kadd, const float *lse,
+                 float *Pdf, uint16_t *Pdh, const uint32_t *mask) {
+    const AttnShape *s = a->s;
+    const float ks = a->keep_scale;
+    const size_t mw = mask_words(s->T);
+    for (int r = 0; r < rows; r++) {
+        const int i = i0 + r;
+        const float l = lse[i];
+        const int je = l > -INFINITY ? row_end(s, i, nk) : 0;
+        float *row = P + (size_t)r * nk;
+        uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
+        float *pf = Pdf + (size_t)r * nk;
+        const uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
+        if (a->drop) {
+            int j0 = 0;
+            for (; j0 + CHUNK <= je; j0 += CHUNK) {
+                if (ph) probs_h(row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, CHUNK);
+                else probs_f(row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, CHUNK);
+            }
+            if (j0 < je) {
+                if (ph) probs_h(row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, je - j0);
+                else probs_f(row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, je - j0);
+            }
+        } else if (ph) {
+#pragma omp simd
+            for (int j = 0; j < je; j++) {
+                const float p = cpu_expf_bf16(row[j] + kadd[j] - l);
+                row[j] = p;
+                ph[j] = to_bf16(p);
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] + kadd[j] - l);
+        }
+        if (je < nk) {
+            memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
+            if (ph) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+            else if (a->drop) memset(pf + je, 0, (size_t)(nk - je) * sizeof *pf);
+        }
+    }
+}
+
+// dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
+// (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
+// whatever dP is) inside both passes rather than stored by a pass of its own.
+void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP, const float *Pdf,
+              const uint16_t *Pdh, int df, uint16_t *dSh) {
+    const float inv = a->keep_scale;
+    for (int r = 0; r < rows; r++) {
+        const float *pr = P + (size_t)r * nk;
+        float *gr = dP + (size_t)r * nk;
+        const uint16_t *mh = a->drop && Pdh ? Pdh + (size_t)r * nk : NULL;
+        const float *mf = a->drop && !Pdh ? Pdf + (size_t)r * nk : NULL;
+        uint16_t *dr = dSh ? dSh + (size_t)r * nk : NULL;
+        float dot = 0;
+        if (mh) {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * (mh[j] != 0 ? gr[j] * inv : 0.0f);
+        } else if (mf) {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * (mf[j] != 0.0f ? gr[j] * inv : 0.0f);
+        } else {
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < nk; j++) dot += pr[j] * gr[j];
+        }
+        // Without dropout every visible key is kept (inv = 1): one loop with a mask of ones.
+        if (mh && dr && df) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) {
+                const float d = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
+                gr[j] = d;
+                dr[j] = to_bf16(d);
+            }
+        } else if (mh && dr) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot));
+        } else if (mh) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mh[j] != 0 ? gr[j] * inv : 0.0f) - dot);
+        } else if (mf) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * ((mf[j] != 0.0f ? gr[j] * inv : 0.0f) - dot);
+        } else if (dr && df) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) {
+                const float d = pr[j] * (gr[j] - dot);
+                gr[j] = d;
+                dr[j] = to_bf16(d);
+            }
+        } else if (dr) {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) dr[j] = to_bf16(pr[j] * (gr[j] - dot));
+        } else {
+#pragma omp simd
+            for (int j = 0; j < nk; j++) gr[j] = pr[j] * (gr[j] - dot);
+        }
+    }
+}
+
