@@ -29,6 +29,7 @@ void cuda_memset(Backend *be, void *p, size_t bytes) {
     cuda_mirror_zeroed(be, p, bytes);
 }
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_colsum_flush(be);  // src may be a waiting column sum's output
     cuda_mirror_overwrote(be, dst, bytes);  // every byte: values only a twin held are dead
     if (bytes && mhe_cost_record("memcpy d2d", mhe_cost(0, 2.0 * bytes)))
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
@@ -63,6 +64,7 @@ static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_colsum_flush(be);  // src may be a waiting column sum's output
     if (!bytes || !mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)bytes, (double)bytes, 0})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
     cuda_stream_sync(be, "download");
@@ -367,8 +369,9 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     const char *lean = std::getenv("MHE_CUDA_LEAN");
     c->lean = c->bf16 && !(lean && std::strcmp(lean, "0") == 0);
     if (c->lean) cuda_install_lean(be);
-    // Deferred column sums rely on the reads the lean wrappers declare (cuda_colsum.cu).
-    if (c->lean) cuda_colsum_defer_init(be);
+    // Deferred column sums (cuda_colsum.cu): with the reads the lean wrappers declare, or with
+    // bf16 activations, where only the fp32 ops read parameter gradients and they flush first.
+    if (c->lean || c->act_bf16) cuda_colsum_defer_init(be);
     if (c->act_bf16) cuda_install_act_bf16(be);
     return be;
 }

@@ -69,6 +69,7 @@ static MheCost ew_cost(int op, size_t n) {
 }
 static void elementwise(Backend *be, int op, const float *a, const float *b, float c, float *out, size_t n) {
     double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // a parameter gradient's reader (cuda_colsum.cu)
     __nv_bfloat16 *outb = cuda_mirror_out(be, out, n);
     if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(ew_cost(op, n), outb, n))(op, a, b, c, out, outb, n);
     CUDA_CHECK_LAUNCH();
@@ -662,6 +663,7 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     if (!n) return 0.0;
+    cuda_colsum_flush(be);  // the gradient norm reads what waits
     MHE_LAUNCH(sum_squares_kernel, CUDA_SUM_BLOCKS, MHE_BLOCK, 0, c->stream, mhe_cost_blocks(2.0 * n, 4.0 * n + 8.0 * CUDA_SUM_BLOCKS, CUDA_SUM_BLOCKS))(x, n, c->partials);
     CUDA_CHECK_LAUNCH();
     const size_t pb = CUDA_SUM_BLOCKS * sizeof(double);
@@ -695,6 +697,7 @@ __global__ void adam_kernel(float *p, __nv_bfloat16 *pb, const float *grad, floa
 static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n, float b1,
                               float b2, float eps, float step_size, float decay, float bc2_sqrt, float grad_scale) {
     double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // the optimizer reads the gradients
     // The weights' bf16 twins (matmul operands) are refreshed here, once per optimizer step.
     __nv_bfloat16 *pb = cuda_mirror_out(be, p, n);
     cuda_mirror_wrote(be, m, n * sizeof(float));
@@ -707,6 +710,7 @@ static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, 
                                 float *u, size_t n, float b1, float b2, float eps, float wd,
                                 float bc1, float bc2, float grad_scale) {
     double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // the optimizer reads the gradients
     // p is only read when u is set.
     cuda_mirror_wrote(be, m, n * sizeof(float));
     cuda_mirror_wrote(be, v, n * sizeof(float));
