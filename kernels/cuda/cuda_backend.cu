@@ -309,12 +309,13 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
-    // bf16 activations (cuda_act.cu) with MHE_CUDA_ACT=bf16; otherwise a bf16 run keeps fp32
-    // activations with bf16 twins of the matmul operands (cuda_mirror.cu).
+    // A bf16 run stores its activations in bf16 (cuda_act.cu); MHE_CUDA_ACT=twins keeps the
+    // former mode — fp32 activations with bf16 twins of the matmul operands (cuda_mirror.cu) —
+    // until its machinery and tests are gone.
     const char *act = std::getenv("MHE_CUDA_ACT");
     if (act && *act && std::strcmp(act, "bf16") != 0 && std::strcmp(act, "twins") != 0)
         mhe_fatal("MHE_CUDA_ACT=%s: expected bf16 or twins", act);
-    c->act_bf16 = bf16 && act && std::strcmp(act, "bf16") == 0;
+    c->act_bf16 = bf16 && !(act && std::strcmp(act, "twins") == 0);
     c->bf16 = bf16 != 0 && !c->act_bf16;
     // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
     // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).

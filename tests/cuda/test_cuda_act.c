@@ -1,4 +1,4 @@
-// bf16 activations on the CUDA backend (kernels/cuda/cuda_act.cu, MHE_CUDA_ACT=bf16): every op
+// bf16 activations on the CUDA backend (kernels/cuda/cuda_act.cu, a bf16 run's default): every op
 // that takes an Act, run on bf16 storage, against the CPU backend in fp32 from the same inputs.
 // The inputs are rounded to bf16 on the host before both sides get them, so the two runs start
 // from identical values and differ only by what the bf16 side rounds: each Act it stores (≤ 2⁻⁹
@@ -9,14 +9,7 @@
 #include "tests/cuda/parity.h"
 
 // x rounded to the nearest bf16, ties to even (the host's own rounding: the oracle of upload_act).
-static float bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
+static float bf16_round(float x) { return parity_bf16_round(x); }
 
 // An activation: fp32 on the CPU, bf16 on the CUDA backend, the same values.
 typedef struct {
@@ -100,7 +93,6 @@ static double expect_act(Fix *f, const ABuf *b, double tol, const char *what) {
 
 
 static int setup_act(void **state) {
-    setenv("MHE_CUDA_ACT", "bf16", 1);
     setup_fp32(state);
     Fix *f = *state;
     f->gpu->destroy(f->gpu);

@@ -37,7 +37,11 @@ static void test_single_calls(void **state) {
     const GpuSpec *a100 = gpu_spec_find("A100");
     assert_non_null(a100);
     assert_null(gpu_spec_find("v100"));
+    // The twin mode (MHE_CUDA_ACT=twins): the hand figures below are its (fp32 activations, bf16
+    // twins); the recorded steps further down run the default, bf16 activations.
+    setenv("MHE_CUDA_ACT", "twins", 1);
     Backend *be = backend_cuda_create(0, 1);
+    unsetenv("MHE_CUDA_ACT");
     float *x = be->alloc(be, 4 << 20), *y = be->alloc(be, 4 << 20), *z = be->alloc(be, 4 << 20);
     int32_t *labels = be->alloc(be, 64);
     CostReport r;

@@ -6,7 +6,7 @@
 // partials added in the same order), through the hazards that force a flush early (a second
 // micro-batch adding into the same gradients, an op writing a gradient, an optimizer step
 // writing the factors a product split reads), and the deferred side must launch fewer kernels.
-// Both bf16 modes: twins (fp32 activations) and bf16 activations (MHE_CUDA_ACT=bf16), where
+// Both bf16 modes: twins (fp32 activations, MHE_CUDA_ACT=twins) and bf16 activations, where
 // the flush before a read is the fp32 ops' (download, the elementwise ops, the optimizer).  The
 // CPU backend is the independent oracle of the values.
 #include <math.h>
@@ -136,7 +136,7 @@ static long calls_labelled(const CostReport *r, const char *label) {
     return n;
 }
 
-// act: bf16 activations (MHE_CUDA_ACT=bf16), else twins.
+// act: bf16 activations (the default), else twins (MHE_CUDA_ACT=twins).
 static void deferred_sums_match_immediate(int act) {
     float *host[T] = {0};
     const int given[] = {X, DY, GAMMA, BETA, HX, DOUT, F, G, DGAMMA, DBETA, DF, DG, W, DW, DB};
@@ -150,7 +150,7 @@ static void deferred_sums_match_immediate(int act) {
             for (size_t j = 0; j < size_of(i); j++) host[i][j] = bf16_round(host[i][j]);
     }
     Backend *bes[3];
-    if (act) setenv("MHE_CUDA_ACT", "bf16", 1);
+    if (!act) setenv("MHE_CUDA_ACT", "twins", 1);
     bes[0] = backend_cuda_create(0, 1);
     setenv("MHE_CUDA_DEFER", "0", 1);
     bes[1] = backend_cuda_create(0, 1);
