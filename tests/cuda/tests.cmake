@@ -58,7 +58,7 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_mhe_ops COMMAND test_cuda_mhe_ops)
   set_tests_properties(test_cuda_mhe_ops PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300 LABELS "unit;cuda")
 
-  # bf16 activations (MHE_CUDA_ACT=bf16): every op taking an Act against the CPU backend in fp32.
+  # bf16 activations (a bf16 run's default): every op taking an Act against the CPU backend in fp32.
   add_executable(test_cuda_act ${CMAKE_CURRENT_LIST_DIR}/test_cuda_act.c)
   target_link_libraries(test_cuda_act PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_act COMMAND test_cuda_act)
