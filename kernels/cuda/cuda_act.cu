@@ -18,9 +18,9 @@
 // kernels already read and store bf16 (those that wrote lean twins: GELU, dropout, the residual
 // step, BERT's embedding block, LayerNorm's backwards, the per-head broadcast and its backwards,
 // the cross-entropy, the tensor-core attention) run on the bf16 buffers themselves:
-// cuda_mirror.cu's lean lookups name the buffer in this mode.  The rest (tanh, row gather and
-// scatter, the embeddings, the attention core off the tensor-core path) run the fp32 kernels of
-// the other files on widened copies: each Act input is widened into an fp32 staging buffer (a
+// cuda_mirror.cu's lean lookups name the buffer in this mode; tanh, the row gather and scatter
+// and the embeddings' two ops have kernels templated on the element type (cuda_elementwise.cu).
+// The attention core off the tensor-core path runs the fp32 kernels on widened copies: each Act input is widened into an fp32 staging buffer (a
 // compact [rows, cols] for strided ones), the fp32 op runs there, and each Act output is rounded
 // back (a strided one only over its own columns, so the slices of one fused buffer stay each
 // other's).  An output that is the same buffer as an input shares its staging buffer, which
@@ -32,8 +32,6 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-static __nv_bfloat16 *ab(Act *p) { return reinterpret_cast<__nv_bfloat16 *>(p); }
-static const __nv_bfloat16 *ab(const Act *p) { return reinterpret_cast<const __nv_bfloat16 *>(p); }
 static Backend *f32(Backend *be) { return cuda_ctx(be)->f32; }
 
 // y[r * ldy + c] = T(x[r * ldx + c]) for a [rows, cols] matrix: widening and rounding (round to
@@ -388,43 +386,6 @@ static void act_layernorm_forward(Backend *be, const Act *x, const float *gamma,
 
 // ---- every other op: the fp32 kernels on staged copies ----
 
-static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
-    Stage s(be, OPC_OTHER);
-    const Act *ss = s.in(src, (size_t)src_rows * C);
-    f32(be)->gather_rows(be, ss, rows, M, C, s.out(dst, (size_t)M * C, false), src_rows);
-    s.done();
-}
-static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int dst_rows) {
-    Stage s(be, OPC_OTHER);
-    const Act *ss = s.in(src, (size_t)M * C);
-    f32(be)->scatter_rows(be, ss, rows, M, C, s.out(dst, (size_t)dst_rows * C, true), dst_rows);
-    s.done();
-}
-static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *xs = s.in(x, n);
-    f32(be)->tanh_forward(be, xs, s.out(y, n, false), n);
-    s.done();
-}
-static void act_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n) {
-    Stage s(be, OPC_NORM_ACT);
-    const Act *ys = s.in(y, n), *gs = s.in(dy, n);
-    f32(be)->tanh_backward(be, ys, gs, s.out(dx, n, false), n);
-    s.done();
-}
-static void act_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
-                                  const float *pos, const float *type, int B, int T, int D, Act *out) {
-    Stage s(be, OPC_OTHER);
-    f32(be)->embedding_forward(be, ids, type_ids, word, pos, type, B, T, D, s.out(out, (size_t)B * T * D, false));
-    s.done();
-}
-static void act_embedding_backward(Backend *be, const Act *dout, const int32_t *ids, const int32_t *type_ids, int B,
-                                   int T, int D, float *dword, float *dpos, float *dtype) {
-    Stage s(be, OPC_OTHER);
-    f32(be)->embedding_backward(be, s.in(dout, (size_t)B * T * D), ids, type_ids, B, T, D, dword, dpos, dtype);
-    s.done();
-}
-
 // Q, K, V (and their gradients) staged compact: the fp32 core sees row strides heads * dim.
 static AttnShape compact(const AttnShape *s, Stage &st) {
     AttnShape t = *s;
@@ -495,13 +456,7 @@ void cuda_install_act_bf16(Backend *be) {
     be->bias_add = act_bias_add;
     be->bias_backward = act_bias_backward;
     be->add = act_add;
-    be->gather_rows = act_gather_rows;
-    be->scatter_rows = act_scatter_rows;
     be->layernorm_forward = act_layernorm_forward;
-    be->tanh_forward = act_tanh_forward;
-    be->tanh_backward = act_tanh_backward;
-    be->embedding_forward = act_embedding_forward;
-    be->embedding_backward = act_embedding_backward;
     be->attention_forward = act_attention_forward;
     be->attention_backward = act_attention_backward;
 }

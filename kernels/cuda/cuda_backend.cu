@@ -29,6 +29,7 @@ void cuda_memset(Backend *be, void *p, size_t bytes) {
     cuda_mirror_zeroed(be, p, bytes);
 }
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_colsum_flush(be);  // src may be a waiting column sum's output
     cuda_mirror_overwrote(be, dst, bytes);  // every byte: values only a twin held are dead
     if (bytes && mhe_cost_record("memcpy d2d", mhe_cost(0, 2.0 * bytes)))
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
@@ -63,6 +64,7 @@ static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
 }
 
 static void cuda_download(Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_colsum_flush(be);  // src may be a waiting column sum's output
     if (!bytes || !mhe_cost_record("memcpy d2h", MheCost{0, 0, (double)bytes, (double)bytes, 0})) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream(be)));
     cuda_stream_sync(be, "download");
@@ -307,12 +309,13 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
-    // bf16 activations (cuda_act.cu) with MHE_CUDA_ACT=bf16; otherwise a bf16 run keeps fp32
-    // activations with bf16 twins of the matmul operands (cuda_mirror.cu).
+    // A bf16 run stores its activations in bf16 (cuda_act.cu); MHE_CUDA_ACT=twins keeps the
+    // former mode — fp32 activations with bf16 twins of the matmul operands (cuda_mirror.cu) —
+    // until its machinery and tests are gone.
     const char *act = std::getenv("MHE_CUDA_ACT");
     if (act && *act && std::strcmp(act, "bf16") != 0 && std::strcmp(act, "twins") != 0)
         mhe_fatal("MHE_CUDA_ACT=%s: expected bf16 or twins", act);
-    c->act_bf16 = bf16 && act && std::strcmp(act, "bf16") == 0;
+    c->act_bf16 = bf16 && !(act && std::strcmp(act, "twins") == 0);
     c->bf16 = bf16 != 0 && !c->act_bf16;
     // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
     // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).
@@ -367,8 +370,9 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     const char *lean = std::getenv("MHE_CUDA_LEAN");
     c->lean = c->bf16 && !(lean && std::strcmp(lean, "0") == 0);
     if (c->lean) cuda_install_lean(be);
-    // Deferred column sums rely on the reads the lean wrappers declare (cuda_colsum.cu).
-    if (c->lean) cuda_colsum_defer_init(be);
+    // Deferred column sums (cuda_colsum.cu): with the reads the lean wrappers declare, or with
+    // bf16 activations, where only the fp32 ops read parameter gradients and they flush first.
+    if (c->lean || c->act_bf16) cuda_colsum_defer_init(be);
     if (c->act_bf16) cuda_install_act_bf16(be);
     return be;
 }

@@ -69,6 +69,7 @@ static MheCost ew_cost(int op, size_t n) {
 }
 static void elementwise(Backend *be, int op, const float *a, const float *b, float c, float *out, size_t n) {
     double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // a parameter gradient's reader (cuda_colsum.cu)
     __nv_bfloat16 *outb = cuda_mirror_out(be, out, n);
     if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(ew_cost(op, n), outb, n))(op, a, b, c, out, outb, n);
     CUDA_CHECK_LAUNCH();
@@ -412,24 +413,43 @@ __global__ void gelu_backward_kernel(int tanh_form, const typename In::X *x, con
         store_twin(dx, dxb, i, in(dy, i) * g);
     }
 }
-__global__ void tanh_forward_kernel(const float *x, float *y, __nv_bfloat16 *yb, size_t n) {
-    GRID_STRIDE(i, n) store_twin(y, yb, i, tanhf(x[i]));
+// Elements of E (float, or bf16 for an Act of a bf16-activation backend), fp32 arithmetic
+// inside; yb: the twin of an fp32 output (twin mode), nullptr otherwise.
+template <typename E>
+__global__ void tanh_forward_kernel(const E *x, E *y, __nv_bfloat16 *yb, size_t n) {
+    GRID_STRIDE(i, n) store_twin(y, yb, i, tanhf(ld_float(x, i)));
 }
 // tanh' = 1 - tanh², from the saved output.
-__global__ void tanh_backward_kernel(const float *y, const float *dy, float *dx, __nv_bfloat16 *dxb, size_t n) {
-    GRID_STRIDE(i, n) store_twin(dx, dxb, i, dy[i] * (1.0f - y[i] * y[i]));
+template <typename E>
+__global__ void tanh_backward_kernel(const E *y, const E *dy, E *dx, __nv_bfloat16 *dxb, size_t n) {
+    GRID_STRIDE(i, n) {
+        const float t = ld_float(y, i);
+        store_twin(dx, dxb, i, ld_float(dy, i) * (1.0f - t * t));
+    }
 }
-static void cuda_tanh_forward(Backend *be, const float *x, float *y, size_t n) {
+static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
     double t0 = cuda_prof_begin(be);
-    __nv_bfloat16 *yb = cuda_mirror_out(be, y, n);
-    if (n) MHE_LAUNCH(tanh_forward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(10.0 * n, 8.0 * n), yb, n))(x, y, yb, n);
+    cudaStream_t st = cuda_stream(be);
+    if (!n) {
+    } else if (act16(be)) {
+        MHE_LAUNCH(tanh_forward_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, st, mhe_cost(10.0 * n, 4.0 * n))(ab(x), ab(y), nullptr, n);
+    } else {
+        __nv_bfloat16 *yb = cuda_mirror_out(be, af(y), n);
+        MHE_LAUNCH(tanh_forward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, with_twin(mhe_cost(10.0 * n, 8.0 * n), yb, n))(af(x), af(y), yb, n);
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
-static void cuda_tanh_backward(Backend *be, const float *y, const float *dy, float *dx, size_t n) {
+static void act_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
-    __nv_bfloat16 *dxb = cuda_mirror_out(be, dx, n);
-    if (n) MHE_LAUNCH(tanh_backward_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(3.0 * n, 12.0 * n), dxb, n))(y, dy, dx, dxb, n);
+    cudaStream_t st = cuda_stream(be);
+    if (!n) {
+    } else if (act16(be)) {
+        MHE_LAUNCH(tanh_backward_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, st, mhe_cost(3.0 * n, 6.0 * n))(ab(y), ab(dy), ab(dx), nullptr, n);
+    } else {
+        __nv_bfloat16 *dxb = cuda_mirror_out(be, af(dx), n);
+        MHE_LAUNCH(tanh_backward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, with_twin(mhe_cost(3.0 * n, 12.0 * n), dxb, n))(af(y), af(dy), af(dx), dxb, n);
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -503,8 +523,9 @@ static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float 
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+template <typename E>
 __global__ void embedding_forward_kernel(const int32_t *ids, const int32_t *type_ids, const float *word,
-                                         const float *pos, const float *type, int B, int T, int D, float *out,
+                                         const float *pos, const float *type, int B, int T, int D, E *out,
                                          __nv_bfloat16 *outb) {
     size_t total = (size_t)B * T * D;
     GRID_STRIDE(i, total) {
@@ -517,79 +538,115 @@ __global__ void embedding_forward_kernel(const int32_t *ids, const int32_t *type
     }
 }
 // Word and type rows repeat across tokens: scatter with atomics.
-__global__ void embedding_scatter_kernel(const float *dout, const int32_t *ids, const int32_t *type_ids,
+template <typename E>
+__global__ void embedding_scatter_kernel(const E *dout, const int32_t *ids, const int32_t *type_ids,
                                          int B, int T, int D, float *dword, float *dtype) {
     size_t total = (size_t)B * T * D;
     GRID_STRIDE(i, total) {
         int c = (int)(i % D);
         size_t bt = i / D;
-        if (dword) atomicAdd(&dword[(size_t)ids[bt] * D + c], dout[i]);
-        if (dtype) atomicAdd(&dtype[(size_t)(type_ids ? type_ids[bt] : 0) * D + c], dout[i]);
+        const float g = ld_float(dout, i);
+        if (dword) atomicAdd(&dword[(size_t)ids[bt] * D + c], g);
+        if (dtype) atomicAdd(&dtype[(size_t)(type_ids ? type_ids[bt] : 0) * D + c], g);
     }
 }
 // dpos[t, c] += sum_b dout[b, t, c]
-__global__ void embedding_pos_kernel(const float *dout, int B, int T, int D, float *dpos) {
+template <typename E>
+__global__ void embedding_pos_kernel(const E *dout, int B, int T, int D, float *dpos) {
     size_t total = (size_t)T * D;
     GRID_STRIDE(i, total) {
         float s = 0;
-        for (int b = 0; b < B; b++) s += dout[(size_t)b * T * D + i];
+        for (int b = 0; b < B; b++) s += ld_float(dout, (size_t)b * T * D + i);
         dpos[i] += s;
     }
 }
-static void cuda_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids,
-                                   const float *word, const float *pos, const float *type, int B,
-                                   int T, int D, float *out) {
+static void act_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
+                                  const float *pos, const float *type, int B, int T, int D, Act *out) {
     double t0 = cuda_prof_begin(be);
-    size_t total = (size_t)B * T * D;
-    __nv_bfloat16 *outb = cuda_mirror_out(be, out, total);
-    if (total) MHE_LAUNCH(embedding_forward_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(2.0 * total, 4.0 * ((type ? 3.0 : 2.0) * total + (double)T * D + (type_ids ? 2.0 : 1.0) * B * T)), outb, total))(ids, type_ids, word, pos, type, B, T, D, out, outb);
+    const size_t total = (size_t)B * T * D;
+    // Reads of the three tables and the ids, then the stores (4 or 2 bytes each).
+    const double reads = 4.0 * ((type ? 2.0 : 1.0) * total + (double)T * D + (type_ids ? 2.0 : 1.0) * B * T);
+    cudaStream_t st = cuda_stream(be);
+    if (!total) {
+    } else if (act16(be)) {
+        MHE_LAUNCH(embedding_forward_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(2.0 * total, reads + 2.0 * total))(ids, type_ids, word, pos, type, B, T, D, ab(out), nullptr);
+    } else {
+        __nv_bfloat16 *outb = cuda_mirror_out(be, af(out), total);
+        MHE_LAUNCH(embedding_forward_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_twin(mhe_cost(2.0 * total, reads + 4.0 * total), outb, total))(ids, type_ids, word, pos, type, B, T, D, af(out), outb);
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
-static void cuda_embedding_backward(Backend *be, const float *dout, const int32_t *ids,
-                                    const int32_t *type_ids, int B, int T, int D, float *dword,
-                                    float *dpos, float *dtype) {
+static void act_embedding_backward(Backend *be, const Act *dout, const int32_t *ids, const int32_t *type_ids, int B,
+                                   int T, int D, float *dword, float *dpos, float *dtype) {
     double t0 = cuda_prof_begin(be);
-    size_t total = (size_t)B * T * D;
+    const size_t total = (size_t)B * T * D;
+    const double es = act16(be) ? 2.0 : 4.0, tables = (dword != nullptr) + (dtype != nullptr);
     cudaStream_t s = cuda_stream(be);
     // The scatter's extent (vocabulary rows) is not known here: the gradient buffers' twins go.
     if (dword) cuda_mirror_wrote_alloc(be, dword);
     if (dtype) cuda_mirror_wrote_alloc(be, dtype);
     if (dpos) cuda_mirror_wrote(be, dpos, (size_t)T * D * sizeof(float));
-    if (total && (dword || dtype))
-        MHE_LAUNCH(embedding_scatter_kernel, cuda_grid_for(total), MHE_BLOCK, 0, s, mhe_cost(((dword != nullptr) + (dtype != nullptr)) * (double)total, 4.0 * (total + ((dword != nullptr) + (dtype != nullptr)) * 2.0 * total + (type_ids ? 2.0 : 1.0) * B * T)))(dout, ids, type_ids, B, T, D, dword, dtype);
+    if (total && (dword || dtype)) {
+        const MheCost cost = mhe_cost(tables * total, es * total + 8.0 * tables * total + 4.0 * (type_ids ? 2.0 : 1.0) * B * T);
+        if (act16(be))
+            MHE_LAUNCH(embedding_scatter_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, s, cost)(ab(dout), ids, type_ids, B, T, D, dword, dtype);
+        else
+            MHE_LAUNCH(embedding_scatter_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, s, cost)(af(dout), ids, type_ids, B, T, D, dword, dtype);
+    }
     CUDA_CHECK_LAUNCH();
-    if (total && dpos)
-        MHE_LAUNCH(embedding_pos_kernel, cuda_grid_for((size_t)T * D), MHE_BLOCK, 0, s, mhe_cost((double)total, 4.0 * total + 8.0 * T * D))(dout, B, T, D, dpos);
+    if (total && dpos) {
+        const MheCost cost = mhe_cost((double)total, es * total + 8.0 * T * D);
+        if (act16(be))
+            MHE_LAUNCH(embedding_pos_kernel<__nv_bfloat16>, cuda_grid_for((size_t)T * D), MHE_BLOCK, 0, s, cost)(ab(dout), B, T, D, dpos);
+        else
+            MHE_LAUNCH(embedding_pos_kernel<float>, cuda_grid_for((size_t)T * D), MHE_BLOCK, 0, s, cost)(af(dout), B, T, D, dpos);
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
 
 // Row gather / scatter: the MLM head runs on the scored rows only (ops.h).  One element per
-// thread of a grid-stride loop; rows are distinct for the scatter, so no atomics.
-__global__ void gather_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst,
-                                   __nv_bfloat16 *dstb) {
-    GRID_STRIDE(i, (size_t)M * C) store_twin(dst, dstb, i, src[(size_t)rows[i / C] * C + i % C]);
+// thread of a grid-stride loop; rows are distinct for the scatter, so no atomics.  Elements move
+// unchanged, in the activations' type.
+template <typename E>
+__global__ void gather_rows_kernel(const E *src, const int32_t *rows, int M, int C, E *dst, __nv_bfloat16 *dstb) {
+    GRID_STRIDE(i, (size_t)M * C) {
+        const E v = src[(size_t)rows[i / C] * C + i % C];
+        dst[i] = v;
+        if (dstb) dstb[i] = __float2bfloat16(ld_float(&v, 0));
+    }
 }
-__global__ void scatter_rows_kernel(const float *src, const int32_t *rows, int M, int C, float *dst) {
+template <typename E>
+__global__ void scatter_rows_kernel(const E *src, const int32_t *rows, int M, int C, E *dst) {
     GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
 }
-static void cuda_gather_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
-                             int src_rows) {
+static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
     (void)src_rows;  // cuda_lean.cu's wrapper declares the read
     double t0 = cuda_prof_begin(be);
-    size_t total = (size_t)M * C;
-    __nv_bfloat16 *dstb = cuda_mirror_out(be, dst, total);
-    if (total) MHE_LAUNCH(gather_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(0, 8.0 * total + 4.0 * M), dstb, total))(src, rows, M, C, dst, dstb);
+    const size_t total = (size_t)M * C;
+    cudaStream_t st = cuda_stream(be);
+    if (!total) {
+    } else if (act16(be)) {
+        MHE_LAUNCH(gather_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst), nullptr);
+    } else {
+        __nv_bfloat16 *dstb = cuda_mirror_out(be, af(dst), total);
+        MHE_LAUNCH(gather_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_twin(mhe_cost(0, 8.0 * total + 4.0 * M), dstb, total))(af(src), rows, M, C, af(dst), dstb);
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
-static void cuda_scatter_rows(Backend *be, const float *src, const int32_t *rows, int M, int C, float *dst,
-                              int dst_rows) {
+static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int dst_rows) {
     double t0 = cuda_prof_begin(be);
-    cuda_mirror_wrote(be, dst, (size_t)dst_rows * C * sizeof(float));
-    size_t total = (size_t)M * C;
-    if (total) MHE_LAUNCH(scatter_rows_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 8.0 * total + 4.0 * M))(src, rows, M, C, dst);
+    const size_t total = (size_t)M * C;
+    cudaStream_t st = cuda_stream(be);
+    if (!total) {
+    } else if (act16(be)) {
+        MHE_LAUNCH(scatter_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst));
+    } else {
+        cuda_mirror_wrote(be, dst, (size_t)dst_rows * C * sizeof(float));
+        MHE_LAUNCH(scatter_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 8.0 * total + 4.0 * M))(af(src), rows, M, C, af(dst));
+    }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -606,6 +663,7 @@ static double cuda_sum_squares(Backend *be, const float *x, size_t n) {
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     if (!n) return 0.0;
+    cuda_colsum_flush(be);  // the gradient norm reads what waits
     MHE_LAUNCH(sum_squares_kernel, CUDA_SUM_BLOCKS, MHE_BLOCK, 0, c->stream, mhe_cost_blocks(2.0 * n, 4.0 * n + 8.0 * CUDA_SUM_BLOCKS, CUDA_SUM_BLOCKS))(x, n, c->partials);
     CUDA_CHECK_LAUNCH();
     const size_t pb = CUDA_SUM_BLOCKS * sizeof(double);
@@ -639,6 +697,7 @@ __global__ void adam_kernel(float *p, __nv_bfloat16 *pb, const float *grad, floa
 static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n, float b1,
                               float b2, float eps, float step_size, float decay, float bc2_sqrt, float grad_scale) {
     double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // the optimizer reads the gradients
     // The weights' bf16 twins (matmul operands) are refreshed here, once per optimizer step.
     __nv_bfloat16 *pb = cuda_mirror_out(be, p, n);
     cuda_mirror_wrote(be, m, n * sizeof(float));
@@ -651,6 +710,7 @@ static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, 
                                 float *u, size_t n, float b1, float b2, float eps, float wd,
                                 float bc1, float bc2, float grad_scale) {
     double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // the optimizer reads the gradients
     // p is only read when u is set.
     cuda_mirror_wrote(be, m, n * sizeof(float));
     cuda_mirror_wrote(be, v, n * sizeof(float));
@@ -685,28 +745,9 @@ static void act_gelu_forward(Backend *be, GeluKind kind, const Act *x, Act *y, s
 static void act_gelu_backward(Backend *be, GeluKind kind, const Act *x, const Act *dy, Act *dx, size_t n) {
     cuda_gelu_backward(be, kind, af(x), af(dy), af(dx), n);
 }
-static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) { cuda_tanh_forward(be, af(x), af(y), n); }
-static void act_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx, size_t n) {
-    cuda_tanh_backward(be, af(y), af(dy), af(dx), n);
-}
 static void act_dropout(Backend *be, const Act *x, Act *y, size_t n, float p, uint64_t seed, uint64_t offset) {
     cuda_dropout(be, af(x), af(y), n, p, seed, offset);
 }
-static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
-    cuda_gather_rows(be, af(src), rows, M, C, af(dst), src_rows);
-}
-static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int dst_rows) {
-    cuda_scatter_rows(be, af(src), rows, M, C, af(dst), dst_rows);
-}
-static void act_embedding_forward(Backend *be, const int32_t *ids, const int32_t *type_ids, const float *word,
-                                  const float *pos, const float *type, int B, int T, int D, Act *out) {
-    cuda_embedding_forward(be, ids, type_ids, word, pos, type, B, T, D, af(out));
-}
-static void act_embedding_backward(Backend *be, const Act *dout, const int32_t *ids, const int32_t *type_ids, int B,
-                                   int T, int D, float *dword, float *dpos, float *dtype) {
-    cuda_embedding_backward(be, af(dout), ids, type_ids, B, T, D, dword, dpos, dtype);
-}
-
 void cuda_install_elementwise(Backend *be) {
     be->bias_add = act_bias_add;
     be->bias_backward = act_bias_backward;

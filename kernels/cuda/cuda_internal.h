@@ -58,6 +58,11 @@ static inline const float *af(const Act *p) { return reinterpret_cast<const floa
 static inline Act *fa(float *p) { return reinterpret_cast<Act *>(p); }
 static inline const Act *fa(const float *p) { return reinterpret_cast<const Act *>(p); }
 
+// Activation memory as bf16 (be->act DT_BF16).
+static inline __nv_bfloat16 *ab(Act *p) { return reinterpret_cast<__nv_bfloat16 *>(p); }
+static inline const __nv_bfloat16 *ab(const Act *p) { return reinterpret_cast<const __nv_bfloat16 *>(p); }
+static inline bool act16(Backend *be) { return be->act == DT_BF16; }
+
 static inline CudaCtx *cuda_ctx(Backend *be) { return static_cast<CudaCtx *>(be->ctx); }
 static inline cudaStream_t cuda_stream(Backend *be) { return cuda_ctx(be)->stream; }
 
@@ -228,6 +233,10 @@ __device__ __forceinline__ float ld_old(const float *y, const __nv_bfloat16 *yb,
 __device__ __forceinline__ void store_twin(float *y, __nv_bfloat16 *yb, size_t i, float v) {
     if (y) y[i] = v;
     if (yb) yb[i] = __float2bfloat16(v);
+}
+// A bf16 activation: one rounding of v (no twin).
+__device__ __forceinline__ void store_twin(__nv_bfloat16 *y, __nv_bfloat16 *, size_t i, float v) {
+    y[i] = __float2bfloat16(v);
 }
 // The cost of an op plus its twin stores (2 bytes per element written).
 static inline MheCost with_twin(MheCost c, const void *twin, double n) {

@@ -23,6 +23,7 @@
 #include <map>
 #include <tuple>
 
+#include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 
 static constexpr size_t LT_WORKSPACE = 32u << 20;  // NVIDIA's recommendation for Hopper
@@ -360,22 +361,22 @@ bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W,
     lt_run(be, p, A, dy, 0.0f, dx, nullptr, u);
     return true;
 }
-// dW += dyᵀ x with db += Σ dy from the same GEMM (BGRADB into the scratch vector, then added):
-// bf16 operands as they are, fp32 dW.  false (nothing done) without a plan.
+// dW += dyᵀ x with db += Σ dy from the same GEMM: bf16 operands as they are, fp32 dW.  BGRADB
+// stores, ops.h accumulates: the epilogue writes Σ dy as a column sum's single partial
+// (cuda_colsum_space) and its add into db is a deferred stage 2 (cuda_colsum.cu) — finished with
+// the other parameter gradients' sums in one launch, not one small kernel per layer.  false
+// (nothing done) without a plan.
 bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
                         float *dW, float *db) {
     if (!db || N <= 0 || out <= 0 || in <= 0) return false;
-    LtState *s = lt_state(be);
-    cuda_grow(be, s->dbias, s->dbias_n, (size_t)out);
-    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, x, dy, dW, s->dbias);
+    float *sum = cuda_colsum_space(be, (size_t)out);
+    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, x, dy, dW, sum);
     if (!p) return false;
     cuda_act_wrote(be, dW);
     cuda_act_wrote(be, db);
     mhe_cost_record_gemm_epilogue(out, in, N, 1, 1, "+bgrad", 4.0 * out);
-    lt_run(be, p, x, dy, 1.0f, dW, s->dbias);
-    MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
-               mhe_cost(out, 12.0 * out))(db, s->dbias, out);
-    CUDA_CHECK_LAUNCH();
+    lt_run(be, p, x, dy, 1.0f, dW, sum);
+    cuda_colsum2_finish(be, sum, nullptr, 1, out, db, nullptr);
     return true;
 }
 

@@ -45,7 +45,7 @@
 // the lookups of the lean-capable ops name the buffer itself (cuda_internal.h) and those ops read
 // and store bf16 natively; the dual lookups find nothing (no twin: fp32 memory stays fp32), and every fp32 write marks
 // the bf16 copy of its allocation stale (cuda_act.cu's copies of the matmuls' fp32 operands).
-static bool act16(Backend *be) { return cuda_ctx(be)->act_bf16; }
+static bool act_mode(Backend *be) { return cuda_ctx(be)->act_bf16; }
 static __nv_bfloat16 *as_bf16(const float *p) { return reinterpret_cast<__nv_bfloat16 *>(const_cast<float *>(p)); }
 
 // A writer site's use of a segment's fp32 data (lean twins, below).
@@ -251,7 +251,7 @@ template <typename F> static void each_span(MirrorSet *m, const void *p, size_t 
 void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
     cuda_colsum_touch(be, p, bytes);  // a waiting column sum into [p, p + bytes) goes first
-    if (act16(be) && bytes) cuda_act_wrote(be, p);  // bf16 activations: fp32 data changed
+    if (act_mode(be) && bytes) cuda_act_wrote(be, p);  // bf16 activations: fp32 data changed
     if (!c->mirrors || !bytes) return;
     forget_zeros(c->mirrors, p, bytes);
     each_span(c->mirrors, p, bytes, [&](MirrorSegment &g, size_t a, size_t b) {
@@ -266,7 +266,7 @@ void cuda_mirror_wrote(Backend *be, const void *p, size_t bytes) {
 
 void cuda_mirror_overwrote(Backend *be, const void *p, size_t bytes) {
     CudaCtx *c = cuda_ctx(be);
-    if (act16(be) && bytes) cuda_act_wrote(be, p);
+    if (act_mode(be) && bytes) cuda_act_wrote(be, p);
     if (!c->mirrors || !bytes) return;
     uintptr_t lo = addr(p), hi = lo + bytes;
     settle(c->mirrors);
@@ -338,7 +338,7 @@ static bool alloc_of(Backend *be, const void *p, uintptr_t *base, size_t *bytes)
 }
 
 void cuda_mirror_wrote_alloc(Backend *be, const void *p) {
-    if (act16(be)) cuda_act_wrote(be, p);
+    if (act_mode(be)) cuda_act_wrote(be, p);
     uintptr_t base;
     size_t bytes;
     if (alloc_of(be, p, &base, &bytes)) cuda_mirror_wrote(be, reinterpret_cast<const void *>(base), bytes);
@@ -382,7 +382,7 @@ static MirrorSegment *holder_settled(Backend *be, const float *p, size_t n) {
 
 __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
     // bf16 activations: an fp32 update in place (the optimizer's) keeps a current copy current.
-    if (act16(be)) return n ? cuda_act_store_copy(be, p) : nullptr;
+    if (act_mode(be)) return n ? cuda_act_store_copy(be, p) : nullptr;
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
     forget_zeros(cuda_ctx(be)->mirrors, p, n * sizeof(float));
     MirrorSegment *inside = holder_settled(be, p, n);
@@ -398,13 +398,13 @@ __nv_bfloat16 *cuda_mirror_out(Backend *be, const float *p, size_t n) {
 }
 
 __nv_bfloat16 *cuda_mirror_peek_lean(Backend *be, const float *p, size_t n, LeanSite site) {
-    if (act16(be)) return as_bf16(p);
+    if (act_mode(be)) return as_bf16(p);
     MirrorSegment *g = holder_settled(be, p, n);
     return g && g->site[site].mode == SEG_LEAN ? g->twin + (p - g->base) : nullptr;
 }
 
 const __nv_bfloat16 *cuda_mirror_stale_twin(Backend *be, const float *p, size_t n) {
-    if (act16(be)) return as_bf16(p);
+    if (act_mode(be)) return as_bf16(p);
     MirrorSegment *g = holder_settled(be, p, n);
     if (!g) return nullptr;
     const size_t off = (size_t)(p - g->base);
@@ -431,8 +431,8 @@ void cuda_mirror_note_lean(Backend *be, const float *p, size_t n, LeanSite site)
 }
 
 __nv_bfloat16 *cuda_mirror_out_lean(Backend *be, float *p, size_t n, float **fp32, LeanSite site) {
-    *fp32 = act16(be) ? nullptr : p;
-    if (act16(be)) return as_bf16(p);
+    *fp32 = act_mode(be) ? nullptr : p;
+    if (act_mode(be)) return as_bf16(p);
     if (!cuda_ctx(be)->mirrors || !n) return nullptr;
     forget_zeros(cuda_ctx(be)->mirrors, p, n * sizeof(float));
     MirrorSegment *inside = holder_settled(be, p, n);
@@ -536,8 +536,8 @@ static __nv_bfloat16 *band_out(Backend *be, float *p, size_t rows, size_t cols, 
 
 __nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t cols, size_t ld, float **fp32,
                                       LeanSite site) {
-    *fp32 = act16(be) ? nullptr : p;
-    if (act16(be)) return as_bf16(p);
+    *fp32 = act_mode(be) ? nullptr : p;
+    if (act_mode(be)) return as_bf16(p);
     if (!rows || !cols) return nullptr;
     if (ld == cols) return cuda_mirror_out_lean(be, p, rows * cols, fp32, site);
     return band_out(be, p, rows, cols, ld, fp32, (int)site);
@@ -545,7 +545,7 @@ __nv_bfloat16 *cuda_mirror_out2d_lean(Backend *be, float *p, size_t rows, size_t
 
 __nv_bfloat16 *cuda_mirror_out2d(Backend *be, const float *p, size_t rows, size_t cols, size_t ld) {
     if (!rows || !cols) return nullptr;
-    if (act16(be)) {
+    if (act_mode(be)) {
         cuda_act_wrote(be, p);
         return nullptr;
     }
@@ -621,7 +621,7 @@ void cuda_mirror_track(Backend *be, const float *p, size_t n) {
 }
 
 const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) {
-    if (act16(be)) return as_bf16(p);
+    if (act_mode(be)) return as_bf16(p);
     MirrorSegment *inside = segment_for(be, p, n);
     size_t off = (size_t)(p - inside->base);
     if (!covers(inside->valid, off, off + n)) {
@@ -641,14 +641,14 @@ const __nv_bfloat16 *cuda_mirror_operand(Backend *be, const float *p, size_t n) 
 }
 
 void cuda_mirror_track_alloc(Backend *be, const void *p, size_t bytes) {
-    if (act16(be)) cuda_act_track_alloc(be, p, bytes);
+    if (act_mode(be)) cuda_act_track_alloc(be, p, bytes);
     if (!cuda_ctx(be)->bf16) return;
     mirrors(be)->allocs[addr(p)] = bytes;
 }
 
 void cuda_mirror_release(Backend *be, const void *p) {
     CudaCtx *c = cuda_ctx(be);
-    if (act16(be)) cuda_act_release(be, p);
+    if (act_mode(be)) cuda_act_release(be, p);
     if (!c->mirrors) return;
     MirrorSet *m = c->mirrors;
     auto a = m->allocs.find(addr(p));

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/optim_math.h"
 
@@ -97,6 +98,7 @@ static void cuda_adamw_update_ranges(Backend *be, float *p, const float *grad, f
                                      int count, const size_t *start, const size_t *len, const unsigned char *decays,
                                      float b1, float b2, float eps, float step_size, float decay, float bc2_sqrt,
                                      float grad_scale) {
+    cuda_colsum_flush(be);  // the optimizer reads the gradients (cuda_colsum.cu)
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     if (!c->adam) c->adam = new AdamTable();
@@ -196,6 +198,7 @@ static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float 
                                        size_t m_base, int count, const size_t *start, const size_t *len,
                                        const float *wds, float b1, float b2, float eps, float bc1, float bc2,
                                        float grad_scale, double *sq) {
+    cuda_colsum_flush(be);  // the optimizer reads the gradients (cuda_colsum.cu)
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     LambState &st = *lamb_state(be);
@@ -255,6 +258,7 @@ __global__ void axpy_ranges_kernel(const AdamRange *__restrict__ r, const float 
 
 static void cuda_axpy_ranges(Backend *be, float *p, const float *u, size_t m_base, int count, const size_t *start,
                              const size_t *len, const float *coef) {
+    cuda_colsum_flush(be);  // the optimizer reads the gradients (cuda_colsum.cu)
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     LambState &st = *lamb_state(be);

@@ -25,10 +25,13 @@ typedef struct {
     int gpu_bf16;  // the CUDA backend runs in bf16 mode
 } Fix;
 
-// A buffer mirrored on both backends, with a host copy of its initial contents.
+// A buffer mirrored on both backends, with a host copy of its initial contents.  An activation
+// (act) is held on the CUDA side in its Backend.act type (bf16 with bf16 activations: g then
+// points at bf16 storage, passed on only through DA).
 typedef struct {
     size_t n;
     float *host, *c, *g;
+    int act;
 } Buf;
 
 static inline float uniform(Fix *f) {
@@ -37,7 +40,7 @@ static inline float uniform(Fix *f) {
 }
 
 static inline Buf buf_new(Fix *f, size_t n, float lo, float hi) {
-    Buf b = {n, malloc((n ? n : 1) * sizeof(float)), NULL, NULL};
+    Buf b = {n, malloc((n ? n : 1) * sizeof(float)), NULL, NULL, 0};
     for (size_t i = 0; i < n; i++) b.host[i] = lo + (hi - lo) * 0.5f * (uniform(f) + 1.0f);
     b.c = f->cpu->alloc(f->cpu, n * sizeof(float));
     b.g = f->gpu->alloc(f->gpu, n * sizeof(float));
@@ -46,6 +49,32 @@ static inline Buf buf_new(Fix *f, size_t n, float lo, float hi) {
     return b;
 }
 static inline Buf buf_rand(Fix *f, size_t n) { return buf_new(f, n, -1.0f, 1.0f); }
+
+// x rounded to the nearest bf16, ties to even.
+static inline float parity_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+// An activation: with bf16 activations on the CUDA side its values are rounded to bf16 first, so
+// both backends start from the same ones (the same draws as buf_new either way).
+static inline Buf act_new(Fix *f, size_t n, float lo, float hi) {
+    Buf b = {n, malloc((n ? n : 1) * sizeof(float)), NULL, NULL, 1};
+    const int bf16 = f->gpu->act == DT_BF16;
+    for (size_t i = 0; i < n; i++) {
+        b.host[i] = lo + (hi - lo) * 0.5f * (uniform(f) + 1.0f);
+        if (bf16) b.host[i] = parity_bf16_round(b.host[i]);
+    }
+    b.c = f->cpu->alloc(f->cpu, n * sizeof(float));
+    b.g = f->gpu->alloc(f->gpu, n * dtype_size(f->gpu->act));
+    f->cpu->upload(f->cpu, b.c, b.host, n * sizeof(float));
+    f->gpu->upload_act(f->gpu, (Act *)b.g, b.host, n);
+    return b;
+}
+static inline Buf act_rand(Fix *f, size_t n) { return act_new(f, n, -1.0f, 1.0f); }
 
 static inline void buf_free(Fix *f, Buf *b) {
     f->cpu->free(f->cpu, b->c);
@@ -72,7 +101,10 @@ static inline void ibuf_free(Fix *f, IBuf *b) {
 static inline double expect_close(Fix *f, const Buf *b, double tol, const char *what) {
     float *x = malloc(b->n * sizeof(float)), *y = malloc(b->n * sizeof(float));
     f->cpu->download(f->cpu, x, b->c, b->n * sizeof(float));
-    f->gpu->download(f->gpu, y, b->g, b->n * sizeof(float));
+    if (b->act)
+        f->gpu->download_act(f->gpu, y, (const Act *)b->g, b->n);
+    else
+        f->gpu->download(f->gpu, y, b->g, b->n * sizeof(float));
     double mx = 1e-3, err = 0;
     size_t worst = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -109,11 +141,20 @@ static inline int setup_fp32(void **state) {
     *state = f;
     return 0;
 }
+// The twin mode (MHE_CUDA_ACT=twins: fp32 activations, bf16 twins of the matmul operands): these
+// tests pass fp32 buffers as activations.  The default bf16 mode, bf16 activations, is
+// test_cuda_act's (every Act op against the CPU backend) and the model tests'.
+static inline Backend *cuda_create_twins(int device) {
+    setenv("MHE_CUDA_ACT", "twins", 1);
+    Backend *be = backend_cuda_create(device, 1);
+    unsetenv("MHE_CUDA_ACT");
+    return be;
+}
 static inline int setup_bf16(void **state) {
     setup_fp32(state);
     Fix *f = *state;
     f->gpu->destroy(f->gpu);
-    f->gpu = backend_cuda_create(0, 1);
+    f->gpu = cuda_create_twins(0);
     f->gpu_bf16 = 1;
     return 0;
 }
@@ -145,7 +186,8 @@ static inline int teardown(void **state) {
         }                                                  \
     } while (0)
 #define D(b) (side_ ? (b).g : (b).c)
-// The same buffer as an activation: both backends here store activations as fp32 (Backend.act).
+// The same buffer as an activation (the CPU backends here store activations as fp32; the CUDA
+// side as act_new made it, or fp32 memory in fp32 and twin modes).
 #define DA(b) ((Act *)D(b))
 
 #endif

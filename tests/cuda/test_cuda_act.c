@@ -1,4 +1,4 @@
-// bf16 activations on the CUDA backend (kernels/cuda/cuda_act.cu, MHE_CUDA_ACT=bf16): every op
+// bf16 activations on the CUDA backend (kernels/cuda/cuda_act.cu, a bf16 run's default): every op
 // that takes an Act, run on bf16 storage, against the CPU backend in fp32 from the same inputs.
 // The inputs are rounded to bf16 on the host before both sides get them, so the two runs start
 // from identical values and differ only by what the bf16 side rounds: each Act it stores (≤ 2⁻⁹
@@ -9,14 +9,7 @@
 #include "tests/cuda/parity.h"
 
 // x rounded to the nearest bf16, ties to even (the host's own rounding: the oracle of upload_act).
-static float bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
+static float bf16_round(float x) { return parity_bf16_round(x); }
 
 // An activation: fp32 on the CPU, bf16 on the CUDA backend, the same values.
 typedef struct {
@@ -100,7 +93,6 @@ static double expect_act(Fix *f, const ABuf *b, double tol, const char *what) {
 
 
 static int setup_act(void **state) {
-    setenv("MHE_CUDA_ACT", "bf16", 1);
     setup_fp32(state);
     Fix *f = *state;
     f->gpu->destroy(f->gpu);
@@ -260,9 +252,9 @@ static void test_elementwise(void **state) {
     expect_act(f, &o, TOL, "dropout");
     PAIR(f, dropout, DX(o), DX(o), n, 0.2f, 98u, 3u);
     expect_act(f, &o, TOL, "dropout in place");
-    PAIR(f, tanh_forward, DX(a), DX(o), n);
+    NATIVE(PAIR(f, tanh_forward, DX(a), DX(o), n));
     expect_act(f, &o, TOL, "tanh_forward");
-    PAIR(f, tanh_backward, DX(o), DX(b), DX(b), n);
+    NATIVE(PAIR(f, tanh_backward, DX(o), DX(b), DX(b), n));
     expect_act(f, &b, TOL, "tanh_backward in place");
     for (int k = 0; k < 2; k++) {
         const GeluKind kind = k ? GELU_TANH : GELU_ERF;
@@ -319,9 +311,9 @@ static void test_gather_scatter_rows(void **state) {
     const int32_t rows[4] = {7, 0, 3, 8};
     IBuf I = ibuf_new(f, rows, M);
     ABuf src = abuf_rand(f, (size_t)R * C), dst = abuf_rand(f, (size_t)M * C);
-    PAIR(f, gather_rows, DX(src), D(I), M, C, DX(dst), R);
+    NATIVE(PAIR(f, gather_rows, DX(src), D(I), M, C, DX(dst), R));
     expect_act(f, &dst, 0.0, "gather_rows");
-    PAIR(f, scatter_rows, DX(dst), D(I), M, C, DX(src), R);
+    NATIVE(PAIR(f, scatter_rows, DX(dst), D(I), M, C, DX(src), R));
     expect_act(f, &src, 0.0, "scatter_rows (other rows untouched)");
     abuf_free(f, &src);
     abuf_free(f, &dst);
@@ -388,7 +380,7 @@ static void test_embeddings_and_loss(void **state) {
     Buf g = fbuf_rand(f, D), bt = fbuf_rand(f, D), mean = fbuf_rand(f, B * T), rstd = fbuf_rand(f, B * T);
     Buf dword = fbuf_rand(f, (size_t)V * D), dpos = fbuf_rand(f, (size_t)T * D), dtyp = fbuf_rand(f, 2 * (size_t)D);
     ABuf e = abuf_rand(f, n), y = abuf_rand(f, n), dout = abuf_rand(f, n);
-    PAIR(f, embedding_forward, D(I), D(TI), D(word), D(pos), D(typ), B, T, D, DX(e));
+    NATIVE(PAIR(f, embedding_forward, D(I), D(TI), D(word), D(pos), D(typ), B, T, D, DX(e)));
     expect_act(f, &e, TOL, "embedding_forward");
     // BERT's block against its definition: embedding, LayerNorm, dropout.
     f->cpu->layernorm_forward(f->cpu, (Act *)e.c, g.c, bt.c, B * T, D, 1e-5f, (Act *)y.c, mean.c, rstd.c);
@@ -398,7 +390,7 @@ static void test_embeddings_and_loss(void **state) {
     expect_act(f, &e, TOL, "embedding_layernorm_forward e");
     expect_act(f, &y, TOL, "embedding_layernorm_forward y");
     expect_close(f, &rstd, TOL, "embedding_layernorm_forward rstd");
-    PAIR(f, embedding_backward, DX(dout), D(I), D(TI), B, T, D, D(dword), D(dpos), D(dtyp));
+    NATIVE(PAIR(f, embedding_backward, DX(dout), D(I), D(TI), B, T, D, D(dword), D(dpos), D(dtyp)));
     expect_close(f, &dword, TOL, "embedding_backward dword");
     expect_close(f, &dpos, TOL, "embedding_backward dpos");
     expect_close(f, &dtyp, TOL, "embedding_backward dtype");

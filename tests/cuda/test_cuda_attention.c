@@ -42,13 +42,13 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol, int rewrite)
     for (size_t i = 0; i < rows; i++)
         mask[i] = ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
     IBuf M = ibuf_new(f, mask, rows);
-    Buf q = buf_new(f, rows * s.ldq, -2.0f, 2.0f), k = buf_new(f, rows * s.ldk, -2.0f, 2.0f),
-        v = buf_rand(f, rows * s.ldv);
-    Buf kb = buf_rand(f, rows * ac->n), osc = buf_rand(f, (size_t)ac->n * ac->dv),
+    Buf q = act_new(f, rows * s.ldq, -2.0f, 2.0f), k = act_new(f, rows * s.ldk, -2.0f, 2.0f),
+        v = act_rand(f, rows * s.ldv);
+    Buf kb = act_rand(f, rows * ac->n), osc = buf_rand(f, (size_t)ac->n * ac->dv),
         osh = buf_rand(f, (size_t)ac->n * ac->dv);
-    Buf out = buf_rand(f, rows * ac->n * ac->dv), dout = buf_rand(f, rows * ac->n * ac->dv);
-    Buf dq = buf_rand(f, rows * s.ldq), dk = buf_rand(f, rows * s.ldk), dv = buf_rand(f, rows * s.ldv);
-    Buf dkb = buf_rand(f, rows * ac->n), dosc = buf_rand(f, (size_t)ac->n * ac->dv),
+    Buf out = act_rand(f, rows * ac->n * ac->dv), dout = act_rand(f, rows * ac->n * ac->dv);
+    Buf dq = act_rand(f, rows * s.ldq), dk = act_rand(f, rows * s.ldk), dv = act_rand(f, rows * s.ldv);
+    Buf dkb = act_rand(f, rows * ac->n), dosc = buf_rand(f, (size_t)ac->n * ac->dv),
         dosh = buf_rand(f, (size_t)ac->n * ac->dv);
     size_t sv[2], sc[2];
     f->cpu->attention_sizes(f->cpu, &s, &sv[0], &sc[0]);
@@ -209,7 +209,7 @@ static void test_attention_bf16_dkv_split(void **state) {
         char value[16];
         snprintf(value, sizeof value, "%d", heads[i]);
         setenv("MHE_CUDA_DKV_HEADS", value, 1);
-        f->gpu = backend_cuda_create(0, 1);
+        f->gpu = dflt->act == DT_BF16 ? backend_cuda_create(0, 1) : cuda_create_twins(0);
         unsetenv("MHE_CUDA_DKV_HEADS");
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
             const int group = c ? 6 : 12;
@@ -237,6 +237,16 @@ static int setup_bf16_attention(void **state) {
     for (int i = 0; i < 1115; i++) uniform(f);
     return 0;
 }
+// bf16 activations (a bf16 run's default): Q, K, V, the output and every gradient but the output
+// scale's and shift's in bf16 on the CUDA side, the same draws rounded to bf16 on both.
+static int setup_act_attention(void **state) {
+    setup_bf16_attention(state);
+    Fix *f = *state;
+    f->gpu->destroy(f->gpu);
+    f->gpu = backend_cuda_create(0, 1);
+    assert_int_equal(f->gpu->act, DT_BF16);
+    return 0;
+}
 
 int main(void) {
     const struct CMUnitTest fp32[] = {
@@ -249,7 +259,12 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_reads_twins),
         cmocka_unit_test(test_attention_bf16_dkv_split),
     };
+    const struct CMUnitTest act[] = {
+        cmocka_unit_test(test_attention_bf16_within_1e2),
+        cmocka_unit_test(test_attention_bf16_dkv_split),
+    };
     int failed = cmocka_run_group_tests_name("cuda attention parity fp32", fp32, setup_fp32, teardown);
-    failed += cmocka_run_group_tests_name("cuda attention parity bf16", bf16, setup_bf16_attention, teardown);
+    failed += cmocka_run_group_tests_name("cuda attention parity bf16 activations", act, setup_act_attention, teardown);
+    failed += cmocka_run_group_tests_name("cuda attention parity bf16 twins", bf16, setup_bf16_attention, teardown);
     return failed ? 1 : 0;
 }

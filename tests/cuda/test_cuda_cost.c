@@ -37,7 +37,11 @@ static void test_single_calls(void **state) {
     const GpuSpec *a100 = gpu_spec_find("A100");
     assert_non_null(a100);
     assert_null(gpu_spec_find("v100"));
+    // The twin mode (MHE_CUDA_ACT=twins): the hand figures below are its (fp32 activations, bf16
+    // twins); the recorded steps further down run the default, bf16 activations.
+    setenv("MHE_CUDA_ACT", "twins", 1);
     Backend *be = backend_cuda_create(0, 1);
+    unsetenv("MHE_CUDA_ACT");
     float *x = be->alloc(be, 4 << 20), *y = be->alloc(be, 4 << 20), *z = be->alloc(be, 4 << 20);
     int32_t *labels = be->alloc(be, 64);
     CostReport r;
@@ -398,6 +402,97 @@ static void check_modes(Arch arch, AttentionType type, int bf16, int gemm_path) 
     }
 }
 
+static long calls_labelled(const CostReport *r, const char *label) {
+    long n = 0;
+    for (int i = 0; i < r->n_top; i++)
+        if (strcmp(r->top[i].label, label) == 0) n += r->top[i].calls;
+    return n;
+}
+
+// Single calls on bf16 activations (a bf16 run's default): an activation moves 2 B per element,
+// a weight is read from its allocation's bf16 copy (rounded at its first use, kept current by
+// the optimizer), and a linear layer's bias gradient waits with the column sums' stage 2.
+static void test_single_calls_bf16_activations(void **state) {
+    (void)state;
+    assert_int_equal(backend_cuda_cost_dry_run(1), 1);
+    const GpuSpec *a100 = gpu_spec_find("A100");
+    Backend *be = backend_cuda_create(0, 1);
+    assert_int_equal(be->act, DT_BF16);
+    Act *x = be->alloc(be, 1 << 16), *y = be->alloc(be, 1 << 16), *dy = be->alloc(be, 1 << 16);
+    // Parameters (W [16, 32] at w, b at w + 512, gamma at w + 600, beta at w + 700), their
+    // gradients, AdamW's moments, LayerNorm's statistics: fp32, 1024 floats each.
+    float *w = be->alloc(be, 4096), *g = be->alloc(be, 4096), *mv = be->alloc(be, 4096), *st = be->alloc(be, 4096);
+    int32_t *rows = be->alloc(be, 64);
+    CostReport r;
+
+    // LayerNorm of [6, 10]: reads x (60 bf16 = 120 B), gamma, beta (80 B), writes y (120 B) and
+    // mean, rstd (48 B): 368 B (the twin mode's fp32 rows: 608 B).
+    backend_cuda_cost_start();
+    be->layernorm_forward(be, x, w + 600, w + 700, 6, 10, 1e-5f, y, st, st + 32);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    assert_true(find(&r, "act_layernorm_forward_kernel")->bytes == 368.0);
+
+    // tanh of 60 elements: 60 bf16 read and written, 240 B, 10 FLOPs each.  The row gather of 4
+    // rows of 10: 40 bf16 read and written (160 B) and the 4 row indices (16 B).
+    backend_cuda_cost_start();
+    be->tanh_forward(be, x, y, 60);
+    be->gather_rows(be, x, rows, 4, 10, y, 6);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 2);
+    const CostEntry *e = find(&r, "tanh_forward_kernel<__nv_bfloat16>");
+    assert_true(e->bytes == 240.0 && e->flops == 600.0);
+    assert_true(find(&r, "gather_rows_kernel<__nv_bfloat16>")->bytes == 176.0);
+
+    // matmul x [8, 32] · W [32, 16] -> act [8, 16]: the first use rounds W's whole allocation
+    // (1024 floats, 4 B read + 2 B written: 6144 B); the GEMM reads 768 bf16 (1536 B) and writes
+    // 128 bf16 (256 B): 1792 B, 8192 tensor-core FLOPs.  Again: the copy is current, the GEMM alone.
+    for (int call = 0; call < 2; call++) {
+        backend_cuda_cost_start();
+        be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_act(x, 32), mat_f32(w, 16), 0.0f, out_act(y, 16));
+        backend_cuda_cost_stop(a100, &r);
+        assert_int_equal(r.launches, call ? 1 : 2);
+        e = find(&r, "gemm 8x16x32 bf16->bf16");
+        assert_true(e->bytes == 1792.0 && e->tc_flops == 8192.0);
+        if (!call) assert_true(find(&r, "to_bf16_kernel")->bytes == 6144.0);
+    }
+    // AdamW over W stores bf16(p) into the current copy as it updates p: 28 B per element + 2:
+    // 15360 B for 512; the matmul after it rounds nothing.
+    backend_cuda_cost_start();
+    be->adamw_update(be, w, g, mv, mv + 512, 512, 0.9f, 0.999f, 1e-8f, 1e-2f, 0.99999f, 0.0316f, 1.0f);
+    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_act(x, 32), mat_f32(w, 16), 0.0f, out_act(y, 16));
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 2);
+    assert_true(find(&r, "adam_kernel")->bytes == 15360.0);
+
+    // The linear layer with the bias fused: reads 768 bf16 (1536 B) and 16 bf16 biases from the
+    // copy (32 B), writes 128 bf16 (256 B): 1824 B, one launch.
+    backend_cuda_cost_start();
+    be->linear_forward(be, x, w, w + 512, 8, 32, 16, y);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    assert_true(find(&r, "gemm 8x16x32 bf16->bf16 +bias")->bytes == 1824.0);
+    // Its backward without dx: dW [16, 32] += dyᵀ x reads 128 + 256 bf16 (768 B), reads and
+    // writes dW (2 x 2048 B), and BGRADB stores the 16 sums (64 B): 4928 B.  Their add into db
+    // waits (no bias_grad_accumulate_kernel): the synchronize's table launch reads the 16 sums
+    // and reads and writes db: 192 B.
+    backend_cuda_cost_start();
+    be->linear_backward(be, dy, x, w, 8, 32, 16, NULL, 0, g, g + 512);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    assert_true(find(&r, "gemm 16x32x8 bf16 +bgrad")->bytes == 4928.0);
+    backend_cuda_cost_start();
+    be->synchronize(be);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    assert_true(find(&r, "colsum2_finish_table_kernel")->bytes == 192.0);
+    assert_int_equal(calls_labelled(&r, "bias_grad_accumulate_kernel"), 0);
+
+    void *all[] = {x, y, dy, w, g, mv, st, rows};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(be, all[i]);
+    be->destroy(be);
+}
+
 static void test_step_flops(void **state) {
     (void)state;
     assert_int_equal(backend_cuda_cost_dry_run(1), 1);
@@ -413,6 +508,7 @@ static void test_step_flops(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_calls),
+        cmocka_unit_test(test_single_calls_bf16_activations),
         cmocka_unit_test(test_step_flops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,11 +1,14 @@
 // Deferred column sums (kernels/cuda/cuda_colsum.cu): in bf16 mode the second stage of the
-// parameter gradients' column sums (LayerNorm's dgamma/dbeta, mhe_mul's df/dg) waits and one
-// launch finishes them all, before any op reads or writes what they touch.  Two emulated bf16
-// backends run the same ops, one with MHE_CUDA_DEFER=0: every result must be bit-identical
-// (the same partials added in the same order), through the hazards that force a flush early
-// (a second micro-batch adding into the same gradients, an op writing a gradient, an optimizer
-// step writing the factors a product split reads), and the deferred side must launch fewer
-// kernels.  The CPU backend is the independent oracle of the values.
+// parameter gradients' column sums (LayerNorm's dgamma/dbeta, mhe_mul's df/dg, and with bf16
+// activations the linear layers' bias gradients from the BGRADB epilogue) waits and one launch
+// finishes them all, before any op reads or writes what they touch.  Two emulated bf16 backends
+// run the same ops, one with MHE_CUDA_DEFER=0: every result must be bit-identical (the same
+// partials added in the same order), through the hazards that force a flush early (a second
+// micro-batch adding into the same gradients, an op writing a gradient, an optimizer step
+// writing the factors a product split reads), and the deferred side must launch fewer kernels.
+// Both bf16 modes: twins (fp32 activations, MHE_CUDA_ACT=twins) and bf16 activations, where
+// the flush before a read is the fp32 ops' (download, the elementwise ops, the optimizer).  The
+// CPU backend is the independent oracle of the values.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,12 +26,24 @@
 
 // Rows, LayerNorm width, heads and head size of head_expand_backward_prod.
 enum { N = 300, C = 48, H = 3, D = 16 };
-enum { X, DY, GAMMA, BETA, Y, MEAN, RSTD, DX, DGAMMA, DBETA, HX, DOUT, F, G, MUL, HDX, DF, DG, M1, V1, DM, T };
+enum { X, DY, GAMMA, BETA, Y, MEAN, RSTD, DX, DGAMMA, DBETA, HX, DOUT, F, G, MUL, HDX, DF, DG, M1, V1, DM, W, DW, DB, T };
+// Activations: bf16 on a backend with bf16 activations.
+static int is_act(int i) { return i == X || i == DY || i == Y || i == DX || i == HX || i == DOUT || i == HDX; }
 
 static uint64_t rng = 0x5eed;
 static float uniform(void) {
     rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+// x rounded to the nearest bf16, ties to even.
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
 }
 
 static size_t size_of(int i) {
@@ -38,6 +53,8 @@ static size_t size_of(int i) {
     case MEAN: case RSTD: return N;
     case HX: case HDX: return (size_t)N * D;
     case DOUT: return (size_t)N * H * D;
+    case W: case DW: return (size_t)C * C;
+    case DB: return C;
     default: return (size_t)H * D;  // F, G, MUL, DF, DG, M1, V1, DM
     }
 }
@@ -50,8 +67,11 @@ typedef struct {
 static Side side(Backend *be, float *const *host) {
     Side s = {.be = be};
     for (int i = 0; i < T; i++) {
-        s.t[i] = be->alloc(be, size_of(i) * sizeof(float));
-        if (host[i]) be->upload(be, s.t[i], host[i], size_of(i) * sizeof(float));
+        s.t[i] = be->alloc(be, size_of(i) * (is_act(i) ? dtype_size(be->act) : sizeof(float)));
+        if (host[i] && is_act(i))
+            be->upload_act(be, (Act *)s.t[i], host[i], size_of(i));
+        else if (host[i])
+            be->upload(be, s.t[i], host[i], size_of(i) * sizeof(float));
     }
     return s;
 }
@@ -73,14 +93,15 @@ static void scale_backward(Side *s, int rows) {
     be->mul_acc(be, t[DM], t[F], t[DG], (size_t)H * D);
 }
 
-// One micro-batch's backward: the query scale's, then a LayerNorm's, adding into the same
-// parameter gradients as the previous one.
+// One micro-batch's backward: the query scale's, a LayerNorm's, then a linear layer's weight and
+// bias gradients, adding into the same parameter gradients as the previous one.
 static void micro_batch(Side *s) {
     Backend *be = s->be;
     float **t = s->t;
     scale_backward(s, N);
     be->layernorm_forward(be, (const Act *)(t[X]), t[GAMMA], t[BETA], N, C, 1e-5f, (Act *)(t[Y]), t[MEAN], t[RSTD]);
     be->layernorm_backward(be, (const Act *)(t[DY]), (const Act *)(t[X]), t[GAMMA], t[MEAN], t[RSTD], N, C, (Act *)(t[DX]), 0, t[DGAMMA], t[DBETA]);
+    be->linear_backward(be, (const Act *)(t[DY]), (const Act *)(t[X]), t[W], N, C, C, NULL, 0, t[DW], t[DB]);
 }
 
 // The sequence: a small sum, then a micro-batch whose first sum meets it (the flush this forces
@@ -101,7 +122,10 @@ static void run(Side *s) {
 
 static float *fetch(Side *s, int i) {
     float *h = malloc(size_of(i) * sizeof(float));
-    s->be->download(s->be, h, s->t[i], size_of(i) * sizeof(float));
+    if (is_act(i))
+        s->be->download_act(s->be, h, (const Act *)s->t[i], size_of(i));
+    else
+        s->be->download(s->be, h, s->t[i], size_of(i) * sizeof(float));
     return h;
 }
 
@@ -112,21 +136,27 @@ static long calls_labelled(const CostReport *r, const char *label) {
     return n;
 }
 
-static void test_deferred_sums_match_immediate_bit_for_bit(void **state) {
-    (void)state;
+// act: bf16 activations (the default), else twins (MHE_CUDA_ACT=twins).
+static void deferred_sums_match_immediate(int act) {
     float *host[T] = {0};
-    const int given[] = {X, DY, GAMMA, BETA, HX, DOUT, F, G, DGAMMA, DBETA, DF, DG};
+    const int given[] = {X, DY, GAMMA, BETA, HX, DOUT, F, G, DGAMMA, DBETA, DF, DG, W, DW, DB};
     for (size_t k = 0; k < sizeof given / sizeof *given; k++) {
         const int i = given[k];
         host[i] = malloc(size_of(i) * sizeof(float));
         for (size_t j = 0; j < size_of(i); j++)
             host[i][j] = (i == X ? 2.0f : 0.5f) * uniform() + (i == GAMMA || i == F || i == G ? 1.0f : 0.0f);
+        // bf16 activations hold bf16 values: the CPU oracle starts from the same ones.
+        if (act && is_act(i))
+            for (size_t j = 0; j < size_of(i); j++) host[i][j] = bf16_round(host[i][j]);
     }
     Backend *bes[3];
+    if (!act) setenv("MHE_CUDA_ACT", "twins", 1);
     bes[0] = backend_cuda_create(0, 1);
     setenv("MHE_CUDA_DEFER", "0", 1);
     bes[1] = backend_cuda_create(0, 1);
     unsetenv("MHE_CUDA_DEFER");
+    unsetenv("MHE_CUDA_ACT");
+    assert_int_equal(bes[0]->act, act ? DT_BF16 : DT_F32);
     bes[2] = backend_cpu_create(1);
     Side s[3];
     CostReport r[2];
@@ -136,8 +166,9 @@ static void test_deferred_sums_match_immediate_bit_for_bit(void **state) {
         run(&s[k]);
         if (k < 2) backend_cuda_cost_stop(gpu_spec_find("h100"), &r[k]);
     }
-    // Immediate: a finish per LayerNorm backward (3) and per product split (4).
-    assert_int_equal(calls_labelled(&r[1], "colsum2_finish_kernel"), 3);
+    // Immediate: a finish per LayerNorm backward (3), with bf16 activations one per bias gradient
+    // too (3), and per product split (4).
+    assert_int_equal(calls_labelled(&r[1], "colsum2_finish_kernel"), act ? 6 : 3);
     assert_int_equal(calls_labelled(&r[1], "colsum2_finish_prod_kernel"), 4);
     assert_int_equal(calls_labelled(&r[1], "colsum2_finish_table_kernel"), 0);
     // Deferred: none of the single finishes; table launches forced by the hazards only (each
@@ -148,7 +179,7 @@ static void test_deferred_sums_match_immediate_bit_for_bit(void **state) {
     if (getenv("MHE_TEST_VERBOSE")) fprintf(stderr, "table launches %ld\n", table);
     assert_true(table >= 3 && table <= 7);
     assert_true(r[0].launches < r[1].launches);
-    const int outs[] = {DGAMMA, DBETA, DX, DF, DG, HDX, F, G};
+    const int outs[] = {DGAMMA, DBETA, DX, DF, DG, HDX, F, G, DW, DB};
     for (size_t k = 0; k < sizeof outs / sizeof *outs; k++) {
         const int i = outs[k];
         float *a = fetch(&s[0], i), *b = fetch(&s[1], i), *c = fetch(&s[2], i);
@@ -170,10 +201,19 @@ static void test_deferred_sums_match_immediate_bit_for_bit(void **state) {
     }
     for (int i = 0; i < T; i++) free(host[i]);
 }
+static void test_deferred_sums_match_immediate_bit_for_bit(void **state) {
+    (void)state;
+    deferred_sums_match_immediate(0);
+}
+static void test_deferred_sums_bf16_activations(void **state) {
+    (void)state;
+    deferred_sums_match_immediate(1);
+}
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deferred_sums_match_immediate_bit_for_bit),
+        cmocka_unit_test(test_deferred_sums_bf16_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,7 +85,11 @@ static int setup(void **state, int bf16) {
 #else
     f->cpu = backend_cpu_create_for(2, 0);
 #endif
+    // bf16: the twin mode (fp32 activations, MHE_CUDA_ACT=twins), since the buffers here are raw
+    // floats; test_cuda_act runs these ops on bf16 activations.
+    if (bf16) setenv("MHE_CUDA_ACT", "twins", 1);
     f->gpu = backend_cuda_create(0, bf16);
+    unsetenv("MHE_CUDA_ACT");
     f->rng = 777;
     f->bf16 = bf16;
     assert_non_null(f->gpu->head_scales);

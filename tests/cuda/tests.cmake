@@ -58,7 +58,7 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_mhe_ops COMMAND test_cuda_mhe_ops)
   set_tests_properties(test_cuda_mhe_ops PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300 LABELS "unit;cuda")
 
-  # bf16 activations (MHE_CUDA_ACT=bf16): every op taking an Act against the CPU backend in fp32.
+  # bf16 activations (a bf16 run's default): every op taking an Act against the CPU backend in fp32.
   add_executable(test_cuda_act ${CMAKE_CURRENT_LIST_DIR}/test_cuda_act.c)
   target_link_libraries(test_cuda_act PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_act COMMAND test_cuda_act)
@@ -68,7 +68,7 @@ if(TARGET mhecuda_emu)
   add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)
   target_link_libraries(test_cuda_lean PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_lean COMMAND test_cuda_lean)
-  set_tests_properties(test_cuda_lean PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 120 LABELS "unit;cuda")
+  set_tests_properties(test_cuda_lean PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_CUDA_ACT=twins" TIMEOUT 120 LABELS "unit;cuda")
 
   # Deferred column sums: one launch for every parameter gradient's stage 2, bit-identical to at once.
   add_executable(test_cuda_defer ${CMAKE_CURRENT_LIST_DIR}/test_cuda_defer.c)
@@ -121,12 +121,12 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_bf16_recompute PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_EMU_SHUFFLE=11")
 
-  # bf16 activations (MHE_CUDA_ACT=bf16) end to end: the bf16 training parity on the bf16
-  # buffers (20 AdamW steps within 2% of the CPU, mhe_mul's q_scale path one launch per layer
-  # shorter).
-  add_test(NAME test_cuda_act_model_training COMMAND test_cuda_model training)
-  set_tests_properties(test_cuda_act_model_training PROPERTIES
-    ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_CUDA_ACT=bf16" TIMEOUT 900 LABELS cuda)
+  # The twin mode (MHE_CUDA_ACT=twins: fp32 activations with bf16 twins; bf16 activations are the
+  # default the tests above run) end to end while it remains: the bf16 training parity (20 AdamW
+  # steps within 2% of the CPU).
+  add_test(NAME test_cuda_twins_model_training COMMAND test_cuda_model training)
+  set_tests_properties(test_cuda_twins_model_training PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_CUDA_ACT=twins" TIMEOUT 900 LABELS cuda)
 
   # NCCL served by MPI: two ranks, each with its own emulated GPU.
   add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)

@@ -15,7 +15,7 @@ shared="${MHE_SHARED_DIR:-$here/../shared}"
 export PATH="/usr/local/cuda/bin:$PATH"
 fail() { echo "bundle.sh: $*" >&2; exit 1; }
 command -v nvcc >/dev/null || fail "nvcc not found (the CUDA toolkit is expected in /usr/local/cuda)"
-progs=(mhetrain gpu_parity gpu_attention gpu_model gpu_nccl gpu_bench gpu_attn_bench)
+progs=(mhetrain gpu_parity gpu_act gpu_attention gpu_model gpu_nccl gpu_bench gpu_attn_bench)
 
 # MHE_BUNDLE_NO_BUILD=1 (the ctest): package what MHE_BUILD_DIR already holds.
 if [ "${MHE_BUNDLE_NO_BUILD:-0}" != 1 ]; then

@@ -92,6 +92,7 @@ step info 30 "$bin/mhetrain" info
 # 1. parity of every op, the attention core and every arch x attention type vs the CPU backend.
 if want parity; then
   step parity_ops 90 "$bin/gpu_parity"
+  step parity_act 60 "$bin/gpu_act"
   step parity_attention 90 "$bin/gpu_attention"
 fi
 # 2. learning: 100 steps on one batch (the loss must fall), then mhetrain train on a real corpus.

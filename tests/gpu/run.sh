@@ -40,12 +40,13 @@ peak="${MHE_GPU_PEAK_TFLOPS:-$(peak_of "$gpu_name")}"
 
 say "building ($build)"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMHE_CUDA=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target mhetrain gpu_parity gpu_attention gpu_model gpu_nccl gpu_bench >/dev/null
+cmake --build "$build" -j "$(nproc)" --target mhetrain gpu_parity gpu_act gpu_attention gpu_model gpu_nccl gpu_bench >/dev/null
 "$build/mhetrain" info | sed -n '1,12p'
 echo "GPUs: $ngpu x $gpu_name (bf16 peak ${peak} TFLOP/s$([ "$peak" = 0 ] && echo ', unknown: set MHE_GPU_PEAK_TFLOPS'))"
 
 say "1. parity with the CPU backend: every op (fp32 1e-5, bf16 1e-2)"
 "$build/gpu_parity" || fail "op parity"
+"$build/gpu_act" || fail "op parity on bf16 activations (a bf16 run's default)"
 "$build/gpu_attention" || fail "attention parity"
 say "1. parity: forward+backward of every arch x attention type (1e-4), 20-step training runs"
 "$build/gpu_model" || fail "model parity"

@@ -8,9 +8,12 @@ if(TARGET mhecuda)
   # The same against the emulation in record-only mode: the host's cost per attention call.
   add_executable(gpu_attn_bench_emu ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bench.c)
   target_link_libraries(gpu_attn_bench_emu PRIVATE mhecore mhecuda_emu)
-  # The parity (ops, attention), model and NCCL tests of tests/cuda, linked against the real backend.
+  # The parity (ops, attention, the ops on bf16 activations), model and NCCL tests of tests/cuda,
+  # linked against the real backend.
   add_executable(gpu_parity ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_parity.c)
   target_link_libraries(gpu_parity PRIVATE mhecore mhecuda PkgConfig::CMOCKA)
+  add_executable(gpu_act ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_act.c)
+  target_link_libraries(gpu_act PRIVATE mhecore mhecuda PkgConfig::CMOCKA)
   add_executable(gpu_attention ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_attention.c)
   target_link_libraries(gpu_attention PRIVATE mhecore mhecuda PkgConfig::CMOCKA)
   add_executable(gpu_model ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_model.c)

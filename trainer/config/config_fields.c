@@ -230,7 +230,7 @@ static const ConfigField RUNTIME_FIELDS[] = {
     {KEY(runtime, threads, F_INT), .def = "0", IRANGE(0, 4096),
      .doc = "OpenMP threads per worker; 0 uses the OpenMP default"},
     {ENUM_KEY(runtime, precision, CONFIG_PRECISION_NAMES), .def = "fp32",
-     .doc = "`fp32`, or `bf16`: activations stored in bf16 (the CPU; CUDA with MHE_CUDA_ACT=bf16) and bf16 "
+     .doc = "`fp32`, or `bf16`: activations stored in bf16 on either device and bf16 "
              "matmul operands, with fp32 accumulation, master weights, statistics and loss, on either device "
              "(a CPU without native bf16 emulates it and says so once)"},
 };
