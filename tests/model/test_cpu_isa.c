@@ -5,7 +5,7 @@
 // Expected differences, and why:
 //   bit for bit: every op whose element math is the same expression at every level — the
 //     elementwise ops, GELU, tanh, dropout (the same 64-bit hash), AdamW, LAMB, bias, head
-//     broadcast, embeddings and the conversions to and from bf16.  The build contracts nothing
+//     broadcast, embeddings, the residual add and the conversions to and from bf16.  The build contracts nothing
 //     (ISO C mode: -ffp-contract=off), fmaf is fused at every level (glibc's exact software
 //     call at the baseline, which lacks FMA), sqrt and division are IEEE, so only the vector
 //     width differs.  Also sums that run down columns, one lane per column, rows in order
@@ -13,7 +13,7 @@
 //     attention's d out_shift).
 //   reassociation: sums along a row under `omp simd reduction` add as many partial sums as
 //     the level's vectors have lanes, so their rounding differs between levels.  In double
-//     (LayerNorm's statistics and backward sums, the cross-entropy's sum of exps, sum_squares)
+//     (LayerNorm's statistics and backward sums, fused or not, the cross-entropy's sum of exps, sum_squares)
 //     the difference almost never survives the rounding to fp32, but nothing guarantees it:
 //     fp32 results within 1e-6 of the output's RMS (1e-7 for sum_squares).  In fp32 (the
 //     attention cores' row sums and rowsum(P ⊙ dP)): outputs within 1e-6 relative (Frobenius;
@@ -264,6 +264,28 @@ static void case_layernorm(Backend *be, Outs *o) {
     free(m2), free(r2), free(x), free(gamma), free(beta), free(dy), free(dx0);
 }
 
+// The fused residual step and its backward (s = x + dropout(r), y = LayerNorm(s); dx and
+// dr = dropout(dx)): the dropout and the adds bit for bit, LayerNorm's sums reassociated.
+static void case_residual(Backend *be, Outs *o) {
+    float *x = rand_floats(NC, 81, 1.0), *r = rand_floats(NC, 82, 2.0), *dy = rand_floats(NC, 83, 1.0);
+    float *gamma = rand_floats(C_COLS, 84, 1.0), *beta = rand_floats(C_COLS, 85, 1.0);
+    float *mean = mhe_malloc(N_ROWS * sizeof *mean), *rstd = mhe_malloc(N_ROWS * sizeof *rstd);
+    float *dg = mhe_calloc(C_COLS, sizeof *dg), *db = mhe_calloc(C_COLS, sizeof *db);
+    Act *ax = up(be, x, NC), *as = up(be, r, NC), *ay = alloc_act(be, NC), *ady = up(be, dy, NC), *adr = alloc_act(be, NC);
+    be->residual_layernorm_forward(be, ax, as, 0.1f, 3, 4, gamma, beta, N_ROWS, C_COLS, 1e-5f, as, ay, mean, rstd);
+    be->layernorm_backward_dropout(be, ady, as, gamma, mean, rstd, N_ROWS, C_COLS, ady, 0, dg, db, 0.1f, 5, 6, adr);
+    keep_act(o, be, "residual s", as, NC, SAME, 0);
+    keep_act(o, be, "residual y", ay, NC, CLOSE, 1e-6);
+    keep_f(o, "residual mean", mean, N_ROWS, CLOSE, 1e-6);
+    keep_f(o, "residual rstd", rstd, N_ROWS, CLOSE, 1e-6);
+    keep_act(o, be, "ln_backward_dropout dx", ady, NC, CLOSE, 1e-6);
+    keep_act(o, be, "ln_backward_dropout dr", adr, NC, CLOSE, 1e-6);
+    keep_f(o, "ln_backward_dropout dgamma", dg, C_COLS, CLOSE, 1e-6);
+    keep_f(o, "ln_backward_dropout dbeta", db, C_COLS, SAME, 0);
+    be->free(be, ax);
+    free(x), free(r), free(dy), free(gamma), free(beta);
+}
+
 // Embeddings forward and backward.
 static void case_embedding(Backend *be, Outs *o) {
     const int B = 3, T = 100, D = 256, V = 60;
@@ -402,6 +424,7 @@ static void test_dense(void **state) { run_case(*state, "dense", case_dense); }
 static void test_heads(void **state) { run_case(*state, "head_expand", case_heads); }
 static void test_activations(void **state) { run_case(*state, "activations", case_activations); }
 static void test_layernorm(void **state) { run_case(*state, "layernorm", case_layernorm); }
+static void test_residual(void **state) { run_case(*state, "residual", case_residual); }
 static void test_embedding(void **state) { run_case(*state, "embedding", case_embedding); }
 static void test_cross_entropy(void **state) { run_case(*state, "cross_entropy", case_cross_entropy); }
 static void test_optim(void **state) { run_case(*state, "optim", case_optim); }
@@ -466,9 +489,10 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_levels),    cmocka_unit_test(test_dense),         cmocka_unit_test(test_heads),
-        cmocka_unit_test(test_activations), cmocka_unit_test(test_layernorm),   cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_optim),     cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_levels),        cmocka_unit_test(test_dense),     cmocka_unit_test(test_heads),
+        cmocka_unit_test(test_activations),   cmocka_unit_test(test_layernorm), cmocka_unit_test(test_residual),
+        cmocka_unit_test(test_embedding),     cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_optim),
+        cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
