@@ -409,6 +409,13 @@ Backend *backend_cpu_create(int threads);
 // accumulation; weights, moments, LayerNorm and softmax statistics and the loss stay fp32.
 // Without native bf16 instructions it says so once.
 Backend *backend_cpu_create_for(int threads, int bf16);
+// The CPU backend's element code is compiled for several x86-64 levels and one is chosen per
+// backend (kernels/cpu/cpu_isa.h): "avx512" (x86-64-v4), "avx2" (x86-64-v3, with FMA) or
+// "baseline" (x86-64-v2); the highest this CPU supports unless the environment's MHE_CPU_ISA
+// names a lower one.  backend_cpu_isa: the level a CPU backend runs.
+const char *backend_cpu_isa(const Backend *be);
+// 1 when this CPU and build can run the named level, 0 otherwise (unknown names too).
+int backend_cpu_isa_supported(const char *name);
 
 #ifdef __cplusplus
 }

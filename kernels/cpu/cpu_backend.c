@@ -90,6 +90,9 @@ static void cpu_destroy(Backend *be) {
 }
 
 Backend *backend_cpu_create_for(int threads, int bf16) {
+    // First, so that an MHE_CPU_ISA this CPU cannot run fails before anything is set up.
+    const char *isa;
+    const CpuInstallFn install_ops = cpu_isa_choose(&isa);
     if (threads > 0) omp_set_num_threads(threads);
     // Parallelism comes from OpenMP alone: oneDNN runs on OpenMP too and keeps to the calling
     // thread inside parallel regions (attention's per-head products), so nothing oversubscribes.
@@ -100,6 +103,7 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
     ctx->threads = omp_get_max_threads();
     ctx->gemm = cpu_gemm_create(ctx->threads);
     ctx->bf16 = bf16 != 0;
+    ctx->isa = isa;
     static int warned;
     if (ctx->bf16 && !cpu_gemm_native_bf16(ctx->gemm) && !warned++)
         fprintf(stderr, "note: this CPU has no native bf16 instructions; bf16 is emulated and slower than fp32\n");
@@ -115,11 +119,10 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
     be->upload_act = cpu_upload_act;
     be->download_act = cpu_download_act;
     be->weights_steady = cpu_weights_steady_op;
-    cpu_install_dense(be);
-    cpu_install_nn(be);
-    cpu_install_attention(be);
-    cpu_install_optim(be);
+    install_ops(be);
     return be;
 }
+
+const char *backend_cpu_isa(const Backend *be) { return cpu_ctx(be)->isa; }
 
 Backend *backend_cpu_create(int threads) { return backend_cpu_create_for(threads, 0); }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/cpu_act.h"
+#include "kernels/cpu/cpu_isa.h"  // first: renames the per-level functions declared below
 #include "kernels/ops.h"
 
 // Loops over fewer elements run on one thread.  With the OpenMP threads spinning between
@@ -76,6 +77,7 @@ typedef struct {
     float *rows;    // cpu_thread_floats' buffers: rows_teams of rows_stride floats
     size_t rows_stride;
     int rows_teams;
+    const char *isa;  // the ISA level of the installed ops (cpu_isa.h)
 } CpuContext;
 static inline int cpu_threads(const Backend *be) { return ((const CpuContext *)be->ctx)->threads; }
 static inline CpuContext *cpu_ctx(const Backend *be) { return (CpuContext *)be->ctx; }

@@ -21,4 +21,13 @@ else
     rc=$?; [ "$rc" -eq 2 ] || { echo "bench --steps 0: exit $rc, want 2"; exit 1; }
 fi
 grep -q "bench: --steps expects an integer in \[1, 1000000\], got \"0\"" "$out" || { cat "$out"; exit 1; }
+# The CPU backend's ISA level is printed; an unknown MHE_CPU_ISA is one line on stderr, exit 1.
+"$MHETRAIN" bench "$MHE_SOURCE_DIR/configs/tiny-bert-mha.yaml" model.layers=1 train.micro_batch=2 \
+    data.seq_len=16 model.vocab_size=512 --steps 1 >"$out"
+grep -Eq "^bench: cpu_isa=(avx512|avx2|baseline) " "$out" || { echo "no cpu_isa line in:"; cat "$out"; exit 1; }
+if MHE_CPU_ISA=sse9 "$MHETRAIN" bench "$MHE_SOURCE_DIR/configs/tiny-bert-mha.yaml" --steps 1 >/dev/null 2>"$out"; then
+    echo "MHE_CPU_ISA=sse9 succeeded"; exit 1
+fi
+[ "$(wc -l <"$out")" -eq 1 ] && grep -q "MHE_CPU_ISA=sse9: expected avx512, avx2 or baseline" "$out" ||
+    { echo "MHE_CPU_ISA=sse9:"; cat "$out"; exit 1; }
 echo "bench smoke: ok"

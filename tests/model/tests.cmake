@@ -61,3 +61,20 @@ set_tests_properties(cpu_attention_fused_matches_ref_block16 PROPERTIES TIMEOUT 
 add_test(NAME cpu_attention_fused_matches_ref_emulated COMMAND cpu_attention_fused_matches_ref)
 set_tests_properties(cpu_attention_fused_matches_ref_emulated PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
   "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
+# The CPU backend's ISA levels (kernels/cpu/cpu_isa.h): every dispatched op at each level this
+# CPU supports against the default (fastest) level, fp32 and bf16, both attention cores.
+mhe_add_cmocka_test(cpu_isa_levels_match ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_isa.c)
+set_tests_properties(cpu_isa_levels_match PROPERTIES TIMEOUT 300 LABELS "model;unit")
+# The CPU's fused residual ops (residual_layernorm_forward, layernorm_backward_dropout) against
+# the unfused op sequences, bit for bit, fp32 and bf16.
+mhe_add_cmocka_test(cpu_fused_match_unfused ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_fused.c)
+set_tests_properties(cpu_fused_match_unfused PROPERTIES TIMEOUT 120 LABELS "model;unit")
+# The CPU op tests again with the element code forced to the avx2 level (what an AVX2-only
+# x86-64 runs) and to the baseline (x86-64-v2, no FMA: fmaf is a library call there).
+foreach(isa avx2 baseline)
+  foreach(t cpu_ops_match_naive cpu_bf16_ops_match_fp32 cpu_attention_fused_matches_ref cpu_fused_match_unfused)
+    add_test(NAME ${t}_${isa} COMMAND ${t})
+    set_tests_properties(${t}_${isa} PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
+      "MHE_CPU_ISA=${isa};OMP_NUM_THREADS=2;MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR}")
+  endforeach()
+endforeach()

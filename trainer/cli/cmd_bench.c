@@ -180,6 +180,8 @@ int cmd_bench(int argc, char **argv) {
     const int warm = cuda ? 3 : 1;
     printf("bench: backend=%s micro_batch=%d seq_len=%d threads=%d steps=%d (after %d warm-up) recompute=%s\n",
            be->name, B, T, omp_get_max_threads(), steps, warm, recompute_name(cfg.train.recompute));
+    if (!cuda) printf("bench: cpu_isa=%s (the CPU backend's element code; MHE_CPU_ISA=avx2|baseline forces a lower level)\n",
+                      backend_cpu_isa(be));
 
     // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA
     // (over this rank's shard with dist.zero: 1 and --ranks).

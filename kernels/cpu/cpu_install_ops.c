@@ -1,0 +1,9 @@
+// Compiled once per ISA level (cpu_isa.h): installs that level's copy of every element op.
+#include "kernels/cpu/cpu_internal.h"
+
+void cpu_install_ops(Backend *be) {
+    cpu_install_dense(be);
+    cpu_install_nn(be);
+    cpu_install_attention(be);
+    cpu_install_optim(be);
+}
