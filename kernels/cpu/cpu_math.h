@@ -16,17 +16,32 @@
 #include <stdint.h>
 #include <string.h>
 
-// x = k ln2 + r with |r| <= ln2/2 (ln2 split in two so k ln2 is exact), exp(r) by its degree-7
-// Taylor polynomial (truncation < 1e-8 relative there), 2^k from the exponent bits.  For
-// arguments that cannot overflow (x <= 88.72: softmax's x - max and x - lse, which are <= 0);
-// cpu_expf below adds the overflow select.
-static inline float cpu_expf_noover(float x) {
+// The exp functions' range reduction: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two so
+// k ln2 is exact); returns r and sets *k.
+static inline float cpu_exp_reduce(float x, float *k) {
     // Selects, not fminf/fmaxf: those are library calls (NaN rules) that block vectorising.
     const float xc = x < -87.33f ? -87.33f : x;
     // Round to nearest by adding 1.5 * 2^23 (floorf does not vectorise without -ffast-math).
-    const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = fmaf(k, -0.693145751953125f, xc);
-    r = fmaf(k, -1.428606765330187045e-6f, r);
+    *k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = fmaf(*k, -0.693145751953125f, xc);
+    return fmaf(*k, -1.428606765330187045e-6f, r);
+}
+
+// exp(x) = p 2^k from exp(r) = p, 2^k from the exponent bits; 0 below -87.33.
+static inline float cpu_exp_scale(float p, float k, float x) {
+    const int32_t bits = ((int32_t)k + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    const float y = p * scale;
+    return x < -87.33f ? 0.0f : y;
+}
+
+// exp(r) by its degree-7 Taylor polynomial (truncation < 1e-8 relative for |r| <= ln2/2).  For
+// arguments that cannot overflow (x <= 88.72: softmax's x - max and x - lse, which are <= 0);
+// cpu_expf below adds the overflow select.
+static inline float cpu_expf_noover(float x) {
+    float k;
+    const float r = cpu_exp_reduce(x, &k);
     float p = 1.0f / 5040.0f;
     p = fmaf(p, r, 1.0f / 720.0f);
     p = fmaf(p, r, 1.0f / 120.0f);
@@ -35,11 +50,7 @@ static inline float cpu_expf_noover(float x) {
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
-    const int32_t bits = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    const float y = p * scale;
-    return x < -87.33f ? 0.0f : y;
+    return cpu_exp_scale(p, k, x);
 }
 
 // cpu_expf_noover for values stored in bf16 (the fused attention core's probabilities in bf16
@@ -48,20 +59,14 @@ static inline float cpu_expf_noover(float x) {
 // one stored value in 300 by one bf16 ulp, against three fused multiply-adds fewer than the
 // degree-7 one.  The fp32 results that feed the row sums carry the same 5.4e-6.
 static inline float cpu_expf_bf16(float x) {
-    const float xc = x < -87.33f ? -87.33f : x;
-    const float k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = fmaf(k, -0.693145751953125f, xc);
-    r = fmaf(k, -1.428606765330187045e-6f, r);
+    float k;
+    const float r = cpu_exp_reduce(x, &k);
     float p = 0.041277747601270676f;
     p = fmaf(p, r, 0.16753514111042023f);
     p = fmaf(p, r, 0.5000511407852173f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
-    const int32_t bits = ((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    const float y = p * scale;
-    return x < -87.33f ? 0.0f : y;
+    return cpu_exp_scale(p, k, x);
 }
 
 static inline float cpu_expf(float x) {
