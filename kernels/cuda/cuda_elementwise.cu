@@ -353,7 +353,6 @@ static void cuda_head_scales(Backend *be, const float *e, size_t lde, int rows, 
 #define GELU_FWD_FLOPS 16.0
 #define GELU_BWD_FLOPS 28.0
 
-
 template <typename X>
 __global__ void gelu_forward_kernel(int tanh_form, const X *x, float *y, __nv_bfloat16 *yb, size_t n) {
     GRID_STRIDE(i, n) {

@@ -329,7 +329,7 @@ void cuda_flash_sizes(const AttnShape *s, size_t *saved, size_t *scratch) {
     *scratch = rows_n;                    // D
 }
 
-static FlashArgs flash_args(Backend *be, const AttnShape *s) {
+static FlashArgs flash_args(const AttnShape *s) {
     FlashArgs f;
     attn_args_common(f, s);
     f.out_shift = s->out_shift;
@@ -347,7 +347,7 @@ void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const f
         cuda_flash_tc_forward(be, s, q, k, v, out, saved);
         return;
     }
-    const FlashArgs f = flash_args(be, s);
+    const FlashArgs f = flash_args(s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     float *lse = saved, *opre = saved + rows_n;
     const TileWork w = query_tiles(s->T, FLASH_ROWS, s->causal);
@@ -363,7 +363,7 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
                          const float *v, const float *saved, const float *dout, float *dq,
                          float *dk, float *dv, float *dkey_bias, float *dout_scale, float *dout_shift,
                          float *scratch) {
-    const FlashArgs f = flash_args(be, s);
+    const FlashArgs f = flash_args(s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const float *lse = saved, *opre = saved + rows_n;
     float *D = scratch;

@@ -100,7 +100,7 @@ if(TARGET mhecuda_emu)
 
   # train.recompute through the emulated CUDA backend, fp32 and bf16 (tests/model/test_recompute.c
   # built against it): attention / layer = none bit for bit; in bf16 the emulation checks every
-  # bf16 twin of the reused buffers.
+  # bf16 weight copy a matmul reads.
   add_executable(test_cuda_recompute ${CMAKE_SOURCE_DIR}/tests/model/test_recompute.c)
   target_compile_definitions(test_cuda_recompute PRIVATE MHE_TEST_CUDA)
   target_link_libraries(test_cuda_recompute PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
