@@ -112,9 +112,9 @@ static size_t operand_span(int rows, int cols, int ld, long stride, int batch) {
     return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
 }
 
-static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                         const float *A, int lda, long stride_a, const float *B, int ldb,
-                         long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
+void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                       const float *A, int lda, long stride_a, const float *B, int ldb,
+                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
     if (M == 0 || N == 0 || batch == 0) return;
     CudaCtx *c = cuda_ctx(be);
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -123,13 +123,6 @@ static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, in
     mhe_cost_record_gemm(M, N, K, batch, 0, beta != 0.0f);
     CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb, stride_b, A, lda,
                                            stride_a, &beta, C, ldc, stride_c, batch));
-}
-
-void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                       const float *A, int lda, long stride_a, const float *B, int ldb,
-                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
-    gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                 ldc, stride_c, batch);
 }
 
 // Device pointer arrays for cuda_gemm_heads: entry i = b * n_heads + h of each operand.
@@ -161,19 +154,18 @@ void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alp
     if (C.ratio != 1) mhe_fatal("cuda_gemm_heads: the output must be per head");
     CudaCtx *c = cuda_ctx(be);
     cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
-    const long el = sizeof(float);
+    const long el = sizeof(float);  // fp32 operands (bf16 mode stages the attention core in fp32)
     cuda_fp32_wrote(be, C.base, heads_span(C, M, N, n_seq, n_heads) * sizeof(float));
     mhe_cost_record_gemm(M, N, K, count, 0, beta != 0.0f);
     PtrSpec pa{reinterpret_cast<const char *>(A.base), A.seq_stride * el, A.head_step * el, A.ratio};
     PtrSpec pb{reinterpret_cast<const char *>(B.base), B.seq_stride * el, B.head_step * el, B.ratio};
-    PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * 4L, C.head_step * 4L, 1};
+    PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * el, C.head_step * el, 1};
     const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
     MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
     CUDA_CHECK_LAUNCH();
-    const cudaDataType t = CUDA_R_32F;
     // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
     CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     N, M, K, &alpha, ptrs + count, t, B.ld, ptrs, t, A.ld, &beta,
+                                     N, M, K, &alpha, ptrs + count, CUDA_R_32F, B.ld, ptrs, CUDA_R_32F, A.ld, &beta,
                                      c->gemm_ptrs + 2 * count, CUDA_R_32F, C.ld, count,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -183,8 +175,8 @@ static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, in
                                 const float *B, int ldb, long stride_b, float beta, float *C,
                                 int ldc, long stride_c, int batch) {
     double t0 = cuda_prof_begin(be);
-    gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                 ldc, stride_c, batch);
+    cuda_gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                      ldc, stride_c, batch);
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
 }
 
