@@ -282,11 +282,10 @@ struct LnOuts {
     float *sf, *yf;
     __nv_bfloat16 *sb, *yb;
 };
-static LnOuts ln_outputs(Backend *be, float *sum, float *y, size_t n, int N, float *mean, float *rstd) {
+static LnOuts ln_outputs(Backend *be, float *sum, float *y, int N, float *mean, float *rstd) {
     cuda_fp32_wrote(be, mean, (size_t)N * sizeof(float));
     cuda_fp32_wrote(be, rstd, (size_t)N * sizeof(float));
     LnOuts o;
-    (void)n;
     o.sb = act_out(be, sum, &o.sf);
     o.yb = act_out(be, y, &o.yf);
     return o;
@@ -298,7 +297,7 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
     double t0 = cuda_prof_begin(be);
     const size_t n = (size_t)N * C;
     const __nv_bfloat16 *rb = act_in(be, r), *xb = act_in(be, x);
-    const LnOuts o = ln_outputs(be, s, y, n, N, mean, rstd);
+    const LnOuts o = ln_outputs(be, s, y, N, mean, rstd);
     float *sf = o.sf, *yf = o.yf;
     __nv_bfloat16 *sb = o.sb, *yb = o.yb;
     const float q = p > 0.0f ? p : 0.0f;
@@ -330,7 +329,7 @@ static void cuda_embedding_layernorm_forward(Backend *be, const int32_t *ids, co
     double t0 = cuda_prof_begin(be);
     const int N = B * T;
     const size_t n = (size_t)N * D;
-    const LnOuts o = ln_outputs(be, e, y, n, N, mean, rstd);
+    const LnOuts o = ln_outputs(be, e, y, N, mean, rstd);
     float *ef = o.sf, *yf = o.yf;
     __nv_bfloat16 *eb = o.sb, *yb = o.yb;
     const float q = p > 0.0f ? p : 0.0f;
