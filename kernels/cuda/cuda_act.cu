@@ -1,24 +1,17 @@
-// bf16 activations (be->act == DT_BF16): every Act buffer holds __nv_bfloat16, with fp32
-// arithmetic inside each op and one rounding when it stores.  No twins: the element type of a
-// buffer is ops.h's Act, fixed for the backend's life, so nothing tracks which copy is current.
+// bf16 activations (be->act == DT_BF16, a bf16 run): every Act buffer holds __nv_bfloat16, with
+// fp32 arithmetic inside each op and one rounding when it stores.  The element type of a buffer
+// is ops.h's Act, fixed for the backend's life, so nothing tracks which copy is current.
 //
 // The matmuls read bf16 activations directly (cuBLAS with bf16 A/B, a bf16 C for an Act result
 // and an fp32 C for an fp32 one such as dW; the linear layers through cuBLASLt with the bias
 // fused, cuda_linear.cu).  An fp32 operand (a weight: the model's are parameters) is read from a
-// bf16 copy of the whole backend allocation holding it — the parameter buffer — made on first
-// use.  Every fp32 write reports itself (cuda_mirror.cu's hooks, which the twins relied on too)
-// and marks the copy of its allocation stale, except an update in place through the dual store
-// (cuda_mirror_out: AdamW, LAMB's step, the fp32 elementwise ops), which stores bf16(p) into a
-// current copy as it updates p — so the copy stays current through optimizer steps and is never
-// re-rounded; anything else (an upload, a copy, an all-reduce) costs one rounding pass over the
-// allocation at its next use as an operand.  The emulated build compares every span it hands to
-// cuBLAS with bf16 of the fp32 data and aborts on a difference.
+// bf16 copy of the whole backend allocation holding it (cuda_weight_copy.cu).
 //
 // add and layernorm_forward (the pre-LN residual stream) have bf16 kernels here.  The ops whose
-// kernels already read and store bf16 (those that wrote lean twins: GELU, dropout, the residual
-// step, BERT's embedding block, LayerNorm's backwards, the per-head broadcast and its backwards,
-// the cross-entropy, the tensor-core attention) run on the bf16 buffers themselves:
-// cuda_mirror.cu's lean lookups name the buffer in this mode; tanh, the row gather and scatter
+// kernels read and store bf16 (GELU, dropout, the residual step, BERT's embedding block,
+// LayerNorm's backwards, the per-head broadcast and its backwards, the cross-entropy, the
+// tensor-core attention) run on the bf16 buffers themselves (cuda_internal.h's act_in/act_out
+// name the buffer in this mode); tanh, the row gather and scatter
 // and the embeddings' two ops have kernels templated on the element type (cuda_elementwise.cu).
 // The attention core off the tensor-core path runs the fp32 kernels on widened copies: each Act input is widened into an fp32 staging buffer (a
 // compact [rows, cols] for strided ones), the fp32 op runs there, and each Act output is rounded
@@ -122,87 +115,6 @@ public:
     }
 };
 
-// ---- bf16 copies of fp32 matmul operands, per backend allocation (see the top of the file) ----
-
-struct WeightCopy {
-    size_t bytes;
-    __nv_bfloat16 *copy;  // bytes / 4 values, made on first use as an operand; nullptr: none yet
-    bool current;         // copy[i] == bf16(fp32[i]) for the whole allocation
-};
-struct ActWeights {
-    std::map<uintptr_t, WeightCopy> allocs;  // by base address
-};
-static ActWeights &weights(Backend *be) {
-    CudaCtx *c = cuda_ctx(be);
-    if (!c->weights) c->weights = new ActWeights();
-    return *c->weights;
-}
-// The allocation holding p (nullptr: not the backend's), its base in *base.
-static WeightCopy *holding(Backend *be, const void *p, uintptr_t *base) {
-    auto &m = weights(be).allocs;
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    auto it = m.upper_bound(a);
-    if (it == m.begin()) return nullptr;
-    --it;
-    if (a >= it->first + it->second.bytes) return nullptr;
-    *base = it->first;
-    return &it->second;
-}
-void cuda_act_track_alloc(Backend *be, const void *p, size_t bytes) {
-    weights(be).allocs[reinterpret_cast<uintptr_t>(p)] = WeightCopy{bytes, nullptr, false};
-}
-void cuda_act_release(Backend *be, const void *p) {
-    auto &m = weights(be).allocs;
-    auto it = m.find(reinterpret_cast<uintptr_t>(p));
-    if (it == m.end()) return;
-    cuda_device_free(it->second.copy);
-    m.erase(it);
-}
-void cuda_act_wrote(Backend *be, const void *p) {
-    uintptr_t base;
-    if (WeightCopy *w = holding(be, p, &base)) w->current = false;
-}
-__nv_bfloat16 *cuda_act_store_copy(Backend *be, const float *p) {
-    uintptr_t base;
-    WeightCopy *w = holding(be, p, &base);
-    if (!w) return nullptr;
-    if (w->current) return w->copy + (reinterpret_cast<uintptr_t>(p) - base) / sizeof(float);
-    return nullptr;
-}
-void cuda_act_weights_destroy(Backend *be) {
-    CudaCtx *c = cuda_ctx(be);
-    if (!c->weights) return;
-    for (auto &kv : c->weights->allocs) cuda_device_free(kv.second.copy);
-    delete c->weights;
-    c->weights = nullptr;
-}
-const __nv_bfloat16 *cuda_act_weight(Backend *be, const float *p, size_t n) {
-    uintptr_t base;
-    WeightCopy *w = holding(be, p, &base);
-    if (!w) return nullptr;
-    const size_t all = w->bytes / sizeof(float), off = (reinterpret_cast<uintptr_t>(p) - base) / sizeof(float);
-    if (!w->copy) w->copy = static_cast<__nv_bfloat16 *>(cuda_device_alloc(all * sizeof(__nv_bfloat16), cuda_ctx(be)->device));
-    if (!w->current) {
-        cuda_round_bf16(be, reinterpret_cast<const float *>(base), w->copy, all);
-        w->current = true;
-    }
-#if defined(MHE_CUDA_EMU)
-    if (!mhe_cost_dry_run()) {
-        CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
-        for (size_t i = 0; i < n; i++) {
-            const __nv_bfloat16 want = __float2bfloat16(p[i]);
-            if (std::memcmp(&want, &w->copy[off + i], sizeof want) != 0)
-                mhe_fatal("cuda_act: stale bf16 copy of an fp32 matmul operand at float %zu (%g vs %g): an op wrote "
-                          "the fp32 data without reporting it (cuda_mirror_wrote / cuda_mirror_out)",
-                          off + i, (double)p[i], (double)__bfloat162float(w->copy[off + i]));
-        }
-    }
-#else
-    (void)n;
-#endif
-    return w->copy + off;
-}
-
 // Elements a row-major operand of `rows` rows of `cols` with leading dimension ld spans.
 static size_t span(size_t rows, size_t cols, size_t ld) { return rows && cols ? (rows - 1) * ld + cols : 0; }
 
@@ -212,7 +124,7 @@ static size_t span(size_t rows, size_t cols, size_t ld) { return rows && cols ? 
 // copy (rounded into `scratch` when it is not the backend's memory).
 static const void *operand(Backend *be, MatIn m, size_t n, __nv_bfloat16 *scratch) {
     if (m.is_act) return m.p;
-    if (const __nv_bfloat16 *w = cuda_act_weight(be, static_cast<const float *>(m.p), n)) return w;
+    if (const __nv_bfloat16 *w = cuda_weight_copy(be, static_cast<const float *>(m.p), n)) return w;
     cuda_round_bf16(be, static_cast<const float *>(m.p), scratch, n);
     return scratch;
 }
@@ -226,7 +138,7 @@ static void act_matmul(Backend *be, int ta, int tb, int M, int N, int K, float a
     const size_t nb = B.is_act ? 0 : span(tb ? N : K, tb ? K : N, B.ld);
     __nv_bfloat16 *scratch = cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, na + nb);
     const void *pa = operand(be, A, na, scratch), *pb = operand(be, B, nb, scratch + na);
-    if (!C.is_act) cuda_act_wrote(be, C.p);
+    if (!C.is_act) cuda_fp32_wrote_alloc(be, C.p);
     if (!C.is_act)
         mhe_cost_record_gemm(M, N, K, 1, 1, beta != 0.0f);
     else if (beta != 0.0f)
@@ -265,7 +177,7 @@ static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
 static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
     double t0 = cuda_prof_begin(be);
     const unsigned blocks = (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK);
-    cuda_act_wrote(be, dbias);
+    cuda_fp32_wrote_alloc(be, dbias);
     if (C) MHE_LAUNCH(act_bias_backward_kernel, blocks, MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 2.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(ab(dy), N, C, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -377,8 +289,8 @@ __global__ void act_layernorm_forward_kernel(const __nv_bfloat16 *x, const float
 static void act_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
                                   float eps, Act *y, float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
-    cuda_act_wrote(be, mean);
-    cuda_act_wrote(be, rstd);
+    cuda_fp32_wrote_alloc(be, mean);
+    cuda_fp32_wrote_alloc(be, rstd);
     if (N) MHE_LAUNCH(act_layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(8.0 * N * C, 4.0 * N * C + 8.0 * C + 8.0 * N))(ab(x), gamma, beta, C, eps, ab(y), mean, rstd);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -407,7 +319,7 @@ static void act_attention_forward(Backend *be, const AttnShape *s, const Act *q,
                                   float *saved, float *scratch) {
     Stage st(be, OPC_ATTENTION);
     const size_t rows = (size_t)s->B * s->T;
-    if (cuda_attention_reads_twins(be, s)) {
+    if (cuda_attention_tc(be, s)) {
         const AttnShape t = with_key_bias(s, st);
         f32(be)->attention_forward(be, &t, q, k, v, out, saved, scratch);
         st.done();
@@ -423,7 +335,7 @@ static void act_attention_backward(Backend *be, const AttnShape *s, const Act *q
                                    float *dout_scale, float *dout_shift, float *scratch) {
     Stage st(be, OPC_ATTENTION);
     const size_t rows = (size_t)s->B * s->T;
-    if (cuda_attention_reads_twins(be, s)) {
+    if (cuda_attention_tc(be, s)) {
         const AttnShape t = with_key_bias(s, st);
         f32(be)->attention_backward(be, &t, q, k, v, saved, dout, dq, dk, dv, st.out(dkey_bias, rows * s->n_heads, false),
                                     dout_scale, dout_shift, scratch);

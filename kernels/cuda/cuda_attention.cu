@@ -435,36 +435,35 @@ static void attention_backward_gemm(Backend *be, const AttnShape *s, const float
     }
 }
 
-// What an attention call writes, for the bf16 twins (cuda_mirror.cu): every output span, saved
-// and scratch are invalidated first; the tensor-core flash kernels then re-mark the outputs
-// they store twins of.
+// What an attention call writes in fp32 (cuda_fp32_wrote): every output span, saved and scratch,
+// reported before the kernels run.
 static void attention_wrote(Backend *be, const AttnShape *s, float *out, float *saved, float *dq, float *dk,
                             float *dv, float *dkey_bias, float *dout_scale, float *dout_shift, float *scratch) {
     size_t sv = 0, sc = 0;
     cuda_attention_sizes(be, s, &sv, &sc);
     const size_t rows = (size_t)s->B * s->T, f = sizeof(float);
     auto span = [&](float *p, int heads, int dim, int ld) {
-        if (p) cuda_mirror_wrote(be, p, ((rows - 1) * ld + (size_t)heads * dim) * f);
+        if (p) cuda_fp32_wrote(be, p, ((rows - 1) * ld + (size_t)heads * dim) * f);
     };
-    if (out) cuda_mirror_wrote(be, out, rows * s->n_heads * s->v_dim * f);
-    if (saved) cuda_mirror_wrote(be, saved, sv * f);
-    if (scratch) cuda_mirror_wrote(be, scratch, sc * f);
+    if (out) cuda_fp32_wrote(be, out, rows * s->n_heads * s->v_dim * f);
+    if (saved) cuda_fp32_wrote(be, saved, sv * f);
+    if (scratch) cuda_fp32_wrote(be, scratch, sc * f);
     span(dq, s->q_heads, s->qk_dim, s->ldq);
     span(dk, s->k_heads, s->qk_dim, s->ldk);
     span(dv, s->v_heads, s->v_dim, s->ldv);
-    if (dkey_bias) cuda_mirror_wrote(be, dkey_bias, rows * s->n_heads * f);
-    if (dout_scale) cuda_mirror_wrote(be, dout_scale, (size_t)s->n_heads * s->v_dim * f);
-    if (dout_shift) cuda_mirror_wrote(be, dout_shift, (size_t)s->n_heads * s->v_dim * f);
+    if (dkey_bias) cuda_fp32_wrote(be, dkey_bias, rows * s->n_heads * f);
+    if (dout_scale) cuda_fp32_wrote(be, dout_scale, (size_t)s->n_heads * s->v_dim * f);
+    if (dout_shift) cuda_fp32_wrote(be, dout_shift, (size_t)s->n_heads * s->v_dim * f);
 }
 
 static void cuda_attention_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                                    const float *v, float *out, float *saved, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
-    if (s->q_scale && !cuda_attention_reads_twins(be, s)) mhe_fatal("attention: q_scale off the tensor-core path");
+    if (s->q_scale && !cuda_attention_tc(be, s)) mhe_fatal("attention: q_scale off the tensor-core path");
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
-    // The tensor-core forward accounts for `out` itself (it may store only its twin).
-    float *wrote_out = cuda_attention_reads_twins(be, s) ? nullptr : out;
+    // The tensor-core forward's `out` is a bf16 activation, not fp32 memory.
+    float *wrote_out = cuda_attention_tc(be, s) ? nullptr : out;
     attention_wrote(be, s, wrote_out, saved, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, scratch);
     if (path == PATH_FLASH)
         cuda_flash_forward(be, s, q, k, v, out, saved);
@@ -481,11 +480,11 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
                                     float *dq, float *dk, float *dv, float *dkey_bias,
                                     float *dout_scale, float *dout_shift, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
-    if (s->q_scale && !cuda_attention_reads_twins(be, s)) mhe_fatal("attention: q_scale off the tensor-core path");
+    if (s->q_scale && !cuda_attention_tc(be, s)) mhe_fatal("attention: q_scale off the tensor-core path");
     double t0 = cuda_prof_begin(be);
     const int path = attn_path(be, s);
-    // The tensor-core backward accounts for dQ, dK, dV itself (it may store only their twins).
-    const bool tc = cuda_attention_reads_twins(be, s);
+    // The tensor-core backward's dQ, dK, dV are bf16 activations, not fp32 memory.
+    const bool tc = cuda_attention_tc(be, s);
     attention_wrote(be, s, nullptr, nullptr, tc ? nullptr : dq, tc ? nullptr : dk, tc ? nullptr : dv, dkey_bias,
                     dout_scale, dout_shift, scratch);
     if (path == PATH_FLASH) {
@@ -500,13 +499,13 @@ static void cuda_attention_backward(Backend *be, const AttnShape *s, const float
     cuda_prof_end(be, OPC_ATTENTION, t0, 4.0 * tt * (s->qk_dim + s->v_dim));
 }
 
-int cuda_attention_reads_twins(Backend *be, const AttnShape *s) {
+int cuda_attention_tc(Backend *be, const AttnShape *s) {
     return attn_path(be, s) == PATH_FLASH && cuda_flash_tc_supported(be, s);
 }
 
 // Only the tensor-core kernels scale Q per head while staging it; the other paths would need it
 // materialised, which is what the caller does without this.
-static int cuda_attention_q_scale(Backend *be, const AttnShape *s) { return cuda_attention_reads_twins(be, s); }
+static int cuda_attention_q_scale(Backend *be, const AttnShape *s) { return cuda_attention_tc(be, s); }
 
 // The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
 static void act_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,

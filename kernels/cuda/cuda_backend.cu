@@ -23,14 +23,13 @@ void cuda_device_free(void *p) {
     CUDA_CHECK(cudaFree(p));
 }
 void cuda_memset(Backend *be, void *p, size_t bytes) {
-    cuda_mirror_overwrote(be, p, bytes);  // every byte: values only a twin held are dead
+    cuda_fp32_wrote(be, p, bytes);
     if (bytes && mhe_cost_record("memset", mhe_cost(0, (double)bytes)))
         CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_stream(be)));
-    cuda_mirror_zeroed(be, p, bytes);
 }
 void cuda_memcpy_d2d(Backend *be, void *dst, const void *src, size_t bytes) {
     cuda_colsum_flush(be);  // src may be a waiting column sum's output
-    cuda_mirror_overwrote(be, dst, bytes);  // every byte: values only a twin held are dead
+    cuda_fp32_wrote(be, dst, bytes);
     if (bytes && mhe_cost_record("memcpy d2d", mhe_cost(0, 2.0 * bytes)))
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream(be)));
 }
@@ -42,7 +41,7 @@ static void cuda_memory_info(Backend *be, size_t *free_bytes, size_t *total_byte
 
 static void *cuda_alloc(Backend *be, size_t bytes) {
     void *p = cuda_device_alloc(bytes, cuda_ctx(be)->device);
-    cuda_mirror_track_alloc(be, p, bytes);
+    cuda_weight_copy_track(be, p, bytes);
     // On the backend's stream: a legacy-stream memset would not be ordered before its work
     // (the stream is non-blocking).
     cuda_memset(be, p, bytes);
@@ -53,12 +52,12 @@ static void cuda_free(Backend *be, void *p) {
     if (!p) return;
     cuda_colsum_flush(be);  // a waiting column sum may write into it
     cuda_stream_sync(be, "free");  // it may still be in use on the stream
-    cuda_mirror_release(be, p);
+    cuda_weight_copy_release(be, p);
     cuda_device_free(p);
 }
 
 static void cuda_upload(Backend *be, void *dst, const void *src, size_t bytes) {
-    cuda_mirror_wrote(be, dst, bytes);
+    cuda_fp32_wrote(be, dst, bytes);
     if (!bytes || !mhe_cost_record("memcpy h2d", MheCost{0, 0, (double)bytes, (double)bytes, 0})) return;
     cuda_staged_upload(be, dst, src, bytes);
 }
@@ -101,12 +100,6 @@ __global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__res
         y[i] = __float2bfloat16(x[i]);
 }
 
-// Room for `elems` bf16 values; grows (never shrinks) so steady-state steps do not allocate.
-static __nv_bfloat16 *bf16_scratch(Backend *be, size_t elems) {
-    CudaCtx *c = cuda_ctx(be);
-    return cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, elems);
-}
-
 void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
     MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, y, n);
     CUDA_CHECK_LAUNCH();
@@ -119,82 +112,17 @@ static size_t operand_span(int rows, int cols, int ld, long stride, int batch) {
     return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
 }
 
-// twins != 0 (the public matmul ops) takes bf16 operands from the persistent twins of
-// cuda_mirror.cu; the attention core's internal GEMMs round into the scratch buffer instead.
-static void gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                         const float *A, int lda, long stride_a, const float *B, int ldb,
-                         long stride_b, float beta, float *C, int ldc, long stride_c, int batch,
-                         bool twins) {
+void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                       const float *A, int lda, long stride_a, const float *B, int ldb,
+                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
     if (M == 0 || N == 0 || batch == 0) return;
     CudaCtx *c = cuda_ctx(be);
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const size_t c_bytes = operand_span(M, N, ldc, stride_c, batch) * sizeof(float);
-    const bool dense_c = ldc == N && (batch == 1 || stride_c == (long)M * ldc);
-    // An accumulation (beta != 0) into a C whose values only its twin holds (a lean gradient of
-    // the residual stream, cuda_norm_loss.cu) adds into the twin: D = alpha A B + beta C in the
-    // fp32 accumulator, rounded to bf16 — C stays lean.
-    const bool acc_twin = twins && c->bf16 && K > 0 && beta != 0.0f && dense_c && batch == 1 &&
-                          cuda_mirror_stale_twin(be, C, (size_t)M * N);
-    if (acc_twin)
-        cuda_mirror_accumulated_twin(be, C, (size_t)M * N);
-    else if (beta == 0.0f && dense_c)
-        cuda_mirror_overwrote(be, C, c_bytes);
-    else
-        cuda_mirror_wrote(be, C, c_bytes);
-    if (!c->bf16 || K == 0) {
-        mhe_cost_record_gemm(M, N, K, batch, 0, beta != 0.0f);
-        CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb,
-                                               stride_b, A, lda, stride_a, &beta, C, ldc, stride_c,
-                                               batch));
-    } else {
-        // bf16 inputs, fp32 accumulation and fp32 output (beta accumulates into fp32 C).
-        size_t na = operand_span(trans_a ? K : M, trans_a ? M : K, lda, stride_a, batch);
-        size_t nb = operand_span(trans_b ? N : K, trans_b ? K : N, ldb, stride_b, batch);
-        const __nv_bfloat16 *ha, *hb;
-        if (twins) {
-            ha = cuda_mirror_operand(be, A, na);
-            hb = cuda_mirror_operand(be, B, nb);
-            ha = cuda_mirror_operand(be, A, na);  // B's lookup may have merged (moved) A's twin
-        } else {
-            __nv_bfloat16 *sa = bf16_scratch(be, na + nb), *sb = sa + na;
-            cuda_round_bf16(be, A, sa, na);
-            cuda_round_bf16(be, B, sb, nb);
-            ha = sa;
-            hb = sb;
-        }
-        // A product that is only ever a matmul operand (or the loss's logits, cuda_loss.cu) is
-        // lean-capable: once its twin is lean, C is written in bf16 straight into the twin —
-        // bf16 of the fp32 accumulator, the value the twin held before (cuda_mirror.cu).
-        void *out = C;
-        cudaDataType out_type = CUDA_R_32F;
-        const bool whole = twins && beta == 0.0f && dense_c && batch == 1;
-        if (acc_twin) {
-            // Looked up here: the operands' lookups may have merged (moved) C's twin.
-            out = const_cast<__nv_bfloat16 *>(cuda_mirror_stale_twin(be, C, (size_t)M * N));
-            out_type = CUDA_R_16BF;
-            mhe_cost_record_gemm_bf16_acc(M, N, K);
-        } else if (whole && cuda_mirror_peek_lean(be, C, (size_t)M * N, LEAN_GEMM)) {
-            float *unused;
-            out = cuda_mirror_out_lean(be, C, (size_t)M * N, &unused, LEAN_GEMM);
-            out_type = CUDA_R_16BF;
-            mhe_cost_record_gemm_bf16_out(M, N, K, nullptr, 0.0);
-        } else {
-            if (whole) cuda_mirror_note_lean(be, C, (size_t)M * N, LEAN_GEMM);
-            mhe_cost_record_gemm(M, N, K, batch, 1, beta != 0.0f);
-        }
-        CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, op_b, op_a, N, M, K, &alpha, hb,
-                                                CUDA_R_16BF, ldb, stride_b, ha, CUDA_R_16BF, lda,
-                                                stride_a, &beta, out, out_type, ldc, stride_c,
-                                                batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
-}
-
-void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                       const float *A, int lda, long stride_a, const float *B, int ldb,
-                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
-    gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                 ldc, stride_c, batch, false);
+    cuda_fp32_wrote(be, C, operand_span(M, N, ldc, stride_c, batch) * sizeof(float));
+    mhe_cost_record_gemm(M, N, K, batch, 0, beta != 0.0f);
+    CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb, stride_b, A, lda,
+                                           stride_a, &beta, C, ldc, stride_c, batch));
 }
 
 // Device pointer arrays for cuda_gemm_heads: entry i = b * n_heads + h of each operand.
@@ -226,30 +154,18 @@ void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alp
     if (C.ratio != 1) mhe_fatal("cuda_gemm_heads: the output must be per head");
     CudaCtx *c = cuda_ctx(be);
     cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
-    const bool bf16 = c->bf16 && K > 0;
-    const size_t el = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
-    const void *a_base = A.base, *b_base = B.base;
-    cuda_mirror_wrote(be, C.base, heads_span(C, M, N, n_seq, n_heads) * sizeof(float));
-    mhe_cost_record_gemm(M, N, K, count, bf16, beta != 0.0f);
-    if (bf16) {
-        size_t na = heads_span(A, ta ? K : M, ta ? M : K, n_seq, n_heads);
-        size_t nb = heads_span(B, tb ? N : K, tb ? K : N, n_seq, n_heads);
-        __nv_bfloat16 *ha = bf16_scratch(be, na + nb), *hb = ha + na;
-        cuda_round_bf16(be, A.base, ha, na);
-        cuda_round_bf16(be, B.base, hb, nb);
-        a_base = ha;
-        b_base = hb;
-    }
-    PtrSpec pa{static_cast<const char *>(a_base), A.seq_stride * (long)el, A.head_step * (long)el, A.ratio};
-    PtrSpec pb{static_cast<const char *>(b_base), B.seq_stride * (long)el, B.head_step * (long)el, B.ratio};
-    PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * 4L, C.head_step * 4L, 1};
+    const long el = sizeof(float);  // fp32 operands (bf16 mode stages the attention core in fp32)
+    cuda_fp32_wrote(be, C.base, heads_span(C, M, N, n_seq, n_heads) * sizeof(float));
+    mhe_cost_record_gemm(M, N, K, count, 0, beta != 0.0f);
+    PtrSpec pa{reinterpret_cast<const char *>(A.base), A.seq_stride * el, A.head_step * el, A.ratio};
+    PtrSpec pb{reinterpret_cast<const char *>(B.base), B.seq_stride * el, B.head_step * el, B.ratio};
+    PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * el, C.head_step * el, 1};
     const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
     MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
     CUDA_CHECK_LAUNCH();
-    const cudaDataType t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
     CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     N, M, K, &alpha, ptrs + count, t, B.ld, ptrs, t, A.ld, &beta,
+                                     N, M, K, &alpha, ptrs + count, CUDA_R_32F, B.ld, ptrs, CUDA_R_32F, A.ld, &beta,
                                      c->gemm_ptrs + 2 * count, CUDA_R_32F, C.ld, count,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -259,12 +175,13 @@ static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, in
                                 const float *B, int ldb, long stride_b, float beta, float *C,
                                 int ldc, long stride_c, int batch) {
     double t0 = cuda_prof_begin(be);
-    gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                 ldc, stride_c, batch, true);
+    cuda_gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
+                      ldc, stride_c, batch);
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
 }
 
-// Every operand is fp32 memory while be->act is DT_F32 (activations included).
+// Every operand is fp32 memory while be->act is DT_F32 (activations included; bf16 mode replaces
+// this op, cuda_act.cu).
 static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha, MatIn A, MatIn B,
                         float beta, MatOut C) {
     cuda_matmul_batched(be, trans_a, trans_b, M, N, K, alpha, static_cast<const float *>(A.p), A.ld, 0,
@@ -277,11 +194,9 @@ static void cuda_destroy(Backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     cuda_staging_destroy(c);
     cuda_colsum_defer_destroy(be);
-    cuda_mirror_destroy(be);
-    cuda_act_weights_destroy(be);
+    cuda_weight_copies_destroy(be);
     cuda_linear_destroy(be);
     cuda_optim_destroy(be);
-    std::free(c->inner);
     std::free(c->f32);
     for (int i = 0; i < ACT_STAGE_SLOTS; i++) cuda_device_free(c->stage[i]);
     cuda_device_free(c->bf16_scratch);
@@ -309,14 +224,8 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
-    // A bf16 run stores its activations in bf16 (cuda_act.cu); MHE_CUDA_ACT=twins keeps the
-    // former mode — fp32 activations with bf16 twins of the matmul operands (cuda_mirror.cu) —
-    // until its machinery and tests are gone.
-    const char *act = std::getenv("MHE_CUDA_ACT");
-    if (act && *act && std::strcmp(act, "bf16") != 0 && std::strcmp(act, "twins") != 0)
-        mhe_fatal("MHE_CUDA_ACT=%s: expected bf16 or twins", act);
-    c->act_bf16 = bf16 && !(act && std::strcmp(act, "twins") == 0);
-    c->bf16 = bf16 != 0 && !c->act_bf16;
+    // A bf16 run stores its activations in bf16 (cuda_act.cu).
+    c->act_bf16 = bf16 != 0;
     // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
     // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).
     const char *attn = std::getenv("MHE_CUDA_ATTENTION");
@@ -366,13 +275,9 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     cuda_install_attention(be);
     cuda_install_linear(be);
     cuda_install_optim(be);
-    // Lean twins (cuda_mirror.cu): on unless MHE_CUDA_LEAN=0; the read declarations go on top.
-    const char *lean = std::getenv("MHE_CUDA_LEAN");
-    c->lean = c->bf16 && !(lean && std::strcmp(lean, "0") == 0);
-    if (c->lean) cuda_install_lean(be);
-    // Deferred column sums (cuda_colsum.cu): with the reads the lean wrappers declare, or with
-    // bf16 activations, where only the fp32 ops read parameter gradients and they flush first.
-    if (c->lean || c->act_bf16) cuda_colsum_defer_init(be);
+    // Deferred column sums (cuda_colsum.cu) with bf16 activations, where only the fp32 ops read
+    // parameter gradients and they flush first.
+    if (c->act_bf16) cuda_colsum_defer_init(be);
     if (c->act_bf16) cuda_install_act_bf16(be);
     return be;
 }

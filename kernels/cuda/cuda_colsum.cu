@@ -84,12 +84,11 @@ static void finish_prod_now(Backend *be, const float *pa, int chunks, int C, con
 // behind a ~4 us launch.  Their outputs are parameter gradients that nothing reads until the
 // optimizer, the gradient norm or a bucket's all-reduce, so each waits in a table (its partials
 // kept in an arena) and one launch finishes them all.  It runs before anything reads or writes
-// what a waiting sum touches (its outputs, mhe_mul's factors): every op declares those accesses to
-// the twins' bookkeeping (cuda_mirror.cu: cuda_mirror_wrote, and the reads cuda_lean.cu declares),
-// which calls cuda_colsum_touch.  With bf16 activations there are no read declarations, and none
-// are needed: a parameter gradient is fp32 memory, and the ops that read fp32 memory only — the
+// what a waiting sum touches (its outputs, mhe_mul's factors): every fp32 write reports itself
+// (cuda_fp32_wrote, cuda_weight_copy.cu), which calls cuda_colsum_touch.  Reads need no
+// declaration: a parameter gradient is fp32 memory, and the ops that read fp32 memory only — the
 // gradient norm, the optimizer, the fp32 elementwise ops, download and copy — flush before they
-// run, while every fp32 write still reports itself.  On in both bf16 modes unless
+// run, while every fp32 write still reports itself.  On in bf16 mode unless
 // MHE_CUDA_DEFER=0.  Each sum adds the same partials in the same order as at
 // once, into outputs no other op touched in between: the results are bit-identical.
 #define DEFER_MAX 60  // table entries per launch (64 B each: the kernel parameter stays under 4 KB)

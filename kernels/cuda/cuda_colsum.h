@@ -69,8 +69,8 @@ void cuda_colsum2_finish_prod(Backend *be, const float *pa, int chunks, int C, c
 // Room for `floats` partials of stage 1: with deferral, arena space kept until the flush that
 // finishes them; otherwise the grow-only scratch, valid until the next column sum.
 float *cuda_colsum_space(Backend *be, size_t floats);
-// Deferral (MHE_CUDA_DEFER=0: off; bf16 modes): touch is called by every reported write (and,
-// under the lean wrappers, every declared read; cuda_mirror.cu) and flushes when [p, p + bytes)
+// Deferral (MHE_CUDA_DEFER=0: off; bf16 mode): touch is called by every reported fp32 write
+// (cuda_fp32_wrote) and flushes when [p, p + bytes)
 // meets a waiting sum's outputs or factors; flush finishes every waiting sum in one launch, and
 // the ops that read fp32 memory only (download, copy, the fp32 elementwise ops, sum_squares,
 // the optimizer's) call it first — with bf16 activations those are the gradients' only readers.

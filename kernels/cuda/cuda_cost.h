@@ -36,10 +36,10 @@ bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c)
 // bias gradient, 4 B per element).
 bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, const char *epilogue,
                                    double epilogue_bytes);
-// The same with bf16 operands and a bf16 output (2 B per element of C, not read): the lean
-// linear layers of cuda_linear.cu.
+// The same with bf16 operands and a bf16 output (2 B per element of C, not read): the bf16
+// activations' matmuls and linear layers (cuda_act.cu, cuda_linear.cu).
 bool mhe_cost_record_gemm_bf16_out(int M, int N, int K, const char *epilogue, double epilogue_bytes);
-// The same reading and writing a bf16 C (beta != 0: accumulating into a lean twin).
+// The same reading and writing a bf16 C (beta != 0: accumulating into a bf16 activation).
 bool mhe_cost_record_gemm_bf16_acc(int M, int N, int K);
 // The emulated cuBLAS asks this before each call: fatal when no mhe_cost_record_gemm preceded
 // it (an unrecorded library call), else whether to compute.

@@ -17,7 +17,7 @@
 static unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BLOCK - 1) / MHE_BLOCK); }
 
 __global__ void bias_add_kernel(float *y, __nv_bfloat16 *yb, const float *bias, size_t total, int C) {
-    GRID_STRIDE(i, total) store_twin(y, yb, i, y[i] + bias[i % C]);
+    GRID_STRIDE(i, total) store_dual(y, yb, i, y[i] + bias[i % C]);
 }
 __global__ void bias_backward_kernel(const float *dy, int N, int C, float *dbias) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -30,15 +30,15 @@ __global__ void bias_backward_kernel(const float *dy, int N, int C, float *dbias
 static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
     double t0 = cuda_prof_begin(be);
     size_t total = (size_t)N * C;
-    __nv_bfloat16 *yb = cuda_mirror_out(be, y, total);
-    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost((double)total, 8.0 * total + 4.0 * C), yb, total))(y, yb, bias, total, C);
+    __nv_bfloat16 *yb = cuda_fp32_copy_out(be, y, total);
+    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_bf16_store(mhe_cost((double)total, 8.0 * total + 4.0 * C), yb, total))(y, yb, bias, total, C);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 // dbias[c] += sum_r dy[r, c]
 static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
     double t0 = cuda_prof_begin(be);
-    cuda_mirror_wrote(be, dbias, (size_t)C * sizeof(float));
+    cuda_fp32_wrote(be, dbias, (size_t)C * sizeof(float));
     if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 4.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(dy, N, C, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -58,7 +58,7 @@ __global__ void elementwise_kernel(int op, const float *a, const float *b, float
         case EW_MUL: r = a[i] * b[i]; break;
         default: r = out[i] + a[i] * b[i]; break;
         }
-        store_twin(out, outb, i, r);
+        store_dual(out, outb, i, r);
     }
 }
 
@@ -70,8 +70,8 @@ static MheCost ew_cost(int op, size_t n) {
 static void elementwise(Backend *be, int op, const float *a, const float *b, float c, float *out, size_t n) {
     double t0 = cuda_prof_begin(be);
     cuda_colsum_flush(be);  // a parameter gradient's reader (cuda_colsum.cu)
-    __nv_bfloat16 *outb = cuda_mirror_out(be, out, n);
-    if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(ew_cost(op, n), outb, n))(op, a, b, c, out, outb, n);
+    __nv_bfloat16 *outb = cuda_fp32_copy_out(be, out, n);
+    if (n) MHE_LAUNCH(elementwise_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_bf16_store(ew_cost(op, n), outb, n))(op, a, b, c, out, outb, n);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
@@ -82,14 +82,8 @@ static void cuda_add_scalar(Backend *be, const float *x, float c, float *out, si
 static void cuda_mul(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL, a, b, 0, out, n); }
 static void cuda_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL_ACC, a, b, 0, out, n); }
 
-// head_expand(_backward) in bf16 mode read x (the projection's Q, K or V) and dout (the flash
-// backward's dQ, dK, dV) from their bf16 twins once those are lean (cuda_mirror_stale_twin, as
-// GELU reads its inputs; autocast has the linear layer's output and the attention's input
-// gradients in bf16): the declaration is cuda_mirror_read_or_twin (cuda_lean.cu), not an fp32
-// read, so the producers learn to write bf16 only — the fused Q|K|V GEMM included, whose K and V
-// the flash kernels would otherwise round (to_bf16_kernel) — and these kernels then move 2 bytes
-// per element of them instead of 4.  The per-head output (only the flash kernels' operand) is
-// lean-capable too.  While the inputs are dual (and in fp32 mode) the fp32 data is read.
+// head_expand(_backward) read and store bf16 activations in bf16 mode (x: the projection's Q, K
+// or V; dout: the attention backward's dQ, dK, dV), fp32 in fp32 mode.
 template <typename X>
 __global__ void head_expand_kernel(const X *x, int ldx, const float *mul, const float *add,
                                    int N, int n, int d, float *out, __nv_bfloat16 *outb) {
@@ -100,7 +94,7 @@ __global__ void head_expand_kernel(const X *x, int ldx, const float *mul, const 
         float v = ld_float(x, r * ldx + c);
         if (mul) v *= mul[h * d + c];
         if (add) v += add[h * d + c];
-        store_twin(out, outb, i, v);
+        store_dual(out, outb, i, v);
     }
 }
 // dx[r, c] = sum_h dout[r, h, c] * mul[h, c]
@@ -113,7 +107,7 @@ __global__ void head_expand_dx_kernel(const G *dout, const float *mul, int N, in
         size_t r = i / d;
         float s = 0;
         for (int h = 0; h < n; h++) s += ld_float(dout, (r * n + h) * d + c) * (mul ? mul[h * d + c] : 1.0f);
-        store_twin(dx, dxb, r * ldx + c, accumulate ? ld_old(dx, dxb, r * ldx + c) + s : s);
+        store_dual(dx, dxb, r * ldx + c, accumulate ? ld_old(dx, dxb, r * ldx + c) + s : s);
     }
 }
 // dmul[h, c] += sum_r dout[r, h, c] x[r, c];  dadd[h, c] += sum_r dout[r, h, c]  (column hc = h d + c
@@ -139,10 +133,9 @@ struct HeadDparamVals {
 // (A at partials[k C + hc], B at partials[(chunks + k) C + hc], C = n d) for stage 2 —
 // deterministic.  Used while the warps' rows fit in shared memory (head_fused_smem).
 #define HB_ROWS 32
-// The input types (dout, x): fp32 or a bf16 twin each.
+// The input types (dout, x): fp32 (fp32 mode) or bf16 (bf16 mode; BF: x not read).
 struct HbFF { using G = float; using X = float; };
 struct HbBF { using G = __nv_bfloat16; using X = float; };
-struct HbFB { using G = float; using X = __nv_bfloat16; };
 struct HbBB { using G = __nv_bfloat16; using X = __nv_bfloat16; };
 template <typename T>
 __global__ void head_expand_bwd_fused_kernel(const typename T::G *dout, const typename T::X *x, int ldx,
@@ -168,7 +161,7 @@ __global__ void head_expand_bwd_fused_kernel(const typename T::G *dout, const ty
                 if (want_a) accA[h * d + c] += g * xv;
                 if (want_b) accB[h * d + c] += g;
             }
-            if (dx || dxb) store_twin(dx, dxb, (size_t)r * ldx + c, accumulate ? ld_old(dx, dxb, (size_t)r * ldx + c) + s : s);
+            if (dx || dxb) store_dual(dx, dxb, (size_t)r * ldx + c, accumulate ? ld_old(dx, dxb, (size_t)r * ldx + c) + s : s);
         }
     __syncthreads();
     const size_t chunks = gridDim.x;
@@ -186,21 +179,15 @@ static size_t head_fused_smem(int n, int d, int outs) {
     return b <= 48 * 1024 ? b : 0;
 }
 
-// The inputs as head_expand(_backward) read them: fp32, or (bf16 mode) their twins where the fp32
-// data is stale.  Both spans get a twin segment first (cuda_mirror_track: its producer can then
-// learn to write it lean; making a segment may merge others, so the lookups come after, and
-// before any output twin is taken).
+// The inputs as head_expand(_backward) read them: fp32, or (bf16 mode) bf16.
 struct HeadIn {
     const __nv_bfloat16 *xb, *gb;
     double xe, ge;  // bytes per element read
 };
 static HeadIn head_inputs(Backend *be, const float *x, size_t xspan, const float *dout, size_t gn) {
     HeadIn in{nullptr, nullptr, 4.0, 4.0};
-    if (!cuda_ctx(be)->bf16 && !cuda_ctx(be)->act_bf16) return in;
-    if (x && xspan) cuda_mirror_track(be, x, xspan);
-    if (dout && gn) cuda_mirror_track(be, dout, gn);
-    if (x && xspan) in.xb = cuda_mirror_stale_twin(be, x, xspan);
-    if (dout && gn) in.gb = cuda_mirror_stale_twin(be, dout, gn);
+    if (x && xspan) in.xb = act_in(be, x);
+    if (dout && gn) in.gb = act_in(be, dout);
     in.xe = in.xb ? 2.0 : 4.0;
     in.ge = in.gb ? 2.0 : 4.0;
     return in;
@@ -213,8 +200,8 @@ static void cuda_head_expand(Backend *be, const float *x, int ldx, const float *
     size_t total = (size_t)N * n * d;
     const HeadIn in = head_inputs(be, x, total ? xspan_of(N, d, ldx) : 0, nullptr, 0);
     float *outw = out;
-    __nv_bfloat16 *outb = cuda_mirror_out_lean(be, out, total, &outw, LEAN_ELEMENTWISE);
-    const MheCost cost = with_lean_twin(mhe_cost(2.0 * total, 4.0 * total + in.xe * N * d + 4.0 * ((mul != nullptr) + (add != nullptr)) * (double)n * d), outb, outw, (double)total);
+    __nv_bfloat16 *outb = act_out(be, out, &outw);
+    const MheCost cost = with_act_store(mhe_cost(2.0 * total, 4.0 * total + in.xe * N * d + 4.0 * ((mul != nullptr) + (add != nullptr)) * (double)n * d), outb, outw, (double)total);
     if (total && in.xb)
         MHE_LAUNCH(head_expand_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), cost)(in.xb, ldx, mul, add, N, n, d, outw, outb);
     else if (total)
@@ -222,30 +209,27 @@ static void cuda_head_expand(Backend *be, const float *x, int ldx, const float *
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
-// dx of head_expand_backward(_prod): usually only the projections' backward operand (dQ of
-// mhe_mul's fast path, collab): lean-capable (cuda_mirror.cu) when it overwrites; a strided dx (a
-// column slice of the fused dQ|dK|dV buffer) is a band there.  Its twin is taken after the
-// inputs' and before the column sums run (they read dout and x, not dx).
+// dx of head_expand_backward(_prod): fp32 (fp32 mode) or bf16; possibly strided (a column slice
+// of the fused dQ|dK|dV buffer).
 struct HeadDx {
     float *dxw;
     __nv_bfloat16 *dxb;
 };
-static HeadDx head_dx_twin(Backend *be, float *dx, int N, int d, int ldx, int accumulate) {
-    HeadDx o{dx, nullptr};
-    if (dx && cuda_ctx(be)->act_bf16) return HeadDx{nullptr, cuda_mirror_out2d_lean(be, dx, N, d, ldx, &o.dxw, LEAN_ELEMENTWISE)};
-    if (dx) o.dxb = accumulate ? cuda_mirror_out2d(be, dx, N, d, ldx) : cuda_mirror_out2d_lean(be, dx, N, d, ldx, &o.dxw, LEAN_ELEMENTWISE);
+static HeadDx head_dx_out(Backend *be, float *dx) {
+    HeadDx o{nullptr, nullptr};
+    if (dx) o.dxb = act_out(be, dx, &o.dxw);
     return o;
 }
 static void head_dx_launch(Backend *be, const float *dout, const HeadIn &in, const float *mul, int N, int n, int d,
                            HeadDx o, int ldx, int accumulate) {
-    const MheCost cost = with_lean_twin(mhe_cost(2.0 * N * n * d, in.ge * N * n * d + 4.0 * ((mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), o.dxb, o.dxw, (double)N * d);
+    const MheCost cost = with_act_store(mhe_cost(2.0 * N * n * d, in.ge * N * n * d + 4.0 * ((mul ? (double)n * d : 0) + (accumulate ? 2.0 : 1.0) * N * d)), o.dxb, o.dxw, (double)N * d);
     if (N > 0 && d > 0 && in.gb)
         MHE_LAUNCH(head_expand_dx_kernel<__nv_bfloat16>, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, cuda_stream(be), cost)(in.gb, mul, N, n, d, o.dxw, o.dxb, ldx, accumulate);
     else if (N > 0 && d > 0)
         MHE_LAUNCH(head_expand_dx_kernel<float>, cuda_grid_for((size_t)N * d), MHE_BLOCK, 0, cuda_stream(be), cost)(dout, mul, N, n, d, o.dxw, o.dxb, ldx, accumulate);
     CUDA_CHECK_LAUNCH();
 }
-// Stage 1 of the parameter gradients' column sums over the inputs as read (twins or fp32).
+// Stage 1 of the parameter gradients' column sums over the inputs as read (bf16 or fp32).
 static float *head_dparam_partials(Backend *be, const float *dout, const float *x, int ldx, const HeadIn &in, int N,
                                    int n, int d, int *chunks) {
     const int nd = n * d;
@@ -271,7 +255,7 @@ static bool head_fused(Backend *be, const float *dout, const float *x, int ldx, 
     // dout once, x once (for A), mul, dx written (and read when accumulating), the partials.
     const double bytes = in.ge * N * nd + (want_a ? in.xe * N * d : 0.0) + (mul ? 4.0 * nd : 0.0) +
                          (has_dx ? (accumulate ? 8.0 : 4.0) * N * d : 0.0) + 4.0 * (double)np;
-    const MheCost cost = with_lean_twin(mhe_cost_blocks((2.0 + 2.0 * (want_a + want_b)) * N * nd, bytes, *chunks),
+    const MheCost cost = with_act_store(mhe_cost_blocks((2.0 + 2.0 * (want_a + want_b)) * N * nd, bytes, *chunks),
                                         o.dxb, o.dxw, has_dx ? (double)N * d : 0.0);
     const unsigned blocks = (unsigned)*chunks, threads = MHE_BLOCK;
 #define HB_LAUNCH(T, gp, xp)                                                                                    \
@@ -281,8 +265,6 @@ static bool head_fused(Backend *be, const float *dout, const float *x, int ldx, 
         HB_LAUNCH(HbBB, in.gb, in.xb);
     else if (in.gb)
         HB_LAUNCH(HbBF, in.gb, x);
-    else if (in.xb && want_a)
-        HB_LAUNCH(HbFB, dout, in.xb);
     else
         HB_LAUNCH(HbFF, dout, x);
 #undef HB_LAUNCH
@@ -293,11 +275,11 @@ static void cuda_head_expand_backward(Backend *be, const float *dout, const floa
                                       const float *mul, int N, int n, int d, float *dx,
                                       int accumulate, float *dmul, float *dadd) {
     double t0 = cuda_prof_begin(be);
-    if (dmul) cuda_mirror_wrote(be, dmul, (size_t)n * d * sizeof(float));
-    if (dadd) cuda_mirror_wrote(be, dadd, (size_t)n * d * sizeof(float));
+    if (dmul) cuda_fp32_wrote(be, dmul, (size_t)n * d * sizeof(float));
+    if (dadd) cuda_fp32_wrote(be, dadd, (size_t)n * d * sizeof(float));
     const bool sums = (dmul || dadd) && N > 0 && n > 0 && d > 0;
     const HeadIn in = head_inputs(be, dmul ? x : nullptr, sums && dmul ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
-    const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
+    const HeadDx o = head_dx_out(be, dx);
     int chunks = 0;
     const float *p = nullptr;
     if (sums && head_fused(be, dout, dmul ? x : nullptr, ldx, mul, in, N, n, d, o, accumulate, dmul != nullptr,
@@ -319,11 +301,11 @@ static void cuda_head_expand_backward_prod(Backend *be, const float *dout, const
                                            const float *f, const float *g, int N, int n, int d, float *dx,
                                            int accumulate, float *df, float *dg) {
     double t0 = cuda_prof_begin(be);
-    if (df) cuda_mirror_wrote(be, df, (size_t)n * d * sizeof(float));
-    if (dg) cuda_mirror_wrote(be, dg, (size_t)n * d * sizeof(float));
+    if (df) cuda_fp32_wrote(be, df, (size_t)n * d * sizeof(float));
+    if (dg) cuda_fp32_wrote(be, dg, (size_t)n * d * sizeof(float));
     const bool sums = (df || dg) && N > 0 && n > 0 && d > 0;
     const HeadIn in = head_inputs(be, sums ? x : nullptr, sums ? xspan_of(N, d, ldx) : 0, dout, (size_t)N * n * d);
-    const HeadDx o = head_dx_twin(be, dx, N, d, ldx, accumulate);
+    const HeadDx o = head_dx_out(be, dx);
     int chunks = 0;
     const float *p = nullptr;
     if (sums && head_fused(be, dout, x, ldx, mul, in, N, n, d, o, accumulate, 1, 0, &chunks, &p)) {
@@ -354,7 +336,7 @@ static void cuda_head_scales(Backend *be, const float *e, size_t lde, int rows, 
                              size_t lds) {
     double t0 = cuda_prof_begin(be);
     const int per = (prod ? 4 : 3) * w;
-    for (int r = 0; r < rows; r++) cuda_mirror_wrote(be, s + (size_t)r * lds, (size_t)per * sizeof(float));
+    for (int r = 0; r < rows; r++) cuda_fp32_wrote(be, s + (size_t)r * lds, (size_t)per * sizeof(float));
     const double total = (double)rows * per;
     // Reads 3w (+ 2w for the products, cached) and writes per floats a row.
     if (total > 0)
@@ -371,38 +353,23 @@ static void cuda_head_scales(Backend *be, const float *e, size_t lde, int rows, 
 #define GELU_FWD_FLOPS 16.0
 #define GELU_BWD_FLOPS 28.0
 
-// Inputs in fp32, or bf16 read from a lean twin (the FC1 output and the gradient GEMM's output,
-// once only GELU reads them: cuda_mirror_stale_twin) — GELU of the bf16 values, as autocast.
-__device__ __forceinline__ float in(const float *p, size_t i) { return p[i]; }
-__device__ __forceinline__ float in(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
-
 template <typename X>
 __global__ void gelu_forward_kernel(int tanh_form, const X *x, float *y, __nv_bfloat16 *yb, size_t n) {
     GRID_STRIDE(i, n) {
-        float v = in(x, i);
+        float v = ld_float(x, i);
         if (tanh_form)
-            store_twin(y, yb, i, 0.5f * v * (1.0f + tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))));
+            store_dual(y, yb, i, 0.5f * v * (1.0f + tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v))));
         else
-            store_twin(y, yb, i, 0.5f * v * (1.0f + erff(v * GELU_INV_SQRT_2)));
+            store_dual(y, yb, i, 0.5f * v * (1.0f + erff(v * GELU_INV_SQRT_2)));
     }
 }
 // erf:  gelu'(x) = Φ(x) + x φ(x)
 // tanh: gelu'(x) = (1 + t)/2 + x/2 (1 - t²) √(2/π) (1 + 3·0.044715 x²),  t = tanh(u(x))
-// dx may alias dy (also their twins: each element read, then written, by one thread).
-// The input types as one template argument (MHE_LAUNCH's kernel name cannot hold a comma).
-template <typename X_, typename G_> struct GeluIn {
-    typedef X_ X;
-    typedef G_ G;
-};
-typedef GeluIn<float, float> GeluFF;
-typedef GeluIn<float, __nv_bfloat16> GeluFB;
-typedef GeluIn<__nv_bfloat16, float> GeluBF;
-typedef GeluIn<__nv_bfloat16, __nv_bfloat16> GeluBB;
-template <typename In>
-__global__ void gelu_backward_kernel(int tanh_form, const typename In::X *x, const typename In::G *dy, float *dx,
-                                     __nv_bfloat16 *dxb, size_t n) {
+// dx may alias dy (each element read, then written, by one thread).  X: float or bf16 (x, dy).
+template <typename X>
+__global__ void gelu_backward_kernel(int tanh_form, const X *x, const X *dy, float *dx, __nv_bfloat16 *dxb, size_t n) {
     GRID_STRIDE(i, n) {
-        float v = in(x, i), g;
+        float v = ld_float(x, i), g;
         if (tanh_form) {
             float t = tanhf(GELU_SQRT_2_OVER_PI * (v + 0.044715f * v * v * v));
             g = 0.5f * (1.0f + t) +
@@ -410,21 +377,21 @@ __global__ void gelu_backward_kernel(int tanh_form, const typename In::X *x, con
         } else {
             g = 0.5f * (1.0f + erff(v * GELU_INV_SQRT_2)) + v * GELU_INV_SQRT_2PI * expf(-0.5f * v * v);
         }
-        store_twin(dx, dxb, i, in(dy, i) * g);
+        store_dual(dx, dxb, i, ld_float(dy, i) * g);
     }
 }
 // Elements of E (float, or bf16 for an Act of a bf16-activation backend), fp32 arithmetic
-// inside; yb: the twin of an fp32 output (twin mode), nullptr otherwise.
+// inside; yb: the weight copy of an fp32 output (cuda_fp32_copy_out), nullptr otherwise.
 template <typename E>
 __global__ void tanh_forward_kernel(const E *x, E *y, __nv_bfloat16 *yb, size_t n) {
-    GRID_STRIDE(i, n) store_twin(y, yb, i, tanhf(ld_float(x, i)));
+    GRID_STRIDE(i, n) store_dual(y, yb, i, tanhf(ld_float(x, i)));
 }
 // tanh' = 1 - tanh², from the saved output.
 template <typename E>
 __global__ void tanh_backward_kernel(const E *y, const E *dy, E *dx, __nv_bfloat16 *dxb, size_t n) {
     GRID_STRIDE(i, n) {
         const float t = ld_float(y, i);
-        store_twin(dx, dxb, i, ld_float(dy, i) * (1.0f - t * t));
+        store_dual(dx, dxb, i, ld_float(dy, i) * (1.0f - t * t));
     }
 }
 static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
@@ -434,8 +401,8 @@ static void act_tanh_forward(Backend *be, const Act *x, Act *y, size_t n) {
     } else if (act16(be)) {
         MHE_LAUNCH(tanh_forward_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, st, mhe_cost(10.0 * n, 4.0 * n))(ab(x), ab(y), nullptr, n);
     } else {
-        __nv_bfloat16 *yb = cuda_mirror_out(be, af(y), n);
-        MHE_LAUNCH(tanh_forward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, with_twin(mhe_cost(10.0 * n, 8.0 * n), yb, n))(af(x), af(y), yb, n);
+        __nv_bfloat16 *yb = cuda_fp32_copy_out(be, af(y), n);
+        MHE_LAUNCH(tanh_forward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, with_bf16_store(mhe_cost(10.0 * n, 8.0 * n), yb, n))(af(x), af(y), yb, n);
     }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -447,20 +414,19 @@ static void act_tanh_backward(Backend *be, const Act *y, const Act *dy, Act *dx,
     } else if (act16(be)) {
         MHE_LAUNCH(tanh_backward_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, st, mhe_cost(3.0 * n, 6.0 * n))(ab(y), ab(dy), ab(dx), nullptr, n);
     } else {
-        __nv_bfloat16 *dxb = cuda_mirror_out(be, af(dx), n);
-        MHE_LAUNCH(tanh_backward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, with_twin(mhe_cost(3.0 * n, 12.0 * n), dxb, n))(af(y), af(dy), af(dx), dxb, n);
+        __nv_bfloat16 *dxb = cuda_fp32_copy_out(be, af(dx), n);
+        MHE_LAUNCH(tanh_backward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, with_bf16_store(mhe_cost(3.0 * n, 12.0 * n), dxb, n))(af(y), af(dy), af(dx), dxb, n);
     }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
-// GELU and dropout write lean when their output is only ever a matmul operand (cuda_mirror.cu).
+// GELU and dropout: fp32 in fp32 mode, bf16 in and out in bf16 mode (xb and yb set, yw null).
 static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float *y, size_t n) {
     double t0 = cuda_prof_begin(be);
-    cuda_mirror_track(be, x, n);  // before the output's lookup: making a segment may merge others
-    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, n);
+    const __nv_bfloat16 *xb = act_in(be, x);
     float *yw;
-    __nv_bfloat16 *yb = cuda_mirror_out_lean(be, y, n, &yw, LEAN_ELEMENTWISE);
-    const MheCost cost = with_lean_twin(mhe_cost(GELU_FWD_FLOPS * n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
+    __nv_bfloat16 *yb = act_out(be, y, &yw);
+    const MheCost cost = with_act_store(mhe_cost(GELU_FWD_FLOPS * n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
     cudaStream_t st = cuda_stream(be);
     if (n && xb)
         MHE_LAUNCH(gelu_forward_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, st, cost)(kind == GELU_TANH, xb, yw, yb, n);
@@ -471,23 +437,18 @@ static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float 
 }
 static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const float *dy, float *dx, size_t n) {
     double t0 = cuda_prof_begin(be);
-    cuda_mirror_track(be, x, n);
-    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, n), *dyb = cuda_mirror_stale_twin(be, dy, n);
+    const __nv_bfloat16 *xb = act_in(be, x), *dyb = act_in(be, dy);
     float *dxw;
-    __nv_bfloat16 *dxb = cuda_mirror_out_lean(be, dx, n, &dxw, LEAN_ELEMENTWISE);
-    const MheCost cost = with_lean_twin(mhe_cost(GELU_BWD_FLOPS * n, (xb ? 2.0 : 4.0) * n + (dyb ? 2.0 : 4.0) * n + 4.0 * n), dxb, dxw, n);
+    __nv_bfloat16 *dxb = act_out(be, dx, &dxw);
+    const MheCost cost = with_act_store(mhe_cost(GELU_BWD_FLOPS * n, (xb ? 2.0 : 4.0) * n + (dyb ? 2.0 : 4.0) * n + 4.0 * n), dxb, dxw, n);
     const int tf = kind == GELU_TANH;
     cudaStream_t st = cuda_stream(be);
     const unsigned grid = cuda_grid_for(n);
     if (!n) {
-    } else if (xb && dyb) {
-        MHE_LAUNCH(gelu_backward_kernel<GeluBB>, grid, MHE_BLOCK, 0, st, cost)(tf, xb, dyb, dxw, dxb, n);
     } else if (xb) {
-        MHE_LAUNCH(gelu_backward_kernel<GeluBF>, grid, MHE_BLOCK, 0, st, cost)(tf, xb, dy, dxw, dxb, n);
-    } else if (dyb) {
-        MHE_LAUNCH(gelu_backward_kernel<GeluFB>, grid, MHE_BLOCK, 0, st, cost)(tf, x, dyb, dxw, dxb, n);
+        MHE_LAUNCH(gelu_backward_kernel<__nv_bfloat16>, grid, MHE_BLOCK, 0, st, cost)(tf, xb, dyb, dxw, dxb, n);
     } else {
-        MHE_LAUNCH(gelu_backward_kernel<GeluFF>, grid, MHE_BLOCK, 0, st, cost)(tf, x, dy, dxw, dxb, n);
+        MHE_LAUNCH(gelu_backward_kernel<float>, grid, MHE_BLOCK, 0, st, cost)(tf, x, dy, dxw, dxb, n);
     }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
@@ -497,21 +458,20 @@ template <typename X>
 __global__ void dropout_kernel(const X *x, float *y, __nv_bfloat16 *yb, size_t n, float p, uint64_t seed,
                                uint64_t offset) {
     float inv = 1.0f / (1.0f - p);
-    GRID_STRIDE(i, n) store_twin(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? ld_float(x, i) * inv : 0.0f);
+    GRID_STRIDE(i, n) store_dual(y, yb, i, ops_dropout_keep(seed, offset, i, p) ? ld_float(x, i) * inv : 0.0f);
 }
-// x from its twin when only the twin holds it (post-LN's embedding dropout, backward: in place
-// on the lean gradient of the residual stream, cuda_norm_loss.cu).
+// Activations in bf16 (bf16 mode) or fp32; y may alias x.
 static void cuda_dropout(Backend *be, const float *x, float *y, size_t n, float p, uint64_t seed, uint64_t offset) {
     double t0 = cuda_prof_begin(be);
-    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, n);  // before y's lookup (y may alias x)
-    // p = 0 is a copy (nothing when in place: y and its twin stay as they are), through the
-    // kernel when y has a twin to fill (every draw keeps, the scale is 1) or x is a twin.
+    const __nv_bfloat16 *xb = act_in(be, x);
+    // p = 0 is a copy (nothing when in place): fp32 by memcpy, bf16 through the kernel (every draw
+    // keeps, the scale is 1).
     float *yw = y;
-    __nv_bfloat16 *yb = p > 0.0f || x != y ? cuda_mirror_out_lean(be, y, n, &yw, LEAN_ELEMENTWISE) : nullptr;
+    __nv_bfloat16 *yb = p > 0.0f || x != y ? act_out(be, y, &yw) : nullptr;
     if (p <= 0.0f && !yb && !(xb && x != y)) {
         if (x != y) cuda_memcpy_d2d(be, y, x, n * sizeof(float));
     } else if (n) {
-        const MheCost cost = with_lean_twin(mhe_cost((double)n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
+        const MheCost cost = with_act_store(mhe_cost((double)n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
         if (xb)
             MHE_LAUNCH(dropout_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(
                 xb, yw, yb, n, p > 0.0f ? p : 0.0f, seed, offset);
@@ -534,7 +494,7 @@ __global__ void embedding_forward_kernel(const int32_t *ids, const int32_t *type
         int t = (int)(bt % T);
         float v = word[(size_t)ids[bt] * D + c] + pos[(size_t)t * D + c];
         if (type) v += type[(size_t)(type_ids ? type_ids[bt] : 0) * D + c];
-        store_twin(out, outb, i, v);
+        store_dual(out, outb, i, v);
     }
 }
 // Word and type rows repeat across tokens: scatter with atomics.
@@ -571,8 +531,8 @@ static void act_embedding_forward(Backend *be, const int32_t *ids, const int32_t
     } else if (act16(be)) {
         MHE_LAUNCH(embedding_forward_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(2.0 * total, reads + 2.0 * total))(ids, type_ids, word, pos, type, B, T, D, ab(out), nullptr);
     } else {
-        __nv_bfloat16 *outb = cuda_mirror_out(be, af(out), total);
-        MHE_LAUNCH(embedding_forward_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_twin(mhe_cost(2.0 * total, reads + 4.0 * total), outb, total))(ids, type_ids, word, pos, type, B, T, D, af(out), outb);
+        __nv_bfloat16 *outb = cuda_fp32_copy_out(be, af(out), total);
+        MHE_LAUNCH(embedding_forward_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_bf16_store(mhe_cost(2.0 * total, reads + 4.0 * total), outb, total))(ids, type_ids, word, pos, type, B, T, D, af(out), outb);
     }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
@@ -583,10 +543,10 @@ static void act_embedding_backward(Backend *be, const Act *dout, const int32_t *
     const size_t total = (size_t)B * T * D;
     const double es = act16(be) ? 2.0 : 4.0, tables = (dword != nullptr) + (dtype != nullptr);
     cudaStream_t s = cuda_stream(be);
-    // The scatter's extent (vocabulary rows) is not known here: the gradient buffers' twins go.
-    if (dword) cuda_mirror_wrote_alloc(be, dword);
-    if (dtype) cuda_mirror_wrote_alloc(be, dtype);
-    if (dpos) cuda_mirror_wrote(be, dpos, (size_t)T * D * sizeof(float));
+    // The scatter's extent (vocabulary rows) is not known here: the whole allocations count as written.
+    if (dword) cuda_fp32_wrote_alloc(be, dword);
+    if (dtype) cuda_fp32_wrote_alloc(be, dtype);
+    if (dpos) cuda_fp32_wrote(be, dpos, (size_t)T * D * sizeof(float));
     if (total && (dword || dtype)) {
         const MheCost cost = mhe_cost(tables * total, es * total + 8.0 * tables * total + 4.0 * (type_ids ? 2.0 : 1.0) * B * T);
         if (act16(be))
@@ -622,7 +582,7 @@ __global__ void scatter_rows_kernel(const E *src, const int32_t *rows, int M, in
     GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
 }
 static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
-    (void)src_rows;  // cuda_lean.cu's wrapper declares the read
+    (void)src_rows;  // only the rows named are read
     double t0 = cuda_prof_begin(be);
     const size_t total = (size_t)M * C;
     cudaStream_t st = cuda_stream(be);
@@ -630,8 +590,8 @@ static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, in
     } else if (act16(be)) {
         MHE_LAUNCH(gather_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst), nullptr);
     } else {
-        __nv_bfloat16 *dstb = cuda_mirror_out(be, af(dst), total);
-        MHE_LAUNCH(gather_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_twin(mhe_cost(0, 8.0 * total + 4.0 * M), dstb, total))(af(src), rows, M, C, af(dst), dstb);
+        __nv_bfloat16 *dstb = cuda_fp32_copy_out(be, af(dst), total);
+        MHE_LAUNCH(gather_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_bf16_store(mhe_cost(0, 8.0 * total + 4.0 * M), dstb, total))(af(src), rows, M, C, af(dst), dstb);
     }
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
@@ -644,7 +604,7 @@ static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, i
     } else if (act16(be)) {
         MHE_LAUNCH(scatter_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst));
     } else {
-        cuda_mirror_wrote(be, dst, (size_t)dst_rows * C * sizeof(float));
+        cuda_fp32_wrote(be, dst, (size_t)dst_rows * C * sizeof(float));
         MHE_LAUNCH(scatter_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 8.0 * total + 4.0 * M))(af(src), rows, M, C, af(dst));
     }
     CUDA_CHECK_LAUNCH();
@@ -691,18 +651,18 @@ __global__ void adam_kernel(float *p, __nv_bfloat16 *pb, const float *grad, floa
         m[i] = mi;
         v[i] = vi;
         if (u) u[i] = lamb_direction_of(p[i], mi, vi, bc1, bc2, eps, wd);
-        else store_twin(p, pb, i, adamw_param(p[i], mi, vi, step_size, decay, bc2_sqrt, eps));
+        else store_dual(p, pb, i, adamw_param(p[i], mi, vi, step_size, decay, bc2_sqrt, eps));
     }
 }
 static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n, float b1,
                               float b2, float eps, float step_size, float decay, float bc2_sqrt, float grad_scale) {
     double t0 = cuda_prof_begin(be);
     cuda_colsum_flush(be);  // the optimizer reads the gradients
-    // The weights' bf16 twins (matmul operands) are refreshed here, once per optimizer step.
-    __nv_bfloat16 *pb = cuda_mirror_out(be, p, n);
-    cuda_mirror_wrote(be, m, n * sizeof(float));
-    cuda_mirror_wrote(be, v, n * sizeof(float));
-    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(ADAM_FLOPS * n, 28.0 * n), pb, n))(p, pb, grad, m, v, nullptr, n, b1, b2, eps, 0.0f, 1.0f, 1.0f, step_size, decay, bc2_sqrt, grad_scale);
+    // The weights' bf16 copy (matmul operands) is refreshed here as p is stored: no rounding pass.
+    __nv_bfloat16 *pb = cuda_fp32_copy_out(be, p, n);
+    cuda_fp32_wrote(be, m, n * sizeof(float));
+    cuda_fp32_wrote(be, v, n * sizeof(float));
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_bf16_store(mhe_cost(ADAM_FLOPS * n, 28.0 * n), pb, n))(p, pb, grad, m, v, nullptr, n, b1, b2, eps, 0.0f, 1.0f, 1.0f, step_size, decay, bc2_sqrt, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);
 }
@@ -712,9 +672,9 @@ static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, 
     double t0 = cuda_prof_begin(be);
     cuda_colsum_flush(be);  // the optimizer reads the gradients
     // p is only read when u is set.
-    cuda_mirror_wrote(be, m, n * sizeof(float));
-    cuda_mirror_wrote(be, v, n * sizeof(float));
-    cuda_mirror_wrote(be, u, n * sizeof(float));
+    cuda_fp32_wrote(be, m, n * sizeof(float));
+    cuda_fp32_wrote(be, v, n * sizeof(float));
+    cuda_fp32_wrote(be, u, n * sizeof(float));
     if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(const_cast<float *>(p), nullptr, grad, m, v, u, n, b1, b2, eps, wd, bc1, bc2, 0.0f, 1.0f, 1.0f, grad_scale);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_OTHER, t0, 0);

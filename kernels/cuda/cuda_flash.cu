@@ -10,8 +10,8 @@
 // tile accumulates dQ.  Results are deterministic.
 // One thread per query row (forward, dQ) or key row (dK/dV); per-row vectors live in shared
 // memory (rows padded by one float against bank conflicts), K/V (or Q/G) tiles are staged in
-// shared memory and read by all threads at once.  Products run on the fp32 CUDA cores; in bf16
-// mode the operands and P are rounded to bf16 where a tensor-core version would round them.
+// shared memory and read by all threads at once.  Products run on the fp32 CUDA cores (in bf16
+// mode on the fp32 staging of cuda_act.cu, for the shapes the tensor-core kernels do not take).
 #include <cmath>
 
 #include "kernels/cuda/cuda_attn_idx.h"
@@ -31,13 +31,9 @@ struct FlashArgs {
     float drop, inv_keep;
     uint64_t key;
     uint32_t threshold;
-    int bf16;
 };
 
 __device__ __forceinline__ int flash_imin(int x, int y) { return x < y ? x : y; }
-__device__ __forceinline__ float flash_round(float x, int bf16) {
-    return bf16 ? __bfloat162float(__float2bfloat16(x)) : x;
-}
 // Dropout of P element (b, h, i, j): its keep factor (0 or 1/(1-p)).
 __device__ __forceinline__ float flash_keep(const FlashArgs &f, int b, int h, int i, int j) {
     if (f.drop <= 0.0f) return 1.0f;
@@ -60,7 +56,7 @@ __global__ void flash_forward_kernel(FlashArgs f, const float *q, const float *k
     float *ks = sm + FLASH_ROWS * (dq + dv + FLASH_TILE + 3), *vs = ks + FLASH_TILE * dq;
     if (live) {
         const float *src = q_row(a, q, b, i, h);
-        for (int c = 0; c < dq; c++) qi[c] = flash_round(src[c], f.bf16);
+        for (int c = 0; c < dq; c++) qi[c] = src[c];
     }
     for (int c = 0; c < dv; c++) oi[c] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -70,9 +66,9 @@ __global__ void flash_forward_kernel(FlashArgs f, const float *q, const float *k
         const int nb = flash_imin(FLASH_TILE, a.T - j0);
         __syncthreads();  // the previous tile is consumed
         for (int e = t; e < nb * dq; e += blockDim.x)
-            ks[e] = flash_round(k_row(a, k, b, j0 + e / dq, h)[e % dq], f.bf16);
+            ks[e] = k_row(a, k, b, j0 + e / dq, h)[e % dq];
         for (int e = t; e < nb * dv; e += blockDim.x)
-            vs[e] = flash_round(v_row(a, v, b, j0 + e / dv, h)[e % dv], f.bf16);
+            vs[e] = v_row(a, v, b, j0 + e / dv, h)[e % dv];
         __syncthreads();
         if (!live) continue;
         float tmax = -INFINITY;
@@ -94,7 +90,7 @@ __global__ void flash_forward_kernel(FlashArgs f, const float *q, const float *k
             if (si[jj] == -INFINITY) continue;
             float p = expf(si[jj] - mnew);
             l += p;
-            float pd = flash_round(p * flash_keep(f, b, h, i, j0 + jj), f.bf16);
+            float pd = p * flash_keep(f, b, h, i, j0 + jj);
             if (pd == 0.0f) continue;
             for (int c = 0; c < dv; c++) oi[c] += pd * vs[jj * dv + c];
         }
@@ -114,7 +110,7 @@ __global__ void flash_forward_kernel(FlashArgs f, const float *q, const float *k
 }
 
 // D[b, h, i] = Σ_c dout · out_scale · Opre (one thread per (b, i, h)).  dout in bf16: the
-// tensor-core path's G, read from its twin as the dP = G Vᵀ products read it.  gs (non-null:
+// tensor-core path's G, the bf16 activation, as the dP = G Vᵀ products read it.  gs (non-null:
 // the tensor-core path with out_scale) receives G = bf16(bf16(dout) · out_scale), the value the
 // tensor-core kernels would otherwise form at every tile they stage.
 __device__ __forceinline__ float gval(const float *g, size_t i) { return g[i]; }
@@ -199,11 +195,11 @@ __global__ void flash_dkv_kernel(FlashArgs f, const float *q, const float *k, co
     for (int h = 0; h < a.n; h++) {
         if (live && h % a.kr == 0) {
             const float *src = k_row(a, k, b, j, h);
-            for (int c = 0; c < dq; c++) kj[c] = flash_round(src[c], f.bf16);
+            for (int c = 0; c < dq; c++) kj[c] = src[c];
         }
         if (live && h % a.vr == 0) {
             const float *src = v_row(a, v, b, j, h);
-            for (int c = 0; c < dvd; c++) vj[c] = flash_round(src[c], f.bf16);
+            for (int c = 0; c < dvd; c++) vj[c] = src[c];
         }
         const float kb = live ? flash_key_bias(f, b, j, h) : 0.0f;
         float dkb = 0.0f;
@@ -211,11 +207,11 @@ __global__ void flash_dkv_kernel(FlashArgs f, const float *q, const float *k, co
             const int nq = flash_imin(FLASH_QTILE, a.T - i0);
             __syncthreads();
             for (int e = t; e < nq * dq; e += blockDim.x)
-                qs[e] = flash_round(q_row(a, q, b, i0 + e / dq, h)[e % dq], f.bf16);
+                qs[e] = q_row(a, q, b, i0 + e / dq, h)[e % dq];
             for (int e = t; e < nq * dvd; e += blockDim.x) {
                 const int c = e % dvd;
                 float g = dout[(((size_t)b * a.T + i0 + e / dvd) * a.n + h) * dvd + c] * (f.out_scale ? f.out_scale[h * dvd + c] : 1.0f);
-                gs[e] = flash_round(g, f.bf16);
+                gs[e] = g;
             }
             for (int e = t; e < nq; e += blockDim.x) {
                 Ls[e] = lse[((size_t)b * a.n + h) * a.T + i0 + e];
@@ -231,11 +227,10 @@ __global__ void flash_dkv_kernel(FlashArgs f, const float *q, const float *k, co
                 for (int c = 0; c < dq; c++) dot += qi[c] * kj[c];
                 for (int c = 0; c < dvd; c++) dpd += gi[c] * vj[c];
                 const float p = expf(f.scale * dot + kb - Ls[ii]), keep = flash_keep(f, b, h, i, j);
-                const float pd = flash_round(p * keep, f.bf16), ds = p * (dpd * keep - Ds[ii]);
-                const float dsr = flash_round(ds, f.bf16);
+                const float pd = p * keep, ds = p * (dpd * keep - Ds[ii]);
                 if (pd != 0.0f)
                     for (int c = 0; c < dvd; c++) dvj[c] += pd * gi[c];
-                for (int c = 0; c < dq; c++) dkj[c] += dsr * qi[c];
+                for (int c = 0; c < dq; c++) dkj[c] += ds * qi[c];
                 dkb += ds;
             }
         }
@@ -275,10 +270,10 @@ __global__ void flash_dq_kernel(FlashArgs f, const float *q, const float *k, con
         float L = INFINITY, Di = 0.0f;
         if (live) {
             const float *src = q_row(a, q, b, i, h);
-            for (int c = 0; c < dqd; c++) qi[c] = flash_round(src[c], f.bf16);
+            for (int c = 0; c < dqd; c++) qi[c] = src[c];
             const size_t row = (((size_t)b * a.T + i) * a.n + h) * dvd;
             for (int c = 0; c < dvd; c++)
-                gi[c] = flash_round(dout[row + c] * (f.out_scale ? f.out_scale[h * dvd + c] : 1.0f), f.bf16);
+                gi[c] = dout[row + c] * (f.out_scale ? f.out_scale[h * dvd + c] : 1.0f);
             L = lse[((size_t)b * a.n + h) * a.T + i];
             Di = D[((size_t)b * a.n + h) * a.T + i];
         }
@@ -286,9 +281,9 @@ __global__ void flash_dq_kernel(FlashArgs f, const float *q, const float *k, con
             const int nb = flash_imin(FLASH_TILE, a.T - j0);
             __syncthreads();
             for (int e = t; e < nb * dqd; e += blockDim.x)
-                ks[e] = flash_round(k_row(a, k, b, j0 + e / dqd, h)[e % dqd], f.bf16);
+                ks[e] = k_row(a, k, b, j0 + e / dqd, h)[e % dqd];
             for (int e = t; e < nb * dvd; e += blockDim.x)
-                vs[e] = flash_round(v_row(a, v, b, j0 + e / dvd, h)[e % dvd], f.bf16);
+                vs[e] = v_row(a, v, b, j0 + e / dvd, h)[e % dvd];
             __syncthreads();
             if (!live || L == INFINITY) continue;
             for (int jj = 0; jj < nb; jj++) {
@@ -298,7 +293,7 @@ __global__ void flash_dq_kernel(FlashArgs f, const float *q, const float *k, con
                 for (int c = 0; c < dqd; c++) dot += qi[c] * ks[jj * dqd + c];
                 for (int c = 0; c < dvd; c++) dpd += gi[c] * vs[jj * dvd + c];
                 const float p = expf(f.scale * dot + flash_key_bias(f, b, j, h) - L);
-                const float ds = flash_round(p * (dpd * flash_keep(f, b, h, i, j) - Di), f.bf16);
+                const float ds = p * (dpd * flash_keep(f, b, h, i, j) - Di);
                 for (int c = 0; c < dqd; c++) dqi[c] += ds * ks[jj * dqd + c];
             }
         }
@@ -334,11 +329,10 @@ void cuda_flash_sizes(const AttnShape *s, size_t *saved, size_t *scratch) {
     *scratch = rows_n;                    // D
 }
 
-static FlashArgs flash_args(Backend *be, const AttnShape *s) {
+static FlashArgs flash_args(const AttnShape *s) {
     FlashArgs f;
     attn_args_common(f, s);
     f.out_shift = s->out_shift;
-    f.bf16 = cuda_ctx(be)->bf16;
     return f;
 }
 
@@ -353,7 +347,7 @@ void cuda_flash_forward(Backend *be, const AttnShape *s, const float *q, const f
         cuda_flash_tc_forward(be, s, q, k, v, out, saved);
         return;
     }
-    const FlashArgs f = flash_args(be, s);
+    const FlashArgs f = flash_args(s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     float *lse = saved, *opre = saved + rows_n;
     const TileWork w = query_tiles(s->T, FLASH_ROWS, s->causal);
@@ -369,15 +363,14 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
                          const float *v, const float *saved, const float *dout, float *dq,
                          float *dk, float *dv, float *dkey_bias, float *dout_scale, float *dout_shift,
                          float *scratch) {
-    const FlashArgs f = flash_args(be, s);
+    const FlashArgs f = flash_args(s);
     const size_t rows_n = (size_t)s->B * s->T * s->n_heads;
     const float *lse = saved, *opre = saved + rows_n;
     float *D = scratch;
     cudaStream_t st = cuda_stream(be);
     const TileWork kw = key_tiles(s->T, FLASH_ROWS, s->causal), qw = query_tiles(s->T, FLASH_ROWS, s->causal);
     const double bn = bn_of(s), dqd = s->qk_dim, dvd = s->v_dim;
-    // On the tensor-core path the products see dout in bf16 anyway, so the row dots read its twin:
-    // dout's fp32 copy is then never read (the output projection's dX GEMM can write it lean).
+    // The tensor-core path (bf16 mode) reads dout as the bf16 activation it is.
     const bool tc = cuda_flash_tc_supported(be, s);
     // With out_scale (mhe_mul) the tensor-core kernels' G is bf16(bf16(dout) · out_scale) (one
     // rounding more than from fp32, as autocast's bf16 dout would give): the row dots, which form
@@ -388,12 +381,10 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
         CudaCtx *c = cuda_ctx(be);
         gs = cuda_grow(be, c->flash_g, c->flash_g_cap, rows_n * (size_t)dvd);
     }
-    const __nv_bfloat16 *gt = !tc                         ? nullptr
-                              : cuda_ctx(be)->act_bf16 ? reinterpret_cast<const __nv_bfloat16 *>(dout)
-                                                       : cuda_mirror_operand(be, dout, rows_n * (size_t)dvd);
+    const __nv_bfloat16 *gt = tc ? reinterpret_cast<const __nv_bfloat16 *>(dout) : nullptr;
     if (dout_scale || dout_shift) {
-        // With the output scale/shift gradients' sums (from dout's twin too on the tensor-core
-        // path: they then sum the bf16 dout the products see).
+        // With the output scale/shift gradients' sums (on the tensor-core path of the bf16 dout the
+        // products see).
         const int chunks = (int)((s->B * (size_t)s->T + COLSUM_ROWS - 1) / COLSUM_ROWS);
         const size_t C = (size_t)s->n_heads * dvd, np = 2 * (size_t)chunks * C;
         float *partials = cuda_colsum_space(be, np);

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, 1) flash_tc_forward_kernel(TcA
         const size_t at = (((size_t)b * a.T + q0 + rr) * a.n + h) * D + c;
         const float o = Os[e];
         opre[at] = o;
-        store_twin(out, f.outb, at, o * (f.out_scale ? f.out_scale[h * D + c] : 1.0f) + (out_shift ? out_shift[h * D + c] : 0.0f));
+        store_dual(out, f.outb, at, o * (f.out_scale ? f.out_scale[h * D + c] : 1.0f) + (out_shift ? out_shift[h * D + c] : 0.0f));
     }
     if (t < TC_FWD_ROWS && q0 + t < a.T) lse[((size_t)b * a.n + h) * a.T + q0 + t] = Ls[t];
 }
@@ -102,7 +102,7 @@ static size_t tc_smem_fwd(int d) {
 
 int cuda_flash_tc_supported(Backend *be, const AttnShape *s) {
     const int d = s->qk_dim;
-    return (cuda_ctx(be)->bf16 || cuda_ctx(be)->act_bf16) && d == s->v_dim && (d == 16 || d == 32 || d == 64);
+    return act16(be) && d == s->v_dim && (d == 16 || d == 32 || d == 64);
 }
 
 // Cost model: tensor-core FLOPs of Q Kᵀ and P V (4 d per visited (query, key) pair), CUDA-core
@@ -117,15 +117,15 @@ void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, cons
     const double tiles = (s->T + TC_FWD_ROWS - 1) / TC_FWD_ROWS, bn = (double)s->B * s->n_heads;
     const TileWork w = query_tiles(s->T, TC_FWD_ROWS, s->causal);
     const double tt = bn * w.pairs;
-    tc_twins(be, s, f, q, k, v, nullptr);
-    // O is usually only the output projection's operand: lean (cuda_mirror.cu) skips its fp32 store.
+    tc_inputs(s, f, q, k, v, nullptr);
+    // O is a bf16 activation: the kernel is given nullptr for the fp32 store.
     float *outw = nullptr;
-    f.outb = cuda_ctx(be)->act_bf16 ? tc_act(out) : cuda_mirror_out_lean(be, out, rows_n * d, &outw, LEAN_ATTENTION);
+    f.outb = tc_act(out);
     // Q once per head (q's head again for each head sharing it; with q_scale the scale too), K and
     // V once per query tile, Opre and out written, L.
     const double bytes = rows_n * d * tc_el(f.qb) + bn * w.reads * d * (tc_el(f.kb) + tc_el(f.vb)) +
                          4.0 * (2.0 * rows_n * d + rows_n) + (s->q_scale ? 4.0 * s->n_heads * d : 0.0);
-    const MheCost cost = with_lean_twin(MheCost{tt * 4.0 * d, tt * (16.0 + (double)d / TC_COLS), bytes, 0, tiles * bn},
+    const MheCost cost = with_act_store(MheCost{tt * 4.0 * d, tt * (16.0 + (double)d / TC_COLS), bytes, 0, tiles * bn},
                                         f.outb, outw, (double)rows_n * d);
     dim3 grid((unsigned)tiles, (unsigned)s->n_heads, (unsigned)s->B);
     float *lse = saved, *opre = saved + rows_n;

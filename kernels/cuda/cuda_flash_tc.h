@@ -1,6 +1,6 @@
 // What the tensor-core flash kernels share (cuda_flash_tc.cu: forward; cuda_flash_tc_bwd.cu:
 // dQ and dK/dV): the argument block, tile staging, the two warp-level products and the host's
-// argument / twin / opt-in helpers.  Each warp owns 16 rows of its block's side and multiplies
+// argument / input / opt-in helpers.  Each warp owns 16 rows of its block's side and multiplies
 // them against TC_COLS-row tiles of the other side staged in shared memory as bf16.
 #ifndef MHE_KERNELS_CUDA_CUDA_FLASH_TC_H
 #define MHE_KERNELS_CUDA_CUDA_FLASH_TC_H
@@ -35,11 +35,11 @@ struct TcArgs {
     float drop, inv_keep;
     uint64_t key;
     uint32_t threshold;
-    // bf16 twins of the outputs (cuda_mirror.cu), same layout; nullptr: none.
+    // bf16 outputs (the activations), same layout; nullptr: none.
     bf16_t *outb, *dqb, *dkb, *dvb;
-    // bf16 twins of the inputs, same layout: tiles are staged from them (half the bytes of the
-    // fp32 data, the same bf16 values); nullptr: staged from fp32.  G's is dout's twin without
-    // out_scale, with it bf16(bf16(dout) * out_scale) as the backward's row dots stored it.
+    // bf16 inputs, same layout: tiles are staged from them; nullptr: staged from fp32 (rounded on
+    // the way).  G's is dout without out_scale, with it bf16(bf16(dout) * out_scale) as the
+    // backward's row dots stored it.
     const bf16_t *qb, *kb, *vb, *gb;
     // AttnShape.q_scale (mhe_mul's per-head query scale; nullptr: none): Q tiles are staged from
     // q's head h / q_ratio (row stride q_ld) times q_scale[h], and a.qr = 1, a.ldq = n d describe
@@ -65,7 +65,7 @@ __device__ __forceinline__ int tc_lane_col0() { return (threadIdx.x & 1) * (TC_C
 
 // rows x D of a [B, T, heads, D] operand (row r = t0 + r of sequence b, head h/ratio) into
 // shared bf16, rows past T as zeros; `mul` (per column, may be NULL) scales on the way.
-// With srcb (the bf16 twin of src, same layout) the tile is copied from it instead.
+// With srcb (bf16, same layout) the tile is copied from it instead.
 template <int D>
 __device__ __forceinline__ void tc_stage(bf16_t *dst, int rows, const float *src, const bf16_t *srcb, int ld,
                                          int ratio, int b, int t0, int h, const AttnIdx &a, const float *mul) {
@@ -82,8 +82,8 @@ __device__ __forceinline__ void tc_stage(bf16_t *dst, int rows, const float *src
     }
 }
 
-// Query head h's rows x D tile of Q.  With q_scale the tile is bf16(bf16(q) · q_scale[h]) (from q's
-// twin when there is one): what head_expand stored from a lean q, which the kernels read before.
+// Query head h's rows x D tile of Q.  With q_scale the tile is bf16(bf16(q) · q_scale[h]) (from
+// q's bf16 values when there are): what head_expand would store from a bf16 q.
 template <int D>
 __device__ __forceinline__ void tc_stage_q(bf16_t *dst, int rows, const float *q, const TcArgs &f, int b, int t0,
                                            int h) {
@@ -163,31 +163,15 @@ static inline int tc_dq_heads(const AttnShape *s) { return s->q_scale ? s->n_hea
 // them as what they hold.
 static inline const bf16_t *tc_act(const float *p) { return reinterpret_cast<const bf16_t *>(p); }
 static inline bf16_t *tc_act(float *p) { return reinterpret_cast<bf16_t *>(p); }
-// The bf16 twins of Q, K, V (and G = dout without out_scale) for the tile loads; made current by
-// cuda_mirror_operand (usually already: the projections' bias_add / head_expand store them).
-static inline const bf16_t *tc_input_twin(Backend *be, const AttnShape *s, const float *p, int heads, int dim, int ld) {
-    const size_t rows = (size_t)s->B * s->T;
-    return cuda_mirror_operand(be, p, (rows - 1) * ld + (size_t)heads * dim);
+// The bf16 activations Q, K, V (and G = dout without out_scale) the tiles are staged from.
+static inline void tc_inputs(const AttnShape *s, TcArgs &f, const float *q, const float *k, const float *v,
+                             const float *dout) {
+    f.qb = tc_act(q);
+    f.kb = tc_act(k);
+    f.vb = tc_act(v);
+    if (dout && !s->out_scale) f.gb = tc_act(dout);
 }
-// Before any output twin is taken: a lookup may merge (and free) overlapping twins, so the
-// second round re-reads pointers the first one may have invalidated (it creates nothing).
-static inline void tc_twins(Backend *be, const AttnShape *s, TcArgs &f, const float *q, const float *k,
-                            const float *v, const float *dout) {
-    if (cuda_ctx(be)->act_bf16) {  // bf16 activations: the operands are bf16 themselves (tc_act)
-        f.qb = tc_act(q);
-        f.kb = tc_act(k);
-        f.vb = tc_act(v);
-        if (dout && !s->out_scale) f.gb = tc_act(dout);
-        return;
-    }
-    for (int round = 0; round < 2; round++) {
-        f.qb = tc_input_twin(be, s, q, s->q_heads, s->qk_dim, s->ldq);
-        f.kb = tc_input_twin(be, s, k, s->k_heads, s->qk_dim, s->ldk);
-        f.vb = tc_input_twin(be, s, v, s->v_heads, s->v_dim, s->ldv);
-        if (dout && !s->out_scale) f.gb = tc_input_twin(be, s, dout, s->n_heads, s->v_dim, s->n_heads * s->v_dim);
-    }
-}
-// Bytes per element read for an input: 2 from a twin, 4 from fp32.
-static inline double tc_el(const bf16_t *twin) { return twin ? 2.0 : 4.0; }
+// Bytes per element read for an input: 2 from bf16, 4 from fp32.
+static inline double tc_el(const bf16_t *bf) { return bf ? 2.0 : 4.0; }
 
 #endif

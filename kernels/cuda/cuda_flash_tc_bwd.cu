@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(TC_DQ_THREADS, 1) flash_tc_dq_kernel(TcArgs f,
     __syncthreads();
     for (int e = t; e < TC_DQ_ROWS * D; e += blockDim.x) {
         const int rr = e / D, c = e % D;
-        if ((dq || f.dqb) && q0 + rr < a.T) store_twin(dq, f.dqb, ((size_t)b * a.T + q0 + rr) * a.ldq + (size_t)hq * D + c, f.scale * Out[e]);
+        if ((dq || f.dqb) && q0 + rr < a.T) store_dual(dq, f.dqb, ((size_t)b * a.T + q0 + rr) * a.ldq + (size_t)hq * D + c, f.scale * Out[e]);
     }
 }
 
@@ -87,7 +87,7 @@ struct DkvSplit {
 };
 
 // The end of a K (which = 0) or V (1) head's heads in a dK/dV block (or of the block's part):
-// its accumulator, through shared memory (Out), into dK / dV and their twins (scaled by the
+// its accumulator, through shared memory (Out), into dK / dV (fp32 and/or bf16; scaled by the
 // score scale for dK), or, split, into this part's partial (unscaled), then cleared.
 template <int D>
 __device__ __forceinline__ void tc_dkv_flush(const TcArgs &f, const DkvSplit &sp, AccFrag *acc, int which, float *Out,
@@ -116,7 +116,7 @@ __device__ __forceinline__ void tc_dkv_flush(const TcArgs &f, const DkvSplit &sp
     const float sc = which ? 1.0f : f.scale;
     for (int e = threadIdx.x; (dst || dstb) && e < rows * D; e += blockDim.x) {
         const int rr = e / D, c = e % D;
-        if (j0 + rr < a.T) store_twin(dst, dstb, ((size_t)b * a.T + j0 + rr) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
+        if (j0 + rr < a.T) store_dual(dst, dstb, ((size_t)b * a.T + j0 + rr) * ld + (size_t)(h / ratio) * D + c, sc * Out[e]);
     }
 }
 
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(TC_DKV_ROWS * 2, 1) flash_tc_dkv_kernel(TcArgs
     }
 }
 
-// dK / dV (and their twins) from the parts' partials: one thread per 4 columns of a row, adding
+// dK / dV (fp32 and/or bf16) from the parts' partials: one thread per 4 columns of a row, adding
 // the slots of the parts holding the head's heads in part order (deterministic), times the
 // score scale for dK.  Columns: the K heads' k_heads x d, then the V heads' (when wanted).
 __global__ void flash_tc_dkv_reduce_kernel(TcArgs f, DkvSplit sp, int d, float *dk, float *dv) {
@@ -222,10 +222,10 @@ __global__ void flash_tc_dkv_reduce_kernel(TcArgs f, DkvSplit sp, int d, float *
         float *dst = which ? dv : dk;
         bf16_t *dstb = which ? f.dvb : f.dkb;
         const size_t at = row * (which ? a.ldv : a.ldk) + col;
-        store_twin(dst, dstb, at, sc * sum.x);
-        store_twin(dst, dstb, at + 1, sc * sum.y);
-        store_twin(dst, dstb, at + 2, sc * sum.z);
-        store_twin(dst, dstb, at + 3, sc * sum.w);
+        store_dual(dst, dstb, at, sc * sum.x);
+        store_dual(dst, dstb, at + 1, sc * sum.y);
+        store_dual(dst, dstb, at + 2, sc * sum.z);
+        store_dual(dst, dstb, at + 3, sc * sum.w);
     }
 }
 
@@ -296,23 +296,15 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
                             const float *v, const float *saved, const float *dout, const float *D,
                             const bf16_t *gs, float *dq, float *dk, float *dv, float *dkey_bias) {
     TcArgs f = tc_args(s);
-    tc_twins(be, s, f, q, k, v, dout);
+    tc_inputs(s, f, q, k, v, dout);
     if (gs) f.gb = gs;  // with out_scale: G = bf16(bf16(dout) · out_scale), stored by the row dots
     const size_t rows = (size_t)s->B * s->T;
-    // dQ, dK, dV are usually only the projections' backward operands: lean skips their fp32 store
-    // (the kernels are given nullptr for it and store the twin).
-    float *dqw = dq, *dkw = dk, *dvw = dv;
+    // dQ, dK, dV are bf16 activations: the kernels are given nullptr for the fp32 store.
+    float *dqw = nullptr, *dkw = nullptr, *dvw = nullptr;
     const int qh = tc_dq_heads(s);
-    if (cuda_ctx(be)->act_bf16) {  // bf16 activations: the outputs are bf16 themselves
-        f.dqb = dq ? tc_act(dq) : nullptr;
-        f.dkb = dk ? tc_act(dk) : nullptr;
-        f.dvb = dv ? tc_act(dv) : nullptr;
-        dqw = dkw = dvw = nullptr;
-    } else {
-        f.dqb = dq ? cuda_mirror_out2d_lean(be, dq, rows, (size_t)qh * s->qk_dim, f.a.ldq, &dqw, LEAN_ATTENTION) : nullptr;
-        f.dkb = dk ? cuda_mirror_out2d_lean(be, dk, rows, (size_t)s->k_heads * s->qk_dim, s->ldk, &dkw, LEAN_ATTENTION) : nullptr;
-        f.dvb = dv ? cuda_mirror_out2d_lean(be, dv, rows, (size_t)s->v_heads * s->v_dim, s->ldv, &dvw, LEAN_ATTENTION) : nullptr;
-    }
+    f.dqb = dq ? tc_act(dq) : nullptr;
+    f.dkb = dk ? tc_act(dk) : nullptr;
+    f.dvb = dv ? tc_act(dv) : nullptr;
     const size_t rows_n = rows * s->n_heads;
     const int d = s->qk_dim;
     const double bn = (double)s->B * s->n_heads;
@@ -342,15 +334,15 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         // K / V head.
         const double kslots = (double)pl.groups * tc_dkv_slots(pl, s->n_heads / s->k_heads);
         const double vslots = (double)pl.groups * tc_dkv_slots(pl, s->n_heads / s->v_heads);
-        // Q, G, L, D per key tile and head; K and V per slot; dK, dV written (4 B each, less when
-        // lean) or, split, each slot's partial (4 B).
+        // Q, G, L, D per key tile and head; K and V per slot; dK, dV written (2 B each in bf16)
+        // or, split, each slot's partial (4 B).
         const double written = pl.parts > 1 ? 4.0 * rows * d * ((want_k ? kslots : 0) + (want_v ? vslots : 0))
                                             : 4.0 * rows * d * ((dk ? s->k_heads : 0) + (dv ? s->v_heads : 0));
         MheCost cost{bn * kw.pairs * 8.0 * d, bn * kw.pairs * 12.0,
                      bn * kw.reads * ((eq + eg) * d + 8.0) + rows * d * (kslots * ek + vslots * ev) + written, 0,
                      (double)grid.x * grid.y * grid.z};
-        if (pl.parts == 1 && dk) cost = with_lean_twin(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
-        if (pl.parts == 1 && dv) cost = with_lean_twin(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
+        if (pl.parts == 1 && dk) cost = with_act_store(cost, f.dkb, dkw, (double)rows * s->k_heads * d);
+        if (pl.parts == 1 && dv) cost = with_act_store(cost, f.dvb, dvw, (double)rows * s->v_heads * d);
         if (d == 16) {
             tc_opt_in(flash_tc_dkv_kernel<16>, tc_smem_dkv(16, TC_DKV_ROWS));
             MHE_LAUNCH(flash_tc_dkv_kernel<16>, grid, 2 * krows, smem, st, cost)(f, q, k, v, dout, lse, D, dkw, dvw, dkey_bias, sp);
@@ -363,15 +355,14 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         }
         CUDA_CHECK_LAUNCH();
         if (pl.parts > 1 && (want_k || want_v)) {
-            // Every slot's partial read once (4 B), dK / dV written (4 B, with the twin's 2 or
-            // only the twin's when lean), one add per slot element, the scale.
+            // Every slot's partial read once (4 B), dK / dV written (2 B each in bf16), one add per slot element, the scale.
             const double kn = want_k ? (double)rows * kcols : 0, vn = want_v ? (double)rows * vcols : 0;
             const double slots = rows * d * ((want_k ? kslots : 0) + (want_v ? vslots : 0));
             const size_t quads = (size_t)rows * ((want_k ? kcols : 0) + (want_v ? vcols : 0)) / 4;
             MheCost rc = mhe_cost_blocks(slots + kn, 4.0 * slots + 4.0 * ((dk ? kn : 0) + (dv ? vn : 0)),
                                          cuda_real_blocks(quads));
-            if (dk) rc = with_lean_twin(rc, f.dkb, dkw, kn);
-            if (dv) rc = with_lean_twin(rc, f.dvb, dvw, vn);
+            if (dk) rc = with_act_store(rc, f.dkb, dkw, kn);
+            if (dv) rc = with_act_store(rc, f.dvb, dvw, vn);
             MHE_LAUNCH(flash_tc_dkv_reduce_kernel, cuda_grid_for(quads), MHE_BLOCK, 0, st, rc)(f, sp, d, dkw, dvw);
             CUDA_CHECK_LAUNCH();
         }
@@ -383,7 +374,7 @@ void cuda_flash_tc_backward(Backend *be, const AttnShape *s, const float *q, con
         // the scale), G once per head; dQ written; L, D.
         const double bytes = bn * qw.reads * d * (ek + ev) + rows * d * (qh * (eq + 4.0)) + rows_n * d * eg +
                              8.0 * rows_n + (s->q_scale ? 4.0 * s->n_heads * d : 0.0);
-        const MheCost cost = with_lean_twin(MheCost{bn * qw.pairs * 6.0 * d, bn * qw.pairs * 10.0, bytes, 0,
+        const MheCost cost = with_act_store(MheCost{bn * qw.pairs * 6.0 * d, bn * qw.pairs * 10.0, bytes, 0,
                                                     (double)grid.x * grid.y * grid.z},
                                             f.dqb, dqw, (double)rows * qh * d);
         if (d == 16) {

@@ -11,12 +11,13 @@
 //     D (in x out, ld in) = (A = x: in x N, ld in) · op(B = dy: out x N, ld out, transposed),
 //     k = N, so BGRADB's sum over k of op(B)'s column j is Σ_r dy[r, j] = the bias gradient.
 // BGRADB stores (does not add), so the gradient lands in a scratch vector that one small
-// kernel adds into db (ops.h accumulates) — unless db is known to hold zeros (cuda_mirror.cu),
-// as it does on the first micro-batch after the optimizer cleared the gradients.  dx = dy W is the plain matmul op.
+// kernel adds into db (ops.h accumulates; in bf16 mode a deferred column sum's stage 2 does,
+// cuda_act_linear_dw).  dx = dy W is the plain matmul op.
 //
-// Operands are the bf16 twins in bf16 mode (cuda_mirror.cu), fp32 otherwise (CUBLAS_COMPUTE_32F,
-// no TF32: fp32 mode stays within 1e-5 of the CPU backend).  BGRADB sums the operand as the
-// GEMM sees it, i.e. the bf16 values of dy in bf16 mode.  Plans (descriptors, layouts, the
+// Operands are bf16 in bf16 mode (the activations as they are, the weights from their bf16
+// copies, cuda_weight_copy.cu), fp32 otherwise (CUBLAS_COMPUTE_32F, no TF32: fp32 mode stays
+// within 1e-5 of the CPU backend).  BGRADB sums the operand as the GEMM sees it, i.e. the bf16
+// values of dy in bf16 mode.  Plans (descriptors, layouts, the
 // heuristic's algorithm) are cached per shape and pointer alignment; a shape cuBLASLt has no
 // algorithm for falls back to matmul + bias_add / bias_backward.
 #include <cstdint>
@@ -69,14 +70,14 @@ static uint32_t alignment(const void *p) {
 }
 
 // The plan for D (m x n) = op(A) op(B) with the epilogue; nullptr when cuBLASLt has none.  D and
-// the bias vector are of type dt (fp32, or bf16 for a lean output: cuBLASLt wants them alike).
+// the bias vector are of type dt (fp32, or bf16 for a bf16 output: cuBLASLt wants them alike).
 // The GELU epilogues take a bf16 aux matrix of D's shape with leading dimension ldd (the GELU
 // input: written by GELU_AUX_BIAS, read by DGELU).
 static const LtPlan *lt_plan(Backend *be, cublasLtEpilogue_t epi, bool ta, bool tb, int m, int n, int k, int lda,
                            int ldb, int ldd, const void *A, const void *B, const void *D, const void *bias,
                            cudaDataType dt = CUDA_R_32F, const void *aux = nullptr) {
     LtState *s = lt_state(be);
-    const cudaDataType t = cuda_ctx(be)->bf16 || cuda_ctx(be)->act_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType t = act16(be) ? CUDA_R_16BF : CUDA_R_32F;
     const uint32_t al[5] = {alignment(A), alignment(B), alignment(D), alignment(bias), alignment(aux)};
     LtPlanKey key{(int)epi, ta, tb, m, n, k, lda, ldb, ldd, (int)t, (int)dt, al[0], al[1], al[2], al[3], al[4]};
     auto it = s->plans.find(key);
@@ -133,103 +134,41 @@ static void lt_run(Backend *be, const LtPlan *p, const void *A, const void *B, f
                                 s->workspace, LT_WORKSPACE, cuda_stream(be)));
 }
 
-// The bf16 twins of two operands (the second lookup may merge, i.e. move, the first's twin).
-static void twins(Backend *be, const float *A, size_t na, const float *B, size_t nb, const void **ha,
-                  const void **hb) {
-    *ha = cuda_mirror_operand(be, A, na);
-    *hb = cuda_mirror_operand(be, B, nb);
-    *ha = cuda_mirror_operand(be, A, na);
-}
-
 __global__ void bias_grad_accumulate_kernel(float *__restrict__ db, const float *__restrict__ g, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) db[i] += g[i];
 }
 
-// Lean output (cuda_mirror.cu): when y is only ever a matmul operand (Q, K, V for the tensor-core
-// flash kernels), the GEMM writes y's bf16 twin directly and the fp32 y is never written.  A bf16
-// D takes a bf16 bias in cuBLASLt, so b's twin is added — the bias rounded to bf16 as under
-// PyTorch's autocast, where the dual store rounds once after an fp32 bias.
-// With g (the FFN's up projection, GELU_TANH: cuBLASLt's GELU is the tanh form), y is the GELU's
-// input u and one GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b) as D and u as the bf16 aux
-// matrix — taken when both are lean (only matmuls and the GELU's backward read them as twins);
-// g is GELU of the fp32 sum, one rounding fewer than GELU of u's twin.  true when it ran.
-static bool linear_forward_lean(Backend *be, const float *x, const float *W, const float *b, int N, int in,
-                                int out, float *y, float *g = nullptr) {
-    const size_t ny = (size_t)N * out;
-    if (!cuda_mirror_peek_lean(be, y, ny, LEAN_LINEAR) || (g && !cuda_mirror_peek_lean(be, g, ny, LEAN_ELEMENTWISE)))
-        return false;
-    const void *A = W, *B = x, *bb = b;
-    for (int round = 0; round < 2; round++) {  // a lookup may merge (move) an earlier twin
-        bb = cuda_mirror_operand(be, b, (size_t)out);
-        twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
-    }
-    // A lookup may have merged a segment away (it is dual again).
-    const __nv_bfloat16 *yt = cuda_mirror_peek_lean(be, y, ny, LEAN_LINEAR);
-    const __nv_bfloat16 *gt = g ? cuda_mirror_peek_lean(be, g, ny, LEAN_ELEMENTWISE) : nullptr;
-    if (!yt || (g && (!gt || reinterpret_cast<uintptr_t>(yt) % 16))) return false;
-    const LtPlan *p = g ? lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, out, A, B, gt,
-                                  bb, CUDA_R_16BF, yt)
-                        : lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, yt, bb,
-                                  CUDA_R_16BF);
-    if (!p) return false;
-    float *unused;
-    __nv_bfloat16 *yw = cuda_mirror_out_lean(be, y, ny, &unused, LEAN_LINEAR);  // marks y (and g) stale
-    __nv_bfloat16 *gw = g ? cuda_mirror_out_lean(be, g, ny, &unused, LEAN_ELEMENTWISE) : nullptr;
-    if (g) {
-        mhe_cost_record_gemm_bf16_out(N, out, in, "+bias+gelu", 2.0 * out + 2.0 * ny);  // + the aux store
-        lt_run(be, p, A, B, 0.0f, gw, bb, yw);
-    } else {
-        mhe_cost_record_gemm_bf16_out(N, out, in, "+bias", 2.0 * out);
-        lt_run(be, p, A, B, 0.0f, yw, bb);
-    }
-    return true;
-}
-
+// fp32 mode: y = x Wᵀ + b in one BIAS GEMM (bf16 mode: cuda_act_linear_forward below).
 static void cuda_linear_forward(Backend *be, const float *x, const float *W, const float *b, int N, int in,
                                 int out, float *y) {
-    const bool bf16 = cuda_ctx(be)->bf16;
     double t0 = cuda_prof_begin(be);
-    if (b && N > 0 && out > 0 && in > 0 && bf16 && linear_forward_lean(be, x, W, b, N, in, out, y)) {
-        cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
-        return;
-    }
-    const void *A = W, *B = x;
-    if (b && N > 0 && out > 0 && in > 0 && bf16) twins(be, W, (size_t)out * in, x, (size_t)N * in, &A, &B);
     const LtPlan *p = b && N > 0 && out > 0 && in > 0
-                        ? lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, B, y, b)
+                        ? lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, W, x, y, b)
                         : nullptr;
     if (!p) {  // no bias, nothing to do, or no fused algorithm: the two-op form
         be->matmul(be, 0, 1, N, out, in, 1.0f, mat_act(fa(x), in), mat_f32(W, in), 0.0f, out_act(fa(y), out));
         if (b) be->bias_add(be, fa(y), b, N, out);
         return;
     }
-    cuda_mirror_wrote(be, y, (size_t)N * out * sizeof(float));
-    if (bf16) cuda_mirror_note_lean(be, y, (size_t)N * out, LEAN_LINEAR);  // y could have been written lean
-    mhe_cost_record_gemm_epilogue(N, out, in, bf16, 0, "+bias", 4.0 * out);
-    lt_run(be, p, A, B, 0.0f, y, b);
+    cuda_fp32_wrote(be, y, (size_t)N * out * sizeof(float));
+    mhe_cost_record_gemm_epilogue(N, out, in, 0, 0, "+bias", 4.0 * out);
+    lt_run(be, p, W, x, 0.0f, y, b);
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
 }
 
+// fp32 mode: dx by the matmul op, dW += dyᵀ x and db += Σ dy from one BGRADB GEMM (its sum into
+// the scratch vector, added into db by a small kernel).
 static void cuda_linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
                                  int out, float *dx, int accumulate, float *dW, float *db) {
-    const bool bf16 = cuda_ctx(be)->bf16;
     if (dx)
         be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(fa(dy), out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
                    out_act(fa(dx), in));
     const LtPlan *p = nullptr;
-    const void *A = x, *B = dy;
     LtState *s = nullptr;
-    // Gradients still holding the optimizer's zeros (the first micro-batch) are stored, not added
-    // to: no read of dW, and BGRADB writes db itself (no add kernel) when a plan takes its alignment.
-    const bool dw_zero = dW && cuda_mirror_known_zero(be, dW, (size_t)out * in * sizeof(float));
-    bool db_direct = false;
     if (db && N > 0 && out > 0 && in > 0) {
         s = lt_state(be);
         cuda_grow(be, s->dbias, s->dbias_n, (size_t)out);
-        if (bf16) twins(be, x, (size_t)N * in, dy, (size_t)N * out, &A, &B);
-        if (cuda_mirror_known_zero(be, db, (size_t)out * sizeof(float)))
-            db_direct = (p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, db));
-        if (!p) p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, A, B, dW, s->dbias);
+        p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, x, dy, dW, s->dbias);
     }
     if (!p) {  // no bias gradient, nothing to do, or no fused algorithm: the two-op form
         be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(fa(dy), out), mat_act(fa(x), in), 1.0f, out_f32(dW, in));
@@ -237,60 +176,27 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
         return;
     }
     double t0 = cuda_prof_begin(be);
-    cuda_mirror_wrote(be, dW, (size_t)out * in * sizeof(float));
-    cuda_mirror_wrote(be, db, (size_t)out * sizeof(float));
-    mhe_cost_record_gemm_epilogue(out, in, N, bf16, !dw_zero, "+bgrad", 4.0 * out);
-    lt_run(be, p, A, B, dw_zero ? 0.0f : 1.0f, dW, db_direct ? db : s->dbias);
-    if (!db_direct) {
-        MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
-                   mhe_cost(out, 12.0 * out))(db, s->dbias, out);
-        CUDA_CHECK_LAUNCH();
-    }
+    cuda_fp32_wrote(be, dW, (size_t)out * in * sizeof(float));
+    cuda_fp32_wrote(be, db, (size_t)out * sizeof(float));
+    mhe_cost_record_gemm_epilogue(out, in, N, 0, 1, "+bgrad", 4.0 * out);
+    lt_run(be, p, x, dy, 1.0f, dW, s->dbias);
+    MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
+               mhe_cost(out, 12.0 * out))(db, s->dbias, out);
+    CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
 }
 
-// The FFN's up projection with its GELU: one GEMM when linear_forward_lean can, else the two ops.
+// fp32 mode: the FFN's up projection and its GELU as the two ops (cuBLASLt's GELU epilogues keep
+// their aux matrix in bf16: bf16 mode only, cuda_act_linear_forward).
 static void cuda_linear_gelu_forward(Backend *be, GeluKind kind, const float *x, const float *W, const float *b,
                                      int N, int in, int out, float *u, float *g) {
-    if (kind == GELU_TANH && b && N > 0 && out > 0 && in > 0 && cuda_ctx(be)->bf16) {
-        double t0 = cuda_prof_begin(be);
-        if (linear_forward_lean(be, x, W, b, N, in, out, u, g)) {
-            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
-            return;
-        }
-    }
     be->linear_forward(be, fa(x), W, b, N, in, out, fa(u));
     be->gelu_forward(be, kind, fa(u), fa(g), (size_t)N * out);
 }
-
-// Its backward: dx = (dy W) * gelu'(u) in one DGELU GEMM reading u's twin as aux, taken when u
-// is held by its twin alone and dx is lean; the weight and bias gradients as linear_backward's.
 static void cuda_linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W,
                                       int N, int in, int out, const float *u, float *dx, float *dW, float *db) {
-    const size_t n = (size_t)N * in;
-    if (kind == GELU_TANH && N > 0 && out > 0 && in > 0 && cuda_ctx(be)->bf16 &&
-        cuda_mirror_peek_lean(be, dx, n, LEAN_ELEMENTWISE) && cuda_mirror_stale_twin(be, u, n)) {
-        double t0 = cuda_prof_begin(be);
-        const void *A = W, *B = dy;
-        twins(be, W, (size_t)out * in, dy, (size_t)N * out, &A, &B);
-        const __nv_bfloat16 *ut = cuda_mirror_stale_twin(be, u, n);
-        const __nv_bfloat16 *dt = cuda_mirror_peek_lean(be, dx, n, LEAN_ELEMENTWISE);
-        const LtPlan *p = ut && dt && reinterpret_cast<uintptr_t>(ut) % 16 == 0
-                              ? lt_plan(be, CUBLASLT_EPILOGUE_DGELU, false, false, in, N, out, in, out, in, A, B, dt,
-                                        nullptr, CUDA_R_16BF, ut)
-                              : nullptr;
-        if (p) {
-            float *unused;
-            __nv_bfloat16 *dw = cuda_mirror_out_lean(be, dx, n, &unused, LEAN_ELEMENTWISE);
-            mhe_cost_record_gemm_bf16_out(N, in, out, "+dgelu", 2.0 * n);  // the aux read
-            lt_run(be, p, A, B, 0.0f, dw, nullptr, ut);
-            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
-            be->linear_backward(be, fa(dy), fa(x), W, N, in, out, nullptr, 0, dW, db);
-            return;
-        }
-    }
     be->linear_backward(be, fa(dy), fa(x), W, N, in, out, fa(dx), 0, dW, db);
-    be->gelu_backward(be, kind, fa(u), fa(dx), fa(dx), n);
+    be->gelu_backward(be, kind, fa(u), fa(dx), fa(dx), (size_t)N * in);
 }
 
 void cuda_linear_destroy(Backend *be) {
@@ -315,7 +221,7 @@ void cuda_linear_destroy(Backend *be) {
 // allocation's bf16 copy (a bf16 D takes a bf16 bias).  One BIAS GEMM;
 // false (nothing done) when cuBLASLt has no algorithm for the shape.
 // With g (the FFN's up projection, GELU_TANH): one GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b)
-// as D and y = x Wᵀ + b (GELU's input u) as the aux matrix, as the twins' lean form.
+// as D and y = x Wᵀ + b (GELU's input u) as the aux matrix; g is GELU of the fp32 sum.
 bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W, const float *b, int N, int in,
                              int out, __nv_bfloat16 *y, __nv_bfloat16 *g) {
     if (!b || N <= 0 || out <= 0 || in <= 0) return false;
@@ -324,8 +230,8 @@ bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W
     // The bias after W, at a 16-element boundary so its alignment does not vary with the shape.
     const size_t nw = (size_t)out * in, at = (nw + 15) / 16 * 16;
     __nv_bfloat16 *wb = cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, at + (size_t)out), *bb = wb + at;
-    // The copies of W's and b's allocations (cuda_act.cu), else rounded into the scratch.
-    const __nv_bfloat16 *wc = cuda_act_weight(be, W, nw), *bc = cuda_act_weight(be, b, (size_t)out);
+    // The copies of W's and b's allocations (cuda_weight_copy.cu), else rounded into the scratch.
+    const __nv_bfloat16 *wc = cuda_weight_copy(be, W, nw), *bc = cuda_weight_copy(be, b, (size_t)out);
     const void *A = wc ? static_cast<const void *>(wc) : wb, *bias = bc ? static_cast<const void *>(bc) : bb;
     const LtPlan *p = g ? lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, out, A, x, g,
                                   bias, CUDA_R_16BF, y)
@@ -350,7 +256,7 @@ bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W,
     if (N <= 0 || out <= 0 || in <= 0 || in % 8 || reinterpret_cast<uintptr_t>(u) % 16) return false;
     CudaCtx *c = cuda_ctx(be);
     const size_t nw = (size_t)out * in;
-    const __nv_bfloat16 *wc = cuda_act_weight(be, W, nw);
+    const __nv_bfloat16 *wc = cuda_weight_copy(be, W, nw);
     __nv_bfloat16 *wb = wc ? nullptr : cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, nw);
     const void *A = wc ? static_cast<const void *>(wc) : wb;
     const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_DGELU, false, false, in, N, out, in, out, in, A, dy, dx, nullptr,
@@ -372,8 +278,8 @@ bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat1
     float *sum = cuda_colsum_space(be, (size_t)out);
     const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, x, dy, dW, sum);
     if (!p) return false;
-    cuda_act_wrote(be, dW);
-    cuda_act_wrote(be, db);
+    cuda_fp32_wrote_alloc(be, dW);
+    cuda_fp32_wrote_alloc(be, db);
     mhe_cost_record_gemm_epilogue(out, in, N, 1, 1, "+bgrad", 4.0 * out);
     lt_run(be, p, x, dy, 1.0f, dW, sum);
     cuda_colsum2_finish(be, sum, nullptr, 1, out, db, nullptr);

@@ -1,11 +1,9 @@
 // The fused softmax cross-entropy: one block per row, block reductions (warp shuffles + shared
 // memory), the statistics and the loss in fp32 (the sum of exponentials in double).
 //
-// bf16 logits: in bf16 mode the logits are a matmul's output and, through their gradient (the
-// backward overwrites them in place), a matmul's operand, so they have a bf16 twin.  Once that
-// twin is lean (cuda_mirror.cu) the head's GEMM writes only the bf16 logits, and both kernels read
-// them from the twin — the loss from bf16 logits, computed in fp32, as PyTorch's autocast gives
-// it — at half the bytes of the largest activation of a GPT step ([B·T, V]).
+// bf16 logits: in bf16 mode the logits and their gradient are bf16 activations; both kernels read
+// them as such — the loss from bf16 logits, computed in fp32, as PyTorch's autocast gives it — at
+// half the bytes of the largest activation of a GPT step ([B·T, V]).
 #include <cmath>
 
 #include "kernels/cuda/cuda_internal.h"
@@ -38,25 +36,25 @@ __global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *lab
 }
 
 // dlogits = grad_scale * (softmax(z) - onehot(label)); each element read and written by the same
-// thread, so dlogits may alias logits (also their twins: z the twin, dlb the same twin).
+// thread, so dlogits may alias logits (in bf16 mode z and dlb the same memory).
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T *logits, const float *lse, const int32_t *labels, int V,
                                               float grad_scale, float *dlogits, __nv_bfloat16 *dlb) {
     int r = blockIdx.x, label = labels[r];
     const T *z = logits + (size_t)r * V;
-    float *g = dlogits ? dlogits + (size_t)r * V : nullptr;  // nullptr: lean, the twin only
+    float *g = dlogits ? dlogits + (size_t)r * V : nullptr;  // nullptr: bf16 mode, dlb only
     __nv_bfloat16 *gb = dlb ? dlb + (size_t)r * V : nullptr;
     float l = label < 0 ? 0.0f : lse[r];
     for (int v = threadIdx.x; v < V; v += blockDim.x)
-        store_twin(g, gb, v, label < 0 ? 0.0f : grad_scale * (expf(logit(z, v) - l) - (v == label ? 1.0f : 0.0f)));
+        store_dual(g, gb, v, label < 0 ? 0.0f : grad_scale * (expf(logit(z, v) - l) - (v == label ? 1.0f : 0.0f)));
 }
 
 static void cuda_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels, int N, int V,
                                        float *loss, float *lse) {
     double t0 = cuda_prof_begin(be);
-    cuda_mirror_wrote(be, loss, (size_t)N * sizeof(float));
-    cuda_mirror_wrote(be, lse, (size_t)N * sizeof(float));
-    const __nv_bfloat16 *zb = cuda_mirror_stale_twin(be, logits, (size_t)N * V);
+    cuda_fp32_wrote(be, loss, (size_t)N * sizeof(float));
+    cuda_fp32_wrote(be, lse, (size_t)N * sizeof(float));
+    const __nv_bfloat16 *zb = act_in(be, logits);
     const double el = zb ? 2.0 : 4.0;
     const MheCost cost = mhe_cost(4.0 * N * V, el * N * V + 12.0 * N);
     cudaStream_t st = cuda_stream(be);
@@ -71,12 +69,10 @@ static void cuda_cross_entropy_forward(Backend *be, const float *logits, const i
 static void cuda_cross_entropy_backward(Backend *be, const float *logits, const float *lse, const int32_t *labels,
                                         int N, int V, float grad_scale, float *dlogits) {
     double t0 = cuda_prof_begin(be);
-    // Before dlogits' twin is taken: the twin may be the one holding the logits.
-    const __nv_bfloat16 *zb = cuda_mirror_stale_twin(be, logits, (size_t)N * V);
-    // dlogits is only the head's backward operand: lean-capable (cuda_mirror.cu).
+    const __nv_bfloat16 *zb = act_in(be, logits);
     float *dlw;
-    __nv_bfloat16 *dlb = cuda_mirror_out_lean(be, dlogits, (size_t)N * V, &dlw, LEAN_LOSS);
-    const MheCost cost = with_lean_twin(mhe_cost(4.0 * N * V, (zb ? 6.0 : 8.0) * N * V + 8.0 * N), dlb, dlw, (double)N * V);
+    __nv_bfloat16 *dlb = act_out(be, dlogits, &dlw);
+    const MheCost cost = with_act_store(mhe_cost(4.0 * N * V, (zb ? 6.0 : 8.0) * N * V + 8.0 * N), dlb, dlw, (double)N * V);
     cudaStream_t st = cuda_stream(be);
     if (N && zb)
         MHE_LAUNCH(cross_entropy_backward_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, st, cost)(zb, lse, labels, V, grad_scale, dlw, dlb);

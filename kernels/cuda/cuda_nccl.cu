@@ -24,7 +24,7 @@ struct CudaNccl {
     std::vector<cudaEvent_t> ready;  // ready[k]: bucket k of this step may be reduced
     int started;                     // buckets started since the last finish
     cudaEvent_t done;
-    Backend *be;  // whose bf16 twins a reduced buffer invalidates
+    Backend *be;  // whose weight copies a reduced buffer makes stale (cuda_fp32_wrote)
     int rank, world;
     double timeout_s;
 };
@@ -94,9 +94,9 @@ enum { COLL_ALLREDUCE, COLL_REDUCE, COLL_BROADCAST };
 static void collective_start(CudaNccl *c, int kind, float *buf, size_t n, int root) {
     if (!n) return;
     // The buffer changes here (all of it, the root's only for a reduce, all but the root's for a
-    // broadcast): its bf16 twins are stale.
+    // broadcast): a bf16 copy of it is stale.
     if (kind == COLL_ALLREDUCE || (kind == COLL_REDUCE) == (c->rank == root))
-        cuda_mirror_wrote(c->be, buf, n * sizeof(float));
+        cuda_fp32_wrote(c->be, buf, n * sizeof(float));
     if (c->started == (int)c->ready.size()) {
         cudaEvent_t e;
         CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

@@ -24,7 +24,7 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
     float rs = rsqrtf(block_sum(v, buf) / (float)C + eps);
     // Each thread rewrites only the elements it read, so y may alias x.
     __nv_bfloat16 *ybr = yb ? yb + (size_t)blockIdx.x * C : nullptr;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) store_twin(yr, ybr, c, (xr[c] - mu) * rs * gamma[c] + beta[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) store_dual(yr, ybr, c, (xr[c] - mu) * rs * gamma[c] + beta[c]);
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = mu;
         rstd[blockIdx.x] = rs;
@@ -34,11 +34,10 @@ __global__ void layernorm_forward_kernel(const float *x, const float *gamma, con
 // A layer's residual step: s = x + dropout(r) (the dropout kernel's formula and element
 // index), then LayerNorm(s) as layernorm_forward_kernel, s and y stored: one pass instead of
 // three kernels (dropout, add, LayerNorm) re-reading the row from memory.
-// x and r in fp32, or bf16 from lean twins: r is the branch's output projection (the residual
-// add of the bf16 branch output, as autocast computes it), x the previous LayerNorm's output
-// (the residual stream, bf16 between ops as every activation; the statistics stay fp32, from
-// the fp32 sums).  s and y may be lean (s, y null: twins only), so the statistics cannot
-// re-read s: each thread keeps its first RLN_KEEP sums in registers (C <= RLN_KEEP x block:
+// x and r in fp32 (fp32 mode) or bf16: r is the branch's output projection (the residual add of
+// the bf16 branch output, as autocast computes it), x the previous LayerNorm's output (the
+// residual stream, bf16 between ops as every activation; the statistics stay fp32, from the fp32
+// sums).  s and y may be bf16 (s, y null: sb, yb only), so the statistics cannot re-read s: each thread keeps its first RLN_KEEP sums in registers (C <= RLN_KEEP x block:
 // BERT-large's 1024 at 256 threads) and recomputes any others from x and r.  s is stored in
 // the last pass, after every read of its row, so it may alias r; y may alias s (stored after it).
 #define RLN_KEEP 4
@@ -111,9 +110,7 @@ struct RlnIn {
     typedef RT R;
 };
 typedef RlnIn<float, float> RlnFp32;
-typedef RlnIn<float, __nv_bfloat16> RlnBranchTwin;
-typedef RlnIn<__nv_bfloat16, float> RlnStreamTwin;
-typedef RlnIn<__nv_bfloat16, __nv_bfloat16> RlnTwins;
+typedef RlnIn<__nv_bfloat16, __nv_bfloat16> RlnBf16;
 template <typename In>
 __global__ void residual_layernorm_kernel(const typename In::X *x, const typename In::R *r, float p, uint64_t key, uint32_t threshold,
                                           const float *gamma, const float *beta, int C, float eps, float *s,
@@ -125,8 +122,8 @@ __global__ void residual_layernorm_kernel(const typename In::X *x, const typenam
     const KeptRow<ResidualVal<typename In::X, typename In::R>> row(val, C, eps, buf);
     const float mu = row.mu, rs = row.rs;
     row.each(val, C, [&](int c, float v) {
-        store_twin(s, sb, off + c, v);
-        store_twin(y, yb, off + c, (v - mu) * rs * gamma[c] + beta[c]);
+        store_dual(s, sb, off + c, v);
+        store_dual(y, yb, off + c, (v - mu) * rs * gamma[c] + beta[c]);
     });
     if (threadIdx.x == 0) {
         mean[blockIdx.x] = mu;
@@ -137,7 +134,7 @@ __global__ void residual_layernorm_kernel(const typename In::X *x, const typenam
 // BERT's embedding block (embedding_layernorm_forward): e = word[id] + pos[t] (+ type[tt]), added
 // as embedding_forward_kernel adds them, LayerNorm(e) as layernorm_forward_kernel (the same
 // per-thread order of the two passes), then the dropout op's mask — one pass instead of three
-// kernels writing and re-reading the row.  e (LayerNorm's backward input) and y may be lean.
+// kernels writing and re-reading the row.  e (LayerNorm's backward input) and y may be bf16.
 struct EmbedVal {
     const float *word_row, *pos_row, *type_row;  // type_row NULL: no token types
     __device__ __forceinline__ float operator()(int c) const {
@@ -158,9 +155,9 @@ __global__ void embedding_layernorm_kernel(const int32_t *ids, const int32_t *ty
     const KeptRow<EmbedVal> row(val, D, eps, buf);
     const float mu = row.mu, rs = row.rs, inv = 1.0f / (1.0f - p);
     row.each(val, D, [&](int c, float v) {
-        store_twin(e, eb, off + c, v);
+        store_dual(e, eb, off + c, v);
         const float yv = (v - mu) * rs * gamma[c] + beta[c];
-        store_twin(y, yb, off + c, p <= 0.0f || ops_dropout_keep_fast(key, off + c, threshold) ? yv * inv : 0.0f);
+        store_dual(y, yb, off + c, p <= 0.0f || ops_dropout_keep_fast(key, off + c, threshold) ? yv * inv : 0.0f);
     });
     if (threadIdx.x == 0) {
         mean[row_i] = mu;
@@ -173,7 +170,7 @@ __global__ void embedding_layernorm_kernel(const int32_t *ids, const int32_t *ty
 // row's dx (block reductions as layernorm_forward_kernel) and adds the row's dy·x̂ and dy into
 // per-column sums in shared memory, then writes them as the chunk's partials of dγ and dβ;
 // cuda_colsum2_finish adds the chunks.  Separate column sums (cuda_colsum.h) re-read dy and x:
-// 20 bytes per element (dx without accumulate or twin) became 12.  256 chunks give both GPUs'
+// 20 bytes per element (fp32 dx without accumulate) became 12.  256 chunks give both GPUs'
 // SMs (108, 132) work and keep the partials small next to the rows (2 x 256 x C floats against
 // N x C x 12 B).
 #define LN_BW_CHUNKS 256
@@ -200,7 +197,7 @@ __device__ __forceinline__ void block_sum2(float *a, float *b, float (*buf)[32])
 // order and no other thread touches them, so they need no barrier.  Each thread reads dy[c]
 // before it writes dx[c], so dx may alias dy (ops.h: only without accumulate).
 // With drop (layernorm_backward_dropout): dr = dropout(dx) as well, dx's final value kept or
-// dropped by the dropout kernel's formula and index (dr and its twin: either may be NULL).
+// dropped by the dropout kernel's formula and index (dr fp32, drb bf16: one of them set).
 struct LnDrop {
     int on;
     float inv;
@@ -209,16 +206,14 @@ struct LnDrop {
     float *dr;
     __nv_bfloat16 *drb;
 };
-// The kernel's input types by name (dy, x: fp32 or twins), as RlnIn.
+// The kernel's input types by name (dy, x: fp32 or bf16), as RlnIn.
 template <typename DYT, typename XT>
 struct LnbIn {
     typedef DYT DY;
     typedef XT X;
 };
 typedef LnbIn<float, float> LnbFp32;
-typedef LnbIn<float, __nv_bfloat16> LnbSumTwin;
-typedef LnbIn<__nv_bfloat16, float> LnbGradTwin;
-typedef LnbIn<__nv_bfloat16, __nv_bfloat16> LnbTwins;
+typedef LnbIn<__nv_bfloat16, __nv_bfloat16> LnbBf16;
 template <typename In>
 __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typename In::X *x, const float *gamma,
                                           const float *mean,
@@ -227,7 +222,7 @@ __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typen
     MHE_SHARED(float, buf, [2][32]);
     MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb, else none
     const int sums = pg != nullptr || pb != nullptr;
-    const bool want_dx = dx != nullptr || dxb != nullptr;  // dx null and dxb not: lean, the twin only
+    const bool want_dx = dx != nullptr || dxb != nullptr;  // dx null and dxb not: bf16 mode
     float *ag = acc, *ab = sums ? acc + C : nullptr;
     if (sums)
         for (int c = threadIdx.x; c < C; c += blockDim.x) ag[c] = ab[c] = 0.0f;
@@ -254,9 +249,9 @@ __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typen
             }
             if (want_dx) {
                 const float d = rs * (g0 * gamma[c] - mg - xh * mgx), v = accumulate ? ld_old(dx, dxb, off + c) + d : d;
-                store_twin(dx, dxb, off + c, v);
+                store_dual(dx, dxb, off + c, v);
                 if (drop.on)
-                    store_twin(drop.dr, drop.drb, off + c,
+                    store_dual(drop.dr, drop.drb, off + c,
                                drop.inv == 1.0f || ops_dropout_keep_fast(drop.key, off + c, drop.threshold) ? v * drop.inv : 0.0f);
             }
         }
@@ -272,27 +267,27 @@ static void cuda_layernorm_forward(Backend *be, const float *x, const float *gam
                                    const float *beta, int N, int C, float eps, float *y,
                                    float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
-    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
-    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
-    __nv_bfloat16 *yb = cuda_mirror_out(be, y, (size_t)N * C);
-    if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), with_twin(mhe_cost(8.0 * N * C, 8.0 * N * C + 8.0 * C + 8.0 * N), yb, (double)N * C))(x, gamma, beta, C, eps, y, yb, mean, rstd);
+    cuda_fp32_wrote(be, mean, (size_t)N * sizeof(float));
+    cuda_fp32_wrote(be, rstd, (size_t)N * sizeof(float));
+    __nv_bfloat16 *yb = cuda_fp32_copy_out(be, y, (size_t)N * C);
+    if (N) MHE_LAUNCH(layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), with_bf16_store(mhe_cost(8.0 * N * C, 8.0 * N * C + 8.0 * C + 8.0 * N), yb, (double)N * C))(x, gamma, beta, C, eps, y, yb, mean, rstd);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-// The outputs of a row op ending in LayerNorm: mean and rstd, and two lean-capable [n] tensors —
-// the sum the LayerNorm normalised (read by LayerNorm's backward only) and y (the next matmuls'
-// and residual step's input): either may turn lean (cuda_mirror.cu).
+// The outputs of a row op ending in LayerNorm: mean and rstd, and two activations [n] — the sum
+// the LayerNorm normalised (read by LayerNorm's backward only) and y (the next matmuls' and
+// residual step's input), fp32 or bf16 (act_out).
 struct LnOuts {
     float *sf, *yf;
     __nv_bfloat16 *sb, *yb;
 };
-static LnOuts ln_outputs(Backend *be, float *sum, float *y, size_t n, int N, float *mean, float *rstd) {
-    cuda_mirror_wrote(be, mean, (size_t)N * sizeof(float));
-    cuda_mirror_wrote(be, rstd, (size_t)N * sizeof(float));
+static LnOuts ln_outputs(Backend *be, float *sum, float *y, int N, float *mean, float *rstd) {
+    cuda_fp32_wrote(be, mean, (size_t)N * sizeof(float));
+    cuda_fp32_wrote(be, rstd, (size_t)N * sizeof(float));
     LnOuts o;
-    o.sb = cuda_mirror_out_lean(be, sum, n, &o.sf, LEAN_NORM);
-    o.yb = cuda_mirror_out_lean(be, y, n, &o.yf, LEAN_NORM);
+    o.sb = act_out(be, sum, &o.sf);
+    o.yb = act_out(be, y, &o.yf);
     return o;
 }
 
@@ -301,35 +296,23 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
                                             float eps, float *s, float *y, float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
     const size_t n = (size_t)N * C;
-    // The inputs' twin segments (without rounding), so their producers can learn to write them
-    // lean; taken before s is accounted for, since s may alias r (the twin still holds r's
-    // values then).
-    cuda_mirror_track(be, r, n);
-    cuda_mirror_track(be, x, n);
-    const __nv_bfloat16 *rb = cuda_mirror_stale_twin(be, r, n), *xb = cuda_mirror_stale_twin(be, x, n);
-    const LnOuts o = ln_outputs(be, s, y, n, N, mean, rstd);
+    const __nv_bfloat16 *rb = act_in(be, r), *xb = act_in(be, x);
+    const LnOuts o = ln_outputs(be, s, y, N, mean, rstd);
     float *sf = o.sf, *yf = o.yf;
     __nv_bfloat16 *sb = o.sb, *yb = o.yb;
     const float q = p > 0.0f ? p : 0.0f;
-    // Reads x and r (4 B each, 2 from a twin), writes s and y (4 B each unless lean, + 2 B per
-    // twin), gamma, beta, mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add,
+    // Reads x and r (4 B each, 2 in bf16), writes s and y (4 B each, 2 in bf16), gamma, beta, mean, rstd as layernorm_forward; ~10 FLOPs per element (dropout, add,
     // LayerNorm's 8).  Rows longer than RLN_KEEP x block re-read x and r from cache.
     MheCost cost = mhe_cost(10.0 * n, ((xb ? 2.0 : 4.0) + (rb ? 2.0 : 4.0) + 8.0) * n + 8.0 * C + 8.0 * N);
-    cost = with_lean_twin(with_lean_twin(cost, sb, sf, (double)n), yb, yf, (double)n);
+    cost = with_act_store(with_act_store(cost, sb, sf, (double)n), yb, yf, (double)n);
     const uint64_t key = ops_dropout_key(seed, offset);
     const uint32_t thr = ops_dropout_threshold(q);
     const int round_sum = cuda_ctx(be)->act_bf16;
     const dim3 grid(N), block(MHE_BLOCK);
     if (!N) {
-    } else if (xb && rb) {
-        MHE_LAUNCH(residual_layernorm_kernel<RlnTwins>, grid, block, 0, cuda_stream(be), cost)(
-            xb, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
-    } else if (rb) {
-        MHE_LAUNCH(residual_layernorm_kernel<RlnBranchTwin>, grid, block, 0, cuda_stream(be), cost)(
-            x, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
     } else if (xb) {
-        MHE_LAUNCH(residual_layernorm_kernel<RlnStreamTwin>, grid, block, 0, cuda_stream(be), cost)(
-            xb, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
+        MHE_LAUNCH(residual_layernorm_kernel<RlnBf16>, grid, block, 0, cuda_stream(be), cost)(
+            xb, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
     } else {
         MHE_LAUNCH(residual_layernorm_kernel<RlnFp32>, grid, block, 0, cuda_stream(be), cost)(
             x, r, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
@@ -346,17 +329,17 @@ static void cuda_embedding_layernorm_forward(Backend *be, const int32_t *ids, co
     double t0 = cuda_prof_begin(be);
     const int N = B * T;
     const size_t n = (size_t)N * D;
-    const LnOuts o = ln_outputs(be, e, y, n, N, mean, rstd);
+    const LnOuts o = ln_outputs(be, e, y, N, mean, rstd);
     float *ef = o.sf, *yf = o.yf;
     __nv_bfloat16 *eb = o.sb, *yb = o.yb;
     const float q = p > 0.0f ? p : 0.0f;
     // Reads the word, position (and type) rows (4 B each per element, as embedding_forward
     // counts them) and the ids; gamma, beta, mean, rstd as layernorm_forward; writes e and y (4 B
-    // each unless lean, + 2 B per twin).  ~11 FLOPs per element (the adds, LayerNorm's 8, the
+    // each, 2 in bf16).  ~11 FLOPs per element (the adds, LayerNorm's 8, the
     // dropout's scale).
     MheCost cost = mhe_cost(11.0 * n, 4.0 * ((type ? 3.0 : 2.0) * n + (type_ids ? 2.0 : 1.0) * N) + 8.0 * n +
                                           8.0 * D + 8.0 * N);
-    cost = with_lean_twin(with_lean_twin(cost, eb, ef, (double)n), yb, yf, (double)n);
+    cost = with_act_store(with_act_store(cost, eb, ef, (double)n), yb, yf, (double)n);
     if (N > 0 && D > 0)
         MHE_LAUNCH(embedding_layernorm_kernel, N, MHE_BLOCK, 0, cuda_stream(be), cost)(
             ids, type_ids, word, pos, type, gamma, beta, T, D, eps, q, ops_dropout_key(seed, offset),
@@ -371,34 +354,21 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
                                float *dbeta, float p, uint64_t seed, uint64_t offset, float *dr) {
     double t0 = cuda_prof_begin(be);
     const double n = (double)N * C;
-    // x (the saved residual sum) and dy (the residual stream's gradient) from their twins when
-    // that is all there is (lean, as the residual step and this op store them): x̂ from bf16(s)
-    // and the fp32 statistics of s.  dy's segment is made here (without rounding) so its
-    // producer — this op's dx one layer up, which matmuls then add to in bf16 (cuda_backend.cu)
-    // — can learn to write it lean.  x's too: the embeddings' sum (embedding_layernorm_forward)
-    // is read by this op alone.  Asked before the outputs are accounted for.
-    cuda_mirror_track(be, dy, (size_t)n);
-    cuda_mirror_track(be, x, (size_t)n);
-    const __nv_bfloat16 *xb = cuda_mirror_stale_twin(be, x, (size_t)n), *dyb = cuda_mirror_stale_twin(be, dy, (size_t)n);
-    if (dgamma) cuda_mirror_wrote(be, dgamma, (size_t)C * sizeof(float));
-    if (dbeta) cuda_mirror_wrote(be, dbeta, (size_t)C * sizeof(float));
-    // dx may turn lean when written (not accumulated): the LayerNorm below and the matmuls adding
-    // to it read its twin.  An accumulated dx was widened by the read its wrapper declared.
+    // bf16 mode: x (the saved residual sum) and dy (the residual stream's gradient) in bf16, x̂
+    // from bf16(s) and the fp32 statistics of s.
+    const __nv_bfloat16 *xb = act_in(be, x), *dyb = act_in(be, dy);
+    if (dgamma) cuda_fp32_wrote(be, dgamma, (size_t)C * sizeof(float));
+    if (dbeta) cuda_fp32_wrote(be, dbeta, (size_t)C * sizeof(float));
+    // dx (and dr) fp32 or bf16; in bf16 mode an accumulated dx adds to its bf16 value.
     float *dxw = dx;
-    __nv_bfloat16 *dxb = nullptr;
-    if (dx && (!accumulate || cuda_ctx(be)->act_bf16))  // bf16 activations: accumulated in bf16 too
-        dxb = cuda_mirror_out_lean(be, dx, (size_t)n, &dxw, LEAN_NORM);
-    else if (dx)
-        cuda_mirror_wrote(be, dx, (size_t)n * sizeof(float));
+    __nv_bfloat16 *dxb = dx ? act_out(be, dx, &dxw) : nullptr;
     LnDrop drop{dr != nullptr, 1.0f, 0, 0, dr, nullptr};
-    // The dropped gradient is usually only the branch's down projection operand: lean skips its
-    // fp32 store, as the dropout op's (cuda_elementwise.cu).
     if (dr) {
         const float q = p > 0.0f ? p : 0.0f;
         drop.inv = 1.0f / (1.0f - q);
         drop.key = ops_dropout_key(seed, offset);
         drop.threshold = ops_dropout_threshold(q);
-        drop.drb = cuda_mirror_out_lean(be, dr, (size_t)n, &drop.dr, LEAN_ELEMENTWISE);
+        drop.drb = act_out(be, dr, &drop.dr);
     }
     if (N > 0 && C > 0 && (dx || dgamma || dbeta)) {
         const int rows = ln_bw_rows(N), chunks = (N + rows - 1) / rows;
@@ -409,20 +379,19 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
             pb = dbeta ? p + (size_t)chunks * C : nullptr;
         }
         const size_t smem = pg || pb ? 2 * (size_t)C * sizeof(float) : 0;
-        // Per element: reads dy and x (4 B each, 2 from a twin), writes dx (4 B unless lean, +
-        // its twin's 2; + 4 B read with accumulate); per row mean, rstd; gamma; per chunk and
-        // column the partials written (4 B each).  FLOPs per element: dx's 10 as before (x̂
-        // alone: 2), dy·x̂ summed 2, dy 1; the dropout's 1 and its store (4 B and/or the twin's
-        // 2) with dr.
+        // Per element: reads dy and x (4 B each, 2 in bf16), writes dx (4 B, 2 in bf16; + 4 B read
+        // with accumulate); per row mean, rstd; gamma; per chunk and column the partials written
+        // (4 B each).  FLOPs per element: dx's 10 as before (x̂ alone: 2), dy·x̂ summed 2, dy 1;
+        // the dropout's 1 and its store (4 B, 2 in bf16) with dr.
         const double outs = (pg != nullptr) + (pb != nullptr);
         const double bytes = ((dyb ? 2.0 : 4.0) + (xb ? 2.0 : 4.0) + (dx ? (accumulate ? 8.0 : 4.0) : 0.0)) * n +
                              8.0 * N + (dx ? 4.0 * C : 0.0) + 4.0 * outs * chunks * C;
         MheCost cost = mhe_cost_blocks(
             ((dx ? 10.0 : 2.0) + (pg ? 2.0 : 0.0) + (pb ? 1.0 : 0.0) + (dr ? 1.0 : 0.0)) * n, bytes, chunks);
-        if (dx) cost = with_lean_twin(cost, dxb, dxw, n);
+        if (dx) cost = with_act_store(cost, dxb, dxw, n);
         if (dr) {
             cost.bytes += 4.0 * n;
-            cost = with_lean_twin(cost, drop.drb, drop.dr, n);
+            cost = with_act_store(cost, drop.drb, drop.dr, n);
         }
         cudaStream_t st = cuda_stream(be);
         // More than 48 KB of shared memory in all — the partial sums plus the kernel's 256 B of
@@ -436,12 +405,8 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
         MHE_LAUNCH(layernorm_backward_kernel<IN>, chunks, MHE_BLOCK, smem, st, cost)(                        \
             DYP, XP, gamma, mean, rstd, N, C, rows, dxw, dxb, accumulate, pg, pb, drop);                     \
     } while (0)
-        if (dyb && xb)
-            LNB_LAUNCH(LnbTwins, dyb, xb);
-        else if (dyb)
-            LNB_LAUNCH(LnbGradTwin, dyb, x);
-        else if (xb)
-            LNB_LAUNCH(LnbSumTwin, dy, xb);
+        if (xb)
+            LNB_LAUNCH(LnbBf16, dyb, xb);
         else
             LNB_LAUNCH(LnbFp32, dy, x);
 #undef LNB_LAUNCH

@@ -6,9 +6,9 @@
 //
 // The launch's element space is the concatenation of the ranges; a device table holds, per
 // range, where it starts in p and where it starts in that space (plus its weight-decay flag and
-// the weights' bf16 twin), and each thread finds its range by binary search over the table (a
-// few hundred entries, read from cache).  The table changes only when the ranges or the twins
-// do, so steady-state steps upload nothing.  Element math: kernels/optim_math.h, as adam_kernel.
+// the weights' bf16 copy, cuda_weight_copy.cu), and each thread finds its range by binary search
+// over the table (a few hundred entries, read from cache).  The table changes only when the
+// ranges or the copies do, so steady-state steps upload nothing.  Element math: kernels/optim_math.h, as adam_kernel.
 #include <cstring>
 #include <vector>
 
@@ -19,7 +19,7 @@
 struct AdamRange {
     size_t start;         // first element in p / grad
     size_t first;         // its index in the launch's element space (sum of the earlier lengths)
-    __nv_bfloat16 *twin;  // bf16 twin of p[start ..] (cuda_mirror.cu); nullptr: none
+    __nv_bfloat16 *copy;  // current bf16 copy of p[start ..] (cuda_fp32_copy_out); nullptr: none
     int decays;           // 1: multiply p by `decay`
     int unused;           // keeps the struct free of padding (tables are compared bytewise)
 };
@@ -56,24 +56,24 @@ __device__ __forceinline__ int range_of(const AdamRange *__restrict__ r, int cou
     return lo;
 }
 
-// The table of the non-empty ranges of p, each with the weights' bf16 twin: the ops that write
-// p refresh the twins, once per optimizer step (decays may be NULL).  *total: elements covered;
-// *twinned: those with a twin.
+// The table of the non-empty ranges of p, each with the weights' current bf16 copy: the ops
+// that write p store bf16(p) into it as well, so it stays current (decays may be NULL).
+// *total: elements covered; *copied: those with a copy.
 static std::vector<AdamRange> weight_ranges(Backend *be, float *p, int count, const size_t *start, const size_t *len,
-                                            const unsigned char *decays, size_t *total, double *twinned) {
+                                            const unsigned char *decays, size_t *total, double *copied) {
     std::vector<AdamRange> want;
     *total = 0;
-    *twinned = 0;
+    *copied = 0;
     for (int q = 0; q < count; q++) {
         if (!len[q]) continue;
         AdamRange r{};
         r.start = start[q];
         r.first = *total;
-        r.twin = cuda_mirror_out(be, p + start[q], len[q]);
+        r.copy = cuda_fp32_copy_out(be, p + start[q], len[q]);
         r.decays = decays && decays[q] != 0;
         want.push_back(r);
         *total += len[q];
-        if (r.twin) *twinned += (double)len[q];
+        if (r.copy) *copied += (double)len[q];
     }
     return want;
 }
@@ -90,7 +90,7 @@ __global__ void adam_ranges_kernel(const AdamRange *__restrict__ r, int count, s
         v[j] = vi;
         const float np = adamw_param(p[i], mi, vi, step_size, r[lo].decays ? decay : 1.0f, bc2_sqrt, eps);
         p[i] = np;
-        if (r[lo].twin) r[lo].twin[k] = __float2bfloat16(np);
+        if (r[lo].copy) r[lo].copy[k] = __float2bfloat16(np);
     }
 }
 
@@ -104,16 +104,16 @@ static void cuda_adamw_update_ranges(Backend *be, float *p, const float *grad, f
     if (!c->adam) c->adam = new AdamTable();
     AdamTable &tab = *c->adam;
     size_t total;
-    double twinned;
-    const std::vector<AdamRange> want = weight_ranges(be, p, count, start, len, decays, &total, &twinned);
+    double copied;
+    const std::vector<AdamRange> want = weight_ranges(be, p, count, start, len, decays, &total, &copied);
     for (int q = 0; q < count; q++) {
-        cuda_mirror_wrote(be, m + (start[q] - m_base), len[q] * sizeof(float));
-        cuda_mirror_wrote(be, v + (start[q] - m_base), len[q] * sizeof(float));
+        cuda_fp32_wrote(be, m + (start[q] - m_base), len[q] * sizeof(float));
+        cuda_fp32_wrote(be, v + (start[q] - m_base), len[q] * sizeof(float));
     }
     const size_t bytes = sync_table(be, tab, want);
     // The table is read once (the binary searches hit cache), the elements as adam_kernel's,
-    // 2 B per twinned element.
-    const MheCost cost = mhe_cost(ADAM_FLOPS * (double)total, 28.0 * (double)total + (double)bytes + 2.0 * twinned);
+    // 2 B per copied element.
+    const MheCost cost = mhe_cost(ADAM_FLOPS * (double)total, 28.0 * (double)total + (double)bytes + 2.0 * copied);
     if (total)
         MHE_LAUNCH(adam_ranges_kernel, cuda_grid_for(total), MHE_BLOCK, 0, c->stream, cost)(
             tab.dev, (int)want.size(), total, p, grad, m, v, m_base, b1, b2, eps, step_size, decay, bc2_sqrt,
@@ -212,9 +212,9 @@ static void cuda_lamb_direction_ranges(Backend *be, const float *p, const float 
             spans[r].chunks++;
         }
         total += len[r];
-        cuda_mirror_wrote(be, m + (start[r] - m_base), len[r] * sizeof(float));
-        cuda_mirror_wrote(be, v + (start[r] - m_base), len[r] * sizeof(float));
-        cuda_mirror_wrote(be, u + (start[r] - m_base), len[r] * sizeof(float));
+        cuda_fp32_wrote(be, m + (start[r] - m_base), len[r] * sizeof(float));
+        cuda_fp32_wrote(be, v + (start[r] - m_base), len[r] * sizeof(float));
+        cuda_fp32_wrote(be, u + (start[r] - m_base), len[r] * sizeof(float));
     }
     // The tables change only with the ranges (or the decays).
     const size_t cb = sync_table(be, st.chunks, chunks), sb = sync_table(be, st.spans, spans);
@@ -252,7 +252,7 @@ __global__ void axpy_ranges_kernel(const AdamRange *__restrict__ r, const float 
         const size_t k = e - r[lo].first, i = r[lo].start + k;
         const float np = p[i] + coef[lo] * u[i - m_base];
         p[i] = np;
-        if (r[lo].twin) r[lo].twin[k] = __float2bfloat16(np);
+        if (r[lo].copy) r[lo].copy[k] = __float2bfloat16(np);
     }
 }
 
@@ -262,10 +262,10 @@ static void cuda_axpy_ranges(Backend *be, float *p, const float *u, size_t m_bas
     double t0 = cuda_prof_begin(be);
     CudaCtx *c = cuda_ctx(be);
     LambState &st = *lamb_state(be);
-    // The weights' twins follow the step.
+    // The weights' bf16 copies follow the step.
     size_t total;
-    double twinned;
-    const std::vector<AdamRange> want = weight_ranges(be, p, count, start, len, nullptr, &total, &twinned);
+    double copied;
+    const std::vector<AdamRange> want = weight_ranges(be, p, count, start, len, nullptr, &total, &copied);
     std::vector<float> co;
     for (int q = 0; q < count; q++)
         if (len[q]) co.push_back(coef[q]);
@@ -274,7 +274,7 @@ static void cuda_axpy_ranges(Backend *be, float *p, const float *u, size_t m_bas
     cuda_grow(be, st.dev_coef, st.coef_cap, co.size());
     if (!co.empty()) be->upload(be, st.dev_coef, co.data(), co.size() * sizeof(float));
     const MheCost cost = mhe_cost(2.0 * (double)total, 12.0 * (double)total + (double)bytes + 4.0 * co.size() +
-                                                           2.0 * twinned);
+                                                           2.0 * copied);
     if (total)
         MHE_LAUNCH(axpy_ranges_kernel, cuda_grid_for(total), MHE_BLOCK, 0, c->stream, cost)(
             st.axpy.dev, st.dev_coef, (int)want.size(), total, p, u, m_base);

@@ -141,20 +141,13 @@ static inline int setup_fp32(void **state) {
     *state = f;
     return 0;
 }
-// The twin mode (MHE_CUDA_ACT=twins: fp32 activations, bf16 twins of the matmul operands): these
-// tests pass fp32 buffers as activations.  The default bf16 mode, bf16 activations, is
-// test_cuda_act's (every Act op against the CPU backend) and the model tests'.
-static inline Backend *cuda_create_twins(int device) {
-    setenv("MHE_CUDA_ACT", "twins", 1);
-    Backend *be = backend_cuda_create(device, 1);
-    unsetenv("MHE_CUDA_ACT");
-    return be;
-}
+// bf16 mode: bf16 activations (Backend.act DT_BF16; buffers made by act_new hold bf16 on the CUDA
+// side), fp32 weights read by the matmuls from their bf16 copies.
 static inline int setup_bf16(void **state) {
     setup_fp32(state);
     Fix *f = *state;
     f->gpu->destroy(f->gpu);
-    f->gpu = cuda_create_twins(0);
+    f->gpu = backend_cuda_create(0, 1);
     f->gpu_bf16 = 1;
     return 0;
 }
@@ -187,7 +180,7 @@ static inline int teardown(void **state) {
     } while (0)
 #define D(b) (side_ ? (b).g : (b).c)
 // The same buffer as an activation (the CPU backends here store activations as fp32; the CUDA
-// side as act_new made it, or fp32 memory in fp32 and twin modes).
+// side as act_new made it, or fp32 memory in fp32 mode).
 #define DA(b) ((Act *)D(b))
 
 #endif

@@ -145,7 +145,7 @@ static void test_matmuls(void **state) {
     for (size_t i = 0; i < 3; i++) buf_free(f, fs[i]);
 }
 
-// The bf16 copy of a weight (kernels/cuda/cuda_act.cu) follows every kind of write to the fp32
+// The bf16 copy of a weight (kernels/cuda/cuda_weight_copy.cu) follows every kind of write to the fp32
 // master: after each, the product matches the CPU's on the new weights (and the emulated build
 // checks the copy it hands to cuBLAS against bf16 of the fp32 data).  AdamW and the fp32
 // elementwise ops store into the copy as they update the weights: no rounding pass before the

@@ -37,11 +37,8 @@ static void test_single_calls(void **state) {
     const GpuSpec *a100 = gpu_spec_find("A100");
     assert_non_null(a100);
     assert_null(gpu_spec_find("v100"));
-    // The twin mode (MHE_CUDA_ACT=twins): the hand figures below are its (fp32 activations, bf16
-    // twins); the recorded steps further down run the default, bf16 activations.
-    setenv("MHE_CUDA_ACT", "twins", 1);
-    Backend *be = backend_cuda_create(0, 1);
-    unsetenv("MHE_CUDA_ACT");
+    // fp32 mode: every buffer fp32 (bf16 activations: test_single_calls_bf16_activations).
+    Backend *be = backend_cuda_create(0, 0);
     float *x = be->alloc(be, 4 << 20), *y = be->alloc(be, 4 << 20), *z = be->alloc(be, 4 << 20);
     int32_t *labels = be->alloc(be, 64);
     CostReport r;
@@ -57,178 +54,42 @@ static void test_single_calls(void **state) {
     assert_true(e->bytes == 608.0);
     // The fused residual step on the same shape: reads x and r, writes s and y (4 x 60 floats),
     // gamma, beta (20) and mean, rstd (12): 272 floats = 1088 bytes, one launch for what was
-    // three (dropout, add, LayerNorm); s over r, whose twin segment the step tracks, also
-    // stores its twin (60 x 2 B): 1208.
+    // three (dropout, add, LayerNorm).
     backend_cuda_cost_start();
     be->residual_layernorm_forward(be, (const Act *)(x), (const Act *)(x + 100), 0.1f, 1, 2, y, y + 100, 6, 10, 1e-5f, (Act *)(x + 100), (Act *)(z), z + 100, z + 200);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
     e = find(&r, "residual_layernorm_kernel<RlnFp32>");
     assert_int_equal(e->op_class, OPC_NORM_ACT);
-    assert_true(e->bytes == 1208.0);
+    assert_true(e->bytes == 1088.0);
 
-    // bf16 matmul 8x16x32: operands rounded (A 256 elements: 4 B read + 2 B
-    // written each = 1536 B; B 512 elements = 3072 B), then the GEMM reads 768 bf16 (1536 B),
-    // writes 128 fp32 (512 B) = 2048 B, 2*8*16*32 = 8192 tensor-core FLOPs.
+    // fp32 matmul 8x16x32: reads 768 floats, writes 128: 3584 B, 2*8*16*32 = 8192 CUDA-core FLOPs.
     backend_cuda_cost_start();
     be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
     backend_cuda_cost_stop(a100, &r);
-    assert_int_equal(r.launches, 3);
-    e = find(&r, "gemm 8x16x32 bf16");
+    assert_int_equal(r.launches, 1);
+    e = find(&r, "gemm 8x16x32 fp32");
     assert_int_equal(e->op_class, OPC_MATMUL);
-    assert_true(e->bytes == 2048.0 && e->tc_flops == 8192.0 && e->flops == 0.0);
-    e = find(&r, "to_bf16_kernel");
-    assert_true(e->calls == 2 && e->bytes == 1536.0 + 3072.0);
-
-    // Those roundings went into persistent bf16 twins of A and B (kernels/cuda/cuda_mirror.cu),
-    // still current: the same product again is the GEMM alone.
-    backend_cuda_cost_start();
-    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
-    backend_cuda_cost_stop(a100, &r);
-    assert_int_equal(r.launches, 1);
-    // A LayerNorm rewriting A ([8, 32]) stores the twin alongside: reads 256 + 64 (gamma, beta),
-    // writes 256 + 16 (mean, rstd) floats = 2368 B, plus 256 bf16 = 512 B: 2880 B; the matmul
-    // after it rounds nothing.
-    backend_cuda_cost_start();
-    be->layernorm_forward(be, (const Act *)(x), y + 600, y + 700, 8, 32, 1e-5f, (Act *)(x), z + 300, z + 400);
-    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
-    backend_cuda_cost_stop(a100, &r);
-    assert_int_equal(r.launches, 2);
-    assert_true(find(&r, "layernorm_forward_kernel")->bytes == 2880.0);
-    // A memset of A invalidates its twin: the matmul rounds A (only) again, 256 x 6 B = 1536 B.
-    backend_cuda_cost_start();
-    be->zero(be, x, 256 * sizeof(float));
-    be->matmul(be, 0, 0, 8, 16, 32, 1.0f, mat_f32(x, 32), mat_f32(y, 16), 0.0f, out_f32(z, 16));
-    backend_cuda_cost_stop(a100, &r);
-    assert_int_equal(r.launches, 3);
-    e = find(&r, "to_bf16_kernel");
-    assert_true(e->calls == 1 && e->bytes == 1536.0);
-
-    // Tensor-core flash forward, mha, B = 1, T = 64, 2 heads of d = 16 (Q, K, V [64, 32] each,
-    // separate buffers): the first call rounds Q, K and V into their bf16 twins (2048 elements
-    // each, 4 B read + 2 B written: 3 x 12288 B).  The kernel (one pass over the keys, one
-    // 256-row query tile per head holding all 64 rows) reads Q's twin once (4096 B), K's and
-    // V's once per query tile (2 x 4096 B), writes Opre and out (2 x 2048 x 4 B = 16384 B) and
-    // L (128 x 4 B = 512 B): 29184 B.  Tensor-core FLOPs: Q Kᵀ and P V, 2 x 2 x 64 x 64 x 16
-    // per head, 524288 for the two.
-    AttnShape as;
-    memset(&as, 0, sizeof as);
-    as.B = 1;
-    as.T = 64;
-    as.n_heads = as.q_heads = as.k_heads = as.v_heads = 2;
-    as.qk_dim = as.v_dim = 16;
-    as.ldq = as.ldk = as.ldv = 32;
-    as.scale = 0.25f;
-    size_t saved_n, scratch_n;
-    be->attention_sizes(be, &as, &saved_n, &scratch_n);
-    float *saved = be->alloc(be, saved_n * sizeof(float)), *scratch = be->alloc(be, scratch_n * sizeof(float));
-    float *q = y + 1000, *k = y + 4000, *v = y + 7000, *out = z + 1000;
-    backend_cuda_cost_start();
-    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
-    backend_cuda_cost_stop(a100, &r);
-    assert_int_equal(r.launches, 4);
-    e = find(&r, "to_bf16_kernel");
-    assert_true(e->calls == 3 && e->bytes == 3 * 12288.0);
-    e = find(&r, "flash_tc_forward_kernel<16>");
-    assert_int_equal(e->op_class, OPC_ATTENTION);
-    assert_true(e->bytes == 29184.0 && e->tc_flops == 524288.0);
-    // The twins are current: the same forward again is the kernel alone.
-    backend_cuda_cost_start();
-    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
-    backend_cuda_cost_stop(a100, &r);
-    assert_int_equal(r.launches, 1);
-    be->free(be, saved);
-    be->free(be, scratch);
-    // Causal, T = 512: the two 256-row query tiles stop at their last row, 256 and 512 keys, so
-    // per head 256 x 256 + 256 x 512 = 196608 (query, key) pairs instead of 262144: tensor-core
-    // FLOPs 2 heads x 196608 x 64 (4 d) = 25165824.  Bytes: Q's twin once (1024 rows x 16 x 2 B
-    // = 32768), K and V once per tile over 768 key rows per head (2 x 768 x 16 x 4 B = 98304),
-    // Opre and out written (2 x 1024 x 16 x 4 B = 131072) and L (1024 x 4 B): 266240.
-    as.T = 512;
-    as.causal = 1;
-    be->attention_sizes(be, &as, &saved_n, &scratch_n);
-    saved = be->alloc(be, saved_n * sizeof(float));
-    scratch = be->alloc(be, scratch_n * sizeof(float));
-    q = y + 20000;  // [512, 32] each, disjoint
-    k = y + 40000;
-    v = y + 60000;
-    out = z + 20000;
-    backend_cuda_cost_start();
-    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
-    backend_cuda_cost_stop(a100, &r);
-    e = find(&r, "flash_tc_forward_kernel<16>");
-    assert_true(e->bytes == 266240.0 && e->tc_flops == 25165824.0);
-    be->free(be, saved);
-    be->free(be, scratch);
-
-    // Its backward, MQA (one K and one V head shared by 2 heads; Q [128, 32], K and V [128, 16]),
-    // B = 1, T = 128, not causal, every twin current (the forward's Q, K, V; dout's is made by
-    // the backward: G), dQ/dK/dV stored in fp32 (4 B).
-    // dK/dV: the two heads share K and V, one group; one 128-key-row block would be a grid far
-    // below 128 blocks, so the group is split into single heads (2 parts), and 2 blocks are at
-    // most 54, so the key tiles have 64 rows: 4 blocks.  Q, G (2 B each) and L, D (4 B each) of
-    // 128 query rows per key tile and head, 2 tiles x 2 heads x 128 x (4 x 16 + 8) = 36864 B;
-    // K and V staged by both parts (2 x 128 x 16 x (2 + 2) = 16384 B); each part's partial dK
-    // and dV written (2 x 2 x 128 x 16 x 4 = 32768 B): 86016 B.  Tensor-core FLOPs: 4 products
-    // of 128 x 128 x 16 per head, 2 x 4 x 2 x 128 x 128 x 16 = 4194304.  The reduction reads
-    // the 4 partials (32768 B) and writes dK, dV (2 x 128 x 16 x 4 = 16384 B): 49152 B; one add
-    // per partial element and dK's scale, 8192 + 2048 FLOPs.
-    // dQ: one 256-row query tile (128 rows) per Q head: K and V per head (2 x 128 x 16 x 4 B =
-    // 16384), Q read and dQ written once (2 heads x 128 x 16 x (2 + 4) = 24576), G (2 x 128 x
-    // 16 x 2 = 8192), L and D (256 x 8 = 2048): 51200 B; 3 products: 2 x 3 x 2 x 128 x 128 x 16
-    // = 3145728 FLOPs.
-    as.T = 128;
-    as.causal = 0;
-    as.k_heads = as.v_heads = 1;
-    as.ldk = as.ldv = 16;
-    be->attention_sizes(be, &as, &saved_n, &scratch_n);
-    saved = be->alloc(be, saved_n * sizeof(float));
-    scratch = be->alloc(be, scratch_n * sizeof(float));
-    float *dout = z + 60000, *dq = z + 100000, *dk = z + 110000, *dv = z + 120000;
-    be->attention_forward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), (Act *)(out), saved, scratch);
-    backend_cuda_cost_start();
-    be->attention_backward(be, &as, (const Act *)(q), (const Act *)(k), (const Act *)(v), saved, (const Act *)(dout), (Act *)(dq), (Act *)(dk), (Act *)(dv), NULL, NULL, NULL, scratch);
-    backend_cuda_cost_stop(a100, &r);
-    e = find(&r, "flash_tc_dkv_kernel<16>");
-    assert_true(e->bytes == 86016.0 && e->tc_flops == 4194304.0);
-    e = find(&r, "flash_tc_dkv_reduce_kernel");
-    assert_true(e->calls == 1 && e->bytes == 49152.0 && e->flops == 10240.0);
-    e = find(&r, "flash_tc_dq_kernel<16>");
-    assert_true(e->bytes == 51200.0 && e->tc_flops == 3145728.0);
-    be->free(be, saved);
-    be->free(be, scratch);
+    assert_true(e->bytes == 3584.0 && e->flops == 8192.0 && e->tc_flops == 0.0);
 
     // A linear layer with the bias fused (cuBLASLt BIAS epilogue): y [8, 16] = x [8, 32] Wᵀ + b
-    // with W = the [16, 32] at y, both twins current from the matmuls above: one call, reading
-    // 768 bf16 operands (1536 B), writing 128 fp32 (512 B), reading the 16 biases (64 B):
-    // 2112 B, 2 x 8 x 16 x 32 = 8192 tensor-core FLOPs; no bias_add pass.
+    // with W = the [16, 32] at y: one call, the matmul's 3584 B plus the 16 biases (64 B), no
+    // bias_add pass.
     backend_cuda_cost_start();
     be->linear_forward(be, (const Act *)(x), y, z + 600, 8, 32, 16, (Act *)(z));
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
-    e = find(&r, "gemm 8x16x32 bf16 +bias");
-    assert_true(e->bytes == 2112.0 && e->tc_flops == 8192.0);
-    // Its backward without dx: dy (z, [8, 16], no twin yet) is rounded (128 x 6 B = 768 B); the
-    // weight gradient dW [16, 32] = dyᵀ x with the bias gradient summed by the BGRADB epilogue.
-    // dW and db still hold the allocation's zeros (known to cuda_mirror.cu), so the GEMM stores
-    // rather than adds: it reads 128 + 256 bf16 (768 B), writes dW (2048 B) and the 16 sums
-    // straight into db (64 B): 2880 B, 8192 FLOPs, no bias_grad_accumulate and no bias_backward.
+    e = find(&r, "gemm 8x16x32 fp32 +bias");
+    assert_true(e->bytes == 3648.0 && e->flops == 8192.0);
+    // Its backward without dx: dW [16, 32] += dyᵀ x with the bias gradient summed by the BGRADB
+    // epilogue: reads 128 + 256 floats (1536 B), reads and writes dW (2 x 2048 B) and stores the
+    // 16 sums (64 B): 5696 B; a kernel adds the sums into db (2 x 16 read, 16 written: 192 B).
     backend_cuda_cost_start();
     be->linear_backward(be, (const Act *)(z), (const Act *)(x), y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 2);
-    assert_true(find(&r, "to_bf16_kernel")->bytes == 768.0);
-    e = find(&r, "gemm 16x32x8 bf16 +bgrad");
-    assert_true(e->bytes == 2880.0 && e->tc_flops == 8192.0);
-    // Again (a second micro-batch): dy's twin is current; dW is read and written (2 x 2048 B):
-    // 4928 B; the sums go to a scratch vector a kernel adds into db (2 x 16 read, 16 written:
-    // 192 B).
-    backend_cuda_cost_start();
-    be->linear_backward(be, (const Act *)(z), (const Act *)(x), y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
-    backend_cuda_cost_stop(a100, &r);
-    assert_int_equal(r.launches, 2);
-    e = find(&r, "gemm 16x32x8 bf16 +bgrad");
-    assert_true(e->bytes == 4928.0 && e->tc_flops == 8192.0);
+    e = find(&r, "gemm 16x32x8 fp32 +bgrad");
+    assert_true(e->bytes == 5696.0 && e->flops == 8192.0);
     assert_true(find(&r, "bias_grad_accumulate_kernel")->bytes == 192.0);
 
     // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
@@ -239,13 +100,13 @@ static void test_single_calls(void **state) {
     assert_true(find(&r, "cross_entropy_forward_kernel<float>")->bytes == 636.0);
 
     // LayerNorm backward of [6, 10] in one pass (6 rows: 6 blocks of one row): reads dy, x (120
-    // floats), writes dx (60; no twin), reads mean, rstd (12) and gamma (10), writes the
+    // floats), writes dx (60), reads mean, rstd (12) and gamma (10), writes the
     // partials of dγ and dβ per block and column (2 x 6 x 10): 322 floats = 1288 B; 13 FLOPs per
     // element (dx 10, dy·x̂ 2, dy 1).  6 blocks use 6 of the A100's 108 SMs: 18 x 1288 B /
     // 2.039 TB/s + 4 us.  Stage 2 reads the 120 partials, reads and writes dγ, dβ (2 x 20): 640 B.
     // With accumulate and dβ alone: dx also read (+60), one set of partials (-60), 11 FLOPs per
-    // element; stage 2 reads 60 partials, dβ twice: 320 B.  Stage 2 waits in this bf16 backend
-    // (cuda_colsum.cu) until the synchronize: the deferred table kernel counts the same bytes.
+    // element; stage 2 reads 60 partials, dβ twice: 320 B.  In fp32 mode stage 2 runs at once
+    // (cuda_colsum2_finish; a bf16 backend defers it to one table launch counting the same bytes).
     for (int variant = 0; variant < 2; variant++) {
         backend_cuda_cost_start();
         be->layernorm_backward(be, (const Act *)(x), (const Act *)(y), y + 100, z + 100, z + 200, 6, 10, (Act *)(z + 3000), variant, variant ? NULL : z + 300,
@@ -257,7 +118,7 @@ static void test_single_calls(void **state) {
         assert_int_equal(e->op_class, OPC_NORM_ACT);
         assert_true(e->bytes == 1288.0 && e->flops == (variant ? 660.0 : 780.0));
         assert_true(fabs(e->seconds - (18 * 1288.0 / 2.039e12 + 4e-6)) < 1e-15);
-        e = find(&r, "colsum2_finish_table_kernel");
+        e = find(&r, "colsum2_finish_kernel");
         assert_int_equal(e->op_class, OPC_NORM_ACT);
         assert_true(e->bytes == (variant ? 320.0 : 640.0));
     }
@@ -391,7 +252,7 @@ static double check_step(Arch arch, AttentionType type, int bf16, int gemm_path,
 }
 
 // The step's FLOPs for each mode; the peak device memory falls at least by what the arena
-// sheds (the bf16 twins of the shared buffers go too).
+// sheds.
 static void check_modes(Arch arch, AttentionType type, int bf16, int gemm_path) {
     size_t arena[3];
     double peak[3];
@@ -426,7 +287,7 @@ static void test_single_calls_bf16_activations(void **state) {
     CostReport r;
 
     // LayerNorm of [6, 10]: reads x (60 bf16 = 120 B), gamma, beta (80 B), writes y (120 B) and
-    // mean, rstd (48 B): 368 B (the twin mode's fp32 rows: 608 B).
+    // mean, rstd (48 B): 368 B (fp32 rows: 608 B, test_single_calls).
     backend_cuda_cost_start();
     be->layernorm_forward(be, x, w + 600, w + 700, 6, 10, 1e-5f, y, st, st + 32);
     backend_cuda_cost_stop(a100, &r);
@@ -487,6 +348,91 @@ static void test_single_calls_bf16_activations(void **state) {
     assert_int_equal(r.launches, 1);
     assert_true(find(&r, "colsum2_finish_table_kernel")->bytes == 192.0);
     assert_int_equal(calls_labelled(&r, "bias_grad_accumulate_kernel"), 0);
+
+    // Tensor-core flash forward, mha, B = 1, T = 64, 2 heads of d = 16 (Q, K, V [64, 32] each,
+    // separate bf16 buffers, read as they are: no rounding pass).  The kernel (one pass over the
+    // keys, one 256-row query tile per head holding all 64 rows) reads Q once (2048 x 2 B =
+    // 4096 B), K and V once per query tile (2 x 4096 B), writes Opre (fp32, 2048 x 4 B = 8192 B),
+    // out (bf16, 4096 B) and L (128 x 4 B = 512 B): 25088 B.  Tensor-core FLOPs: Q Kᵀ and P V,
+    // 2 x 2 x 64 x 64 x 16 per head, 524288 for the two.
+    Act *q = be->alloc(be, 1 << 16), *k = be->alloc(be, 1 << 16), *v = be->alloc(be, 1 << 16),
+        *out = be->alloc(be, 1 << 16), *dout = be->alloc(be, 1 << 16), *dq = be->alloc(be, 1 << 16),
+        *dk = be->alloc(be, 1 << 16), *dv = be->alloc(be, 1 << 16);
+    AttnShape as;
+    memset(&as, 0, sizeof as);
+    as.B = 1;
+    as.T = 64;
+    as.n_heads = as.q_heads = as.k_heads = as.v_heads = 2;
+    as.qk_dim = as.v_dim = 16;
+    as.ldq = as.ldk = as.ldv = 32;
+    as.scale = 0.25f;
+    size_t saved_n, scratch_n;
+    be->attention_sizes(be, &as, &saved_n, &scratch_n);
+    float *saved = be->alloc(be, saved_n * sizeof(float)), *scratch = be->alloc(be, scratch_n * sizeof(float));
+    backend_cuda_cost_start();
+    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    backend_cuda_cost_stop(a100, &r);
+    assert_int_equal(r.launches, 1);
+    e = find(&r, "flash_tc_forward_kernel<16>");
+    assert_int_equal(e->op_class, OPC_ATTENTION);
+    assert_true(e->bytes == 25088.0 && e->tc_flops == 524288.0);
+    be->free(be, saved);
+    be->free(be, scratch);
+    // Causal, T = 512: the two 256-row query tiles stop at their last row, 256 and 512 keys, so
+    // per head 256 x 256 + 256 x 512 = 196608 (query, key) pairs instead of 262144: tensor-core
+    // FLOPs 2 heads x 196608 x 64 (4 d) = 25165824.  Bytes: Q once (1024 rows x 16 x 2 B =
+    // 32768), K and V once per tile over 768 key rows per head (2 x 2 x 768 x 16 x 2 B = 98304),
+    // Opre (1024 x 16 x 4 B = 65536) and out (1024 x 16 x 2 B = 32768) written, L (1024 x 4 B):
+    // 233472.
+    as.T = 512;
+    as.causal = 1;
+    be->attention_sizes(be, &as, &saved_n, &scratch_n);
+    saved = be->alloc(be, saved_n * sizeof(float));
+    scratch = be->alloc(be, scratch_n * sizeof(float));
+    backend_cuda_cost_start();
+    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    backend_cuda_cost_stop(a100, &r);
+    e = find(&r, "flash_tc_forward_kernel<16>");
+    assert_true(e->bytes == 233472.0 && e->tc_flops == 25165824.0);
+    be->free(be, saved);
+    be->free(be, scratch);
+
+    // Its backward, MQA (one K and one V head shared by 2 heads; Q [128, 32], K and V [128, 16]),
+    // B = 1, T = 128, not causal; Q, K, V and dout (G) read in bf16, dQ, dK, dV stored in bf16.
+    // dK/dV: the two heads share K and V, one group; one 128-key-row block would be a grid far
+    // below 128 blocks, so the group is split into single heads (2 parts), and 2 blocks are at
+    // most 54, so the key tiles have 64 rows: 4 blocks.  Q, G (2 B each) and L, D (4 B each) of
+    // 128 query rows per key tile and head, 2 tiles x 2 heads x 128 x (4 x 16 + 8) = 36864 B;
+    // K and V staged by both parts (2 x 128 x 16 x (2 + 2) = 16384 B); each part's partial dK
+    // and dV written in fp32 (2 x 2 x 128 x 16 x 4 = 32768 B): 86016 B.  Tensor-core FLOPs: 4
+    // products of 128 x 128 x 16 per head, 2 x 4 x 2 x 128 x 128 x 16 = 4194304.  The reduction
+    // reads the 4 partials (32768 B) and writes dK, dV in bf16 (2 x 128 x 16 x 2 = 8192 B):
+    // 40960 B; one add per partial element and dK's scale, 8192 + 2048 FLOPs.
+    // dQ: one 256-row query tile (128 rows) per Q head: K and V per head (2 x 128 x 16 x 4 B =
+    // 16384), Q read and dQ written once (2 heads x 128 x 16 x (2 + 2) = 16384), G (2 x 128 x
+    // 16 x 2 = 8192), L and D (256 x 8 = 2048): 43008 B; 3 products: 2 x 3 x 2 x 128 x 128 x 16
+    // = 3145728 FLOPs.
+    as.T = 128;
+    as.causal = 0;
+    as.k_heads = as.v_heads = 1;
+    as.ldk = as.ldv = 16;
+    be->attention_sizes(be, &as, &saved_n, &scratch_n);
+    saved = be->alloc(be, saved_n * sizeof(float));
+    scratch = be->alloc(be, scratch_n * sizeof(float));
+    be->attention_forward(be, &as, q, k, v, out, saved, scratch);
+    backend_cuda_cost_start();
+    be->attention_backward(be, &as, q, k, v, saved, dout, dq, dk, dv, NULL, NULL, NULL, scratch);
+    backend_cuda_cost_stop(a100, &r);
+    e = find(&r, "flash_tc_dkv_kernel<16>");
+    assert_true(e->bytes == 86016.0 && e->tc_flops == 4194304.0);
+    e = find(&r, "flash_tc_dkv_reduce_kernel");
+    assert_true(e->calls == 1 && e->bytes == 40960.0 && e->flops == 10240.0);
+    e = find(&r, "flash_tc_dq_kernel<16>");
+    assert_true(e->bytes == 43008.0 && e->tc_flops == 3145728.0);
+    be->free(be, saved);
+    be->free(be, scratch);
+    Act *attn[] = {q, k, v, out, dout, dq, dk, dv};
+    for (size_t i = 0; i < sizeof attn / sizeof *attn; i++) be->free(be, attn[i]);
 
     void *all[] = {x, y, dy, w, g, mv, st, rows};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->free(be, all[i]);

@@ -10,7 +10,8 @@
 // Shapes: several row chunks of the column sums with a partial last one, n d not a multiple of
 // the 32-column blocks, a strided x (a column slice), n d too wide for the fused dx + sums kernel,
 // and layer rows at a stride wider than what they hold (parameters between them), over both
-// backends' fp32 and bf16 modes.
+// backends' fp32 and bf16 modes (bf16: activations in bf16 on the CUDA side, the same draws
+// rounded to bf16 on both).
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,9 +32,12 @@ typedef struct {
     int bf16;
 } Fix;
 
+// A buffer on both backends with its initial host values.  An activation (act) is held on the
+// CUDA side in its Backend.act type: bf16 storage in bf16 mode (the CPU reference keeps fp32).
 typedef struct {
     size_t n;
     float *host, *c, *g;
+    int act;
 } Buf;
 
 static float uniform(Fix *f) {
@@ -42,12 +46,33 @@ static float uniform(Fix *f) {
 }
 
 static Buf buf_rand(Fix *f, size_t n) {
-    Buf b = {n, malloc(n * sizeof(float)), NULL, NULL};
+    Buf b = {n, malloc(n * sizeof(float)), NULL, NULL, 0};
     for (size_t i = 0; i < n; i++) b.host[i] = uniform(f);
     b.c = f->cpu->alloc(f->cpu, n * sizeof(float));
     b.g = f->gpu->alloc(f->gpu, n * sizeof(float));
     f->cpu->upload(f->cpu, b.c, b.host, n * sizeof(float));
     f->gpu->upload(f->gpu, b.g, b.host, n * sizeof(float));
+    return b;
+}
+
+// x rounded to the nearest bf16, ties to even.
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+// An activation: the same draws as buf_rand, rounded to bf16 in bf16 mode so both backends start
+// from the same values.
+static Buf act_rand(Fix *f, size_t n) {
+    Buf b = {n, malloc(n * sizeof(float)), NULL, NULL, 1};
+    for (size_t i = 0; i < n; i++) b.host[i] = f->bf16 ? bf16_round(uniform(f)) : uniform(f);
+    b.c = f->cpu->alloc(f->cpu, n * sizeof(float));
+    b.g = f->gpu->alloc(f->gpu, n * dtype_size(f->gpu->act));
+    f->cpu->upload(f->cpu, b.c, b.host, n * sizeof(float));
+    f->gpu->upload_act(f->gpu, (Act *)b.g, b.host, n);
     return b;
 }
 
@@ -61,7 +86,10 @@ static void buf_free(Fix *f, Buf *b) {
 static void expect_close(Fix *f, const Buf *b, double tol, const char *what) {
     float *x = malloc(b->n * sizeof(float)), *y = malloc(b->n * sizeof(float));
     f->cpu->download(f->cpu, x, b->c, b->n * sizeof(float));
-    f->gpu->download(f->gpu, y, b->g, b->n * sizeof(float));
+    if (b->act)
+        f->gpu->download_act(f->gpu, y, (const Act *)b->g, b->n);
+    else
+        f->gpu->download(f->gpu, y, b->g, b->n * sizeof(float));
     double mx = 1e-3, err = 0;
     for (size_t i = 0; i < b->n; i++) {
         if (fabs(x[i]) > mx) mx = fabs(x[i]);
@@ -85,11 +113,9 @@ static int setup(void **state, int bf16) {
 #else
     f->cpu = backend_cpu_create_for(2, 0);
 #endif
-    // bf16: the twin mode (fp32 activations, MHE_CUDA_ACT=twins), since the buffers here are raw
-    // floats; test_cuda_act runs these ops on bf16 activations.
-    if (bf16) setenv("MHE_CUDA_ACT", "twins", 1);
+    // bf16: bf16 activations on the CUDA side (act_rand buffers).
     f->gpu = backend_cuda_create(0, bf16);
-    unsetenv("MHE_CUDA_ACT");
+    assert_int_equal(f->gpu->act, bf16 ? DT_BF16 : DT_F32);
     f->rng = 777;
     f->bf16 = bf16;
     assert_non_null(f->gpu->head_scales);
@@ -129,8 +155,8 @@ static void test_head_scales_equal_add_scalar_and_mul(void **state) {
 
 static void prod_case(Fix *f, int N, int n, int d, int ldx, double tol) {
     const size_t nd = (size_t)n * d;
-    Buf dout = buf_rand(f, (size_t)N * nd), x = buf_rand(f, (size_t)N * ldx), fv = buf_rand(f, nd),
-        gv = buf_rand(f, nd), mul = buf_rand(f, nd), dx = buf_rand(f, (size_t)N * ldx), df = buf_rand(f, nd),
+    Buf dout = act_rand(f, (size_t)N * nd), x = act_rand(f, (size_t)N * ldx), fv = buf_rand(f, nd),
+        gv = buf_rand(f, nd), mul = buf_rand(f, nd), dx = act_rand(f, (size_t)N * ldx), df = buf_rand(f, nd),
         dg = buf_rand(f, nd);
     float *dm = f->cpu->alloc(f->cpu, nd * sizeof(float));
     for (int acc = 0; acc < 2; acc++) {
@@ -181,10 +207,10 @@ static void test_attention_q_scale(void **state) {
     assert_non_null(f->gpu->attention_q_scale);
     assert_int_equal(!!f->gpu->attention_q_scale(f->gpu, &s), f->bf16);
     if (!f->bf16) return;
-    Buf q = buf_rand(f, (size_t)N * ldq), k = buf_rand(f, (size_t)N * d), v = buf_rand(f, (size_t)N * d),
-        qs = buf_rand(f, nd), osc = buf_rand(f, nd), osh = buf_rand(f, nd), dout = buf_rand(f, (size_t)N * nd),
-        out = buf_rand(f, (size_t)N * nd), dq = buf_rand(f, (size_t)N * nd), dk = buf_rand(f, (size_t)N * d),
-        dv = buf_rand(f, (size_t)N * d), dosc = buf_rand(f, nd), dosh = buf_rand(f, nd);
+    Buf q = act_rand(f, (size_t)N * ldq), k = act_rand(f, (size_t)N * d), v = act_rand(f, (size_t)N * d),
+        qs = buf_rand(f, nd), osc = buf_rand(f, nd), osh = buf_rand(f, nd), dout = act_rand(f, (size_t)N * nd),
+        out = act_rand(f, (size_t)N * nd), dq = act_rand(f, (size_t)N * nd), dk = act_rand(f, (size_t)N * d),
+        dv = act_rand(f, (size_t)N * d), dosc = buf_rand(f, nd), dosh = buf_rand(f, nd);
     for (int i = 0; i < nd; i++) qs.host[i] = 1.0f + 0.5f * qs.host[i];
     f->cpu->upload(f->cpu, qs.c, qs.host, nd * sizeof(float));
     f->gpu->upload(f->gpu, qs.g, qs.host, nd * sizeof(float));

@@ -232,7 +232,7 @@ static void test_training_tracks_cpu_bf16(void **state) {
     check_training(find_case("bert_mhe_add_fast"), 1, 0.02);
 }
 
-// The launches of one bf16 training step (the fourth: lean twins settled) of case c on CUDA,
+// The launches of one bf16 training step (the fourth, as bench measures it) of case c on CUDA,
 // with the backend's attention_q_scale or without it.
 static CostReport recorded_step(const Case *c, int q_scale) {
     Side s[2];

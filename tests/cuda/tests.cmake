@@ -64,12 +64,6 @@ if(TARGET mhecuda_emu)
   add_test(NAME test_cuda_act COMMAND test_cuda_act)
   set_tests_properties(test_cuda_act PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV}" TIMEOUT 300 LABELS "unit;cuda")
 
-  # Lean bf16 twins: the same ops with and without them, bit for bit where the stored values agree.
-  add_executable(test_cuda_lean ${CMAKE_CURRENT_LIST_DIR}/test_cuda_lean.c)
-  target_link_libraries(test_cuda_lean PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
-  add_test(NAME test_cuda_lean COMMAND test_cuda_lean)
-  set_tests_properties(test_cuda_lean PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_CUDA_ACT=twins" TIMEOUT 120 LABELS "unit;cuda")
-
   # Deferred column sums: one launch for every parameter gradient's stage 2, bit-identical to at once.
   add_executable(test_cuda_defer ${CMAKE_CURRENT_LIST_DIR}/test_cuda_defer.c)
   target_link_libraries(test_cuda_defer PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
@@ -106,7 +100,7 @@ if(TARGET mhecuda_emu)
 
   # train.recompute through the emulated CUDA backend, fp32 and bf16 (tests/model/test_recompute.c
   # built against it): attention / layer = none bit for bit; in bf16 the emulation checks every
-  # bf16 twin of the reused buffers.
+  # bf16 weight copy a matmul reads.
   add_executable(test_cuda_recompute ${CMAKE_SOURCE_DIR}/tests/model/test_recompute.c)
   target_compile_definitions(test_cuda_recompute PRIVATE MHE_TEST_CUDA)
   target_link_libraries(test_cuda_recompute PRIVATE mhe_testutil mhecore mhecuda_emu PkgConfig::CMOCKA)
@@ -120,13 +114,6 @@ if(TARGET mhecuda_emu)
   # order of its blocks shows up as a difference between runs.
   set_tests_properties(test_cuda_bf16_recompute PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_EMU_SHUFFLE=11")
-
-  # The twin mode (MHE_CUDA_ACT=twins: fp32 activations with bf16 twins; bf16 activations are the
-  # default the tests above run) end to end while it remains: the bf16 training parity (20 AdamW
-  # steps within 2% of the CPU).
-  add_test(NAME test_cuda_twins_model_training COMMAND test_cuda_model training)
-  set_tests_properties(test_cuda_twins_model_training PROPERTIES
-    ENVIRONMENT "${MHE_CUDA_TEST_ENV};MHE_EMU_BLOCK=32;MHE_CUDA_ACT=twins" TIMEOUT 900 LABELS cuda)
 
   # NCCL served by MPI: two ranks, each with its own emulated GPU.
   add_executable(test_cuda_nccl ${CMAKE_CURRENT_LIST_DIR}/test_cuda_nccl.c)

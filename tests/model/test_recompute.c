@@ -7,8 +7,7 @@
 // so that recomputed layers (all but the last) sit between kept ones.
 // One source, two builds: tests/model runs `cpu` and `cpu_bf16`; tests/cuda builds it with
 // MHE_TEST_CUDA against the emulated CUDA backend and runs `cuda` and `cuda_bf16` (in bf16 the
-// emulation checks every bf16 twin a matmul or flash kernel reads against its fp32 data, so a
-// recomputed buffer whose twin went stale aborts).
+// emulation checks every bf16 weight copy a matmul reads against its fp32 data).
 // One exception on CUDA: the word and token-type embedding gradients are scattered with
 // atomicAdd (kernels/cuda/README.md: the one non-deterministic reduction), so their summation
 // order varies between any two runs, `none` against `none` included; they are compared at
@@ -51,7 +50,7 @@ static Backend *make_backend(void) {
 static const char *MODES[3] = {"none", "attention", "layer"};
 
 // The shape of the models: TINY_SHAPE with L_ layers, or heads of d = 16 (wide), where the CUDA
-// backend's bf16 flash attention runs on tensor cores from the bf16 twins of Q, K and V.
+// backend's bf16 flash attention runs on tensor cores on the bf16 Q, K and V.
 static int WIDE;
 
 static void make_config(Config *cfg, const VariantCase *c, RecomputeMode mode, TaskType task) {

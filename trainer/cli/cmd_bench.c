@@ -174,9 +174,10 @@ int cmd_bench(int argc, char **argv) {
            cfg.source ? cfg.source : path, arch_name(cfg.model.arch), attention_type_name(cfg.attention.type),
            (int)cfg.attention.fast_path, cfg.model.layers, cfg.model.hidden, cfg.model.heads,
            cfg.model.head_dim, V, model_param_count(m));
-    // CUDA in bf16 settles its bf16 twins over three steps (which exist; which may skip their fp32
-    // copy, kernels/cuda/cuda_mirror.cu; the twins the lean forms read, e.g. the bf16 biases),
-    // so the measured step comes after three.
+    // CUDA makes its one-time state in the first step (the weights' bf16 copies,
+    // kernels/cuda/cuda_weight_copy.cu; cuBLASLt's plans; the grow-only scratch); three warm-up
+    // steps, as when bf16 twins needed them to settle, keep the figures comparable with earlier
+    // sessions'.
     const int warm = cuda ? 3 : 1;
     printf("bench: backend=%s micro_batch=%d seq_len=%d threads=%d steps=%d (after %d warm-up) recompute=%s\n",
            be->name, B, T, omp_get_max_threads(), steps, warm, recompute_name(cfg.train.recompute));
