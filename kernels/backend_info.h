@@ -37,7 +37,7 @@ void device_comm_free(DeviceComm *c);
 // Published figures of one GPU: dense bf16 tensor-core and fp32 CUDA-core FLOP/s, memory and
 // PCIe bandwidth (bytes/s), seconds per kernel launch.
 typedef struct {
-    const char *name;  // "a100", "h100" (SXM)
+    const char *name;  // "a100", "h100", "h200" (SXM)
     double bf16_flops, fp32_flops, bytes_per_s, pcie_bytes_per_s, launch_s;
     // NCCL all-reduce between the GPUs of one NVLink node: bus bandwidth (bytes/s, the
     // nccl-tests "busbw" a ring reaches) and the fixed cost of one call (seconds).

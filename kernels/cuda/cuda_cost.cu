@@ -68,9 +68,11 @@ Recorder &rec() {
 // All-reduce: NVLink 3 (A100, 600 GB/s per GPU both directions) and NVLink 4 (H100, 900 GB/s)
 // reach about 230 and 360 GB/s of NCCL ring bus bandwidth between the 8 GPUs of a node (about
 // 77-80% of one direction); ~10 us per call (README "Streams and the all-reduce").
+// The H200 SXM is the H100's chip with HBM3e: the same arithmetic, 4.8 TB/s by its data sheet.
 const GpuSpec specs[] = {
     {"a100", 312e12, 19.5e12, 2.039e12, 25e9, 4e-6, 230e9, 10e-6, 108},
     {"h100", 989e12, 67e12, 3.35e12, 50e9, 4e-6, 360e9, 10e-6, 132},
+    {"h200", 989e12, 67e12, 4.8e12, 50e9, 4e-6, 360e9, 10e-6, 132},
 };
 
 }  // namespace

@@ -51,6 +51,8 @@ gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 driver="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
 # MFU against the card's dense peak from the backend's own table of data sheets.
 peak=auto
+# The cost model's GPU for the per-op-class bound: the card's own entry where it has one.
+case "$gpu_name" in *H200*) model_gpu=h200 ;; *A100*|*A800*) model_gpu=a100 ;; *) model_gpu=h100 ;; esac
 
 # step NAME TIMEOUT_S COMMAND...: runs it with its output in the log; one row of steps.tsv.
 step() {
@@ -113,6 +115,9 @@ if want time; then
     step "time_${1%.yaml}_${2}x$3" 45 "$bin/gpu_bench" "$cfg/$1" 25 "$peak" runtime.device=cuda \
       runtime.precision=bf16 data.seq_len="$2" train.micro_batch="$3"
   done
+  # device memory with activation recompute, beside the 512x16 row above
+  step time_bert-base-mhe-mul_512x16_recompute 45 "$bin/gpu_bench" "$cfg/bert-base-mhe-mul.yaml" 25 "$peak" \
+    runtime.device=cuda runtime.precision=bf16 data.seq_len=512 train.micro_batch=16 train.recompute=layer
   step attn_ours 60 "$bin/gpu_attn_bench" bf16
   [ -n "$py" ] && step attn_sdpa 90 "$py" "$B/tests/torch_gpu.py" attention
 fi
@@ -131,7 +136,7 @@ if want opclass; then
   for mdl in "${models[@]}"; do
     set -- $mdl
     step "opclass_${1%.yaml}_${2}x$3" 60 "$bin/mhetrain" bench "$cfg/$1" runtime.device=cuda runtime.precision=bf16 \
-      data.seq_len="$2" train.micro_batch="$3" --gpu h100 --steps 1 --top 20
+      data.seq_len="$2" train.micro_batch="$3" --gpu "$model_gpu" --steps 1 --top 20
   done
 fi
 # 5. compute-sanitizer over a small training step (tiny BERT mhe_mul and GPT, bf16), judged by

@@ -38,6 +38,10 @@ int main(int argc, char **argv) {
                             : atof(argv[3]);
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
     Backend *be = backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16);
+    // Device memory the run takes, as the driver sees it: free before the model against free after
+    // the timed steps (buffers are allocated once, so this is the peak plus library workspaces).
+    size_t free0 = 0, free1 = 0, total = 0;
+    if (be->memory_info) be->memory_info(be, &free0, &total);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, 1);
     size_t n = model_param_count(m);
@@ -74,6 +78,11 @@ int main(int argc, char **argv) {
     }
     be->synchronize(be);
     double dt = now_s() - t0;
+    if (be->memory_info) {
+        be->memory_info(be, &free1, &total);
+        printf("device memory: %.2f GiB taken by the run (cudaMemGetInfo, free before the model minus free after "
+               "the steps)\n", ((double)free0 - (double)free1) / (1024.0 * 1024.0 * 1024.0));
+    }
     int timed = steps - warm;
     double tps = timed > 0 ? (double)timed * B * T / dt : 0;
     double flops = model_step_flops(m, B, T) * timed / dt;

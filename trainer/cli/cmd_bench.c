@@ -22,7 +22,7 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: mhetrain bench CONFIG.yaml [key.path=value ...] [--steps N] [--gpu a100|h100]\n"
+            "usage: mhetrain bench CONFIG.yaml [key.path=value ...] [--steps N] [--gpu a100|h100|h200]\n"
             "\n"
             "Runs training steps (forward, backward, gradient norm and clip, optimizer update with\n"
             "optim.*) on random tokens at the config's train.micro_batch x data.seq_len and prints\n"
@@ -33,7 +33,7 @@ static void usage(FILE *out) {
             "\n"
             "  key.path=value   override a config value, e.g. attention.type=mhe_mul\n"
             "  --steps N        timed steps after the warm-up (1 step; 3 on CUDA) (default 5)\n"
-            "  --gpu a100|h100  with runtime.device=cuda: also predict the step on that GPU from\n"
+            "  --gpu a100|h100|h200  with runtime.device=cuda: also predict the step on that GPU from\n"
             "                   every kernel and library call of one step (the cost model of\n"
             "                   kernels/cuda/README.md).  Without a GPU the emulated backend\n"
             "                   (mhetrain_emu) records one step without running it\n"
@@ -112,7 +112,7 @@ int cmd_bench(int argc, char **argv) {
             if (i + 1 >= argc) mhe_fail("bench: --steps needs a value");
             steps = (int)cli_int_option("bench", "--steps", argv[++i], 1, 1000000);
         } else if (strcmp(argv[i], "--gpu") == 0) {
-            if (i + 1 >= argc) mhe_fail("bench: --gpu needs a value (a100 or h100)");
+            if (i + 1 >= argc) mhe_fail("bench: --gpu needs a value (a100, h100 or h200)");
             gpu = argv[++i];
         } else if (strcmp(argv[i], "--top") == 0) {
             if (i + 1 >= argc) mhe_fail("bench: --top needs a value");
@@ -130,7 +130,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     cli_require_config(&args, "bench", usage);
-    if ((ranks || timeline) && !gpu) mhe_fail("bench: --ranks and --timeline predict a GPU step; add --gpu a100|h100");
+    if ((ranks || timeline) && !gpu) mhe_fail("bench: --ranks and --timeline predict a GPU step; add --gpu a100|h100|h200");
     if (!overlap && !ranks) mhe_fail("bench: --no-overlap needs --ranks N");
     const char *path = args.path;
     Config cfg;
@@ -145,7 +145,7 @@ int cmd_bench(int argc, char **argv) {
         if (!backend_cuda_compiled())
             mhe_fail("bench: --gpu needs the CUDA backend (rebuild with -DMHE_CUDA=ON where nvcc is installed)");
         spec = gpu_spec_find(gpu);
-        if (!spec) mhe_fail("bench: --gpu '%s' is not a known GPU (a100 or h100)", gpu);
+        if (!spec) mhe_fail("bench: --gpu '%s' is not a known GPU (a100, h100 or h200)", gpu);
         bench_gpu_reexec_emulated(argc, argv);
         record_only = backend_cuda_cost_dry_run(1);
         if (record_only) steps = 1;  // nothing runs: one recorded step is the prediction

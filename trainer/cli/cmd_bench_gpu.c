@@ -1,4 +1,4 @@
-// mhetrain bench --gpu a100|h100: the CUDA cost model's side of the bench (kernels/cuda/README.md
+// mhetrain bench --gpu a100|h100|h200: the CUDA cost model's side of the bench (kernels/cuda/README.md
 // "Cost model").  The backend records every kernel, cuBLAS call, memset and copy of one step at
 // the place it is issued; this file turns the records into the predicted step on the chosen GPU
 // and prints it next to the measured op classes when a real GPU ran the step.
