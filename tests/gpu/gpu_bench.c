@@ -3,7 +3,7 @@
 // times steady-state steps and reports tokens/s and MFU against the GPU's bf16 peak.
 //   gpu_bench CONFIG STEPS PEAK_TFLOPS [key=value ...]      (PEAK_TFLOPS <= 0: MFU not shown;
 //                                                           auto: the card's data-sheet peak)
-// Exit status 1 when the loss does not fall or is not finite.
+// Exit status 1 when the loss is not finite, or (from 20 steps up) does not fall by 10%.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,8 +89,12 @@ int main(int argc, char **argv) {
     printf("throughput: %.0f tokens/s, %.2f TFLOP/s", tps, flops / 1e12);
     if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s %s peak", 100.0 * flops / 1e12 / peak, peak, cfg.runtime.precision == PREC_BF16 ? "bf16" : "fp32");
     printf("\n");
-    int ok = isfinite(first) && isfinite(last) && last < 0.9f * first;
-    printf("loss %.4f -> %.4f: %s\n", first, last, ok ? "learning" : "NOT LEARNING");
+    // Memorising one batch takes a few tens of steps; a profiling run of 3 steps only has to stay
+    // finite (3 steps of GPT-2 small fell by 8%, short of the 10% rule).
+    const int judged = steps >= 20;
+    int ok = isfinite(first) && isfinite(last) && (!judged || last < 0.9f * first);
+    printf("loss %.4f -> %.4f: %s\n", first, last,
+           !judged ? (ok ? "finite (too few steps to judge learning)" : "NOT FINITE") : ok ? "learning" : "NOT LEARNING");
     be->free(be, mom);
     model_free(m);
     be->destroy(be);
