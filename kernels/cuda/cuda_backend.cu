@@ -200,6 +200,7 @@ static void cuda_destroy(Backend *be) {
     std::free(c->f32);
     for (int i = 0; i < ACT_STAGE_SLOTS; i++) cuda_device_free(c->stage[i]);
     cuda_device_free(c->bf16_scratch);
+    cuda_device_free(c->pad_scratch);
     cuda_device_free(c->colsum);
     cuda_device_free(c->flash_part);
     cuda_device_free(c->flash_g);

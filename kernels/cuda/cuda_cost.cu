@@ -39,6 +39,7 @@ struct Record {
     double passes = 2.0;          // ALLREDUCE: ring passes over the buffer (2 all-reduce, 1 reduce
                                   // or broadcast)
     int M = 0, N = 0, K = 0, batch = 0, bf16 = 0;  // gemms: the shape (expected time by waves)
+    bool lds_aligned = false;  // gemms: every leading dimension a 16-byte multiple, whatever M, N, K
 };
 
 struct Span {
@@ -52,6 +53,7 @@ struct Recorder {
     std::vector<Record> recs;
     size_t open_from = 0;  // first record not yet given an op class
     long blas_pending = 0;
+    bool lds_aligned_next = false;  // mhe_cost_gemm_lds_aligned: for the next gemm recorded
     std::unordered_map<const void *, size_t> live;
     double current = 0, peak = 0;
     int ranks = 0;            // backend_cuda_cost_ranks: 0 = the communicator's size
@@ -121,6 +123,8 @@ static bool record_gemm(int M, int N, int K, int batch, int bf16, int reads_c, c
                         double epilogue_bytes, double c_el = 4.0) {
     Recorder &r = rec();
     r.blas_pending++;
+    const bool lds_aligned = r.lds_aligned_next;
+    r.lds_aligned_next = false;
     if (r.recording) {
         double mnk = 2.0 * M * N * K * batch, el = bf16 ? 2.0 : 4.0;
         MheCost c{0, 0, 0, 0, 0};
@@ -131,11 +135,13 @@ static bool record_gemm(int M, int N, int K, int batch, int bf16, int reads_c, c
                       batch > 1 ? std::to_string(batch).c_str() : "", bf16 ? "bf16" : "fp32",
                       c_el < 4.0 ? "->bf16" : "", epilogue ? " " : "", epilogue ? epilogue : "");
         Record x{"gemm", label, -1, c};
-        x.M = M, x.N = N, x.K = K, x.batch = batch, x.bf16 = bf16;
+        x.M = M, x.N = N, x.K = K, x.batch = batch, x.bf16 = bf16, x.lds_aligned = lds_aligned;
         r.recs.push_back(x);
     }
     return !r.dry;
 }
+
+void mhe_cost_gemm_lds_aligned(void) { rec().lds_aligned_next = true; }
 
 bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c) {
     return record_gemm(M, N, K, batch, bf16, reads_c, nullptr, 0.0);
@@ -233,7 +239,7 @@ static double call_seconds(const GpuSpec *g, const Record &x) {
 
 // The same call at the efficiency table's rates (cuda_cost_expect.cu).
 static double call_expected_seconds(const GpuSpec *g, const Record &x) {
-    if (x.batch > 0) return cost_expected_gemm(g, x.M, x.N, x.K, x.batch, x.bf16, x.cost.bytes, true);
+    if (x.batch > 0) return cost_expected_gemm(g, x.M, x.N, x.K, x.batch, x.bf16, x.cost.bytes, true, x.lds_aligned);
     return cost_expected_kernel(g, x.label.c_str(), x.cost);
 }
 

@@ -30,6 +30,9 @@ static inline MheCost mhe_cost_blocks(double flops, double bytes, double blocks)
 bool mhe_cost_record(const char *name, MheCost c);
 // A GEMM about to be issued through cuBLAS: C[M,N] (+)= A[M,K] B[K,N], `batch` times, with bf16
 // operands (tensor cores) or fp32 (CUDA cores, no TF32); beta != 0 reads C.
+// The next gemm recorded has 16-byte-aligned leading dimensions although M, N or K is not a
+// multiple of 8 (cuda_pad_ld.cu): the expected time uses the aligned kernels' model.
+void mhe_cost_gemm_lds_aligned(void);
 bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c);
 // The same for a cuBLASLt matmul with a fused epilogue (`epilogue` ends the label, e.g. "+bias";
 // `epilogue_bytes`: what the epilogue reads or writes besides A, B, C: the bias vector or the

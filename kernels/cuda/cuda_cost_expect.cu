@@ -90,9 +90,10 @@ constexpr int kTile = 128;
 
 }  // namespace
 
-double cost_expected_gemm(const GpuSpec *g, int M, int N, int K, int batch, int bf16, double bytes, bool ours) {
+double cost_expected_gemm(const GpuSpec *g, int M, int N, int K, int batch, int bf16, double bytes, bool ours,
+                          bool lds_aligned) {
     const Efficiency &e = efficiency(g);
-    if (bf16 && (M % 8 || N % 8 || K % 8)) {
+    if (bf16 && !lds_aligned && (M % 8 || N % 8 || K % 8)) {
         const double t = 2.0 * M * N * K * batch / (g->bf16_flops * e.unaligned_frac);
         return std::max(std::max(t, bytes / (g->bytes_per_s * e.mem_frac)), e.min_kernel_s) + e.gap_s;
     }

@@ -15,7 +15,8 @@ extern "C" {
 // table's share of the per-SM peak plus a fixed cost per tile, never faster than its bytes at the
 // streaming share of bandwidth; plus the gap between back-to-back kernels.  `ours`: at our GEMM
 // path's measured share of that (the table's gemm_path), else as published for cuBLAS.
-double cost_expected_gemm(const GpuSpec *g, int M, int N, int K, int batch, int bf16, double bytes, bool ours);
+double cost_expected_gemm(const GpuSpec *g, int M, int N, int K, int batch, int bf16, double bytes, bool ours,
+                          bool lds_aligned = false);
 // Any other call (a kernel named `label`, a memset, a copy): its roofline time (the bound without
 // the launch) divided by the fraction the table gives that kernel family, at least the shortest
 // kernel a GPU runs, plus the gap.  `blocks` as MheCost.blocks.

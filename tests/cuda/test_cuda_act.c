@@ -6,6 +6,7 @@
 // a composite op (linear + GELU).  Tolerance: 1e-2 norm-wise (max |Δ| / max |cpu|), as the
 // other bf16 tests; the exactly representable cases (row gather/scatter, the host boundary)
 // must be exact.
+#include "kernels/cuda/cuda_backend.h"
 #include "tests/cuda/parity.h"
 
 // x rounded to the nearest bf16, ties to even (the host's own rounding: the oracle of upload_act).
@@ -180,6 +181,47 @@ static void test_weight_copy_follows_writes(void **state) {
     abuf_free(f, &A);
     abuf_free(f, &C);
     Buf *fs[] = {&W, &G, &mom, &var};
+    for (size_t i = 0; i < 4; i++) buf_free(f, fs[i]);
+}
+
+// The vocabulary heads: a width that is not a multiple of 8 (BERT's 30522, GPT-2's 50257) goes
+// through row-padded scratch in chunks of rows (cuda_pad_ld.cu): 301 wide, 300 rows, chunks of
+// 128 rows (3 chunks) and then one chunk, with a bias (BERT) and without (GPT-2).
+static void test_vocabulary_head_padded(void **state) {
+    Fix *f = *state;
+    const int N = 300, in = 24, out = 301;
+    ABuf x = abuf_rand(f, (size_t)N * in), y = abuf_rand(f, (size_t)N * out), dy = abuf_rand(f, (size_t)N * out);
+    ABuf dx = abuf_rand(f, (size_t)N * in);
+    Buf W = fbuf_rand(f, (size_t)out * in), b = fbuf_rand(f, out), dW = fbuf_rand(f, (size_t)out * in),
+        db = fbuf_rand(f, out);
+    const size_t chunk_rows[2] = {128, 0};
+    for (int c = 0; c < 2; c++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const long chunks = chunk_rows[c] ? 3 : 1;
+            const float *bias_c = with_bias ? b.c : NULL, *bias_g = with_bias ? b.g : NULL;
+            float *db_c = with_bias ? db.c : NULL, *db_g = with_bias ? db.g : NULL;
+            cuda_pad_chunk_rows(f->gpu, chunk_rows[c]);
+            CostReport r;
+            f->cpu->linear_forward(f->cpu, (Act *)x.c, W.c, bias_c, N, in, out, (Act *)y.c);
+            backend_cuda_cost_start();
+            f->gpu->linear_forward(f->gpu, x.g, W.g, bias_g, N, in, out, y.g);
+            backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+            assert_int_equal(calls_with(&r, "pad_copy"), chunks);
+            assert_int_equal(calls_with(&r, " +bias"), with_bias ? chunks : 0);
+            expect_act(f, &y, TOL, "padded linear_forward");
+            f->cpu->linear_backward(f->cpu, (Act *)dy.c, (Act *)x.c, W.c, N, in, out, (Act *)dx.c, 1, dW.c, db_c);
+            backend_cuda_cost_start();
+            f->gpu->linear_backward(f->gpu, dy.g, x.g, W.g, N, in, out, dx.g, 1, dW.g, db_g);
+            backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+            assert_int_equal(calls_with(&r, "pad_copy"), chunks);
+            expect_act(f, &dx, TOL, "padded linear_backward dx (accumulated)");
+            expect_close(f, &dW, TOL, "padded linear_backward dW");
+            if (with_bias) expect_close(f, &db, TOL, "padded linear_backward db");
+        }
+    cuda_pad_chunk_rows(f->gpu, 0);
+    ABuf *acts[] = {&x, &y, &dy, &dx};
+    for (size_t i = 0; i < 4; i++) abuf_free(f, acts[i]);
+    Buf *fs[] = {&W, &b, &dW, &db};
     for (size_t i = 0; i < 4; i++) buf_free(f, fs[i]);
 }
 
@@ -488,6 +530,7 @@ int main(void) {
         cmocka_unit_test(test_matmuls),
         cmocka_unit_test(test_weight_copy_follows_writes),
         cmocka_unit_test(test_linear_layers),
+        cmocka_unit_test(test_vocabulary_head_padded),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_head_expand),
         cmocka_unit_test(test_gather_scatter_rows),
