@@ -201,6 +201,7 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < ACT_STAGE_SLOTS; i++) cuda_device_free(c->stage[i]);
     cuda_device_free(c->bf16_scratch);
     cuda_device_free(c->pad_scratch);
+    cuda_device_free(c->pad_weight);
     cuda_device_free(c->colsum);
     cuda_device_free(c->flash_part);
     cuda_device_free(c->flash_g);

@@ -25,6 +25,8 @@ struct CudaCtx {
     size_t bf16_scratch_elems;
     __nv_bfloat16 *pad_scratch;   // rows padded to 16 bytes for the vocabulary heads (cuda_pad_ld.cu; grow-only)
     size_t pad_scratch_elems;
+    __nv_bfloat16 *pad_weight;    // the head's weight, bf16 with zero rows to the padded width (grow-only)
+    size_t pad_weight_elems;
     size_t pad_chunk_rows;        // 0: chunks of 128 MiB; else at most this many rows (tests)
     void **gemm_ptrs;             // pointer arrays of cuda_gemm_heads (grow-only)
     size_t gemm_ptrs_count;
@@ -233,14 +235,13 @@ const __nv_bfloat16 *cuda_weight_copy(Backend *be, const float *p, size_t n);
 void cuda_weight_copies_destroy(Backend *be);
 // Their linear layers through cuBLASLt with the bias fused (cuda_linear.cu); false: no plan.
 // With g: the FFN's GELU_TANH up projection, g = GELU(y) and y stored in one GEMM.
-// ldy: y's leading dimension (0: out).
 bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W, const float *b, int N, int in,
-                             int out, __nv_bfloat16 *y, __nv_bfloat16 *g = nullptr, int ldy = 0);
+                             int out, __nv_bfloat16 *y, __nv_bfloat16 *g = nullptr);
 // dx = (dy W) ⊙ gelu'(u), GELU_TANH, one GEMM.
 bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W, const __nv_bfloat16 *u, int N,
                            int in, int out, __nv_bfloat16 *dx);
 bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
-                        float *dW, float *db, int ldy = 0);
+                        float *dW, float *db, int ldy = 0);  // ldy: dy's leading dimension (0: out)
 // The linear layers of an activation width that is not a multiple of 8 (the vocabulary heads)
 // through row-padded scratch (cuda_pad_ld.cu); false: not such a layer, nothing done.
 bool cuda_pad_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,

@@ -223,9 +223,8 @@ void cuda_linear_destroy(Backend *be) {
 // With g (the FFN's up projection, GELU_TANH): one GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b)
 // as D and y = x Wᵀ + b (GELU's input u) as the aux matrix; g is GELU of the fp32 sum.
 bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W, const float *b, int N, int in,
-                             int out, __nv_bfloat16 *y, __nv_bfloat16 *g, int ldy) {
+                             int out, __nv_bfloat16 *y, __nv_bfloat16 *g) {
     if (!b || N <= 0 || out <= 0 || in <= 0) return false;
-    if (!ldy) ldy = out;
     if (g && (out % 8 || reinterpret_cast<uintptr_t>(y) % 16)) return false;  // the aux matrix's ld and alignment
     CudaCtx *c = cuda_ctx(be);
     // The bias after W, at a 16-element boundary so its alignment does not vary with the shape.
@@ -234,9 +233,9 @@ bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W
     // The copies of W's and b's allocations (cuda_weight_copy.cu), else rounded into the scratch.
     const __nv_bfloat16 *wc = cuda_weight_copy(be, W, nw), *bc = cuda_weight_copy(be, b, (size_t)out);
     const void *A = wc ? static_cast<const void *>(wc) : wb, *bias = bc ? static_cast<const void *>(bc) : bb;
-    const LtPlan *p = g ? lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, ldy, A, x, g,
+    const LtPlan *p = g ? lt_plan(be, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, false, out, N, in, in, in, out, A, x, g,
                                   bias, CUDA_R_16BF, y)
-                        : lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, ldy, A, x, y, bias,
+                        : lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, A, x, y, bias,
                                   CUDA_R_16BF);
     if (!p) return false;
     if (!wc) cuda_round_bf16(be, W, wb, nw);
