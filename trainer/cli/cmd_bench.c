@@ -54,7 +54,7 @@ static void usage(FILE *out) {
 // per-op synchronisation would inflate the timed steps (its classes then need not add up to them).
 static void bench_print_measured(const Config *cfg, const Backend *be, Model *m, const OpProfile *prof, int steps, int profiled,
                                  double t_total, double t_optim, double step, double flops,
-                                 double peak, float loss) {
+                                 double peak, int sheet, float loss) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     const double gflops = flops / step / 1e9, probe = peak;
     const double mfu = peak_mfu(&peak, gflops);
@@ -80,8 +80,9 @@ static void bench_print_measured(const Config *cfg, const Backend *be, Model *m,
     printf("  (gradient norm and optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
            cfg->optim.name == OPT_ADAMW ? "adamw" : "lamb");
     printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
-    printf("matmul peak (backend matmul %s, best square size up to 4096^3): %.2f GFLOP/s   MFU: %.1f%%%s\n",
-           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", peak, 100.0 * mfu,
+    printf("matmul peak (%s %s%s): %.2f GFLOP/s   MFU: %.1f%%%s\n", sheet ? "the GPU's data sheet, dense" : "backend matmul",
+           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", sheet ? "" : ", best square size up to 4096^3", peak,
+           100.0 * mfu,
            outran ? " (the step outran the measured ceiling: a bound, not a measurement)" : "");
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -152,10 +153,16 @@ int cmd_bench(int argc, char **argv) {
     }
     Backend *be = cuda ? backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16)
                        : backend_cpu_create_for(cfg.runtime.threads, cfg.runtime.precision == PREC_BF16);
-    // The ceiling: the backend's own matmul at the precision in use (DESIGN.md §9); a
-    // record-only run executes nothing, so it has no measured ceiling.
+    // The ceiling (DESIGN.md §9), as training counts it: on the CPU the backend's own matmul at the
+    // precision in use; on a GPU the card's dense data-sheet peak, since a probe through the
+    // backend's matmul op times operand conversion and a synchronisation per call (the H200 read
+    // 82-101 TFLOP/s that way, CALIBRATION.md run 4); an unknown card falls back to the probe.  A
+    // record-only run executes nothing, so it has no ceiling.
     int peak_n = 0;
-    const double peak = record_only ? 0 : peak_matmul_ceiling(be, &peak_n);
+    double peak = 0;
+    if (!record_only && cuda) peak = backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16) / 1e9;
+    const int sheet = peak > 0;
+    if (!record_only && !sheet) peak = peak_matmul_ceiling(be, &peak_n);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);
     model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions
@@ -271,7 +278,7 @@ int cmd_bench(int argc, char **argv) {
     }
     // In record-only mode the host timings measured nothing but the recording.
     if (!record_only)
-        bench_print_measured(&cfg, be, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, loss);
+        bench_print_measured(&cfg, be, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, sheet, loss);
     if (cuda) {
         be->free(be, dm);
         be->free(be, dv);
