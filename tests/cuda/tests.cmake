@@ -158,6 +158,10 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_bench_zero PROPERTIES
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 300 LABELS "cuda;dist")
+  add_test(NAME test_cuda_bench_peak COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_bench_peak.sh)
+  set_tests_properties(test_cuda_bench_peak PROPERTIES
+    ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
+    TIMEOUT 300 LABELS "cuda")
   # The expected step against the H100 measurement it was fitted to (CALIBRATION.md).
   add_test(NAME test_cuda_cost_calibration COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_cost_calibration.sh)
   set_tests_properties(test_cuda_cost_calibration PROPERTIES
