@@ -27,7 +27,8 @@ static bool wanted(const Backend *be, int N, int out) {
     return be->act == DT_BF16 && out % 8 != 0 && (size_t)N * out >= kMinElems;
 }
 
-// Rows in one chunk: the whole batch, unless the test seam (cuda_pad_chunk_rows) says fewer.
+// Rows in one chunk: as many whole groups of 8 as fit in kChunkElems (the whole batch when it fits),
+// or fewer where the test seam (cuda_pad_chunk_rows) caps them.
 static size_t chunk_rows(Backend *be, int N, int out) {
     const size_t cap = cuda_ctx(be)->pad_chunk_rows;
     size_t rows = std::max<size_t>(8, kChunkElems / padded(out) / 8 * 8);  // whole 16-byte row groups
