@@ -40,8 +40,9 @@ struct Efficiency {
     // CUDA cores; priced at this fraction of the bf16 peak.
     double unaligned_frac;
     // Kernel families measured on a GPU: fraction of their bound (roofline, without launch),
-    // ending in a null prefix.
+    // ending in a null prefix; every other kernel runs at `generic` of its bound.
     const KernelFit *fits;
+    double generic;
 };
 
 // Fitted on the H100 SXM (CALIBRATION.md):
@@ -59,11 +60,11 @@ struct Efficiency {
 //   from run 1's norm/activation class (measured 1.04-1.07 times the model at 0.30).
 constexpr double kFlashFwd = 0.0242, kFlashBwd = 0.0299, kGeneric = 0.285, kGemmPath = 1.0, kUnaligned = 0.05;
 
-// The kernel families measured, in match order ("" matches every other kernel).
+// The kernel families measured, in match order.
 const KernelFit kRun1Fits[] = {
     {"flash_tc_forward", kFlashFwd}, {"flash_tc_dq", kFlashBwd}, {"flash_tc_dkv", kFlashBwd},
     {"flash_rowdot", kFlashBwd},     {"memset", 0.80},          {"memcpy", 0.80},
-    {"", kGeneric},                  {nullptr, 0},
+    {nullptr, 0},
 };
 
 // The H200 (CALIBRATION.md run 4): the same flash kernels ran at the same fractions of the same
@@ -72,18 +73,13 @@ const KernelFit kRun1Fits[] = {
 // H100's absolute bandwidth, not the H200's 1.43x more (0.285 x 3.35 / 4.8 = 0.199; 0.285 /
 // 1.47 = 0.194).  Memory copies are assumed to scale with the bandwidth (not measured).
 constexpr double kGenericH200 = 0.20;
-const KernelFit kH200Fits[] = {
-    {"flash_tc_forward", kFlashFwd}, {"flash_tc_dq", kFlashBwd}, {"flash_tc_dkv", kFlashBwd},
-    {"flash_rowdot", kFlashBwd},     {"memset", 0.80},          {"memcpy", 0.80},
-    {"", kGenericH200},              {nullptr, 0},
-};
 
 const Efficiency table[] = {
-    {"h100", 0.84, 2.0e-6, 0.80, 1.0e-6, 2.0e-6, 8.0e-6, kGemmPath, kUnaligned, kRun1Fits},
+    {"h100", 0.84, 2.0e-6, 0.80, 1.0e-6, 2.0e-6, 8.0e-6, kGemmPath, kUnaligned, kRun1Fits, kGeneric},
     // The H200: the H100's chip; its own fit for the row kernels (above).
-    {"h200", 0.84, 2.0e-6, 0.80, 1.0e-6, 2.0e-6, 8.0e-6, kGemmPath, kUnaligned, kH200Fits},
+    {"h200", 0.84, 2.0e-6, 0.80, 1.0e-6, 2.0e-6, 8.0e-6, kGemmPath, kUnaligned, kRun1Fits, kGenericH200},
     // No A100 has been measured: the same fractions, assumed.
-    {"a100", 0.84, 2.0e-6, 0.80, 1.5e-6, 2.5e-6, 8.0e-6, kGemmPath, kUnaligned, kRun1Fits},
+    {"a100", 0.84, 2.0e-6, 0.80, 1.5e-6, 2.5e-6, 8.0e-6, kGemmPath, kUnaligned, kRun1Fits, kGeneric},
 };
 
 const Efficiency &efficiency(const GpuSpec *g) {
@@ -95,7 +91,7 @@ const Efficiency &efficiency(const GpuSpec *g) {
 double fraction_for(const Efficiency &e, const char *label) {
     for (const KernelFit *f = e.fits; f->prefix; f++)
         if (std::strncmp(label, f->prefix, std::strlen(f->prefix)) == 0) return f->fraction;
-    return kGeneric;
+    return e.generic;
 }
 
 constexpr int kTile = 128;
