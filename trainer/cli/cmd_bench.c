@@ -233,8 +233,7 @@ int cmd_bench(int argc, char **argv) {
             optim_step_backend(be, &opt, &cfg.optim, table, model_params(m), model_grads(m), dm, dv, du,
                                lr, coef, NULL, NULL);
         } else {
-            if (coef < 1.0f) be->scale(be, model_grads(m) + begin, coef, end - begin);
-            optim_step(&opt, &cfg.optim, table, model_params(m), model_grads(m), lr, NULL, NULL);
+            optim_step_scaled(&opt, &cfg.optim, table, model_params(m), model_grads(m), lr, coef, NULL, NULL);
         }
         bench_gpu_dist_gather(dist, model_params(m));
         be->synchronize(be);

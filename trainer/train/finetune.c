@@ -308,8 +308,7 @@ static int train_step(Finetune *f, double *loss_out, double *gnorm_out, double *
         optim_step_backend(f->be, &f->opt_state, &cfg->optim, f->table, f->params, f->grads, f->dev_m, f->dev_v,
                            f->dev_u, (float)lr, coef, NULL, NULL);
     } else {
-        if (coef < 1.0f) f->be->scale(f->be, f->grads, coef, f->table->total);
-        optim_step(&f->opt_state, &cfg->optim, f->table, f->params, f->grads, (float)lr, NULL, NULL);
+        optim_step_scaled(&f->opt_state, &cfg->optim, f->table, f->params, f->grads, (float)lr, coef, NULL, NULL);
     }
     return 0;
 }

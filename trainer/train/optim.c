@@ -87,9 +87,9 @@ typedef struct {
 // -fno-math-errno, CMakeLists.txt: sqrtf is then the instruction, not a call that may set
 // errno).  vsqrtps and vdivps round like their scalar forms: results do not change.
 static void adamw_range(float *restrict w, const float *restrict g, float *restrict m, float *restrict v,
-                        size_t n, float b1, float b2, float eps, AdamwScalars a, float bc2_sqrt) {
+                        size_t n, float b1, float b2, float eps, AdamwScalars a, float bc2_sqrt, float scale) {
     for (size_t i = 0; i < n; i++) {
-        optim_moments(&m[i], &v[i], g[i], b1, b2);
+        optim_moments(&m[i], &v[i], g[i] * scale, b1, b2);
         w[i] = adamw_param(w[i], m[i], v[i], a.step_size, a.decay, bc2_sqrt, eps);
     }
 }
@@ -98,7 +98,7 @@ static void adamw_range(float *restrict w, const float *restrict g, float *restr
 // and updates the pieces of the tensors in it (each with its weight decay).  A region per
 // tensor kept the small tensors on one thread and paid a fork/join for each large one.
 static void adamw_all(OptimState *s, const OptimConfig *o, const ParamTable *t, const Moments *k,
-                      float *w, const float *g, float lr) {
+                      float *w, const float *g, float lr, float scale) {
     const size_t base = s->begin, n = s->end - s->begin;
     const AdamwScalars plain = adamw_scalars(lr, 0.0f, k->bc.bc1);
     const AdamwScalars decayed = adamw_scalars(lr, o->weight_decay, k->bc.bc1);
@@ -112,7 +112,7 @@ static void adamw_all(OptimState *s, const OptimConfig *o, const ParamTable *t, 
             const ParamTensor *p = &t->tensors[j];
             if (!clip(p, p0, p1, &lo, &hi)) continue;
             adamw_range(w + lo, g + lo, s->m + (lo - base), s->v + (lo - base), hi - lo, b1, b2, eps,
-                        optim_decays(o, p) ? decayed : plain, bc2_sqrt);
+                        optim_decays(o, p) ? decayed : plain, bc2_sqrt, scale);
         }
     }
 }
@@ -127,7 +127,7 @@ static inline float lamb_update(const OptimState *s, const Moments *k, size_t i,
 
 // LAMB phase 1 over [lo, hi) of one tensor: update m and v, return sum w^2 and sum u^2.
 static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, const float *w, const float *g,
-                         float wd, double *wsq, double *usq) {
+                         float scale, float wd, double *wsq, double *usq) {
     double sw[REDUCE_CHUNKS], su[REDUCE_CHUNKS];
     float *m = s->m, *v = s->v;
     const size_t base = s->begin, n = hi - lo;
@@ -137,7 +137,7 @@ static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, 
         double aw = 0, au = 0;
         for (size_t i = a; i < b; i++) {
             const size_t j = i - base;
-            optim_moments(&m[j], &v[j], g[i], k->b1, k->b2);
+            optim_moments(&m[j], &v[j], g[i] * scale, k->b1, k->b2);
             const float u = lamb_update(s, k, i, w, wd);
             aw += (double)w[i] * w[i];
             au += (double)u * u;
@@ -156,11 +156,16 @@ static void lamb_moments(OptimState *s, const Moments *k, size_t lo, size_t hi, 
 
 void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params, const float *grads,
                 float lr, OptimReduceFn reduce, void *reduce_ctx) {
+    optim_step_scaled(s, o, t, params, grads, lr, 1.0f, reduce, reduce_ctx);
+}
+
+void optim_step_scaled(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params, const float *grads,
+                       float lr, float grad_scale, OptimReduceFn reduce, void *reduce_ctx) {
     s->step++;
     const Moments k = {o->beta1, o->beta2, o->eps, optim_bias(o->beta1, o->beta2, s->step)};
     size_t lo, hi;
     if (o->name == OPT_ADAMW) {
-        adamw_all(s, o, t, &k, params, grads, lr);
+        adamw_all(s, o, t, &k, params, grads, lr, grad_scale);
         return;
     }
     // LAMB phase 1: moments, then per-tensor sums of squares of w and of the update u.
@@ -169,7 +174,7 @@ void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float 
     for (int j = 0; j < t->count; j++) {
         const ParamTensor *p = &t->tensors[j];
         if (!overlap(s, p, &lo, &hi)) continue;
-        lamb_moments(s, &k, lo, hi, params, grads, optim_decays(o, p) ? o->weight_decay : 0.0f, &wsq[j], &usq[j]);
+        lamb_moments(s, &k, lo, hi, params, grads, grad_scale, optim_decays(o, p) ? o->weight_decay : 0.0f, &wsq[j], &usq[j]);
     }
     if (reduce) reduce(s->norms, 2 * t->count, reduce_ctx);
     // Phase 2: every rank sees the full-tensor norms; recompute u (cheaper than storing it).

@@ -47,6 +47,11 @@ int optim_decays(const OptimConfig *o, const ParamTensor *p);
 //   (use_nvlamb=False) do.
 void optim_step(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params,
                 const float *grads, float lr, OptimReduceFn reduce, void *reduce_ctx);
+// optim_step with the gradients multiplied by grad_scale as they are read (the clip
+// coefficient): the same bits as scaling them in place first (the product is rounded before
+// any other use), without that pass over every gradient.  The gradients are left as they were.
+void optim_step_scaled(OptimState *s, const OptimConfig *o, const ParamTable *t, float *params,
+                       const float *grads, float lr, float grad_scale, OptimReduceFn reduce, void *reduce_ctx);
 
 // The same update in a backend's memory (the CUDA path), through kernels/ops.h:
 // adamw_update, or lamb_direction + sum_squares + axpy.  params/grads are indexed by global

@@ -463,8 +463,7 @@ static int train_step(Trainer *t, double *loss_out, double *gnorm_out, double *l
         optim_step_backend(t->be, &t->opt_state, &cfg->optim, t->table, t->params, t->grads, t->dev_m, t->dev_v,
                            t->dev_u, (float)lr, coef, reduce, t->comm);
     } else {
-        if (coef < 1.0f) t->be->scale(t->be, g, coef, gn);
-        optim_step(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr, reduce, t->comm);
+        optim_step_scaled(&t->opt_state, &cfg->optim, t->table, t->params, t->grads, (float)lr, coef, reduce, t->comm);
     }
     grad_reducer_gather_params(t->reducer, t->params);
     return 0;
