@@ -198,7 +198,11 @@ static GemmEntry *lookup(CpuGemm *g, const GemmKey *k) {
 // X stored as `rows` rows of `cols` values, leading dimension ld -> contiguous bf16.  Split
 // over the threads when large (a serial pass over an activation would idle the other cores);
 // inside a parallel loop (attention) the pragma's region runs on the calling thread.
-static void pack_rows(const float *x, int r0, int r1, int cols, int ld, uint16_t *out) {
+// This file is built once, at the program's x86-64-v2 (cpu_isa.h), so the weights' per-step
+// rounding (cpu_weights.c: every weight once a step) ran 4 floats a vector; the loader picks the
+// widest of these clones the CPU has (the same bits: the rounding is integer arithmetic).
+#define PACK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+PACK_CLONES static void pack_rows(const float *x, int r0, int r1, int cols, int ld, uint16_t *out) {
     for (int r = r0; r < r1; r++) {
         const float *xr = x + (size_t)r * ld;
         uint16_t *o = out + (size_t)r * cols;
@@ -213,13 +217,10 @@ void cpu_pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out) {
         pack_rows(x, 0, rows, cols, ld, out);
         return;
     }
-#pragma omp parallel for schedule(dynamic, 16)
-    for (int r = 0; r < rows; r++) {
-        const float *xr = x + (size_t)r * ld;
-        uint16_t *o = out + (size_t)r * cols;
-#pragma omp simd
-        for (int c = 0; c < cols; c++) o[c] = to_bf16(xr[c]);
-    }
+    // Whole blocks of rows per thread: a row of a narrow weight is a few hundred bytes.
+    const int block = 64;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int r = 0; r < rows; r += block) pack_rows(x, r, r + block < rows ? r + block : rows, cols, ld, out);
 }
 
 void cpu_round_bf16(const float *x, float *out, size_t n) {
@@ -291,8 +292,12 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
     // where they are, with their own leading dimension.
     const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
     GemmKey k = {ta, tb, M, N, K, A.h ? A.ld : acols, B.h ? B.ld : bcols, C.ld, 1, C.h != NULL, hb_, alpha, beta};
-    GemmEntry *e = lookup(g, &k);
-    if (e->prim) {
+    // A product with a side of at most 16 (mhe_add's head-embedding products: K, N or M = the
+    // head count) gets oneDNN 2.6's gemm:jit in bf16, which ran them at ~6 GFLOP/s on an AMX
+    // Xeon (0.75 ms for 4096 x 64 x 8); the fp32 primitive below is the same arithmetic.
+    const int skinny = M <= 16 || N <= 16 || K <= 16;
+    GemmEntry *e = skinny ? NULL : lookup(g, &k);
+    if (e && e->prim) {
         const uint16_t *ka = A.h ? NULL : cpu_weights_bf16(g->weights, A.f, arows, acols, A.ld);
         const uint16_t *kb = B.h ? NULL : cpu_weights_bf16(g->weights, B.f, brows, bcols, B.ld);
         const size_t na = A.h || ka ? 0 : (size_t)arows * acols, nb = B.h || kb ? 0 : (size_t)brows * bcols;
@@ -302,16 +307,19 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
         execute(g, e, t, A.h ? A.h : ka ? ka : ha, B.h ? B.h : kb ? kb : hb, bias, C.h ? (void *)C.h : (void *)C.f);
         return;
     }
-    // No bf16 kernel on this CPU: the same arithmetic (bf16-rounded operands, fp32 products
-    // and sums, a bf16 result rounded once) through the fp32 primitive.
+    // No bf16 kernel on this CPU, or a skinny product: the same arithmetic (bf16-rounded
+    // operands, fp32 products and sums, a bf16 result rounded once) through the fp32 primitive.
     const size_t fa_n = (size_t)arows * acols, fb_n = (size_t)brows * bcols, fc_n = C.h ? (size_t)M * N : 0;
     float *fa = (float *)thread_bf16(g, t, 2 * (fa_n + fb_n + fc_n)), *fb = fa + fa_n, *fc = fb + fb_n;
-    if (A.h) bf16_to_f32(A.h, arows, acols, A.ld, fa);
+    // A steady weight's kept copy serves here too (the rounding it saves is the same).
+    const uint16_t *ka = A.h ? NULL : cpu_weights_bf16(g->weights, A.f, arows, acols, A.ld);
+    const uint16_t *kb = B.h ? NULL : cpu_weights_bf16(g->weights, B.f, brows, bcols, B.ld);
+    if (A.h || ka) bf16_to_f32(A.h ? A.h : ka, arows, acols, A.h ? A.ld : acols, fa);
     else {
 #pragma omp parallel for schedule(dynamic, 16) if (fa_n >= (1u << 17))
         for (int r = 0; r < arows; r++) cpu_round_bf16(A.f + (size_t)r * A.ld, fa + (size_t)r * acols, acols);
     }
-    if (B.h) bf16_to_f32(B.h, brows, bcols, B.ld, fb);
+    if (B.h || kb) bf16_to_f32(B.h ? B.h : kb, brows, bcols, B.h ? B.ld : bcols, fb);
     else {
 #pragma omp parallel for schedule(dynamic, 16) if (fb_n >= (1u << 17))
         for (int r = 0; r < brows; r++) cpu_round_bf16(B.f + (size_t)r * B.ld, fb + (size_t)r * bcols, bcols);
