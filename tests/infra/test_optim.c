@@ -295,6 +295,43 @@ static void test_sharded_lamb_equals_whole(void **state) {
 }
 
 // The double reductions use fixed chunks, so the thread count cannot change a single bit.
+// optim_step_scaled (the clip coefficient applied as the gradients are read) against scaling the
+// gradients in place first and calling optim_step: the same bits, and the gradients untouched.
+static void scaled_equals_scaling_first(OptimizerKind kind) {
+    Problem p;
+    problem_make(&p);
+    const size_t n = p.t.total;
+    const OptimConfig o = config(kind, false);
+    const float coef[STEPS] = {0.37f, 1.0f, 0.0625f, 0.9999f, 0.5f, 0.123456f};
+    float *a = mhe_malloc(n * sizeof *a), *b = mhe_malloc(n * sizeof *b), *g = mhe_malloc(n * sizeof *g);
+    memcpy(a, p.params0, n * sizeof *a);
+    memcpy(b, p.params0, n * sizeof *b);
+    OptimState sa, sb;
+    optim_state_init(&sa, &p.t, 0, n);
+    optim_state_init(&sb, &p.t, 0, n);
+    for (int k = 0; k < STEPS; k++) {
+        const float *gk = p.grads + (size_t)k * n;
+        optim_step_scaled(&sa, &o, &p.t, a, gk, p.lrs[k], coef[k], NULL, NULL);
+        for (size_t i = 0; i < n; i++) g[i] = gk[i] * coef[k];
+        optim_step(&sb, &o, &p.t, b, g, p.lrs[k], NULL, NULL);
+        assert_memory_equal(a, b, n * sizeof *a);
+        assert_memory_equal(sa.m, sb.m, n * sizeof *sa.m);
+        assert_memory_equal(sa.v, sb.v, n * sizeof *sa.v);
+    }
+    assert_memory_not_equal(a, p.params0, n * sizeof *a);
+    optim_state_free(&sa);
+    optim_state_free(&sb);
+    free(a);
+    free(b);
+    free(g);
+    problem_free(&p);
+}
+static void test_scaled_step_equals_scaling_first(void **state) {
+    (void)state;
+    scaled_equals_scaling_first(OPT_ADAMW);
+    scaled_equals_scaling_first(OPT_LAMB);
+}
+
 static void test_lamb_is_thread_count_independent(void **state) {
     (void)state;
     Problem p;
@@ -386,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_sharded_adamw_equals_whole),
         cmocka_unit_test(test_sharded_lamb_equals_whole),
         cmocka_unit_test(test_lamb_is_thread_count_independent),
+        cmocka_unit_test(test_scaled_step_equals_scaling_first),
         cmocka_unit_test(test_backend_adamw_matches_host),
         cmocka_unit_test(test_backend_lamb_matches_host),
     };
