@@ -198,11 +198,10 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     const size_t blk = align16((size_t)a->bq * T);
     float *S = ws, *o = ws + 3 * blk, *kadd = o + align16((size_t)a->bq * dv), *rs = kadd + align16((size_t)T);
     uint16_t *Ph = a->bf16 ? (uint16_t *)(ws + blk) : NULL;
-    if (R) memcpy(S, R, (size_t)rows * nk * sizeof *S);
-    else scores(a, pk, b, h, i0, rows, nk, S);
+    if (!R) scores(a, pk, b, h, i0, rows, nk, S);
     key_add(a, b, h, nk, kadd);
     uint32_t *mask = a->drop ? (uint32_t *)(saved + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
-    softmax_block(a, b, h, i0, rows, nk, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs, mask);
+    softmax_block(a, b, h, i0, rows, nk, R ? R : S, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs, mask);
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
     const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = v_op(a, pk, b, h);
     // Into the dense block o, then copied into the head's columns: a strided destination would
@@ -407,10 +406,9 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     const int df = !bf || shared || w->dkb;
     for (int h = 0; h < n; h++) {
         key_add(a, b, h, nk, kadd);
-        if (shared) memcpy(P, R, (size_t)rows * nk * sizeof *P);
-        else Qb = scores(a, pk, b, h, i0, rows, nk, P);
+        if (!shared) Qb = scores(a, pk, b, h, i0, rows, nk, P);
         const uint32_t *mask = a->drop ? (const uint32_t *)(w->lse_all + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
-        probs_block(a, i0, rows, nk, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh, mask);
+        probs_block(a, i0, rows, nk, shared ? R : P, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh, mask);
         CpuOperand Gop;
         if (!bf && s->out_scale) {
             const float *dO = w->G.f + (r0 + i0) * ldo + (size_t)h * dv, *sc = s->out_scale + (size_t)h * dv;

@@ -37,10 +37,12 @@ static inline size_t mask_row(const AttnShape *s, int b, int h, int i) {
 
 // Softmax numerators of block rows [i0, i0+rows) of head h, sequence b (see the definitions).
 // mask: the block's first row's mask words (written when a->drop).
-void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *S, const float *kadd,
-                   float *lse, uint16_t *Ph, float *rs, uint32_t *mask);
-void probs_block(const Fused *a, int i0, int rows, int nk, float *P, const float *kadd, const float *lse,
-                 float *Pdf, uint16_t *Pdh, const uint32_t *mask);
+// Sin: the raw scores it reads (S itself, or a block every head shares, read where it is).
+void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const float *Sin, float *S,
+                   const float *kadd, float *lse, uint16_t *Ph, float *rs, uint32_t *mask);
+// Pin: the raw scores it reads (P itself, or the shared block); P receives the probabilities.
+void probs_block(const Fused *a, int i0, int rows, int nk, const float *Pin, float *P, const float *kadd,
+                 const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask);
 void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP, const float *Pdf, const uint16_t *Pdh,
               int df, uint16_t *dSh);
 

@@ -47,19 +47,22 @@ static inline void mask_chunk(const Fused *a, uint64_t at, int n, uint32_t *word
     if (ph) drop_h(ph, w, n);
     else drop_f(row, w, n);
 }
-// The backward's P = exp(S + kadd - l) (in place of S) and dropped P of n keys, mask word w.
-static inline void probs_h(float *p, const float *kadd, float l, uint16_t *ph, uint32_t w, float ks, int n) {
+// The backward's P = exp(S + kadd - l) (S read from `in`, which may be p) and dropped P of n
+// keys, mask word w.
+static inline void probs_h(const float *in, float *p, const float *kadd, float l, uint16_t *ph, uint32_t w, float ks,
+                           int n) {
 #pragma omp simd
     for (int k = 0; k < n; k++) {
-        const float e = cpu_expf_bf16(p[k] + kadd[k] - l);
+        const float e = cpu_expf_bf16(in[k] + kadd[k] - l);
         p[k] = e;
         ph[k] = to_bf16((w >> k) & 1u ? e * ks : 0.0f);
     }
 }
-static inline void probs_f(float *p, const float *kadd, float l, float *pf, uint32_t w, float ks, int n) {
+static inline void probs_f(const float *in, float *p, const float *kadd, float l, float *pf, uint32_t w, float ks,
+                           int n) {
 #pragma omp simd
     for (int k = 0; k < n; k++) {
-        const float e = cpu_expf_noover(p[k] + kadd[k] - l);
+        const float e = cpu_expf_noover(in[k] + kadd[k] - l);
         p[k] = e;
         pf[k] = (w >> k) & 1u ? e * ks : 0.0f;
     }
@@ -67,30 +70,34 @@ static inline void probs_f(float *p, const float *kadd, float l, float *pf, uint
 
 // Softmax numerators of block rows [i0, i0+rows): e = exp(S + kadd - max) on visible keys, 0
 // on masked ones (kadd = -inf) and above the diagonal, times the dropout mask, into Ph (bf16
-// mode) or S in place; rs[r] = keep_scale / Σ e is applied to the P V rows afterwards (one
+// mode) or S; rs[r] = keep_scale / Σ e is applied to the P V rows afterwards (one
 // multiply per output element instead of a third pass over the scores).  lse[i] saved; a row
 // with no visible key is all 0 with lse = -inf and rs = 0 (its mask words are never read).
-void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float *S, const float *kadd,
-                   float *lse, uint16_t *Ph, float *rs, uint32_t *mask) {
+// The scores are read from Sin: S itself, or the block every head shares (mhe_add, mhe_mul,
+// sha), read where it is rather than copied into S for each head.
+void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const float *Sin, float *S,
+                   const float *kadd, float *lse, uint16_t *Ph, float *rs, uint32_t *mask) {
     const AttnShape *s = a->s;
     const size_t mw = mask_words(s->T);
     for (int r = 0; r < rows; r++) {
         const int i = i0 + r, je = row_end(s, i, nk);
         float *row = S + (size_t)r * nk;
+        const float *in = Sin + (size_t)r * nk;
         uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
         uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
         float mx = -INFINITY;
         if (a->kzero) {
             // Nothing to add (mha and mhe_mul without padding): the pass only reads.
 #pragma omp simd reduction(max : mx)
-            for (int j = 0; j < je; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j < je; j++) mx = in[j] > mx ? in[j] : mx;
         } else {
 #pragma omp simd reduction(max : mx)
             for (int j = 0; j < je; j++) {
-                const float x = row[j] + kadd[j];
+                const float x = in[j] + kadd[j];
                 row[j] = x;
                 mx = x > mx ? x : mx;
             }
+            in = row;  // the scores with the key bias, as the exp reads them
         }
         if (mx == -INFINITY) {
             if (ph) memset(ph, 0, (size_t)nk * sizeof *ph);
@@ -104,14 +111,14 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float
         if (ph) {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
-                const float e = cpu_expf_bf16(row[j] - mx);
+                const float e = cpu_expf_bf16(in[j] - mx);
                 sum += e;
                 ph[j] = to_bf16(e);
             }
         } else {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
-                const float e = cpu_expf_noover(row[j] - mx);
+                const float e = cpu_expf_noover(in[j] - mx);
                 sum += e;
                 row[j] = e;
             }
@@ -136,8 +143,8 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, float
 // P = exp(S + kadd - lse) on visible keys (0 elsewhere) and, in the same pass, with dropout or
 // in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32), the mask
 // read from the forward's bits.
-void probs_block(const Fused *a, int i0, int rows, int nk, float *P, const float *kadd, const float *lse,
-                 float *Pdf, uint16_t *Pdh, const uint32_t *mask) {
+void probs_block(const Fused *a, int i0, int rows, int nk, const float *Pin, float *P, const float *kadd,
+                 const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask) {
     const AttnShape *s = a->s;
     const float ks = a->keep_scale;
     const size_t mw = mask_words(s->T);
@@ -146,29 +153,30 @@ void probs_block(const Fused *a, int i0, int rows, int nk, float *P, const float
         const float l = lse[i];
         const int je = l > -INFINITY ? row_end(s, i, nk) : 0;
         float *row = P + (size_t)r * nk;
+        const float *in = Pin + (size_t)r * nk;
         uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
         float *pf = Pdf + (size_t)r * nk;
         const uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
         if (a->drop) {
             int j0 = 0;
             for (; j0 + CHUNK <= je; j0 += CHUNK) {
-                if (ph) probs_h(row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, CHUNK);
-                else probs_f(row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, CHUNK);
+                if (ph) probs_h(in + j0, row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, CHUNK);
+                else probs_f(in + j0, row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, CHUNK);
             }
             if (j0 < je) {
-                if (ph) probs_h(row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, je - j0);
-                else probs_f(row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, je - j0);
+                if (ph) probs_h(in + j0, row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, je - j0);
+                else probs_f(in + j0, row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, je - j0);
             }
         } else if (ph) {
 #pragma omp simd
             for (int j = 0; j < je; j++) {
-                const float p = cpu_expf_bf16(row[j] + kadd[j] - l);
+                const float p = cpu_expf_bf16(in[j] + kadd[j] - l);
                 row[j] = p;
                 ph[j] = to_bf16(p);
             }
         } else {
 #pragma omp simd
-            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(row[j] + kadd[j] - l);
+            for (int j = 0; j < je; j++) row[j] = cpu_expf_noover(in[j] + kadd[j] - l);
         }
         if (je < nk) {
             memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
