@@ -70,6 +70,7 @@ typedef struct {
     double expected_seconds, expected_compute_seconds, expected_exposed_comm_seconds;
     double expected_class_seconds[OPC_COUNT];
     long class_calls[OPC_COUNT];
+    double class_bytes[OPC_COUNT];    // bytes moved (device memory and PCIe) per op class
     long launches;                    // kernels + library calls + memsets/copies
     long syncs;                       // host waits for the stream (each drains the GPU)
     double sync_seconds;              // the GPU's idle time after them (bound), in `seconds`

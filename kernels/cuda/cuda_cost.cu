@@ -347,6 +347,7 @@ extern "C" void backend_cuda_cost_stop(const GpuSpec *g, CostReport *out) {
         out->class_seconds[x.op_class] += t;
         out->expected_class_seconds[x.op_class] += te;
         out->class_calls[x.op_class]++;
+        out->class_bytes[x.op_class] += c.bytes + c.host_bytes;
         out->launches++;
         out->tc_flops += c.tc_flops;
         out->flops += c.flops;

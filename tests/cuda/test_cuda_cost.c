@@ -133,6 +133,8 @@ static void test_single_calls(void **state) {
     assert_true(e->bytes == 28e6);
     assert_true(fabs(r.seconds - 17.732e-6) < 0.001e-6);
     assert_int_equal(r.class_calls[OPC_OTHER], 1);
+    // Its bytes are the step's, all in its class.
+    assert_true(r.class_bytes[OPC_OTHER] == 28e6 && r.bytes == 28e6 && r.class_bytes[OPC_MATMUL] == 0);
 
     // The multi-tensor form over two ranges of that buffer (600,000 floats with weight decay,
     // 300,000 without, a gap between): one launch moving 28 B per element plus the 2 x 32 B
@@ -232,12 +234,15 @@ static double check_step(Arch arch, AttentionType type, int bf16, int gemm_path,
     // The fused kernels recompute P in the backward: at least the model's attention FLOPs.
     assert_true(r.tc_flops + r.flops >= want + (gemm_path ? 0.0 : attention));
     long calls = 0;
-    double sum = 0;
+    double sum = 0, bytes = 0;
     for (int c = 0; c < OPC_COUNT; c++) {
         calls += r.class_calls[c];
         sum += r.class_seconds[c];
+        bytes += r.class_bytes[c];
     }
     assert_int_equal(calls, r.launches);
+    assert_true(fabs(bytes - r.bytes) <= 1e-12 * r.bytes && r.class_bytes[OPC_MATMUL] > 0 &&
+                r.class_bytes[OPC_NORM_ACT] > 0);
     // One stream: the calls back to back, plus the GPU's idle time after each host
     // synchronisation (a 4 us relaunch each on the bound's timeline).
     assert_true(fabs(sum + r.sync_seconds - r.seconds) <= 1e-9 * r.seconds);

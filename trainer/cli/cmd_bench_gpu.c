@@ -122,10 +122,11 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
     printf("launches per step: %ld   host synchronisations: %ld   peak device memory: %.3f GiB   moved: %.3f GB   "
            "tensor-core: %.3f TFLOP   CUDA-core: %.4f TFLOP\n",
            r->launches, r->syncs, r->peak_bytes / 1073741824.0, r->bytes / 1e9, r->tc_flops / 1e12, r->flops / 1e12);
-    printf("time by op class (per step): bound, expected%s\n", measured ? ", measured" : "");
+    printf("time by op class (per step): bound, expected, bytes moved%s\n", measured ? ", measured" : "");
     for (int c = 0; c < OPC_COUNT; c++) {
-        printf("  %-16s %9.3f ms %9.3f ms %5.1f%% %6ld calls", class_names[c], 1e3 * r->class_seconds[c],
-               1e3 * r->expected_class_seconds[c], 100.0 * r->expected_class_seconds[c] / gpu_e, r->class_calls[c]);
+        printf("  %-16s %9.3f ms %9.3f ms %5.1f%% %6ld calls %8.3f GB", class_names[c], 1e3 * r->class_seconds[c],
+               1e3 * r->expected_class_seconds[c], 100.0 * r->expected_class_seconds[c] / gpu_e, r->class_calls[c],
+               r->class_bytes[c] / 1e9);
         if (measured) printf("   measured %9.3f ms", 1e3 * measured->seconds[c] / measured_steps);
         printf("\n");
     }
@@ -163,9 +164,12 @@ void bench_gpu_report(const GpuSpec *g, int bf16, int record_only, const CostRep
            "launches=%ld peak_device_gib=%.4f gemm_flops=%.6e model_flops=%.6e ranks=%d compute_ms=%.4f "
            "comm_ms=%.4f exposed_comm_ms=%.4f serial_step_ms=%.4f expected_step_ms=%.4f "
            "expected_gpu_ms=%.4f expected_tokens_per_s=%.1f expected_mfu=%.4f expected_exposed_comm_ms=%.4f "
-           "host_ms=%.4f syncs=%ld\n",
+           "host_ms=%.4f syncs=%ld moved_gb=%.4f moved_matmul_gb=%.4f moved_attention_gb=%.4f "
+           "moved_norm_gb=%.4f moved_loss_gb=%.4f moved_other_gb=%.4f\n",
            g->name, 1e3 * r->seconds, tokens / r->seconds, mfu, r->launches, r->peak_bytes / 1073741824.0,
            r->gemm_flops, model_flops, r->ranks, 1e3 * r->compute_seconds, 1e3 * r->comm_seconds,
            1e3 * r->exposed_comm_seconds, 1e3 * r->serial_seconds, 1e3 * step_e, 1e3 * gpu_e, tokens / step_e,
-           model_flops / step_e / peak, 1e3 * r->expected_exposed_comm_seconds, 1e3 * (host_s > 0 ? host_s : 0), r->syncs);
+           model_flops / step_e / peak, 1e3 * r->expected_exposed_comm_seconds, 1e3 * (host_s > 0 ? host_s : 0), r->syncs,
+           r->bytes / 1e9, r->class_bytes[OPC_MATMUL] / 1e9, r->class_bytes[OPC_ATTENTION] / 1e9,
+           r->class_bytes[OPC_NORM_ACT] / 1e9, r->class_bytes[OPC_LOSS] / 1e9, r->class_bytes[OPC_OTHER] / 1e9);
 }
