@@ -54,14 +54,11 @@ static void cpu_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
 static void cpu_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
-    // Threads own blocks of BIAS_COLS columns, rows summed in order (the bits do not depend on
-    // the block width): 256 columns read 512 contiguous bytes of a bf16 row, where 64 read 128
-    // and left the prefetcher a stride.
-    enum { BIAS_COLS = 256 };
+    // Threads own blocks of CPU_COLSUM_COLS columns, rows summed in order.
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
-    for (int c0 = 0; c0 < C; c0 += BIAS_COLS) {
-        int c1 = c0 + BIAS_COLS < C ? c0 + BIAS_COLS : C;
-        double acc[BIAS_COLS] = {0};
+    for (int c0 = 0; c0 < C; c0 += CPU_COLSUM_COLS) {
+        int c1 = c0 + CPU_COLSUM_COLS < C ? c0 + CPU_COLSUM_COLS : C;
+        double acc[CPU_COLSUM_COLS] = {0};
         for (int r = 0; r < N; r++) {
             if (bf) {
                 const uint16_t *row = act_ch(dy) + (size_t)r * C;

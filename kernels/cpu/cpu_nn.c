@@ -92,13 +92,12 @@ static void layernorm_backward_body(Backend *be, const Act *dy, const Act *x, co
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
     if (dgamma || dbeta) {
-        // Threads own blocks of LN_COLS columns (one writer per element); rows run inside, in
-        // order, so each row's block is read contiguously (the width does not change the bits).
-        enum { LN_COLS = 256 };
+        // Threads own blocks of CPU_COLSUM_COLS columns (one writer per element); rows run
+        // inside, in order, so each row's block is read contiguously.
 #pragma omp parallel for schedule(dynamic, 1) if ((size_t)N * C >= CPU_PARALLEL_MIN_MEM)
-        for (int c0 = 0; c0 < C; c0 += LN_COLS) {
-            const int w = C - c0 < LN_COLS ? C - c0 : LN_COLS;
-            double sg[LN_COLS] = {0}, sb[LN_COLS] = {0};
+        for (int c0 = 0; c0 < C; c0 += CPU_COLSUM_COLS) {
+            const int w = C - c0 < CPU_COLSUM_COLS ? C - c0 : CPU_COLSUM_COLS;
+            double sg[CPU_COLSUM_COLS] = {0}, sb[CPU_COLSUM_COLS] = {0};
             for (int r = 0; r < N; r++) {
                 const size_t o = (size_t)r * C + c0;
                 const float mu = mean[r], rs = rstd[r];
