@@ -82,6 +82,13 @@ static inline OPS_HD int ops_dropout_keep_fast(uint64_t key, uint64_t i, uint32_
 typedef enum { DT_F32 = 0, DT_BF16 = 1 } DType;
 static inline OPS_HD size_t dtype_size(DType t) { return t == DT_BF16 ? 2 : 4; }
 static inline const char *dtype_name(DType t) { return t == DT_BF16 ? "bf16" : "fp32"; }
+// The row stride of the vocabulary head's logits [N, V] (linear_forward_ld, cross_entropy_*):
+// in bf16, V rounded up to 16 elements (32 bytes).  An odd V (BERT's 30522, GPT-2's 50257) as a
+// leading dimension or a product's side keeps both backends off their fast kernels: cuBLAS fell to
+// alignment-1 kernels on the H200 (kernels/cuda/CALIBRATION.md run 4), oneDNN's bf16 matmul on an
+// AMX Xeon ran the head's three products 27% slower (kernels/cpu/README.md).  fp32 keeps V: its
+// results stay those of the unpadded layout, bit for bit.
+static inline OPS_HD int ops_head_ld(DType act, int V) { return act == DT_BF16 ? (V + 15) / 16 * 16 : V; }
 
 // An element of an activation buffer (see the conventions above).  Never defined.
 typedef struct Act Act;
@@ -201,6 +208,14 @@ struct Backend {
                            int in, int out, Act *y);
     void (*linear_backward)(Backend *be, const Act *dy, const Act *x, const float *W, int N,
                             int in, int out, Act *dx, int accumulate, float *dW, float *db);
+    // The same layer with y's (dy's) rows ldy >= out elements apart: the vocabulary head, whose
+    // ldy is ops_head_ld.  The forward writes zeros in columns [out, ldy); the backward expects
+    // zeros there (cross_entropy_backward leaves them so).  ldy == out is the pair above.
+    void (*linear_forward_ld)(Backend *be, const Act *x, const float *W, const float *b, int N,
+                              int in, int out, int ldy, Act *y);
+    void (*linear_backward_ld)(Backend *be, const Act *dy, const Act *x, const float *W, int N,
+                               int in, int out, int ldy, Act *dx, int accumulate, float *dW,
+                               float *db);
     // y[r, c] += bias[c] for y [N, C].
     void (*bias_add)(Backend *be, Act *y, const float *bias, int N, int C);
     // dbias[c] += sum_r dy[r, c].
@@ -321,16 +336,17 @@ struct Backend {
                                const int32_t *type_ids, int B, int T, int D, float *dword,
                                float *dpos, float *dtype);
 
-    // ---- loss: softmax cross-entropy over rows of logits [N, V] ----
+    // ---- loss: softmax cross-entropy over rows of logits [N, V], rows ld >= V apart ----
     // Rows with label < 0 are skipped: loss[r] = 0.  Otherwise loss[r] = lse[r] - logits[r, label],
     // lse[r] = log sum_v exp(logits[r, v]), reduced in fp32.  Writes loss[N] and lse[N] (fp32).
+    // Columns [V, ld) are not read.
     void (*cross_entropy_forward)(Backend *be, const Act *logits, const int32_t *labels, int N,
-                                  int V, float *loss, float *lse);
-    // dlogits[r, :] = grad_scale * (softmax(logits[r]) - onehot(label)), or 0 when label < 0.
-    // grad_scale is 1/count for a mean; dlogits may alias logits (the loss backward then
-    // overwrites the logits).
+                                  int V, int ld, float *loss, float *lse);
+    // dlogits[r, :V] = grad_scale * (softmax(logits[r]) - onehot(label)), or 0 when label < 0;
+    // columns [V, ld) are set to 0 (what linear_backward_ld expects).  grad_scale is 1/count for
+    // a mean; dlogits may alias logits (the loss backward then overwrites the logits).
     void (*cross_entropy_backward)(Backend *be, const Act *logits, const float *lse,
-                                   const int32_t *labels, int N, int V, float grad_scale,
+                                   const int32_t *labels, int N, int V, int ld, float grad_scale,
                                    Act *dlogits);
 
     // ---- attention core (see AttnShape) ----

@@ -336,3 +336,38 @@ void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float a
     cpu_gemm_ex(g, bf16, ta, tb, M, N, K, alpha, (CpuOperand){A, NULL, lda}, (CpuOperand){B, NULL, ldb},
                 NULL, beta, (CpuResult){C, NULL, ldc});
 }
+
+void cpu_gemm_padded_weight(CpuGemm *g, int bf16, int M, int N, int Np, int K, CpuOperand A,
+                            const float *W, const float *bias, CpuResult C) {
+    if (M <= 0 || N <= 0) return;
+    const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
+    const int hb_ = bias != NULL;
+    GemmKey k = {0, 1, M, Np, K, A.h ? A.ld : K, K, C.ld, 1, C.h != NULL, hb_, 1.0f, 0.0f};
+    GemmEntry *e = bf16 && Np > N && K > 0 && M > 16 && K > 16 ? lookup(g, &k) : NULL;
+    if (e && e->prim) {
+        // The weight's kept copy grown by zero rows, or one made now; the bias grown by zeros.
+        const uint16_t *wp = cpu_weights_bf16_padded(g->weights, W, N, K, K, Np);
+        // Each part at a 64-byte boundary (the bias is fp32).
+        const size_t na = A.h ? 0 : ((size_t)M * K + 31) / 32 * 32, nw = wp ? 0 : ((size_t)Np * K + 31) / 32 * 32;
+        const size_t nb = bias ? (size_t)Np * 2 : 0;
+        uint16_t *ha = thread_bf16(g, t, na + nw + nb), *hw = ha + na;
+        float *bp = (float *)(hw + nw);
+        if (na) cpu_pack_bf16(A.f, M, K, A.ld, ha);
+        if (nw) {
+            cpu_pack_bf16(W, N, K, K, hw);
+            memset(hw + (size_t)N * K, 0, (size_t)(Np - N) * K * sizeof *hw);
+        }
+        if (bias) {
+            memcpy(bp, bias, (size_t)N * sizeof *bp);
+            memset(bp + N, 0, (size_t)(Np - N) * sizeof *bp);
+        }
+        execute(g, e, t, A.h ? A.h : ha, wp ? wp : hw, bias ? bp : NULL, C.h ? (void *)C.h : (void *)C.f);
+        return;
+    }
+    // fp32, small, or no bf16 kernel: the unpadded product into the wider rows, then the zeros.
+    cpu_gemm_ex(g, bf16, 0, 1, M, N, K, 1.0f, A, (CpuOperand){W, NULL, K}, bias, 0.0f, C);
+    for (int r = 0; r < M; r++) {
+        if (C.h) memset(C.h + (size_t)r * C.ld + N, 0, (size_t)(Np - N) * sizeof *C.h);
+        else memset(C.f + (size_t)r * C.ld + N, 0, (size_t)(Np - N) * sizeof *C.f);
+    }
+}

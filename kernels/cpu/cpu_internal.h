@@ -55,6 +55,11 @@ typedef struct {
 // of the product (inside the primitive: no separate pass over C).
 void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
                  CpuOperand A, CpuOperand B, const float *bias, float beta, CpuResult C);
+// C [M, Np] = A [M, K] Wᵀ + bias with W [N, K] fp32 grown to Np >= N rows of zeros (C.ld >= Np):
+// the vocabulary head's forward with its width padded (ops.h ops_head_ld), columns [N, Np) of C
+// zero.  oneDNN's bf16 matmul ran it 3x faster with N = Np than with N odd and C.ld = Np.
+void cpu_gemm_padded_weight(CpuGemm *g, int bf16, int M, int N, int Np, int K, CpuOperand A,
+                            const float *W, const float *bias, CpuResult C);
 // bf16 copies of steady weights (cpu_weights.c, ops.h weights_steady): the copy of x [rows,
 // cols] (leading dimension ld; contiguous, as cpu_pack_bf16 writes it) when x lies in the memory
 // declared steady, made at its first use in the window; NULL otherwise (round per call).
@@ -64,6 +69,9 @@ void cpu_weights_destroy(CpuWeights *w);
 CpuWeights *cpu_gemm_weights(CpuGemm *g);
 void cpu_weights_steady(CpuWeights *w, const float *p, size_t n);   // p NULL: the window ends
 const uint16_t *cpu_weights_bf16(CpuWeights *w, const float *x, int rows, int cols, int ld);
+// The same copy grown to prows >= rows rows, the rows past `rows` zero (the padded head's weight);
+// it serves the unpadded requests of the same weight too.
+const uint16_t *cpu_weights_bf16_padded(CpuWeights *w, const float *x, int rows, int cols, int ld, int prows);
 // How many products took a copy made earlier in its window (the tests: the cache is used).
 long cpu_weights_reused(const CpuWeights *w);
 // A backend op wrote [p, p + bytes): a window over any of it ends.

@@ -526,7 +526,7 @@ static double ce_row_sum(const Act *logits, int bf, size_t at, int V, float *max
 
 // Logits of either storage type; the loss and lse are reduced and stored in fp32.
 static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels,
-                                      int N, int V, float *loss, float *lse) {
+                                      int N, int V, int ld, float *loss, float *lse) {
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
@@ -536,7 +536,7 @@ static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int3
             lse[r] = 0.0f;
             continue;
         }
-        const size_t at = (size_t)r * V;
+        const size_t at = (size_t)r * ld;
         float mx;
         const double s = ce_row_sum(logits, bf, at, V, &mx);
         const double l = mx + log(s);
@@ -548,18 +548,19 @@ static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int3
 }
 
 static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const float *lse,
-                                       const int32_t *labels, int N, int V, float grad_scale,
-                                       Act *dlogits) {
+                                       const int32_t *labels, int N, int V, int ld,
+                                       float grad_scale, Act *dlogits) {
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
-        const size_t at = (size_t)r * V;
+        const size_t at = (size_t)r * ld;
         const int label = labels[r];
         const float l = lse[r];
         if (bf) {
             const uint16_t *z = act_ch(logits) + at;
             uint16_t *g = act_h(dlogits) + at;
+            memset(g + V, 0, (size_t)(ld - V) * sizeof *g);
             if (label < 0) {
                 memset(g, 0, (size_t)V * sizeof *g);
                 continue;
@@ -573,6 +574,7 @@ static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const flo
         } else {
             const float *z = act_cf(logits) + at;
             float *g = act_f(dlogits) + at;
+            memset(g + V, 0, (size_t)(ld - V) * sizeof *g);
             if (label < 0) {
                 memset(g, 0, (size_t)V * sizeof *g);
                 continue;

@@ -31,7 +31,8 @@
 typedef struct WeightCopy {
     const float *src;
     int rows, cols, ld;
-    uint16_t *h;                    // rows x cols, contiguous (ld = cols), as cpu_pack_bf16 writes
+    int prows;                      // rows of h: the copy's, then zero rows (a padded head's weight)
+    uint16_t *h;                    // prows x cols, contiguous (ld = cols), as cpu_pack_bf16 writes
     unsigned long gen;              // the window it was made in
     struct WeightCopy *next;
 } WeightCopy;
@@ -124,7 +125,7 @@ static void check_copy(const WeightCopy *c) {
                           c->rows, c->cols, (const void *)c->src, r, k);
 }
 
-const uint16_t *cpu_weights_bf16(CpuWeights *w, const float *x, int rows, int cols, int ld) {
+const uint16_t *cpu_weights_bf16_padded(CpuWeights *w, const float *x, int rows, int cols, int ld, int prows) {
     // Unlocked first look: most fp32 operands outside a window or outside the steady memory
     // (the attention core's per-thread sums) are turned away without the lock.
     const char *a = (const char *)x, *b = (const char *)(x + (size_t)(rows - 1) * ld + cols);
@@ -144,15 +145,23 @@ const uint16_t *cpu_weights_bf16(CpuWeights *w, const float *x, int rows, int co
         }
         c = mhe_calloc(1, sizeof *c);
         *c = (WeightCopy){.src = x, .rows = rows, .cols = cols, .ld = ld, .gen = w->gen - 1, .next = w->buckets[hb]};
-        c->h = aligned_alloc(64, ((size_t)rows * cols * 2 + 63) / 64 * 64);
-        if (!c->h) mhe_fatal("out of memory allocating a bf16 weight copy of %dx%d", rows, cols);
         w->buckets[hb] = c;
         w->copies++;
+    }
+    if (c->prows < prows || !c->h) {
+        // One copy serves the padded product and the unpadded ones of the same weight (the tied
+        // word embedding: the head's forward, its dx, the embedding); grown, it is made again.
+        free(c->h);
+        c->prows = prows > rows ? prows : rows;
+        c->h = aligned_alloc(64, ((size_t)c->prows * cols * 2 + 63) / 64 * 64);
+        if (!c->h) mhe_fatal("out of memory allocating a bf16 weight copy of %dx%d", c->prows, cols);
+        c->gen = w->gen - 1;
     }
     if (c->gen != w->gen) {
         // Outside a parallel region the rounding is split over the threads; inside one (an
         // attention product) it runs on the calling thread while the others wait on the lock.
         cpu_pack_bf16(x, rows, cols, ld, c->h);
+        memset(c->h + (size_t)rows * cols, 0, (size_t)(c->prows - rows) * cols * sizeof *c->h);
         c->gen = w->gen;
     } else {
         w->reused++;
@@ -160,4 +169,8 @@ const uint16_t *cpu_weights_bf16(CpuWeights *w, const float *x, int rows, int co
     }
     pthread_mutex_unlock(&w->lock);
     return c->h;
+}
+
+const uint16_t *cpu_weights_bf16(CpuWeights *w, const float *x, int rows, int cols, int ld) {
+    return cpu_weights_bf16_padded(w, x, rows, cols, ld, rows);
 }

@@ -187,7 +187,6 @@ static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *d
 
 static void act_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
                                Act *y) {
-    if (cuda_pad_linear_forward(be, x, W, b, N, in, out, y)) return;
     double t0 = cuda_prof_begin(be);
     if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(y))) {
         cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
@@ -198,7 +197,6 @@ static void act_linear_forward(Backend *be, const Act *x, const float *W, const 
 }
 static void act_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
                                 Act *dx, int accumulate, float *dW, float *db) {
-    if (cuda_pad_linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db)) return;
     if (dx)
         be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
                    out_act(dx, in));

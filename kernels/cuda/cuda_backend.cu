@@ -200,7 +200,6 @@ static void cuda_destroy(Backend *be) {
     std::free(c->f32);
     for (int i = 0; i < ACT_STAGE_SLOTS; i++) cuda_device_free(c->stage[i]);
     cuda_device_free(c->bf16_scratch);
-    cuda_device_free(c->pad_scratch);
     cuda_device_free(c->pad_weight);
     cuda_device_free(c->colsum);
     cuda_device_free(c->flash_part);
@@ -276,6 +275,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     cuda_install_loss(be);
     cuda_install_attention(be);
     cuda_install_linear(be);
+    cuda_install_linear_ld(be);
     cuda_install_optim(be);
     // Deferred column sums (cuda_colsum.cu) with bf16 activations, where only the fp32 ops read
     // parameter gradients and they flush first.

@@ -15,10 +15,6 @@ extern "C" {
 // be used.
 Backend *backend_cuda_create(int device, int bf16);
 
-// Tests: at most `rows` rows per chunk of the vocabulary heads' padded scratch (cuda_pad_ld.cu;
-// 0: chunks of 128 MiB), so that a small head runs the chunked path.
-void cuda_pad_chunk_rows(Backend *be, size_t rows);
-
 #ifdef __cplusplus
 }
 #endif

@@ -23,11 +23,11 @@ struct CudaCtx {
     cublasHandle_t blas;
     __nv_bfloat16 *bf16_scratch;  // matmul operands rounded to bf16 (grow-only)
     size_t bf16_scratch_elems;
-    __nv_bfloat16 *pad_scratch;   // rows padded to 16 bytes for the vocabulary heads (cuda_pad_ld.cu; grow-only)
-    size_t pad_scratch_elems;
-    __nv_bfloat16 *pad_weight;    // the head's weight, bf16 with zero rows to the padded width (grow-only)
+    __nv_bfloat16 *pad_weight;    // the head's weight and bias, bf16 with zeros to the padded width (grow-only)
     size_t pad_weight_elems;
-    size_t pad_chunk_rows;        // 0: chunks of 128 MiB; else at most this many rows (tests)
+    const float *pad_of[2];       // what pad_weight holds: W and b (nullptr: none), ...
+    int pad_shape[3];             // ... out, in, ldy, ...
+    uint64_t pad_version[2];      // ... from these versions of their copies (cuda_weight_copy_version)
     void **gemm_ptrs;             // pointer arrays of cuda_gemm_heads (grow-only)
     size_t gemm_ptrs_count;
     double *partials;             // per-block partial sums of sum_squares
@@ -232,6 +232,10 @@ void cuda_install_act_bf16(Backend *be);
 void cuda_weight_copy_track(Backend *be, const void *p, size_t bytes);
 void cuda_weight_copy_release(Backend *be, const void *p);
 const __nv_bfloat16 *cuda_weight_copy(Backend *be, const float *p, size_t n);
+// A number that changes whenever the copy of the allocation holding p may change (a write
+// reported, a re-rounding, a dual store handed out); 0: no copy tracked.  What is derived from a
+// copy (the padded head weight, cuda_pad_ld.cu) is kept while the number stays.
+uint64_t cuda_weight_copy_version(Backend *be, const float *p);
 void cuda_weight_copies_destroy(Backend *be);
 // Their linear layers through cuBLASLt with the bias fused (cuda_linear.cu); false: no plan.
 // With g: the FFN's GELU_TANH up projection, g = GELU(y) and y stored in one GEMM.
@@ -242,12 +246,11 @@ bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W,
                            int in, int out, __nv_bfloat16 *dx);
 bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
                         float *dW, float *db, int ldy = 0);  // ldy: dy's leading dimension (0: out)
-// The linear layers of an activation width that is not a multiple of 8 (the vocabulary heads)
-// through row-padded scratch (cuda_pad_ld.cu); false: not such a layer, nothing done.
-bool cuda_pad_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
-                             Act *y);
-bool cuda_pad_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
-                              Act *dx, int accumulate, float *dW, float *db);
+// y [N, out] = x Wᵀ + b in one BIAS GEMM from W's and b's bf16 copies as given (the padded head's,
+// cuda_pad_ld.cu, grown by zeros to out); false (nothing done) without a plan.
+bool cuda_act_linear_forward_padded(Backend *be, const __nv_bfloat16 *x, const __nv_bfloat16 *W,
+                                    const __nv_bfloat16 *b, int N, int in, int out, __nv_bfloat16 *y);
+void cuda_install_linear_ld(Backend *be);
 void cuda_install_norm_loss(Backend *be);
 void cuda_install_loss(Backend *be);
 void cuda_install_attention(Backend *be);

@@ -249,6 +249,15 @@ bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W
     }
     return true;
 }
+bool cuda_act_linear_forward_padded(Backend *be, const __nv_bfloat16 *x, const __nv_bfloat16 *W,
+                                    const __nv_bfloat16 *b, int N, int in, int out, __nv_bfloat16 *y) {
+    if (N <= 0 || out <= 0 || in <= 0) return false;
+    const LtPlan *p = lt_plan(be, CUBLASLT_EPILOGUE_BIAS, true, false, out, N, in, in, in, out, W, x, y, b, CUDA_R_16BF);
+    if (!p) return false;
+    mhe_cost_record_gemm_bf16_out(N, out, in, "+bias", 2.0 * out);
+    lt_run(be, p, W, x, 0.0f, y, b);
+    return true;
+}
 // dx = (dy W) ⊙ gelu'(u) in one DGELU GEMM reading u as the aux matrix (GELU_TANH); false (nothing
 // done) without a plan.
 bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W, const __nv_bfloat16 *u, int N,

@@ -13,7 +13,8 @@ __device__ __forceinline__ float logit(const __nv_bfloat16 *z, int v) { return _
 
 // loss = lse - z[label],  lse = max + log sum exp(z - max);  rows with label < 0 give 0, 0.
 template <typename T>
-__global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *labels, int V, float *loss, float *lse) {
+__global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *labels, int V, size_t ld, float *loss,
+                                             float *lse) {
     MHE_SHARED(float, fbuf, [32]);
     MHE_SHARED(double, dbuf, [32]);
     int r = blockIdx.x, label = labels[r];
@@ -21,7 +22,7 @@ __global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *lab
         if (threadIdx.x == 0) loss[r] = lse[r] = 0.0f;
         return;
     }
-    const T *z = logits + (size_t)r * V;
+    const T *z = logits + r * ld;
     float mx = -INFINITY;
     for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, logit(z, v));
     mx = block_max(mx, fbuf);
@@ -35,22 +36,24 @@ __global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *lab
     }
 }
 
-// dlogits = grad_scale * (softmax(z) - onehot(label)); each element read and written by the same
-// thread, so dlogits may alias logits (in bf16 mode z and dlb the same memory).
+// dlogits = grad_scale * (softmax(z) - onehot(label)), zeros in the row's padding [V, ld); each
+// element read and written by the same thread, so dlogits may alias logits (in bf16 mode z and dlb
+// the same memory).
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T *logits, const float *lse, const int32_t *labels, int V,
-                                              float grad_scale, float *dlogits, __nv_bfloat16 *dlb) {
+                                              size_t ld, float grad_scale, float *dlogits, __nv_bfloat16 *dlb) {
     int r = blockIdx.x, label = labels[r];
-    const T *z = logits + (size_t)r * V;
-    float *g = dlogits ? dlogits + (size_t)r * V : nullptr;  // nullptr: bf16 mode, dlb only
-    __nv_bfloat16 *gb = dlb ? dlb + (size_t)r * V : nullptr;
+    const T *z = logits + r * ld;
+    float *g = dlogits ? dlogits + r * ld : nullptr;  // nullptr: bf16 mode, dlb only
+    __nv_bfloat16 *gb = dlb ? dlb + r * ld : nullptr;
     float l = label < 0 ? 0.0f : lse[r];
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         store_dual(g, gb, v, label < 0 ? 0.0f : grad_scale * (expf(logit(z, v) - l) - (v == label ? 1.0f : 0.0f)));
+    for (int v = V + threadIdx.x; v < (int)ld; v += blockDim.x) store_dual(g, gb, v, 0.0f);
 }
 
 static void cuda_cross_entropy_forward(Backend *be, const float *logits, const int32_t *labels, int N, int V,
-                                       float *loss, float *lse) {
+                                       int ld, float *loss, float *lse) {
     double t0 = cuda_prof_begin(be);
     cuda_fp32_wrote(be, loss, (size_t)N * sizeof(float));
     cuda_fp32_wrote(be, lse, (size_t)N * sizeof(float));
@@ -59,37 +62,41 @@ static void cuda_cross_entropy_forward(Backend *be, const float *logits, const i
     const MheCost cost = mhe_cost(4.0 * N * V, el * N * V + 12.0 * N);
     cudaStream_t st = cuda_stream(be);
     if (N && zb)
-        MHE_LAUNCH(cross_entropy_forward_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, st, cost)(zb, labels, V, loss, lse);
+        MHE_LAUNCH(cross_entropy_forward_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, st, cost)(zb, labels, V, (size_t)ld, loss, lse);
     else if (N)
-        MHE_LAUNCH(cross_entropy_forward_kernel<float>, N, MHE_BLOCK, 0, st, cost)(logits, labels, V, loss, lse);
+        MHE_LAUNCH(cross_entropy_forward_kernel<float>, N, MHE_BLOCK, 0, st, cost)(logits, labels, V, (size_t)ld, loss, lse);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_LOSS, t0, 0);
 }
 
 static void cuda_cross_entropy_backward(Backend *be, const float *logits, const float *lse, const int32_t *labels,
-                                        int N, int V, float grad_scale, float *dlogits) {
+                                        int N, int V, int ld, float grad_scale, float *dlogits) {
     double t0 = cuda_prof_begin(be);
     const __nv_bfloat16 *zb = act_in(be, logits);
     float *dlw;
     __nv_bfloat16 *dlb = act_out(be, dlogits, &dlw);
-    const MheCost cost = with_act_store(mhe_cost(4.0 * N * V, (zb ? 6.0 : 8.0) * N * V + 8.0 * N), dlb, dlw, (double)N * V);
+    // The logits read over V, the gradient stored over ld (the padding's zeros).
+    const MheCost cost = with_act_store(mhe_cost(4.0 * N * V, (zb ? 2.0 : 4.0) * N * V + 4.0 * N * ld + 8.0 * N), dlb,
+                                        dlw, (double)N * ld);
     cudaStream_t st = cuda_stream(be);
     if (N && zb)
-        MHE_LAUNCH(cross_entropy_backward_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, st, cost)(zb, lse, labels, V, grad_scale, dlw, dlb);
+        MHE_LAUNCH(cross_entropy_backward_kernel<__nv_bfloat16>, N, MHE_BLOCK, 0, st, cost)(zb, lse, labels, V, (size_t)ld, grad_scale, dlw, dlb);
     else if (N)
-        MHE_LAUNCH(cross_entropy_backward_kernel<float>, N, MHE_BLOCK, 0, st, cost)(logits, lse, labels, V, grad_scale, dlw, dlb);
+        MHE_LAUNCH(cross_entropy_backward_kernel<float>, N, MHE_BLOCK, 0, st, cost)(logits, lse, labels, V, (size_t)ld, grad_scale, dlw, dlb);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_LOSS, t0, 0);
 }
 
 // The op table's signatures (ops.h's Act for the logits) over the fp32 implementations above.
-static void act_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels, int N, int V,
+static void act_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels, int N, int V, int ld,
                                       float *loss, float *lse) {
-    cuda_cross_entropy_forward(be, af(logits), labels, N, V, loss, lse);
+    if (ld < V) mhe_fatal("cross_entropy_forward: row stride %d below the width %d", ld, V);
+    cuda_cross_entropy_forward(be, af(logits), labels, N, V, ld, loss, lse);
 }
 static void act_cross_entropy_backward(Backend *be, const Act *logits, const float *lse, const int32_t *labels, int N,
-                                       int V, float grad_scale, Act *dlogits) {
-    cuda_cross_entropy_backward(be, af(logits), lse, labels, N, V, grad_scale, af(dlogits));
+                                       int V, int ld, float grad_scale, Act *dlogits) {
+    if (ld < V) mhe_fatal("cross_entropy_backward: row stride %d below the width %d", ld, V);
+    cuda_cross_entropy_backward(be, af(logits), lse, labels, N, V, ld, grad_scale, af(dlogits));
 }
 
 void cuda_install_loss(Backend *be) {

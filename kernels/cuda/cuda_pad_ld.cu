@@ -1,166 +1,206 @@
-// Linear layers whose activation rows are not a whole number of 16-byte units in bf16 (out % 8):
-// the vocabulary heads (BERT 30522, GPT-2 50257).  cuBLAS and cuBLASLt take their Hopper
-// kernels only for 16-byte-aligned leading dimensions; with a leading dimension of 30522 they
-// fell to alignment-1 CUTLASS kernels and a CUDA-core magma kernel on the H200 (CALIBRATION.md
-// run 4: 5.5-150 TFLOP/s, 14 ms of BERT-base's step and 31 ms of GPT-2 small's, against 300-600
-// TFLOP/s for the aligned GEMMs of the same step).
+// The vocabulary head with its rows ldy apart (ops.h linear_forward_ld / linear_backward_ld, ldy =
+// ops_head_ld: the width rounded up to 16 elements in bf16).  cuBLAS and cuBLASLt take their
+// Hopper kernels only for 16-byte-aligned leading dimensions and, for GPT-2's 50257, only with
+// the vocabulary dimension itself a multiple of 8; with 30522 as the leading dimension they fell
+// to alignment-1 CUTLASS kernels and a CUDA-core magma kernel on the H200 (CALIBRATION.md run 4:
+// 5.5-150 TFLOP/s, 14 ms of BERT-base's step and 31 ms of GPT-2 small's, against 300-600 TFLOP/s
+// for the aligned GEMMs of the same step).
 //
-// Here the vocabulary dimension is padded to a multiple of 8: the weight's bf16 copy gains zero
-// rows, the forward's product lands in a row-padded scratch (fp32 when a bias follows, added before
-// the one rounding) and one copy packs it into y; the backward copies dy in with zero columns, and
-// dx (K padded) and dW (leading dimension padded) read it from there.  Rows go in chunks so that
-// the scratch stays at most kChunkElems (128 MiB of bf16) whatever the batch.  The values are the
-// unpadded path's (the padding adds zeros); dW's and db's fp32 sums over the rows are split at the
-// chunk boundaries.
-#include <algorithm>
-
+// The model keeps the logits in rows of ldy, so nothing is copied: the weight's bf16 copy gains
+// zero rows up to ldy (and the bias zeros), the forward's product is ldy wide and writes the zero
+// columns itself; the backward's dx runs K = ldy over dy's zero columns (cross_entropy_backward
+// writes them) and the zero rows, and dW keeps `out` rows, reading dy with leading dimension ldy.
+// The values are the unpadded product's: the padding adds zeros.  fp32 (and a product cuBLASLt has
+// no plan for) runs the unpadded width into the wider rows.
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_internal.h"
 
-static constexpr size_t kChunkElems = 64u << 20;
-// Below this many elements the copies cost more than the slow kernel loses.
-static constexpr size_t kMinElems = 1u << 16;
-
-static size_t padded(int out) { return ((size_t)out + 7) / 8 * 8; }
-
-static bool wanted(const Backend *be, int N, int out) {
-    return be->act == DT_BF16 && out % 8 != 0 && (size_t)N * out >= kMinElems;
-}
-
-// Rows in one chunk: as many whole groups of 8 as fit in kChunkElems (the whole batch when it fits),
-// or fewer where the test seam (cuda_pad_chunk_rows) caps them.
-static size_t chunk_rows(Backend *be, int N, int out) {
-    const size_t cap = cuda_ctx(be)->pad_chunk_rows;
-    size_t rows = std::max<size_t>(8, kChunkElems / padded(out) / 8 * 8);  // whole 16-byte row groups
-    if (cap) rows = std::min(rows, cap);
-    return std::min(rows, (size_t)N);
-}
-
-// y[r, c] = x[r, c] between row lengths lx and ly over `cols` columns; the padding columns of
-// a padded destination are zeroed (nothing reads them, but they are then defined).
-__global__ void pad_copy_kernel(const __nv_bfloat16 *__restrict__ x, size_t lx, __nv_bfloat16 *__restrict__ y,
-                                size_t ly, size_t rows, size_t cols) {
-    const size_t w = ly > cols ? ly : cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * w; i += (size_t)blockDim.x * gridDim.x) {
-        const size_t r = i / w, c = i % w;
-        if (c < cols)
-            y[r * ly + c] = x[r * lx + c];
-        else if (c < ly)
-            y[r * ly + c] = __float2bfloat16(0.0f);
-    }
-}
-
-static void pad_copy(Backend *be, const __nv_bfloat16 *x, size_t lx, __nv_bfloat16 *y, size_t ly, size_t rows,
-                     size_t cols) {
-    const double t0 = cuda_prof_begin(be);
-    const size_t n = rows * std::max(ly, cols);
-    MHE_LAUNCH(pad_copy_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 4.0 * rows * cols))(
-        x, lx, y, ly, rows, cols);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_MATMUL, t0, 0);
-}
-
-static __nv_bfloat16 *scratch(Backend *be, size_t elems) {
-    CudaCtx *c = cuda_ctx(be);
-    return cuda_grow(be, c->pad_scratch, c->pad_scratch_elems, elems);
-}
-
-static Act *as_act(__nv_bfloat16 *p) { return reinterpret_cast<Act *>(p); }
-static const Act *as_act(const __nv_bfloat16 *p) { return reinterpret_cast<const Act *>(p); }
-
-// y[i] = x[i] for i < n, 0 up to np: W's bf16 copy [out, in] grown to [padded(out), in] with zero
-// rows, so the products run with the vocabulary dimension a multiple of 8 too (cuBLAS still took
-// alignment-1 kernels on the H200 for GPT-2's odd 50257 with aligned leading dimensions).
+// y[i] = x[i] for i < n, 0 up to np: a bf16 copy grown by zeros.
 __global__ void pad_tail_kernel(const __nv_bfloat16 *__restrict__ x, size_t n, __nv_bfloat16 *__restrict__ y,
                                 size_t np) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < np; i += (size_t)blockDim.x * gridDim.x)
         y[i] = i < n ? x[i] : __float2bfloat16(0.0f);
 }
-static const __nv_bfloat16 *padded_weight(Backend *be, const float *W, int out, int in) {
-    CudaCtx *c = cuda_ctx(be);
-    const size_t n = (size_t)out * in, np = padded(out) * in;
-    __nv_bfloat16 *wp = cuda_grow(be, c->pad_weight, c->pad_weight_elems, np);
-    const __nv_bfloat16 *wc = cuda_weight_copy(be, W, n);
+
+// The bf16 copy of src [n] (wc: its allocation's; nullptr: rounded here) grown by zeros to np, into dst.
+static void padded_copy(Backend *be, const float *src, const __nv_bfloat16 *wc, size_t n, __nv_bfloat16 *dst,
+                        size_t np) {
     if (!wc) {  // not the backend's memory: rounded in place, then the tail
-        cuda_round_bf16(be, W, wp, n);
-        wc = wp;
+        cuda_round_bf16(be, src, dst, n);
+        wc = dst;
     }
     const double t0 = cuda_prof_begin(be);
     MHE_LAUNCH(pad_tail_kernel, cuda_grid_for(np), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 2.0 * n + 2.0 * np))(
-        wc, n, wp, np);
+        wc, n, dst, np);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_MATMUL, t0, 0);
+}
+
+#if defined(MHE_CUDA_EMU)
+// The emulation checks a kept padded copy against the weight's current copy before it is reused.
+static void check_kept(Backend *be, const __nv_bfloat16 *kept, const __nv_bfloat16 *wc, size_t n, size_t np) {
+    if (mhe_cost_dry_run()) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    for (size_t i = 0; i < np; i++) {
+        const float want = i < n ? __bfloat162float(wc[i]) : 0.0f, got = __bfloat162float(kept[i]);
+        if (!(want == got) && !(want != want && got != got))
+            mhe_fatal("cuda_pad_ld: the kept padded head weight is stale at %zu (%g vs %g)", i, (double)got,
+                      (double)want);
+    }
+}
+#endif
+
+// One of the head's padded operands (W or b, slot 0 or 1): kept from an earlier call while its
+// allocation's copy has not changed (the forward and the backward of a step, and every micro-batch
+// of it, share one padding pass), else made now.
+static void pad_operand(Backend *be, int slot, const float *src, size_t n, __nv_bfloat16 *dst, size_t np,
+                        bool same_shape) {
+    CudaCtx *c = cuda_ctx(be);
+    const __nv_bfloat16 *wc = cuda_weight_copy(be, src, n);  // first: making it current changes its version
+    const uint64_t v = wc ? cuda_weight_copy_version(be, src) : 0;
+    if (v && same_shape && c->pad_of[slot] == src && c->pad_version[slot] == v) {
+#if defined(MHE_CUDA_EMU)
+        check_kept(be, dst, wc, n, np);
+#endif
+        return;
+    }
+    padded_copy(be, src, wc, n, dst, np);
+    c->pad_of[slot] = v ? src : nullptr;
+    c->pad_version[slot] = v;
+}
+
+// W [out, in] as bf16 [ldy, in] with zero rows, and b (when given) as bf16 [ldy] after it, at a
+// 16-element boundary.
+static const __nv_bfloat16 *padded_weight(Backend *be, const float *W, const float *b, int out, int in, int ldy,
+                                          const __nv_bfloat16 **bias) {
+    CudaCtx *c = cuda_ctx(be);
+    const size_t np = (size_t)ldy * in, at = (np + 15) / 16 * 16, need = at + (size_t)ldy;  // room for a bias
+    if (need > c->pad_weight_elems) c->pad_of[0] = c->pad_of[1] = nullptr;  // regrown: nothing kept
+    __nv_bfloat16 *wp = cuda_grow(be, c->pad_weight, c->pad_weight_elems, need);
+    const bool same = c->pad_shape[0] == out && c->pad_shape[1] == in && c->pad_shape[2] == ldy;
+    c->pad_shape[0] = out, c->pad_shape[1] = in, c->pad_shape[2] = ldy;
+    pad_operand(be, 0, W, (size_t)out * in, wp, np, same);
+    if (b) pad_operand(be, 1, b, (size_t)out, wp + at, (size_t)ldy, same);
+    if (bias) *bias = b ? wp + at : nullptr;
     return wp;
 }
 
-// y[r, c] = bf16(x[r, c] + b[c]) from the fp32 product: the bias added before the one rounding,
-// as cuBLASLt's BIAS epilogue does.
-__global__ void pack_bias_kernel(const float *__restrict__ x, size_t lx, const float *__restrict__ b,
-                                 __nv_bfloat16 *__restrict__ y, size_t rows, size_t cols) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * cols; i += (size_t)blockDim.x * gridDim.x) {
-        const size_t r = i / cols, c = i % cols;
-        y[i] = __float2bfloat16(x[r * lx + c] + b[c]);
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16(v); }
+
+// y[r, c] += b[c] (b may be NULL) for c < cols, y[r, c] = 0 for cols <= c < ld.
+template <typename T>
+__global__ void bias_pad_kernel(T *__restrict__ y, size_t ld, const float *__restrict__ b, size_t rows, size_t cols) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * ld; i += (size_t)blockDim.x * gridDim.x) {
+        const size_t c = i % ld;
+        if (c >= cols)
+            store(y + i, 0.0f);
+        else if (b)
+            store(y + i, to_f32(y[i]) + b[c]);
     }
 }
 
-bool cuda_pad_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
-                             Act *y) {
-    if (!wanted(be, N, out)) return false;
-    const size_t ld = padded(out), step = chunk_rows(be, N, out);
-    const __nv_bfloat16 *wp = padded_weight(be, W, out, in);
-    // With a bias the product stays fp32 until the bias is in (two bf16 scratch elements per value).
-    __nv_bfloat16 *P = scratch(be, step * ld * (b ? 2 : 1));
-    for (size_t r0 = 0; r0 < (size_t)N; r0 += step) {
-        const int rows = (int)std::min(step, (size_t)N - r0);
-        const MatIn xr = mat_act(as_act(ab(x) + r0 * in), in), wr = mat_act(as_act(wp), in);
-        if (b) {
-            float *P32 = reinterpret_cast<float *>(P);
-            mhe_cost_gemm_lds_aligned();
-            be->matmul(be, 0, 1, rows, (int)ld, in, 1.0f, xr, wr, 0.0f, out_f32(P32, (int)ld));
-            const double t0 = cuda_prof_begin(be);
-            const size_t n = (size_t)rows * out;
-            MHE_LAUNCH(pack_bias_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(n, 6.0 * n))(
-                P32, ld, b, ab(y) + r0 * out, rows, out);
-            CUDA_CHECK_LAUNCH();
-            cuda_prof_end(be, OPC_MATMUL, t0, 0);
-        } else {
-            mhe_cost_gemm_lds_aligned();
-            be->matmul(be, 0, 1, rows, (int)ld, in, 1.0f, xr, wr, 0.0f, out_act(as_act(P), (int)ld));
-            pad_copy(be, P, ld, ab(y) + r0 * out, out, rows, out);
-        }
-    }
-    return true;
+// dbias[c] += Σ_r dy[r, c] over rows ld apart; one thread per column, rows in order.
+template <typename T>
+__global__ void bias_backward_ld_kernel(const T *__restrict__ dy, size_t ld, int N, int C, float *__restrict__ dbias) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0;
+    for (int r = 0; r < N; r++) s += to_f32(dy[(size_t)r * ld + c]);
+    dbias[c] += s;
 }
 
-bool cuda_pad_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
-                              Act *dx, int accumulate, float *dW, float *db) {
-    if (!wanted(be, N, out)) return false;
-    const size_t ld = padded(out), step = chunk_rows(be, N, out);
-    const __nv_bfloat16 *wp = dx ? padded_weight(be, W, out, in) : nullptr;
-    __nv_bfloat16 *P = scratch(be, step * ld);
-    for (size_t r0 = 0; r0 < (size_t)N; r0 += step) {
-        const int rows = (int)std::min(step, (size_t)N - r0);
-        const __nv_bfloat16 *xr = ab(x) + r0 * in;
-        pad_copy(be, ab(dy) + r0 * out, out, P, ld, rows, out);  // zero columns past out: K runs to ld
-        if (dx) {
-            mhe_cost_gemm_lds_aligned();
-            be->matmul(be, 0, 0, rows, in, (int)ld, 1.0f, mat_act(as_act(P), (int)ld), mat_act(as_act(wp), in),
-                       accumulate ? 1.0f : 0.0f, out_act(as_act(ab(dx) + r0 * in), in));
-        }
-        // dW [out, in]: out stays the row count (dW is not padded); its leading dimensions are
-        // aligned.  The mark holds for whichever of the two forms records the product: the BGRADB
-        // GEMM records only once it has a plan.
-        const double t0 = cuda_prof_begin(be);
+static void check_ld(const char *op, int out, int ldy) {
+    if (ldy < out) mhe_fatal("%s: row stride %d below the width %d", op, ldy, out);
+}
+
+static void act_linear_forward_ld(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
+                                  int ldy, Act *y) {
+    check_ld("linear_forward_ld", out, ldy);
+    if (ldy == out) {
+        be->linear_forward(be, x, W, b, N, in, out, y);
+        return;
+    }
+    if (N <= 0) return;
+    if (act16(be)) {
+        const __nv_bfloat16 *bp;
+        const __nv_bfloat16 *wp = padded_weight(be, W, b, out, in, ldy, &bp);
         mhe_cost_gemm_lds_aligned();
-        if (db && cuda_act_linear_dw(be, P, xr, rows, in, out, dW, db, (int)ld)) {
-            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * rows * in * out);
-            continue;
+        double t0 = cuda_prof_begin(be);
+        if (b && cuda_act_linear_forward_padded(be, ab(x), wp, bp, N, in, ldy, ab(y))) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * ldy * in);
+            return;
         }
-        be->matmul(be, 1, 0, out, in, rows, 1.0f, mat_act(as_act(P), (int)ld), mat_act(as_act(xr), in), 1.0f,
-                   out_f32(dW, in));
-        if (db) be->bias_backward(be, as_act(ab(dy) + r0 * out), rows, out, db);
+        if (!b) {
+            be->matmul(be, 0, 1, N, ldy, in, 1.0f, mat_act(x, in), mat_act(reinterpret_cast<const Act *>(wp), in),
+                       0.0f, out_act(y, ldy));
+            return;
+        }
     }
-    return true;
+    // fp32, or no cuBLASLt plan: the unpadded product into the wide rows, then the bias and zeros.
+    be->matmul(be, 0, 1, N, out, in, 1.0f, mat_act(x, in), mat_f32(W, in), 0.0f, out_act(y, ldy));
+    const double t0 = cuda_prof_begin(be);
+    const size_t n = (size_t)N * ldy, el = act16(be) ? 2 : 4;
+    const MheCost cost = mhe_cost((double)N * out, 2.0 * el * N * out + el * N * (ldy - out));
+    if (act16(be))
+        MHE_LAUNCH(bias_pad_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(
+            ab(y), ldy, b, N, out);
+    else
+        MHE_LAUNCH(bias_pad_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(
+            af(y), ldy, b, N, out);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-extern "C" void cuda_pad_chunk_rows(Backend *be, size_t rows) { cuda_ctx(be)->pad_chunk_rows = rows; }
+static void act_linear_backward_ld(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
+                                   int ldy, Act *dx, int accumulate, float *dW, float *db) {
+    check_ld("linear_backward_ld", out, ldy);
+    if (ldy == out) {
+        be->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
+        return;
+    }
+    if (N <= 0) return;
+    if (dx) {
+        if (act16(be)) {  // K = ldy: dy's zero columns meet the weight's zero rows
+            const __nv_bfloat16 *wp = padded_weight(be, W, nullptr, out, in, ldy, nullptr);
+            mhe_cost_gemm_lds_aligned();
+            be->matmul(be, 0, 0, N, in, ldy, 1.0f, mat_act(dy, ldy), mat_act(reinterpret_cast<const Act *>(wp), in),
+                       accumulate ? 1.0f : 0.0f, out_act(dx, in));
+        } else {
+            be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, ldy), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
+                       out_act(dx, in));
+        }
+    }
+    // dW [out, in]: out stays the row count (dW is not padded); its leading dimensions are aligned.
+    const double t0 = cuda_prof_begin(be);
+    if (act16(be)) {
+        mhe_cost_gemm_lds_aligned();
+        if (db && cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db, ldy)) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
+            return;
+        }
+        mhe_cost_gemm_lds_aligned();
+    }
+    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), 1.0f, out_f32(dW, in));
+    if (!db) return;
+    const double t1 = cuda_prof_begin(be);
+    cuda_fp32_wrote_alloc(be, db);
+    const unsigned blocks = (unsigned)((out + MHE_BLOCK - 1) / MHE_BLOCK);
+    const double el = act16(be) ? 2 : 4;
+    const MheCost cost = mhe_cost_blocks((double)N * out, el * N * out + 8.0 * out, cuda_real_blocks(out));
+    if (act16(be))
+        MHE_LAUNCH(bias_backward_ld_kernel<__nv_bfloat16>, blocks, MHE_BLOCK, 0, cuda_stream(be), cost)(
+            ab(dy), ldy, N, out, db);
+    else
+        MHE_LAUNCH(bias_backward_ld_kernel<float>, blocks, MHE_BLOCK, 0, cuda_stream(be), cost)(
+            af(dy), ldy, N, out, db);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t1, 0);
+}
+
+void cuda_install_linear_ld(Backend *be) {
+    be->linear_forward_ld = act_linear_forward_ld;
+    be->linear_backward_ld = act_linear_backward_ld;
+}

@@ -26,9 +26,11 @@ struct WeightCopy {
     size_t bytes;
     __nv_bfloat16 *copy;  // bytes / 4 values, made on first use as an operand; nullptr: none yet
     bool current;         // copy[i] == bf16(fp32[i]) for the whole allocation
+    uint64_t version;     // renewed whenever the copy's values may change (cuda_weight_copy_version)
 };
 struct WeightCopies {
     std::map<uintptr_t, WeightCopy> allocs;  // by base address
+    uint64_t versions = 0;                   // the last version handed out: unique within the backend
 };
 static WeightCopies &weights(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
@@ -49,7 +51,10 @@ static WeightCopy *holding(Backend *be, const void *p, uintptr_t *base) {
 }
 
 void cuda_weight_copy_track(Backend *be, const void *p, size_t bytes) {
-    if (act16(be)) weights(be).allocs[reinterpret_cast<uintptr_t>(p)] = WeightCopy{bytes, nullptr, false};
+    if (act16(be)) {
+        WeightCopies &ws = weights(be);
+        ws.allocs[reinterpret_cast<uintptr_t>(p)] = WeightCopy{bytes, nullptr, false, ++ws.versions};
+    }
 }
 void cuda_weight_copy_release(Backend *be, const void *p) {
     if (!cuda_ctx(be)->weights) return;
@@ -69,7 +74,10 @@ void cuda_weight_copies_destroy(Backend *be) {
 
 void cuda_fp32_wrote_alloc(Backend *be, const void *p) {
     uintptr_t base;
-    if (WeightCopy *w = holding(be, p, &base)) w->current = false;
+    if (WeightCopy *w = holding(be, p, &base)) {
+        w->current = false;
+        w->version = ++weights(be).versions;
+    }
 }
 void cuda_fp32_wrote(Backend *be, const void *p, size_t bytes) {
     if (!bytes) return;
@@ -80,6 +88,7 @@ __nv_bfloat16 *cuda_fp32_copy_out(Backend *be, const float *p, size_t n) {
     uintptr_t base;
     WeightCopy *w = n ? holding(be, p, &base) : nullptr;
     if (!w || !w->current) return nullptr;
+    w->version = ++weights(be).versions;  // the caller stores into it
     return w->copy + (reinterpret_cast<uintptr_t>(p) - base) / sizeof(float);
 }
 
@@ -92,6 +101,7 @@ const __nv_bfloat16 *cuda_weight_copy(Backend *be, const float *p, size_t n) {
     if (!w->current) {
         cuda_round_bf16(be, reinterpret_cast<const float *>(base), w->copy, all);
         w->current = true;
+        w->version = ++weights(be).versions;
     }
 #if defined(MHE_CUDA_EMU)
     if (!mhe_cost_dry_run()) {
@@ -108,4 +118,10 @@ const __nv_bfloat16 *cuda_weight_copy(Backend *be, const float *p, size_t n) {
     (void)n;
 #endif
     return w->copy + off;
+}
+
+uint64_t cuda_weight_copy_version(Backend *be, const float *p) {
+    uintptr_t base;
+    const WeightCopy *w = holding(be, p, &base);
+    return w ? w->version : 0;
 }

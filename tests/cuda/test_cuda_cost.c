@@ -95,7 +95,7 @@ static void test_single_calls(void **state) {
     // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
     // (36 B) = 636 B.
     backend_cuda_cost_start();
-    be->cross_entropy_forward(be, (const Act *)(x), labels, 3, 50, y, z);
+    be->cross_entropy_forward(be, (const Act *)(x), labels, 3, 50, 50, y, z);
     backend_cuda_cost_stop(a100, &r);
     assert_true(find(&r, "cross_entropy_forward_kernel<float>")->bytes == 636.0);
 
@@ -220,7 +220,11 @@ static double check_step(Arch arch, AttentionType type, int bf16, int gemm_path,
     double rerun = 0;
     if (mode != RECOMPUTE_NONE) rerun = again * (proj + (gemm_path ? core : 0));
     if (mode == RECOMPUTE_LAYER) rerun += again * (2 * N * n * d * D + (post ? 4 : 2) * N * D * F);
-    const double want = model_step_flops(m, B, T) + recompute + rerun - (gemm_path ? 0.0 : attention);
+    // bf16 runs the vocabulary head's forward and dx products over its padded width (ops_head_ld):
+    // 2 N D (ld - V) more each, on zeros (the head runs on every row: full logits).
+    assert_true(model_full_logits(m));
+    const double V = cfg.model.vocab_size, pad = bf16 ? 2 * 2 * N * D * (ops_head_ld(DT_BF16, (int)V) - V) : 0;
+    const double want = model_step_flops(m, B, T) + recompute + rerun + pad - (gemm_path ? 0.0 : attention);
     printf("  %s %s %s %s recompute %d: gemm flops %.6e expected %.6e, %ld launches, predicted %.1f us, "
            "peak %.0f bytes\n",
            arch == ARCH_BERT ? "bert" : "gpt", type == ATTN_MHA ? "mha" : "mhe_mul", bf16 ? "bf16" : "fp32",

@@ -314,13 +314,13 @@ static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
 
     Buf logits = buf_new(f, (size_t)B * T * V, -4.0f, 4.0f), loss = buf_rand(f, (size_t)B * T),
         lse = buf_rand(f, (size_t)B * T), dl = buf_rand(f, (size_t)B * T * V);
-    PAIR(f, cross_entropy_forward, DA(logits), D(L), B * T, V, D(loss), D(lse));
+    PAIR(f, cross_entropy_forward, DA(logits), D(L), B * T, V, V, D(loss), D(lse));
     expect_close(f, &loss, 1e-5, "cross_entropy loss");
     expect_close(f, &lse, 1e-5, "cross_entropy lse");
-    PAIR(f, cross_entropy_backward, DA(logits), D(lse), D(L), B * T, V, 0.125f, DA(dl));
+    PAIR(f, cross_entropy_backward, DA(logits), D(lse), D(L), B * T, V, V, 0.125f, DA(dl));
     expect_close(f, &dl, 1e-5, "cross_entropy_backward");
     // In place: the loss backward overwrites the logits.
-    PAIR(f, cross_entropy_backward, DA(logits), D(lse), D(L), B * T, V, 0.125f, DA(logits));
+    PAIR(f, cross_entropy_backward, DA(logits), D(lse), D(L), B * T, V, V, 0.125f, DA(logits));
     expect_close(f, &logits, 1e-5, "cross_entropy_backward in place");
     ibuf_free(f, &I);
     ibuf_free(f, &TI);

@@ -442,8 +442,8 @@ static void test_cross_entropy(void **state) {
             Backend *be = fx->be[p];
             Act *az = up(be, z, n), *ag = alias ? az : be->alloc(be, n * dtype_size(be->act));
             loss[p] = mhe_malloc(N * sizeof(float)), lse[p] = mhe_malloc(N * sizeof(float));
-            be->cross_entropy_forward(be, az, labels, N, V, loss[p], lse[p]);
-            be->cross_entropy_backward(be, az, lse[p], labels, N, V, 1.0f / 80, ag);
+            be->cross_entropy_forward(be, az, labels, N, V, V, loss[p], lse[p]);
+            be->cross_entropy_backward(be, az, lse[p], labels, N, V, V, 1.0f / 80, ag);
             g[p] = down(be, ag, n);
             if (!alias) be->free(be, az);
         }
@@ -455,6 +455,73 @@ static void test_cross_entropy(void **state) {
         for (int p = 0; p < 2; p++) free(loss[p]), free(lse[p]), free(g[p]);
     }
     free(z);
+}
+
+// The vocabulary head in rows of ops_head_ld (3001 wide in rows of 3008, the padded product of
+// cpu_gemm_padded_weight) against the fp32 backend's unpadded layer: the same tolerances as the
+// linear layer and the loss, from the same inputs at each stage, and zeros in every padding column.
+// Outside and inside a weights_steady window (the weight's padded copy made per call, or kept).
+static float *pad_rows(const float *x, int N, int V, int ld) {
+    float *p = mhe_calloc((size_t)N * ld, sizeof *p);
+    for (int r = 0; r < N; r++) memcpy(p + (size_t)r * ld, x + (size_t)r * V, (size_t)V * sizeof *p);
+    return p;
+}
+static float *unpad_rows(const float *p, int N, int V, int ld) {
+    float *x = mhe_malloc((size_t)N * V * sizeof *x);
+    for (int r = 0; r < N; r++) {
+        memcpy(x + (size_t)r * V, p + (size_t)r * ld, (size_t)V * sizeof *x);
+        for (int c = V; c < ld; c++) assert_true(p[(size_t)r * ld + c] == 0.0f);
+    }
+    return x;
+}
+static void test_vocabulary_head(void **state) {
+    const Fixture *fx = *state;
+    const int N = 300, in = 96, V = 3001, ld = ops_head_ld(DT_BF16, V);
+    assert_int_equal(ld, 3008);
+    assert_int_equal(ops_head_ld(DT_F32, V), V);
+    int32_t labels[300];
+    for (int i = 0; i < N; i++) labels[i] = i % 9 == 4 ? -1 : (i * 31) % V;
+    float *x = rand_bf16((size_t)N * in, 31, 1.0), *W = rand_bf16((size_t)V * in, 32, 0.3), *b = rand_bf16(V, 33, 1.0);
+    float *z = rand_bf16((size_t)N * V, 34, 4.0), *dy = rand_bf16((size_t)N * V, 35, 1.0);
+    float *zp = pad_rows(z, N, V, ld), *dyp = pad_rows(dy, N, V, ld);
+    Backend *f32 = fx->be[0], *bf = fx->be[1];
+    for (int window = 0; window < 2; window++) {
+        if (window) bf->weights_steady(bf, W, (size_t)V * in);
+        // The product.
+        Act *x32 = up(f32, x, (size_t)N * in), *xb = up(bf, x, (size_t)N * in);
+        Act *y32 = f32->alloc(f32, (size_t)N * V * 4), *yb = up(bf, zp, (size_t)N * ld);  // padding overwritten
+        f32->linear_forward(f32, x32, W, b, N, in, V, y32);
+        bf->linear_forward_ld(bf, xb, W, b, N, in, V, ld, yb);
+        float *y0 = down(f32, y32, (size_t)N * V), *ybp = down(bf, yb, (size_t)N * ld), *y1 = unpad_rows(ybp, N, V, ld);
+        assert_rounded_once("head y (padded rows)", y1, y0, (size_t)N * V, 1e-5);
+        // The loss from the same logits.
+        float loss[2][300], lse[2][300];
+        Act *z32 = up(f32, z, (size_t)N * V), *zb = up(bf, zp, (size_t)N * ld);
+        f32->cross_entropy_forward(f32, z32, labels, N, V, V, loss[0], lse[0]);
+        bf->cross_entropy_forward(bf, zb, labels, N, V, ld, loss[1], lse[1]);
+        f32->cross_entropy_backward(f32, z32, lse[0], labels, N, V, V, 1.0f / 80, z32);
+        bf->cross_entropy_backward(bf, zb, lse[1], labels, N, V, ld, 1.0f / 80, zb);
+        assert_rel("head loss (padded rows)", loss[1], loss[0], N, 1e-6);
+        assert_rel("head lse (padded rows)", lse[1], lse[0], N, 1e-6);
+        float *g0 = down(f32, z32, (size_t)N * V), *gbp = down(bf, zb, (size_t)N * ld), *g1 = unpad_rows(gbp, N, V, ld);
+        assert_rounded_once("head dlogits (padded rows)", g1, g0, (size_t)N * V, 1e-6);
+        // The backward from the same gradient.
+        Act *dy32 = up(f32, dy, (size_t)N * V), *dyb = up(bf, dyp, (size_t)N * ld);
+        Act *dx32 = f32->alloc(f32, (size_t)N * in * 4), *dxb = bf->alloc(bf, (size_t)N * in * 2);
+        float *dW[2] = {mhe_calloc((size_t)V * in, sizeof(float)), mhe_calloc((size_t)V * in, sizeof(float))};
+        float *db[2] = {mhe_calloc(V, sizeof(float)), mhe_calloc(V, sizeof(float))};
+        f32->linear_backward(f32, dy32, x32, W, N, in, V, dx32, 0, dW[0], db[0]);
+        bf->linear_backward_ld(bf, dyb, xb, W, N, in, V, ld, dxb, 0, dW[1], db[1]);
+        float *dx0 = down(f32, dx32, (size_t)N * in), *dx1 = down(bf, dxb, (size_t)N * in);
+        assert_rounded_once("head dx (padded rows)", dx1, dx0, (size_t)N * in, 1e-5);
+        assert_rel("head dW (padded rows)", dW[1], dW[0], (size_t)V * in, 1e-5);
+        assert_rel("head db (padded rows)", db[1], db[0], V, 1e-6);
+        if (window) bf->weights_steady(bf, NULL, 0);
+        f32->free(f32, x32), bf->free(bf, xb), f32->free(f32, dy32), bf->free(bf, dyb);
+        free(y0), free(ybp), free(y1), free(g0), free(gbp), free(g1), free(dx0), free(dx1);
+        for (int p = 0; p < 2; p++) free(dW[p]), free(db[p]);
+    }
+    free(x), free(W), free(b), free(z), free(dy), free(zp), free(dyp);
 }
 
 // ---- attention ----
@@ -548,7 +615,8 @@ int main(void) {
         cmocka_unit_test(test_head_expand),     cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_layernorm),       cmocka_unit_test(test_gelu_tanh),
         cmocka_unit_test(test_dropout),         cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_cross_entropy),   cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_cross_entropy),   cmocka_unit_test(test_vocabulary_head),
+        cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

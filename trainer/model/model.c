@@ -230,7 +230,8 @@ static void layout(Model *m, Bump *b) {
     m->rows = (int32_t *)arena_take(b, N);
     m->labels_c = (int32_t *)arena_take(b, N);
     m->fin_c = arena_take_act(b, N * D);
-    m->logits = task ? NULL : arena_take_act(b, N * V);
+    m->logits_ld = ops_head_ld(m->be->act, V);
+    m->logits = task ? NULL : arena_take_act(b, N * m->logits_ld);
     m->loss = arena_take(b, N);
     m->lse = arena_take(b, N);
     m->dA = arena_take_act(b, N * D);
@@ -382,9 +383,22 @@ uint64_t model_dropout_counter(const Model *m) { return m->drop_counter; }
 
 long model_label_count(const Model *m) { return m->label_count; }
 double model_loss_sum(const Model *m) { return m->loss_sum; }
-const Act *model_logits(const Model *m) { return m->logits; }
 void model_download_logits(const Model *m, float *host) {
-    m->be->download_act(m->be, host, m->logits, (size_t)m->head_rows * m->cfg.model.vocab_size);
+    const int V = m->cfg.model.vocab_size, ld = m->logits_ld, R = m->head_rows;
+    if (ld == V) {
+        m->be->download_act(m->be, host, m->logits, (size_t)R * V);
+        return;
+    }
+    // Padded rows: downloaded a block of rows at a time, then packed on the host.
+    enum { BLOCK = 256 };
+    float *tmp = mhe_malloc((size_t)BLOCK * ld * sizeof *tmp);
+    for (int r0 = 0; r0 < R; r0 += BLOCK) {
+        const int n = R - r0 < BLOCK ? R - r0 : BLOCK;
+        m->be->download_act(m->be, tmp, (const Act *)((const char *)m->logits + (size_t)r0 * ld * dtype_size(m->be->act)),
+                            (size_t)n * ld);
+        for (int r = 0; r < n; r++) memcpy(host + (size_t)(r0 + r) * V, tmp + (size_t)r * ld, (size_t)V * sizeof *host);
+    }
+    free(tmp);
 }
 size_t model_arena_bytes(const Model *m) { return m->arena_bytes; }
 size_t model_state_bytes(const Model *m) { return 2 * m->table.total * sizeof(float); }

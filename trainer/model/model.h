@@ -88,9 +88,9 @@ float model_forward_task(Model *m, const TaskBatch *b, int train);
 void model_backward_task(Model *m, double loss_divisor);
 void model_download_task_outputs(const Model *m, float *host);
 
-// Full logits (default on): the head runs on every position and model_logits is [B, T, V].
+// Full logits (default on): the head runs on every position and model_download_logits gives [B, T, V].
 // Off: when labels are given, the head (MLM transform, decoder, loss) runs only on the
-// labelled positions — same loss and gradients, far fewer flops for MLM — and model_logits
+// labelled positions — same loss and gradients, far fewer flops for MLM — and model_download_logits
 // holds model_label_count() rows [M, V] in (b, t) order.  Needs the backend's gather_rows.
 void model_set_full_logits(Model *m, int on);
 int model_full_logits(const Model *m);  // whether the head runs on every position (see above)
@@ -105,10 +105,9 @@ void model_set_backward_hook(Model *m, ModelBackwardHook hook, void *ctx);
 long model_label_count(const Model *m);
 // Sum of token losses of the last forward (exact numerator for global means).
 double model_loss_sum(const Model *m);
-// Logits [B, T, V] (or [M, V], see model_set_full_logits) of the last forward (backend memory;
-// valid until model_backward).
-const Act *model_logits(const Model *m);  // elements of the backend's Backend.act type
-void model_download_logits(const Model *m, float *host);  // as many rows as model_logits
+// Logits [B, T, V] (or [M, V], see model_set_full_logits) of the last forward, as fp32 rows of V
+// (the backend keeps them with rows ops_head_ld apart); valid until model_backward.
+void model_download_logits(const Model *m, float *host);
 
 // Bytes of the activation arena, of parameters+gradients, and flops of one forward+backward
 // at (B, T) counting matmuls and attention products (multiply-add = 2).

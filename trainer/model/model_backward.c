@@ -110,12 +110,12 @@ void model_backward(Model *m, double loss_divisor) {
     const Act *head_in = compact ? m->fin_c : m->fin;
     if (R > 0) {
         Act *dlogits = m->logits;  // in place: the logits are no longer needed
-        be->cross_entropy_backward(be, m->logits, m->lse, compact ? m->labels_c : m->labels, R, V,
+        be->cross_entropy_backward(be, m->logits, m->lse, compact ? m->labels_c : m->labels, R, V, m->logits_ld,
                                    (float)(1.0 / loss_divisor), dlogits);
         const Act *last = mc->arch == ARCH_BERT ? m->t3 : head_in;
         // logits = last · wordᵀ (+ bias): d last = dlogits · word, d word += dlogitsᵀ · last
-        be->linear_backward(be, dlogits, last, MP(m, m->word), R, D, V, m->dA, 0, MG(m, m->word),
-                        m->head_bias != NO_PARAM ? MG(m, m->head_bias) : NULL);
+        be->linear_backward_ld(be, dlogits, last, MP(m, m->word), R, D, V, m->logits_ld, m->dA, 0, MG(m, m->word),
+                               m->head_bias != NO_PARAM ? MG(m, m->head_bias) : NULL);
         if (mc->arch == ARCH_BERT) {
             const size_t RD = (size_t)R * D;
             be->layernorm_backward(be, m->dA, m->t2, MP(m, m->hln_g), m->t3_mean, m->t3_rstd, R, D,

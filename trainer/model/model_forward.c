@@ -178,15 +178,15 @@ float model_forward(Model *m, const int32_t *ids, const int32_t *type_ids,
                                   m->t3, m->t3_mean, m->t3_rstd);
             last = m->t3;
         }
-        be->linear_forward(be, last, MP(m, m->word),
-                       m->head_bias != NO_PARAM ? MP(m, m->head_bias) : NULL, R, D, V, m->logits);
+        be->linear_forward_ld(be, last, MP(m, m->word), m->head_bias != NO_PARAM ? MP(m, m->head_bias) : NULL,
+                              R, D, V, m->logits_ld, m->logits);
     }
     if (!labels) {
         m->label_count = -1;
         return 0.0f;
     }
     if (R == 0) return 0.0f;
-    be->cross_entropy_forward(be, m->logits, head_labels, R, V, m->loss, m->lse);
+    be->cross_entropy_forward(be, m->logits, head_labels, R, V, m->logits_ld, m->loss, m->lse);
     // R floats back to the host; summing in double keeps the mean exact to float precision.
     float host_loss[4096];
     for (int i0 = 0; i0 < R; i0 += 4096) {

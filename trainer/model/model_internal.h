@@ -72,7 +72,8 @@ struct Model {
     float *fln_mean, *fln_rstd;
     Act *t1, *t2, *t3;            // bert head: dense, gelu, LN
     float *t3_mean, *t3_rstd;
-    Act *logits;
+    Act *logits;                  // rows logits_ld apart (ops_head_ld)
+    int logits_ld;
     float *loss, *lse;
     int32_t *rows, *labels_c;     // compact head: labelled positions and their labels
     Act *fin_c;                   // compact head input [M, D]
