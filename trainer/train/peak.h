@@ -5,8 +5,9 @@
 #include "kernels/ops.h"
 
 // GFLOP/s of the backend's own matmul at its precision (oneDNN fp32 or bf16 on every OpenMP
-// thread on the CPU, cuBLAS on CUDA) on square matrices of size n: the best of `reps` after a
-// warm-up.  Takes about (reps + 1) * 2n³ / rate seconds.
+// thread on the CPU, cuBLAS on CUDA) on square matrices of size n: the best of at least `reps`
+// products after a warm-up, and of as many more (up to 64) as fill 50 ms.  Takes about
+// max(reps + 1 products, 50 ms).
 double peak_matmul_gflops(Backend *be, int n, int reps);
 
 // The ceiling MFU is measured against: the best rate of peak_matmul_gflops over square sizes
