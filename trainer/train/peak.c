@@ -9,32 +9,40 @@
 double peak_matmul_gflops(Backend *be, int n, int reps) {
     // Operands and result in the activation type: the product at the precision the model's
     // matmuls run at (bf16 units in a bf16 run).
-    const size_t nn = (size_t)n * n, bytes = nn * dtype_size(be->act);
+    const size_t nn = (size_t)n * n, el = dtype_size(be->act), bytes = nn * el;
     float *host = mhe_malloc(nn * sizeof(float));
     for (size_t i = 0; i < nn; i++) host[i] = (float)(i % 7) * 0.01f;
-    Act *a = be->alloc(be, bytes), *b = be->alloc(be, bytes), *c = be->alloc(be, bytes);
-    be->upload_act(be, a, host, nn);
-    be->upload_act(be, b, host, nn);
+    // The three operands at a few relative placements (offsets that are multiples of 256 bytes but
+    // not of 4 KiB): with rows of 2 KiB (1024 bf16 values) their relative placement decides cache-set
+    // conflicts, and one placement, set by the process's heap, read 1,580-1,680 GFLOP/s where
+    // others read 2,150-2,260 on an AMX Xeon (2026-11-29).  Large sizes take one placement.
+    enum { SLACK = 4 * 4096 };
+    const int placements = nn <= 2048u * 2048u ? 3 : 1;
+    char *mem = be->alloc(be, 3 * bytes + 3 * SLACK);
     // The profile would count these products as the model's.
     OpProfile *prof = be->profile;
     be->profile = NULL;
-    // At least `reps` timed products and at least 50 ms of them: a 1024^3 bf16 product takes about
-    // a millisecond on an AMX Xeon, and the best of 3 such read anywhere from 1,100 to 2,150 GFLOP/s
-    // between processes (2026-11-28/29), while the best of ~50 settles within a few percent.
-    double best = 0, timed = 0;
-    for (int rep = 0; rep <= reps || (timed < 0.05 && rep <= 64); rep++) {
-        double t0 = omp_get_wtime();
-        be->matmul(be, 0, 0, n, n, n, 1.0f, mat_act(a, n), mat_act(b, n), 0.0f, out_act(c, n));
-        be->synchronize(be);
-        const double dt = omp_get_wtime() - t0;
-        double g = 2.0 * (double)n * n * n / dt / 1e9;
-        if (rep > 0) timed += dt;
-        if (rep > 0 && g > best) best = g;  // the first call creates the kernels, warms caches
+    double best = 0;
+    for (int p = 0; p < placements; p++) {
+        Act *a = (Act *)mem, *b = (Act *)(mem + bytes + SLACK + (size_t)p * 1280),
+            *c = (Act *)(mem + 2 * bytes + 2 * SLACK + (size_t)p * 2816);
+        be->upload_act(be, a, host, nn);
+        be->upload_act(be, b, host, nn);
+        // At least `reps` timed products and at least 50 ms of them: a 1024^3 bf16 product takes
+        // about a millisecond on an AMX Xeon, and the best of 3 wandered by 10-20% within a process.
+        double timed = 0;
+        for (int rep = 0; rep <= reps || (timed < 0.05 && rep <= 64); rep++) {
+            double t0 = omp_get_wtime();
+            be->matmul(be, 0, 0, n, n, n, 1.0f, mat_act(a, n), mat_act(b, n), 0.0f, out_act(c, n));
+            be->synchronize(be);
+            const double dt = omp_get_wtime() - t0;
+            double g = 2.0 * (double)n * n * n / dt / 1e9;
+            if (rep > 0) timed += dt;
+            if (rep > 0 && g > best) best = g;  // the first call creates the kernels, warms caches
+        }
     }
     be->profile = prof;
-    be->free(be, a);
-    be->free(be, b);
-    be->free(be, c);
+    be->free(be, mem);
     free(host);
     return best;
 }
@@ -43,9 +51,8 @@ double peak_matmul_ceiling(Backend *be, int *n_used) {
     double best = 0, prev = 0;
     int used = 0;
     for (int n = 1024; n <= 4096; n *= 2) {
-        double t0 = omp_get_wtime();
         double g = peak_matmul_gflops(be, n, 3);
-        double per_product = (omp_get_wtime() - t0) / 4;
+        double per_product = g > 0 ? 2.0 * n * n * n / (g * 1e9) : 1.0;  // one product at the best rate
         if (g > best) {
             best = g;
             used = n;
