@@ -160,11 +160,11 @@ __global__ void act_bias_add_kernel(__nv_bfloat16 *y, const float *bias, size_t 
         y[i] = __float2bfloat16(__bfloat162float(y[i]) + bias[i % C]);
 }
 // One thread per column, rows in order: deterministic (the fp32 backend's bias_backward too).
-__global__ void act_bias_backward_kernel(const __nv_bfloat16 *dy, int N, int C, float *dbias) {
+__global__ void act_bias_backward_kernel(const __nv_bfloat16 *dy, int N, int C, size_t ld, float *dbias) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0;
-    for (int r = 0; r < N; r++) s += __bfloat162float(dy[(size_t)r * C + c]);
+    for (int r = 0; r < N; r++) s += __bfloat162float(dy[(size_t)r * ld + c]);
     dbias[c] += s;
 }
 static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
@@ -174,13 +174,16 @@ static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
-static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
+void cuda_act_bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias) {
     double t0 = cuda_prof_begin(be);
     const unsigned blocks = (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK);
     cuda_fp32_wrote_alloc(be, dbias);
-    if (C) MHE_LAUNCH(act_bias_backward_kernel, blocks, MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 2.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(ab(dy), N, C, dbias);
+    if (C) MHE_LAUNCH(act_bias_backward_kernel, blocks, MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 2.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(ab(dy), N, C, (size_t)ld, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
+    cuda_act_bias_backward_ld(be, dy, N, C, C, dbias);
 }
 
 // ---- linear layers: the matmuls above and the bias kernels ----

@@ -19,11 +19,11 @@ static unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BLOCK - 1
 __global__ void bias_add_kernel(float *y, __nv_bfloat16 *yb, const float *bias, size_t total, int C) {
     GRID_STRIDE(i, total) store_dual(y, yb, i, y[i] + bias[i % C]);
 }
-__global__ void bias_backward_kernel(const float *dy, int N, int C, float *dbias) {
+__global__ void bias_backward_kernel(const float *dy, int N, int C, size_t ld, float *dbias) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0;
-    for (int r = 0; r < N; r++) s += dy[(size_t)r * C + c];
+    for (int r = 0; r < N; r++) s += dy[(size_t)r * ld + c];
     dbias[c] += s;
 }
 
@@ -35,13 +35,16 @@ static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
-// dbias[c] += sum_r dy[r, c]
-static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
+// dbias[c] += sum_r dy[r, c], dy's rows ld apart
+void cuda_bias_backward_ld(Backend *be, const float *dy, int N, int C, int ld, float *dbias) {
     double t0 = cuda_prof_begin(be);
     cuda_fp32_wrote(be, dbias, (size_t)C * sizeof(float));
-    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 4.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(dy, N, C, dbias);
+    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 4.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(dy, N, C, (size_t)ld, dbias);
     CUDA_CHECK_LAUNCH();
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
+    cuda_bias_backward_ld(be, dy, N, C, C, dbias);
 }
 
 enum { EW_ADD, EW_AXPY, EW_SCALE, EW_ADD_SCALAR, EW_MUL, EW_MUL_ACC };

@@ -251,6 +251,10 @@ bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat1
 bool cuda_act_linear_forward_padded(Backend *be, const __nv_bfloat16 *x, const __nv_bfloat16 *W,
                                     const __nv_bfloat16 *b, int N, int in, int out, __nv_bfloat16 *y);
 void cuda_install_linear_ld(Backend *be);
+// dbias[c] += Σ_r dy[r, c] with dy's rows ld apart: fp32 dy (cuda_elementwise.cu) and bf16 (cuda_act.cu);
+// bias_backward is each with ld = C.
+void cuda_bias_backward_ld(Backend *be, const float *dy, int N, int C, int ld, float *dbias);
+void cuda_act_bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias);
 void cuda_install_norm_loss(Backend *be);
 void cuda_install_loss(Backend *be);
 void cuda_install_attention(Backend *be);

@@ -85,31 +85,16 @@ static const __nv_bfloat16 *padded_weight(Backend *be, const float *W, const flo
     return wp;
 }
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store(float *p, float v) { *p = v; }
-__device__ __forceinline__ void store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16(v); }
-
 // y[r, c] += b[c] (b may be NULL) for c < cols, y[r, c] = 0 for cols <= c < ld.
 template <typename T>
 __global__ void bias_pad_kernel(T *__restrict__ y, size_t ld, const float *__restrict__ b, size_t rows, size_t cols) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * ld; i += (size_t)blockDim.x * gridDim.x) {
         const size_t c = i % ld;
         if (c >= cols)
-            store(y + i, 0.0f);
+            store_dual(y, nullptr, i, 0.0f);
         else if (b)
-            store(y + i, to_f32(y[i]) + b[c]);
+            store_dual(y, nullptr, i, ld_float(y, i) + b[c]);
     }
-}
-
-// dbias[c] += Σ_r dy[r, c] over rows ld apart; one thread per column, rows in order.
-template <typename T>
-__global__ void bias_backward_ld_kernel(const T *__restrict__ dy, size_t ld, int N, int C, float *__restrict__ dbias) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0;
-    for (int r = 0; r < N; r++) s += to_f32(dy[(size_t)r * ld + c]);
-    dbias[c] += s;
 }
 
 static void check_ld(const char *op, int out, int ldy) {
@@ -174,6 +159,7 @@ static void act_linear_backward_ld(Backend *be, const Act *dy, const Act *x, con
         }
     }
     // dW [out, in]: out stays the row count (dW is not padded); its leading dimensions are aligned.
+    // The mark holds for whichever product records next: the BGRADB GEMM records only with a plan.
     const double t0 = cuda_prof_begin(be);
     if (act16(be)) {
         mhe_cost_gemm_lds_aligned();
@@ -181,23 +167,11 @@ static void act_linear_backward_ld(Backend *be, const Act *dy, const Act *x, con
             cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
             return;
         }
-        mhe_cost_gemm_lds_aligned();
     }
     be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), 1.0f, out_f32(dW, in));
     if (!db) return;
-    const double t1 = cuda_prof_begin(be);
-    cuda_fp32_wrote_alloc(be, db);
-    const unsigned blocks = (unsigned)((out + MHE_BLOCK - 1) / MHE_BLOCK);
-    const double el = act16(be) ? 2 : 4;
-    const MheCost cost = mhe_cost_blocks((double)N * out, el * N * out + 8.0 * out, cuda_real_blocks(out));
-    if (act16(be))
-        MHE_LAUNCH(bias_backward_ld_kernel<__nv_bfloat16>, blocks, MHE_BLOCK, 0, cuda_stream(be), cost)(
-            ab(dy), ldy, N, out, db);
-    else
-        MHE_LAUNCH(bias_backward_ld_kernel<float>, blocks, MHE_BLOCK, 0, cuda_stream(be), cost)(
-            af(dy), ldy, N, out, db);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_NORM_ACT, t1, 0);
+    if (act16(be)) cuda_act_bias_backward_ld(be, dy, N, out, ldy, db);
+    else cuda_bias_backward_ld(be, af(dy), N, out, ldy, db);
 }
 
 void cuda_install_linear_ld(Backend *be) {

@@ -9,7 +9,7 @@
 double peak_matmul_gflops(Backend *be, int n, int reps) {
     // Operands and result in the activation type: the product at the precision the model's
     // matmuls run at (bf16 units in a bf16 run).
-    const size_t nn = (size_t)n * n, el = dtype_size(be->act), bytes = nn * el;
+    const size_t nn = (size_t)n * n, bytes = nn * dtype_size(be->act);
     float *host = mhe_malloc(nn * sizeof(float));
     for (size_t i = 0; i < nn; i++) host[i] = (float)(i % 7) * 0.01f;
     // The three operands at a few relative placements (offsets that are multiples of 256 bytes but
