@@ -24,6 +24,10 @@
 //   strides and sizes count elements, not bytes, except in the memory ops.
 // - Parameter gradients ALWAYS accumulate (+=) so gradient accumulation over micro-batches is
 //   free.  Activation gradients overwrite, unless the op has an `accumulate` flag set to 1.
+// - The linear layers' backward ops take `dW_zero`: nonzero is the caller's promise that dW and
+//   db hold zeros (their first write in a step, after the model's zero_grad), so a backend may
+//   store the products instead of adding them — the same values without reading dW back, 4
+//   bytes per weight per step.  The CUDA emulation checks the promise.
 // - In-place use is allowed only where a comment says so.
 // - Ops run in order on one stream; results returned to the host (sum_squares) synchronise.
 // - `profile`, when non-NULL, receives per-class time and matmul flops; backends that cannot
@@ -203,11 +207,12 @@ struct Backend {
                            int batch);
     // A linear layer, y [N, out] = x [N, in] Wᵀ (W [out, in]) + b (b may be NULL), and its
     // backward, dx = dy W (dx may be NULL; accumulate adds to it), dW += dyᵀ x, db += Σ_rows dy
-    // (db may be NULL).
+    // (db may be NULL; dW_zero: see the conventions above).
     void (*linear_forward)(Backend *be, const Act *x, const float *W, const float *b, int N,
                            int in, int out, Act *y);
     void (*linear_backward)(Backend *be, const Act *dy, const Act *x, const float *W, int N,
-                            int in, int out, Act *dx, int accumulate, float *dW, float *db);
+                            int in, int out, Act *dx, int accumulate, float *dW, float *db,
+                            int dW_zero);
     // The same layer with y's (dy's) rows ldy >= out elements apart: the vocabulary head, whose
     // ldy is ops_head_ld.  The forward writes zeros in columns [out, ldy); the backward expects
     // zeros there (cross_entropy_backward leaves them so).  ldy == out is the pair above.
@@ -215,7 +220,7 @@ struct Backend {
                               int in, int out, int ldy, Act *y);
     void (*linear_backward_ld)(Backend *be, const Act *dy, const Act *x, const float *W, int N,
                                int in, int out, int ldy, Act *dx, int accumulate, float *dW,
-                               float *db);
+                               float *db, int dW_zero);
     // y[r, c] += bias[c] for y [N, C].
     void (*bias_add)(Backend *be, Act *y, const float *bias, int N, int C);
     // dbias[c] += sum_r dy[r, c].
@@ -305,9 +310,11 @@ struct Backend {
                                 int N, int in, int out, Act *u, Act *g);
     // Optional (NULL: linear_backward with accumulate 0, then gelu_backward on dx): the down
     // projection's backward into the GELU's input gradient, dx = (dy W) * gelu'(u) (u [N, in]
-    // as linear_gelu_forward wrote it), dW += dyᵀ x, db += Σ dy; dx not NULL.
+    // as linear_gelu_forward wrote it), dW += dyᵀ x, db += Σ dy (dW_zero as linear_backward); dx
+    // not NULL.
     void (*linear_backward_gelu)(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W,
-                                 int N, int in, int out, const Act *u, Act *dx, float *dW, float *db);
+                                 int N, int in, int out, const Act *u, Act *dx, float *dW, float *db,
+                                 int dW_zero);
     // y = tanh(x) (the BERT pooler of the fine-tuning heads); y may alias x.
     void (*tanh_forward)(Backend *be, const Act *x, Act *y, size_t n);
     // dx = dy * (1 - y²) from the forward's output y; dx may alias dy.

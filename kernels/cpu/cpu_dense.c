@@ -51,9 +51,10 @@ static void cpu_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
-// dbias[c] += sum_r dy[r, c]: threads own column blocks so no reduction races; the sums are in
-// double over the rows in order, so they do not depend on the thread count.
-static void bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias) {
+// dbias[c] += sum_r dy[r, c] (store: = instead, dbias being zero): threads own column blocks so
+// no reduction races; the sums are in double over the rows in order, so they do not depend on the
+// thread count.
+static void bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias, int store) {
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
     // Threads own blocks of CPU_COLSUM_COLS columns, rows summed in order.
@@ -70,13 +71,13 @@ static void bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, f
                 for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
             }
         }
-        for (int c = c0; c < c1; c++) dbias[c] += (float)acc[c - c0];
+        for (int c = c0; c < c1; c++) dbias[c] = (store ? 0.0f : dbias[c]) + (float)acc[c - c0];
     }
     cpu_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
 static void cpu_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
-    bias_backward_ld(be, dy, N, C, C, dbias);
+    bias_backward_ld(be, dy, N, C, C, dbias, 0);
 }
 
 static void cpu_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) {
@@ -270,14 +271,17 @@ static void cpu_linear_forward(Backend *be, const Act *x, const float *W, const 
 }
 
 // dx = dy W, dW += dyᵀ x, db += Σ_rows dy: the unfused ops.  In bf16 both products read dy and
-// x where they are (no rounding copy left to share between them), and dx is stored in bf16.
+// x where they are (no rounding copy left to share between them), and dx is stored in bf16.  With
+// dW_zero the product is stored (beta 0: oneDNN without its sum post-op, dW not read).
 static void cpu_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N,
-                                int in, int out, Act *dx, int accumulate, float *dW, float *db) {
+                                int in, int out, Act *dx, int accumulate, float *dW, float *db,
+                                int dW_zero) {
     if (dx)
         cpu_matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in),
                    accumulate ? 1.0f : 0.0f, out_act(dx, in));
-    cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), 1.0f, out_f32(dW, in));
-    if (db) cpu_bias_backward(be, dy, N, out, db);
+    cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
+               out_f32(dW, in));
+    if (db) bias_backward_ld(be, dy, N, out, out, db, dW_zero);
 }
 
 // The vocabulary head with its rows ldy apart (ops.h ops_head_ld).  The forward's product is as
@@ -296,13 +300,14 @@ static void cpu_linear_forward_ld(Backend *be, const Act *x, const float *W, con
 
 static void cpu_linear_backward_ld(Backend *be, const Act *dy, const Act *x, const float *W, int N,
                                    int in, int out, int ldy, Act *dx, int accumulate, float *dW,
-                                   float *db) {
+                                   float *db, int dW_zero) {
     if (ldy < out) mhe_fatal("linear_backward_ld: row stride %d below the width %d", ldy, out);
     if (dx)
         cpu_matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, ldy), mat_f32(W, in),
                    accumulate ? 1.0f : 0.0f, out_act(dx, in));
-    cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), 1.0f, out_f32(dW, in));
-    if (db) bias_backward_ld(be, dy, N, out, ldy, db);
+    cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
+               out_f32(dW, in));
+    if (db) bias_backward_ld(be, dy, N, out, ldy, db, dW_zero);
 }
 
 void cpu_install_dense(Backend *be) {

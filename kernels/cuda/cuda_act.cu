@@ -199,16 +199,18 @@ static void act_linear_forward(Backend *be, const Act *x, const float *W, const 
     if (b) be->bias_add(be, y, b, N, out);
 }
 static void act_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
-                                Act *dx, int accumulate, float *dW, float *db) {
+                                Act *dx, int accumulate, float *dW, float *db, int dW_zero) {
+    if (dW_zero) cuda_check_dw_zero(be, dW, (size_t)out * in, db, db ? (size_t)out : 0, "linear_backward");
     if (dx)
         be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
                    out_act(dx, in));
     double t0 = cuda_prof_begin(be);
-    if (cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db)) {
+    if (cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db, dW_zero != 0)) {
         cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
         return;
     }
-    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), 1.0f, out_f32(dW, in));
+    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
+               out_f32(dW, in));
     if (db) be->bias_backward(be, dy, N, out, db);
 }
 // The FFN's GELU_TANH projections through cuBLASLt's GELU epilogues (cuda_linear.cu): g is GELU
@@ -226,16 +228,16 @@ static void act_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, co
     be->gelu_forward(be, kind, u, g, (size_t)N * out);
 }
 static void act_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
-                                     int in, int out, const Act *u, Act *dx, float *dW, float *db) {
+                                     int in, int out, const Act *u, Act *dx, float *dW, float *db, int dW_zero) {
     if (kind == GELU_TANH) {
         double t0 = cuda_prof_begin(be);
         if (cuda_act_linear_dgelu(be, ab(dy), W, ab(u), N, in, out, ab(dx))) {
             cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
-            be->linear_backward(be, dy, x, W, N, in, out, nullptr, 0, dW, db);
+            be->linear_backward(be, dy, x, W, N, in, out, nullptr, 0, dW, db, dW_zero);
             return;
         }
     }
-    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
+    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db, dW_zero);
     be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
 }
 

@@ -244,8 +244,12 @@ bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W
 // dx = (dy W) ⊙ gelu'(u), GELU_TANH, one GEMM.
 bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W, const __nv_bfloat16 *u, int N,
                            int in, int out, __nv_bfloat16 *dx);
+// dW (+)= dyᵀ x, db += Σ dy in one BGRADB GEMM; store: dW holds zeros (ops.h dW_zero), beta 0.
 bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
-                        float *dW, float *db, int ldy = 0);  // ldy: dy's leading dimension (0: out)
+                        float *dW, float *db, bool store, int ldy = 0);  // ldy: dy's leading dimension (0: out)
+// ops.h's dW_zero promise: the emulation checks dW [n] and db [nb] hold zeros (fatal otherwise);
+// a no-op on a device and in the cost model's record-only runs.
+void cuda_check_dw_zero(Backend *be, const float *dW, size_t n, const float *db, size_t nb, const char *op);
 // y [N, out] = x Wᵀ + b in one BIAS GEMM from W's and b's bf16 copies as given (the padded head's,
 // cuda_pad_ld.cu, grown by zeros to out); false (nothing done) without a plan.
 bool cuda_act_linear_forward_padded(Backend *be, const __nv_bfloat16 *x, const __nv_bfloat16 *W,

@@ -134,6 +134,21 @@ static void lt_run(Backend *be, const LtPlan *p, const void *A, const void *B, f
                                 s->workspace, LT_WORKSPACE, cuda_stream(be)));
 }
 
+void cuda_check_dw_zero(Backend *be, const float *dW, size_t n, const float *db, size_t nb, const char *op) {
+#if defined(MHE_CUDA_EMU)
+    if (mhe_cost_dry_run()) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream(be)));
+    for (size_t i = 0; i < n + nb; i++) {
+        const float v = i < n ? dW[i] : db[i - n];
+        if (v != 0.0f)
+            mhe_fatal("%s: dW_zero promised zero gradients, but %s[%zu] holds %g", op, i < n ? "dW" : "db",
+                      i < n ? i : i - n, (double)v);
+    }
+#else
+    (void)be, (void)dW, (void)n, (void)db, (void)nb, (void)op;
+#endif
+}
+
 __global__ void bias_grad_accumulate_kernel(float *__restrict__ db, const float *__restrict__ g, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) db[i] += g[i];
 }
@@ -157,9 +172,11 @@ static void cuda_linear_forward(Backend *be, const float *x, const float *W, con
 }
 
 // fp32 mode: dx by the matmul op, dW += dyᵀ x and db += Σ dy from one BGRADB GEMM (its sum into
-// the scratch vector, added into db by a small kernel).
+// the scratch vector, added into db by a small kernel); dW_zero: beta 0, dW not read.
 static void cuda_linear_backward(Backend *be, const float *dy, const float *x, const float *W, int N, int in,
-                                 int out, float *dx, int accumulate, float *dW, float *db) {
+                                 int out, float *dx, int accumulate, float *dW, float *db, int dW_zero) {
+    if (dW_zero) cuda_check_dw_zero(be, dW, (size_t)out * in, db, db ? (size_t)out : 0, "linear_backward");
+    const float beta = dW_zero ? 0.0f : 1.0f;
     if (dx)
         be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(fa(dy), out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
                    out_act(fa(dx), in));
@@ -171,15 +188,15 @@ static void cuda_linear_backward(Backend *be, const float *dy, const float *x, c
         p = lt_plan(be, CUBLASLT_EPILOGUE_BGRADB, false, true, in, out, N, in, out, in, x, dy, dW, s->dbias);
     }
     if (!p) {  // no bias gradient, nothing to do, or no fused algorithm: the two-op form
-        be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(fa(dy), out), mat_act(fa(x), in), 1.0f, out_f32(dW, in));
+        be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(fa(dy), out), mat_act(fa(x), in), beta, out_f32(dW, in));
         if (db) be->bias_backward(be, fa(dy), N, out, db);
         return;
     }
     double t0 = cuda_prof_begin(be);
     cuda_fp32_wrote(be, dW, (size_t)out * in * sizeof(float));
     cuda_fp32_wrote(be, db, (size_t)out * sizeof(float));
-    mhe_cost_record_gemm_epilogue(out, in, N, 0, 1, "+bgrad", 4.0 * out);
-    lt_run(be, p, x, dy, 1.0f, dW, s->dbias);
+    mhe_cost_record_gemm_epilogue(out, in, N, 0, !dW_zero, "+bgrad", 4.0 * out);
+    lt_run(be, p, x, dy, beta, dW, s->dbias);
     MHE_LAUNCH(bias_grad_accumulate_kernel, cuda_grid_for((size_t)out), MHE_BLOCK, 0, cuda_stream(be),
                mhe_cost(out, 12.0 * out))(db, s->dbias, out);
     CUDA_CHECK_LAUNCH();
@@ -194,8 +211,9 @@ static void cuda_linear_gelu_forward(Backend *be, GeluKind kind, const float *x,
     be->gelu_forward(be, kind, fa(u), fa(g), (size_t)N * out);
 }
 static void cuda_linear_backward_gelu(Backend *be, GeluKind kind, const float *dy, const float *x, const float *W,
-                                      int N, int in, int out, const float *u, float *dx, float *dW, float *db) {
-    be->linear_backward(be, fa(dy), fa(x), W, N, in, out, fa(dx), 0, dW, db);
+                                      int N, int in, int out, const float *u, float *dx, float *dW, float *db,
+                                      int dW_zero) {
+    be->linear_backward(be, fa(dy), fa(x), W, N, in, out, fa(dx), 0, dW, db, dW_zero);
     be->gelu_backward(be, kind, fa(u), fa(dx), fa(dx), (size_t)N * in);
 }
 
@@ -282,7 +300,7 @@ bool cuda_act_linear_dgelu(Backend *be, const __nv_bfloat16 *dy, const float *W,
 // the other parameter gradients' sums in one launch, not one small kernel per layer.  false
 // (nothing done) without a plan.
 bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat16 *x, int N, int in, int out,
-                        float *dW, float *db, int ldy) {
+                        float *dW, float *db, bool store, int ldy) {
     if (!db || N <= 0 || out <= 0 || in <= 0) return false;
     if (!ldy) ldy = out;
     float *sum = cuda_colsum_space(be, (size_t)out);
@@ -290,8 +308,8 @@ bool cuda_act_linear_dw(Backend *be, const __nv_bfloat16 *dy, const __nv_bfloat1
     if (!p) return false;
     cuda_fp32_wrote_alloc(be, dW);
     cuda_fp32_wrote_alloc(be, db);
-    mhe_cost_record_gemm_epilogue(out, in, N, 1, 1, "+bgrad", 4.0 * out);
-    lt_run(be, p, x, dy, 1.0f, dW, sum);
+    mhe_cost_record_gemm_epilogue(out, in, N, 1, !store, "+bgrad", 4.0 * out);
+    lt_run(be, p, x, dy, store ? 0.0f : 1.0f, dW, sum);
     cuda_colsum2_finish(be, sum, nullptr, 1, out, db, nullptr);
     return true;
 }
@@ -302,16 +320,16 @@ static void act_linear_forward(Backend *be, const Act *x, const float *W, const 
     cuda_linear_forward(be, af(x), W, b, N, in, out, af(y));
 }
 static void act_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
-                                Act *dx, int accumulate, float *dW, float *db) {
-    cuda_linear_backward(be, af(dy), af(x), W, N, in, out, af(dx), accumulate, dW, db);
+                                Act *dx, int accumulate, float *dW, float *db, int dW_zero) {
+    cuda_linear_backward(be, af(dy), af(x), W, N, in, out, af(dx), accumulate, dW, db, dW_zero);
 }
 static void act_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
                                     int in, int out, Act *u, Act *g) {
     cuda_linear_gelu_forward(be, kind, af(x), W, b, N, in, out, af(u), af(g));
 }
 static void act_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
-                                     int in, int out, const Act *u, Act *dx, float *dW, float *db) {
-    cuda_linear_backward_gelu(be, kind, af(dy), af(x), W, N, in, out, af(u), af(dx), dW, db);
+                                     int in, int out, const Act *u, Act *dx, float *dW, float *db, int dW_zero) {
+    cuda_linear_backward_gelu(be, kind, af(dy), af(x), W, N, in, out, af(u), af(dx), dW, db, dW_zero);
 }
 
 void cuda_install_linear(Backend *be) {

@@ -140,12 +140,13 @@ static void act_linear_forward_ld(Backend *be, const Act *x, const float *W, con
 }
 
 static void act_linear_backward_ld(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
-                                   int ldy, Act *dx, int accumulate, float *dW, float *db) {
+                                   int ldy, Act *dx, int accumulate, float *dW, float *db, int dW_zero) {
     check_ld("linear_backward_ld", out, ldy);
     if (ldy == out) {
-        be->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db);
+        be->linear_backward(be, dy, x, W, N, in, out, dx, accumulate, dW, db, dW_zero);
         return;
     }
+    if (dW_zero) cuda_check_dw_zero(be, dW, (size_t)out * in, db, db ? (size_t)out : 0, "linear_backward_ld");
     if (N <= 0) return;
     if (dx) {
         if (act16(be)) {  // K = ldy: dy's zero columns meet the weight's zero rows
@@ -163,12 +164,13 @@ static void act_linear_backward_ld(Backend *be, const Act *dy, const Act *x, con
     const double t0 = cuda_prof_begin(be);
     if (act16(be)) {
         mhe_cost_gemm_lds_aligned();
-        if (db && cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db, ldy)) {
+        if (db && cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db, dW_zero != 0, ldy)) {
             cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
             return;
         }
     }
-    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), 1.0f, out_f32(dW, in));
+    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
+               out_f32(dW, in));
     if (!db) return;
     if (act16(be)) cuda_act_bias_backward_ld(be, dy, N, out, ldy, db);
     else cuda_bias_backward_ld(be, af(dy), N, out, ldy, db);

@@ -222,9 +222,9 @@ static void test_vocabulary_head_padded(void **state) {
         PAIR(f, cross_entropy_backward, DX(y), D(lse), D(L), N, out, ld, 1.0f / N, DX(y));
         expect_act(f, &y, TOL, "cross_entropy_backward over padded rows");
         float *dw_c = with_bias ? db.c : NULL, *db_g = with_bias ? db.g : NULL;
-        f->cpu->linear_backward_ld(f->cpu, (Act *)y.c, (Act *)x.c, W.c, N, in, out, ld, (Act *)dx.c, 1, dW.c, dw_c);
+        f->cpu->linear_backward_ld(f->cpu, (Act *)y.c, (Act *)x.c, W.c, N, in, out, ld, (Act *)dx.c, 1, dW.c, dw_c, 0);
         backend_cuda_cost_start();
-        f->gpu->linear_backward_ld(f->gpu, y.g, x.g, W.g, N, in, out, ld, dx.g, 1, dW.g, db_g);
+        f->gpu->linear_backward_ld(f->gpu, y.g, x.g, W.g, N, in, out, ld, dx.g, 1, dW.g, db_g, 0);
         backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
         assert_int_equal(calls_with(&r, "gemm 300x24x304"), 1);  // dx: K over the padded width
         assert_int_equal(calls_with(&r, "pad_tail"), 0);         // the forward's padded weight
@@ -265,7 +265,7 @@ static void test_linear_layers(void **state) {
     assert_int_equal(calls_with(&r, " +bias"), 1);
     expect_act(f, &y, TOL, "linear_forward");
     backend_cuda_cost_start();
-    PAIR(f, linear_backward, DX(dy), DX(x), D(W), N, in, out, DX(dx), 1, D(dW), D(db));
+    PAIR(f, linear_backward, DX(dy), DX(x), D(W), N, in, out, DX(dx), 1, D(dW), D(db), 0);
     backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
     assert_int_equal(calls_with(&r, " +bgrad"), 1);
     expect_act(f, &dx, TOL, "linear_backward dx (accumulated)");
@@ -285,10 +285,10 @@ static void test_linear_layers(void **state) {
         expect_act(f, &u, TOL, "linear_gelu_forward u");
         expect_act(f, &g, TOL, "linear_gelu_forward g");
         // dx = (dy W) gelu'(x) with x standing in for the GELU input u of the down projection.
-        f->cpu->linear_backward(f->cpu, (Act *)dy.c, (Act *)x.c, W.c, N, in, out, (Act *)du.c, 0, dW.c, db.c);
+        f->cpu->linear_backward(f->cpu, (Act *)dy.c, (Act *)x.c, W.c, N, in, out, (Act *)du.c, 0, dW.c, db.c, 0);
         f->cpu->gelu_backward(f->cpu, kind, (Act *)x.c, (Act *)du.c, (Act *)du.c, (size_t)N * in);
         backend_cuda_cost_start();
-        f->gpu->linear_backward_gelu(f->gpu, kind, dy.g, x.g, W.g, N, in, out, x.g, du.g, dW.g, db.g);
+        f->gpu->linear_backward_gelu(f->gpu, kind, dy.g, x.g, W.g, N, in, out, x.g, du.g, dW.g, db.g, 0);
         backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
         assert_int_equal(calls_with(&r, "+dgelu"), kind == GELU_TANH);
         expect_act(f, &du, TOL, "linear_backward_gelu dx");

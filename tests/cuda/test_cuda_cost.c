@@ -85,12 +85,19 @@ static void test_single_calls(void **state) {
     // epilogue: reads 128 + 256 floats (1536 B), reads and writes dW (2 x 2048 B) and stores the
     // 16 sums (64 B): 5696 B; a kernel adds the sums into db (2 x 16 read, 16 written: 192 B).
     backend_cuda_cost_start();
-    be->linear_backward(be, (const Act *)(z), (const Act *)(x), y, 8, 32, 16, NULL, 0, z + 4000, z + 5000);
+    be->linear_backward(be, (const Act *)(z), (const Act *)(x), y, 8, 32, 16, NULL, 0, z + 4000, z + 5000, 0);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 2);
     e = find(&r, "gemm 16x32x8 fp32 +bgrad");
     assert_true(e->bytes == 5696.0 && e->flops == 8192.0);
     assert_true(find(&r, "bias_grad_accumulate_kernel")->bytes == 192.0);
+    // The same under the dW_zero promise (a step's first write): dW is stored, not read: 3648 B.
+    be->zero(be, z + 4000, 512 * sizeof(float));
+    be->zero(be, z + 5000, 16 * sizeof(float));
+    backend_cuda_cost_start();
+    be->linear_backward(be, (const Act *)(z), (const Act *)(x), y, 8, 32, 16, NULL, 0, z + 4000, z + 5000, 1);
+    backend_cuda_cost_stop(a100, &r);
+    assert_true(find(&r, "gemm 16x32x8 fp32 +bgrad")->bytes == 3648.0);
 
     // Softmax cross-entropy forward of [3, 50]: the logits once (600 B) + labels, loss, lse
     // (36 B) = 636 B.
@@ -347,7 +354,7 @@ static void test_single_calls_bf16_activations(void **state) {
     // waits (no bias_grad_accumulate_kernel): the synchronize's table launch reads the 16 sums
     // and reads and writes db: 192 B.
     backend_cuda_cost_start();
-    be->linear_backward(be, dy, x, w, 8, 32, 16, NULL, 0, g, g + 512);
+    be->linear_backward(be, dy, x, w, 8, 32, 16, NULL, 0, g, g + 512, 0);
     backend_cuda_cost_stop(a100, &r);
     assert_int_equal(r.launches, 1);
     assert_true(find(&r, "gemm 16x32x8 bf16 +bgrad")->bytes == 4928.0);
@@ -357,6 +364,13 @@ static void test_single_calls_bf16_activations(void **state) {
     assert_int_equal(r.launches, 1);
     assert_true(find(&r, "colsum2_finish_table_kernel")->bytes == 192.0);
     assert_int_equal(calls_labelled(&r, "bias_grad_accumulate_kernel"), 0);
+    // Under the dW_zero promise dW is stored, not read: 4928 - 2048 = 2880 B.
+    be->zero(be, g, 528 * sizeof(float));
+    backend_cuda_cost_start();
+    be->linear_backward(be, dy, x, w, 8, 32, 16, NULL, 0, g, g + 512, 1);
+    be->synchronize(be);
+    backend_cuda_cost_stop(a100, &r);
+    assert_true(find(&r, "gemm 16x32x8 bf16 +bgrad")->bytes == 2880.0);
 
     // Tensor-core flash forward, mha, B = 1, T = 64, 2 heads of d = 16 (Q, K, V [64, 32] each,
     // separate bf16 buffers, read as they are: no rounding pass).  The kernel (one pass over the

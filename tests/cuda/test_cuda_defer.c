@@ -100,7 +100,7 @@ static void micro_batch(Side *s) {
     scale_backward(s, N);
     be->layernorm_forward(be, (const Act *)(t[X]), t[GAMMA], t[BETA], N, C, 1e-5f, (Act *)(t[Y]), t[MEAN], t[RSTD]);
     be->layernorm_backward(be, (const Act *)(t[DY]), (const Act *)(t[X]), t[GAMMA], t[MEAN], t[RSTD], N, C, (Act *)(t[DX]), 0, t[DGAMMA], t[DBETA]);
-    be->linear_backward(be, (const Act *)(t[DY]), (const Act *)(t[X]), t[W], N, C, C, NULL, 0, t[DW], t[DB]);
+    be->linear_backward(be, (const Act *)(t[DY]), (const Act *)(t[X]), t[W], N, C, C, NULL, 0, t[DW], t[DB], 0);
 }
 
 // The sequence: a small sum, then a micro-batch whose first sum meets it (the flush this forces

@@ -155,7 +155,7 @@ static void check_linear(Backend *be, int bf16, int N, int in, int out, int accu
     Act *ax = to_act(be, x, (size_t)N * in), *ady = to_act(be, dy, (size_t)N * out);
     Act *ay = to_act(be, y, (size_t)N * out), *adx = to_act(be, dx, (size_t)N * in);
     be->linear_forward(be, ax, W, b, N, in, out, ay);
-    be->linear_backward(be, ady, ax, W, N, in, out, adx, accumulate, dW, db);
+    be->linear_backward(be, ady, ax, W, N, in, out, adx, accumulate, dW, db, 0);
     from_act(be, y, ay, (size_t)N * out);
     from_act(be, dx, adx, (size_t)N * in);
     be->free(be, ax);
@@ -224,7 +224,7 @@ static void test_linear_bf16(void **state) {
         Act *ax = to_act(be, x, (size_t)N * in), *ady = to_act(be, dy, (size_t)N * out);
         Act *ay = to_act(be, y[p], (size_t)N * out), *adx = to_act(be, dx[p], (size_t)N * in);
         be->linear_forward(be, ax, W, b, N, in, out, ay);
-        be->linear_backward(be, ady, ax, W, N, in, out, adx, 0, dW[p], db[p]);
+        be->linear_backward(be, ady, ax, W, N, in, out, adx, 0, dW[p], db[p], 0);
         from_act(be, y[p], ay, (size_t)N * out);
         from_act(be, dx[p], adx, (size_t)N * in);
         be->free(be, ax);

@@ -207,7 +207,7 @@ static void test_linear(void **state) {
             dW[p] = mhe_calloc((size_t)out * in, sizeof(float));
             db[p] = mhe_calloc(out, sizeof(float));
             be->linear_forward(be, ax, W, b, N, in, out, ay);
-            be->linear_backward(be, ady, ax, W, N, in, out, adx, acc, dW[p], db[p]);
+            be->linear_backward(be, ady, ax, W, N, in, out, adx, acc, dW[p], db[p], 0);
             y[p] = down(be, ay, (size_t)N * out);
             dx[p] = down(be, adx, (size_t)N * in);
             be->free(be, ax), be->free(be, ady);
@@ -216,6 +216,20 @@ static void test_linear(void **state) {
         assert_rounded_once(acc ? "linear dx (accumulate)" : "linear dx", dx[1], dx[0], (size_t)N * in, 1e-5);
         assert_rel("linear dW", dW[1], dW[0], (size_t)out * in, 1e-5);
         assert_rel("linear db", db[1], db[0], out, 1e-6);
+        // dW_zero (ops.h): the gradients are stored, not added.  NaN where the promise says zeros
+        // (breaking it on purpose) shows that neither dW nor db is read.
+        for (int p = 0; p < 2; p++) {
+            Backend *be = fx->be[p];
+            Act *ax = up(be, x, (size_t)N * in), *ady = up(be, dy, (size_t)N * out);
+            float *sW = mhe_malloc((size_t)out * in * sizeof(float)), *sb = mhe_malloc(out * sizeof(float));
+            for (size_t i = 0; i < (size_t)out * in; i++) sW[i] = NAN;
+            for (int i = 0; i < out; i++) sb[i] = NAN;
+            be->linear_backward(be, ady, ax, W, N, in, out, NULL, 0, sW, sb, 1);
+            assert_rel("linear dW (dW_zero)", sW, dW[p], (size_t)out * in, 1e-6);
+            assert_rel("linear db (dW_zero)", sb, db[p], out, 1e-6);
+            free(sW), free(sb);
+            be->free(be, ax), be->free(be, ady);
+        }
         for (int p = 0; p < 2; p++) free(y[p]), free(dx[p]), free(dW[p]), free(db[p]);
     }
     free(x), free(W), free(b), free(dy), free(dx0);
@@ -510,8 +524,8 @@ static void test_vocabulary_head(void **state) {
         Act *dx32 = f32->alloc(f32, (size_t)N * in * 4), *dxb = bf->alloc(bf, (size_t)N * in * 2);
         float *dW[2] = {mhe_calloc((size_t)V * in, sizeof(float)), mhe_calloc((size_t)V * in, sizeof(float))};
         float *db[2] = {mhe_calloc(V, sizeof(float)), mhe_calloc(V, sizeof(float))};
-        f32->linear_backward(f32, dy32, x32, W, N, in, V, dx32, 0, dW[0], db[0]);
-        bf->linear_backward_ld(bf, dyb, xb, W, N, in, V, ld, dxb, 0, dW[1], db[1]);
+        f32->linear_backward(f32, dy32, x32, W, N, in, V, dx32, 0, dW[0], db[0], 0);
+        bf->linear_backward_ld(bf, dyb, xb, W, N, in, V, ld, dxb, 0, dW[1], db[1], 0);
         float *dx0 = down(f32, dx32, (size_t)N * in), *dx1 = down(bf, dxb, (size_t)N * in);
         assert_rounded_once("head dx (padded rows)", dx1, dx0, (size_t)N * in, 1e-5);
         assert_rel("head dW (padded rows)", dW[1], dW[0], (size_t)V * in, 1e-5);

@@ -349,7 +349,10 @@ float *model_params(Model *m) { return m->params; }
 float *model_grads(Model *m) { return m->grads; }
 const ParamTable *model_param_table(const Model *m) { return &m->table; }
 size_t model_param_count(const Model *m) { return m->table.total; }
-void model_zero_grad(Model *m) { m->be->zero(m->be, m->grads, m->table.total * sizeof(float)); }
+void model_zero_grad(Model *m) {
+    m->be->zero(m->be, m->grads, m->table.total * sizeof(float));
+    m->grads_zero = 1;
+}
 
 void model_set_fast_path(Model *m, int on) {
     m->fast_path = on != 0;
@@ -454,12 +457,12 @@ void linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *
 // dx = (dy W) * gelu'(u);  dW += dyᵀ x;  db += Σ_rows dy: the down projection's backward into
 // the GELU's input, one backend call where it fuses them.
 void linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N, int in,
-                          int out, const Act *u, Act *dx, float *dW, float *db) {
+                          int out, const Act *u, Act *dx, float *dW, float *db, int dW_zero) {
     if (be->linear_backward_gelu) {
-        be->linear_backward_gelu(be, kind, dy, x, W, N, in, out, u, dx, dW, db);
+        be->linear_backward_gelu(be, kind, dy, x, W, N, in, out, u, dx, dW, db, dW_zero);
         return;
     }
-    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db);
+    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db, dW_zero);
     be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
 }
 

@@ -38,8 +38,9 @@ static void layer_backward(Model *m, int l, Act *dy, Act *below, uint64_t below_
         layernorm_backward_dropout(be, dy, a->r2, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dB, 0,
                                    MG(m, p->ln2_g), MG(m, p->ln2_b), pd, m->drop_seed, site + 2, dC);
         linear_backward_gelu(be, gelu_kind(m), dC, a->g, MP(m, p->down_w), N, F, D, a->u, dF, MG(m, p->down_w),
-                             MG(m, p->down_b));
-        be->linear_backward(be, dF, a->h, MP(m, p->up_w), N, D, F, dB, 1, MG(m, p->up_w), MG(m, p->up_b));
+                             MG(m, p->down_b), m->grads_zero);
+        be->linear_backward(be, dF, a->h, MP(m, p->up_w), N, D, F, dB, 1, MG(m, p->up_w),
+                            MG(m, p->up_b), m->grads_zero);
         // d x = d r1 (the residual path; dy is free once LN2's backward has read it), plus the
         // attention path's share, added by the projections' backward: no zeroing, no add pass.
         layernorm_backward_dropout(be, dB, a->r1, MP(m, p->ln1_g), a->ln1_mean, a->ln1_rstd, N, D, dy, 0,
@@ -48,8 +49,9 @@ static void layer_backward(Model *m, int l, Act *dy, Act *below, uint64_t below_
     } else {
         // h = x + drop(Attn(LN1(x))), out = h + drop(FFN(LN2(h)))
         linear_backward_gelu(be, gelu_kind(m), dC, a->g, MP(m, p->down_w), N, F, D, a->u, dF, MG(m, p->down_w),
-                             MG(m, p->down_b));
-        be->linear_backward(be, dF, a->f_in, MP(m, p->up_w), N, D, F, dB, 0, MG(m, p->up_w), MG(m, p->up_b));
+                             MG(m, p->down_b), m->grads_zero);
+        be->linear_backward(be, dF, a->f_in, MP(m, p->up_w), N, D, F, dB, 0, MG(m, p->up_w),
+                            MG(m, p->up_b), m->grads_zero);
         layernorm_backward_dropout(be, dB, a->h, MP(m, p->ln2_g), a->ln2_mean, a->ln2_rstd, N, D, dy, 1,
                                    MG(m, p->ln2_g), MG(m, p->ln2_b), pd, m->drop_seed, site + 1, dA);
         attn_backward(m, l, dA, dB, 0);
@@ -94,6 +96,7 @@ void encoder_backward(Model *m, const Act *dfin) {
     } else {
         be->embedding_backward(be, demb, m->ids, NULL, B, T, D, MG(m, m->word), MG(m, m->pos), NULL);
     }
+    m->grads_zero = 0;  // a second micro-batch adds to what this one wrote
     model_weights_steady(m, 0);  // before the last hook: whatever follows may write the weights
     if (m->bw_hook) m->bw_hook(m->bw_ctx, -1);
 }
@@ -115,14 +118,14 @@ void model_backward(Model *m, double loss_divisor) {
         const Act *last = mc->arch == ARCH_BERT ? m->t3 : head_in;
         // logits = last · wordᵀ (+ bias): d last = dlogits · word, d word += dlogitsᵀ · last
         be->linear_backward_ld(be, dlogits, last, MP(m, m->word), R, D, V, m->logits_ld, m->dA, 0, MG(m, m->word),
-                               m->head_bias != NO_PARAM ? MG(m, m->head_bias) : NULL);
+                               m->head_bias != NO_PARAM ? MG(m, m->head_bias) : NULL, m->grads_zero);
         if (mc->arch == ARCH_BERT) {
             const size_t RD = (size_t)R * D;
             be->layernorm_backward(be, m->dA, m->t2, MP(m, m->hln_g), m->t3_mean, m->t3_rstd, R, D,
                                    m->dB, 0, MG(m, m->hln_g), MG(m, m->hln_b));
             be->gelu_backward(be, gelu_kind(m), m->t1, m->dB, m->dB, RD);
             be->linear_backward(be, m->dB, head_in, MP(m, m->hd_w), R, D, D, m->dA, 0, MG(m, m->hd_w),
-                            MG(m, m->hd_b));
+                            MG(m, m->hd_b), m->grads_zero);
         }
     }
     Act *dfin = m->dA;

@@ -101,6 +101,13 @@ struct Model {
     double loss_sum;
     uint64_t drop_seed, drop_counter, drop_base;
     ModelBackwardHook bw_hook;   // gradient-readiness notifications (may be NULL)
+    // 1 from model_zero_grad to the end of the next backward: every linear layer's backward passes
+    // it as ops.h's dW_zero, the promise that its dW and db are still zero.  That holds because
+    // each weight has one linear backward per backward pass, and the only tensor with a second
+    // writer (the tied word embedding: the head's product, then the embeddings' scatter) meets the
+    // linear one first.  A variant that breaks this fails the emulated CUDA tests (the emulation
+    // checks the promise).
+    int grads_zero;
     void *bw_ctx;
     int sites_per_step;
     RecomputeMode recompute;     // cfg train.recompute: which layer buffers are shared
@@ -159,7 +166,7 @@ void linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *
                          int out, Act *u, Act *g);
 // dx = (dy W) * gelu'(u), dW += dyᵀ x, db += colsum(dy) (ops.h linear_backward_gelu, or the ops).
 void linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N, int in,
-                          int out, const Act *u, Act *dx, float *dW, float *db);
+                          int out, const Act *u, Act *dx, float *dW, float *db, int dW_zero);
 // Act pointer p advanced by i elements of the model's backend.
 #define AO(m, p, i) act_at((m)->be, (p), (i))
 // Bytes of n Act elements (the memory ops count bytes).

@@ -187,19 +187,19 @@ void model_backward_task(Model *m, double loss_divisor) {
     be->upload_act(be, m->tk_dout, m->tk_host_g, n);
     if (is_span(m)) {
         be->linear_backward(be, m->tk_dout, m->fin, MP(m, m->tk_qa_w), N, D, 2, m->dA, 0, MG(m, m->tk_qa_w),
-                        MG(m, m->tk_qa_b));
+                        MG(m, m->tk_qa_b), m->grads_zero);
     } else {
         if (has_pooler(m)) {
             be->linear_backward(be, m->tk_dout, m->tk_drop, MP(m, m->tk_cls_w), B, D, C, m->tk_d1, 0, MG(m, m->tk_cls_w),
-                            MG(m, m->tk_cls_b));
+                            MG(m, m->tk_cls_b), m->grads_zero);
             be->dropout(be, m->tk_d1, m->tk_d1, (size_t)B * D, head_dropout(m), m->drop_seed, head_site(m));
             // d pre = d pool ⊙ (1 − pool²)
             be->tanh_backward(be, m->tk_pool, m->tk_d1, m->tk_d1, (size_t)B * D);
             be->linear_backward(be, m->tk_d1, m->tk_in, MP(m, m->tk_pool_w), B, D, D, m->tk_d2, 0, MG(m, m->tk_pool_w),
-                            MG(m, m->tk_pool_b));
+                            MG(m, m->tk_pool_b), m->grads_zero);
         } else {
             be->linear_backward(be, m->tk_dout, m->tk_in, MP(m, m->tk_cls_w), B, D, C, m->tk_d2, 0, MG(m, m->tk_cls_w),
-                            NULL);
+                            NULL, m->grads_zero);
         }
         // Only the pooled position of each row receives the head's gradient.
         be->zero(be, m->dA, ACT_BYTES(m, (size_t)N * D));

@@ -102,7 +102,7 @@ void attn_project_backward(Model *m, int l, Act *d_ain, int accumulate) {
         if (pl->proj_w[j] < 0 || w[j] == 0) continue;
         const int out = m->qkv_ld ? m->qkv_ld : w[j];
         be->linear_backward(be, dy[j], a->a_in, AP(m, l, pl->proj_w[j]), N, D, out, d_ain, accumulate,
-                        AG(m, l, pl->proj_w[j]), AG(m, l, pl->proj_b[j]));
+                        AG(m, l, pl->proj_w[j]), AG(m, l, pl->proj_b[j]), m->grads_zero);
         if (m->qkv_ld) return;  // one GEMM over the block (attn_project)
         accumulate = 1;
     }
@@ -200,7 +200,8 @@ void attn_backward(Model *m, int l, const Act *d_out, Act *d_ain, int accumulate
     const int nd = m->cfg.model.heads * m->cfg.model.head_dim;
     // No zeroing of d_ain: the variant's backward writes it (its first term overwrites unless
     // the caller accumulates).
-    be->linear_backward(be, d_out, a->ctx, MP(m, p->wo), N, nd, D, m->dctx, 0, MG(m, p->wo), MG(m, p->bo));
+    be->linear_backward(be, d_out, a->ctx, MP(m, p->wo), N, nd, D, m->dctx, 0, MG(m, p->wo),
+                        MG(m, p->bo), m->grads_zero);
 
     CoreArgs c = core_args(m, a, l);
     Act *dQ = pl->qhc ? m->dqh : m->dq;

@@ -47,7 +47,7 @@ static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     const int Dt = m->cfg.attention.collab_dim;
     be->head_expand_backward(be, m->dqh, a->q, LDQ(m), AP(m, l, MIX), N, n, Dt, m->dq, 0, AG(m, l, MIX), NULL);
     attn_project_backward(m, l, d_ain, accumulate);  // the first term; the content bias's adds
-    be->linear_backward(be, m->dkbias, a->a_in, AP(m, l, WCB), N, D, n, d_ain, 1, AG(m, l, WCB), NULL);
+    be->linear_backward(be, m->dkbias, a->a_in, AP(m, l, WCB), N, D, n, d_ain, 1, AG(m, l, WCB), NULL, m->grads_zero);
 }
 
 static void export_keys(const Config *c, void (*put)(void *, const char *, double), void *ctx) {

@@ -65,16 +65,20 @@ static void backward(Model *m, int l, Act *d_ain, int accumulate) {
     const Act *c = a->extra, *cq = AO(m, a->extra, (size_t)N * dc);
     Act *d_c = m->dextra, *d_cq = AO(m, m->dextra, (size_t)N * dc);
     // dc = dK W_UK + dV W_UV, then back through the shared down-projection.
-    be->linear_backward(be, m->dk, c, AP(m, l, kv + 2), N, dc, nd, d_c, 0, AG(m, l, kv + 2), NULL);
-    be->linear_backward(be, m->dv, c, AP(m, l, kv + 3), N, dc, nd, d_c, 1, AG(m, l, kv + 3), AG(m, l, kv + 4));
+    be->linear_backward(be, m->dk, c, AP(m, l, kv + 2), N, dc, nd, d_c, 0, AG(m, l, kv + 2), NULL, m->grads_zero);
+    be->linear_backward(be, m->dv, c, AP(m, l, kv + 3), N, dc, nd, d_c, 1, AG(m, l, kv + 3),
+                        AG(m, l, kv + 4), m->grads_zero);
     // The first term of d_ain overwrites it or adds as asked (variant.h), the query's adds.
-    be->linear_backward(be, d_c, a->a_in, AP(m, l, kv), N, D, dc, d_ain, accumulate, AG(m, l, kv), AG(m, l, kv + 1));
+    be->linear_backward(be, d_c, a->a_in, AP(m, l, kv), N, D, dc, d_ain, accumulate, AG(m, l, kv),
+                        AG(m, l, kv + 1), m->grads_zero);
     if (dq) {
-        be->linear_backward(be, m->dq, cq, AP(m, l, Q_UP), N, dq, nd, d_cq, 0, AG(m, l, Q_UP), AG(m, l, Q_UP + 1));
+        be->linear_backward(be, m->dq, cq, AP(m, l, Q_UP), N, dq, nd, d_cq, 0, AG(m, l, Q_UP),
+                            AG(m, l, Q_UP + 1), m->grads_zero);
         be->linear_backward(be, d_cq, a->a_in, AP(m, l, Q_DOWN), N, D, dq, d_ain, 1, AG(m, l, Q_DOWN),
-                        AG(m, l, Q_DOWN + 1));
+                        AG(m, l, Q_DOWN + 1), m->grads_zero);
     } else {
-        be->linear_backward(be, m->dq, a->a_in, AP(m, l, Q), N, D, nd, d_ain, 1, AG(m, l, Q), AG(m, l, Q + 1));
+        be->linear_backward(be, m->dq, a->a_in, AP(m, l, Q), N, D, nd, d_ain, 1, AG(m, l, Q),
+                            AG(m, l, Q + 1), m->grads_zero);
     }
 }
 
