@@ -11,9 +11,6 @@
 // cpu_expf_noover.
 #include <math.h>
 #include <string.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 #include "kernels/cpu/cpu_attention_fused.h"
 #include "kernels/cpu/cpu_bf16.h"
@@ -25,35 +22,10 @@
 // inlined with n = CHUNK (a constant trip count: no loop prologue or epilogue per chunk) or the
 // remainder.
 
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-// A whole chunk's word with AVX-512 (the avx512 level): ops_dropout_keep_fast on 8 keys a
-// vector, each comparison's 8 lanes a mask register that becomes 8 bits of the word.  The
-// portable loop's `reduction(|)` over `bit << k` compiled into lane shuffles that cost as much
-// as the hash's two 64-bit multiplies.
-static inline uint32_t keep_word32(uint64_t key, uint64_t at, uint32_t thr) {
-    const __m512i m1 = _mm512_set1_epi64((long long)0xbf58476d1ce4e5b9ULL);
-    const __m512i m2 = _mm512_set1_epi64((long long)0x94d049bb133111ebULL);
-    const __m512i t = _mm512_set1_epi64((long long)thr);
-    __m512i x0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(key + at + 0x9e3779b97f4a7c15ULL)),
-                                  _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
-    uint32_t w = 0;
-    for (int q = 0; q < CHUNK / 8; q++) {
-        __m512i x = _mm512_add_epi64(x0, _mm512_set1_epi64(8LL * q));
-        x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)), m1);
-        x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), m2);
-        w |= (uint32_t)_mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 40), t) << (8 * q);
-    }
-    return w;
-}
-#endif
-
 // The mask word of n <= CHUNK keys whose first element index is `at`: bit k = keep(at + k).
 static inline uint32_t keep_word(const Fused *a, uint64_t at, int n) {
     const uint64_t key = a->key;
     const uint32_t thr = a->thr;
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-    if (n == CHUNK) return keep_word32(key, at, thr);
-#endif
     uint32_t w = 0;
 #pragma omp simd reduction(| : w)
     for (int k = 0; k < n; k++) w |= (uint32_t)ops_dropout_keep_fast(key, at + (uint64_t)k, thr) << k;
