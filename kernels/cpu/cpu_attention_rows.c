@@ -11,6 +11,10 @@
 // cpu_expf_noover.
 #include <math.h>
 #include <string.h>
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#define MASK_AVX512 1
+#endif
 
 #include "kernels/cpu/cpu_attention_fused.h"
 #include "kernels/cpu/cpu_bf16.h"
@@ -47,6 +51,42 @@ static inline void mask_chunk(const Fused *a, uint64_t at, int n, uint32_t *word
     if (ph) drop_h(ph, w, n);
     else drop_f(row, w, n);
 }
+#ifdef MASK_AVX512
+// mask_chunk over `chunks` whole chunks at once (the avx512 level): ops_dropout_bits on 16 keys
+// a vector, each comparison's mask register stored as half a word (little-endian: half k of
+// word w holds keys 32w + 16k ..) and applied to the numerators by a masked move.  One pipelined
+// loop: mask_chunk's word, an OR over shifted lanes, made a chain of dependent steps per 32
+// keys (2026-11-29, AMX Xeon, B 8, T 512, 8 heads of 32: the forward 10.9 -> 8.8 ms with the
+// 32-bit hash; the 64-bit one it replaced saturated the one vector port with 64-bit multiplies).
+static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t *words, uint16_t *ph,
+                               float *row) {
+    // x = (lo ^ key_lo) + hi_term, lo the index's low word (consecutive here: the caller checks
+    // that the row does not cross a multiple of 2^32).
+    const uint32_t hi_term = ((uint32_t)(at >> 32) * OPS_DROPOUT_HI) ^ (uint32_t)(a->key >> 32);
+    const __m512i klo = _mm512_set1_epi32((int)(uint32_t)a->key), hi = _mm512_set1_epi32((int)hi_term);
+    const __m512i m1 = _mm512_set1_epi32((int)OPS_DROPOUT_M1), m2 = _mm512_set1_epi32((int)OPS_DROPOUT_M2);
+    const __m512i t = _mm512_set1_epi32((int)a->thr), step = _mm512_set1_epi32(16);
+    __m512i lo = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)at),
+                                  _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    uint16_t *halves = (uint16_t *)words;
+    for (int g = 0; g < chunks * (CHUNK / 16); g++) {
+        __m512i x = _mm512_add_epi32(_mm512_xor_si512(lo, klo), hi);
+        x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 16)), m1);
+        x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 13)), m2);
+        x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+        const __mmask16 k = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(x, 8), t);
+        halves[g] = (uint16_t)k;
+        if (ph) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(ph + 16 * g));
+            _mm256_storeu_si256((__m256i *)(ph + 16 * g), _mm256_maskz_mov_epi16(k, v));
+        } else {
+            _mm512_storeu_ps(row + 16 * g, _mm512_maskz_mov_ps(k, _mm512_loadu_ps(row + 16 * g)));
+        }
+        lo = _mm512_add_epi32(lo, step);
+    }
+}
+#endif
+
 // The backward's P = exp(S + kadd - l) (S read from `in`, which may be p) and dropped P of n
 // keys, mask word w.
 static inline void probs_h(const float *in, float *p, const float *kadd, float l, uint16_t *ph, uint32_t w, float ks,
@@ -127,6 +167,12 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
         // loop (and its sum) into 32-key pieces, 50% slower than the two passes.
         if (a->drop) {
             int j0 = 0;
+#ifdef MASK_AVX512
+            if ((rb >> 32) == ((rb + (uint64_t)je) >> 32)) {
+                j0 = je / CHUNK * CHUNK;
+                mask_chunks_avx512(a, rb, je / CHUNK, mrow, ph, row);
+            }
+#endif
             for (; j0 + CHUNK <= je; j0 += CHUNK)
                 mask_chunk(a, rb + (uint64_t)j0, CHUNK, mrow + j0 / CHUNK, ph ? ph + j0 : NULL, row + j0);
             if (j0 < je) mask_chunk(a, rb + (uint64_t)j0, je - j0, mrow + j0 / CHUNK, ph ? ph + j0 : NULL, row + j0);

@@ -275,8 +275,34 @@ static void test_dropout_fast_decision_equals_reference(void **state) {
     }
 }
 
+// The 32-bit position hash (ops.h ops_dropout_bits) draws as independent bits should: at p = 1/2
+// the kept fraction, and the joint fractions of neighbours (i, i+1), of keys a row apart (i,
+// i+512), of the same i under two sites' keys, and of i and i + 2^32 (the index's high word)
+// are 1/2 and 1/4 within 6 standard deviations over 2^20 draws.
+static void test_dropout_bits_look_independent(void **state) {
+    (void)state;
+    const uint64_t n = 1u << 20, key = ops_dropout_key(42, 7), key2 = ops_dropout_key(42, 8);
+    const uint32_t thr = ops_dropout_threshold(0.5f);
+    uint64_t kept = 0, both[4] = {0, 0, 0, 0};
+    for (uint64_t i = 0; i < n; i++) {
+        const int k = ops_dropout_keep_fast(key, i, thr);
+        kept += (uint64_t)k;
+        both[0] += (uint64_t)(k & ops_dropout_keep_fast(key, i + 1, thr));
+        both[1] += (uint64_t)(k & ops_dropout_keep_fast(key, i + 512, thr));
+        both[2] += (uint64_t)(k & ops_dropout_keep_fast(key2, i, thr));
+        both[3] += (uint64_t)(k & ops_dropout_keep_fast(key, i + (1ULL << 32), thr));
+    }
+    const double f = (double)kept / (double)n, sd1 = sqrt(0.25 / (double)n), sd2 = sqrt(0.1875 / (double)n);
+    print_message("kept %.5f; joint: neighbour %.5f, row %.5f, other site %.5f, high word %.5f\n", f,
+                  (double)both[0] / (double)n, (double)both[1] / (double)n, (double)both[2] / (double)n,
+                  (double)both[3] / (double)n);
+    assert_true(fabs(f - 0.5) <= 6 * sd1);
+    for (int j = 0; j < 4; j++) assert_true(fabs((double)both[j] / (double)n - 0.25) <= 6 * sd2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dropout_bits_look_independent),
         cmocka_unit_test(test_accumulation_over_micro_batches_gives_global_mean),
         cmocka_unit_test(test_compact_head_equals_full_head),
         cmocka_unit_test(test_smaller_batch_than_arena_is_exact),
