@@ -50,47 +50,40 @@ extern "C" {
 
 // Dropout randomness is a pure function of (seed, offset, element index) so forward and
 // backward regenerate the same mask without storing it, and CPU and CUDA agree bit for bit.
+// The constants are named so vector forms (kernels/cpu/cpu_attention_rows.c) share them.
+#define OPS_MIX64_GOLDEN 0x9e3779b97f4a7c15ULL
+#define OPS_MIX64_M1 0xbf58476d1ce4e5b9ULL
+#define OPS_MIX64_M2 0x94d049bb133111ebULL
 static inline OPS_HD uint64_t ops_mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x += OPS_MIX64_GOLDEN;
+    x = (x ^ (x >> 30)) * OPS_MIX64_M1;
+    x = (x ^ (x >> 27)) * OPS_MIX64_M2;
     return x ^ (x >> 31);
 }
-// Element i's 32 random bits: MurmurHash3's 32-bit finalizer (full avalanche: every input bit
-// flips every output bit with probability ~1/2) over i's low word mixed with the key, plus its
-// high word once multiplied.  32-bit multiplies because the hash runs once per dropped element
-// (the attention probabilities: B n T² per layer): a 64-bit finalizer cost two 64-bit multiplies
-// per element, 32% of the CPU's fused attention forward at T = 512 (vpmullq: 3 uops; on a GPU a
-// 64-bit multiply is several 32-bit ones).  For a fixed key, distinct i < 2^32 get distinct bits.
-// The constants are named so vector forms of the hash (kernels/cpu/cpu_attention_rows.c) share them.
-#define OPS_DROPOUT_HI 0x9e3779b9u
-#define OPS_DROPOUT_M1 0x85ebca6bu
-#define OPS_DROPOUT_M2 0xc2b2ae35u
-static inline OPS_HD uint32_t ops_dropout_bits(uint64_t key, uint64_t i) {
-    uint32_t x = ((uint32_t)i ^ (uint32_t)key) + (((uint32_t)(i >> 32) * OPS_DROPOUT_HI) ^ (uint32_t)(key >> 32));
-    x = (x ^ (x >> 16)) * OPS_DROPOUT_M1;
-    x = (x ^ (x >> 13)) * OPS_DROPOUT_M2;
-    return x ^ (x >> 16);
+// Element i is kept iff its uniform draw in [0,1) (24 bits) is >= p.
+static inline OPS_HD int ops_dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, float p) {
+    uint64_t bits = ops_mix64(ops_mix64(seed ^ ops_mix64(offset)) + i);
+    float u = (float)(bits >> 40) * (1.0f / 16777216.0f);
+    return u >= p;
 }
-// The key of one dropout site: a pure function of (seed, offset).
+// The same decision split for loops: key once per (seed, offset), an integer threshold once
+// per p; ops_dropout_keep_fast(key, i, thr) == ops_dropout_keep(seed, offset, i, p) exactly
+// (u = k/2^24 with k an integer, so u >= p  <=>  k >= ceil(p 2^24)).
 static inline OPS_HD uint64_t ops_dropout_key(uint64_t seed, uint64_t offset) {
     return ops_mix64(seed ^ ops_mix64(offset));
 }
-// Element i is kept iff its uniform draw in [0,1) (the bits' top 24) is >= p.
-static inline OPS_HD int ops_dropout_keep(uint64_t seed, uint64_t offset, uint64_t i, float p) {
-    float u = (float)(ops_dropout_bits(ops_dropout_key(seed, offset), i) >> 8) * (1.0f / 16777216.0f);
-    return u >= p;
-}
-// The same decision split for loops: an integer threshold once per p;
-// ops_dropout_keep_fast(ops_dropout_key(seed, offset), i, thr) == ops_dropout_keep(seed, offset, i, p)
-// exactly (u = k/2^24 with k an integer, so u >= p  <=>  k >= ceil(p 2^24)).
 static inline OPS_HD uint32_t ops_dropout_threshold(float p) {
     float t = p * 16777216.0f;  // exact: scaling by a power of two
     uint32_t k = (uint32_t)t;
     return (float)k < t ? k + 1 : k;
 }
+// ops_mix64's last step, x ^ (x >> 31), leaves bits 40..63 unchanged (x >> 31 is 0 there), so
+// the top 24 bits are taken before it: the same bits, two operations fewer per element.
 static inline OPS_HD int ops_dropout_keep_fast(uint64_t key, uint64_t i, uint32_t threshold) {
-    return (ops_dropout_bits(key, i) >> 8) >= threshold;
+    uint64_t x = key + i + OPS_MIX64_GOLDEN;
+    x = (x ^ (x >> 30)) * OPS_MIX64_M1;
+    x = (x ^ (x >> 27)) * OPS_MIX64_M2;
+    return (uint32_t)(x >> 40) >= threshold;
 }
 
 // Element types of backend memory.

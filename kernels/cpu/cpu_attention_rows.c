@@ -52,37 +52,31 @@ static inline void mask_chunk(const Fused *a, uint64_t at, int n, uint32_t *word
     else drop_f(row, w, n);
 }
 #ifdef MASK_AVX512
-// mask_chunk over `chunks` whole chunks at once (the avx512 level): ops_dropout_bits on 16 keys
-// a vector, each comparison's mask register stored as half a word (little-endian: half k of
-// word w holds keys 32w + 16k ..) and applied to the numerators by a masked move.  One pipelined
-// loop: mask_chunk's word, an OR over shifted lanes, made a chain of dependent steps per 32
-// keys (2026-11-29, AMX Xeon, B 8, T 512, 8 heads of 32: the forward 10.9 -> 8.8 ms with the
-// 32-bit hash; the 64-bit one it replaced saturated the one vector port with 64-bit multiplies).
+// mask_chunk over `chunks` whole chunks at once (the avx512 level): ops_dropout_keep_fast on 8
+// keys a vector, each comparison's mask register stored as a byte of the words (little-endian:
+// byte k of word w holds keys 32w + 8k ..) and applied to the numerators by a masked move.  One
+// pipelined loop: mask_chunk's word, an OR over shifted lanes, made a chain of dependent steps
+// per 32 keys.  The hash's two 64-bit multiplies (vpmullq: 3 uops each on the one 512-bit
+// multiply port) remain its cost.
 static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t *words, uint16_t *ph,
                                float *row) {
-    // x = (lo ^ key_lo) + hi_term, lo the index's low word (consecutive here: the caller checks
-    // that the row does not cross a multiple of 2^32).
-    const uint32_t hi_term = ((uint32_t)(at >> 32) * OPS_DROPOUT_HI) ^ (uint32_t)(a->key >> 32);
-    const __m512i klo = _mm512_set1_epi32((int)(uint32_t)a->key), hi = _mm512_set1_epi32((int)hi_term);
-    const __m512i m1 = _mm512_set1_epi32((int)OPS_DROPOUT_M1), m2 = _mm512_set1_epi32((int)OPS_DROPOUT_M2);
-    const __m512i t = _mm512_set1_epi32((int)a->thr), step = _mm512_set1_epi32(16);
-    __m512i lo = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)at),
-                                  _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
-    uint16_t *halves = (uint16_t *)words;
-    for (int g = 0; g < chunks * (CHUNK / 16); g++) {
-        __m512i x = _mm512_add_epi32(_mm512_xor_si512(lo, klo), hi);
-        x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 16)), m1);
-        x = _mm512_mullo_epi32(_mm512_xor_si512(x, _mm512_srli_epi32(x, 13)), m2);
-        x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
-        const __mmask16 k = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(x, 8), t);
-        halves[g] = (uint16_t)k;
+    const __m512i m1 = _mm512_set1_epi64((long long)OPS_MIX64_M1), m2 = _mm512_set1_epi64((long long)OPS_MIX64_M2);
+    const __m512i t = _mm512_set1_epi64((long long)a->thr), step = _mm512_set1_epi64(8);
+    __m512i x0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(a->key + at + OPS_MIX64_GOLDEN)),
+                                  _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    uint8_t *bytes = (uint8_t *)words;
+    for (int g = 0; g < chunks * (CHUNK / 8); g++) {
+        __m512i x = _mm512_mullo_epi64(_mm512_xor_si512(x0, _mm512_srli_epi64(x0, 30)), m1);
+        x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), m2);
+        const __mmask8 k = _mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 40), t);
+        bytes[g] = (uint8_t)k;
         if (ph) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(ph + 16 * g));
-            _mm256_storeu_si256((__m256i *)(ph + 16 * g), _mm256_maskz_mov_epi16(k, v));
+            const __m128i v = _mm_loadu_si128((const __m128i *)(ph + 8 * g));
+            _mm_storeu_si128((__m128i *)(ph + 8 * g), _mm_maskz_mov_epi16(k, v));
         } else {
-            _mm512_storeu_ps(row + 16 * g, _mm512_maskz_mov_ps(k, _mm512_loadu_ps(row + 16 * g)));
+            _mm256_storeu_ps(row + 8 * g, _mm256_maskz_mov_ps(k, _mm256_loadu_ps(row + 8 * g)));
         }
-        lo = _mm512_add_epi32(lo, step);
+        x0 = _mm512_add_epi64(x0, step);
     }
 }
 #endif
@@ -168,10 +162,8 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
         if (a->drop) {
             int j0 = 0;
 #ifdef MASK_AVX512
-            if ((rb >> 32) == ((rb + (uint64_t)je) >> 32)) {
-                j0 = je / CHUNK * CHUNK;
-                mask_chunks_avx512(a, rb, je / CHUNK, mrow, ph, row);
-            }
+            j0 = je / CHUNK * CHUNK;
+            mask_chunks_avx512(a, rb, je / CHUNK, mrow, ph, row);
 #endif
             for (; j0 + CHUNK <= je; j0 += CHUNK)
                 mask_chunk(a, rb + (uint64_t)j0, CHUNK, mrow + j0 / CHUNK, ph ? ph + j0 : NULL, row + j0);
