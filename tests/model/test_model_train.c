@@ -275,7 +275,7 @@ static void test_dropout_fast_decision_equals_reference(void **state) {
     }
 }
 
-// The 32-bit position hash (ops.h ops_dropout_bits) draws as independent bits should: at p = 1/2
+// The position hash (ops.h ops_dropout_keep_fast) draws as independent bits should: at p = 1/2
 // the kept fraction, and the joint fractions of neighbours (i, i+1), of keys a row apart (i,
 // i+512), of the same i under two sites' keys, and of i and i + 2^32 (the index's high word)
 // are 1/2 and 1/4 within 6 standard deviations over 2^20 draws.
