@@ -1,6 +1,7 @@
 // The fused attention core's element passes over one block of scores (cpu_attention.c tiles):
 // the forward's softmax numerators, the backward's probabilities and dS.  Plain C under
-// `omp simd` (masks as selects), checked with -fopt-info-vec: every loop here vectorises.
+// `omp simd` (masks as selects), checked with -fopt-info-vec: every loop here vectorises.  One
+// exception: the forward's mask at the avx512 level (mask_chunks_avx512, intrinsics).
 //
 // Dropout: the forward draws each element's mask with ops_dropout_keep_fast (the position hash
 // CUDA and the reference core use) and saves it as bits (cpu_attention_fused.h mask_row); the
