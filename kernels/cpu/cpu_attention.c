@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "kernels/cpu/cpu_amx.h"
 #include "kernels/cpu/cpu_attention.h"
 #include "kernels/cpu/cpu_attention_fused.h"
 #include "kernels/cpu/cpu_bf16.h"
@@ -62,19 +63,30 @@ static void gemm(const Fused *a, int ta, int tb, int M, int N, int K, float alph
 // to its bf16 gemm:jit path, 2-4x slower at these shapes.  A copy costs T * dim per item, 1/bq
 // of the item's products.  fp32 mode reads the slices where they are: there oneDNN's gemm:jit
 // (sgemm) on strided operands beat its fp32 brgemm on dense copies.
+// Under AMX (bf16, the avx512 level) k holds K^T packed for the scores and, after it, K packed
+// for dQ; v holds V packed for P V (forward) or V^T for dP (backward): cpu_amx.h's tiles, read
+// from the activations directly (each T * dim bf16, half the fp32 room these regions have).
+// The backward visits every head of a query block, so there the packs cover a whole sequence
+// (seq: its index, -1 none): K^T and K of every K head, V^T of every V head, after the rest.
 typedef struct {
     void *q, *k, *v, *g;
-    int ktag, vtag;
+    int ktag, vtag, k2tag;
+    uint16_t *kt_all, *k_all, *vt_all;
+    int seq;
 } Packs;
+static size_t seq_pack_elems(const AttnShape *s) { return (size_t)s->T * (2 * (size_t)kcols(s) + vcols(s)); }
 static size_t pack_floats(const AttnShape *s, int bq) {
     return align16((size_t)bq * s->qk_dim) + align16((size_t)s->T * s->qk_dim) +
-           align16((size_t)s->T * s->v_dim) + align16((size_t)bq * s->v_dim);
+           align16((size_t)s->T * s->v_dim) + align16((size_t)bq * s->v_dim) + align16(seq_pack_elems(s) / 2 + 1);
 }
 static Packs packs_at(const AttnShape *s, int bq, float *p) {
-    Packs k = {p, 0, 0, 0, -1, -1};
+    Packs k = {p, 0, 0, 0, -1, -1, -1, NULL, NULL, NULL, -1};
     k.k = p + align16((size_t)bq * s->qk_dim);
     k.v = (float *)k.k + align16((size_t)s->T * s->qk_dim);
     k.g = (float *)k.v + align16((size_t)s->T * s->v_dim);
+    k.kt_all = (uint16_t *)((float *)k.g + align16((size_t)bq * s->v_dim));
+    k.k_all = k.kt_all + (size_t)s->T * kcols(s);
+    k.vt_all = k.k_all + (size_t)s->T * kcols(s);
     return k;
 }
 // rows x cols of x from absolute row r0, column col, into dst (row stride cols).
@@ -107,12 +119,65 @@ static CpuOperand v_op(const Fused *a, Packs *pk, int b, int h) {
                    b * s->v_heads + h / (s->n_heads / s->v_heads));
 }
 
+// AMX packs of head h of sequence b (kept while consecutive items use the same head).
+static const uint16_t *amx_pack(const Src *x, size_t r0, size_t col, int T, int dim, int bt, uint16_t *dst, int *tag,
+                                int want) {
+    if (*tag != want) {
+        const uint16_t *at = x->h + r0 * x->ld + col;
+        if (bt) cpu_amx_pack_bt(at, (size_t)x->ld, T, dim, dst);
+        else cpu_amx_pack_b(at, (size_t)x->ld, T, dim, dst);
+        *tag = want;
+    }
+    return dst;
+}
+static int k_tag(const AttnShape *s, int b, int h) { return b * s->k_heads + h / (s->n_heads / s->k_heads); }
+static int v_tag(const AttnShape *s, int b, int h) { return b * s->v_heads + h / (s->n_heads / s->v_heads); }
+static int k_group(const AttnShape *s, int h) { return h / (s->n_heads / s->k_heads); }
+static int v_group(const AttnShape *s, int h) { return h / (s->n_heads / s->v_heads); }
+static const uint16_t *amx_kt(const Fused *a, Packs *pk, int b, int h) {
+    const AttnShape *s = a->s;
+    if (pk->seq == b) return pk->kt_all + (size_t)k_group(s, h) * s->T * s->qk_dim;
+    return amx_pack(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, 1, pk->k, &pk->ktag, k_tag(s, b, h));
+}
+static const uint16_t *amx_k(const Fused *a, Packs *pk, int b, int h) {
+    const AttnShape *s = a->s;
+    if (pk->seq == b) return pk->k_all + (size_t)k_group(s, h) * s->T * s->qk_dim;
+    return amx_pack(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, 0,
+                    (uint16_t *)pk->k + (size_t)s->T * s->qk_dim, &pk->k2tag, k_tag(s, b, h));
+}
+// bt: V^T (the backward's dP) rather than V (the forward's P V).
+static const uint16_t *amx_v(const Fused *a, Packs *pk, int b, int h, int bt) {
+    const AttnShape *s = a->s;
+    if (pk->seq == b && bt) return pk->vt_all + (size_t)v_group(s, h) * s->T * s->v_dim;
+    return amx_pack(&a->v, (size_t)b * s->T, vcol(s, h), s->T, s->v_dim, bt, pk->v, &pk->vtag, v_tag(s, b, h));
+}
+// The backward's packs of sequence b, every head, unless they are already there.
+static void amx_pack_sequence(const Fused *a, Packs *pk, int b) {
+    const AttnShape *s = a->s;
+    if (pk->seq == b) return;
+    const size_t r0 = (size_t)b * s->T, kd = (size_t)s->T * s->qk_dim, vd = (size_t)s->T * s->v_dim;
+    for (int g = 0; g < s->k_heads; g++) {
+        const uint16_t *at = a->k.h + r0 * a->k.ld + (size_t)g * s->qk_dim;
+        cpu_amx_pack_bt(at, (size_t)a->k.ld, s->T, s->qk_dim, pk->kt_all + g * kd);
+        cpu_amx_pack_b(at, (size_t)a->k.ld, s->T, s->qk_dim, pk->k_all + g * kd);
+    }
+    for (int g = 0; g < s->v_heads; g++)
+        cpu_amx_pack_bt(a->v.h + r0 * a->v.ld + (size_t)g * s->v_dim, (size_t)a->v.ld, s->T, s->v_dim,
+                        pk->vt_all + g * vd);
+    pk->seq = b;
+}
+
 // Raw scores of query rows [i0, i0+rows) of sequence b against keys [0, nk): S [rows, nk].
 // Returns the block's Q operand (the backward's dK reads it).
+// Under AMX: S = Q K^T unscaled (a->in_scale applies s->scale in the element passes).
 static CpuOperand scores(const Fused *a, Packs *pk, int b, int h, int i0, int rows, int nk, float *S) {
     const AttnShape *s = a->s;
     const int d = s->qk_dim;
     const CpuOperand Q = operand(&a->q, (size_t)b * s->T + i0, qcol(s, h), rows, d, pk->q, NULL, 0);
+    if (a->amx) {
+        cpu_amx_gemm(rows, nk, d, 1.0f, Q.h, (size_t)Q.ld, amx_kt(a, pk, b, h), d / 32, 0, S, (size_t)nk);
+        return Q;
+    }
     gemm(a, 0, 1, rows, nk, d, s->scale, Q, k_op(a, pk, b, h), 0.0f, f32_res(S, nk));
     return Q;
 }
@@ -144,10 +209,13 @@ static size_t fwd_thread_floats(const AttnShape *s, int bq) {
     const size_t blk = align16((size_t)bq * s->T);
     return 3 * blk + align16((size_t)bq * s->v_dim) + align16((size_t)s->T) + align16((size_t)bq);
 }
+// Under AMX, after the key-side rows: the dropped P and dS packed as B operands (bf16, a block
+// each), then Q^T and G^T of the block (bf16 [dim, bq]).
 static size_t bwd_thread_floats(const AttnShape *s, int bq) {
     const size_t blk = align16((size_t)bq * s->T);
     return 5 * blk + align16((size_t)bq * s->v_dim) + 2 * align16((size_t)s->T) +
-           align16((size_t)bq * qcols(s)) + align16((size_t)s->T * acc_ld(s));
+           align16((size_t)bq * qcols(s)) + align16((size_t)s->T * acc_ld(s)) + blk +
+           align16((size_t)bq * (s->qk_dim + s->v_dim) / 2 + 1);
 }
 // After the threads' scratch (bf16 mode): G = dO ⊙ out_scale in bf16, then the sequences'
 // key-side rows in fp32 between the threads' hand-overs (fp32 mode hands over in dk, dv,
@@ -178,7 +246,14 @@ static Fused fused_begin(Backend *be, const AttnShape *s, const Act *q, const Ac
     const int bq = block_rows(s->T);
     Fused a = {s, cpu_ctx(be)->gemm, act_bf16(be), bq, (s->T + bq - 1) / bq, src_of(be, q, s->ldq),
                src_of(be, k, s->ldk), src_of(be, v, s->ldv), !s->key_bias && !s->key_mask, s->dropout > 0.0f,
-               1.0f, 0, 0};
+               1.0f, 0, 0, 0, 1.0f};
+#ifdef __AVX512F__
+    // AMX needs whole tiles: rows and keys in 32s (every block's, causal prefixes too) and
+    // head widths in 32s; any other shape keeps oneDNN.
+    a.amx = a.bf16 && cpu_amx_available() && s->T % 32 == 0 && bq % 32 == 0 && s->qk_dim % 32 == 0 &&
+            s->v_dim % 32 == 0;
+#endif
+    if (a.amx) a.in_scale = s->scale;
     if (a.drop) {
         a.keep_scale = 1.0f / (1.0f - s->dropout);
         a.key = ops_dropout_key(s->seed, s->offset);
@@ -203,10 +278,14 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     uint32_t *mask = a->drop ? (uint32_t *)(saved + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
     softmax_block(a, b, h, i0, rows, nk, R ? R : S, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs, mask);
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
-    const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = v_op(a, pk, b, h);
     // Into the dense block o, then copied into the head's columns: a strided destination would
     // send oneDNN to its slower gemm:jit path as a strided B operand does.
-    gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(o, dv));
+    if (a->amx) {
+        cpu_amx_gemm(rows, dv, nk, 1.0f, Ph, (size_t)nk, amx_v(a, pk, b, h, 0), T / 32, 0, o, (size_t)dv);
+    } else {
+        const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = v_op(a, pk, b, h);
+        gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(o, dv));
+    }
     // The softmax's 1 / Σ e (and 1/(1-p)) per row.
     for (int r = 0; r < rows; r++) {
         float *x = o + (size_t)r * dv;
@@ -278,8 +357,8 @@ static void fused_forward(Backend *be, const AttnShape *s, const Act *q, const A
 // sum lives between hand-overs: f (row stride ld), fp32; in bf16 mode the last hand-over
 // stores f + its rows into h (row stride hld) instead, each element rounded once.
 typedef struct {
-    const float *x;   // the thread's rows of this part, dense [T, w]
-    int w;
+    const float *x;   // the thread's rows of this part, dense [T, w] (xt: [w, T], AMX's dK^T, dV^T)
+    int w, xt;
     float *f;
     int ld;
     uint16_t *h;
@@ -288,10 +367,14 @@ typedef struct {
 
 // The thread's rows [0, touched) (rows past it are 0: keys none of its blocks saw) into the
 // sequence's sum: the first hand-over writes, later ones add, the last one also stores.
-static void hand_over(int touched, int T, int rank, int last, const Part *p) {
+static void hand_over(int touched, int T, int rank, int last, const Part *p, float *row) {
     const int w = p->w;
     for (int i = 0; i < T; i++) {
         const float *x = p->x + (size_t)i * w;
+        if (p->xt && i < touched) {
+            for (int c = 0; c < w; c++) row[c] = p->x[(size_t)c * T + i];
+            x = row;
+        }
         float *f = p->f + (size_t)i * p->ld;
         uint16_t *o = p->h ? p->h + (size_t)i * p->hld : NULL;
         const int have = i < touched;
@@ -351,11 +434,12 @@ static Part part_of(const Bwd *w, int b, const float *acc, int c) {
         f = w->glob ? NULL : act_f(w->dkb) + r0 * s->n_heads, ld = s->n_heads;
         if (w->glob) h = act_h(w->dkb) + r0 * s->n_heads;
     }
+    const int xt = w->a->amx && c < kh + vh;
     if (w->glob) {
         f = w->glob + r0 * ald + c0;
-        return (Part){x, wd, f, ald, h, c < kh ? s->ldk : c < kh + vh ? s->ldv : s->n_heads};
+        return (Part){x, wd, xt, f, ald, h, c < kh ? s->ldk : c < kh + vh ? s->ldv : s->n_heads};
     }
-    return (Part){x, wd, f, ld, NULL, 0};
+    return (Part){x, wd, xt, f, ld, NULL, 0};
 }
 
 // rank: the thread's place among the count threads with blocks of sequence b.
@@ -363,12 +447,28 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
     const AttnShape *s = w->a->s;
     const int T = s->T;
     const int last = rank == count - 1, parts = s->k_heads + s->v_heads + (w->dkb != NULL);
+    float *row = w->a->amx ? mhe_malloc((size_t)(s->qk_dim > s->v_dim ? s->qk_dim : s->v_dim) * sizeof *row) : NULL;
     while (atomic_load_explicit(&w->ticket[b], memory_order_acquire) != rank) sched_yield();
     for (int c = 0; c < parts; c++) {
         const Part p = part_of(w, b, acc, c);
-        hand_over(touched, T, rank, last, &p);
+        hand_over(touched, T, rank, last, &p, row);
     }
     atomic_store_explicit(&w->ticket[b], rank + 1, memory_order_release);
+    free(row);
+}
+
+// x [rows, cols] (row stride ld) into t [cols, rows].
+static void transpose_h(const uint16_t *x, size_t ld, int rows, int cols, uint16_t *t) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = x[(size_t)r * ld + c];
+}
+// dK^T [dk, T] += scale Q^T dS under AMX (Q: the block's packed rows; Bpk, Qt: scratch).
+static void amx_dk(const Fused *a, CpuOperand Q, int rows, int nk, const uint16_t *dSh, uint16_t *Bpk, uint16_t *Qt,
+                   float *dkT) {
+    const AttnShape *s = a->s;
+    transpose_h(Q.h, (size_t)Q.ld, rows, s->qk_dim, Qt);
+    cpu_amx_pack_b(dSh, (size_t)nk, rows, nk, Bpk);
+    cpu_amx_gemm(s->qk_dim, nk, rows, s->scale, Qt, (size_t)rows, Bpk, rows / 32, 1, dkT, (size_t)s->T);
 }
 
 // Query block qb of sequence b, every head: dq rows stored; dk, dv, dkey_bias added to the
@@ -388,15 +488,27 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     // acc: dk per K head [T, dk], dv per V head [T, dv], dkey_bias [T, n]; rows [0, *touched)
     // hold sums, the rest is zeroed as blocks reach it.
     float *kacc = acc, *vacc = acc + (size_t)s->k_heads * T * dkd, *bacc = acc + (size_t)T * (ald - n);
+    // AMX: kacc and vacc hold dK^T [dk, T] and dV^T [dv, T] per head (the products' M side is
+    // the head's width: B, the packed dropped P or dS, is read as it comes from the element pass).
+    uint16_t *Bpk = (uint16_t *)(acc + align16((size_t)T * ald)), *Qt = Bpk + blk, *Gt = Qt + (size_t)a->bq * dkd;
+    if (*touched < nk && a->amx) {
+        // dK^T, dV^T: columns [touched, nk) of each row.
+        const size_t t0 = (size_t)*touched, cnt = (size_t)(nk - *touched);
+        for (size_t r = 0; r < (size_t)s->k_heads * dkd; r++) memset(kacc + r * T + t0, 0, cnt * sizeof *acc);
+        for (size_t r = 0; r < (size_t)s->v_heads * dv; r++) memset(vacc + r * T + t0, 0, cnt * sizeof *acc);
+    }
     if (*touched < nk) {
         const size_t t0 = (size_t)*touched, cnt = (size_t)(nk - *touched);
-        for (int g = 0; g < s->k_heads; g++) memset(kacc + ((size_t)g * T + t0) * dkd, 0, cnt * dkd * sizeof *acc);
-        for (int g = 0; g < s->v_heads; g++) memset(vacc + ((size_t)g * T + t0) * dv, 0, cnt * dv * sizeof *acc);
+        for (int g = 0; g < s->k_heads && !a->amx; g++)
+            memset(kacc + ((size_t)g * T + t0) * dkd, 0, cnt * dkd * sizeof *acc);
+        for (int g = 0; g < s->v_heads && !a->amx; g++)
+            memset(vacc + ((size_t)g * T + t0) * dv, 0, cnt * dv * sizeof *acc);
         memset(bacc + t0 * n, 0, cnt * n * sizeof *acc);
         *touched = nk;
     }
     // dq per Q head [bq, dk].
     memset(dqa, 0, (size_t)a->bq * qc * sizeof *dqa);
+    if (a->amx) amx_pack_sequence(a, pk, b);
     CpuOperand Qb = {0};
     if (shared) {
         Qb = scores(a, pk, b, 0, i0, rows, nk, R);
@@ -419,12 +531,20 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         } else {
             Gop = operand(&w->G, r0 + i0, (size_t)h * dv, rows, dv, pk->g, NULL, 0);
         }
-        const CpuOperand Vd = v_op(a, pk, b, h);
         const CpuOperand Pd = Pdh ? h_op(Pdh, nk) : f32_op(a->drop ? Pdf : P, nk);
         float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
         float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
-        gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
-        gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, Vd, 0.0f, f32_res(dP, nk));
+        if (a->amx) {
+            transpose_h(Gop.h, (size_t)Gop.ld, rows, dv, Gt);
+            cpu_amx_pack_b(Pdh, (size_t)nk, rows, nk, Bpk);
+            cpu_amx_gemm(dv, nk, rows, 1.0f, Gt, (size_t)rows, Bpk, rows / 32, 1, dvh, (size_t)T);
+        } else {
+            gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
+        }
+        if (a->amx)
+            cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_v(a, pk, b, h, 1), dv / 32, 0, dP, (size_t)nk);
+        else
+            gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, v_op(a, pk, b, h), 0.0f, f32_res(dP, nk));
         ds_block(a, rows, nk, P, dP, Pdf, Pdh, df, shared ? NULL : dSh);
         if (w->dkb) {
             memset(cs, 0, (size_t)nk * sizeof *cs);
@@ -442,8 +562,13 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             continue;
         }
         const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
-        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, h), 1.0f, f32_res(dqh, dkd));
-        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(dkh, dkd));
+        if (a->amx) {
+            cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, b, h), T / 32, 1, dqh, (size_t)dkd);
+            amx_dk(a, Qb, rows, nk, dSh, Bpk, Qt, dkh);
+        } else {
+            gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, h), 1.0f, f32_res(dqh, dkd));
+            gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(dkh, dkd));
+        }
     }
     if (shared) {
         CpuOperand dS = f32_op(dSs, nk);
@@ -451,8 +576,13 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             bf16_store(dSs, (size_t)rows * nk, dSh);
             dS = h_op(dSh, nk);
         }
-        gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, 0), 1.0f, f32_res(dqa, dkd));
-        gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(kacc, dkd));
+        if (a->amx) {
+            cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, b, 0), T / 32, 1, dqa, (size_t)dkd);
+            amx_dk(a, Qb, rows, nk, dSh, Bpk, Qt, kacc);
+        } else {
+            gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, 0), 1.0f, f32_res(dqa, dkd));
+            gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(kacc, dkd));
+        }
     }
     for (int g = 0; g < s->q_heads; g++)
         for (int r = 0; r < rows; r++) {

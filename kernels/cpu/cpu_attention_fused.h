@@ -19,6 +19,9 @@ typedef struct {
     float keep_scale;
     uint64_t key;
     uint32_t thr;
+    int amx;             // the products on AMX tiles (cpu_amx.h); else oneDNN
+    float in_scale;      // the raw scores' factor the element passes apply: s->scale under AMX
+                         // (its products store Q K^T unscaled), 1 where oneDNN applied it
 } Fused;
 
 static inline int row_end(const AttnShape *s, int i, int nk) { return s->causal ? i + 1 : nk; }

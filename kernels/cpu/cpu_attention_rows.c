@@ -84,11 +84,11 @@ static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t
 
 // The backward's P = exp(S + kadd - l) (S read from `in`, which may be p) and dropped P of n
 // keys, mask word w.
-static inline void probs_h(const float *in, float *p, const float *kadd, float l, uint16_t *ph, uint32_t w, float ks,
-                           int n) {
+static inline void probs_h(const float *in, float sc, float *p, const float *kadd, float l, uint16_t *ph, uint32_t w,
+                           float ks, int n) {
 #pragma omp simd
     for (int k = 0; k < n; k++) {
-        const float e = cpu_expf_bf16(in[k] + kadd[k] - l);
+        const float e = cpu_expf_bf16(in[k] * sc + kadd[k] - l);
         p[k] = e;
         ph[k] = to_bf16((w >> k) & 1u ? e * ks : 0.0f);
     }
@@ -114,13 +114,14 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
                    const float *kadd, float *lse, uint16_t *Ph, float *rs, uint32_t *mask) {
     const AttnShape *s = a->s;
     const size_t mw = mask_words(s->T);
+    const float sc = a->in_scale;
     for (int r = 0; r < rows; r++) {
         const int i = i0 + r, je = row_end(s, i, nk);
         float *row = S + (size_t)r * nk;
         const float *in = Sin + (size_t)r * nk;
         uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
         uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
-        float mx = -INFINITY;
+        float mx = -INFINITY, esc = sc;  // esc: the factor left for the exp (the raw scores' when kzero)
         if (a->kzero) {
             // Nothing to add (mha and mhe_mul without padding): the pass only reads.
 #pragma omp simd reduction(max : mx)
@@ -128,11 +129,12 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
         } else {
 #pragma omp simd reduction(max : mx)
             for (int j = 0; j < je; j++) {
-                const float x = in[j] + kadd[j];
+                const float x = in[j] * sc + kadd[j];
                 row[j] = x;
                 mx = x > mx ? x : mx;
             }
             in = row;  // the scores with the key bias, as the exp reads them
+            esc = 1.0f;
         }
         if (mx == -INFINITY) {
             if (ph) memset(ph, 0, (size_t)nk * sizeof *ph);
@@ -146,7 +148,7 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
         if (ph) {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
-                const float e = cpu_expf_bf16(in[j] - mx);
+                const float e = cpu_expf_bf16((in[j] - mx) * esc);
                 sum += e;
                 ph[j] = to_bf16(e);
             }
@@ -175,7 +177,7 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
             else memset(row + je, 0, (size_t)(nk - je) * sizeof *row);
         }
         rs[r] = a->keep_scale / sum;
-        lse[i] = mx + logf(sum);
+        lse[i] = mx * esc + logf(sum);
     }
 }
 
@@ -185,7 +187,7 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
 void probs_block(const Fused *a, int i0, int rows, int nk, const float *Pin, float *P, const float *kadd,
                  const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask) {
     const AttnShape *s = a->s;
-    const float ks = a->keep_scale;
+    const float ks = a->keep_scale, sc = a->in_scale;
     const size_t mw = mask_words(s->T);
     for (int r = 0; r < rows; r++) {
         const int i = i0 + r;
@@ -199,17 +201,17 @@ void probs_block(const Fused *a, int i0, int rows, int nk, const float *Pin, flo
         if (a->drop) {
             int j0 = 0;
             for (; j0 + CHUNK <= je; j0 += CHUNK) {
-                if (ph) probs_h(in + j0, row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, CHUNK);
+                if (ph) probs_h(in + j0, sc, row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, CHUNK);
                 else probs_f(in + j0, row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, CHUNK);
             }
             if (j0 < je) {
-                if (ph) probs_h(in + j0, row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, je - j0);
+                if (ph) probs_h(in + j0, sc, row + j0, kadd + j0, l, ph + j0, mrow[j0 / CHUNK], ks, je - j0);
                 else probs_f(in + j0, row + j0, kadd + j0, l, pf + j0, mrow[j0 / CHUNK], ks, je - j0);
             }
         } else if (ph) {
 #pragma omp simd
             for (int j = 0; j < je; j++) {
-                const float p = cpu_expf_bf16(in[j] + kadd[j] - l);
+                const float p = cpu_expf_bf16(in[j] * sc + kadd[j] - l);
                 row[j] = p;
                 ph[j] = to_bf16(p);
             }

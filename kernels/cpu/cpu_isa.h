@@ -1,7 +1,8 @@
 // Run-time ISA dispatch of the CPU backend (cpu_isa.c).  Every kernels/cpu/*.c file except
 // cpu_backend.c, cpu_gemm.c, cpu_weights.c and cpu_isa.c (backend creation, the oneDNN primitive
 // cache and the weights' bf16 copies it reads, the dispatch: once per process, per backend or per
-// micro-batch, nothing per activation element) is compiled once per x86-64
+// micro-batch, nothing per activation element) and cpu_amx.c (its functions name their own
+// targets; only the avx512 level calls them) is compiled once per x86-64
 // level (CMakeLists.txt: baseline = x86-64-v2, avx2 = x86-64-v3, avx512 = x86-64-v4), with
 // MHE_CPU_ISA_SUFFIX naming the level.  The functions those files share are renamed below to
 // carry the suffix, so the copies link side by side and each level's ops call their own level's

@@ -169,6 +169,22 @@ static void test_shared_heads(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(f, &cases[i]);
 }
 
+// Shapes the AMX products take (T, rows and head widths in 32s; tests/model/tests.cmake runs
+// them again with MHE_CPU_AMX=0): every feature, shared and grouped heads, widths of 64, blocks of
+// one sequence on several threads and whole sequences per thread.
+static void test_amx_shapes(void **state) {
+    const Fixture *f = *state;
+    const Case cases[] = {
+        {2, 256, 4, 4, 4, 4, 32, 32, 0, 1, 1, 1, 1, 0.1f},
+        {2, 192, 4, 1, 1, 4, 32, 32, 2, 0, 1, 1, 1, 0.1f},
+        {2, 128, 4, 4, 2, 2, 64, 32, 0, 1, 1, 0, 0, 0.1f},
+        {5, 96, 2, 2, 2, 2, 32, 64, 3, 0, 1, 1, 1, 0.1f},
+        {1, 384, 2, 2, 2, 2, 32, 32, 0, 1, 0, 0, 1, 0.0f},
+        {2, 160, 4, 1, 1, 1, 32, 32, 0, 1, 1, 1, 0, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(f, &cases[i]);
+}
+
 // One token per sequence (sequence 1's only key is masked: an empty row, out = out_shift).
 static void test_single_token(void **state) {
     const Fixture *f = *state;
@@ -210,6 +226,7 @@ int main(void) {
         cmocka_unit_test(test_per_head),
         cmocka_unit_test(test_shared_heads),
         cmocka_unit_test(test_single_token),
+        cmocka_unit_test(test_amx_shapes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -61,6 +61,17 @@ set_tests_properties(cpu_attention_fused_matches_ref_block16 PROPERTIES TIMEOUT 
 add_test(NAME cpu_attention_fused_matches_ref_emulated COMMAND cpu_attention_fused_matches_ref)
 set_tests_properties(cpu_attention_fused_matches_ref_emulated PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
   "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
+# With the AMX products off (MHE_CPU_AMX=0: oneDNN's, as on a CPU without AMX), and with AMX on
+# 32-row query blocks on 3 threads (many blocks, three threads handing over dK^T, dV^T sums).
+add_test(NAME cpu_attention_fused_matches_ref_noamx COMMAND cpu_attention_fused_matches_ref)
+set_tests_properties(cpu_attention_fused_matches_ref_noamx PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
+  "MHE_CPU_AMX=0;OMP_NUM_THREADS=2")
+add_test(NAME cpu_attention_fused_matches_ref_block32 COMMAND cpu_attention_fused_matches_ref)
+set_tests_properties(cpu_attention_fused_matches_ref_block32 PROPERTIES TIMEOUT 300 LABELS "model;unit" ENVIRONMENT
+  "MHE_CPU_ATTN_BLOCK=32;OMP_NUM_THREADS=3")
+# The AMX tile products against a double loop (skipped without AMX).
+mhe_add_cmocka_test(cpu_amx_products_match_naive ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_amx.c)
+set_tests_properties(cpu_amx_products_match_naive PROPERTIES TIMEOUT 120 LABELS "model;unit")
 # The CPU backend's ISA levels (kernels/cpu/cpu_isa.h): every dispatched op at each level this
 # CPU supports against the default (fastest) level, fp32 and bf16, both attention cores.
 mhe_add_cmocka_test(cpu_isa_levels_match ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_isa.c)

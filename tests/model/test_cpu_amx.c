@@ -1,0 +1,122 @@
+// The AMX products of the fused attention core (kernels/cpu/cpu_amx.h) against a double loop
+// over the same bf16 operands: both packings (B = X^T, B = X), whole and partial tiles (M, N
+// multiples of 16 but not of 32, K and N past a pack's edge, strided and odd leading dimensions),
+// alpha, accumulation, and a prefix of a pack's k blocks (the causal case).  Skipped where the CPU
+// or the kernel gives no AMX.
+// Tolerance: |C - oracle| <= 1e-5 (|C| + 1) elementwise: the products of two bf16 values are
+// exact in fp32, so only the fp32 accumulation order differs (K <= 512 terms of size ~1).
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "kernels/cpu/cpu_amx.h"
+
+static float bf(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint16_t *random_bf16(size_t n, uint64_t seed) {
+    uint16_t *x = mhe_malloc(n * sizeof *x);
+    Rng r = rng_stream(seed, 3, 1);
+    for (size_t i = 0; i < n; i++) {
+        const float f = (float)rng_next_normal(&r);
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        x[i] = (uint16_t)(u >> 16);
+    }
+    return x;
+}
+
+// C [M, N] = alpha A B (+ C); bt: B = X^T with X [N, Kx] (else X [Kx, N]).  K < Kx: the product
+// reads the first K/32 k blocks of a pack of Kx; K > Kx: the pack's zero padding.
+static void check(int M, int N, int K, int Kx, int bt, float alpha, int acc, size_t pad) {
+    const size_t lda = (size_t)K + pad, ldc = (size_t)N + pad, ldx = (size_t)(bt ? Kx : N) + pad;
+    const size_t xrows = (size_t)(bt ? N : Kx);
+    uint16_t *A = random_bf16((size_t)M * lda, 1 + (uint64_t)M), *X = random_bf16(xrows * ldx, 2 + (uint64_t)N);
+    uint16_t *Bp = mhe_malloc(cpu_amx_packed_elems(Kx, N) * sizeof *Bp);
+    float *C = mhe_malloc((size_t)M * ldc * sizeof *C), *want = mhe_malloc((size_t)M * N * sizeof *want);
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = (float)((int)(i % 13) - 6) * 0.25f;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0;
+            for (int k = 0; k < K && k < Kx; k++)  // past Kx the pack holds zeros
+                sum += (double)bf(A[m * lda + k]) * bf(bt ? X[n * ldx + k] : X[k * ldx + n]);
+            want[(size_t)m * N + n] = (float)(alpha * sum + (acc ? C[m * ldc + n] : 0.0));
+        }
+    if (bt) cpu_amx_pack_bt(X, ldx, N, Kx, Bp);
+    else cpu_amx_pack_b(X, ldx, Kx, N, Bp);
+    cpu_amx_gemm(M, N, K, alpha, A, lda, Bp, (Kx + 31) / 32, acc, C, ldc);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            const double w = want[(size_t)m * N + n], e = fabs(C[m * ldc + n] - w) / (fabs(w) + 1);
+            worst = e > worst ? e : worst;
+        }
+    print_message("M=%d N=%d K=%d of %d %s alpha=%g acc=%d pad=%zu: worst %.2e\n", M, N, K, Kx, bt ? "X^T" : "X",
+                  alpha, acc, pad, worst);
+    assert_true(worst <= 1e-5);
+    free(A), free(X), free(Bp), free(C), free(want);
+}
+
+static void test_products(void **state) {
+    (void)state;
+    if (!cpu_amx_available()) skip();
+    // The core's shapes: scores (K = d), P V and dQ (K = keys), dK^T / dV^T (K = rows).
+    check(128, 512, 32, 32, 1, 1.0f, 0, 0);
+    check(128, 512, 64, 64, 1, 1.0f, 0, 3);
+    check(128, 32, 512, 512, 0, 1.0f, 0, 0);
+    check(128, 64, 512, 512, 0, 0.125f, 1, 1);
+    check(32, 256, 128, 128, 0, 0.17677669f, 1, 0);
+    // Partial tiles: M and N of 16 past a 32 block; packs of X with N and Kx off the 16 / 32 grid.
+    check(48, 80, 64, 64, 1, 1.0f, 1, 5);
+    check(16, 16, 32, 32, 0, 0.5f, 1, 0);
+    check(32, 48, 96, 96, 0, 1.0f, 1, 7);
+    check(16, 48, 64, 40, 1, 2.0f, 0, 1);   // X^T has 40 columns: k blocks zero-padded
+    check(32, 16, 64, 50, 0, 1.0f, 0, 2);   // X has 50 rows: zero rows past them
+    check(64, 32, 32, 32, 1, -1.5f, 1, 0);
+    // A prefix of the k blocks (causal: the keys up to a block's last row).
+    check(64, 32, 128, 512, 0, 1.0f, 0, 0);
+    check(32, 96, 64, 256, 0, 0.25f, 1, 0);
+}
+
+// The entry point refuses shapes off the tile grid: exit status 1 with a message, not a wrong
+// result.  Run in a child process, since mhe_fatal exits.
+static int status_of(int K, int kb_total) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+        static uint16_t A[16 * 64], B[64 * 16];
+        static float C[16 * 16];
+        cpu_amx_gemm(16, 16, K, 1.0f, A, 64, B, kb_total, 0, C, 16);
+        _exit(0);
+    }
+    int st = 0;
+    assert_true(waitpid(pid, &st, 0) == pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+static void test_refuses_partial_shapes(void **state) {
+    (void)state;
+    if (!cpu_amx_available()) skip();
+    assert_int_equal(status_of(32, 1), 0);
+    assert_int_equal(status_of(48, 2), 1);  // K not a multiple of 32
+    assert_int_equal(status_of(64, 1), 1);  // K past the pack's k blocks
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_products),
+        cmocka_unit_test(test_refuses_partial_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
