@@ -47,6 +47,13 @@ static int vcols(const AttnShape *s) { return s->v_heads * s->v_dim; }
 // The thread's key-side gradient rows: dk | dv | dkey_bias (one column per head).
 static int acc_ld(const AttnShape *s) { return kcols(s) + vcols(s) + s->n_heads; }
 static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+// A block's fp32 rows (scores, P, dP): T + 16 floats apart under AMX, whose tile stores into
+// rows 2 KiB apart (T = 512) hit the same L1 sets (a 128 x 512 x 32 score product: 9.8 µs with
+// rows nk apart, 6.2 with the padding); nk apart for oneDNN, which takes its fast path only for
+// a dense destination.
+#define ROW_PAD 16
+static size_t blk_floats(const AttnShape *s, int bq) { return align16((size_t)bq * (s->T + ROW_PAD)); }
+static int block_ld(const Fused *a, int nk) { return a->amx ? a->s->T + ROW_PAD : nk; }
 static int shares_scores(const AttnShape *s) { return s->q_heads == 1 && s->k_heads == 1 && s->n_heads > 1; }
 
 static CpuResult f32_res(float *x, int ld) { return (CpuResult){x, NULL, ld}; }
@@ -167,7 +174,8 @@ static void amx_pack_sequence(const Fused *a, Packs *pk, int b) {
     pk->seq = b;
 }
 
-// Raw scores of query rows [i0, i0+rows) of sequence b against keys [0, nk): S [rows, nk].
+// Raw scores of query rows [i0, i0+rows) of sequence b against keys [0, nk): S [rows, nk], rows
+// block_ld apart.
 // Returns the block's Q operand (the backward's dK reads it).
 // Under AMX: S = Q K^T unscaled (a->in_scale applies s->scale in the element passes).
 static CpuOperand scores(const Fused *a, Packs *pk, int b, int h, int i0, int rows, int nk, float *S) {
@@ -175,7 +183,7 @@ static CpuOperand scores(const Fused *a, Packs *pk, int b, int h, int i0, int ro
     const int d = s->qk_dim;
     const CpuOperand Q = operand(&a->q, (size_t)b * s->T + i0, qcol(s, h), rows, d, pk->q, NULL, 0);
     if (a->amx) {
-        cpu_amx_gemm(rows, nk, d, 1.0f, Q.h, (size_t)Q.ld, amx_kt(a, pk, b, h), d / 32, 0, S, (size_t)nk);
+        cpu_amx_gemm(rows, nk, d, 1.0f, Q.h, (size_t)Q.ld, amx_kt(a, pk, b, h), d / 32, 0, S, (size_t)block_ld(a, nk));
         return Q;
     }
     gemm(a, 0, 1, rows, nk, d, s->scale, Q, k_op(a, pk, b, h), 0.0f, f32_res(S, nk));
@@ -206,13 +214,13 @@ static void key_add(const Fused *a, int b, int h, int nk, float *kadd) {
 // fp32 output rows, kadd, the rows' scales.  Backward: P, dP, the dropped P (fp32 mode) or Pd and dS in bf16, R,
 // Σ_h dS, G rows, kadd, column sums, dq rows [bq, qcols], key-side rows [T, acc_ld].
 static size_t fwd_thread_floats(const AttnShape *s, int bq) {
-    const size_t blk = align16((size_t)bq * s->T);
+    const size_t blk = blk_floats(s, bq);
     return 3 * blk + align16((size_t)bq * s->v_dim) + align16((size_t)s->T) + align16((size_t)bq);
 }
 // Under AMX, after the key-side rows: the dropped P and dS packed as B operands (bf16, a block
 // each), then Q^T and G^T of the block (bf16 [dim, bq]).
 static size_t bwd_thread_floats(const AttnShape *s, int bq) {
-    const size_t blk = align16((size_t)bq * s->T);
+    const size_t blk = blk_floats(s, bq);
     return 5 * blk + align16((size_t)bq * s->v_dim) + 2 * align16((size_t)s->T) +
            align16((size_t)bq * qcols(s)) + align16((size_t)s->T * acc_ld(s)) + blk +
            align16((size_t)bq * (s->qk_dim + s->v_dim) / 2 + 1);
@@ -270,13 +278,14 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     const int T = s->T, n = s->n_heads, dv = s->v_dim, ldo = n * dv;
     const int i0 = qb * a->bq, rows = T - i0 < a->bq ? T - i0 : a->bq;
     const int nk = s->causal ? i0 + rows : T;
-    const size_t blk = align16((size_t)a->bq * T);
+    const size_t blk = blk_floats(s, a->bq);
     float *S = ws, *o = ws + 3 * blk, *kadd = o + align16((size_t)a->bq * dv), *rs = kadd + align16((size_t)T);
     uint16_t *Ph = a->bf16 ? (uint16_t *)(ws + blk) : NULL;
     if (!R) scores(a, pk, b, h, i0, rows, nk, S);
     key_add(a, b, h, nk, kadd);
     uint32_t *mask = a->drop ? (uint32_t *)(saved + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
-    softmax_block(a, b, h, i0, rows, nk, R ? R : S, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs, mask);
+    softmax_block(a, b, h, i0, rows, nk, block_ld(a, nk), R ? R : S, S, kadd, saved + ((size_t)b * n + h) * T, Ph, rs,
+                  mask);
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
     // Into the dense block o, then copied into the head's columns: a strided destination would
     // send oneDNN to its slower gemm:jit path as a strided B operand does.
@@ -327,7 +336,7 @@ static void fused_forward(Backend *be, const AttnShape *s, const Act *q, const A
     double t0 = cpu_prof_begin(be);
     const Fused a = fused_begin(be, s, q, k, v);
     const int B = s->B, n = s->n_heads, nqb = a.nqb, nt = cpu_threads(be);
-    const size_t per_thread = thread_floats(s, a.bq), blk = align16((size_t)a.bq * s->T);
+    const size_t per_thread = thread_floats(s, a.bq), blk = blk_floats(s, a.bq);
     const int shared = shares_scores(s), items = shared ? B * nqb : B * n * nqb;
 #pragma omp parallel num_threads(nt) if (attention_flops(s) >= CPU_PARALLEL_MIN)
     {
@@ -367,13 +376,21 @@ typedef struct {
 
 // The thread's rows [0, touched) (rows past it are 0: keys none of its blocks saw) into the
 // sequence's sum: the first hand-over writes, later ones add, the last one also stores.
-static void hand_over(int touched, int T, int rank, int last, const Part *p, float *row) {
+// rows: HAND_ROWS x w floats, where a transposed part's rows are gathered HAND_ROWS at a time
+// (contiguous runs of its [w, T] layout rather than one strided element per column).
+#define HAND_ROWS 16
+static void hand_over(int touched, int T, int rank, int last, const Part *p, float *rows) {
     const int w = p->w;
     for (int i = 0; i < T; i++) {
         const float *x = p->x + (size_t)i * w;
         if (p->xt && i < touched) {
-            for (int c = 0; c < w; c++) row[c] = p->x[(size_t)c * T + i];
-            x = row;
+            const int r = i % HAND_ROWS;
+            if (r == 0) {
+                const int n = touched - i < HAND_ROWS ? touched - i : HAND_ROWS;
+                for (int c = 0; c < w; c++)
+                    for (int k = 0; k < n; k++) rows[(size_t)k * w + c] = p->x[(size_t)c * T + i + k];
+            }
+            x = rows + (size_t)r * w;
         }
         float *f = p->f + (size_t)i * p->ld;
         uint16_t *o = p->h ? p->h + (size_t)i * p->hld : NULL;
@@ -447,7 +464,8 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
     const AttnShape *s = w->a->s;
     const int T = s->T;
     const int last = rank == count - 1, parts = s->k_heads + s->v_heads + (w->dkb != NULL);
-    float *row = w->a->amx ? mhe_malloc((size_t)(s->qk_dim > s->v_dim ? s->qk_dim : s->v_dim) * sizeof *row) : NULL;
+    float *row = w->a->amx ? mhe_malloc((size_t)HAND_ROWS * (s->qk_dim > s->v_dim ? s->qk_dim : s->v_dim) * sizeof *row)
+                           : NULL;
     while (atomic_load_explicit(&w->ticket[b], memory_order_acquire) != rank) sched_yield();
     for (int c = 0; c < parts; c++) {
         const Part p = part_of(w, b, acc, c);
@@ -478,9 +496,9 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     const AttnShape *s = a->s;
     const int T = s->T, n = s->n_heads, dv = s->v_dim, dkd = s->qk_dim, ldo = n * dv, bf = a->bf16;
     const int i0 = qb * a->bq, rows = T - i0 < a->bq ? T - i0 : a->bq;
-    const int nk = s->causal ? i0 + rows : T, ald = acc_ld(s), qc = qcols(s);
+    const int nk = s->causal ? i0 + rows : T, ald = acc_ld(s), qc = qcols(s), ld = block_ld(a, nk);
     const int shared = shares_scores(s);
-    const size_t blk = align16((size_t)a->bq * T), r0 = (size_t)b * T;
+    const size_t blk = blk_floats(s, a->bq), r0 = (size_t)b * T;
     float *P = ws, *dP = ws + blk, *Pdf = ws + 2 * blk, *R = ws + 3 * blk, *dSs = ws + 4 * blk;
     float *G = ws + 5 * blk, *kadd = G + align16((size_t)a->bq * dv), *cs = kadd + align16((size_t)T);
     float *dqa = cs + align16((size_t)T);
@@ -512,7 +530,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     CpuOperand Qb = {0};
     if (shared) {
         Qb = scores(a, pk, b, 0, i0, rows, nk, R);
-        memset(dSs, 0, (size_t)rows * nk * sizeof *dSs);
+        for (int r = 0; r < rows; r++) memset(dSs + (size_t)r * ld, 0, (size_t)nk * sizeof *dSs);
     }
     // fp32 dS is needed for Σ_h dS, the key-bias column sums, or as the fp32 products' operand.
     const int df = !bf || shared || w->dkb;
@@ -520,7 +538,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         key_add(a, b, h, nk, kadd);
         if (!shared) Qb = scores(a, pk, b, h, i0, rows, nk, P);
         const uint32_t *mask = a->drop ? (const uint32_t *)(w->lse_all + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
-        probs_block(a, i0, rows, nk, shared ? R : P, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh, mask);
+        probs_block(a, i0, rows, nk, ld, shared ? R : P, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh, mask);
         CpuOperand Gop;
         if (!bf && s->out_scale) {
             const float *dO = w->G.f + (r0 + i0) * ldo + (size_t)h * dv, *sc = s->out_scale + (size_t)h * dv;
@@ -542,23 +560,26 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
         }
         if (a->amx)
-            cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_v(a, pk, b, h, 1), dv / 32, 0, dP, (size_t)nk);
+            cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_v(a, pk, b, h, 1), dv / 32, 0, dP, (size_t)ld);
         else
             gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, v_op(a, pk, b, h), 0.0f, f32_res(dP, nk));
-        ds_block(a, rows, nk, P, dP, Pdf, Pdh, df, shared ? NULL : dSh);
+        ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh);
         if (w->dkb) {
             memset(cs, 0, (size_t)nk * sizeof *cs);
             for (int r = 0; r < rows; r++) {
-                const float *gr = dP + (size_t)r * nk;
+                const float *gr = dP + (size_t)r * ld;
 #pragma omp simd
                 for (int j = 0; j < nk; j++) cs[j] += gr[j];
             }
             for (int j = 0; j < nk; j++) bacc[(size_t)j * n + h] += cs[j];
         }
         if (shared) {
-            const size_t e = (size_t)rows * nk;
+            for (int r = 0; r < rows; r++) {
+                float *o = dSs + (size_t)r * ld;
+                const float *x = dP + (size_t)r * ld;
 #pragma omp simd
-            for (size_t x = 0; x < e; x++) dSs[x] += dP[x];
+                for (int j = 0; j < nk; j++) o[j] += x[j];
+            }
             continue;
         }
         const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
@@ -573,7 +594,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     if (shared) {
         CpuOperand dS = f32_op(dSs, nk);
         if (bf) {
-            bf16_store(dSs, (size_t)rows * nk, dSh);
+            for (int r = 0; r < rows; r++) bf16_store(dSs + (size_t)r * ld, (size_t)nk, dSh + (size_t)r * nk);
             dS = h_op(dSh, nk);
         }
         if (a->amx) {
@@ -600,7 +621,7 @@ static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const 
     const Fused a = fused_begin(be, s, q, k, v);
     const int B = s->B, T = s->T, n = s->n_heads, ldo = n * s->v_dim, nt = cpu_threads(be), nqb = a.nqb;
     const int bf = act_bf16(be);
-    const size_t per_thread = thread_floats(s, a.bq), blk = align16((size_t)a.bq * T);
+    const size_t per_thread = thread_floats(s, a.bq), blk = blk_floats(s, a.bq);
     float *tail = scratch + (size_t)nt * per_thread;
     Bwd w = {&a, saved, src_of(be, dout, ldo), dq, dk, dv_out, dkey_bias, bf ? tail + g_floats(s) : NULL, NULL};
     if (bf && s->out_scale) {

@@ -110,15 +110,15 @@ static inline void probs_f(const float *in, float *p, const float *kadd, float l
 // with no visible key is all 0 with lse = -inf and rs = 0 (its mask words are never read).
 // The scores are read from Sin: S itself, or the block every head shares (mhe_add, mhe_mul,
 // sha), read where it is rather than copied into S for each head.
-void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const float *Sin, float *S,
+void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int ld, const float *Sin, float *S,
                    const float *kadd, float *lse, uint16_t *Ph, float *rs, uint32_t *mask) {
     const AttnShape *s = a->s;
     const size_t mw = mask_words(s->T);
     const float sc = a->in_scale;
     for (int r = 0; r < rows; r++) {
         const int i = i0 + r, je = row_end(s, i, nk);
-        float *row = S + (size_t)r * nk;
-        const float *in = Sin + (size_t)r * nk;
+        float *row = S + (size_t)r * ld;
+        const float *in = Sin + (size_t)r * ld;
         uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
         uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
         float mx = -INFINITY, esc = sc;  // esc: the factor left for the exp (the raw scores' when kzero)
@@ -184,7 +184,7 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, const
 // P = exp(S + kadd - lse) on visible keys (0 elsewhere) and, in the same pass, with dropout or
 // in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32), the mask
 // read from the forward's bits.
-void probs_block(const Fused *a, int i0, int rows, int nk, const float *Pin, float *P, const float *kadd,
+void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *Pin, float *P, const float *kadd,
                  const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask) {
     const AttnShape *s = a->s;
     const float ks = a->keep_scale, sc = a->in_scale;
@@ -193,10 +193,10 @@ void probs_block(const Fused *a, int i0, int rows, int nk, const float *Pin, flo
         const int i = i0 + r;
         const float l = lse[i];
         const int je = l > -INFINITY ? row_end(s, i, nk) : 0;
-        float *row = P + (size_t)r * nk;
-        const float *in = Pin + (size_t)r * nk;
+        float *row = P + (size_t)r * ld;
+        const float *in = Pin + (size_t)r * ld;
         uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
-        float *pf = Pdf + (size_t)r * nk;
+        float *pf = Pdf + (size_t)r * ld;
         const uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
         if (a->drop) {
             int j0 = 0;
@@ -230,14 +230,14 @@ void probs_block(const Fused *a, int i0, int rows, int nk, const float *Pin, flo
 // dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
 // (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
 // whatever dP is) inside both passes rather than stored by a pass of its own.
-void ds_block(const Fused *a, int rows, int nk, const float *P, float *dP, const float *Pdf,
+void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf,
               const uint16_t *Pdh, int df, uint16_t *dSh) {
     const float inv = a->keep_scale;
     for (int r = 0; r < rows; r++) {
-        const float *pr = P + (size_t)r * nk;
-        float *gr = dP + (size_t)r * nk;
+        const float *pr = P + (size_t)r * ld;
+        float *gr = dP + (size_t)r * ld;
         const uint16_t *mh = a->drop && Pdh ? Pdh + (size_t)r * nk : NULL;
-        const float *mf = a->drop && !Pdh ? Pdf + (size_t)r * nk : NULL;
+        const float *mf = a->drop && !Pdh ? Pdf + (size_t)r * ld : NULL;
         uint16_t *dr = dSh ? dSh + (size_t)r * nk : NULL;
         float dot = 0;
         if (mh) {
