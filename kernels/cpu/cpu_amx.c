@@ -104,6 +104,41 @@ __attribute__((target("avx512f"))) void cpu_amx_pack_b(const uint16_t *X, size_t
         }
 }
 
+// 16 rows x a pair of columns per 32-bit gather: its low halves are column c, its high halves
+// column c + 1 (vpmovdw keeps the low half of each lane).
+__attribute__((target("avx512f"))) void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols,
+                                                          uint16_t *out) {
+    int r0 = 0;
+    if (cols % 2 == 0 && ld * 2 * 15 < (size_t)1 << 31) {
+        const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32((int)(ld * 2)));
+        for (; r0 + 16 <= rows; r0 += 16)
+            for (int c = 0; c < cols; c += 2) {
+                const __m512i v = _mm512_i32gather_epi32(idx, (const void *)(X + (size_t)r0 * ld + c), 1);
+                _mm256_storeu_si256((__m256i *)(out + (size_t)c * rows + r0), _mm512_cvtepi32_epi16(v));
+                _mm256_storeu_si256((__m256i *)(out + (size_t)(c + 1) * rows + r0),
+                                    _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+            }
+    }
+    for (int r = r0; r < rows; r++)
+        for (int c = 0; c < cols; c++) out[(size_t)c * rows + r] = X[(size_t)r * ld + c];
+}
+
+// One 32-bit gather per 16 rows of a column.
+__attribute__((target("avx512f"))) void cpu_amx_transpose_f32(const float *X, size_t ld, int rows, int cols,
+                                                              float *dst, size_t ldd) {
+    int r0 = 0;
+    if (ld * 4 * 15 < (size_t)1 << 31) {
+        const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32((int)ld));
+        for (; r0 + 16 <= rows; r0 += 16)
+            for (int c = 0; c < cols; c++)
+                _mm512_storeu_ps(dst + (size_t)c * ldd + r0, _mm512_i32gather_ps(idx, X + (size_t)r0 * ld + c, 4));
+    }
+    for (int r = r0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)c * ldd + r] = X[(size_t)r * ld + c];
+}
+
 // One block of C: tm row tiles (1 or 2) by tn column tiles, over kbs k blocks.  Where C is taken
 // as it stands (alpha 1, accumulate) the tiles load it; otherwise they start at 0 and an
 // AVX-512 pass scales (and adds) through a 32 x 32 buffer in L1.
@@ -193,6 +228,14 @@ void cpu_amx_pack_bt(const uint16_t *X, size_t ld, int n, int k, uint16_t *out) 
 void cpu_amx_pack_b(const uint16_t *X, size_t ld, int k, int n, uint16_t *out) {
     (void)X, (void)ld, (void)n, (void)k, (void)out;
     mhe_fatal("cpu_amx_pack_b: this build has no AMX");
+}
+void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols, uint16_t *out) {
+    (void)X, (void)ld, (void)rows, (void)cols, (void)out;
+    mhe_fatal("cpu_amx_transpose: this build has no AMX");
+}
+void cpu_amx_transpose_f32(const float *X, size_t ld, int rows, int cols, float *dst, size_t ldd) {
+    (void)X, (void)ld, (void)rows, (void)cols, (void)dst, (void)ldd;
+    mhe_fatal("cpu_amx_transpose_f32: this build has no AMX");
 }
 void cpu_amx_gemm(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
                   int kb_total, int accumulate, float *C, size_t ldc) {

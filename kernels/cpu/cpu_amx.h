@@ -28,6 +28,14 @@ void cpu_amx_pack_bt(const uint16_t *X, size_t ld, int n, int k, uint16_t *out);
 // B = X for X [k rows, n columns] (row stride ld): P V's V, dQ's K.
 void cpu_amx_pack_b(const uint16_t *X, size_t ld, int k, int n, uint16_t *out);
 
+// out [cols, rows] = X^T for X [rows, cols] (row stride ld): the A operands Q^T and G^T of the
+// backward's dK^T and dV^T.
+void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols, uint16_t *out);
+
+// dst [cols, rows] (row stride ldd) = X^T for X [rows, cols] fp32 (row stride ld): the backward's
+// dK^T, dV^T sums back to rows of keys at the hand-over.
+void cpu_amx_transpose_f32(const float *X, size_t ld, int rows, int cols, float *dst, size_t ldd);
+
 // C [M, N] (row stride ldc) = alpha A [M, K] (row stride lda) B [K, N] (+ C when accumulate).
 // M and N multiples of 16, K a multiple of 32; Bp packed with kb_total k blocks per column
 // block.  Products accumulate in fp32.

@@ -376,8 +376,7 @@ typedef struct {
 
 // The thread's rows [0, touched) (rows past it are 0: keys none of its blocks saw) into the
 // sequence's sum: the first hand-over writes, later ones add, the last one also stores.
-// rows: HAND_ROWS x w floats, where a transposed part's rows are gathered HAND_ROWS at a time
-// (contiguous runs of its [w, T] layout rather than one strided element per column).
+// rows: HAND_ROWS x w floats, where a transposed part's rows are gathered HAND_ROWS at a time.
 #define HAND_ROWS 16
 static void hand_over(int touched, int T, int rank, int last, const Part *p, float *rows) {
     const int w = p->w;
@@ -385,11 +384,9 @@ static void hand_over(int touched, int T, int rank, int last, const Part *p, flo
         const float *x = p->x + (size_t)i * w;
         if (p->xt && i < touched) {
             const int r = i % HAND_ROWS;
-            if (r == 0) {
-                const int n = touched - i < HAND_ROWS ? touched - i : HAND_ROWS;
-                for (int c = 0; c < w; c++)
-                    for (int k = 0; k < n; k++) rows[(size_t)k * w + c] = p->x[(size_t)c * T + i + k];
-            }
+            if (r == 0)
+                cpu_amx_transpose_f32(p->x + i, (size_t)T, w, touched - i < HAND_ROWS ? touched - i : HAND_ROWS, rows,
+                                      (size_t)w);
             x = rows + (size_t)r * w;
         }
         float *f = p->f + (size_t)i * p->ld;
@@ -475,16 +472,11 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
     free(row);
 }
 
-// x [rows, cols] (row stride ld) into t [cols, rows].
-static void transpose_h(const uint16_t *x, size_t ld, int rows, int cols, uint16_t *t) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) t[(size_t)c * rows + r] = x[(size_t)r * ld + c];
-}
 // dK^T [dk, T] += scale Q^T dS under AMX (Q: the block's packed rows; Bpk, Qt: scratch).
 static void amx_dk(const Fused *a, CpuOperand Q, int rows, int nk, const uint16_t *dSh, uint16_t *Bpk, uint16_t *Qt,
                    float *dkT) {
     const AttnShape *s = a->s;
-    transpose_h(Q.h, (size_t)Q.ld, rows, s->qk_dim, Qt);
+    cpu_amx_transpose(Q.h, (size_t)Q.ld, rows, s->qk_dim, Qt);
     cpu_amx_pack_b(dSh, (size_t)nk, rows, nk, Bpk);
     cpu_amx_gemm(s->qk_dim, nk, rows, s->scale, Qt, (size_t)rows, Bpk, rows / 32, 1, dkT, (size_t)s->T);
 }
@@ -553,7 +545,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
         float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
         if (a->amx) {
-            transpose_h(Gop.h, (size_t)Gop.ld, rows, dv, Gt);
+            cpu_amx_transpose(Gop.h, (size_t)Gop.ld, rows, dv, Gt);
             cpu_amx_pack_b(Pdh, (size_t)nk, rows, nk, Bpk);
             cpu_amx_gemm(dv, nk, rows, 1.0f, Gt, (size_t)rows, Bpk, rows / 32, 1, dvh, (size_t)T);
         } else {

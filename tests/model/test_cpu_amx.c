@@ -91,6 +91,29 @@ static void test_products(void **state) {
     check(32, 96, 64, 256, 0, 0.25f, 1, 0);
 }
 
+// The transposes (bf16, fp32) against the plain index map: whole 16-row groups with even and odd widths,
+// a tail of rows, a padded leading dimension.
+static void test_transpose(void **state) {
+    (void)state;
+    if (!cpu_amx_available()) skip();
+    const int shapes[][3] = {{128, 64, 64}, {128, 32, 37}, {48, 33, 40}, {20, 6, 6}, {7, 5, 9}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        const int rows = shapes[t][0], cols = shapes[t][1];
+        const size_t ld = (size_t)shapes[t][2];
+        uint16_t *x = random_bf16((size_t)rows * ld, 9 + t), *o = mhe_malloc((size_t)rows * cols * sizeof *o);
+        cpu_amx_transpose(x, ld, rows, cols, o);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) assert_int_equal(o[(size_t)c * rows + r], x[(size_t)r * ld + c]);
+        // fp32, into rows ldd = rows + 3 apart.
+        float *xf = mhe_malloc((size_t)rows * ld * sizeof *xf), *of = mhe_malloc((size_t)cols * (rows + 3) * sizeof *of);
+        for (size_t i = 0; i < (size_t)rows * ld; i++) xf[i] = (float)x[i] - 7.0f;
+        cpu_amx_transpose_f32(xf, ld, rows, cols, of, (size_t)rows + 3);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) assert_true(of[(size_t)c * (rows + 3) + r] == xf[(size_t)r * ld + c]);
+        free(x), free(o), free(xf), free(of);
+    }
+}
+
 // The entry point refuses shapes off the tile grid: exit status 1 with a message, not a wrong
 // result.  Run in a child process, since mhe_fatal exits.
 static int status_of(int K, int kb_total) {
@@ -116,6 +139,7 @@ static void test_refuses_partial_shapes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_products),
+        cmocka_unit_test(test_transpose),
         cmocka_unit_test(test_refuses_partial_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
