@@ -25,6 +25,8 @@ static int decide(void) {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     const int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
     if (!tile || !bf16) return 0;
+    // The AMX path's element rows convert with AVX512-BF16 (every AMX CPU so far has it).
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return 0;
     // Linux hands out the 8 KiB of tile state only on request (5.16+); refused: no AMX.
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
@@ -79,12 +81,13 @@ __attribute__((target("avx512f"))) void cpu_amx_pack_bt(const uint16_t *X, size_
         }
 }
 
-// Whole blocks: two rows' 16 columns widened and interleaved into one 64-byte row of pairs.
+// Whole blocks: two rows' 16 columns widened and interleaved into one 64-byte row of pairs.  A
+// stripe of 32 rows at a time (kb outer), so each source line is read once while it is in L1.
 __attribute__((target("avx512f"))) void cpu_amx_pack_b(const uint16_t *X, size_t ld, int k, int n,
                                                        uint16_t *out) {
     const int nbs = (n + 15) / 16, kbs = (k + 31) / 32;
-    for (int nb = 0; nb < nbs; nb++)
-        for (int kb = 0; kb < kbs; kb++) {
+    for (int kb = 0; kb < kbs; kb++)
+        for (int nb = 0; nb < nbs; nb++) {
             uint16_t *o = out + ((size_t)nb * kbs + kb) * 512;
             const uint16_t *x = X + (size_t)kb * 32 * ld + (size_t)nb * 16;
             if (nb * 16 + 16 <= n && kb * 32 + 32 <= k) {

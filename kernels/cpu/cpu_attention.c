@@ -555,7 +555,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_v(a, pk, b, h, 1), dv / 32, 0, dP, (size_t)ld);
         else
             gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, v_op(a, pk, b, h), 0.0f, f32_res(dP, nk));
-        ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh);
+        ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh, mask);
         if (w->dkb) {
             memset(cs, 0, (size_t)nk * sizeof *cs);
             for (int r = 0; r < rows; r++) {

@@ -48,6 +48,6 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
 void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *Pin, float *P, const float *kadd,
                  const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask);
 void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf, const uint16_t *Pdh,
-              int df, uint16_t *dSh);
+              int df, uint16_t *dSh, const uint32_t *mask);
 
 #endif

@@ -82,6 +82,80 @@ static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t
 }
 #endif
 
+#ifdef MASK_AVX512
+// The AMX path's rows (Fused.amx: the CPU has AMX, hence AVX512-BF16; cpu_amx.c checks both),
+// in intrinsics: exp's 2^k by vscalefps (zeroed below -87.33 by its mask, as cpu_expf_bf16 does)
+// and the bf16 stores by vcvtneps2bf16 (round to nearest even, as to_bf16; it also flushes fp32
+// denormals, values below 1.2e-38, to 0).  cpu_expf_bf16's polynomial and reduction, so the
+// fp32 values are its own: one vector instruction each for what the portable loops spend ~16
+// (exp) and ~8 (rounding) on.
+#define AMX_ROWS __attribute__((target("avx512f,avx512bw,avx512bf16")))
+AMX_ROWS static inline __m512 exp16(__m512 x) {
+    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33f));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    __m512 r = _mm512_fmadd_ps(k, _mm512_set1_ps(-0.693145751953125f), x);
+    r = _mm512_fmadd_ps(k, _mm512_set1_ps(-1.428606765330187045e-6f), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.041277747601270676f), r, _mm512_set1_ps(0.16753514111042023f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5000511407852173f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(live, p, k);
+}
+AMX_ROWS static inline void store16_bf16(uint16_t *dst, __mmask16 m, __m512 v) {
+    _mm256_mask_storeu_epi16(dst, m, (__m256i)_mm512_cvtneps_pbh(v));
+}
+static inline __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
+// Keys j .. j+15 (j a multiple of 16) of a row's mask words.
+static inline __mmask16 kept16(const uint32_t *w, int j) { return (__mmask16)(w[j >> 5] >> (j & 16)); }
+
+// Softmax numerators of one row: ph[j] = bf16(exp((in[j] - mx) esc)); returns their sum.
+AMX_ROWS static float softmax_row_amx(const float *in, float mx, float esc, uint16_t *ph, int je) {
+    const __m512 m = _mm512_set1_ps(mx), sc = _mm512_set1_ps(esc);
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < je; j += 16) {
+        const __mmask16 l = lanes(je - j);
+        const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(l, in + j), m), sc));
+        sum = _mm512_mask_add_ps(sum, l, sum, e);
+        store16_bf16(ph + j, l, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
+// The backward's probabilities of one row: p = exp(in sc + kadd - l) (fp32), ph = bf16 of the
+// dropped p (mask words w, NULL: every key kept).
+AMX_ROWS static void probs_row_amx(const float *in, float sc, const float *kadd, float l, float *p, uint16_t *ph,
+                                   const uint32_t *w, float ks, int je) {
+    const __m512 s = _mm512_set1_ps(sc), lv = _mm512_set1_ps(l), k = _mm512_set1_ps(ks);
+    for (int j = 0; j < je; j += 16) {
+        const __mmask16 m = lanes(je - j);
+        const __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, in + j), s, _mm512_maskz_loadu_ps(m, kadd + j));
+        const __m512 e = exp16(_mm512_sub_ps(x, lv));
+        _mm512_mask_storeu_ps(p + j, m, e);
+        store16_bf16(ph + j, m, w ? _mm512_maskz_mul_ps(kept16(w, j), e, k) : e);
+    }
+}
+// dS of one row: g' = kept ? g inv : 0, dot = Σ p g', dS = p (g' - dot) into g (df) and dr (bf16).
+AMX_ROWS static void ds_row_amx(const float *pr, float *gr, const uint32_t *w, float inv, int df, uint16_t *dr,
+                                int nk) {
+    const __m512 iv = _mm512_set1_ps(inv);
+    __m512 dot = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 m = lanes(nk - j), kp = w ? (__mmask16)(m & kept16(w, j)) : m;
+        dot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, pr + j), _mm512_maskz_mul_ps(kp, _mm512_maskz_loadu_ps(m, gr + j), iv),
+                              dot);
+    }
+    const __m512 d0 = _mm512_set1_ps(_mm512_reduce_add_ps(dot));
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 m = lanes(nk - j), kp = w ? (__mmask16)(m & kept16(w, j)) : m;
+        const __m512 g = _mm512_maskz_mul_ps(kp, _mm512_maskz_loadu_ps(m, gr + j), iv);
+        const __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pr + j), _mm512_sub_ps(g, d0));
+        if (df) _mm512_mask_storeu_ps(gr + j, m, d);
+        if (dr) store16_bf16(dr + j, m, d);
+    }
+}
+#endif
+
 // The backward's P = exp(S + kadd - l) (S read from `in`, which may be p) and dropped P of n
 // keys, mask word w.
 static inline void probs_h(const float *in, float sc, float *p, const float *kadd, float l, uint16_t *ph, uint32_t w,
@@ -145,6 +219,11 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
         }
         const uint64_t rb = drop_base(s, b, h, i);
         float sum = 0;
+#ifdef MASK_AVX512
+        if (a->amx) {
+            sum = softmax_row_amx(in, mx, esc, ph, je);
+        } else
+#endif
         if (ph) {
 #pragma omp simd reduction(+ : sum)
             for (int j = 0; j < je; j++) {
@@ -198,6 +277,11 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
         uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
         float *pf = Pdf + (size_t)r * ld;
         const uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
+#ifdef MASK_AVX512
+        if (a->amx) {
+            probs_row_amx(in, sc, kadd, l, row, ph, a->drop ? mrow : NULL, ks, je);
+        } else
+#endif
         if (a->drop) {
             int j0 = 0;
             for (; j0 + CHUNK <= je; j0 += CHUNK) {
@@ -228,11 +312,21 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
 }
 
 // dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
-// (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
+// (bf16).  The AMX path reads keep from the mask words (mask: the block's first row's).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
 // whatever dP is) inside both passes rather than stored by a pass of its own.
 void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf,
-              const uint16_t *Pdh, int df, uint16_t *dSh) {
+              const uint16_t *Pdh, int df, uint16_t *dSh, const uint32_t *mask) {
     const float inv = a->keep_scale;
+#ifdef MASK_AVX512
+    if (a->amx) {
+        const size_t mw = mask_words(a->s->T);
+        for (int r = 0; r < rows; r++)
+            ds_row_amx(P + (size_t)r * ld, dP + (size_t)r * ld, a->drop ? mask + (size_t)r * mw : NULL, inv, df,
+                       dSh ? dSh + (size_t)r * nk : NULL, nk);
+        return;
+    }
+#endif
+    (void)mask;
     for (int r = 0; r < rows; r++) {
         const float *pr = P + (size_t)r * ld;
         float *gr = dP + (size_t)r * ld;
