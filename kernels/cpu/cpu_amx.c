@@ -145,7 +145,7 @@ __attribute__((target("avx512f"))) void cpu_amx_transpose_f32(const float *X, si
 // One block of C: tm row tiles (1 or 2) by tn column tiles, over kbs k blocks.  Where C is taken
 // as it stands (alpha 1, accumulate) the tiles load it; otherwise they start at 0 and an
 // AVX-512 pass scales (and adds) through a 32 x 32 buffer in L1.
-__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void block(int tm, int tn, int kbs, float alpha,
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void block(int tm, int tn, int kbs, size_t ks, float alpha,
                                                                       const uint16_t *A, size_t lda,
                                                                       const uint16_t *B0, const uint16_t *B1,
                                                                       int accumulate, float *C, size_t ldc) {
@@ -166,8 +166,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void block(int tm, i
         for (int kb = 0; kb < kbs; kb++) {
             _tile_loadd(4, A + kb * 32, sa);
             _tile_loadd(5, A + 16 * lda + kb * 32, sa);
-            _tile_loadd(6, B0 + kb * 512, 64);
-            _tile_loadd(7, B1 + kb * 512, 64);
+            _tile_loadd(6, B0 + kb * ks, 64);
+            _tile_loadd(7, B1 + kb * ks, 64);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
             _tile_dpbf16ps(2, 5, 6);
@@ -177,8 +177,8 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void block(int tm, i
         for (int kb = 0; kb < kbs; kb++) {
             _tile_loadd(4, A + kb * 32, sa);
             if (tm == 2) _tile_loadd(5, A + 16 * lda + kb * 32, sa);
-            _tile_loadd(6, B0 + kb * 512, 64);
-            if (tn == 2) _tile_loadd(7, B1 + kb * 512, 64);
+            _tile_loadd(6, B0 + kb * ks, 64);
+            if (tn == 2) _tile_loadd(7, B1 + kb * ks, 64);
             _tile_dpbf16ps(0, 4, 6);
             if (tn == 2) _tile_dpbf16ps(1, 4, 7);
             if (tm == 2) _tile_dpbf16ps(2, 5, 6);
@@ -203,22 +203,36 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void block(int tm, i
         }
 }
 
-void cpu_amx_gemm(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
-                  int kb_total, int accumulate, float *C, size_t ldc) {
-    if (M % 16 || N % 16 || K % 32 || K / 32 > kb_total)
-        mhe_fatal("cpu_amx_gemm: %d x %d x %d (k blocks %d): expected M, N multiples of 16, K of 32", M, N, K,
-                  kb_total);
+// ks, ns: the packed B's strides (elements) between k blocks and between column blocks.
+static void gemm_strided(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp, size_t ks,
+                         size_t ns, int accumulate, float *C, size_t ldc) {
     configure();
     const int kbs = K / 32;
     for (int m = 0; m < M; m += 32) {
         const int tm = M - m >= 32 ? 2 : 1;
         for (int n = 0; n < N; n += 32) {
             const int tn = N - n >= 32 ? 2 : 1;
-            const uint16_t *B0 = Bp + (size_t)(n / 16) * kb_total * 512;
-            block(tm, tn, kbs, alpha, A + (size_t)m * lda, lda, B0, B0 + (size_t)kb_total * 512, accumulate,
-                  C + (size_t)m * ldc + n, ldc);
+            const uint16_t *B0 = Bp + (size_t)(n / 16) * ns;
+            block(tm, tn, kbs, ks, alpha, A + (size_t)m * lda, lda, B0, B0 + ns, accumulate, C + (size_t)m * ldc + n,
+                  ldc);
         }
     }
+}
+
+void cpu_amx_gemm(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
+                  int kb_total, int accumulate, float *C, size_t ldc) {
+    if (M % 16 || N % 16 || K % 32 || K / 32 > kb_total)
+        mhe_fatal("cpu_amx_gemm: %d x %d x %d (k blocks %d): expected M, N multiples of 16, K of 32", M, N, K,
+                  kb_total);
+    gemm_strided(M, N, K, alpha, A, lda, Bp, 512, (size_t)kb_total * 512, accumulate, C, ldc);
+}
+
+void cpu_amx_gemm_kmajor(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
+                         int nb_total, int accumulate, float *C, size_t ldc) {
+    if (M % 16 || N % 16 || K % 32 || N / 16 > nb_total)
+        mhe_fatal("cpu_amx_gemm_kmajor: %d x %d x %d (column blocks %d): expected M, N multiples of 16, K of 32", M,
+                  N, K, nb_total);
+    gemm_strided(M, N, K, alpha, A, lda, Bp, (size_t)nb_total * 512, 512, accumulate, C, ldc);
 }
 
 #else
@@ -245,6 +259,12 @@ void cpu_amx_gemm(int M, int N, int K, float alpha, const uint16_t *A, size_t ld
     (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)Bp, (void)kb_total, (void)accumulate,
         (void)C, (void)ldc;
     mhe_fatal("cpu_amx_gemm: this build has no AMX");
+}
+void cpu_amx_gemm_kmajor(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
+                         int nb_total, int accumulate, float *C, size_t ldc) {
+    (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)Bp, (void)nb_total, (void)accumulate,
+        (void)C, (void)ldc;
+    mhe_fatal("cpu_amx_gemm_kmajor: this build has no AMX");
 }
 
 #endif

@@ -42,4 +42,9 @@ void cpu_amx_transpose_f32(const float *X, size_t ld, int rows, int cols, float 
 void cpu_amx_gemm(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
                   int kb_total, int accumulate, float *C, size_t ldc);
 
+// The same with B packed k-block-major: block (nb, kb) at (kb * nb_total + nb) * 512, as the
+// fused core's element rows write the dropped P and dS (a row pair's 16-key groups 1 KiB apart).
+void cpu_amx_gemm_kmajor(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
+                         int nb_total, int accumulate, float *C, size_t ldc);
+
 #endif

@@ -472,11 +472,16 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
     free(row);
 }
 
-// dK^T [dk, T] += scale Q^T dS under AMX (Q: the block's packed rows; Bpk, Qt: scratch).
-static void amx_dk(const Fused *a, CpuOperand Q, int rows, int nk, const uint16_t *dSh, uint16_t *Bpk, uint16_t *Qt,
-                   float *dkT) {
+// dK^T [dk, T] += scale Q^T dS under AMX (Q: the block's packed rows; Qt: scratch).  packed: Bpk
+// holds dS as ds_block packed it (k-block-major); else dSh is packed into Bpk here.
+static void amx_dk(const Fused *a, CpuOperand Q, int rows, int nk, const uint16_t *dSh, uint16_t *Bpk, int packed,
+                   uint16_t *Qt, float *dkT) {
     const AttnShape *s = a->s;
     cpu_amx_transpose(Q.h, (size_t)Q.ld, rows, s->qk_dim, Qt);
+    if (packed) {
+        cpu_amx_gemm_kmajor(s->qk_dim, nk, rows, s->scale, Qt, (size_t)rows, Bpk, nk / 16, 1, dkT, (size_t)s->T);
+        return;
+    }
     cpu_amx_pack_b(dSh, (size_t)nk, rows, nk, Bpk);
     cpu_amx_gemm(s->qk_dim, nk, rows, s->scale, Qt, (size_t)rows, Bpk, rows / 32, 1, dkT, (size_t)s->T);
 }
@@ -530,7 +535,8 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         key_add(a, b, h, nk, kadd);
         if (!shared) Qb = scores(a, pk, b, h, i0, rows, nk, P);
         const uint32_t *mask = a->drop ? (const uint32_t *)(w->lse_all + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
-        probs_block(a, i0, rows, nk, ld, shared ? R : P, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh, mask);
+        probs_block(a, i0, rows, nk, ld, shared ? R : P, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh,
+                    a->amx ? Bpk : NULL, mask);
         CpuOperand Gop;
         if (!bf && s->out_scale) {
             const float *dO = w->G.f + (r0 + i0) * ldo + (size_t)h * dv, *sc = s->out_scale + (size_t)h * dv;
@@ -546,8 +552,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
         if (a->amx) {
             cpu_amx_transpose(Gop.h, (size_t)Gop.ld, rows, dv, Gt);
-            cpu_amx_pack_b(Pdh, (size_t)nk, rows, nk, Bpk);
-            cpu_amx_gemm(dv, nk, rows, 1.0f, Gt, (size_t)rows, Bpk, rows / 32, 1, dvh, (size_t)T);
+            cpu_amx_gemm_kmajor(dv, nk, rows, 1.0f, Gt, (size_t)rows, Bpk, nk / 16, 1, dvh, (size_t)T);
         } else {
             gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
         }
@@ -555,7 +560,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_v(a, pk, b, h, 1), dv / 32, 0, dP, (size_t)ld);
         else
             gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, v_op(a, pk, b, h), 0.0f, f32_res(dP, nk));
-        ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh, mask);
+        ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh, a->amx && !shared ? Bpk : NULL, mask);
         if (w->dkb) {
             memset(cs, 0, (size_t)nk * sizeof *cs);
             for (int r = 0; r < rows; r++) {
@@ -577,7 +582,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
         if (a->amx) {
             cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, b, h), T / 32, 1, dqh, (size_t)dkd);
-            amx_dk(a, Qb, rows, nk, dSh, Bpk, Qt, dkh);
+            amx_dk(a, Qb, rows, nk, dSh, Bpk, 1, Qt, dkh);
         } else {
             gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, h), 1.0f, f32_res(dqh, dkd));
             gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(dkh, dkd));
@@ -591,7 +596,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         }
         if (a->amx) {
             cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, b, 0), T / 32, 1, dqa, (size_t)dkd);
-            amx_dk(a, Qb, rows, nk, dSh, Bpk, Qt, kacc);
+            amx_dk(a, Qb, rows, nk, dSh, Bpk, 0, Qt, kacc);
         } else {
             gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, 0), 1.0f, f32_res(dqa, dkd));
             gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(kacc, dkd));

@@ -40,14 +40,16 @@ static inline size_t mask_row(const AttnShape *s, int b, int h, int i) {
 
 // Softmax numerators of block rows [i0, i0+rows) of head h, sequence b (see the definitions).
 // ld: the row stride of the fp32 blocks (S, Sin, P, Pin, Pdf, dP); the bf16 ones are nk apart.
+// Under AMX the backward writes the dropped P (Pdp, instead of Pdh) and dS (dSp, beside dSh)
+// packed k-block-major (cpu_amx_gemm_kmajor's B: rows as K, keys as N), row pair by row pair.
 // mask: the block's first row's mask words (written when a->drop).
 // Sin: the raw scores it reads (S itself, or a block every head shares, read where it is).
 void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int ld, const float *Sin, float *S,
                    const float *kadd, float *lse, uint16_t *Ph, float *rs, uint32_t *mask);
 // Pin: the raw scores it reads (P itself, or the shared block); P receives the probabilities.
 void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *Pin, float *P, const float *kadd,
-                 const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask);
+                 const float *lse, float *Pdf, uint16_t *Pdh, uint16_t *Pdp, const uint32_t *mask);
 void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf, const uint16_t *Pdh,
-              int df, uint16_t *dSh, const uint32_t *mask);
+              int df, uint16_t *dSh, uint16_t *dSp, const uint32_t *mask);
 
 #endif

@@ -88,7 +88,9 @@ static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t
 // and the bf16 stores by vcvtneps2bf16 (round to nearest even, as to_bf16; it also flushes fp32
 // denormals, values below 1.2e-38, to 0).  cpu_expf_bf16's polynomial and reduction, so the
 // fp32 values are its own: one vector instruction each for what the portable loops spend ~16
-// (exp) and ~8 (rounding) on.
+// (exp) and ~8 (rounding) on.  The backward's rows go in pairs, to write the dropped P and dS as
+// whole 64-byte rows of the packed B (one row alone fills every other bf16 of them: masked
+// half-line stores, 20% slower than packing afterwards).
 #define AMX_ROWS __attribute__((target("avx512f,avx512bw,avx512bf16")))
 AMX_ROWS static inline __m512 exp16(__m512 x) {
     const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
@@ -122,19 +124,73 @@ AMX_ROWS static float softmax_row_amx(const float *in, float mx, float esc, uint
     }
     return _mm512_reduce_add_ps(sum);
 }
-// The backward's probabilities of one row: p = exp(in sc + kadd - l) (fp32), ph = bf16 of the
-// dropped p (mask words w, NULL: every key kept).
-AMX_ROWS static void probs_row_amx(const float *in, float sc, const float *kadd, float l, float *p, uint16_t *ph,
-                                   const uint32_t *w, float ks, int je) {
-    const __m512 s = _mm512_set1_ps(sc), lv = _mm512_set1_ps(l), k = _mm512_set1_ps(ks);
-    for (int j = 0; j < je; j += 16) {
-        const __mmask16 m = lanes(je - j);
-        const __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, in + j), s, _mm512_maskz_loadu_ps(m, kadd + j));
-        const __m512 e = exp16(_mm512_sub_ps(x, lv));
-        _mm512_mask_storeu_ps(p + j, m, e);
-        store16_bf16(ph + j, m, w ? _mm512_maskz_mul_ps(kept16(w, j), e, k) : e);
+// Rows r and r + 1's 16 values of a key group, bf16, as one 64-byte row of pairs of the packed B
+// (cpu_amx.h): dst is the pair's row in the group's block.
+AMX_ROWS static inline void store_pair(uint16_t *dst, __m512 v0, __m512 v1) {
+    const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v0));
+    const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v1));
+    _mm512_storeu_si512(dst, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+}
+// Where rows (r, r + 1) of key group g go in a k-block-major pack of nbs column blocks.
+static inline size_t pair_at(int r, int g, int nbs) {
+    return ((size_t)(r / 32) * nbs + g) * 512 + (size_t)((r % 32) / 2) * 32;
+}
+
+// The backward's probabilities of rows r, r + 1 (every one of nk keys: 0 from je on): p (fp32
+// rows p0, p1) and the dropped p packed k-block-major into Pdp for dV^T's B (mask words w0, w1;
+// NULL: every key kept).
+AMX_ROWS static void probs_pair_amx(const float *in0, const float *in1, float sc, const float *kadd, float l0, float l1,
+                                    int je0, int je1, float *p0, float *p1, const uint32_t *w0, const uint32_t *w1,
+                                    float ks, uint16_t *Pdp, int r, int nk) {
+    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lv0 = _mm512_set1_ps(l0), lv1 = _mm512_set1_ps(l1);
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 m0 = lanes(je0 - j > 0 ? je0 - j : 0), m1 = lanes(je1 - j > 0 ? je1 - j : 0);
+        const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, in0 + j), s, _mm512_maskz_loadu_ps(m0, kadd + j));
+        const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, in1 + j), s, _mm512_maskz_loadu_ps(m1, kadd + j));
+        const __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(x0, lv0)));
+        const __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(x1, lv1)));
+        _mm512_storeu_ps(p0 + j, e0);
+        _mm512_storeu_ps(p1 + j, e1);
+        store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(kept16(w0, j), e0, k) : e0,
+                   w1 ? _mm512_maskz_mul_ps(kept16(w1, j), e1, k) : e1);
     }
 }
+
+// Σ_j p g' of one row (g' = kept ? g inv : 0).
+AMX_ROWS static float ds_dot_amx(const float *pr, const float *gr, const uint32_t *w, float inv, int nk) {
+    const __m512 iv = _mm512_set1_ps(inv);
+    __m512 dot = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 kp = w ? kept16(w, j) : (__mmask16)0xffff;
+        dot = _mm512_fmadd_ps(_mm512_loadu_ps(pr + j), _mm512_maskz_mul_ps(kp, _mm512_loadu_ps(gr + j), iv), dot);
+    }
+    return _mm512_reduce_add_ps(dot);
+}
+// dS of rows r, r + 1 (nk in 16s): into g (df), dr rows (bf16, row-major for dQ) and dSp (packed
+// k-block-major for dK^T).
+AMX_ROWS static void ds_pair_amx(const float *p0, const float *p1, float *g0, float *g1, const uint32_t *w0,
+                                 const uint32_t *w1, float inv, int df, uint16_t *dr0, uint16_t *dr1, uint16_t *dSp,
+                                 int r, int nk) {
+    const __m512 iv = _mm512_set1_ps(inv), d0v = _mm512_set1_ps(ds_dot_amx(p0, g0, w0, inv, nk)),
+                 d1v = _mm512_set1_ps(ds_dot_amx(p1, g1, w1, inv, nk));
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
+        const __m512 d0 = _mm512_mul_ps(_mm512_loadu_ps(p0 + j),
+                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), iv), d0v));
+        const __m512 d1 = _mm512_mul_ps(_mm512_loadu_ps(p1 + j),
+                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), iv), d1v));
+        if (df) {
+            _mm512_storeu_ps(g0 + j, d0);
+            _mm512_storeu_ps(g1 + j, d1);
+        }
+        if (dr0) {
+            store16_bf16(dr0 + j, 0xffff, d0);
+            store16_bf16(dr1 + j, 0xffff, d1);
+        }
+        if (dSp) store_pair(dSp + pair_at(r, j / 16, nk / 16), d0, d1);
+    }
+}
+
 // dS of one row: g' = kept ? g inv : 0, dot = Σ p g', dS = p (g' - dot) into g (df) and dr (bf16).
 AMX_ROWS static void ds_row_amx(const float *pr, float *gr, const uint32_t *w, float inv, int df, uint16_t *dr,
                                 int nk) {
@@ -264,10 +320,23 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
 // in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32), the mask
 // read from the forward's bits.
 void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *Pin, float *P, const float *kadd,
-                 const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask) {
+                 const float *lse, float *Pdf, uint16_t *Pdh, uint16_t *Pdp, const uint32_t *mask) {
     const AttnShape *s = a->s;
     const float ks = a->keep_scale, sc = a->in_scale;
     const size_t mw = mask_words(s->T);
+#ifdef MASK_AVX512
+    if (a->amx) {
+        for (int r = 0; r < rows; r += 2) {
+            const float l0 = lse[i0 + r], l1 = lse[i0 + r + 1];
+            const int je0 = l0 > -INFINITY ? row_end(s, i0 + r, nk) : 0, je1 = l1 > -INFINITY ? row_end(s, i0 + r + 1, nk) : 0;
+            const uint32_t *w0 = a->drop ? mask + (size_t)r * mw : NULL, *w1 = a->drop ? mask + (size_t)(r + 1) * mw : NULL;
+            probs_pair_amx(Pin + (size_t)r * ld, Pin + (size_t)(r + 1) * ld, sc, kadd, l0, l1, je0, je1,
+                           P + (size_t)r * ld, P + (size_t)(r + 1) * ld, w0, w1, ks, Pdp, r, nk);
+        }
+        return;
+    }
+#endif
+    (void)Pdp;
     for (int r = 0; r < rows; r++) {
         const int i = i0 + r;
         const float l = lse[i];
@@ -277,11 +346,6 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
         uint16_t *ph = Pdh ? Pdh + (size_t)r * nk : NULL;
         float *pf = Pdf + (size_t)r * ld;
         const uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
-#ifdef MASK_AVX512
-        if (a->amx) {
-            probs_row_amx(in, sc, kadd, l, row, ph, a->drop ? mrow : NULL, ks, je);
-        } else
-#endif
         if (a->drop) {
             int j0 = 0;
             for (; j0 + CHUNK <= je; j0 += CHUNK) {
@@ -315,9 +379,17 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
 // (bf16).  The AMX path reads keep from the mask words (mask: the block's first row's).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
 // whatever dP is) inside both passes rather than stored by a pass of its own.
 void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf,
-              const uint16_t *Pdh, int df, uint16_t *dSh, const uint32_t *mask) {
+              const uint16_t *Pdh, int df, uint16_t *dSh, uint16_t *dSp, const uint32_t *mask) {
     const float inv = a->keep_scale;
 #ifdef MASK_AVX512
+    if (a->amx && dSp) {
+        const size_t mw = mask_words(a->s->T);
+        for (int r = 0; r < rows; r += 2)
+            ds_pair_amx(P + (size_t)r * ld, P + (size_t)(r + 1) * ld, dP + (size_t)r * ld, dP + (size_t)(r + 1) * ld,
+                        a->drop ? mask + (size_t)r * mw : NULL, a->drop ? mask + (size_t)(r + 1) * mw : NULL, inv, df,
+                        dSh ? dSh + (size_t)r * nk : NULL, dSh ? dSh + (size_t)(r + 1) * nk : NULL, dSp, r, nk);
+        return;
+    }
     if (a->amx) {
         const size_t mw = mask_words(a->s->T);
         for (int r = 0; r < rows; r++)
@@ -326,7 +398,7 @@ void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *d
         return;
     }
 #endif
-    (void)mask;
+    (void)mask, (void)dSp;
     for (int r = 0; r < rows; r++) {
         const float *pr = P + (size_t)r * ld;
         float *gr = dP + (size_t)r * ld;

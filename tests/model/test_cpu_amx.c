@@ -1,8 +1,8 @@
 // The AMX products of the fused attention core (kernels/cpu/cpu_amx.h) against a double loop
-// over the same bf16 operands: both packings (B = X^T, B = X), whole and partial tiles (M, N
-// multiples of 16 but not of 32, K and N past a pack's edge, strided and odd leading dimensions),
-// alpha, accumulation, and a prefix of a pack's k blocks (the causal case).  Skipped where the CPU
-// or the kernel gives no AMX.
+// over the same bf16 operands: both packings (B = X^T, B = X) and the k-block-major layout,
+// whole and partial tiles (M, N multiples of 16 but not of 32, K and N past a pack's edge,
+// strided and odd leading dimensions), alpha, accumulation, and a prefix of a pack's k blocks
+// (the causal case).  Skipped where the CPU or the kernel gives no AMX.
 // Tolerance: |C - oracle| <= 1e-5 (|C| + 1) elementwise: the products of two bf16 values are
 // exact in fp32, so only the fp32 accumulation order differs (K <= 512 terms of size ~1).
 #include <math.h>
@@ -91,6 +91,36 @@ static void test_products(void **state) {
     check(32, 96, 64, 256, 0, 0.25f, 1, 0);
 }
 
+// cpu_amx_gemm_kmajor with B packed here by cpu_amx.h's definition, k-block-major: element
+// (p, j, e) of block (nb, kb) at (kb * nbs + nb) * 512 + (p * 16 + j) * 2 + e is X[kb*32 + 2p + e]
+// [nb*16 + j] (as the fused core's element rows write the dropped P and dS).
+static void test_kmajor(void **state) {
+    (void)state;
+    if (!cpu_amx_available()) skip();
+    const int M = 64, N = 96, K = 128, nbs = N / 16, kbs = K / 32;
+    uint16_t *A = random_bf16((size_t)M * K, 31), *X = random_bf16((size_t)K * N, 32);
+    uint16_t *Bp = mhe_malloc((size_t)K * N * sizeof *Bp);
+    for (int kb = 0; kb < kbs; kb++)
+        for (int nb = 0; nb < nbs; nb++)
+            for (int p = 0; p < 16; p++)
+                for (int j = 0; j < 16; j++)
+                    for (int e = 0; e < 2; e++)
+                        Bp[((size_t)kb * nbs + nb) * 512 + (p * 16 + j) * 2 + e] = X[(size_t)(kb * 32 + 2 * p + e) * N + nb * 16 + j];
+    float *C = mhe_calloc((size_t)M * N, sizeof *C);
+    for (int pass = 0; pass < 2; pass++) cpu_amx_gemm_kmajor(M, N, K, 0.5f, A, K, Bp, nbs, 1, C, N);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double sum = 0;
+            for (int k = 0; k < K; k++) sum += (double)bf(A[(size_t)m * K + k]) * bf(X[(size_t)k * N + n]);
+            const double e = fabs(C[(size_t)m * N + n] - sum) / (fabs(sum) + 1);  // two passes of 0.5
+            worst = e > worst ? e : worst;
+        }
+    print_message("k-block-major %d x %d x %d, accumulated twice at alpha 0.5: worst %.2e\n", M, N, K, worst);
+    assert_true(worst <= 1e-5);
+    free(A), free(X), free(Bp), free(C);
+}
+
 // The transposes (bf16, fp32) against the plain index map: whole 16-row groups with even and odd widths,
 // a tail of rows, a padded leading dimension.
 static void test_transpose(void **state) {
@@ -140,6 +170,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_kmajor),
         cmocka_unit_test(test_refuses_partial_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
