@@ -70,14 +70,14 @@ static void gemm(const Fused *a, int ta, int tb, int M, int N, int K, float alph
 // to its bf16 gemm:jit path, 2-4x slower at these shapes.  A copy costs T * dim per item, 1/bq
 // of the item's products.  fp32 mode reads the slices where they are: there oneDNN's gemm:jit
 // (sgemm) on strided operands beat its fp32 brgemm on dense copies.
-// Under AMX (bf16, the avx512 level) k holds K^T packed for the scores and, after it, K packed
-// for dQ; v holds V packed for P V (forward) or V^T for dP (backward): cpu_amx.h's tiles, read
-// from the activations directly (each T * dim bf16, half the fp32 room these regions have).
-// The backward visits every head of a query block, so there the packs cover a whole sequence
-// (seq: its index, -1 none): K^T and K of every K head, V^T of every V head, after the rest.
+// Under AMX (bf16, the avx512 level) the forward's k holds K^T packed for the scores and v holds
+// V packed for P V: cpu_amx.h's tiles, read from the activations directly (each T * dim bf16,
+// half the fp32 room these regions have).  The backward visits every head of a query block, so
+// its packs cover a whole sequence (seq: its index, -1 none): K^T (scores) and K (dQ) of every
+// K head, V^T (dP) of every V head, after the rest.
 typedef struct {
     void *q, *k, *v, *g;
-    int ktag, vtag, k2tag;
+    int ktag, vtag;
     uint16_t *kt_all, *k_all, *vt_all;
     int seq;
 } Packs;
@@ -87,7 +87,7 @@ static size_t pack_floats(const AttnShape *s, int bq) {
            align16((size_t)s->T * s->v_dim) + align16((size_t)bq * s->v_dim) + align16(seq_pack_elems(s) / 2 + 1);
 }
 static Packs packs_at(const AttnShape *s, int bq, float *p) {
-    Packs k = {p, 0, 0, 0, -1, -1, -1, NULL, NULL, NULL, -1};
+    Packs k = {p, 0, 0, 0, -1, -1, NULL, NULL, NULL, -1};
     k.k = p + align16((size_t)bq * s->qk_dim);
     k.v = (float *)k.k + align16((size_t)s->T * s->qk_dim);
     k.g = (float *)k.v + align16((size_t)s->T * s->v_dim);
@@ -146,17 +146,16 @@ static const uint16_t *amx_kt(const Fused *a, Packs *pk, int b, int h) {
     if (pk->seq == b) return pk->kt_all + (size_t)k_group(s, h) * s->T * s->qk_dim;
     return amx_pack(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, 1, pk->k, &pk->ktag, k_tag(s, b, h));
 }
-static const uint16_t *amx_k(const Fused *a, Packs *pk, int b, int h) {
+// The forward's V; the backward's K and V^T (amx_pack_sequence has packed the sequence).
+static const uint16_t *amx_v(const Fused *a, Packs *pk, int b, int h) {
     const AttnShape *s = a->s;
-    if (pk->seq == b) return pk->k_all + (size_t)k_group(s, h) * s->T * s->qk_dim;
-    return amx_pack(&a->k, (size_t)b * s->T, kcol(s, h), s->T, s->qk_dim, 0,
-                    (uint16_t *)pk->k + (size_t)s->T * s->qk_dim, &pk->k2tag, k_tag(s, b, h));
+    return amx_pack(&a->v, (size_t)b * s->T, vcol(s, h), s->T, s->v_dim, 0, pk->v, &pk->vtag, v_tag(s, b, h));
 }
-// bt: V^T (the backward's dP) rather than V (the forward's P V).
-static const uint16_t *amx_v(const Fused *a, Packs *pk, int b, int h, int bt) {
-    const AttnShape *s = a->s;
-    if (pk->seq == b && bt) return pk->vt_all + (size_t)v_group(s, h) * s->T * s->v_dim;
-    return amx_pack(&a->v, (size_t)b * s->T, vcol(s, h), s->T, s->v_dim, bt, pk->v, &pk->vtag, v_tag(s, b, h));
+static const uint16_t *amx_k(const Fused *a, const Packs *pk, int h) {
+    return pk->k_all + (size_t)k_group(a->s, h) * a->s->T * a->s->qk_dim;
+}
+static const uint16_t *amx_vt(const Fused *a, const Packs *pk, int h) {
+    return pk->vt_all + (size_t)v_group(a->s, h) * a->s->T * a->s->v_dim;
 }
 // The backward's packs of sequence b, every head, unless they are already there.
 static void amx_pack_sequence(const Fused *a, Packs *pk, int b) {
@@ -290,7 +289,7 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     // Into the dense block o, then copied into the head's columns: a strided destination would
     // send oneDNN to its slower gemm:jit path as a strided B operand does.
     if (a->amx) {
-        cpu_amx_gemm(rows, dv, nk, 1.0f, Ph, (size_t)nk, amx_v(a, pk, b, h, 0), T / 32, 0, o, (size_t)dv);
+        cpu_amx_gemm(rows, dv, nk, 1.0f, Ph, (size_t)nk, amx_v(a, pk, b, h), T / 32, 0, o, (size_t)dv);
     } else {
         const CpuOperand P = Ph ? h_op(Ph, nk) : f32_op(S, nk), V = v_op(a, pk, b, h);
         gemm(a, 0, 0, rows, dv, nk, 1.0f, P, V, 0.0f, f32_res(o, dv));
@@ -506,18 +505,16 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     // AMX: kacc and vacc hold dK^T [dk, T] and dV^T [dv, T] per head (the products' M side is
     // the head's width: B, the packed dropped P or dS, is read as it comes from the element pass).
     uint16_t *Bpk = (uint16_t *)(acc + align16((size_t)T * ald)), *Qt = Bpk + blk, *Gt = Qt + (size_t)a->bq * dkd;
-    if (*touched < nk && a->amx) {
-        // dK^T, dV^T: columns [touched, nk) of each row.
-        const size_t t0 = (size_t)*touched, cnt = (size_t)(nk - *touched);
-        for (size_t r = 0; r < (size_t)s->k_heads * dkd; r++) memset(kacc + r * T + t0, 0, cnt * sizeof *acc);
-        for (size_t r = 0; r < (size_t)s->v_heads * dv; r++) memset(vacc + r * T + t0, 0, cnt * sizeof *acc);
-    }
     if (*touched < nk) {
         const size_t t0 = (size_t)*touched, cnt = (size_t)(nk - *touched);
-        for (int g = 0; g < s->k_heads && !a->amx; g++)
-            memset(kacc + ((size_t)g * T + t0) * dkd, 0, cnt * dkd * sizeof *acc);
-        for (int g = 0; g < s->v_heads && !a->amx; g++)
-            memset(vacc + ((size_t)g * T + t0) * dv, 0, cnt * dv * sizeof *acc);
+        if (a->amx) {
+            // dK^T, dV^T: columns [touched, nk) of each row.
+            for (size_t r = 0; r < (size_t)s->k_heads * dkd; r++) memset(kacc + r * T + t0, 0, cnt * sizeof *acc);
+            for (size_t r = 0; r < (size_t)s->v_heads * dv; r++) memset(vacc + r * T + t0, 0, cnt * sizeof *acc);
+        } else {
+            for (int g = 0; g < s->k_heads; g++) memset(kacc + ((size_t)g * T + t0) * dkd, 0, cnt * dkd * sizeof *acc);
+            for (int g = 0; g < s->v_heads; g++) memset(vacc + ((size_t)g * T + t0) * dv, 0, cnt * dv * sizeof *acc);
+        }
         memset(bacc + t0 * n, 0, cnt * n * sizeof *acc);
         *touched = nk;
     }
@@ -547,19 +544,17 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         } else {
             Gop = operand(&w->G, r0 + i0, (size_t)h * dv, rows, dv, pk->g, NULL, 0);
         }
-        const CpuOperand Pd = Pdh ? h_op(Pdh, nk) : f32_op(a->drop ? Pdf : P, nk);
         float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
         float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
         if (a->amx) {
             cpu_amx_transpose(Gop.h, (size_t)Gop.ld, rows, dv, Gt);
             cpu_amx_gemm_kmajor(dv, nk, rows, 1.0f, Gt, (size_t)rows, Bpk, nk / 16, 1, dvh, (size_t)T);
+            cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_vt(a, pk, h), dv / 32, 0, dP, (size_t)ld);
         } else {
+            const CpuOperand Pd = Pdh ? h_op(Pdh, nk) : f32_op(a->drop ? Pdf : P, nk);
             gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
-        }
-        if (a->amx)
-            cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_v(a, pk, b, h, 1), dv / 32, 0, dP, (size_t)ld);
-        else
             gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, v_op(a, pk, b, h), 0.0f, f32_res(dP, nk));
+        }
         ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh, a->amx && !shared ? Bpk : NULL, mask);
         if (w->dkb) {
             memset(cs, 0, (size_t)nk * sizeof *cs);
@@ -579,11 +574,11 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             }
             continue;
         }
-        const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
         if (a->amx) {
-            cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, b, h), T / 32, 1, dqh, (size_t)dkd);
+            cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, h), T / 32, 1, dqh, (size_t)dkd);
             amx_dk(a, Qb, rows, nk, dSh, Bpk, 1, Qt, dkh);
         } else {
+            const CpuOperand dS = dSh ? h_op(dSh, nk) : f32_op(dP, nk);
             gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, h), 1.0f, f32_res(dqh, dkd));
             gemm(a, 1, 0, nk, dkd, rows, s->scale, dS, Qb, 1.0f, f32_res(dkh, dkd));
         }
@@ -595,7 +590,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
             dS = h_op(dSh, nk);
         }
         if (a->amx) {
-            cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, b, 0), T / 32, 1, dqa, (size_t)dkd);
+            cpu_amx_gemm(rows, dkd, nk, s->scale, dSh, (size_t)nk, amx_k(a, pk, 0), T / 32, 1, dqa, (size_t)dkd);
             amx_dk(a, Qb, rows, nk, dSh, Bpk, 0, Qt, kacc);
         } else {
             gemm(a, 0, 0, rows, dkd, nk, s->scale, dS, k_op(a, pk, b, 0), 1.0f, f32_res(dqa, dkd));

@@ -93,14 +93,14 @@ static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t
 // half-line stores, 20% slower than packing afterwards).
 #define AMX_ROWS __attribute__((target("avx512f,avx512bw,avx512bf16")))
 AMX_ROWS static inline __m512 exp16(__m512 x) {
-    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33f));
-    const __m512 magic = _mm512_set1_ps(12582912.0f);
-    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic), magic);
-    __m512 r = _mm512_fmadd_ps(k, _mm512_set1_ps(-0.693145751953125f), x);
-    r = _mm512_fmadd_ps(k, _mm512_set1_ps(-1.428606765330187045e-6f), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.041277747601270676f), r, _mm512_set1_ps(0.16753514111042023f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5000511407852173f));
+    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(CPU_EXP_MIN), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(CPU_EXP_MIN));
+    const __m512 magic = _mm512_set1_ps(CPU_EXP_ROUND);
+    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(CPU_EXP_LOG2E), magic), magic);
+    __m512 r = _mm512_fmadd_ps(k, _mm512_set1_ps(-CPU_EXP_LN2_HI), x);
+    r = _mm512_fmadd_ps(k, _mm512_set1_ps(-CPU_EXP_LN2_LO), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(CPU_EXP_BF16_C4), r, _mm512_set1_ps(CPU_EXP_BF16_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CPU_EXP_BF16_C2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(live, p, k);
@@ -166,8 +166,8 @@ AMX_ROWS static float ds_dot_amx(const float *pr, const float *gr, const uint32_
     }
     return _mm512_reduce_add_ps(dot);
 }
-// dS of rows r, r + 1 (nk in 16s): into g (df), dr rows (bf16, row-major for dQ) and dSp (packed
-// k-block-major for dK^T).
+// dS of rows r, r + 1 (nk in 16s): into g (df), dr rows (bf16, row-major for dQ; NULL: none) and
+// dSp (packed k-block-major for dK^T; NULL: none, the shared-score sum packs its own).
 AMX_ROWS static void ds_pair_amx(const float *p0, const float *p1, float *g0, float *g1, const uint32_t *w0,
                                  const uint32_t *w1, float inv, int df, uint16_t *dr0, uint16_t *dr1, uint16_t *dSp,
                                  int r, int nk) {
@@ -191,25 +191,6 @@ AMX_ROWS static void ds_pair_amx(const float *p0, const float *p1, float *g0, fl
     }
 }
 
-// dS of one row: g' = kept ? g inv : 0, dot = Σ p g', dS = p (g' - dot) into g (df) and dr (bf16).
-AMX_ROWS static void ds_row_amx(const float *pr, float *gr, const uint32_t *w, float inv, int df, uint16_t *dr,
-                                int nk) {
-    const __m512 iv = _mm512_set1_ps(inv);
-    __m512 dot = _mm512_setzero_ps();
-    for (int j = 0; j < nk; j += 16) {
-        const __mmask16 m = lanes(nk - j), kp = w ? (__mmask16)(m & kept16(w, j)) : m;
-        dot = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, pr + j), _mm512_maskz_mul_ps(kp, _mm512_maskz_loadu_ps(m, gr + j), iv),
-                              dot);
-    }
-    const __m512 d0 = _mm512_set1_ps(_mm512_reduce_add_ps(dot));
-    for (int j = 0; j < nk; j += 16) {
-        const __mmask16 m = lanes(nk - j), kp = w ? (__mmask16)(m & kept16(w, j)) : m;
-        const __m512 g = _mm512_maskz_mul_ps(kp, _mm512_maskz_loadu_ps(m, gr + j), iv);
-        const __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pr + j), _mm512_sub_ps(g, d0));
-        if (df) _mm512_mask_storeu_ps(gr + j, m, d);
-        if (dr) store16_bf16(dr + j, m, d);
-    }
-}
 #endif
 
 // The backward's P = exp(S + kadd - l) (S read from `in`, which may be p) and dropped P of n
@@ -328,8 +309,10 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
     if (a->amx) {
         for (int r = 0; r < rows; r += 2) {
             const float l0 = lse[i0 + r], l1 = lse[i0 + r + 1];
-            const int je0 = l0 > -INFINITY ? row_end(s, i0 + r, nk) : 0, je1 = l1 > -INFINITY ? row_end(s, i0 + r + 1, nk) : 0;
-            const uint32_t *w0 = a->drop ? mask + (size_t)r * mw : NULL, *w1 = a->drop ? mask + (size_t)(r + 1) * mw : NULL;
+            const int je0 = l0 > -INFINITY ? row_end(s, i0 + r, nk) : 0;
+            const int je1 = l1 > -INFINITY ? row_end(s, i0 + r + 1, nk) : 0;
+            const uint32_t *w0 = a->drop ? mask + (size_t)r * mw : NULL;
+            const uint32_t *w1 = a->drop ? mask + (size_t)(r + 1) * mw : NULL;
             probs_pair_amx(Pin + (size_t)r * ld, Pin + (size_t)(r + 1) * ld, sc, kadd, l0, l1, je0, je1,
                            P + (size_t)r * ld, P + (size_t)(r + 1) * ld, w0, w1, ks, Pdp, r, nk);
         }
@@ -376,25 +359,19 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
 }
 
 // dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
-// (bf16).  The AMX path reads keep from the mask words (mask: the block's first row's).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
-// whatever dP is) inside both passes rather than stored by a pass of its own.
+// (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
+// whatever dP is) inside both passes rather than stored by a pass of its own; the AMX path reads
+// it from the mask words (mask: the block's first row's), rows in pairs (dSp: their packed dS).
 void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf,
               const uint16_t *Pdh, int df, uint16_t *dSh, uint16_t *dSp, const uint32_t *mask) {
     const float inv = a->keep_scale;
 #ifdef MASK_AVX512
-    if (a->amx && dSp) {
+    if (a->amx) {
         const size_t mw = mask_words(a->s->T);
         for (int r = 0; r < rows; r += 2)
             ds_pair_amx(P + (size_t)r * ld, P + (size_t)(r + 1) * ld, dP + (size_t)r * ld, dP + (size_t)(r + 1) * ld,
                         a->drop ? mask + (size_t)r * mw : NULL, a->drop ? mask + (size_t)(r + 1) * mw : NULL, inv, df,
                         dSh ? dSh + (size_t)r * nk : NULL, dSh ? dSh + (size_t)(r + 1) * nk : NULL, dSp, r, nk);
-        return;
-    }
-    if (a->amx) {
-        const size_t mw = mask_words(a->s->T);
-        for (int r = 0; r < rows; r++)
-            ds_row_amx(P + (size_t)r * ld, dP + (size_t)r * ld, a->drop ? mask + (size_t)r * mw : NULL, inv, df,
-                       dSh ? dSh + (size_t)r * nk : NULL, nk);
         return;
     }
 #endif

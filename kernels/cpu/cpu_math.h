@@ -16,15 +16,27 @@
 #include <stdint.h>
 #include <string.h>
 
+// The exp functions' constants, named so the AMX path's vector exp (cpu_attention_rows.c) is
+// this one: the lowest argument (exp is 0 below it), 1.5 * 2^23 (adding and subtracting it
+// rounds to an integer), log2(e), ln 2 in two parts, and cpu_expf_bf16's polynomial.
+#define CPU_EXP_MIN (-87.33f)
+#define CPU_EXP_ROUND 12582912.0f
+#define CPU_EXP_LOG2E 1.44269504088896341f
+#define CPU_EXP_LN2_HI 0.693145751953125f
+#define CPU_EXP_LN2_LO 1.428606765330187045e-6f
+#define CPU_EXP_BF16_C4 0.041277747601270676f
+#define CPU_EXP_BF16_C3 0.16753514111042023f
+#define CPU_EXP_BF16_C2 0.5000511407852173f
+
 // The exp functions' range reduction: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two so
 // k ln2 is exact); returns r and sets *k.
 static inline float cpu_exp_reduce(float x, float *k) {
     // Selects, not fminf/fmaxf: those are library calls (NaN rules) that block vectorising.
-    const float xc = x < -87.33f ? -87.33f : x;
+    const float xc = x < CPU_EXP_MIN ? CPU_EXP_MIN : x;
     // Round to nearest by adding 1.5 * 2^23 (floorf does not vectorise without -ffast-math).
-    *k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    const float r = fmaf(*k, -0.693145751953125f, xc);
-    return fmaf(*k, -1.428606765330187045e-6f, r);
+    *k = (xc * CPU_EXP_LOG2E + CPU_EXP_ROUND) - CPU_EXP_ROUND;
+    const float r = fmaf(*k, -CPU_EXP_LN2_HI, xc);
+    return fmaf(*k, -CPU_EXP_LN2_LO, r);
 }
 
 // exp(x) = p 2^k from exp(r) = p, 2^k from the exponent bits; 0 below -87.33.
@@ -33,7 +45,7 @@ static inline float cpu_exp_scale(float p, float k, float x) {
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     const float y = p * scale;
-    return x < -87.33f ? 0.0f : y;
+    return x < CPU_EXP_MIN ? 0.0f : y;
 }
 
 // exp(r) by its degree-7 Taylor polynomial (truncation < 1e-8 relative for |r| <= ln2/2).  For
@@ -61,9 +73,9 @@ static inline float cpu_expf_noover(float x) {
 static inline float cpu_expf_bf16(float x) {
     float k;
     const float r = cpu_exp_reduce(x, &k);
-    float p = 0.041277747601270676f;
-    p = fmaf(p, r, 0.16753514111042023f);
-    p = fmaf(p, r, 0.5000511407852173f);
+    float p = CPU_EXP_BF16_C4;
+    p = fmaf(p, r, CPU_EXP_BF16_C3);
+    p = fmaf(p, r, CPU_EXP_BF16_C2);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
     return cpu_exp_scale(p, k, x);
