@@ -104,6 +104,8 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
     ctx->gemm = cpu_gemm_create(ctx->threads);
     ctx->bf16 = bf16 != 0;
     ctx->isa = isa;
+    // MHE_CPU_ISA below avx512 keeps every product on oneDNN, as it keeps attention's.
+    cpu_gemm_use_amx(ctx->gemm, ctx->bf16 && strcmp(isa, "avx512") == 0);
     static int warned;
     if (ctx->bf16 && !cpu_gemm_native_bf16(ctx->gemm) && !warned++)
         fprintf(stderr, "note: this CPU has no native bf16 instructions; bf16 is emulated and slower than fp32\n");

@@ -32,6 +32,9 @@ typedef struct CpuGemm CpuGemm;
 CpuGemm *cpu_gemm_create(int threads);
 void cpu_gemm_destroy(CpuGemm *g);
 int cpu_gemm_native_bf16(const CpuGemm *g);
+// Route bf16 A^T B products of activations into fp32 (the weight gradients) to AMX tiles
+// (cpu_amx_gemm_tn) when `on` and the CPU has them; the backend asks it at the avx512 level.
+void cpu_gemm_use_amx(CpuGemm *g, int on);
 // C = alpha op(A) op(B) + beta C, row-major, as ops.h's matmul; bf16 != 0 rounds A and B to
 // bf16 (fp32 accumulation and output).  Callable from inside an OpenMP parallel loop (the
 // product then runs on the calling thread).

@@ -2,9 +2,11 @@
 // over the same bf16 operands: both packings (B = X^T, B = X) and the k-block-major layout,
 // whole and partial tiles (M, N multiples of 16 but not of 32, K and N past a pack's edge,
 // strided and odd leading dimensions), alpha, accumulation, and a prefix of a pack's k blocks
-// (the causal case).  Skipped where the CPU or the kernel gives no AMX.
+// (the causal case); the weight gradient's transposed product A^T B.  Skipped where the CPU or the
+// kernel gives no AMX.
 // Tolerance: |C - oracle| <= 1e-5 (|C| + 1) elementwise: the products of two bf16 values are
-// exact in fp32, so only the fp32 accumulation order differs (K <= 512 terms of size ~1).
+// exact in fp32, so only the fp32 accumulation order differs (K <= 512 terms of size ~1; the
+// transposed product, up to 1,100 terms, 3e-5).
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,6 +146,45 @@ static void test_transpose(void **state) {
     }
 }
 
+// cpu_amx_gemm_tn, C = A^T B (+ C) with A [K, M], B [K, N] (the weight gradient dy^T x), against
+// a double loop: several K chunks with a tail off the 16 and 32 grids, M and N of 16 past a 32
+// block, padded leading dimensions, accumulation, and teams of 1-3 threads splitting the rows.
+static void check_tn(int M, int N, int K, size_t pad, int acc, int threads) {
+    const size_t lda = (size_t)M + pad, ldb = (size_t)N + 2 * pad, ldc = (size_t)N + pad;
+    uint16_t *A = random_bf16((size_t)K * lda, 40 + (uint64_t)M), *B = random_bf16((size_t)K * ldb, 41 + (uint64_t)N);
+    float *C = mhe_malloc((size_t)M * ldc * sizeof *C), *want = mhe_malloc((size_t)M * N * sizeof *want);
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = (float)((int)(i % 11) - 5) * 0.5f;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double sum = acc ? C[m * ldc + n] : 0.0;
+            for (int k = 0; k < K; k++) sum += (double)bf(A[k * lda + m]) * bf(B[k * ldb + n]);
+            want[(size_t)m * N + n] = (float)sum;
+        }
+    uint16_t *scratch = aligned_alloc(64, (cpu_amx_gemm_tn_scratch(M, N, threads) * 2 + 63) / 64 * 64);
+    cpu_amx_gemm_tn(M, N, K, A, lda, B, ldb, acc, C, ldc, scratch, threads);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            const double w = want[(size_t)m * N + n], e = fabs(C[m * ldc + n] - w) / (fabs(w) + 1);
+            worst = e > worst ? e : worst;
+        }
+    print_message("A^T B: M=%d N=%d K=%d pad=%zu acc=%d threads=%d: worst %.2e\n", M, N, K, pad, acc, threads, worst);
+    // Up to 1,100 fp32 additions of partial sums ~33: 8e-6 measured at K = 1,100; a wrong chunk,
+    // tail or row split is off by O(1).
+    assert_true(worst <= 3e-5);
+    free(A), free(B), free(C), free(want), free(scratch);
+}
+
+static void test_transposed_products(void **state) {
+    (void)state;
+    if (!cpu_amx_available()) skip();
+    check_tn(96, 80, 1100, 0, 0, 2);    // three 512-row chunks, the last 76 rows
+    check_tn(160, 64, 64, 3, 1, 3);     // one chunk; 5 row blocks over 3 threads
+    check_tn(144, 48, 530, 1, 1, 1);    // a 16-row block after 128 (a group's partial tile)
+    check_tn(16, 16, 37, 0, 1, 2);      // fewer row blocks than threads; K under one tile
+    check_tn(32, 2080, 300, 5, 0, 2);   // N past 2048: 256-row chunks
+}
+
 // The entry point refuses shapes off the tile grid: exit status 1 with a message, not a wrong
 // result.  Run in a child process, since mhe_fatal exits.
 static int status_of(int K, int kb_total) {
@@ -171,6 +212,7 @@ int main(void) {
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_transpose),
         cmocka_unit_test(test_kmajor),
+        cmocka_unit_test(test_transposed_products),
         cmocka_unit_test(test_refuses_partial_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

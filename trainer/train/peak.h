@@ -5,8 +5,9 @@
 #include "kernels/ops.h"
 
 // GFLOP/s of the backend's own matmul at its precision (oneDNN fp32 or bf16 on every OpenMP
-// thread on the CPU, cuBLAS on CUDA) on square matrices of size n: the best of at least `reps`
-// products after a warm-up, and of as many more (up to 64) as fill 50 ms.  Takes about
+// thread on the CPU, cuBLAS on CUDA) on square matrices of size n, on the CPU in both forms the
+// model runs (A B into the activation type, A^T B into fp32): the best of at least `reps` products of each
+// after a warm-up, and of as many more (up to 64) as fill 50 ms.  Takes about
 // max(reps + 1 products, 50 ms).
 double peak_matmul_gflops(Backend *be, int n, int reps);
 
