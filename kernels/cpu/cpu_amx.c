@@ -2,6 +2,7 @@
 // block of C), A rows 4-5, B columns 6-7.  The tile configuration is loaded at every call:
 // oneDNN's brgemm loads its own between our calls on the same thread.
 #include "kernels/cpu/cpu_amx.h"
+#include "kernels/cpu/cpu_amx_tiles.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,6 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
 #include <immintrin.h>
-#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -44,7 +44,7 @@ typedef struct {
     uint8_t rows[16];
 } TileConfig;
 
-__attribute__((target("amx-tile"))) static void configure(void) {
+__attribute__((target("amx-tile"))) void cpu_amx_configure(void) {
     TileConfig c __attribute__((aligned(64)));
     memset(&c, 0, sizeof c);
     c.palette = 1;
@@ -146,10 +146,10 @@ __attribute__((target("avx512f"))) void cpu_amx_transpose_f32(const float *X, si
 // One block of C: tm row tiles (1 or 2) by tn column tiles, over kbs k blocks.  Where C is taken
 // as it stands (alpha 1, accumulate) the tiles load it; otherwise they start at 0 and an
 // AVX-512 pass scales (and adds) through a 32 x 32 buffer in L1.
-__attribute__((target("amx-tile,amx-bf16,avx512f"))) static void block(int tm, int tn, int kbs, size_t ks, float alpha,
-                                                                      const uint16_t *A, size_t lda,
-                                                                      const uint16_t *B0, const uint16_t *B1,
-                                                                      int accumulate, float *C, size_t ldc) {
+__attribute__((target("amx-tile,amx-bf16,avx512f"))) void cpu_amx_block(int tm, int tn, int kbs, size_t ks, float alpha,
+                                                                        const uint16_t *A, size_t lda,
+                                                                        const uint16_t *B0, const uint16_t *B1,
+                                                                        int accumulate, float *C, size_t ldc) {
     const int direct = alpha == 1.0f;
     const size_t sa = lda * 2, sc = ldc * 4;
     if (direct && accumulate) {
@@ -207,88 +207,15 @@ __attribute__((target("amx-tile,amx-bf16,avx512f"))) static void block(int tm, i
 // ks, ns: the packed B's strides (elements) between k blocks and between column blocks.
 static void gemm_strided(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp, size_t ks,
                          size_t ns, int accumulate, float *C, size_t ldc) {
-    configure();
+    cpu_amx_configure();
     const int kbs = K / 32;
     for (int m = 0; m < M; m += 32) {
         const int tm = M - m >= 32 ? 2 : 1;
         for (int n = 0; n < N; n += 32) {
             const int tn = N - n >= 32 ? 2 : 1;
             const uint16_t *B0 = Bp + (size_t)(n / 16) * ns;
-            block(tm, tn, kbs, ks, alpha, A + (size_t)m * lda, lda, B0, B0 + ns, accumulate, C + (size_t)m * ldc + n,
+            cpu_amx_block(tm, tn, kbs, ks, alpha, A + (size_t)m * lda, lda, B0, B0 + ns, accumulate, C + (size_t)m * ldc + n,
                   ldc);
-        }
-    }
-}
-
-// A's columns m .. m + rows - 1, its rows k0 .. k0 + kc - 1, into out [rows, ldo] (k along a row),
-// zero from kc to ldo: the transposed product's A tiles.  16 rows of A per gather of pairs.
-__attribute__((target("avx512f"))) static void transpose_cols(const uint16_t *A, size_t lda, int kc, int rows,
-                                                              uint16_t *out, int ldo) {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int)(lda * 2)));
-    int k = 0;
-    for (; k + 16 <= kc; k += 16)
-        for (int c = 0; c < rows; c += 2) {
-            const __m512i v = _mm512_i32gather_epi32(idx, (const void *)(A + (size_t)k * lda + c), 1);
-            _mm256_storeu_si256((__m256i *)(out + (size_t)c * ldo + k), _mm512_cvtepi32_epi16(v));
-            _mm256_storeu_si256((__m256i *)(out + (size_t)(c + 1) * ldo + k),
-                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
-        }
-    for (int c = 0; c < rows; c++) {
-        for (int r = k; r < kc; r++) out[(size_t)c * ldo + r] = A[(size_t)r * lda + c];
-        for (int r = kc; r < ldo; r++) out[(size_t)c * ldo + r] = 0;
-    }
-}
-
-// K chunks of tn_chunk(N) rows: one chunk of B packed (up to 2 MiB, L2) serves every row block
-// of C.  Within a chunk a thread takes its C rows TN_GROUP at a time, their A^T (128 KiB) in L2,
-// and walks the column blocks with each 32-column B panel (32 KiB) in L1 across the group's row
-// blocks.  Chunks of 128 rows ran the 512 x 2048 product at 1,230 GFLOP/s against 1,640 at 512
-// (C is loaded and stored once per chunk); 256 and 512 measured alike on the narrower shapes.
-#define TN_GROUP 128
-static int tn_chunk(int N) { return N <= 2048 ? 512 : 256; }
-
-size_t cpu_amx_gemm_tn_scratch(int M, int N, int threads) {
-    (void)M;
-    const int kc = tn_chunk(N);
-    return 2 * (size_t)kc * N + (size_t)threads * TN_GROUP * kc;
-}
-
-void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const uint16_t *B, size_t ldb,
-                     int accumulate, float *C, size_t ldc, uint16_t *scratch, int threads) {
-    if (M % 16 || N % 16 || K <= 0)
-        mhe_fatal("cpu_amx_gemm_tn: %d x %d x %d: expected M, N multiples of 16 and K > 0", M, N, K);
-    const int kc_max = tn_chunk(N), chunks = (K + kc_max - 1) / kc_max, mblocks = (M + 31) / 32;
-    const size_t bsz = (size_t)kc_max * N;
-#pragma omp parallel num_threads(threads)
-    {
-        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        configure();
-        uint16_t *at = scratch + 2 * bsz + (size_t)t * TN_GROUP * kc_max;
-        const int mb0 = mblocks * t / nt, mb1 = mblocks * (t + 1) / nt, nbs = N / 16;
-        for (int c = 0; c < chunks; c++) {
-            const int k0 = c * kc_max, kc = K - k0 < kc_max ? K - k0 : kc_max, kbs = (kc + 31) / 32;
-            // Two buffers: a thread packing chunk c + 1 never meets one still reading chunk c - 1
-            // (every thread passed this chunk's barrier after its last use of that buffer).
-            uint16_t *bp = scratch + (size_t)(c & 1) * bsz;
-            for (int nb = nbs * t / nt; nb < nbs * (t + 1) / nt; nb++)
-                cpu_amx_pack_b(B + (size_t)k0 * ldb + nb * 16, ldb, kc, 16, bp + (size_t)nb * kbs * 512);
-#pragma omp barrier
-            const int acc = accumulate || c > 0;
-            for (int g0 = mb0; g0 < mb1; g0 += TN_GROUP / 32) {
-                const int g1 = g0 + TN_GROUP / 32 < mb1 ? g0 + TN_GROUP / 32 : mb1;
-                const int rows = (g1 * 32 < M ? g1 * 32 : M) - g0 * 32;
-                transpose_cols(A + (size_t)k0 * lda + g0 * 32, lda, kc, rows, at, kbs * 32);
-                for (int n = 0; n < N; n += 32) {
-                    const int tn = N - n >= 32 ? 2 : 1;
-                    const uint16_t *B0 = bp + (size_t)(n / 16) * kbs * 512;
-                    for (int r = 0; r < rows; r += 32) {
-                        const int tm = rows - r >= 32 ? 2 : 1;
-                        block(tm, tn, kbs, 512, 1.0f, at + (size_t)r * kbs * 32, (size_t)kbs * 32, B0,
-                              B0 + (size_t)kbs * 512, acc, C + (size_t)(g0 * 32 + r) * ldc + n, ldc);
-                    }
-                }
-            }
         }
     }
 }
@@ -312,16 +239,6 @@ void cpu_amx_gemm_kmajor(int M, int N, int K, float alpha, const uint16_t *A, si
 #else
 
 int cpu_amx_available(void) { return 0; }
-size_t cpu_amx_gemm_tn_scratch(int M, int N, int threads) {
-    (void)M, (void)N, (void)threads;
-    return 0;
-}
-void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const uint16_t *B, size_t ldb,
-                     int accumulate, float *C, size_t ldc, uint16_t *scratch, int threads) {
-    (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)accumulate, (void)C, (void)ldc,
-        (void)scratch, (void)threads;
-    mhe_fatal("cpu_amx_gemm_tn: this build has no AMX");
-}
 void cpu_amx_pack_bt(const uint16_t *X, size_t ld, int n, int k, uint16_t *out) {
     (void)X, (void)ld, (void)n, (void)k, (void)out;
     mhe_fatal("cpu_amx_pack_bt: this build has no AMX");

@@ -47,14 +47,4 @@ void cpu_amx_gemm(int M, int N, int K, float alpha, const uint16_t *A, size_t ld
 void cpu_amx_gemm_kmajor(int M, int N, int K, float alpha, const uint16_t *A, size_t lda, const uint16_t *Bp,
                          int nb_total, int accumulate, float *C, size_t ldc);
 
-// C [M, N] fp32 (row stride ldc) = A^T B (+ C when accumulate) for A [K, M] and B [K, N] bf16
-// (row strides lda, ldb): the linear layers' weight gradient dW = dy^T x, whose sum runs over the
-// tokens.  oneDNN 2.6 ran it at ~1,100-1,350 GFLOP/s on 2 AMX threads against ~2,000 for x W^T.
-// M and N multiples of 16, any K (zero-padded to 32 per chunk).  Runs its own OpenMP team of
-// `threads` (call it from outside a parallel region); scratch holds cpu_amx_gemm_tn_scratch()
-// bf16 values, 64-byte aligned.
-size_t cpu_amx_gemm_tn_scratch(int M, int N, int threads);
-void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const uint16_t *B, size_t ldb,
-                     int accumulate, float *C, size_t ldc, uint16_t *scratch, int threads);
-
 #endif

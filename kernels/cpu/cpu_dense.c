@@ -270,6 +270,23 @@ static void cpu_linear_forward(Backend *be, const Act *x, const float *W, const 
     cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
 }
 
+// dW (+)= dyᵀ x and db (+)= Σ_rows dy: on AMX in one pass over dy where cpu_gemm_weight_grad
+// takes the shape (bf16 activations at the avx512 level of an AMX CPU), the product and the
+// column sums apart otherwise.
+static void weight_grad(Backend *be, const Act *dy, int ldy, const Act *x, int N, int in, int out, float *dW,
+                        float *db, int dW_zero) {
+    if (act_bf16(be)) {
+        double t0 = cpu_prof_begin(be);
+        if (cpu_gemm_weight_grad(cpu_ctx(be)->gemm, out, in, N, act_ch(dy), ldy, act_ch(x), in, dW_zero ? 0.0f : 1.0f,
+                                 dW, in, db, dW_zero)) {
+            cpu_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            return;
+        }
+    }
+    cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), dW_zero ? 0.0f : 1.0f, out_f32(dW, in));
+    if (db) bias_backward_ld(be, dy, N, out, ldy, db, dW_zero);
+}
+
 // dx = dy W, dW += dyᵀ x, db += Σ_rows dy: the unfused ops.  In bf16 both products read dy and
 // x where they are (no rounding copy left to share between them), and dx is stored in bf16.  With
 // dW_zero the product is stored (beta 0: oneDNN without its sum post-op, dW not read).
@@ -279,9 +296,7 @@ static void cpu_linear_backward(Backend *be, const Act *dy, const Act *x, const 
     if (dx)
         cpu_matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in),
                    accumulate ? 1.0f : 0.0f, out_act(dx, in));
-    cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
-               out_f32(dW, in));
-    if (db) bias_backward_ld(be, dy, N, out, out, db, dW_zero);
+    weight_grad(be, dy, out, x, N, in, out, dW, db, dW_zero);
 }
 
 // The vocabulary head with its rows ldy apart (ops.h ops_head_ld).  The forward's product is as
@@ -305,9 +320,7 @@ static void cpu_linear_backward_ld(Backend *be, const Act *dy, const Act *x, con
     if (dx)
         cpu_matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, ldy), mat_f32(W, in),
                    accumulate ? 1.0f : 0.0f, out_act(dx, in));
-    cpu_matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
-               out_f32(dW, in));
-    if (db) bias_backward_ld(be, dy, N, out, ldy, db, dW_zero);
+    weight_grad(be, dy, ldy, x, N, in, out, dW, db, dW_zero);
 }
 
 void cpu_install_dense(Backend *be) {

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_amx.h"
+#include "kernels/cpu/cpu_amx_linear.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_bf16.h"
 
@@ -46,7 +47,7 @@ struct CpuGemm {
     dnnl_stream_t *streams;         // one per thread: executions from parallel loops never share one
     int threads;
     int native_bf16;                // the CPU has bf16 dot-product instructions
-    int amx_tn;                     // A^T B products of bf16 activations on cpu_amx_gemm_tn
+    int amx;                        // bf16 products of activations on AMX tiles (cpu_amx_linear.h)
     pthread_mutex_t lock;           // guards the cache's buckets (lookups are cheap next to a product)
     GemmEntry *buckets[GEMM_BUCKETS];
     int entries;
@@ -115,7 +116,7 @@ void cpu_gemm_destroy(CpuGemm *g) {
 }
 
 int cpu_gemm_native_bf16(const CpuGemm *g) { return g->native_bf16; }
-void cpu_gemm_use_amx(CpuGemm *g, int on) { g->amx_tn = on && cpu_amx_available(); }
+void cpu_gemm_use_amx(CpuGemm *g, int on) { g->amx = on && cpu_amx_available(); }
 CpuWeights *cpu_gemm_weights(CpuGemm *g) { return g->weights; }
 
 // Row-major op(X) of `rows` x `cols` stored with leading dimension ld (transposed: stored
@@ -265,6 +266,17 @@ static void bf16_to_f32(const uint16_t *h, int rows, int cols, int ld, float *ou
         for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = from_bf16(h[(size_t)r * ld + c]);
 }
 
+// The weight gradients (dW = dy^T x, the sum over the tokens): oneDNN 2.6's transposed-A bf16
+// matmul ran them at 1,100-1,550 GFLOP/s on an AMX Xeon where its x W^T ran at ~2,000.
+int cpu_gemm_weight_grad(CpuGemm *g, int M, int N, int K, const uint16_t *dy, int ldy, const uint16_t *x, int ldx,
+                         float beta, float *dW, int ldw, float *db, int db_store) {
+    if (!g->amx || M % 16 || N % 16 || K < 64 || (beta != 0.0f && beta != 1.0f) || omp_in_parallel()) return 0;
+    uint16_t *scratch = thread_bf16(g, 0, cpu_amx_gemm_tn_scratch(M, N, g->threads));
+    cpu_amx_gemm_tn(M, N, K, dy, (size_t)ldy, x, (size_t)ldx, beta != 0.0f, dW, (size_t)ldw, db, !db_store, scratch,
+                    g->threads);
+    return 1;
+}
+
 void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float alpha,
                  CpuOperand A, CpuOperand B, const float *bias, float beta, CpuResult C) {
     if (M <= 0 || N <= 0) return;
@@ -295,13 +307,22 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
     // where they are, with their own leading dimension.
     const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
     GemmKey k = {ta, tb, M, N, K, A.h ? A.ld : acols, B.h ? B.ld : bcols, C.ld, 1, C.h != NULL, hb_, alpha, beta};
-    // The weight gradients (dW = dy^T x, the sum over the tokens): oneDNN 2.6's transposed-A bf16
-    // matmul ran them at 1,100-1,550 GFLOP/s on an AMX Xeon where its x W^T ran at ~2,000.
-    if (g->amx_tn && ta && !tb && A.h && B.h && C.f && !bias && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
-        M % 16 == 0 && N % 16 == 0 && K >= 64 && !omp_in_parallel()) {
-        uint16_t *scratch = thread_bf16(g, 0, cpu_amx_gemm_tn_scratch(M, N, g->threads));
-        cpu_amx_gemm_tn(M, N, K, A.h, (size_t)A.ld, B.h, (size_t)B.ld, beta != 0.0f, C.f, (size_t)C.ld, scratch,
-                        g->threads);
+    if (ta && !tb && A.h && B.h && C.f && !bias && alpha == 1.0f &&
+        cpu_gemm_weight_grad(g, M, N, K, A.h, A.ld, B.h, B.ld, beta, C.f, C.ld, NULL, 0))
+        return;
+    // An activation times a weight into a bf16 activation: the linear layers' x W^T + b and
+    // dy W.  oneDNN 2.6 ran dy W at 1,300-1,800 GFLOP/s on an AMX Xeon (K = 1,536-2,048).
+    if (g->amx && !ta && A.h && B.f && C.h && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && N % 16 == 0 &&
+        K % 32 == 0 && M >= 32 && !omp_in_parallel()) {
+        const uint16_t *w = cpu_weights_bf16(g->weights, B.f, brows, bcols, B.ld);
+        const size_t ns = cpu_amx_linear_scratch(M, N, K, g->threads);
+        uint16_t *scratch = thread_bf16(g, 0, ns + (w ? 0 : (size_t)brows * bcols));
+        if (!w) {
+            cpu_pack_bf16(B.f, brows, bcols, B.ld, scratch + ns);
+            w = scratch + ns;
+        }
+        cpu_amx_linear(M, N, K, A.h, (size_t)A.ld, w, (size_t)bcols, tb, bias, beta != 0.0f, C.h, (size_t)C.ld,
+                       scratch, g->threads);
         return;
     }
     // A product with a side of at most 16 (mhe_add's head-embedding products: K, N or M = the

@@ -35,6 +35,11 @@ int cpu_gemm_native_bf16(const CpuGemm *g);
 // Route bf16 A^T B products of activations into fp32 (the weight gradients) to AMX tiles
 // (cpu_amx_gemm_tn) when `on` and the CPU has them; the backend asks it at the avx512 level.
 void cpu_gemm_use_amx(CpuGemm *g, int on);
+// dW [M, N] (ldw) = dy^T x (+ dW when beta is 1; beta 0 or 1) for bf16 dy [K, M] and x [K, N],
+// and, with db, db[m] = (db[m] unless db_store) + sum_k dy[k][m], in one pass over dy on AMX
+// tiles.  0 (nothing done) where that path does not take the shape or AMX is off.
+int cpu_gemm_weight_grad(CpuGemm *g, int M, int N, int K, const uint16_t *dy, int ldy, const uint16_t *x, int ldx,
+                         float beta, float *dW, int ldw, float *db, int db_store);
 // C = alpha op(A) op(B) + beta C, row-major, as ops.h's matmul; bf16 != 0 rounds A and B to
 // bf16 (fp32 accumulation and output).  Callable from inside an OpenMP parallel loop (the
 // product then runs on the calling thread).

@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/cpu/cpu_amx.h"
+#include "kernels/cpu/cpu_amx_linear.h"
 
 static float bf(uint16_t h) {
     const uint32_t u = (uint32_t)h << 16;
@@ -160,19 +161,34 @@ static void check_tn(int M, int N, int K, size_t pad, int acc, int threads) {
             for (int k = 0; k < K; k++) sum += (double)bf(A[k * lda + m]) * bf(B[k * ldb + n]);
             want[(size_t)m * N + n] = (float)sum;
         }
+    // The fused bias gradient: colsum[m] (+)= sum_k A[k][m].
+    float *colsum = mhe_malloc((size_t)M * sizeof *colsum);
+    double *want_sum = mhe_malloc((size_t)M * sizeof *want_sum);
+    for (int m = 0; m < M; m++) {
+        colsum[m] = (float)(m % 7) - 3.0f;
+        want_sum[m] = acc ? colsum[m] : 0.0;
+        for (int k = 0; k < K; k++) want_sum[m] += bf(A[k * lda + m]);
+    }
     uint16_t *scratch = aligned_alloc(64, (cpu_amx_gemm_tn_scratch(M, N, threads) * 2 + 63) / 64 * 64);
-    cpu_amx_gemm_tn(M, N, K, A, lda, B, ldb, acc, C, ldc, scratch, threads);
+    cpu_amx_gemm_tn(M, N, K, A, lda, B, ldb, acc, C, ldc, colsum, acc, scratch, threads);
     double worst = 0;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             const double w = want[(size_t)m * N + n], e = fabs(C[m * ldc + n] - w) / (fabs(w) + 1);
             worst = e > worst ? e : worst;
         }
-    print_message("A^T B: M=%d N=%d K=%d pad=%zu acc=%d threads=%d: worst %.2e\n", M, N, K, pad, acc, threads, worst);
+    double worst_sum = 0;
+    for (int m = 0; m < M; m++) {
+        const double e = fabs(colsum[m] - want_sum[m]) / (fabs(want_sum[m]) + 1);
+        worst_sum = e > worst_sum ? e : worst_sum;
+    }
+    print_message("A^T B: M=%d N=%d K=%d pad=%zu acc=%d threads=%d: worst %.2e, column sums %.2e\n", M, N, K, pad,
+                  acc, threads, worst, worst_sum);
+    assert_true(worst_sum <= 1e-6);  // fp32 lane sums of <= 32 terms, then double
     // Up to 1,100 fp32 additions of partial sums ~33: 8e-6 measured at K = 1,100; a wrong chunk,
     // tail or row split is off by O(1).
     assert_true(worst <= 3e-5);
-    free(A), free(B), free(C), free(want), free(scratch);
+    free(A), free(B), free(C), free(want), free(scratch), free(colsum), free(want_sum);
 }
 
 static void test_transposed_products(void **state) {
@@ -183,6 +199,53 @@ static void test_transposed_products(void **state) {
     check_tn(144, 48, 530, 1, 1, 1);    // a 16-row block after 128 (a group's partial tile)
     check_tn(16, 16, 37, 0, 1, 2);      // fewer row blocks than threads; K under one tile
     check_tn(32, 2080, 300, 5, 0, 2);   // N past 2048: 256-row chunks
+}
+
+// cpu_amx_linear, C (bf16) = A B + bias (+ C) with B = W^T (W [N, K], the forward) or B = W (W
+// [K, N], dx = dy W), against a double loop: rows off the 16 and 32 grids (a zero-padded last
+// block), N of 16 past a 32 block, padded strides, 1-3 threads.  Tolerance: rounded once to
+// bf16, |C - oracle| <= half a bf16 ulp of the oracle + 1e-5 (|oracle| + 1) for the fp32 sum's
+// order.
+static void check_linear(int M, int N, int K, int w_rows_n, int with_bias, int acc, size_t pad, int threads) {
+    const size_t lda = (size_t)K + pad, ldc = (size_t)N + 2 * pad, ldw = (size_t)(w_rows_n ? K : N) + pad;
+    uint16_t *A = random_bf16((size_t)M * lda, 50 + (uint64_t)M), *W = random_bf16((size_t)(w_rows_n ? N : K) * ldw, 51);
+    uint16_t *C = random_bf16((size_t)M * ldc, 52);
+    float *bias = mhe_malloc((size_t)N * sizeof *bias);
+    for (int n = 0; n < N; n++) bias[n] = (float)(n % 5) * 0.75f - 1.5f;
+    double *want = mhe_malloc((size_t)M * N * sizeof *want);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double sum = (with_bias ? bias[n] : 0.0) + (acc ? bf(C[m * ldc + n]) : 0.0);
+            for (int k = 0; k < K; k++)
+                sum += (double)bf(A[m * lda + k]) * bf(w_rows_n ? W[n * ldw + k] : W[k * ldw + n]);
+            want[(size_t)m * N + n] = sum;
+        }
+    uint16_t *scratch = aligned_alloc(64, (cpu_amx_linear_scratch(M, N, K, threads) * 2 + 63) / 64 * 64);
+    cpu_amx_linear(M, N, K, A, lda, W, ldw, w_rows_n, with_bias ? bias : NULL, acc, C, ldc, scratch, threads);
+    double worst = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            const double w = want[(size_t)m * N + n];
+            int ex = 0;
+            if (w != 0.0) frexp(w, &ex);
+            const double half_ulp = w != 0.0 ? ldexp(1.0, ex - 9) : 0.0;
+            const double e = (fabs(bf(C[m * ldc + n]) - w) - half_ulp) / (1e-5 * (fabs(w) + 1));
+            worst = e > worst ? e : worst;
+        }
+    print_message("A B -> bf16: M=%d N=%d K=%d %s bias=%d acc=%d pad=%zu threads=%d: beyond half an ulp %.2f of "
+                  "the slack\n", M, N, K, w_rows_n ? "W^T" : "W", with_bias, acc, pad, threads, worst);
+    assert_true(worst <= 1.0);
+    free(A), free(W), free(C), free(bias), free(want), free(scratch);
+}
+
+static void test_linear_products(void **state) {
+    (void)state;
+    if (!cpu_amx_available()) skip();
+    check_linear(300, 80, 96, 1, 1, 0, 0, 2);    // the forward: 9 whole blocks, a last block of 12 rows
+    check_linear(70, 48, 64, 0, 0, 1, 3, 3);     // dx accumulated: 3 blocks over 3 threads, 6 rows last
+    check_linear(128, 96, 512, 0, 0, 0, 1, 2);   // K of 512 in one block's sums
+    check_linear(32, 16, 32, 1, 1, 1, 0, 1);     // one tile of columns
+    check_linear(17, 32, 64, 1, 0, 0, 2, 2);     // fewer blocks than threads, rows 17
 }
 
 // The entry point refuses shapes off the tile grid: exit status 1 with a message, not a wrong
@@ -213,6 +276,7 @@ int main(void) {
         cmocka_unit_test(test_transpose),
         cmocka_unit_test(test_kmajor),
         cmocka_unit_test(test_transposed_products),
+        cmocka_unit_test(test_linear_products),
         cmocka_unit_test(test_refuses_partial_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
