@@ -61,27 +61,36 @@ static int tn_chunk(int N) { return N <= 2048 ? 512 : 256; }
 
 size_t cpu_amx_gemm_tn_scratch(int M, int N, int threads) {
     const int kc = tn_chunk(N);
-    // The packed chunks, each thread's A^T, then the column sums in double (4 bf16 slots each).
-    return 2 * (size_t)kc * N + (size_t)threads * TN_GROUP * kc + 4 * (size_t)M;
+    // The packed chunks, each thread's A^T and its 32-row block of C past M, then the column sums
+    // in double (4 bf16 slots each).
+    return 2 * (size_t)kc * N + (size_t)threads * (TN_GROUP * kc + 2 * 32 * (size_t)N) + 4 * ((size_t)M + 16);
 }
 
 void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const uint16_t *B, size_t ldb,
                      int accumulate, float *C, size_t ldc, float *colsum, int colsum_acc, uint16_t *scratch,
                      int threads) {
-    if (M % 16 || N % 16 || K <= 0)
-        mhe_fatal("cpu_amx_gemm_tn: %d x %d x %d: expected M, N multiples of 16 and K > 0", M, N, K);
-    const int kc_max = tn_chunk(N), chunks = (K + kc_max - 1) / kc_max, mblocks = (M + 31) / 32;
-    const size_t bsz = (size_t)kc_max * N;
+    // M off the 16 grid (the vocabulary head's dW): A's rows are read up to Mp, the last block's
+    // C rows go through a buffer and only those below M are stored.
+    const int Mp = (M + 15) / 16 * 16;
+    if (M <= 0 || N % 16 || K <= 0 || lda < (size_t)Mp)
+        mhe_fatal("cpu_amx_gemm_tn: %d x %d x %d (lda %zu): expected N a multiple of 16, K > 0 and A's rows "
+                  "readable to M rounded up to 16", M, N, K, lda);
+    const int kc_max = tn_chunk(N), chunks = (K + kc_max - 1) / kc_max, mblocks = (Mp + 31) / 32;
+    const size_t bsz = (size_t)kc_max * N, per_thread = TN_GROUP * (size_t)kc_max + 2 * 32 * (size_t)N;
 #pragma omp parallel num_threads(threads)
     {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
         cpu_amx_configure();
-        uint16_t *at = scratch + 2 * bsz + (size_t)t * TN_GROUP * kc_max;
-        double *sums = colsum ? (double *)(scratch + 2 * bsz + (size_t)nt * TN_GROUP * kc_max) : NULL;
+        uint16_t *at = scratch + 2 * bsz + (size_t)t * per_thread;
+        float *tail = (float *)(at + TN_GROUP * (size_t)kc_max);  // [32, N]: the block holding row M - 1
+        double *sums = colsum ? (double *)(scratch + 2 * bsz + (size_t)nt * per_thread) : NULL;
         const int mb0 = mblocks * t / nt, mb1 = mblocks * (t + 1) / nt, nbs = N / 16;
-        const int m0 = mb0 * 32, m1 = mb1 * 32 < M ? mb1 * 32 : M;
+        const int m0 = mb0 * 32, m1 = mb1 * 32 < M ? mb1 * 32 : M, last = (mblocks - 1) * 32;
+        const int own_tail = Mp != M && mb0 < mb1 && mb1 == mblocks;
+        if (own_tail && accumulate)
+            for (int m = last; m < M; m++) memcpy(tail + (size_t)(m - last) * N, C + (size_t)m * ldc, (size_t)N * 4);
         if (sums)
-            for (int m = m0; m < m1; m++) sums[m] = 0;
+            for (int m = m0; m < (mb1 * 32 < Mp ? mb1 * 32 : Mp); m++) sums[m] = 0;
         for (int c = 0; c < chunks; c++) {
             const int k0 = c * kc_max, kc = K - k0 < kc_max ? K - k0 : kc_max, kbs = (kc + 31) / 32;
             // Two buffers: a thread packing chunk c + 1 never meets one still reading chunk c - 1
@@ -93,39 +102,41 @@ void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const u
             const int acc = accumulate || c > 0;
             for (int g0 = mb0; g0 < mb1; g0 += TN_GROUP / 32) {
                 const int g1 = g0 + TN_GROUP / 32 < mb1 ? g0 + TN_GROUP / 32 : mb1;
-                const int rows = (g1 * 32 < M ? g1 * 32 : M) - g0 * 32;
+                const int rows = (g1 * 32 < Mp ? g1 * 32 : Mp) - g0 * 32;
                 transpose_cols(A + (size_t)k0 * lda + g0 * 32, lda, kc, rows, at, kbs * 32);
                 if (sums) row_sums(at, (size_t)kbs * 32, rows, kbs * 32, sums + g0 * 32);
                 for (int n = 0; n < N; n += 32) {
                     const int tn = N - n >= 32 ? 2 : 1;
                     const uint16_t *B0 = bp + (size_t)(n / 16) * kbs * 512;
                     for (int r = 0; r < rows; r += 32) {
-                        const int tm = rows - r >= 32 ? 2 : 1;
+                        const int tm = rows - r >= 32 ? 2 : 1, m = g0 * 32 + r;
+                        float *dst = own_tail && m == last ? tail + n : C + (size_t)m * ldc + n;
                         cpu_amx_block(tm, tn, kbs, 512, 1.0f, at + (size_t)r * kbs * 32, (size_t)kbs * 32, B0,
-                                      B0 + (size_t)kbs * 512, acc, C + (size_t)(g0 * 32 + r) * ldc + n, ldc);
+                                      B0 + (size_t)kbs * 512, acc, dst, own_tail && m == last ? (size_t)N : ldc);
                     }
                 }
             }
         }
+        if (own_tail)
+            for (int m = last; m < M; m++) memcpy(C + (size_t)m * ldc, tail + (size_t)(m - last) * N, (size_t)N * 4);
         if (sums)
             for (int m = m0; m < m1; m++) colsum[m] = (colsum_acc ? colsum[m] : 0.0f) + (float)sums[m];
     }
 }
 
-
 // ---- A B with bf16 results: the forward's x W^T + b and the backward's dy W ----
 
-// 32 x 32 fp32 results (rows 32 apart in buf) + bias (+ the bf16 values there) into bf16 rows,
+// fp32 results (rows ldb apart in buf) + bias (+ the bf16 values there) into bf16 rows,
 // only the first `rows` rows and `cols` (16 or 32) columns.  vcvtneps2bf16 rounds to nearest
 // even as cpu_bf16.h's to_bf16 does, but flushes fp32 subnormals (below 1.2e-38) to zero; the
 // same rounding in integer steps (to_bf16's) made the forward at K = 512 11-25% slower than
 // oneDNN, the AMX unit idling through a longer epilogue.
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void store_bf16(const float *buf, int rows, int cols,
-                                                                              const float *bias, int accumulate,
-                                                                              uint16_t *C, size_t ldc) {
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void store_bf16(const float *buf, size_t ldb, int rows,
+                                                                              int cols, const float *bias,
+                                                                              int accumulate, uint16_t *C, size_t ldc) {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c += 16) {
-            __m512 v = _mm512_load_ps(buf + r * 32 + c);
+            __m512 v = _mm512_loadu_ps(buf + (size_t)r * ldb + c);
             if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + c));
             uint16_t *o = C + (size_t)r * ldc + c;
             if (accumulate) {
@@ -136,17 +147,28 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void store_bf16(co
         }
 }
 
+// K past LIN_KMAX (the vocabulary head's dy W, K = V) goes in chunks of LIN_KCHUNK, the sums kept
+// in fp32 rows per thread between them.
+#define LIN_KMAX 4096
+#define LIN_KCHUNK 2048
+
+static int lin_rows_per_thread(int M, int threads) { return ((M + 31) / 32 + threads - 1) / threads * 32; }
+
 size_t cpu_amx_linear_scratch(int M, int N, int K, int threads) {
-    (void)M;
-    // The packed B, then each thread's zero-padded copy of a last partial block of 32 rows of A.
-    return cpu_amx_packed_elems(K, N) + (size_t)threads * 32 * K;
+    const size_t Kp = (size_t)(K + 31) / 32 * 32;
+    // The packed B; per thread a zero-padded copy of the last partial block of 32 rows of A and,
+    // when K is chunked, its rows' fp32 sums (2 bf16 slots each).
+    const size_t acc = K > LIN_KMAX ? 2 * (size_t)lin_rows_per_thread(M, threads) * N : 0;
+    return cpu_amx_packed_elems(K, N) + (size_t)threads * (32 * Kp + acc);
 }
 
 void cpu_amx_linear(int M, int N, int K, const uint16_t *A, size_t lda, const uint16_t *W, size_t ldw, int w_rows_n,
                     const float *bias, int accumulate, uint16_t *C, size_t ldc, uint16_t *scratch, int threads) {
-    if (N % 16 || K % 32 || M <= 0)
-        mhe_fatal("cpu_amx_linear: %d x %d x %d: expected N a multiple of 16, K of 32, M > 0", M, N, K);
-    const int kbs = K / 32, nbs = N / 16, mblocks = (M + 31) / 32;
+    if (N % 16 || K <= 0 || M <= 0)
+        mhe_fatal("cpu_amx_linear: %d x %d x %d: expected N a multiple of 16, K and M > 0", M, N, K);
+    const int kbs = (K + 31) / 32, kfull = K / 32, ktail = K % 32, nbs = N / 16, mblocks = (M + 31) / 32;
+    const int chunked = K > LIN_KMAX, kcb = chunked ? LIN_KCHUNK / 32 : kbs;
+    const size_t Kp = (size_t)kbs * 32, acc_elems = chunked ? 2 * (size_t)lin_rows_per_thread(M, threads) * N : 0;
     uint16_t *bp = scratch;
 #pragma omp parallel num_threads(threads)
     {
@@ -156,39 +178,63 @@ void cpu_amx_linear(int M, int N, int K, const uint16_t *A, size_t lda, const ui
             if (w_rows_n) cpu_amx_pack_bt(W + (size_t)nb * 16 * ldw, ldw, 16, K, o);  // B = W^T, W [N, K]
             else cpu_amx_pack_b(W + (size_t)nb * 16, ldw, K, 16, o);                // B = W, W [K, N]
         }
+        uint16_t *pad = scratch + cpu_amx_packed_elems(K, N) + (size_t)t * (32 * Kp + acc_elems);
+        float *sums = (float *)(pad + 32 * Kp);  // [rows of this thread, N] when chunked
+        const int mb0 = mblocks * t / nt, mb1 = mblocks * (t + 1) / nt, m0 = mb0 * 32;
+        // Tiles read whole 16-row groups and 32-column k blocks: a last block of fewer than 32
+        // rows reads a zero-padded copy (its k tail zero too); the others take a k tail < 32 from
+        // a 32 x 32 copy.
+        if (mb1 == mblocks && mb0 < mb1 && M % 32) {
+            const int m = (mblocks - 1) * 32;
+            memset(pad, 0, 32 * Kp * sizeof *pad);
+            for (int r = m; r < M; r++) memcpy(pad + (size_t)(r - m) * Kp, A + (size_t)r * lda, (size_t)K * 2);
+        }
 #pragma omp barrier
         cpu_amx_configure();
-        uint16_t *pad = scratch + cpu_amx_packed_elems(K, N) + (size_t)t * 32 * K;
         float buf[32 * 32] __attribute__((aligned(64)));
-        const int mb0 = mblocks * t / nt, mb1 = mblocks * (t + 1) / nt;
-        // Column chunks of B small enough to stay in L2 (K x nc x 2 bytes <= 512 KiB), then
-        // groups of 4 row blocks walking a chunk's column blocks together: each 32-column panel
-        // of B is read from L2 once per group, the group's rows of A (4 x 32 x K) stay in L2.
-        int nc = (int)((size_t)256 * 1024 / K) / 32 * 32;
-        nc = nc < 32 ? 32 : nc;
-        for (int c0 = 0; c0 < N; c0 += nc)
-        for (int g0 = mb0; g0 < mb1; g0 += 4) {
-            const int g1 = g0 + 4 < mb1 ? g0 + 4 : mb1;
-            for (int n = c0; n < N && n < c0 + nc; n += 32) {
-                const int tn = N - n >= 32 ? 2 : 1;
-                const uint16_t *B0 = bp + (size_t)(n / 16) * kbs * 512;
-                for (int mb = g0; mb < g1; mb++) {
-                    const int m = mb * 32, rows = M - m < 32 ? M - m : 32;
-                    const uint16_t *a = A + (size_t)m * lda;
-                    size_t la = lda;
-                    if (rows < 32) {  // tiles read whole 16-row groups: the last rows from a zero-padded copy
-                        if (n == c0) {
-                            memset(pad, 0, (size_t)32 * K * sizeof *pad);
-                            for (int r = 0; r < rows; r++) memcpy(pad + (size_t)r * K, a + (size_t)r * lda, (size_t)K * 2);
+        uint16_t tailbuf[32 * 32] __attribute__((aligned(64)));
+        for (int kb0 = 0; kb0 < kbs; kb0 += kcb) {
+            const int kb1 = kb0 + kcb < kbs ? kb0 + kcb : kbs, last = kb1 == kbs;
+            // Column chunks of B small enough to stay in L2 (this k chunk x nc x 2 bytes <= 512
+            // KiB), then groups of 4 row blocks walking a chunk's column blocks together: each
+            // 32-column panel of B is read from L2 once per group, the group's rows of A stay in L2.
+            int nc = (int)((size_t)256 * 1024 / ((size_t)(kb1 - kb0) * 32)) / 32 * 32;
+            nc = nc < 32 ? 32 : nc;
+            for (int c0 = 0; c0 < N; c0 += nc)
+                for (int g0 = mb0; g0 < mb1; g0 += 4) {
+                    const int g1 = g0 + 4 < mb1 ? g0 + 4 : mb1;
+                    for (int n = c0; n < N && n < c0 + nc; n += 32) {
+                        const int tn = N - n >= 32 ? 2 : 1;
+                        const uint16_t *B0 = bp + (size_t)(n / 16) * kbs * 512, *B1 = B0 + (size_t)kbs * 512;
+                        for (int mb = g0; mb < g1; mb++) {
+                            const int m = mb * 32, rows = M - m < 32 ? M - m : 32, tm = rows > 16 ? 2 : 1;
+                            const int padded = rows < 32;
+                            const uint16_t *a = padded ? pad : A + (size_t)m * lda;
+                            const size_t la = padded ? Kp : lda;
+                            float *dst = chunked ? sums + (size_t)(m - m0) * N + n : buf;
+                            const size_t ld = chunked ? (size_t)N : 32;
+                            // Whole k blocks of this chunk read in place; the k tail of the last one
+                            // (K % 32 columns) from tailbuf, except in the padded copy.
+                            const int kb_end = padded || !last || !ktail ? kb1 : kfull;
+                            int acc = kb0 > 0;
+                            if (kb_end > kb0) {
+                                cpu_amx_block(tm, tn, kb_end - kb0, 512, 1.0f, a + (size_t)kb0 * 32, la,
+                                              B0 + (size_t)kb0 * 512, B1 + (size_t)kb0 * 512, acc, dst, ld);
+                                acc = 1;
+                            }
+                            if (kb_end < kb1) {
+                                memset(tailbuf, 0, sizeof tailbuf);
+                                for (int r = 0; r < rows; r++)
+                                    memcpy(tailbuf + r * 32, a + (size_t)r * la + (size_t)kfull * 32, (size_t)ktail * 2);
+                                cpu_amx_block(tm, tn, 1, 512, 1.0f, tailbuf, 32, B0 + (size_t)kfull * 512,
+                                              B1 + (size_t)kfull * 512, acc, dst, ld);
+                            }
+                            if (last)
+                                store_bf16(dst, ld, rows, 16 * tn, bias ? bias + n : NULL, accumulate,
+                                           C + (size_t)m * ldc + n, ldc);
                         }
-                        a = pad;
-                        la = (size_t)K;
                     }
-                    const int tm = rows > 16 ? 2 : 1;
-                    cpu_amx_block(tm, tn, kbs, 512, 1.0f, a, la, B0, B0 + (size_t)kbs * 512, 0, buf, 32);
-                    store_bf16(buf, rows, 16 * tn, bias ? bias + n : NULL, accumulate, C + (size_t)m * ldc + n, ldc);
                 }
-            }
         }
     }
 }

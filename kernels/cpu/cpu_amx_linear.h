@@ -10,7 +10,8 @@
 // C [M, N] fp32 (row stride ldc) = A^T B (+ C when accumulate) for A [K, M] and B [K, N] bf16
 // (row strides lda, ldb): the linear layers' weight gradient dW = dy^T x, whose sum runs over the
 // tokens.  oneDNN 2.6 ran it at ~1,100-1,350 GFLOP/s on 2 AMX threads against ~2,000 for x W^T.
-// M and N multiples of 16, any K (zero-padded to 32 per chunk).  Runs its own OpenMP team of
+// N a multiple of 16, any K (zero-padded to 32 per chunk), any M with A's rows readable up to M
+// rounded up to 16 (lda >= that; the columns past M are read, never used).  Runs its own OpenMP team of
 // `threads` (call it from outside a parallel region); scratch holds cpu_amx_gemm_tn_scratch()
 // bf16 values, 64-byte aligned.  colsum (may be NULL): the bias gradient, colsum[m] = (colsum[m]
 // when colsum_acc) + sum_k A[k][m], summed as A^T is made rather than in a pass of its own.
@@ -22,7 +23,7 @@ void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const u
 // C [M, N] bf16 (row stride ldc) = A [M, K] B + bias (+ C when accumulate), B = W^T for W [N, K]
 // (w_rows_n: the forward's x W^T) or B = W for W [K, N] (the backward's dy W), W bf16 (row
 // stride ldw); bias [N] fp32 or NULL.  fp32 sums, rounded once to nearest even (fp32 subnormals
-// flushed to 0).  N a multiple of 16, K of 32, any M.  W is packed into scratch
+// flushed to 0).  N a multiple of 16, any K and M.  W is packed into scratch
 // (cpu_amx_linear_scratch() bf16 values, 64-byte aligned) by the team of `threads`, which then
 // splits the rows; call it outside a parallel region.
 size_t cpu_amx_linear_scratch(int M, int N, int K, int threads);

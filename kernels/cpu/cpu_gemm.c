@@ -270,7 +270,10 @@ static void bf16_to_f32(const uint16_t *h, int rows, int cols, int ld, float *ou
 // matmul ran them at 1,100-1,550 GFLOP/s on an AMX Xeon where its x W^T ran at ~2,000.
 int cpu_gemm_weight_grad(CpuGemm *g, int M, int N, int K, const uint16_t *dy, int ldy, const uint16_t *x, int ldx,
                          float beta, float *dW, int ldw, float *db, int db_store) {
-    if (!g->amx || M % 16 || N % 16 || K < 64 || (beta != 0.0f && beta != 1.0f) || omp_in_parallel()) return 0;
+    // M off the 16 grid (the head's vocabulary) where dy's rows are padded that far (ops_head_ld).
+    if (!g->amx || N % 16 || ldy < (M + 15) / 16 * 16 || K < 64 || (beta != 0.0f && beta != 1.0f) ||
+        omp_in_parallel())
+        return 0;
     uint16_t *scratch = thread_bf16(g, 0, cpu_amx_gemm_tn_scratch(M, N, g->threads));
     cpu_amx_gemm_tn(M, N, K, dy, (size_t)ldy, x, (size_t)ldx, beta != 0.0f, dW, (size_t)ldw, db, !db_store, scratch,
                     g->threads);
@@ -311,9 +314,10 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
         cpu_gemm_weight_grad(g, M, N, K, A.h, A.ld, B.h, B.ld, beta, C.f, C.ld, NULL, 0))
         return;
     // An activation times a weight into a bf16 activation: the linear layers' x W^T + b and
-    // dy W.  oneDNN 2.6 ran dy W at 1,300-1,800 GFLOP/s on an AMX Xeon (K = 1,536-2,048).
+    // dy W.  oneDNN 2.6 ran dy W at 1,300-1,800 GFLOP/s on an AMX Xeon (K = 1,536-2,048), and the
+    // vocabulary head's (K = V = 30,522) at 630-740.
     if (g->amx && !ta && A.h && B.f && C.h && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && N % 16 == 0 &&
-        K % 32 == 0 && M >= 32 && !omp_in_parallel()) {
+        K >= 32 && M >= 32 && !omp_in_parallel()) {
         const uint16_t *w = cpu_weights_bf16(g->weights, B.f, brows, bcols, B.ld);
         const size_t ns = cpu_amx_linear_scratch(M, N, K, g->threads);
         uint16_t *scratch = thread_bf16(g, 0, ns + (w ? 0 : (size_t)brows * bcols));
@@ -376,6 +380,26 @@ void cpu_gemm_padded_weight(CpuGemm *g, int bf16, int M, int N, int Np, int K, C
     const int t = omp_in_parallel() ? omp_get_thread_num() : 0;
     const int hb_ = bias != NULL;
     GemmKey k = {0, 1, M, Np, K, A.h ? A.ld : K, K, C.ld, 1, C.h != NULL, hb_, 1.0f, 0.0f};
+    if (bf16 && g->amx && A.h && C.h && Np % 16 == 0 && K >= 32 && M >= 32 && !omp_in_parallel()) {
+        // On AMX tiles (cpu_gemm_ex's linear products), over the weight grown by zero rows and
+        // the bias by zeros, as below.
+        const uint16_t *wp = cpu_weights_bf16_padded(g->weights, W, N, K, K, Np);
+        const size_t ns = (cpu_amx_linear_scratch(M, Np, K, g->threads) + 31) / 32 * 32;
+        const size_t nw = wp ? 0 : ((size_t)Np * K + 31) / 32 * 32, nb = bias ? (size_t)Np * 2 : 0;
+        uint16_t *scratch = thread_bf16(g, 0, ns + nw + nb), *hw = scratch + ns;
+        float *bp = (float *)(hw + nw);
+        if (nw) {
+            cpu_pack_bf16(W, N, K, K, hw);
+            memset(hw + (size_t)N * K, 0, (size_t)(Np - N) * K * sizeof *hw);
+        }
+        if (bias) {
+            memcpy(bp, bias, (size_t)N * sizeof *bp);
+            memset(bp + N, 0, (size_t)(Np - N) * sizeof *bp);
+        }
+        cpu_amx_linear(M, Np, K, A.h, (size_t)A.ld, wp ? wp : hw, (size_t)K, 1, bias ? bp : NULL, 0, C.h,
+                       (size_t)C.ld, scratch, g->threads);
+        return;
+    }
     GemmEntry *e = bf16 && Np > N && K > 0 && M > 16 && K > 16 ? lookup(g, &k) : NULL;
     if (e && e->prim) {
         // The weight's kept copy grown by zero rows, or one made now; the bias grown by zeros.

@@ -149,12 +149,14 @@ static void test_transpose(void **state) {
 
 // cpu_amx_gemm_tn, C = A^T B (+ C) with A [K, M], B [K, N] (the weight gradient dy^T x), against
 // a double loop: several K chunks with a tail off the 16 and 32 grids, M and N of 16 past a 32
-// block, padded leading dimensions, accumulation, and teams of 1-3 threads splitting the rows.
+// block, M off the 16 grid, padded leading dimensions, accumulation, and teams of 1-3 threads
+// splitting the rows.
 static void check_tn(int M, int N, int K, size_t pad, int acc, int threads) {
     const size_t lda = (size_t)M + pad, ldb = (size_t)N + 2 * pad, ldc = (size_t)N + pad;
     uint16_t *A = random_bf16((size_t)K * lda, 40 + (uint64_t)M), *B = random_bf16((size_t)K * ldb, 41 + (uint64_t)N);
-    float *C = mhe_malloc((size_t)M * ldc * sizeof *C), *want = mhe_malloc((size_t)M * N * sizeof *want);
-    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = (float)((int)(i % 11) - 5) * 0.5f;
+    // 32 rows past M hold a sentinel: the rows past M of a partial block must not be stored.
+    float *C = mhe_malloc((size_t)(M + 32) * ldc * sizeof *C), *want = mhe_malloc((size_t)M * N * sizeof *want);
+    for (size_t i = 0; i < (size_t)(M + 32) * ldc; i++) C[i] = i < (size_t)M * ldc ? (float)((int)(i % 11) - 5) * 0.5f : 7.0f;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
             double sum = acc ? C[m * ldc + n] : 0.0;
@@ -182,6 +184,7 @@ static void check_tn(int M, int N, int K, size_t pad, int acc, int threads) {
         const double e = fabs(colsum[m] - want_sum[m]) / (fabs(want_sum[m]) + 1);
         worst_sum = e > worst_sum ? e : worst_sum;
     }
+    for (size_t i = (size_t)M * ldc; i < (size_t)(M + 32) * ldc; i++) assert_true(C[i] == 7.0f);
     print_message("A^T B: M=%d N=%d K=%d pad=%zu acc=%d threads=%d: worst %.2e, column sums %.2e\n", M, N, K, pad,
                   acc, threads, worst, worst_sum);
     assert_true(worst_sum <= 1e-6);  // fp32 lane sums of <= 32 terms, then double
@@ -199,11 +202,14 @@ static void test_transposed_products(void **state) {
     check_tn(144, 48, 530, 1, 1, 1);    // a 16-row block after 128 (a group's partial tile)
     check_tn(16, 16, 37, 0, 1, 2);      // fewer row blocks than threads; K under one tile
     check_tn(32, 2080, 300, 5, 0, 2);   // N past 2048: 256-row chunks
+    check_tn(90, 48, 700, 6, 1, 2);     // M off the 16 grid (the head's vocabulary), rows read to 96
+    check_tn(26, 32, 100, 6, 0, 3);     // one partial block, 3 threads
 }
 
 // cpu_amx_linear, C (bf16) = A B + bias (+ C) with B = W^T (W [N, K], the forward) or B = W (W
 // [K, N], dx = dy W), against a double loop: rows off the 16 and 32 grids (a zero-padded last
-// block), N of 16 past a 32 block, padded strides, 1-3 threads.  Tolerance: rounded once to
+// block), K off the 32 grid, K in chunks (past 4,096), N of 16 past a 32 block, padded strides,
+// 1-3 threads.  Tolerance: rounded once to
 // bf16, |C - oracle| <= half a bf16 ulp of the oracle + 1e-5 (|oracle| + 1) for the fp32 sum's
 // order.
 static void check_linear(int M, int N, int K, int w_rows_n, int with_bias, int acc, size_t pad, int threads) {
@@ -246,6 +252,9 @@ static void test_linear_products(void **state) {
     check_linear(128, 96, 512, 0, 0, 0, 1, 2);   // K of 512 in one block's sums
     check_linear(32, 16, 32, 1, 1, 1, 0, 1);     // one tile of columns
     check_linear(17, 32, 64, 1, 0, 0, 2, 2);     // fewer blocks than threads, rows 17
+    check_linear(70, 48, 100, 1, 1, 1, 1, 2);    // K off the 32 grid: a k tail in place and padded
+    check_linear(40, 32, 5000, 0, 0, 1, 6, 2);   // K chunked (the head's dy W, K = V) with a tail
+    check_linear(64, 16, 4130, 1, 1, 0, 0, 3);   // chunked, whole row blocks only, 3 threads
 }
 
 // The entry point refuses shapes off the tile grid: exit status 1 with a message, not a wrong
