@@ -32,8 +32,9 @@ typedef struct CpuGemm CpuGemm;
 CpuGemm *cpu_gemm_create(int threads);
 void cpu_gemm_destroy(CpuGemm *g);
 int cpu_gemm_native_bf16(const CpuGemm *g);
-// Route bf16 A^T B products of activations into fp32 (the weight gradients) to AMX tiles
-// (cpu_amx_gemm_tn) when `on` and the CPU has them; the backend asks it at the avx512 level.
+// Route the linear layers' bf16 products (activation x weight into bf16, and dy^T x into fp32:
+// the weight gradients) to AMX tiles (cpu_amx_linear.h) when `on` and the CPU has them; the
+// backend asks it at the avx512 level.
 void cpu_gemm_use_amx(CpuGemm *g, int on);
 // dW [M, N] (ldw) = dy^T x (+ dW when beta is 1; beta 0 or 1) for bf16 dy [K, M] and x [K, N],
 // and, with db, db[m] = (db[m] unless db_store) + sum_k dy[k][m], in one pass over dy on AMX

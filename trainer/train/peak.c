@@ -20,7 +20,13 @@ double peak_matmul_gflops(Backend *be, int n, int reps) {
     enum { SLACK = 4 * 4096 };
     const int placements = nn <= 2048u * 2048u ? 3 : 1;
     char *mem = be->alloc(be, 3 * bytes + 3 * SLACK);
-    float *cf = be->alloc(be, nn * sizeof(float));
+    const int cpu = strcmp(be->name, "cpu") == 0;
+    // A weight [n, n] and an fp32 result [n, n] for the CPU's other forms.
+    float *wf = cpu ? be->alloc(be, 2 * nn * sizeof(float)) : NULL;
+    if (cpu) {
+        be->upload(be, wf, host, nn * sizeof(float));
+        if (be->weights_steady) be->weights_steady(be, wf, nn);
+    }
     // The profile would count these products as the model's.
     OpProfile *prof = be->profile;
     be->profile = NULL;
@@ -34,14 +40,16 @@ double peak_matmul_gflops(Backend *be, int n, int reps) {
         // about a millisecond on an AMX Xeon, and the best of 3 wandered by 10-20% within a process.
         double timed = 0;
         for (int rep = 0; rep <= reps || (timed < 0.05 && rep <= 64); rep++) {
-            // Both kernels the model's products run on: A B into the activation type (oneDNN on the
-            // CPU), and A^T B into fp32, the weight gradients' form (AMX tiles on an AMX CPU's bf16
-            // backend, kernels/cpu/cpu_amx.h), so that no product of the model outruns the ceiling.
-            // On CUDA both forms are the same cuBLAS GEMM: the first alone.
-            for (int form = 0; form < (strcmp(be->name, "cpu") == 0 ? 2 : 1); form++) {
+            // Every kernel the model's products run on: A B into the activation type (oneDNN on the
+            // CPU), and on the CPU also A Wᵀ with W an fp32 weight (its bf16 copy kept, as in a
+            // step) into the activation type and Aᵀ B into fp32 (the linear layers' forms, on AMX
+            // tiles on an AMX CPU's bf16 backend, kernels/cpu/cpu_amx_linear.h), so that no product
+            // of the model outruns the ceiling unmeasured.  On CUDA they are one cuBLAS GEMM.
+            for (int form = 0; form < (cpu ? 3 : 1); form++) {
                 double t0 = omp_get_wtime();
                 if (form == 0) be->matmul(be, 0, 0, n, n, n, 1.0f, mat_act(a, n), mat_act(b, n), 0.0f, out_act(c, n));
-                else be->matmul(be, 1, 0, n, n, n, 1.0f, mat_act(a, n), mat_act(b, n), 0.0f, out_f32(cf, n));
+                else if (form == 1) be->matmul(be, 0, 1, n, n, n, 1.0f, mat_act(a, n), mat_f32(wf, n), 0.0f, out_act(c, n));
+                else be->matmul(be, 1, 0, n, n, n, 1.0f, mat_act(a, n), mat_act(b, n), 0.0f, out_f32(wf + nn, n));
                 be->synchronize(be);
                 const double dt = omp_get_wtime() - t0;
                 double g = 2.0 * (double)n * n * n / dt / 1e9;
@@ -52,7 +60,10 @@ double peak_matmul_gflops(Backend *be, int n, int reps) {
     }
     be->profile = prof;
     be->free(be, mem);
-    be->free(be, cf);
+    if (cpu) {
+        if (be->weights_steady) be->weights_steady(be, NULL, 0);
+        be->free(be, wf);
+    }
     free(host);
     return best;
 }
