@@ -374,6 +374,19 @@ void cpu_gemm(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, float a
                 NULL, beta, (CpuResult){C, NULL, ldc});
 }
 
+// The head's weight W [N, K] rounded into hw grown by zero rows to Np (hw NULL: its kept copy
+// serves), and the bias into bp grown by zeros (bias NULL: none).
+static void pad_weight_bias(const float *W, int N, int Np, int K, uint16_t *hw, const float *bias, float *bp) {
+    if (hw) {
+        cpu_pack_bf16(W, N, K, K, hw);
+        memset(hw + (size_t)N * K, 0, (size_t)(Np - N) * K * sizeof *hw);
+    }
+    if (bias) {
+        memcpy(bp, bias, (size_t)N * sizeof *bp);
+        memset(bp + N, 0, (size_t)(Np - N) * sizeof *bp);
+    }
+}
+
 void cpu_gemm_padded_weight(CpuGemm *g, int bf16, int M, int N, int Np, int K, CpuOperand A,
                             const float *W, const float *bias, CpuResult C) {
     if (M <= 0 || N <= 0) return;
@@ -388,14 +401,7 @@ void cpu_gemm_padded_weight(CpuGemm *g, int bf16, int M, int N, int Np, int K, C
         const size_t nw = wp ? 0 : ((size_t)Np * K + 31) / 32 * 32, nb = bias ? (size_t)Np * 2 : 0;
         uint16_t *scratch = thread_bf16(g, 0, ns + nw + nb), *hw = scratch + ns;
         float *bp = (float *)(hw + nw);
-        if (nw) {
-            cpu_pack_bf16(W, N, K, K, hw);
-            memset(hw + (size_t)N * K, 0, (size_t)(Np - N) * K * sizeof *hw);
-        }
-        if (bias) {
-            memcpy(bp, bias, (size_t)N * sizeof *bp);
-            memset(bp + N, 0, (size_t)(Np - N) * sizeof *bp);
-        }
+        pad_weight_bias(W, N, Np, K, nw ? hw : NULL, bias, bp);
         cpu_amx_linear(M, Np, K, A.h, (size_t)A.ld, wp ? wp : hw, (size_t)K, 1, bias ? bp : NULL, 0, C.h,
                        (size_t)C.ld, scratch, g->threads);
         return;
@@ -410,14 +416,7 @@ void cpu_gemm_padded_weight(CpuGemm *g, int bf16, int M, int N, int Np, int K, C
         uint16_t *ha = thread_bf16(g, t, na + nw + nb), *hw = ha + na;
         float *bp = (float *)(hw + nw);
         if (na) cpu_pack_bf16(A.f, M, K, A.ld, ha);
-        if (nw) {
-            cpu_pack_bf16(W, N, K, K, hw);
-            memset(hw + (size_t)N * K, 0, (size_t)(Np - N) * K * sizeof *hw);
-        }
-        if (bias) {
-            memcpy(bp, bias, (size_t)N * sizeof *bp);
-            memset(bp + N, 0, (size_t)(Np - N) * sizeof *bp);
-        }
+        pad_weight_bias(W, N, Np, K, nw ? hw : NULL, bias, bp);
         execute(g, e, t, A.h ? A.h : ha, wp ? wp : hw, bias ? bp : NULL, C.h ? (void *)C.h : (void *)C.f);
         return;
     }
