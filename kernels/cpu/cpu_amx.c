@@ -109,9 +109,11 @@ __attribute__((target("avx512f"))) void cpu_amx_pack_b(const uint16_t *X, size_t
 }
 
 // 16 rows x a pair of columns per 32-bit gather: its low halves are column c, its high halves
-// column c + 1 (vpmovdw keeps the low half of each lane).
+// column c + 1 (vpmovdw keeps the low half of each lane).  Rows outer, so that each gather's 16
+// lines serve the next 31 column pairs from L1 (columns outer ran the weight gradient's whole
+// 512 x 512 x 4096 product 30% slower).
 __attribute__((target("avx512f"))) void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols,
-                                                          uint16_t *out) {
+                                                          uint16_t *out, size_t ldo) {
     int r0 = 0;
     if (cols % 2 == 0 && ld * 2 * 15 < (size_t)1 << 31) {
         const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -119,13 +121,15 @@ __attribute__((target("avx512f"))) void cpu_amx_transpose(const uint16_t *X, siz
         for (; r0 + 16 <= rows; r0 += 16)
             for (int c = 0; c < cols; c += 2) {
                 const __m512i v = _mm512_i32gather_epi32(idx, (const void *)(X + (size_t)r0 * ld + c), 1);
-                _mm256_storeu_si256((__m256i *)(out + (size_t)c * rows + r0), _mm512_cvtepi32_epi16(v));
-                _mm256_storeu_si256((__m256i *)(out + (size_t)(c + 1) * rows + r0),
+                _mm256_storeu_si256((__m256i *)(out + (size_t)c * ldo + r0), _mm512_cvtepi32_epi16(v));
+                _mm256_storeu_si256((__m256i *)(out + (size_t)(c + 1) * ldo + r0),
                                     _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
             }
     }
-    for (int r = r0; r < rows; r++)
-        for (int c = 0; c < cols; c++) out[(size_t)c * rows + r] = X[(size_t)r * ld + c];
+    for (int c = 0; c < cols; c++) {
+        for (int r = r0; r < rows; r++) out[(size_t)c * ldo + r] = X[(size_t)r * ld + c];
+        for (size_t r = (size_t)rows; r < ldo; r++) out[(size_t)c * ldo + r] = 0;
+    }
 }
 
 // One 32-bit gather per 16 rows of a column.
@@ -247,8 +251,8 @@ void cpu_amx_pack_b(const uint16_t *X, size_t ld, int k, int n, uint16_t *out) {
     (void)X, (void)ld, (void)n, (void)k, (void)out;
     mhe_fatal("cpu_amx_pack_b: this build has no AMX");
 }
-void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols, uint16_t *out) {
-    (void)X, (void)ld, (void)rows, (void)cols, (void)out;
+void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols, uint16_t *out, size_t ldo) {
+    (void)X, (void)ld, (void)rows, (void)cols, (void)out, (void)ldo;
     mhe_fatal("cpu_amx_transpose: this build has no AMX");
 }
 void cpu_amx_transpose_f32(const float *X, size_t ld, int rows, int cols, float *dst, size_t ldd) {

@@ -28,9 +28,10 @@ void cpu_amx_pack_bt(const uint16_t *X, size_t ld, int n, int k, uint16_t *out);
 // B = X for X [k rows, n columns] (row stride ld): P V's V, dQ's K.
 void cpu_amx_pack_b(const uint16_t *X, size_t ld, int k, int n, uint16_t *out);
 
-// out [cols, rows] = X^T for X [rows, cols] (row stride ld): the A operands Q^T and G^T of the
-// backward's dK^T and dV^T.
-void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols, uint16_t *out);
+// out [cols, ldo] = X^T for X [rows, cols] (row stride ld), zero from column rows to ldo (ldo >=
+// rows): the A operands Q^T and G^T of the backward's dK^T and dV^T, and dy^T of the weight
+// gradient (cpu_amx_linear.c, its K chunks zero-padded to 32).
+void cpu_amx_transpose(const uint16_t *X, size_t ld, int rows, int cols, uint16_t *out, size_t ldo);
 
 // dst [cols, rows] (row stride ldd) = X^T for X [rows, cols] fp32 (row stride ld): the backward's
 // dK^T, dV^T sums back to rows of keys at the hand-over.

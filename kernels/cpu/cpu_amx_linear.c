@@ -15,28 +15,6 @@
 
 // ---- A^T B: the weight gradient ----
 
-// A's columns m .. m + rows - 1, its rows k0 .. k0 + kc - 1, into out [rows, ldo] (k along a row),
-// zero from kc to ldo: the transposed product's A tiles.  16 rows of A per gather of pairs, the
-// rows outer so that each gather's 16 lines serve the next 31 column pairs from L1 (columns
-// outer ran the whole 512 x 512 x 4096 product 30% slower).
-__attribute__((target("avx512f"))) static void transpose_cols(const uint16_t *A, size_t lda, int kc, int rows,
-                                                              uint16_t *out, int ldo) {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32((int)(lda * 2)));
-    int k = 0;
-    for (; k + 16 <= kc; k += 16)
-        for (int c = 0; c < rows; c += 2) {
-            const __m512i v = _mm512_i32gather_epi32(idx, (const void *)(A + (size_t)k * lda + c), 1);
-            _mm256_storeu_si256((__m256i *)(out + (size_t)c * ldo + k), _mm512_cvtepi32_epi16(v));
-            _mm256_storeu_si256((__m256i *)(out + (size_t)(c + 1) * ldo + k),
-                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
-        }
-    for (int c = 0; c < rows; c++) {
-        for (int r = k; r < kc; r++) out[(size_t)c * ldo + r] = A[(size_t)r * lda + c];
-        for (int r = kc; r < ldo; r++) out[(size_t)c * ldo + r] = 0;
-    }
-}
-
 // sums[c] += the bf16 values of row c of X [rows, ld] over its first n (a multiple of 32; zeros
 // past the data): the bias gradient's column sums read from A^T while it is in L2.  fp32 lane
 // sums of n / 16 <= 32 terms, then double: the order depends on the chunking, not the threads.
@@ -103,7 +81,8 @@ void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const u
             for (int g0 = mb0; g0 < mb1; g0 += TN_GROUP / 32) {
                 const int g1 = g0 + TN_GROUP / 32 < mb1 ? g0 + TN_GROUP / 32 : mb1;
                 const int rows = (g1 * 32 < Mp ? g1 * 32 : Mp) - g0 * 32;
-                transpose_cols(A + (size_t)k0 * lda + g0 * 32, lda, kc, rows, at, kbs * 32);
+                // A's columns of the group, rows k0 .. k0 + kc - 1, as A^T tiles zero-padded to 32.
+                cpu_amx_transpose(A + (size_t)k0 * lda + g0 * 32, lda, kc, rows, at, (size_t)kbs * 32);
                 if (sums) row_sums(at, (size_t)kbs * 32, rows, kbs * 32, sums + g0 * 32);
                 for (int n = 0; n < N; n += 32) {
                     const int tn = N - n >= 32 ? 2 : 1;

@@ -476,7 +476,7 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
 static void amx_dk(const Fused *a, CpuOperand Q, int rows, int nk, const uint16_t *dSh, uint16_t *Bpk, int packed,
                    uint16_t *Qt, float *dkT) {
     const AttnShape *s = a->s;
-    cpu_amx_transpose(Q.h, (size_t)Q.ld, rows, s->qk_dim, Qt);
+    cpu_amx_transpose(Q.h, (size_t)Q.ld, rows, s->qk_dim, Qt, (size_t)rows);
     if (packed) {
         cpu_amx_gemm_kmajor(s->qk_dim, nk, rows, s->scale, Qt, (size_t)rows, Bpk, nk / 16, 1, dkT, (size_t)s->T);
         return;
@@ -547,7 +547,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
         float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
         if (a->amx) {
-            cpu_amx_transpose(Gop.h, (size_t)Gop.ld, rows, dv, Gt);
+            cpu_amx_transpose(Gop.h, (size_t)Gop.ld, rows, dv, Gt, (size_t)rows);
             cpu_amx_gemm_kmajor(dv, nk, rows, 1.0f, Gt, (size_t)rows, Bpk, nk / 16, 1, dvh, (size_t)T);
             cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_vt(a, pk, h), dv / 32, 0, dP, (size_t)ld);
         } else {

@@ -125,7 +125,7 @@ static void test_kmajor(void **state) {
 }
 
 // The transposes (bf16, fp32) against the plain index map: whole 16-row groups with even and odd widths,
-// a tail of rows, a padded leading dimension.
+// a tail of rows, a padded leading dimension, and bf16 rows padded with zeros.
 static void test_transpose(void **state) {
     (void)state;
     if (!cpu_amx_available()) skip();
@@ -134,9 +134,18 @@ static void test_transpose(void **state) {
         const int rows = shapes[t][0], cols = shapes[t][1];
         const size_t ld = (size_t)shapes[t][2];
         uint16_t *x = random_bf16((size_t)rows * ld, 9 + t), *o = mhe_malloc((size_t)rows * cols * sizeof *o);
-        cpu_amx_transpose(x, ld, rows, cols, o);
+        cpu_amx_transpose(x, ld, rows, cols, o, (size_t)rows);
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < cols; c++) assert_int_equal(o[(size_t)c * rows + r], x[(size_t)r * ld + c]);
+        // Into rows padded to the next 32 plus 32, over a non-zero fill: the padding written as zeros.
+        const size_t ldo = ((size_t)rows + 31) / 32 * 32 + 32;
+        uint16_t *op = mhe_malloc((size_t)cols * ldo * sizeof *op);
+        for (size_t i = 0; i < (size_t)cols * ldo; i++) op[i] = 0x3f80;
+        cpu_amx_transpose(x, ld, rows, cols, op, ldo);
+        for (int c = 0; c < cols; c++)
+            for (size_t r = 0; r < ldo; r++)
+                assert_int_equal(op[(size_t)c * ldo + r], r < (size_t)rows ? x[r * ld + (size_t)c] : 0);
+        free(op);
         // fp32, into rows ldd = rows + 3 apart.
         float *xf = mhe_malloc((size_t)rows * ld * sizeof *xf), *of = mhe_malloc((size_t)cols * (rows + 3) * sizeof *of);
         for (size_t i = 0; i < (size_t)rows * ld; i++) xf[i] = (float)x[i] - 7.0f;
