@@ -2,18 +2,36 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
+// 64-byte alignment keeps the matmuls and vector loops on cache-line boundaries.  From 2 MiB up,
+// 2 MiB aligned and rounded, advised as transparent huge pages (Debian's kernels give them only
+// where madvise asks): the tile loads and the passes over [N, 4D] activations walk rows a page
+// or more apart, and with 4 KiB pages each row was a TLB miss.  On an AMX Xeon (THP "madvise")
+// the bench's bf16 steps ran 3-5% faster (small, tiny512, tiny; four alternating pairs each).
+// The advice is only advice: where THP is off the pages stay small, as before.
+void *cpu_host_alloc(size_t bytes) {
+    const size_t huge = CPU_HUGE_PAGE;
+    size_t rounded = bytes ? (bytes + 63) / 64 * 64 : 64;
+    void *p;
+    if (rounded >= huge) {
+        rounded = (rounded + huge - 1) / huge * huge;
+        p = aligned_alloc(huge, rounded);
+        if (p) (void)madvise(p, rounded, MADV_HUGEPAGE);
+    } else {
+        p = aligned_alloc(64, rounded);
+    }
+    if (!p) mhe_fatal("out of memory allocating %zu bytes", bytes);
+    memset(p, 0, rounded);  // after the advice: the first touch takes the huge pages
+    return p;
+}
+
 static void *cpu_alloc(Backend *be, size_t bytes) {
     (void)be;
-    // 64-byte alignment keeps sgemm and vector loops on cache-line boundaries.
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = aligned_alloc(64, rounded ? rounded : 64);
-    if (!p) mhe_fatal("out of memory allocating %zu bytes", bytes);
-    memset(p, 0, rounded);
-    return p;
+    return cpu_host_alloc(bytes);
 }
 
 static void cpu_free(Backend *be, void *p) {
@@ -28,10 +46,18 @@ static void cpu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
+// Large clears (the gradients at each zero_grad: 103 MB in the bench's `small`) split over the
+// threads in 1 MiB pieces: one core's memset filled ~11 GB/s on an AMX Xeon, two ~19.
+#define ZERO_PIECE ((size_t)1 << 20)
 static void cpu_zero(Backend *be, void *dst, size_t bytes) {
     double t0 = cpu_prof_begin(be);
     cpu_wrote(be, dst, bytes);
-    if (bytes) memset(dst, 0, bytes);
+    const size_t pieces = (bytes + ZERO_PIECE - 1) / ZERO_PIECE;
+#pragma omp parallel for schedule(static) num_threads(cpu_threads(be)) if (pieces >= 8 && !omp_in_parallel())
+    for (size_t i = 0; i < pieces; i++) {
+        const size_t at = i * ZERO_PIECE;
+        memset((char *)dst + at, 0, bytes - at < ZERO_PIECE ? bytes - at : ZERO_PIECE);
+    }
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 

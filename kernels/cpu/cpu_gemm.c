@@ -235,8 +235,7 @@ void cpu_round_bf16(const float *x, float *out, size_t n) {
 static uint16_t *thread_bf16(CpuGemm *g, int t, size_t elems) {
     if (elems > g->bf16_elems[t]) {
         free(g->bf16_buf[t]);
-        g->bf16_buf[t] = aligned_alloc(64, (elems * 2 + 63) / 64 * 64);
-        if (!g->bf16_buf[t]) mhe_fatal("out of memory allocating %zu bf16 values", elems);
+        g->bf16_buf[t] = cpu_host_alloc(elems * 2);
         g->bf16_elems[t] = elems;
     }
     return g->bf16_buf[t];

@@ -153,8 +153,7 @@ const uint16_t *cpu_weights_bf16_padded(CpuWeights *w, const float *x, int rows,
         // word embedding: the head's forward, its dx, the embedding); grown, it is made again.
         free(c->h);
         c->prows = prows > rows ? prows : rows;
-        c->h = aligned_alloc(64, ((size_t)c->prows * cols * 2 + 63) / 64 * 64);
-        if (!c->h) mhe_fatal("out of memory allocating a bf16 weight copy of %dx%d", c->prows, cols);
+        c->h = cpu_host_alloc((size_t)c->prows * cols * 2);
         c->gen = w->gen - 1;
     }
     if (c->gen != w->gen) {

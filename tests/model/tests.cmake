@@ -72,6 +72,9 @@ set_tests_properties(cpu_attention_fused_matches_ref_block32 PROPERTIES TIMEOUT 
 # The AMX tile products against a double loop (skipped without AMX).
 mhe_add_cmocka_test(cpu_amx_products_match_naive ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_amx.c)
 set_tests_properties(cpu_amx_products_match_naive PROPERTIES TIMEOUT 120 LABELS "model;unit")
+# The CPU backend's host memory: alignment, zeroing, huge pages where THP gives them.
+mhe_add_cmocka_test(cpu_host_memory ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_memory.c)
+set_tests_properties(cpu_host_memory PROPERTIES TIMEOUT 60 LABELS "model;unit")
 # The CPU backend's ISA levels (kernels/cpu/cpu_isa.h): every dispatched op at each level this
 # CPU supports against the default (fastest) level, fp32 and bf16, both attention cores.
 mhe_add_cmocka_test(cpu_isa_levels_match ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_isa.c)
