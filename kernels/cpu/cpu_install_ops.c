@@ -4,6 +4,7 @@
 void cpu_install_ops(Backend *be) {
     cpu_install_dense(be);
     cpu_install_nn(be);
+    cpu_install_loss(be);
     cpu_install_attention(be);
     cpu_install_optim(be);
 }

@@ -131,6 +131,7 @@ static inline void cpu_prof_end(Backend *be, OpClass c, double t0, double flops)
 // Each file installs its ops into the table.
 void cpu_install_dense(Backend *be);
 void cpu_install_nn(Backend *be);
+void cpu_install_loss(Backend *be);
 void cpu_install_attention(Backend *be);
 void cpu_install_optim(Backend *be);
 

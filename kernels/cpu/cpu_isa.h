@@ -21,6 +21,7 @@
 #define cpu_install_ops MHE_CPU_ISA_NAME(cpu_install_ops)
 #define cpu_install_dense MHE_CPU_ISA_NAME(cpu_install_dense)
 #define cpu_install_nn MHE_CPU_ISA_NAME(cpu_install_nn)
+#define cpu_install_loss MHE_CPU_ISA_NAME(cpu_install_loss)
 #define cpu_install_attention MHE_CPU_ISA_NAME(cpu_install_attention)
 #define cpu_install_attention_ref MHE_CPU_ISA_NAME(cpu_install_attention_ref)
 #define cpu_attention_affine_grads MHE_CPU_ISA_NAME(cpu_attention_affine_grads)

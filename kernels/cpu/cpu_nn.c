@@ -1,4 +1,4 @@
-// LayerNorm, GELU, dropout, embeddings and the softmax cross-entropy of the CPU backend.
+// LayerNorm, GELU, dropout and embeddings of the CPU backend.
 #include <math.h>
 #include <pthread.h>
 #ifdef __AVX512F__
@@ -490,103 +490,6 @@ static void cpu_embedding_backward(Backend *be, const Act *dout, const int32_t *
     cpu_prof_end(be, OPC_OTHER, t0, 0);
 }
 
-// Row maximum and Σ exp(z - max) of one row of logits (either storage type), the terms in
-// float and the sum in double.  In blocks through a buffer: GCC does not vectorise cpu_expf and
-// the widening sum in one loop (it stayed scalar, ~3 ns per logit).
-static double ce_row_sum(const Act *logits, int bf, size_t at, int V, float *max_out) {
-    const float *zf = bf ? NULL : act_cf(logits) + at;
-    const uint16_t *zh = bf ? act_ch(logits) + at : NULL;
-    float mx;
-    if (bf) {
-        mx = from_bf16(zh[0]);
-#pragma omp simd reduction(max : mx)
-        for (int v = 1; v < V; v++) mx = from_bf16(zh[v]) > mx ? from_bf16(zh[v]) : mx;
-    } else {
-        mx = zf[0];
-#pragma omp simd reduction(max : mx)
-        for (int v = 1; v < V; v++) mx = zf[v] > mx ? zf[v] : mx;
-    }
-    double s = 0;
-    float e[256];
-    for (int v0 = 0; v0 < V; v0 += 256) {
-        const int w = V - v0 < 256 ? V - v0 : 256;
-        if (bf) {
-#pragma omp simd
-            for (int v = 0; v < w; v++) e[v] = cpu_expf_noover(from_bf16(zh[v0 + v]) - mx);
-        } else {
-#pragma omp simd
-            for (int v = 0; v < w; v++) e[v] = cpu_expf_noover(zf[v0 + v] - mx);
-        }
-#pragma omp simd reduction(+ : s)
-        for (int v = 0; v < w; v++) s += e[v];
-    }
-    *max_out = mx;
-    return s;
-}
-
-// Logits of either storage type; the loss and lse are reduced and stored in fp32.
-static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int32_t *labels,
-                                      int N, int V, int ld, float *loss, float *lse) {
-    double t0 = cpu_prof_begin(be);
-    const int bf = act_bf16(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
-    for (int r = 0; r < N; r++) {
-        if (labels[r] < 0) {
-            loss[r] = 0.0f;
-            lse[r] = 0.0f;
-            continue;
-        }
-        const size_t at = (size_t)r * ld;
-        float mx;
-        const double s = ce_row_sum(logits, bf, at, V, &mx);
-        const double l = mx + log(s);
-        const float zl = bf ? from_bf16(act_ch(logits)[at + labels[r]]) : act_cf(logits)[at + labels[r]];
-        lse[r] = (float)l;
-        loss[r] = (float)(l - zl);
-    }
-    cpu_prof_end(be, OPC_LOSS, t0, 0);
-}
-
-static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const float *lse,
-                                       const int32_t *labels, int N, int V, int ld,
-                                       float grad_scale, Act *dlogits) {
-    double t0 = cpu_prof_begin(be);
-    const int bf = act_bf16(be);
-#pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
-    for (int r = 0; r < N; r++) {
-        const size_t at = (size_t)r * ld;
-        const int label = labels[r];
-        const float l = lse[r];
-        if (bf) {
-            const uint16_t *z = act_ch(logits) + at;
-            uint16_t *g = act_h(dlogits) + at;
-            memset(g + V, 0, (size_t)(ld - V) * sizeof *g);
-            if (label < 0) {
-                memset(g, 0, (size_t)V * sizeof *g);
-                continue;
-            }
-            // The label's logit before g (which may alias the logits) overwrites it, so its
-            // gradient is rounded once, after the one-hot is subtracted.
-            const float zl = from_bf16(z[label]);
-#pragma omp simd
-            for (int v = 0; v < V; v++) g[v] = to_bf16(grad_scale * cpu_expf_noover(from_bf16(z[v]) - l));
-            g[label] = to_bf16(grad_scale * cpu_expf_noover(zl - l) - grad_scale);
-        } else {
-            const float *z = act_cf(logits) + at;
-            float *g = act_f(dlogits) + at;
-            memset(g + V, 0, (size_t)(ld - V) * sizeof *g);
-            if (label < 0) {
-                memset(g, 0, (size_t)V * sizeof *g);
-                continue;
-            }
-#pragma omp simd
-            for (int v = 0; v < V; v++) g[v] = grad_scale * cpu_expf_noover(z[v] - l);
-            g[label] -= grad_scale;
-        }
-    }
-    cpu_prof_end(be, OPC_LOSS, t0, 0);
-}
-
 void cpu_install_nn(Backend *be) {
     be->layernorm_forward = cpu_layernorm_forward;
     be->layernorm_backward = cpu_layernorm_backward;
@@ -599,6 +502,4 @@ void cpu_install_nn(Backend *be) {
     be->dropout = cpu_dropout;
     be->embedding_forward = cpu_embedding_forward;
     be->embedding_backward = cpu_embedding_backward;
-    be->cross_entropy_forward = cpu_cross_entropy_forward;
-    be->cross_entropy_backward = cpu_cross_entropy_backward;
 }

@@ -468,6 +468,20 @@ static void test_cross_entropy(void **state) {
             if (labels[i] < 0) assert_true(loss[1][i] == 0.0f && g[1][(size_t)i * V] == 0.0f);
         for (int p = 0; p < 2; p++) free(loss[p]), free(lse[p]), free(g[p]);
     }
+    // A NaN logit makes its row's loss and gradient NaN on both backends (the trainer's
+    // divergence check reads the loss), and leaves the other rows as they were.
+    z[(size_t)1 * V + 17] = NAN;
+    for (int p = 0; p < 2; p++) {
+        Backend *be = fx->be[p];
+        Act *az = up(be, z, n);
+        float loss[97], lse[97];
+        be->cross_entropy_forward(be, az, labels, N, V, V, loss, lse);
+        be->cross_entropy_backward(be, az, lse, labels, N, V, V, 1.0f / 80, az);
+        float *g = down(be, az, n);
+        assert_true(isnan(loss[1]) && isnan(g[(size_t)1 * V + 5]));
+        assert_true(isfinite(loss[0]) && isfinite(loss[2]) && isfinite(g[(size_t)2 * V + 5]));
+        free(g);  // down freed az
+    }
     free(z);
 }
 
