@@ -77,6 +77,7 @@ CE_BF16 static void ce_grad_row_bf16(const uint16_t *z, float l, float scale, in
     }
     for (; v < V; v++) g[v] = to_bf16(scale * cpu_expf_noover(from_bf16(z[v]) - l));
 }
+static int ce_fast(const Backend *be) { return act_bf16(be) && ce_has_bf16(); }
 #endif
 
 // Row maximum and Σ exp(z - max) of one row of logits (either storage type), the terms in
@@ -118,9 +119,6 @@ static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int3
                                       int N, int V, int ld, float *loss, float *lse) {
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
-#ifdef CE_AVX512
-    const int fast = bf && ce_has_bf16();
-#endif
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         if (labels[r] < 0) {
@@ -132,7 +130,7 @@ static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int3
         float mx;
         double s;
 #ifdef CE_AVX512
-        if (bf && fast)
+        if (ce_fast(be))
             s = ce_row_sum_bf16(act_ch(logits) + at, V, &mx);
         else
 #endif
@@ -150,27 +148,27 @@ static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const flo
                                        float grad_scale, Act *dlogits) {
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
-#ifdef CE_AVX512
-    const int fast = bf && ce_has_bf16();
-#endif
+    const size_t es = dtype_size(be->act);
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const size_t at = (size_t)r * ld;
         const int label = labels[r];
         const float l = lse[r];
+        // The padding past V, and unlabelled rows whole, are zero in either storage type.
+        char *row = (char *)dlogits + at * es;
+        memset(row + (size_t)V * es, 0, (size_t)(ld - V) * es);
+        if (label < 0) {
+            memset(row, 0, (size_t)V * es);
+            continue;
+        }
         if (bf) {
             const uint16_t *z = act_ch(logits) + at;
             uint16_t *g = act_h(dlogits) + at;
-            memset(g + V, 0, (size_t)(ld - V) * sizeof *g);
-            if (label < 0) {
-                memset(g, 0, (size_t)V * sizeof *g);
-                continue;
-            }
             // The label's logit before g (which may alias the logits) overwrites it, so its
             // gradient is rounded once, after the one-hot is subtracted.
             const float zl = from_bf16(z[label]);
 #ifdef CE_AVX512
-            if (fast) {
+            if (ce_fast(be)) {
                 ce_grad_row_bf16(z, l, grad_scale, V, g);
             } else
 #endif
@@ -182,11 +180,6 @@ static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const flo
         } else {
             const float *z = act_cf(logits) + at;
             float *g = act_f(dlogits) + at;
-            memset(g + V, 0, (size_t)(ld - V) * sizeof *g);
-            if (label < 0) {
-                memset(g, 0, (size_t)V * sizeof *g);
-                continue;
-            }
 #pragma omp simd
             for (int v = 0; v < V; v++) g[v] = grad_scale * cpu_expf_noover(z[v] - l);
             g[label] -= grad_scale;
@@ -194,7 +187,6 @@ static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const flo
     }
     cpu_prof_end(be, OPC_LOSS, t0, 0);
 }
-
 
 void cpu_install_loss(Backend *be) {
     be->cross_entropy_forward = cpu_cross_entropy_forward;
