@@ -3,6 +3,7 @@
 #include "kernels/cpu/cpu_amx_linear.h"
 
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "common/error.h"
@@ -119,7 +120,18 @@ void cpu_amx_gemm_tn(int M, int N, int K, const uint16_t *A, size_t lda, const u
 // oneDNN, the AMX unit idling through a longer epilogue.
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void store_bf16(const float *buf, size_t ldb, int rows,
                                                                               int cols, const float *bias,
-                                                                              int accumulate, uint16_t *C, size_t ldc) {
+                                                                              int accumulate, uint16_t *C, size_t ldc,
+                                                                              int stream) {
+    if (stream && cols == 32) {  // C 64-byte aligned, rows a multiple of 64 bytes apart
+        for (int r = 0; r < rows; r++) {
+            __m512 v0 = _mm512_loadu_ps(buf + (size_t)r * ldb), v1 = _mm512_loadu_ps(buf + (size_t)r * ldb + 16);
+            if (bias) v0 = _mm512_add_ps(v0, _mm512_loadu_ps(bias)), v1 = _mm512_add_ps(v1, _mm512_loadu_ps(bias + 16));
+            const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(v0)),
+                                                 (__m256i)_mm512_cvtneps_pbh(v1), 1);
+            _mm512_stream_si512((__m512i *)(C + (size_t)r * ldc), h);
+        }
+        return;
+    }
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < cols; c += 16) {
             __m512 v = _mm512_loadu_ps(buf + (size_t)r * ldb + c);
@@ -135,6 +147,14 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void store_bf16(co
 
 // K past LIN_KMAX (the vocabulary head's dy W, K = V) goes in chunks of LIN_KCHUNK, the sums kept
 // in fp32 rows per thread between them.
+// Results of at least this many bytes (twice a core's L2) are stored past the cache: whole
+// 64-byte rows of a 32-column block, non-temporal, as oneDNN stores large results.  Stored
+// through the cache they left it full of dirty lines, and the pass that read them next paid the
+// write-backs: GELU over 4,096 x 2,048 right after the up-projection took 1.81-2.10 ms against
+// 1.38-1.53 after a streamed one (1.57-1.65 after another GELU).  Bench steps (8 steps, three
+// alternating pairs, 2026-11-29): small mhe_mul 9,557-9,747 -> 10,310-10,674 tokens/s; tiny and
+// tiny512 within their noise.
+#define LIN_STREAM_MIN ((size_t)4 << 20)
 #define LIN_KMAX 4096
 #define LIN_KCHUNK 2048
 
@@ -155,6 +175,7 @@ void cpu_amx_linear(int M, int N, int K, const uint16_t *A, size_t lda, const ui
     const int kbs = (K + 31) / 32, kfull = K / 32, ktail = K % 32, nbs = N / 16, mblocks = (M + 31) / 32;
     const int chunked = K > LIN_KMAX, kcb = chunked ? LIN_KCHUNK / 32 : kbs;
     const size_t Kp = (size_t)kbs * 32, acc_elems = chunked ? 2 * (size_t)lin_rows_per_thread(M, threads) * N : 0;
+    const int stream = !accumulate && (size_t)M * N * 2 >= LIN_STREAM_MIN && ((uintptr_t)C & 63) == 0 && ldc % 32 == 0;
     uint16_t *bp = scratch;
 #pragma omp parallel num_threads(threads)
     {
@@ -217,11 +238,12 @@ void cpu_amx_linear(int M, int N, int K, const uint16_t *A, size_t lda, const ui
                             }
                             if (last)
                                 store_bf16(dst, ld, rows, 16 * tn, bias ? bias + n : NULL, accumulate,
-                                           C + (size_t)m * ldc + n, ldc);
+                                           C + (size_t)m * ldc + n, ldc, stream);
                         }
                     }
                 }
         }
+        _mm_sfence();  // the streamed rows ordered before the team's end
     }
 }
 

@@ -224,7 +224,11 @@ static void test_transposed_products(void **state) {
 static void check_linear(int M, int N, int K, int w_rows_n, int with_bias, int acc, size_t pad, int threads) {
     const size_t lda = (size_t)K + pad, ldc = (size_t)N + 2 * pad, ldw = (size_t)(w_rows_n ? K : N) + pad;
     uint16_t *A = random_bf16((size_t)M * lda, 50 + (uint64_t)M), *W = random_bf16((size_t)(w_rows_n ? N : K) * ldw, 51);
-    uint16_t *C = random_bf16((size_t)M * ldc, 52);
+    // C 64-byte aligned, as the backend's buffers are: results of 4 MiB and more are streamed
+    // there (whole 64-byte rows), the path the large cases below take.
+    uint16_t *C0 = random_bf16((size_t)M * ldc, 52), *C = aligned_alloc(64, ((size_t)M * ldc * 2 + 63) / 64 * 64);
+    memcpy(C, C0, (size_t)M * ldc * 2);
+    free(C0);
     float *bias = mhe_malloc((size_t)N * sizeof *bias);
     for (int n = 0; n < N; n++) bias[n] = (float)(n % 5) * 0.75f - 1.5f;
     double *want = mhe_malloc((size_t)M * N * sizeof *want);
@@ -264,6 +268,9 @@ static void test_linear_products(void **state) {
     check_linear(70, 48, 100, 1, 1, 1, 1, 2);    // K off the 32 grid: a k tail in place and padded
     check_linear(40, 32, 5000, 0, 0, 1, 6, 2);   // K chunked (the head's dy W, K = V) with a tail
     check_linear(64, 16, 4130, 1, 1, 0, 0, 3);   // chunked, whole row blocks only, 3 threads
+    check_linear(2050, 1024, 64, 1, 1, 0, 0, 2); // 4.2 MB of results, streamed; a last block of 2 rows
+    check_linear(2048, 1040, 64, 0, 0, 0, 8, 3); // streamed but for the last 16 columns of each row
+    check_linear(2048, 1024, 64, 1, 0, 0, 4, 2); // rows 2,064 bytes apart: stored through the cache
 }
 
 // The entry point refuses shapes off the tile grid: exit status 1 with a message, not a wrong
