@@ -290,9 +290,8 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     // are each a line or two in a different row: fetched now for writing, under the block's
     // products, instead of one read-for-ownership miss per row at the stores (tiny mhe_mul at
     // T = 128 on an AMX Xeon: the core's GFLOP/s 219-229 -> 245-249).
-    const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv;
-    prefetch_rows(a->bf16 ? (const char *)act_h(out) + at * 2 : (const char *)act_f(out) + at * 4,
-                  (size_t)ldo * (a->bf16 ? 2 : 4), rows, (size_t)dv * (a->bf16 ? 2 : 4));
+    const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv, es = a->bf16 ? 2 : 4;
+    prefetch_rows((const char *)out + at * es, (size_t)ldo * es, rows, (size_t)dv * es);
     if (s->out_scale) prefetch_rows((const char *)(saved + (size_t)s->B * n * T + at), (size_t)ldo * 4, rows, (size_t)dv * 4);
     if (!R) scores(a, pk, b, h, i0, rows, nk, S);
     key_add(a, b, h, nk, kadd);

@@ -19,12 +19,6 @@
 
 #ifdef CE_AVX512
 #define CE_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
-// 1 where this CPU has AVX512-BF16 (asked once; the avx512 level runs on CPUs without it).
-static int ce_has_bf16(void) {
-    static int has = -1;
-    if (has < 0) has = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
-    return has;
-}
 static inline __m512 load16_bf16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
@@ -77,7 +71,8 @@ CE_BF16 static void ce_grad_row_bf16(const uint16_t *z, float l, float scale, in
     }
     for (; v < V; v++) g[v] = to_bf16(scale * cpu_expf_noover(from_bf16(z[v]) - l));
 }
-static int ce_fast(const Backend *be) { return act_bf16(be) && ce_has_bf16(); }
+// bf16 rows on a CPU with AVX512-BF16 (the avx512 level also runs on CPUs without it).
+static int ce_fast(const Backend *be) { return act_bf16(be) && __builtin_cpu_supports("avx512bf16"); }
 #endif
 
 // Row maximum and Σ exp(z - max) of one row of logits (either storage type), the terms in
@@ -119,6 +114,9 @@ static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int3
                                       int N, int V, int ld, float *loss, float *lse) {
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
+#ifdef CE_AVX512
+    const int fast = ce_fast(be);
+#endif
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         if (labels[r] < 0) {
@@ -130,7 +128,7 @@ static void cpu_cross_entropy_forward(Backend *be, const Act *logits, const int3
         float mx;
         double s;
 #ifdef CE_AVX512
-        if (ce_fast(be))
+        if (fast)
             s = ce_row_sum_bf16(act_ch(logits) + at, V, &mx);
         else
 #endif
@@ -149,6 +147,9 @@ static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const flo
     double t0 = cpu_prof_begin(be);
     const int bf = act_bf16(be);
     const size_t es = dtype_size(be->act);
+#ifdef CE_AVX512
+    const int fast = ce_fast(be);
+#endif
 #pragma omp parallel for schedule(dynamic, 8) if ((size_t)N * V >= CPU_PARALLEL_MIN)
     for (int r = 0; r < N; r++) {
         const size_t at = (size_t)r * ld;
@@ -168,7 +169,7 @@ static void cpu_cross_entropy_backward(Backend *be, const Act *logits, const flo
             // gradient is rounded once, after the one-hot is subtracted.
             const float zl = from_bf16(z[label]);
 #ifdef CE_AVX512
-            if (ce_fast(be)) {
+            if (fast) {
                 ce_grad_row_bf16(z, l, grad_scale, V, g);
             } else
 #endif
