@@ -140,7 +140,6 @@ static const uint16_t *amx_pack(const Src *x, size_t r0, size_t col, int T, int 
 static int k_tag(const AttnShape *s, int b, int h) { return b * s->k_heads + h / (s->n_heads / s->k_heads); }
 static int v_tag(const AttnShape *s, int b, int h) { return b * s->v_heads + h / (s->n_heads / s->v_heads); }
 static int k_group(const AttnShape *s, int h) { return h / (s->n_heads / s->k_heads); }
-static int v_group(const AttnShape *s, int h) { return h / (s->n_heads / s->v_heads); }
 static const uint16_t *amx_kt(const Fused *a, Packs *pk, int b, int h) {
     const AttnShape *s = a->s;
     if (pk->seq == b) return pk->kt_all + (size_t)k_group(s, h) * s->T * s->qk_dim;
@@ -154,9 +153,12 @@ static const uint16_t *amx_v(const Fused *a, Packs *pk, int b, int h) {
 static const uint16_t *amx_k(const Fused *a, const Packs *pk, int h) {
     return pk->k_all + (size_t)k_group(a->s, h) * a->s->T * a->s->qk_dim;
 }
+#ifdef FUSED_AMX
+static int v_group(const AttnShape *s, int h) { return h / (s->n_heads / s->v_heads); }
 static const uint16_t *amx_vt(const Fused *a, const Packs *pk, int h) {
     return pk->vt_all + (size_t)v_group(a->s, h) * a->s->T * a->s->v_dim;
 }
+#endif
 // The backward's packs of sequence b, every head, unless they are already there.
 static void amx_pack_sequence(const Fused *a, Packs *pk, int b) {
     const AttnShape *s = a->s;
@@ -253,14 +255,18 @@ static Fused fused_begin(Backend *be, const AttnShape *s, const Act *q, const Ac
     const int bq = block_rows(s->T);
     Fused a = {s, cpu_ctx(be)->gemm, act_bf16(be), bq, (s->T + bq - 1) / bq, src_of(be, q, s->ldq),
                src_of(be, k, s->ldk), src_of(be, v, s->ldv), !s->key_bias && !s->key_mask, s->dropout > 0.0f,
-               1.0f, 0, 0, 0, 1.0f};
-#ifdef __AVX512F__
+               1.0f, 0, 0, 0, 1.0f, 0};
+#ifdef FUSED_AMX
     // AMX needs whole tiles: rows and keys in 32s (every block's, causal prefixes too) and
     // head widths in 32s; any other shape keeps oneDNN.
     a.amx = a.bf16 && cpu_amx_available() && s->T % 32 == 0 && bq % 32 == 0 && s->qk_dim % 32 == 0 &&
             s->v_dim % 32 == 0;
 #endif
     if (a.amx) a.in_scale = s->scale;
+    // O costs 12 v_dim bytes of memory traffic a row (the forward's store, the backward's read);
+    // the pass it saves, 12 T bytes of L2 traffic.  Measured on an AMX Xeon (bench_attention):
+    // T = 512, d = 32 gained; T = 128, d = 64 lost.
+    a.d_from_o = a.amx && s->T >= 8 * s->v_dim;
     if (a.drop) {
         a.keep_scale = 1.0f / (1.0f - s->dropout);
         a.key = ops_dropout_key(s->seed, s->offset);
@@ -292,7 +298,8 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
     // T = 128 on an AMX Xeon: the core's GFLOP/s 219-229 -> 245-249).
     const size_t at = ((size_t)b * T + i0) * ldo + (size_t)h * dv, es = a->bf16 ? 2 : 4;
     prefetch_rows((const char *)out + at * es, (size_t)ldo * es, rows, (size_t)dv * es);
-    if (s->out_scale) prefetch_rows((const char *)(saved + (size_t)s->B * n * T + at), (size_t)ldo * 4, rows, (size_t)dv * 4);
+    const int save_pv = s->out_scale || a->d_from_o;
+    if (save_pv) prefetch_rows((const char *)(saved + (size_t)s->B * n * T + at), (size_t)ldo * 4, rows, (size_t)dv * 4);
     if (!R) scores(a, pk, b, h, i0, rows, nk, S);
     key_add(a, b, h, nk, kadd);
     uint32_t *mask = a->drop ? (uint32_t *)(saved + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
@@ -313,6 +320,12 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
 #pragma omp simd
         for (int c = 0; c < dv; c++) x[c] *= f;
     }
+    // The unscaled P V saved after the lse: for d out_scale (the reference core's place), and
+    // for the backward's rowsum(P ⊙ dP') = G · (P V) (d_from_o).
+    if (save_pv) {
+        float *pv = saved + (size_t)s->B * n * T + at;
+        for (int r = 0; r < rows; r++) memcpy(pv + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *pv);
+    }
     const int affine = s->out_scale || s->out_shift;
     if (!affine) {
         for (int r = 0; r < rows; r++) {
@@ -320,11 +333,6 @@ static void forward_block(const Fused *a, Act *out, float *saved, int b, int h, 
             else memcpy(act_f(out) + at + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *o);
         }
         return;
-    }
-    // Unscaled P V saved after the lse for d out_scale (same place as the reference core's).
-    if (s->out_scale) {
-        float *pv = saved + (size_t)s->B * n * T + at;
-        for (int r = 0; r < rows; r++) memcpy(pv + (size_t)r * ldo, o + (size_t)r * dv, (size_t)dv * sizeof *pv);
     }
     const float *sc = s->out_scale ? s->out_scale + (size_t)h * dv : NULL;
     const float *sh = s->out_shift ? s->out_shift + (size_t)h * dv : NULL;
@@ -483,6 +491,20 @@ static void flush_sequence(const Bwd *w, int b, const float *acc, int touched, i
     free(row);
 }
 
+#ifdef FUSED_AMX
+// D[r] = Σ_c g[r][c] o[r][c] over rows of bf16 g and fp32 o.
+static void row_dots(const uint16_t *g, int gld, const float *o, size_t old, int rows, int dv, float *D) {
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *gr = g + (size_t)r * gld;
+        const float *orow = o + (size_t)r * old;
+        float d = 0;
+#pragma omp simd reduction(+ : d)
+        for (int c = 0; c < dv; c++) d += from_bf16(gr[c]) * orow[c];
+        D[r] = d;
+    }
+}
+#endif
+
 // dK^T [dk, T] += scale Q^T dS under AMX (Q: the block's packed rows; Qt: scratch).  packed: Bpk
 // holds dS as ds_block packed it (k-block-major); else dSh is packed into Bpk here.
 static void amx_dk(const Fused *a, CpuOperand Q, int rows, int nk, const uint16_t *dSh, uint16_t *Bpk, int packed,
@@ -516,7 +538,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
     float *kacc = acc, *vacc = acc + (size_t)s->k_heads * T * dkd, *bacc = acc + (size_t)T * (ald - n);
     // AMX: kacc and vacc hold dK^T [dk, T] and dV^T [dv, T] per head (the products' M side is
     // the head's width: B, the packed dropped P or dS, is read as it comes from the element pass).
-    uint16_t *Bpk = (uint16_t *)(acc + align16((size_t)T * ald)), *Qt = Bpk + blk, *Gt = Qt + (size_t)a->bq * dkd;
+    uint16_t *Bpk = (uint16_t *)(acc + align16((size_t)T * ald)), *Qt = Bpk + blk;
     if (*touched < nk) {
         const size_t t0 = (size_t)*touched, cnt = (size_t)(nk - *touched);
         if (a->amx) {
@@ -544,8 +566,7 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         key_add(a, b, h, nk, kadd);
         if (!shared) Qb = scores(a, pk, b, h, i0, rows, nk, P);
         const uint32_t *mask = a->drop ? (const uint32_t *)(w->lse_all + mask_at(s)) + mask_row(s, b, h, i0) : NULL;
-        probs_block(a, i0, rows, nk, ld, shared ? R : P, P, kadd, w->lse_all + ((size_t)b * n + h) * T, Pdf, Pdh,
-                    a->amx ? Bpk : NULL, mask);
+        const float *lse = w->lse_all + ((size_t)b * n + h) * T;
         CpuOperand Gop;
         if (!bf && s->out_scale) {
             const float *dO = w->G.f + (r0 + i0) * ldo + (size_t)h * dv, *sc = s->out_scale + (size_t)h * dv;
@@ -558,16 +579,28 @@ static void backward_block(const Bwd *w, int b, int qb, float *ws, float *acc, i
         }
         float *dvh = vacc + (size_t)(h / (n / s->v_heads)) * T * dv, *dkh = kacc + (size_t)(h / (n / s->k_heads)) * T * dkd;
         float *dqh = dqa + (size_t)(h / (n / s->q_heads)) * a->bq * dkd;
+#ifdef FUSED_AMX
         if (a->amx) {
-            cpu_amx_transpose(Gop.h, (size_t)Gop.ld, rows, dv, Gt, (size_t)rows);
-            cpu_amx_gemm_kmajor(dv, nk, rows, 1.0f, Gt, (size_t)rows, Bpk, nk / 16, 1, dvh, (size_t)T);
+            // rowsum(P ⊙ dP') = G · O, O the forward's saved unscaled P V (O = Σ_j P̃ V_j with P̃
+            // the dropped, rescaled P): one dot of dv per row instead of a pass over the block.
+            // Kept in cs, which the key-bias sums below reuse only after the pass.
+            const float *O = w->lse_all + (size_t)s->B * n * T + (r0 + i0) * ldo + (size_t)h * dv;
+            if (a->d_from_o) row_dots(Gop.h, Gop.ld, O, (size_t)ldo, rows, dv, cs);
             cpu_amx_gemm(rows, nk, dv, 1.0f, Gop.h, (size_t)Gop.ld, amx_vt(a, pk, h), dv / 32, 0, dP, (size_t)ld);
-        } else {
+            grads_block(a, i0, rows, nk, ld, shared ? R : P, kadd, lse, a->d_from_o ? cs : NULL, P, dP, df, Pdh,
+                        shared ? NULL : dSh, shared ? NULL : Bpk, mask);
+            uint16_t *Gt = Qt + (size_t)a->bq * dkd;
+            cpu_amx_transpose(Gop.h, (size_t)Gop.ld, rows, dv, Gt, (size_t)rows);
+            cpu_amx_gemm_kmajor(dv, nk, rows, 1.0f, Gt, (size_t)rows, Pdh, nk / 16, 1, dvh, (size_t)T);
+        } else
+#endif
+        {
+            probs_block(a, i0, rows, nk, ld, shared ? R : P, P, kadd, lse, Pdf, Pdh, mask);
             const CpuOperand Pd = Pdh ? h_op(Pdh, nk) : f32_op(a->drop ? Pdf : P, nk);
             gemm(a, 1, 0, nk, dv, rows, 1.0f, Pd, Gop, 1.0f, f32_res(dvh, dv));
             gemm(a, 0, 1, rows, nk, dv, 1.0f, Gop, v_op(a, pk, b, h), 0.0f, f32_res(dP, nk));
+            ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh);
         }
-        ds_block(a, rows, nk, ld, P, dP, Pdf, Pdh, df, shared ? NULL : dSh, a->amx && !shared ? Bpk : NULL, mask);
         if (w->dkb) {
             memset(cs, 0, (size_t)nk * sizeof *cs);
             for (int r = 0; r < rows; r++) {

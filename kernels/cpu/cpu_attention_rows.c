@@ -12,12 +12,12 @@
 // cpu_expf_noover.
 #include <math.h>
 #include <string.h>
-#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__)
+#include "kernels/cpu/cpu_attention_fused.h"
+#ifdef FUSED_AMX
 #include <immintrin.h>
 #define MASK_AVX512 1
 #endif
 
-#include "kernels/cpu/cpu_attention_fused.h"
 #include "kernels/cpu/cpu_bf16.h"
 #include "kernels/cpu/cpu_math.h"
 
@@ -109,18 +109,57 @@ AMX_ROWS static inline void store16_bf16(uint16_t *dst, __mmask16 m, __m512 v) {
     _mm256_mask_storeu_epi16(dst, m, (__m256i)_mm512_cvtneps_pbh(v));
 }
 static inline __mmask16 lanes(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
+
+// The forward's first pass over a row under AMX: the row maximum of x = in (kadd NULL) or of
+// x = in sc + kadd (stored into row for the exp pass), and, with dropout (words non-NULL), the
+// row's mask words, drawn in the same loop: the hash (two 64-bit multiplies per 8 keys) runs on
+// the multiply port while the loads and maxima use the others, and the numerators are dropped
+// as the exp pass stores them instead of by a pass of their own over the bf16 row.  Bits at and
+// past je are 0, as mask_chunk leaves them.
+AMX_ROWS static float max_mask_row_amx(const Fused *a, const float *in, float sc, const float *kadd, float *row,
+                                       int je, uint64_t rb, uint32_t *words) {
+    const __m512 s = _mm512_set1_ps(sc);
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    const __m512i m1 = _mm512_set1_epi64((long long)OPS_MIX64_M1), m2 = _mm512_set1_epi64((long long)OPS_MIX64_M2);
+    const __m512i t = _mm512_set1_epi64((long long)a->thr), step = _mm512_set1_epi64(8);
+    __m512i x0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(a->key + rb + OPS_MIX64_GOLDEN)),
+                                  _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    for (int j = 0; j < je; j += CHUNK) {
+        for (int half = 0; half < CHUNK; half += 16) {
+            const int at = j + half;
+            const __mmask16 l = lanes(je - at > 0 ? je - at : 0);
+            __m512 x = _mm512_maskz_loadu_ps(l, in + at);
+            if (kadd) {
+                x = _mm512_fmadd_ps(x, s, _mm512_maskz_loadu_ps(l, kadd + at));
+                _mm512_mask_storeu_ps(row + at, l, x);
+            }
+            mx = _mm512_mask_max_ps(mx, l, x, mx);  // a NaN score is passed over, as by the portable loop
+        }
+        if (!words) continue;
+        uint32_t w = 0;
+        for (int g = 0; g < CHUNK / 8; g++) {
+            __m512i x = _mm512_mullo_epi64(_mm512_xor_si512(x0, _mm512_srli_epi64(x0, 30)), m1);
+            x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), m2);
+            w |= (uint32_t)_mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 40), t) << (8 * g);
+            x0 = _mm512_add_epi64(x0, step);
+        }
+        words[j / CHUNK] = je - j >= CHUNK ? w : w & ((1u << (je - j)) - 1u);
+    }
+    return _mm512_reduce_max_ps(mx);
+}
 // Keys j .. j+15 (j a multiple of 16) of a row's mask words.
 static inline __mmask16 kept16(const uint32_t *w, int j) { return (__mmask16)(w[j >> 5] >> (j & 16)); }
 
-// Softmax numerators of one row: ph[j] = bf16(exp((in[j] - mx) esc)); returns their sum.
-AMX_ROWS static float softmax_row_amx(const float *in, float mx, float esc, uint16_t *ph, int je) {
+// Softmax numerators of one row: ph[j] = bf16(exp((in[j] - mx) esc)), 0 where the mask words w
+// (NULL: none) drop key j; returns the sum of every visible key's numerator, dropped or not.
+AMX_ROWS static float softmax_row_amx(const float *in, float mx, float esc, uint16_t *ph, int je, const uint32_t *w) {
     const __m512 m = _mm512_set1_ps(mx), sc = _mm512_set1_ps(esc);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < je; j += 16) {
         const __mmask16 l = lanes(je - j);
         const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(l, in + j), m), sc));
         sum = _mm512_mask_add_ps(sum, l, sum, e);
-        store16_bf16(ph + j, l, e);
+        store16_bf16(ph + j, l, w ? _mm512_maskz_mov_ps(kept16(w, j), e) : e);
     }
     return _mm512_reduce_add_ps(sum);
 }
@@ -136,49 +175,29 @@ static inline size_t pair_at(int r, int g, int nbs) {
     return ((size_t)(r / 32) * nbs + g) * 512 + (size_t)((r % 32) / 2) * 32;
 }
 
-// The backward's probabilities of rows r, r + 1 (every one of nk keys: 0 from je on): p (fp32
-// rows p0, p1) and the dropped p packed k-block-major into Pdp for dV^T's B (mask words w0, w1;
-// NULL: every key kept).
-AMX_ROWS static void probs_pair_amx(const float *in0, const float *in1, float sc, const float *kadd, float l0, float l1,
-                                    int je0, int je1, float *p0, float *p1, const uint32_t *w0, const uint32_t *w1,
-                                    float ks, uint16_t *Pdp, int r, int nk) {
+// The backward's one pass over rows r, r + 1 (every one of nk keys: 0 from je on): the
+// probabilities p = exp(S sc + kadd - l), the dropped p packed k-block-major into Pdp (dV^T's
+// B), and dS = p ⊙ (g' - D) with g' = kept ? g inv : 0 (g: the rows of dP = G V^T) into g (df),
+// dr rows (bf16, row-major for dQ; NULL: none) and dSp (packed for dK^T; NULL: none).  D, the
+// row's Σ_j p g', is given (cpu_attention.c takes it as G · O), so neither p nor a dot product
+// needs a pass of its own over the block.
+AMX_ROWS static void grads_pair_amx(const float *in0, const float *in1, float sc, const float *kadd, float l0, float l1,
+                                    int je0, int je1, float *g0, float *g1, const uint32_t *w0, const uint32_t *w1,
+                                    float ks, float D0, float D1, int df, uint16_t *Pdp, uint16_t *dr0, uint16_t *dr1,
+                                    uint16_t *dSp, int r, int nk) {
     const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lv0 = _mm512_set1_ps(l0), lv1 = _mm512_set1_ps(l1);
+    const __m512 d0v = _mm512_set1_ps(D0), d1v = _mm512_set1_ps(D1);
     for (int j = 0; j < nk; j += 16) {
         const __mmask16 m0 = lanes(je0 - j > 0 ? je0 - j : 0), m1 = lanes(je1 - j > 0 ? je1 - j : 0);
+        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
         const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, in0 + j), s, _mm512_maskz_loadu_ps(m0, kadd + j));
         const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, in1 + j), s, _mm512_maskz_loadu_ps(m1, kadd + j));
         const __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(x0, lv0)));
         const __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(x1, lv1)));
-        _mm512_storeu_ps(p0 + j, e0);
-        _mm512_storeu_ps(p1 + j, e1);
-        store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(kept16(w0, j), e0, k) : e0,
-                   w1 ? _mm512_maskz_mul_ps(kept16(w1, j), e1, k) : e1);
-    }
-}
-
-// Σ_j p g' of one row (g' = kept ? g inv : 0).
-AMX_ROWS static float ds_dot_amx(const float *pr, const float *gr, const uint32_t *w, float inv, int nk) {
-    const __m512 iv = _mm512_set1_ps(inv);
-    __m512 dot = _mm512_setzero_ps();
-    for (int j = 0; j < nk; j += 16) {
-        const __mmask16 kp = w ? kept16(w, j) : (__mmask16)0xffff;
-        dot = _mm512_fmadd_ps(_mm512_loadu_ps(pr + j), _mm512_maskz_mul_ps(kp, _mm512_loadu_ps(gr + j), iv), dot);
-    }
-    return _mm512_reduce_add_ps(dot);
-}
-// dS of rows r, r + 1 (nk in 16s): into g (df), dr rows (bf16, row-major for dQ; NULL: none) and
-// dSp (packed k-block-major for dK^T; NULL: none, the shared-score sum packs its own).
-AMX_ROWS static void ds_pair_amx(const float *p0, const float *p1, float *g0, float *g1, const uint32_t *w0,
-                                 const uint32_t *w1, float inv, int df, uint16_t *dr0, uint16_t *dr1, uint16_t *dSp,
-                                 int r, int nk) {
-    const __m512 iv = _mm512_set1_ps(inv), d0v = _mm512_set1_ps(ds_dot_amx(p0, g0, w0, inv, nk)),
-                 d1v = _mm512_set1_ps(ds_dot_amx(p1, g1, w1, inv, nk));
-    for (int j = 0; j < nk; j += 16) {
-        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
-        const __m512 d0 = _mm512_mul_ps(_mm512_loadu_ps(p0 + j),
-                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), iv), d0v));
-        const __m512 d1 = _mm512_mul_ps(_mm512_loadu_ps(p1 + j),
-                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), iv), d1v));
+        store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(k0, e0, k) : e0,
+                   w1 ? _mm512_maskz_mul_ps(k1, e1, k) : e1);
+        const __m512 d0 = _mm512_mul_ps(e0, _mm512_sub_ps(_mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), k), d0v));
+        const __m512 d1 = _mm512_mul_ps(e1, _mm512_sub_ps(_mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), k), d1v));
         if (df) {
             _mm512_storeu_ps(g0 + j, d0);
             _mm512_storeu_ps(g1 + j, d1);
@@ -188,6 +207,78 @@ AMX_ROWS static void ds_pair_amx(const float *p0, const float *p1, float *g0, fl
             store16_bf16(dr1 + j, 0xffff, d1);
         }
         if (dSp) store_pair(dSp + pair_at(r, j / 16, nk / 16), d0, d1);
+    }
+}
+// The two-pass form's first pass over rows r, r + 1: p (fp32 rows p0, p1) and the dropped p
+// packed into Pdp as grads_pair_amx computes them, and the rows' D = Σ_j p g' into D0, D1.
+AMX_ROWS static void probs_pair_amx(const float *in0, const float *in1, float sc, const float *kadd, float l0, float l1,
+                                    int je0, int je1, const float *g0, const float *g1, const uint32_t *w0,
+                                    const uint32_t *w1, float ks, float *p0, float *p1, uint16_t *Pdp, int r, int nk,
+                                    float *D0, float *D1) {
+    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lv0 = _mm512_set1_ps(l0), lv1 = _mm512_set1_ps(l1);
+    __m512 dot0 = _mm512_setzero_ps(), dot1 = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 m0 = lanes(je0 - j > 0 ? je0 - j : 0), m1 = lanes(je1 - j > 0 ? je1 - j : 0);
+        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
+        const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, in0 + j), s, _mm512_maskz_loadu_ps(m0, kadd + j));
+        const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, in1 + j), s, _mm512_maskz_loadu_ps(m1, kadd + j));
+        const __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(x0, lv0)));
+        const __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(x1, lv1)));
+        _mm512_storeu_ps(p0 + j, e0);
+        _mm512_storeu_ps(p1 + j, e1);
+        store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(k0, e0, k) : e0,
+                   w1 ? _mm512_maskz_mul_ps(k1, e1, k) : e1);
+        dot0 = _mm512_fmadd_ps(e0, _mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), k), dot0);
+        dot1 = _mm512_fmadd_ps(e1, _mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), k), dot1);
+    }
+    *D0 = _mm512_reduce_add_ps(dot0);
+    *D1 = _mm512_reduce_add_ps(dot1);
+}
+// The two-pass form's second: dS from the stored p, as grads_pair_amx stores it.
+AMX_ROWS static void ds_pair_amx(const float *p0, const float *p1, float *g0, float *g1, const uint32_t *w0,
+                                 const uint32_t *w1, float ks, float D0, float D1, int df, uint16_t *dr0, uint16_t *dr1,
+                                 uint16_t *dSp, int r, int nk) {
+    const __m512 k = _mm512_set1_ps(ks), d0v = _mm512_set1_ps(D0), d1v = _mm512_set1_ps(D1);
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
+        const __m512 d0 = _mm512_mul_ps(_mm512_loadu_ps(p0 + j),
+                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), k), d0v));
+        const __m512 d1 = _mm512_mul_ps(_mm512_loadu_ps(p1 + j),
+                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), k), d1v));
+        if (df) {
+            _mm512_storeu_ps(g0 + j, d0);
+            _mm512_storeu_ps(g1 + j, d1);
+        }
+        if (dr0) {
+            store16_bf16(dr0 + j, 0xffff, d0);
+            store16_bf16(dr1 + j, 0xffff, d1);
+        }
+        if (dSp) store_pair(dSp + pair_at(r, j / 16, nk / 16), d0, d1);
+    }
+}
+void grads_block(const Fused *a, int i0, int rows, int nk, int ld, const float *Sin, const float *kadd,
+                 const float *lse, const float *D, float *P, float *dP, int df, uint16_t *Pdp, uint16_t *dSh,
+                 uint16_t *dSp, const uint32_t *mask) {
+    const AttnShape *s = a->s;
+    const size_t mw = mask_words(s->T);
+    for (int r = 0; r < rows; r += 2) {
+        const float l0 = lse[i0 + r], l1 = lse[i0 + r + 1];
+        const int je0 = l0 > -INFINITY ? row_end(s, i0 + r, nk) : 0;
+        const int je1 = l1 > -INFINITY ? row_end(s, i0 + r + 1, nk) : 0;
+        const uint32_t *w0 = a->drop ? mask + (size_t)r * mw : NULL;
+        const uint32_t *w1 = a->drop ? mask + (size_t)(r + 1) * mw : NULL;
+        const float *in0 = Sin + (size_t)r * ld, *in1 = Sin + (size_t)(r + 1) * ld;
+        float *g0 = dP + (size_t)r * ld, *g1 = dP + (size_t)(r + 1) * ld;
+        uint16_t *dr0 = dSh ? dSh + (size_t)r * nk : NULL, *dr1 = dSh ? dSh + (size_t)(r + 1) * nk : NULL;
+        if (D) {
+            grads_pair_amx(in0, in1, a->in_scale, kadd, l0, l1, je0, je1, g0, g1, w0, w1, a->keep_scale, D[r], D[r + 1],
+                           df, Pdp, dr0, dr1, dSp, r, nk);
+            continue;
+        }
+        float *p0 = P + (size_t)r * ld, *p1 = P + (size_t)(r + 1) * ld, D0, D1;
+        probs_pair_amx(in0, in1, a->in_scale, kadd, l0, l1, je0, je1, g0, g1, w0, w1, a->keep_scale, p0, p1, Pdp, r,
+                       nk, &D0, &D1);
+        ds_pair_amx(p0, p1, g0, g1, w0, w1, a->keep_scale, D0, D1, df, dr0, dr1, dSp, r, nk);
     }
 }
 
@@ -233,6 +324,13 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
         uint16_t *ph = Ph ? Ph + (size_t)r * nk : NULL;
         uint32_t *mrow = mask ? mask + (size_t)r * mw : NULL;
         float mx = -INFINITY, esc = sc;  // esc: the factor left for the exp (the raw scores' when kzero)
+        const uint64_t rb = drop_base(s, b, h, i);
+#ifdef MASK_AVX512
+        if (a->amx) {
+            mx = max_mask_row_amx(a, in, sc, a->kzero ? NULL : kadd, row, je, rb, a->drop ? mrow : NULL);
+            if (!a->kzero) in = row, esc = 1.0f;
+        } else
+#endif
         if (a->kzero) {
             // Nothing to add (mha and mhe_mul without padding): the pass only reads.
 #pragma omp simd reduction(max : mx)
@@ -254,11 +352,15 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
             rs[r] = 0.0f;
             continue;
         }
-        const uint64_t rb = drop_base(s, b, h, i);
         float sum = 0;
 #ifdef MASK_AVX512
         if (a->amx) {
-            sum = softmax_row_amx(in, mx, esc, ph, je);
+            // The mask words are drawn (max_mask_row_amx) and the numerators dropped as stored.
+            sum = softmax_row_amx(in, mx, esc, ph, je, a->drop ? mrow : NULL);
+            if (je < nk) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
+            rs[r] = a->keep_scale / sum;
+            lse[i] = mx * esc + logf(sum);
+            continue;
         } else
 #endif
         if (ph) {
@@ -301,25 +403,10 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
 // in bf16 mode, the dropped P as the products read it (Pdh in bf16, or Pdf in fp32), the mask
 // read from the forward's bits.
 void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *Pin, float *P, const float *kadd,
-                 const float *lse, float *Pdf, uint16_t *Pdh, uint16_t *Pdp, const uint32_t *mask) {
+                 const float *lse, float *Pdf, uint16_t *Pdh, const uint32_t *mask) {
     const AttnShape *s = a->s;
     const float ks = a->keep_scale, sc = a->in_scale;
     const size_t mw = mask_words(s->T);
-#ifdef MASK_AVX512
-    if (a->amx) {
-        for (int r = 0; r < rows; r += 2) {
-            const float l0 = lse[i0 + r], l1 = lse[i0 + r + 1];
-            const int je0 = l0 > -INFINITY ? row_end(s, i0 + r, nk) : 0;
-            const int je1 = l1 > -INFINITY ? row_end(s, i0 + r + 1, nk) : 0;
-            const uint32_t *w0 = a->drop ? mask + (size_t)r * mw : NULL;
-            const uint32_t *w1 = a->drop ? mask + (size_t)(r + 1) * mw : NULL;
-            probs_pair_amx(Pin + (size_t)r * ld, Pin + (size_t)(r + 1) * ld, sc, kadd, l0, l1, je0, je1,
-                           P + (size_t)r * ld, P + (size_t)(r + 1) * ld, w0, w1, ks, Pdp, r, nk);
-        }
-        return;
-    }
-#endif
-    (void)Pdp;
     for (int r = 0; r < rows; r++) {
         const int i = i0 + r;
         const float l = lse[i];
@@ -363,19 +450,8 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
 // whatever dP is) inside both passes rather than stored by a pass of its own; the AMX path reads
 // it from the mask words (mask: the block's first row's), rows in pairs (dSp: their packed dS).
 void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf,
-              const uint16_t *Pdh, int df, uint16_t *dSh, uint16_t *dSp, const uint32_t *mask) {
+              const uint16_t *Pdh, int df, uint16_t *dSh) {
     const float inv = a->keep_scale;
-#ifdef MASK_AVX512
-    if (a->amx) {
-        const size_t mw = mask_words(a->s->T);
-        for (int r = 0; r < rows; r += 2)
-            ds_pair_amx(P + (size_t)r * ld, P + (size_t)(r + 1) * ld, dP + (size_t)r * ld, dP + (size_t)(r + 1) * ld,
-                        a->drop ? mask + (size_t)r * mw : NULL, a->drop ? mask + (size_t)(r + 1) * mw : NULL, inv, df,
-                        dSh ? dSh + (size_t)r * nk : NULL, dSh ? dSh + (size_t)(r + 1) * nk : NULL, dSp, r, nk);
-        return;
-    }
-#endif
-    (void)mask, (void)dSp;
     for (int r = 0; r < rows; r++) {
         const float *pr = P + (size_t)r * ld;
         float *gr = dP + (size_t)r * ld;

@@ -80,9 +80,11 @@ static double cpu_now(void) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-static double run_once(Backend *be, Run *r, double *cpu) {
+// Wall seconds of forward + backward; *fwd: the forward's share.
+static double run_once(Backend *be, Run *r, double *cpu, double *fwd) {
     const double t0 = omp_get_wtime(), c0 = cpu_now();
     be->attention_forward(be, &r->s, r->q, r->k, r->v, r->out, r->saved, r->scratch);
+    *fwd = omp_get_wtime() - t0;
     be->attention_backward(be, &r->s, r->q, r->k, r->v, r->saved, r->dout, r->dq, r->dk, r->dv, NULL, NULL,
                            NULL, r->scratch);
     *cpu = cpu_now() - c0;
@@ -145,15 +147,17 @@ int main(int argc, char **argv) {
             Run r[2] = {run_make(be[0], sh), run_make(be[1], sh)};
             double *t[2] = {mhe_malloc((size_t)rounds * sizeof(double)), mhe_malloc((size_t)rounds * sizeof(double))};
             double *u[2] = {mhe_malloc((size_t)rounds * sizeof(double)), mhe_malloc((size_t)rounds * sizeof(double))};
-            double cpu;
+            double *fw[2] = {mhe_malloc((size_t)rounds * sizeof(double)), mhe_malloc((size_t)rounds * sizeof(double))};
+            double cpu, f;
             int on[2] = {1, 1};
             if (only_core) on[0] = !strcmp(only_core, "fused"), on[1] = !strcmp(only_core, "ref");
             for (int c = 0; c < 2; c++)
-                if (on[c]) run_once(be[c], &r[c], &cpu);  // primitives, caches
+                if (on[c]) run_once(be[c], &r[c], &cpu, &f);  // primitives, caches
             for (int i = 0; i < rounds; i++)
                 for (int c = 0; c < 2; c++) {
-                    t[c][i] = on[c] ? run_once(be[c], &r[c], &cpu) : 1.0;
+                    t[c][i] = on[c] ? run_once(be[c], &r[c], &cpu, &f) : 1.0;
                     u[c][i] = on[c] ? cpu : 1.0;
+                    fw[c][i] = on[c] ? f : 1.0;
                 }
             double g[2], cpu_ms[2];
             for (int c = 0; c < 2; c++) g[c] = flops(sh) / median(t[c], rounds) / 1e9, cpu_ms[c] = 1e3 * median(u[c], rounds);
@@ -166,11 +170,12 @@ int main(int argc, char **argv) {
                     snprintf(csp, sizeof csp, "%.2fx", cpu_ms[1] / cpu_ms[c]);
                 }
                 printf("bench-attention: shape=%s B=%d T=%d n=%d d=%d prec=%s core=%s ms=%.2f gflops=%.1f "
-                       "ceiling_gflops=%.1f of_ceiling=%.1f%% speedup=%s cpu_ms=%.2f cpu_speedup=%s\n",
+                       "ceiling_gflops=%.1f of_ceiling=%.1f%% speedup=%s cpu_ms=%.2f cpu_speedup=%s fwd_ms=%.2f\n",
                        sh->name, sh->B, sh->T, sh->n, sh->d, bf ? "bf16" : "fp32", c ? "ref" : "fused",
-                       1e3 * flops(sh) / g[c] / 1e9, g[c], ceiling, 100.0 * g[c] / ceiling, sp, cpu_ms[c], csp);
+                       1e3 * flops(sh) / g[c] / 1e9, g[c], ceiling, 100.0 * g[c] / ceiling, sp, cpu_ms[c], csp,
+                       1e3 * median(fw[c], rounds));
             }
-            for (int c = 0; c < 2; c++) run_free(be[c], &r[c]), free(t[c]), free(u[c]);
+            for (int c = 0; c < 2; c++) run_free(be[c], &r[c]), free(t[c]), free(u[c]), free(fw[c]);
         }
         be[0]->destroy(be[0]);
         be[1]->destroy(be[1]);
