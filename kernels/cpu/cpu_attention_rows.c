@@ -62,14 +62,15 @@ static inline void mask_chunk(const Fused *a, uint64_t at, int n, uint32_t *word
 static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t *words, uint16_t *ph,
                                float *row) {
     const __m512i m1 = _mm512_set1_epi64((long long)OPS_MIX64_M1), m2 = _mm512_set1_epi64((long long)OPS_MIX64_M2);
-    const __m512i t = _mm512_set1_epi64((long long)a->thr), step = _mm512_set1_epi64(8);
+    // keep <=> (x >> 40) >= thr <=> x >= thr << 40 (thr < 2^24, unsigned): one shift fewer.
+    const __m512i t = _mm512_set1_epi64((long long)((uint64_t)a->thr << 40)), step = _mm512_set1_epi64(8);
     __m512i x0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(a->key + at + OPS_MIX64_GOLDEN)),
                                   _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
     uint8_t *bytes = (uint8_t *)words;
     for (int g = 0; g < chunks * (CHUNK / 8); g++) {
         __m512i x = _mm512_mullo_epi64(_mm512_xor_si512(x0, _mm512_srli_epi64(x0, 30)), m1);
         x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), m2);
-        const __mmask8 k = _mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 40), t);
+        const __mmask8 k = _mm512_cmpge_epu64_mask(x, t);
         bytes[g] = (uint8_t)k;
         if (ph) {
             const __m128i v = _mm_loadu_si128((const __m128i *)(ph + 8 * g));
@@ -121,7 +122,8 @@ AMX_ROWS static float max_mask_row_amx(const Fused *a, const float *in, float sc
     const __m512 s = _mm512_set1_ps(sc);
     __m512 mx = _mm512_set1_ps(-INFINITY);
     const __m512i m1 = _mm512_set1_epi64((long long)OPS_MIX64_M1), m2 = _mm512_set1_epi64((long long)OPS_MIX64_M2);
-    const __m512i t = _mm512_set1_epi64((long long)a->thr), step = _mm512_set1_epi64(8);
+    // keep <=> (x >> 40) >= thr <=> x >= thr << 40 (thr < 2^24, unsigned): one shift fewer.
+    const __m512i t = _mm512_set1_epi64((long long)((uint64_t)a->thr << 40)), step = _mm512_set1_epi64(8);
     __m512i x0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(a->key + rb + OPS_MIX64_GOLDEN)),
                                   _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
     for (int j = 0; j < je; j += CHUNK) {
@@ -140,7 +142,7 @@ AMX_ROWS static float max_mask_row_amx(const Fused *a, const float *in, float sc
         for (int g = 0; g < CHUNK / 8; g++) {
             __m512i x = _mm512_mullo_epi64(_mm512_xor_si512(x0, _mm512_srli_epi64(x0, 30)), m1);
             x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), m2);
-            w |= (uint32_t)_mm512_cmpge_epu64_mask(_mm512_srli_epi64(x, 40), t) << (8 * g);
+            w |= (uint32_t)_mm512_cmpge_epu64_mask(x, t) << (8 * g);
             x0 = _mm512_add_epi64(x0, step);
         }
         words[j / CHUNK] = je - j >= CHUNK ? w : w & ((1u << (je - j)) - 1u);
