@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static void vreport(const char *prefix, const char *fmt, va_list ap) {
     fflush(stdout);
@@ -70,6 +71,21 @@ void *mhe_realloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
     if (!q) mhe_fatal("out of memory reallocating %zu bytes", n);
     return q;
+}
+
+void *mhe_alloc_huge(size_t bytes) {
+    size_t rounded = bytes ? (bytes + 63) / 64 * 64 : 64;
+    void *p;
+    if (rounded >= MHE_HUGE_PAGE) {
+        rounded = (rounded + MHE_HUGE_PAGE - 1) / MHE_HUGE_PAGE * MHE_HUGE_PAGE;
+        p = aligned_alloc(MHE_HUGE_PAGE, rounded);
+        if (p) (void)madvise(p, rounded, MADV_HUGEPAGE);
+    } else {
+        p = aligned_alloc(64, rounded);
+    }
+    if (!p) mhe_fatal("out of memory allocating %zu bytes", bytes);
+    memset(p, 0, rounded);  // after the advice: the first touch takes the huge pages
+    return p;
 }
 
 char *mhe_strdup(const char *s) {

@@ -23,6 +23,12 @@ void *mhe_malloc(size_t n);
 void *mhe_calloc(size_t n, size_t size);
 void *mhe_realloc(void *p, size_t n);
 char *mhe_strdup(const char *s);
+// Zeroed, 64-byte aligned; from MHE_HUGE_PAGE bytes up, aligned and rounded to it and advised
+// as transparent huge pages (Debian's kernels give them only where madvise asks), so passes
+// that stream large buffers (activations, the optimizer's moments) do not miss the TLB every
+// 4 KiB.  Where THP is off the advice does nothing.  Freed with free().
+#define MHE_HUGE_PAGE ((size_t)2 << 20)
+void *mhe_alloc_huge(size_t bytes);
 
 // Reads a whole file; exits with a clear message when it cannot.  *len may be NULL.
 char *mhe_read_file(const char *path, size_t *len);

