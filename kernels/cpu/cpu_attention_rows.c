@@ -85,25 +85,28 @@ static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t
 
 #ifdef MASK_AVX512
 // The AMX path's rows (Fused.amx: the CPU has AMX, hence AVX512-BF16; cpu_amx.c checks both),
-// in intrinsics: exp's 2^k by vscalefps (zeroed below -87.33 by its mask, as cpu_expf_bf16 does)
-// and the bf16 stores by vcvtneps2bf16 (round to nearest even, as to_bf16; it also flushes fp32
-// denormals, values below 1.2e-38, to 0).  cpu_expf_bf16's polynomial and reduction, so the
-// fp32 values are its own: one vector instruction each for what the portable loops spend ~16
-// (exp) and ~8 (rounding) on.  The backward's rows go in pairs, to write the dropped P and dS as
-// whole 64-byte rows of the packed B (one row alone fills every other bf16 of them: masked
-// half-line stores, 20% slower than packing afterwards).
+// in intrinsics: exp in base 2 (exp2_16) and the bf16 stores by vcvtneps2bf16 (round to nearest
+// even, as to_bf16; it also flushes fp32 denormals, values below 1.2e-38, to 0): one vector
+// instruction each for what the portable loops spend ~16 (exp) and ~8 (rounding) on.  The
+// backward's rows go in pairs, to write the dropped P and dS as whole 64-byte rows of the packed
+// B (one row alone fills every other bf16 of them: masked half-line stores, 20% slower than
+// packing afterwards).
 #define AMX_ROWS __attribute__((target("avx512f,avx512bw,avx512bf16")))
-AMX_ROWS static inline __m512 exp16(__m512 x) {
-    const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(CPU_EXP_MIN), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(CPU_EXP_MIN));
+// 2^t on the lanes of `keep`, 0 elsewhere and where t < -126 (or NaN): k = round(t), f = t - k
+// (exact), 2^f by CPU_EXP2_C*'s polynomial, times 2^k by vscalefps.  The callers fold log2(e)
+// and the scale into the one FMA that forms t, where cpu_expf_bf16's form spent a subtraction,
+// a multiply and two FMAs (Cody-Waite) per vector on x = (s - m) scale and r = x - k ln2.
+// Relative error < 3e-6 plus t's own rounding (|t| 2^-24); cpu_expf_bf16's is 5.4e-6.  Lanes
+// below -126 are masked off before vscalefps, whose result there would be subnormal.
+AMX_ROWS static inline __m512 exp2_16(__m512 t, __mmask16 keep) {
+    const __mmask16 live = _mm512_mask_cmp_ps_mask(keep, t, _mm512_set1_ps(CPU_EXP2_MIN), _CMP_GE_OQ);
     const __m512 magic = _mm512_set1_ps(CPU_EXP_ROUND);
-    const __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(CPU_EXP_LOG2E), magic), magic);
-    __m512 r = _mm512_fmadd_ps(k, _mm512_set1_ps(-CPU_EXP_LN2_HI), x);
-    r = _mm512_fmadd_ps(k, _mm512_set1_ps(-CPU_EXP_LN2_LO), r);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(CPU_EXP_BF16_C4), r, _mm512_set1_ps(CPU_EXP_BF16_C3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CPU_EXP_BF16_C2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512 k = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
+    const __m512 f = _mm512_sub_ps(t, k);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(CPU_EXP2_C4), f, _mm512_set1_ps(CPU_EXP2_C3));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(CPU_EXP2_C2));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(CPU_EXP2_C1));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(live, p, k);
 }
 AMX_ROWS static inline void store16_bf16(uint16_t *dst, __mmask16 m, __m512 v) {
@@ -155,12 +158,14 @@ static inline __mmask16 kept16(const uint32_t *w, int j) { return (__mmask16)(w[
 // Softmax numerators of one row: ph[j] = bf16(exp((in[j] - mx) esc)), 0 where the mask words w
 // (NULL: none) drop key j; returns the sum of every visible key's numerator, dropped or not.
 AMX_ROWS static float softmax_row_amx(const float *in, float mx, float esc, uint16_t *ph, int je, const uint32_t *w) {
-    const __m512 m = _mm512_set1_ps(mx), sc = _mm512_set1_ps(esc);
+    // t = (in - mx) esc log2(e) as one FMA.
+    const float c = esc * CPU_EXP_LOG2E;
+    const __m512 cv = _mm512_set1_ps(c), b = _mm512_set1_ps(-mx * c);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < je; j += 16) {
         const __mmask16 l = lanes(je - j);
-        const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(l, in + j), m), sc));
-        sum = _mm512_mask_add_ps(sum, l, sum, e);
+        const __m512 e = exp2_16(_mm512_fmadd_ps(_mm512_maskz_loadu_ps(l, in + j), cv, b), l);
+        sum = _mm512_add_ps(sum, e);
         store16_bf16(ph + j, l, w ? _mm512_maskz_mov_ps(kept16(w, j), e) : e);
     }
     return _mm512_reduce_add_ps(sum);
@@ -187,15 +192,16 @@ AMX_ROWS static void grads_pair_amx(const float *in0, const float *in1, float sc
                                     int je0, int je1, float *g0, float *g1, const uint32_t *w0, const uint32_t *w1,
                                     float ks, float D0, float D1, int df, uint16_t *Pdp, uint16_t *dr0, uint16_t *dr1,
                                     uint16_t *dSp, int r, int nk) {
-    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lv0 = _mm512_set1_ps(l0), lv1 = _mm512_set1_ps(l1);
+    // p = 2^((x - l) log2(e)), t formed by one FMA: lv = -l log2(e).
+    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lg = _mm512_set1_ps(CPU_EXP_LOG2E);
+    const __m512 lv0 = _mm512_set1_ps(-l0 * CPU_EXP_LOG2E), lv1 = _mm512_set1_ps(-l1 * CPU_EXP_LOG2E);
     const __m512 d0v = _mm512_set1_ps(D0), d1v = _mm512_set1_ps(D1);
     for (int j = 0; j < nk; j += 16) {
         const __mmask16 m0 = lanes(je0 - j > 0 ? je0 - j : 0), m1 = lanes(je1 - j > 0 ? je1 - j : 0);
         const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
         const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, in0 + j), s, _mm512_maskz_loadu_ps(m0, kadd + j));
         const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, in1 + j), s, _mm512_maskz_loadu_ps(m1, kadd + j));
-        const __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(x0, lv0)));
-        const __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(x1, lv1)));
+        const __m512 e0 = exp2_16(_mm512_fmadd_ps(x0, lg, lv0), m0), e1 = exp2_16(_mm512_fmadd_ps(x1, lg, lv1), m1);
         store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(k0, e0, k) : e0,
                    w1 ? _mm512_maskz_mul_ps(k1, e1, k) : e1);
         const __m512 d0 = _mm512_mul_ps(e0, _mm512_sub_ps(_mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), k), d0v));
@@ -217,15 +223,16 @@ AMX_ROWS static void probs_pair_amx(const float *in0, const float *in1, float sc
                                     int je0, int je1, const float *g0, const float *g1, const uint32_t *w0,
                                     const uint32_t *w1, float ks, float *p0, float *p1, uint16_t *Pdp, int r, int nk,
                                     float *D0, float *D1) {
-    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lv0 = _mm512_set1_ps(l0), lv1 = _mm512_set1_ps(l1);
+    // p = 2^((x - l) log2(e)), t formed by one FMA: lv = -l log2(e).
+    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lg = _mm512_set1_ps(CPU_EXP_LOG2E);
+    const __m512 lv0 = _mm512_set1_ps(-l0 * CPU_EXP_LOG2E), lv1 = _mm512_set1_ps(-l1 * CPU_EXP_LOG2E);
     __m512 dot0 = _mm512_setzero_ps(), dot1 = _mm512_setzero_ps();
     for (int j = 0; j < nk; j += 16) {
         const __mmask16 m0 = lanes(je0 - j > 0 ? je0 - j : 0), m1 = lanes(je1 - j > 0 ? je1 - j : 0);
         const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
         const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, in0 + j), s, _mm512_maskz_loadu_ps(m0, kadd + j));
         const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, in1 + j), s, _mm512_maskz_loadu_ps(m1, kadd + j));
-        const __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(x0, lv0)));
-        const __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(x1, lv1)));
+        const __m512 e0 = exp2_16(_mm512_fmadd_ps(x0, lg, lv0), m0), e1 = exp2_16(_mm512_fmadd_ps(x1, lg, lv1), m1);
         _mm512_storeu_ps(p0 + j, e0);
         _mm512_storeu_ps(p1 + j, e1);
         store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(k0, e0, k) : e0,

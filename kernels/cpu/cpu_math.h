@@ -27,6 +27,14 @@
 #define CPU_EXP_BF16_C4 0.041277747601270676f
 #define CPU_EXP_BF16_C3 0.16753514111042023f
 #define CPU_EXP_BF16_C2 0.5000511407852173f
+// The AMX attention rows' 2^f on [-1/2, 1/2] (cpu_attention_rows.c exp2_16): degree 4, fitted
+// for relative error (2.9e-6 evaluated in fp32), the constant term 1 so 2^0 is exact.
+#define CPU_EXP2_C1 6.931241751e-01f
+#define CPU_EXP2_C2 2.402409911e-01f
+#define CPU_EXP2_C3 5.590640008e-02f
+#define CPU_EXP2_C4 9.582829662e-03f
+// log2 of the smallest normal float: exp2_16 is 0 below it, as cpu_expf_bf16 below CPU_EXP_MIN.
+#define CPU_EXP2_MIN (-126.0f)
 
 // The exp functions' range reduction: x = k ln2 + r with |r| <= ln2/2 (ln2 split in two so
 // k ln2 is exact); returns r and sets *k.

@@ -2,7 +2,9 @@
 // core (MHE_CPU_ATTENTION=ref), alternating in one process, medians; and the backend's matmul
 // ceiling at the same precision (peak_matmul_gflops, 2048^3) measured in the same process.
 //   build/bench_attention [--rounds R] [--quick] [--prec fp32|bf16] [--shape NAME] [--core fused|ref]
-// (--core: time only that core, for a profiler).
+//                         [--dropout P]
+// (--core: time only that core, for a profiler; --dropout: the attention dropout, 0.1 unless
+// given, 0 to see what the mask's hash costs).
 // Shapes: the bench's tiny512 (B=8, T=512, n=8, d=32) and small (B=32, T=128, n=8, d=64), BERT
 // (key mask, attention dropout 0.1), and tiny512 causal (GPT).  GFLOP/s count the products as
 // the backend's profile does (T x T even when causal), so a causal core that skips the blocks
@@ -42,6 +44,8 @@ static Act *act_random(Backend *be, size_t n, unsigned seed) {
     return a;
 }
 
+static float attn_dropout = 0.1f;  // --dropout
+
 static Run run_make(Backend *be, const Shape *sh) {
     Run r = {0};
     AttnShape *s = &r.s;
@@ -51,7 +55,7 @@ static Run run_make(Backend *be, const Shape *sh) {
     s->ldq = s->ldk = s->ldv = sh->n * sh->d;
     s->scale = 1.0f / sqrtf((float)sh->d);
     s->causal = sh->causal;
-    s->dropout = 0.1f;
+    s->dropout = attn_dropout;
     s->seed = 5, s->offset = 1;
     const size_t rows = (size_t)sh->B * sh->T, cols = (size_t)sh->n * sh->d;
     r.km = mhe_malloc(rows * sizeof *r.km);
@@ -118,13 +122,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--prec") && i + 1 < argc) only_prec = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
         else if (!strcmp(argv[i], "--core") && i + 1 < argc) only_core = argv[++i];
+        else if (!strcmp(argv[i], "--dropout") && i + 1 < argc) attn_dropout = (float)atof(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else {
-            fprintf(stderr, "usage: bench_attention [--rounds R] [--quick] [--prec fp32|bf16] [--shape NAME] [--core fused|ref]\n");
+            fprintf(stderr, "usage: bench_attention [--rounds R] [--quick] [--prec fp32|bf16] [--shape NAME] [--core fused|ref] [--dropout P]\n");
             return 2;
         }
     }
     if (rounds < 1 || rounds > 1000) rounds = 7;
+    if (!(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
+        fprintf(stderr, "bench_attention: --dropout must be in [0, 1)\n");
+        return 2;
+    }
     const Shape shapes[] = {{"tiny512", 8, 512, 8, 32, 0}, {"small", 32, 128, 8, 64, 0}, {"tiny512-causal", 8, 512, 8, 32, 1}};
     const Shape quick_shapes[] = {{"quick", 2, 96, 2, 16, 0}, {"quick-causal", 2, 96, 2, 16, 1}};
     const Shape *list = quick ? quick_shapes : shapes;
@@ -136,7 +145,8 @@ int main(int argc, char **argv) {
         fclose(la);
         load[strcspn(load, "\n")] = 0;
     }
-    printf("bench_attention: threads=%d rounds=%d load=%s\n", omp_get_max_threads(), rounds, load);
+    printf("bench_attention: threads=%d rounds=%d dropout=%g load=%s\n", omp_get_max_threads(), rounds, attn_dropout,
+           load);
     for (int bf = 0; bf < 2; bf++) {
         if (only_prec && strcmp(only_prec, bf ? "bf16" : "fp32")) continue;
         Backend *be[2] = {make("fused", bf), make("ref", bf)};
