@@ -182,87 +182,83 @@ static inline size_t pair_at(int r, int g, int nbs) {
     return ((size_t)(r / 32) * nbs + g) * 512 + (size_t)((r % 32) / 2) * 32;
 }
 
-// The backward's one pass over rows r, r + 1 (every one of nk keys: 0 from je on): the
-// probabilities p = exp(S sc + kadd - l), the dropped p packed k-block-major into Pdp (dV^T's
-// B), and dS = p ⊙ (g' - D) with g' = kept ? g inv : 0 (g: the rows of dP = G V^T) into g (df),
-// dr rows (bf16, row-major for dQ; NULL: none) and dSp (packed for dK^T; NULL: none).  D, the
-// row's Σ_j p g', is given (cpu_attention.c takes it as G · O), so neither p nor a dot product
-// needs a pass of its own over the block.
-AMX_ROWS static void grads_pair_amx(const float *in0, const float *in1, float sc, const float *kadd, float l0, float l1,
-                                    int je0, int je1, float *g0, float *g1, const uint32_t *w0, const uint32_t *w1,
-                                    float ks, float D0, float D1, int df, uint16_t *Pdp, uint16_t *dr0, uint16_t *dr1,
-                                    uint16_t *dSp, int r, int nk) {
-    // p = 2^((x - l) log2(e)), t formed by one FMA: lv = -l log2(e).
-    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lg = _mm512_set1_ps(CPU_EXP_LOG2E);
-    const __m512 lv0 = _mm512_set1_ps(-l0 * CPU_EXP_LOG2E), lv1 = _mm512_set1_ps(-l1 * CPU_EXP_LOG2E);
+// The backward's rows r, r + 1 at keys j .. j+15 (both passes' forms share these two): p =
+// 2^((S sc + kadd - l) log2(e)), t formed by one FMA (lv = -l log2(e)); the dropped p stored
+// packed k-block-major into Pdp (dV^T's B); k0, k1 the keep bits (all set without dropout).
+#define ROWS_INLINE AMX_ROWS __attribute__((always_inline)) static inline
+typedef struct {
+    const float *in0, *in1, *kadd;
+    const uint32_t *w0, *w1;
+    int je0, je1, r, nk;
+    uint16_t *Pdp;
+    __m512 s, k, lg, lv0, lv1;
+} PairRows;
+ROWS_INLINE void pair_probs16(const PairRows *c, int j, __m512 *e0, __m512 *e1, __mmask16 *k0, __mmask16 *k1) {
+    const __mmask16 m0 = lanes(c->je0 - j > 0 ? c->je0 - j : 0), m1 = lanes(c->je1 - j > 0 ? c->je1 - j : 0);
+    *k0 = c->w0 ? kept16(c->w0, j) : (__mmask16)0xffff;
+    *k1 = c->w1 ? kept16(c->w1, j) : (__mmask16)0xffff;
+    const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, c->in0 + j), c->s, _mm512_maskz_loadu_ps(m0, c->kadd + j));
+    const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, c->in1 + j), c->s, _mm512_maskz_loadu_ps(m1, c->kadd + j));
+    *e0 = exp2_16(_mm512_fmadd_ps(x0, c->lg, c->lv0), m0);
+    *e1 = exp2_16(_mm512_fmadd_ps(x1, c->lg, c->lv1), m1);
+    store_pair(c->Pdp + pair_at(c->r, j / 16, c->nk / 16), c->w0 ? _mm512_maskz_mul_ps(*k0, *e0, c->k) : *e0,
+               c->w1 ? _mm512_maskz_mul_ps(*k1, *e1, c->k) : *e1);
+}
+// dS of the two rows at keys j .. j+15 into g (df), the dr rows (bf16, row-major for dQ; NULL:
+// none) and dSp (packed for dK^T; NULL: none).
+ROWS_INLINE void pair_store_ds16(__m512 d0, __m512 d1, int j, int df, float *g0, float *g1, uint16_t *dr0,
+                                 uint16_t *dr1, uint16_t *dSp, int r, int nk) {
+    if (df) {
+        _mm512_storeu_ps(g0 + j, d0);
+        _mm512_storeu_ps(g1 + j, d1);
+    }
+    if (dr0) {
+        store16_bf16(dr0 + j, 0xffff, d0);
+        store16_bf16(dr1 + j, 0xffff, d1);
+    }
+    if (dSp) store_pair(dSp + pair_at(r, j / 16, nk / 16), d0, d1);
+}
+// dS = p ⊙ (g' - D) at keys j .. j+15 of one row, g' = kept ? g inv : 0 (g: dP = G V^T).
+ROWS_INLINE __m512 ds16(__m512 p, const float *g, int j, __mmask16 kept, __m512 inv, __m512 D) {
+    return _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_mul_ps(kept, _mm512_loadu_ps(g + j), inv), D));
+}
+
+// The backward in one pass over rows r, r + 1 (every one of nk keys: 0 from je on), D, the
+// rows' Σ_j p g', given (cpu_attention.c takes it as G · O): neither p nor a dot product needs a
+// pass of its own over the block.
+AMX_ROWS static void grads_pair_amx(const PairRows *cp, float *g0, float *g1, float D0, float D1, int df, uint16_t *dr0,
+                                    uint16_t *dr1, uint16_t *dSp) {
+    const PairRows rows = *cp, *c = &rows;  // a local copy: __m512 may alias the stores below
     const __m512 d0v = _mm512_set1_ps(D0), d1v = _mm512_set1_ps(D1);
-    for (int j = 0; j < nk; j += 16) {
-        const __mmask16 m0 = lanes(je0 - j > 0 ? je0 - j : 0), m1 = lanes(je1 - j > 0 ? je1 - j : 0);
-        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
-        const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, in0 + j), s, _mm512_maskz_loadu_ps(m0, kadd + j));
-        const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, in1 + j), s, _mm512_maskz_loadu_ps(m1, kadd + j));
-        const __m512 e0 = exp2_16(_mm512_fmadd_ps(x0, lg, lv0), m0), e1 = exp2_16(_mm512_fmadd_ps(x1, lg, lv1), m1);
-        store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(k0, e0, k) : e0,
-                   w1 ? _mm512_maskz_mul_ps(k1, e1, k) : e1);
-        const __m512 d0 = _mm512_mul_ps(e0, _mm512_sub_ps(_mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), k), d0v));
-        const __m512 d1 = _mm512_mul_ps(e1, _mm512_sub_ps(_mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), k), d1v));
-        if (df) {
-            _mm512_storeu_ps(g0 + j, d0);
-            _mm512_storeu_ps(g1 + j, d1);
-        }
-        if (dr0) {
-            store16_bf16(dr0 + j, 0xffff, d0);
-            store16_bf16(dr1 + j, 0xffff, d1);
-        }
-        if (dSp) store_pair(dSp + pair_at(r, j / 16, nk / 16), d0, d1);
+    for (int j = 0; j < c->nk; j += 16) {
+        __m512 e0, e1;
+        __mmask16 k0, k1;
+        pair_probs16(c, j, &e0, &e1, &k0, &k1);
+        pair_store_ds16(ds16(e0, g0, j, k0, c->k, d0v), ds16(e1, g1, j, k1, c->k, d1v), j, df, g0, g1, dr0, dr1, dSp,
+                        c->r, c->nk);
     }
 }
-// The two-pass form's first pass over rows r, r + 1: p (fp32 rows p0, p1) and the dropped p
-// packed into Pdp as grads_pair_amx computes them, and the rows' D = Σ_j p g' into D0, D1.
-AMX_ROWS static void probs_pair_amx(const float *in0, const float *in1, float sc, const float *kadd, float l0, float l1,
-                                    int je0, int je1, const float *g0, const float *g1, const uint32_t *w0,
-                                    const uint32_t *w1, float ks, float *p0, float *p1, uint16_t *Pdp, int r, int nk,
-                                    float *D0, float *D1) {
-    // p = 2^((x - l) log2(e)), t formed by one FMA: lv = -l log2(e).
-    const __m512 s = _mm512_set1_ps(sc), k = _mm512_set1_ps(ks), lg = _mm512_set1_ps(CPU_EXP_LOG2E);
-    const __m512 lv0 = _mm512_set1_ps(-l0 * CPU_EXP_LOG2E), lv1 = _mm512_set1_ps(-l1 * CPU_EXP_LOG2E);
+// The two-pass form: p into the fp32 rows p0, p1 and D = Σ_j p g' (first pass), then dS from
+// the stored p (second).
+AMX_ROWS static void probs_ds_pair_amx(const PairRows *cp, float *g0, float *g1, float *p0, float *p1, int df,
+                                       uint16_t *dr0, uint16_t *dr1, uint16_t *dSp) {
+    const PairRows rows = *cp, *c = &rows;  // a local copy: __m512 may alias the stores below
     __m512 dot0 = _mm512_setzero_ps(), dot1 = _mm512_setzero_ps();
-    for (int j = 0; j < nk; j += 16) {
-        const __mmask16 m0 = lanes(je0 - j > 0 ? je0 - j : 0), m1 = lanes(je1 - j > 0 ? je1 - j : 0);
-        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
-        const __m512 x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, in0 + j), s, _mm512_maskz_loadu_ps(m0, kadd + j));
-        const __m512 x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, in1 + j), s, _mm512_maskz_loadu_ps(m1, kadd + j));
-        const __m512 e0 = exp2_16(_mm512_fmadd_ps(x0, lg, lv0), m0), e1 = exp2_16(_mm512_fmadd_ps(x1, lg, lv1), m1);
+    for (int j = 0; j < c->nk; j += 16) {
+        __m512 e0, e1;
+        __mmask16 k0, k1;
+        pair_probs16(c, j, &e0, &e1, &k0, &k1);
         _mm512_storeu_ps(p0 + j, e0);
         _mm512_storeu_ps(p1 + j, e1);
-        store_pair(Pdp + pair_at(r, j / 16, nk / 16), w0 ? _mm512_maskz_mul_ps(k0, e0, k) : e0,
-                   w1 ? _mm512_maskz_mul_ps(k1, e1, k) : e1);
-        dot0 = _mm512_fmadd_ps(e0, _mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), k), dot0);
-        dot1 = _mm512_fmadd_ps(e1, _mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), k), dot1);
+        dot0 = _mm512_fmadd_ps(e0, _mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), c->k), dot0);
+        dot1 = _mm512_fmadd_ps(e1, _mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), c->k), dot1);
     }
-    *D0 = _mm512_reduce_add_ps(dot0);
-    *D1 = _mm512_reduce_add_ps(dot1);
-}
-// The two-pass form's second: dS from the stored p, as grads_pair_amx stores it.
-AMX_ROWS static void ds_pair_amx(const float *p0, const float *p1, float *g0, float *g1, const uint32_t *w0,
-                                 const uint32_t *w1, float ks, float D0, float D1, int df, uint16_t *dr0, uint16_t *dr1,
-                                 uint16_t *dSp, int r, int nk) {
-    const __m512 k = _mm512_set1_ps(ks), d0v = _mm512_set1_ps(D0), d1v = _mm512_set1_ps(D1);
-    for (int j = 0; j < nk; j += 16) {
-        const __mmask16 k0 = w0 ? kept16(w0, j) : (__mmask16)0xffff, k1 = w1 ? kept16(w1, j) : (__mmask16)0xffff;
-        const __m512 d0 = _mm512_mul_ps(_mm512_loadu_ps(p0 + j),
-                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k0, _mm512_loadu_ps(g0 + j), k), d0v));
-        const __m512 d1 = _mm512_mul_ps(_mm512_loadu_ps(p1 + j),
-                                        _mm512_sub_ps(_mm512_maskz_mul_ps(k1, _mm512_loadu_ps(g1 + j), k), d1v));
-        if (df) {
-            _mm512_storeu_ps(g0 + j, d0);
-            _mm512_storeu_ps(g1 + j, d1);
-        }
-        if (dr0) {
-            store16_bf16(dr0 + j, 0xffff, d0);
-            store16_bf16(dr1 + j, 0xffff, d1);
-        }
-        if (dSp) store_pair(dSp + pair_at(r, j / 16, nk / 16), d0, d1);
+    const __m512 d0v = _mm512_set1_ps(_mm512_reduce_add_ps(dot0)), d1v = _mm512_set1_ps(_mm512_reduce_add_ps(dot1));
+    for (int j = 0; j < c->nk; j += 16) {
+        const __mmask16 k0 = c->w0 ? kept16(c->w0, j) : (__mmask16)0xffff;
+        const __mmask16 k1 = c->w1 ? kept16(c->w1, j) : (__mmask16)0xffff;
+        pair_store_ds16(ds16(_mm512_loadu_ps(p0 + j), g0, j, k0, c->k, d0v),
+                        ds16(_mm512_loadu_ps(p1 + j), g1, j, k1, c->k, d1v), j, df, g0, g1, dr0, dr1, dSp, c->r, c->nk);
     }
 }
 void grads_block(const Fused *a, int i0, int rows, int nk, int ld, const float *Sin, const float *kadd,
@@ -276,18 +272,14 @@ void grads_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
         const int je1 = l1 > -INFINITY ? row_end(s, i0 + r + 1, nk) : 0;
         const uint32_t *w0 = a->drop ? mask + (size_t)r * mw : NULL;
         const uint32_t *w1 = a->drop ? mask + (size_t)(r + 1) * mw : NULL;
-        const float *in0 = Sin + (size_t)r * ld, *in1 = Sin + (size_t)(r + 1) * ld;
+        const PairRows c = {Sin + (size_t)r * ld, Sin + (size_t)(r + 1) * ld, kadd, w0, w1, je0, je1, r, nk, Pdp,
+                            _mm512_set1_ps(a->in_scale), _mm512_set1_ps(a->keep_scale),
+                            _mm512_set1_ps(CPU_EXP_LOG2E), _mm512_set1_ps(-l0 * CPU_EXP_LOG2E),
+                            _mm512_set1_ps(-l1 * CPU_EXP_LOG2E)};
         float *g0 = dP + (size_t)r * ld, *g1 = dP + (size_t)(r + 1) * ld;
         uint16_t *dr0 = dSh ? dSh + (size_t)r * nk : NULL, *dr1 = dSh ? dSh + (size_t)(r + 1) * nk : NULL;
-        if (D) {
-            grads_pair_amx(in0, in1, a->in_scale, kadd, l0, l1, je0, je1, g0, g1, w0, w1, a->keep_scale, D[r], D[r + 1],
-                           df, Pdp, dr0, dr1, dSp, r, nk);
-            continue;
-        }
-        float *p0 = P + (size_t)r * ld, *p1 = P + (size_t)(r + 1) * ld, D0, D1;
-        probs_pair_amx(in0, in1, a->in_scale, kadd, l0, l1, je0, je1, g0, g1, w0, w1, a->keep_scale, p0, p1, Pdp, r,
-                       nk, &D0, &D1);
-        ds_pair_amx(p0, p1, g0, g1, w0, w1, a->keep_scale, D0, D1, df, dr0, dr1, dSp, r, nk);
+        if (D) grads_pair_amx(&c, g0, g1, D[r], D[r + 1], df, dr0, dr1, dSp);
+        else probs_ds_pair_amx(&c, g0, g1, P + (size_t)r * ld, P + (size_t)(r + 1) * ld, df, dr0, dr1, dSp);
     }
 }
 
