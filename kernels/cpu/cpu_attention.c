@@ -8,8 +8,9 @@
 // stay in L2.  A full row rather than an online softmax over key tiles: the row maximum and sum
 // are the reference core's exactly (no rescaling of partial outputs), the backward's
 // rowsum(P ⊙ dP) comes from the same block (or, under AMX with long rows, as G · O: d_from_o),
-// and at the project's T (<= 2048) a row of keys fits in cache anyway.  Products go through cpu_gemm_ex per block (bf16 operands in bf16 mode: the
-// activations as they are, P, dropped P and dS written in bf16 by the element loops).
+// and at the project's T (<= 2048) a row of keys fits in cache anyway.  Products go through
+// cpu_gemm_ex per block (bf16 operands in bf16 mode: the activations as they are, P, dropped P
+// and dS written in bf16 by the element loops).
 //
 // Work: the forward runs (batch, head, query block) items (shared scores: (batch, query block),
 // the heads inside), dynamically scheduled.  The backward runs (batch, query block) items with

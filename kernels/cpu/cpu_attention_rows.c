@@ -53,6 +53,27 @@ static inline void mask_chunk(const Fused *a, uint64_t at, int n, uint32_t *word
     else drop_f(row, w, n);
 }
 #ifdef MASK_AVX512
+// ops_dropout_keep_fast on 8 consecutive keys a vector, from element index `at` on: both mask
+// passes below draw through this one copy of the hash.  keep <=> (x >> 40) >= thr <=> x >= thr
+// << 40 (thr < 2^24, unsigned): one shift fewer.
+typedef struct {
+    __m512i x, m1, m2, t, step;
+} KeepHash8;
+static inline __attribute__((always_inline)) KeepHash8 keep_hash8_at(const Fused *a, uint64_t at) {
+    KeepHash8 h = {_mm512_add_epi64(_mm512_set1_epi64((long long)(a->key + at + OPS_MIX64_GOLDEN)),
+                                    _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0)),
+                   _mm512_set1_epi64((long long)OPS_MIX64_M1), _mm512_set1_epi64((long long)OPS_MIX64_M2),
+                   _mm512_set1_epi64((long long)((uint64_t)a->thr << 40)), _mm512_set1_epi64(8)};
+    return h;
+}
+// The next 8 keys' keep bits.
+static inline __attribute__((always_inline)) __mmask8 keep_hash8_next(KeepHash8 *h) {
+    __m512i x = _mm512_mullo_epi64(_mm512_xor_si512(h->x, _mm512_srli_epi64(h->x, 30)), h->m1);
+    x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), h->m2);
+    h->x = _mm512_add_epi64(h->x, h->step);
+    return _mm512_cmpge_epu64_mask(x, h->t);
+}
+
 // mask_chunk over `chunks` whole chunks at once (the avx512 level): ops_dropout_keep_fast on 8
 // keys a vector, each comparison's mask register stored as a byte of the words (little-endian:
 // byte k of word w holds keys 32w + 8k ..) and applied to the numerators by a masked move.  One
@@ -61,16 +82,10 @@ static inline void mask_chunk(const Fused *a, uint64_t at, int n, uint32_t *word
 // multiply port) remain its cost.
 static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t *words, uint16_t *ph,
                                float *row) {
-    const __m512i m1 = _mm512_set1_epi64((long long)OPS_MIX64_M1), m2 = _mm512_set1_epi64((long long)OPS_MIX64_M2);
-    // keep <=> (x >> 40) >= thr <=> x >= thr << 40 (thr < 2^24, unsigned): one shift fewer.
-    const __m512i t = _mm512_set1_epi64((long long)((uint64_t)a->thr << 40)), step = _mm512_set1_epi64(8);
-    __m512i x0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(a->key + at + OPS_MIX64_GOLDEN)),
-                                  _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    KeepHash8 hash = keep_hash8_at(a, at);
     uint8_t *bytes = (uint8_t *)words;
     for (int g = 0; g < chunks * (CHUNK / 8); g++) {
-        __m512i x = _mm512_mullo_epi64(_mm512_xor_si512(x0, _mm512_srli_epi64(x0, 30)), m1);
-        x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), m2);
-        const __mmask8 k = _mm512_cmpge_epu64_mask(x, t);
+        const __mmask8 k = keep_hash8_next(&hash);
         bytes[g] = (uint8_t)k;
         if (ph) {
             const __m128i v = _mm_loadu_si128((const __m128i *)(ph + 8 * g));
@@ -78,7 +93,6 @@ static void mask_chunks_avx512(const Fused *a, uint64_t at, int chunks, uint32_t
         } else {
             _mm256_storeu_ps(row + 8 * g, _mm256_maskz_mov_ps(k, _mm256_loadu_ps(row + 8 * g)));
         }
-        x0 = _mm512_add_epi64(x0, step);
     }
 }
 #endif
@@ -124,11 +138,7 @@ AMX_ROWS static float max_mask_row_amx(const Fused *a, const float *in, float sc
                                        int je, uint64_t rb, uint32_t *words) {
     const __m512 s = _mm512_set1_ps(sc);
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    const __m512i m1 = _mm512_set1_epi64((long long)OPS_MIX64_M1), m2 = _mm512_set1_epi64((long long)OPS_MIX64_M2);
-    // keep <=> (x >> 40) >= thr <=> x >= thr << 40 (thr < 2^24, unsigned): one shift fewer.
-    const __m512i t = _mm512_set1_epi64((long long)((uint64_t)a->thr << 40)), step = _mm512_set1_epi64(8);
-    __m512i x0 = _mm512_add_epi64(_mm512_set1_epi64((long long)(a->key + rb + OPS_MIX64_GOLDEN)),
-                                  _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+    KeepHash8 hash = keep_hash8_at(a, rb);
     for (int j = 0; j < je; j += CHUNK) {
         for (int half = 0; half < CHUNK; half += 16) {
             const int at = j + half;
@@ -142,12 +152,7 @@ AMX_ROWS static float max_mask_row_amx(const Fused *a, const float *in, float sc
         }
         if (!words) continue;
         uint32_t w = 0;
-        for (int g = 0; g < CHUNK / 8; g++) {
-            __m512i x = _mm512_mullo_epi64(_mm512_xor_si512(x0, _mm512_srli_epi64(x0, 30)), m1);
-            x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), m2);
-            w |= (uint32_t)_mm512_cmpge_epu64_mask(x, t) << (8 * g);
-            x0 = _mm512_add_epi64(x0, step);
-        }
+        for (int g = 0; g < CHUNK / 8; g++) w |= (uint32_t)keep_hash8_next(&hash) << (8 * g);
         words[j / CHUNK] = je - j >= CHUNK ? w : w & ((1u << (je - j)) - 1u);
     }
     return _mm512_reduce_max_ps(mx);
@@ -358,10 +363,6 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
         if (a->amx) {
             // The mask words are drawn (max_mask_row_amx) and the numerators dropped as stored.
             sum = softmax_row_amx(in, mx, esc, ph, je, a->drop ? mrow : NULL);
-            if (je < nk) memset(ph + je, 0, (size_t)(nk - je) * sizeof *ph);
-            rs[r] = a->keep_scale / sum;
-            lse[i] = mx * esc + logf(sum);
-            continue;
         } else
 #endif
         if (ph) {
@@ -381,7 +382,7 @@ void softmax_block(const Fused *a, int b, int h, int i0, int rows, int nk, int l
         }
         // The mask in a pass of its own: fused into the exp loop, its word per chunk split that
         // loop (and its sum) into 32-key pieces, 50% slower than the two passes.
-        if (a->drop) {
+        if (a->drop && !a->amx) {
             int j0 = 0;
 #ifdef MASK_AVX512
             j0 = je / CHUNK * CHUNK;
@@ -448,8 +449,8 @@ void probs_block(const Fused *a, int i0, int rows, int nk, int ld, const float *
 
 // dS = P ⊙ (dP' - rowsum(P ⊙ dP')) with dP' = dP ⊙ keep/(1-p), into dP (fp32, when df) and dSh
 // (bf16).  The mask is read off the dropped P (0 where dropped or where P = 0, and there dS = 0
-// whatever dP is) inside both passes rather than stored by a pass of its own; the AMX path reads
-// it from the mask words (mask: the block's first row's), rows in pairs (dSp: their packed dS).
+// whatever dP is) inside both passes rather than stored by a pass of its own (the AMX path,
+// grads_block, reads the mask words instead).
 void ds_block(const Fused *a, int rows, int nk, int ld, const float *P, float *dP, const float *Pdf,
               const uint16_t *Pdh, int df, uint16_t *dSh) {
     const float inv = a->keep_scale;
