@@ -37,6 +37,10 @@ void comm_wait_all(Comm *c);
 
 void comm_broadcast(Comm *c, void *buf, size_t bytes, int root);
 void comm_barrier(Comm *c);
+// A barrier that waits allowance_s beyond dist.timeout_s: for peers held up by work that is
+// expected to be slow on one rank (rank 0 writing a checkpoint to a busy disk), which is
+// neither a dead nor a stuck peer.  The deadline still ends the job if that work never ends.
+void comm_barrier_allowing(Comm *c, double allowance_s, const char *what);
 // Gathers `bytes` from every rank into out (world * bytes, rank order), on every rank.
 void comm_allgather(Comm *c, const void *in, void *out, size_t bytes);
 

@@ -88,18 +88,24 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Polls a request until done; past the deadline the whole job is ended (never a hang).
-static void wait_with_deadline(Comm *c, MPI_Request *req, double started, const char *what) {
+// Polls a request until done; past the deadline (dist.timeout_s + allowance_s) the whole job is
+// ended (never a hang).
+static void wait_allowing(Comm *c, MPI_Request *req, double started, double allowance_s, const char *what) {
     int done = 0;
     unsigned spins = 0;
     for (;;) {
         MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
         if (done) return;
-        if (c->timeout_s > 0 && now_s() - started > c->timeout_s) {
-            char msg[256];
-            snprintf(msg, sizeof msg,
-                     "%s did not complete within dist.timeout_s=%.0f s: a peer died or is stuck; ending the job",
-                     what, c->timeout_s);
+        if (c->timeout_s > 0 && now_s() - started > c->timeout_s + allowance_s) {
+            char msg[320];
+            if (allowance_s > 0)
+                snprintf(msg, sizeof msg,
+                         "%s did not complete within dist.timeout_s=%.0f s + %.0f s allowed for it: a peer died or "
+                         "is stuck; ending the job", what, c->timeout_s, allowance_s);
+            else
+                snprintf(msg, sizeof msg,
+                         "%s did not complete within dist.timeout_s=%.0f s: a peer died or is stuck; ending the job",
+                         what, c->timeout_s);
             comm_abort(c, 1, msg);
         }
         // Spin briefly (latency), then yield the core to the computing threads.
@@ -108,6 +114,10 @@ static void wait_with_deadline(Comm *c, MPI_Request *req, double started, const 
             nanosleep(&ts, NULL);
         }
     }
+}
+
+static void wait_with_deadline(Comm *c, MPI_Request *req, double started, const char *what) {
+    wait_allowing(c, req, started, 0, what);
 }
 
 static void blocking(Comm *c, const void *in, void *buf, int n, MPI_Datatype t, MPI_Op op, const char *what) {
@@ -173,11 +183,13 @@ void comm_broadcast(Comm *c, void *buf, size_t bytes, int root) {
     wait_with_deadline(c, &r, now_s(), "broadcast");
 }
 
-void comm_barrier(Comm *c) {
+void comm_barrier(Comm *c) { comm_barrier_allowing(c, 0, "barrier"); }
+
+void comm_barrier_allowing(Comm *c, double allowance_s, const char *what) {
     if (c->size == 1) return;
     MPI_Request r;
     MPI_CHECK(MPI_Ibarrier(c->world, &r));
-    wait_with_deadline(c, &r, now_s(), "barrier");
+    wait_allowing(c, &r, now_s(), allowance_s > 0 ? allowance_s : 0, what);
 }
 
 void comm_allgather(Comm *c, const void *in, void *out, size_t bytes) {

@@ -1,6 +1,8 @@
 // Runs under mpirun: checks the MPI communicator's collectives and its deadline.
 //   comm_ranks sums      every rank checks sums, buckets, broadcast, allgather; exit 0 on success
 //   comm_ranks deadline  rank 1 never joins; rank 0 must end the job (non-zero) within the deadline
+//   comm_ranks slow_root SLEEP ALLOW  rank 0 sleeps SLEEP s before a barrier that allows ALLOW s
+//                        beyond the 5 s deadline: exit 0 when it completes
 //   comm_ranks layout    rank 1's gradient buffer is one float longer; the reducer must end every
 //                        rank (status 1, one message) before any all-reduce reaches MPI
 #include <stdio.h>
@@ -28,6 +30,12 @@ int main(int argc, char **argv) {
         comm_allreduce_sum_f32(c, &x, 1);
         fprintf(stderr, "rank %d: the all-reduce returned although a peer never joined\n", rank);
         return 4;
+    }
+    if (argc > 3 && strcmp(argv[1], "slow_root") == 0) {
+        if (rank == 0) sleep((unsigned)atoi(argv[2]));  // rank 0 writing a checkpoint to a slow disk
+        comm_barrier_allowing(c, atof(argv[3]), "barrier after the checkpoint");
+        comm_finalize(c);
+        return 0;
     }
     if (argc > 1 && strcmp(argv[1], "layout") == 0) {
         enum { M = 4096 };

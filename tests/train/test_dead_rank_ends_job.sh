@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # kill -9 one rank in the middle of training: the job ends within 60 s with a message and a
-# non-zero status, never a hang; the same command then resumes from the last checkpoint.
+# non-zero status, never a hang; the same command then resumes from the last checkpoint.  Every
+# wait is bounded, and every way the job can end early prints its log.
 source "$(dirname "$0")/lib.sh"
-args=("$TINY" "${DATA[@]}" train.out_dir="$WORK/run" train.steps=400 train.checkpoint_every=2 dist.timeout_s=10)
+args=("$TINY" "${DATA[@]}" train.out_dir="$WORK/run" train.steps=400 train.checkpoint_every=2 dist.timeout_s=20)
 "${MPIRUN[@]}" -np 2 "$MHETRAIN" train "${args[@]}" 2>"$WORK/run.log" &
 job=$!
-for _ in $(seq 1 600); do  # until a checkpoint exists and a few more steps ran
+for _ in $(seq 1 1800); do  # until a checkpoint exists and a few more steps ran
   [ -f "$WORK/run/checkpoints/latest" ] && grep -q "step 6/" "$WORK/run.log" && break
+  kill -0 "$job" 2>/dev/null || { cat "$WORK/run.log"; fail "the job ended before step 6"; }
   sleep 0.1
 done
-victim=$(pgrep -P "$job" -x mhetrain | tail -1)
+[ -f "$WORK/run/checkpoints/latest" ] && grep -q "step 6/" "$WORK/run.log" ||
+  { cat "$WORK/run.log"; fail "no checkpoint and step 6 within 180 s"; }
+# pgrep's "none found" must reach the check below, not end the script silently under pipefail.
+victim=$(pgrep -P "$job" -x mhetrain | tail -1) || true
 [ -n "$victim" ] || { cat "$WORK/run.log"; fail "no rank to kill"; }
 killed_at=$(date +%s)
 kill -9 "$victim"

@@ -335,6 +335,11 @@ static void prune(const char *ck, int keep_last, int64_t keep) {
     free(steps);
 }
 
+double checkpoint_save_allowance_s(size_t n_params) {
+    const double bytes = 3.0 * sizeof(float) * (double)n_params;
+    return 60.0 + bytes / 20e6;
+}
+
 int checkpoint_save(const char *out_dir, const CheckpointState *state, const ParamTable *t, const float *params,
                     const OptimState *opt, int keep_last) {
     char ck[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX], final[CKPT_PATH_MAX], path[CKPT_PATH_MAX];

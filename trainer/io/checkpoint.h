@@ -39,6 +39,12 @@ typedef struct {
 int checkpoint_save(const char *out_dir, const CheckpointState *state, const ParamTable *t, const float *params,
                     const OptimState *opt, int keep_last);
 
+// How long the other ranks may wait for rank 0's checkpoint_save of `n_params` parameters (and
+// the optimizer's two moments) beyond dist.timeout_s before calling rank 0 stuck: the save's
+// fsyncs can each wait seconds behind other writers' dirty pages, and its bytes go to disk at
+// the pace of a slow network file system (20 MB/s assumed).
+double checkpoint_save_allowance_s(size_t n_params);
+
 // 0 when `dir` is a complete checkpoint: state.json parses, its step matches the directory
 // name, every file it lists is present with the recorded size and sha256.  Otherwise -1 and
 // the reason in `why`.

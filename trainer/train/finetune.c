@@ -111,7 +111,7 @@ static void save(Finetune *f, const char *out_dir, int keep_last) {
         if (checkpoint_save(out_dir, &st, f->table, f->host_params, &f->opt_state, keep_last) != 0)
             comm_abort(f->comm, 1, "saving the checkpoint failed; the previous checkpoint is intact");
     }
-    comm_barrier(f->comm);
+    comm_barrier_allowing(f->comm, checkpoint_save_allowance_s(f->table->total), "barrier after the checkpoint");
 }
 
 // JSON has no inf or NaN (a correlation of constant predictions, no evaluation yet): null, so

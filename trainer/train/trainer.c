@@ -168,7 +168,7 @@ static void save(Trainer *t) {
         fprintf(stderr, "checkpoint: %s/checkpoints/step_%08lld\n", t->cfg->train.out_dir, (long long)t->step);
     }
     if (full.buf) optim_state_free(&full);
-    comm_barrier(t->comm);
+    comm_barrier_allowing(t->comm, checkpoint_save_allowance_s(t->table->total), "barrier after the checkpoint");
 }
 
 static void setup(Trainer *t) {
