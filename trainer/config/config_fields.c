@@ -221,7 +221,8 @@ static const ConfigField DIST_FIELDS[] = {
     {KEY(dist, zero, F_INT), .def = "0", IRANGE(0, 1),
      .doc = "1 shards the optimizer state (ZeRO-1)"},
     {KEY(dist, timeout_s, F_FLOAT), .def = "300", FRANGE(0, 1, FMAX, 0),
-     .doc = "deadline of every collective in seconds; a dead or stuck peer ends the job"},
+     .doc = "deadline of every collective in seconds (the barrier after a checkpoint allows rank 0's save "
+             "more); a dead or stuck peer ends the job"},
 };
 
 static const ConfigField RUNTIME_FIELDS[] = {
