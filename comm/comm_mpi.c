@@ -97,15 +97,11 @@ static void wait_allowing(Comm *c, MPI_Request *req, double started, double allo
         MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
         if (done) return;
         if (c->timeout_s > 0 && now_s() - started > c->timeout_s + allowance_s) {
-            char msg[320];
-            if (allowance_s > 0)
-                snprintf(msg, sizeof msg,
-                         "%s did not complete within dist.timeout_s=%.0f s + %.0f s allowed for it: a peer died or "
-                         "is stuck; ending the job", what, c->timeout_s, allowance_s);
-            else
-                snprintf(msg, sizeof msg,
-                         "%s did not complete within dist.timeout_s=%.0f s: a peer died or is stuck; ending the job",
-                         what, c->timeout_s);
+            char allowed[64] = "", msg[320];
+            if (allowance_s > 0) snprintf(allowed, sizeof allowed, " + %.0f s allowed for it", allowance_s);
+            snprintf(msg, sizeof msg,
+                     "%s did not complete within dist.timeout_s=%.0f s%s: a peer died or is stuck; ending the job",
+                     what, c->timeout_s, allowed);
             comm_abort(c, 1, msg);
         }
         // Spin briefly (latency), then yield the core to the computing threads.

@@ -6,12 +6,13 @@ source "$(dirname "$0")/lib.sh"
 args=("$TINY" "${DATA[@]}" train.out_dir="$WORK/run" train.steps=400 train.checkpoint_every=2 dist.timeout_s=20)
 "${MPIRUN[@]}" -np 2 "$MHETRAIN" train "${args[@]}" 2>"$WORK/run.log" &
 job=$!
-for _ in $(seq 1 1800); do  # until a checkpoint exists and a few more steps ran
-  [ -f "$WORK/run/checkpoints/latest" ] && grep -q "step 6/" "$WORK/run.log" && break
+ready() { [ -f "$WORK/run/checkpoints/latest" ] && grep -q "step 6/" "$WORK/run.log"; }  # a checkpoint and a few more steps
+for _ in $(seq 1 1800); do
+  ready && break
   kill -0 "$job" 2>/dev/null || { cat "$WORK/run.log"; fail "the job ended before step 6"; }
   sleep 0.1
 done
-[ -f "$WORK/run/checkpoints/latest" ] && grep -q "step 6/" "$WORK/run.log" ||
+ready ||
   { cat "$WORK/run.log"; fail "no checkpoint and step 6 within 180 s"; }
 # pgrep's "none found" must reach the check below, not end the script silently under pipefail.
 victim=$(pgrep -P "$job" -x mhetrain | tail -1) || true
