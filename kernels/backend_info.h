@@ -12,6 +12,14 @@ void backend_cuda_print_versions(FILE *out);  // cuda runtime, cuBLAS, NCCL line
 // The CUDA backend on GPU `device` (bf16 compute when bf16 != 0).  Without the backend, or
 // without a GPU, a clear message and exit status 2.
 Backend *backend_cuda_create_for(int device, int bf16);
+// runtime.attention_core on backend be: NULL, "" or "auto" (the fastest core serving each layer
+// shape), or a core's name (a CUDA backend's; `mhetrain info` lists them).  verbose: the backend
+// says once per distinct layer shape which core runs it, and why the faster ones did not.  0
+// with a one-line message in err for a name no core has, or a core this process cannot run.
+int backend_attention_core_select(Backend *be, const char *name, int verbose, char *err, size_t err_len);
+// The CUDA backend's attention cores in auto's order of preference: name, one line of what it
+// is, and "available" or why it cannot run here; returns how many (0 without the CUDA backend).
+int backend_attention_cores(const char **names, const char **whats, const char **status, int max);
 // The dense peak (FLOP/s) of GPU `device`: bf16 tensor cores (bf16 != 0) or fp32 CUDA cores, from
 // a table of data sheets by device name, or MHE_GPU_PEAK_TFLOPS; 0 when unknown (MFU not shown).
 double backend_cuda_peak_flops(int device, int bf16);

@@ -1,12 +1,30 @@
 // Built only when the CUDA backend is not: the answers of a CPU-only binary.
 #include "kernels/backend_info.h"
 
+#include <string.h>
+
 #include "common/error.h"
 
 int backend_cuda_compiled(void) { return 0; }
 int backend_cuda_device_count(void) { return 0; }
 void backend_cuda_print_versions(FILE *out) {
-    fprintf(out, "cuda: not compiled in\ncublas: not compiled in\nnccl: not compiled in\n");
+    fprintf(out, "cuda: not compiled in\ncublas: not compiled in\nnccl: not compiled in\ncudnn: not compiled in\n");
+}
+
+int backend_attention_core_select(Backend *be, const char *name, int verbose, char *err, size_t err_len) {
+    (void)verbose;
+    if (!name || !*name || strcmp(name, "auto") == 0) return 1;
+    snprintf(err, err_len, "runtime.attention_core: `%s` is a CUDA core; the %s backend has one (auto)", name,
+             be->name);
+    return 0;
+}
+
+int backend_attention_cores(const char **names, const char **whats, const char **status, int max) {
+    (void)names;
+    (void)whats;
+    (void)status;
+    (void)max;
+    return 0;
 }
 
 Backend *backend_cuda_create_for(int device, int bf16) {

@@ -155,6 +155,9 @@ typedef struct {
     float scale;                  // usually 1/sqrt(d)
     int causal;
     const int32_t *key_mask;      // [B, T], 1 real / 0 padding; NULL: all real
+    // Every row of key_mask is 1s then 0s with at least one 1 (trailing padding, what the loaders
+    // make): a core may then take the mask as per-sequence key counts (cuDNN's padding mask).
+    int key_mask_trailing;
     const Act *key_bias;          // [B, T, n_heads]: bias of key j for head h; NULL: none
     const float *out_scale;       // [n_heads, v_dim]; NULL: 1
     const float *out_shift;       // [n_heads, v_dim]; NULL: 0

@@ -36,3 +36,29 @@ if [ "${MHE_SKIP_VENV:-0}" != 1 ]; then
     echo "$want" > "$stamp"
   fi
 fi
+
+# The cuDNN frontend's header-only C++ graph API, for the CUDA backend's cuDNN attention core
+# (kernels/cuda/cuda_attn_cudnn.cpp).  Only its headers are used: the wheel is fetched without
+# its Python dependencies and its include/ unpacked into .deps/cudnn-frontend.  Pinned: the
+# graph API moves between releases.  Skipped without the CUDA toolkit (nothing would use it).
+CUDNN_FRONTEND_VERSION=1.32.0
+fe="$here/.deps/cudnn-frontend"
+if [ "${MHE_SKIP_CUDNN_FRONTEND:-0}" != 1 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   [ "$(cat "$fe/VERSION" 2>/dev/null)" != "$CUDNN_FRONTEND_VERSION" ]; then
+  tmp="$(mktemp -d)"
+  if python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+       -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >&2; then
+    rm -rf "$fe"
+    mkdir -p "$fe"
+    python3 - "$tmp" "$fe" <<'PY'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
+PY
+    echo "$CUDNN_FRONTEND_VERSION" > "$fe/VERSION"
+  else
+    echo "setup: could not fetch nvidia-cudnn-frontend $CUDNN_FRONTEND_VERSION; the cuDNN attention core will not be built" >&2
+  fi
+  rm -rf "$tmp"
+fi

@@ -1,9 +1,11 @@
 // What the CUDA build reports about itself (kernels/backend_info.h): runtime, driver, cuBLAS and
 // NCCL versions, and the device count (0 on a machine without a GPU or driver).
+#include "kernels/cuda/cuda_attn_core.h"
+#include "kernels/cuda/cuda_attn_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/cuda_compat.h"
 #include "kernels/cuda/cuda_nccl.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,8 +13,6 @@ extern "C" {
 #include "common/num.h"
 #include "kernels/backend_info.h"
 }
-
-extern "C" [[noreturn]] void mhe_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 extern "C" int backend_cuda_compiled(void) { return 1; }
 
@@ -93,6 +93,45 @@ extern "C" void backend_cuda_print_versions(FILE *out) {
     fprintf(out, "cublas: %d.%d.%d (compiled against)\n", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR,
             CUBLAS_VER_PATCH);
     fprintf(out, "nccl: %d.%d.%d\n", nccl / 10000, (nccl / 100) % 100, nccl % 100);
+#if defined(MHE_HAVE_CUDNN) && !defined(MHE_CUDA_EMU)
+    char why[512];
+    const long fe = mhe_cudnn_frontend_version();
+    if (mhe_cudnn_load(why, sizeof why)) {
+        const long v = mhe_cudnn_version();
+        fprintf(out, "cudnn: %ld.%ld.%ld (loaded at run time), frontend %ld.%ld.%ld\n", v / 10000, (v / 100) % 100,
+                v % 100, fe / 10000, (fe / 100) % 100, fe % 100);
+    } else {
+        fprintf(out, "cudnn: not loaded (%s), frontend %ld.%ld.%ld\n", why, fe / 10000, (fe / 100) % 100, fe % 100);
+    }
+#elif defined(MHE_CUDA_EMU)
+    fprintf(out, "cudnn: none under the emulation\n");
+#else
+    fprintf(out, "cudnn: not built (no cuDNN frontend headers at build time)\n");
+#endif
+}
+
+// runtime.attention_core (kernels/backend_info.h).
+extern "C" int backend_attention_core_select(Backend *be, const char *name, int verbose, char *err, size_t err_len) {
+    const bool any = !name || !*name || std::strcmp(name, "auto") == 0;
+    if (std::strcmp(be->name, "cuda") != 0) {
+        if (any) return 1;
+        std::snprintf(err, err_len, "runtime.attention_core: `%s` is a CUDA core; the %s backend has one (auto)", name,
+                      be->name);
+        return 0;
+    }
+    return cuda_attention_core_select(be, name, verbose, err, err_len);
+}
+
+extern "C" int backend_attention_cores(const char **names, const char **whats, const char **status, int max) {
+    int n = 0;
+    const AttnCore *const *cores = attn_cores(&n);
+    for (int i = 0; i < n && i < max; i++) {
+        names[i] = cores[i]->name;
+        whats[i] = cores[i]->what;
+        const char *r = cores[i]->unavailable(nullptr);
+        status[i] = r ? r : "available";
+    }
+    return n;
 }
 
 // The trainer's view of the NCCL communicator (kernels/backend_info.h).

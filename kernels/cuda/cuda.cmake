@@ -26,6 +26,34 @@ target_compile_options(mhecuda PRIVATE
 set_target_properties(mhecuda PROPERTIES CUDA_COMPILER_LAUNCHER "sh;${CMAKE_CURRENT_LIST_DIR}/emu/ptxas_capture.sh")
 target_link_libraries(mhecuda PUBLIC mhe_kernels CUDA::cudart_static CUDA::cublas CUDA::cublasLt ${MHE_NCCL_LIBRARY} MPI::MPI_C)
 
+# The cuDNN attention core's graphs (cuda_attn_cudnn.cpp, host C++17): the cuDNN frontend's
+# header-only graph API (PyPI nvidia-cudnn-frontend, pinned; launch/setup.sh unpacks its headers
+# into .deps/) and cudnn.h (the toolkit's, or PyTorch's nvidia-cudnn wheel's).  libcudnn itself
+# is opened at run time, so neither the build nor a machine without it needs it; without the
+# headers the core is left out and the registry says so.
+set(MHE_CUDNN_FRONTEND_DIR "${CMAKE_SOURCE_DIR}/.deps/cudnn-frontend/include" CACHE PATH
+  "Folder holding cudnn_frontend.h (the cuDNN frontend's headers)")
+find_path(MHE_CUDNN_FE_INCLUDE cudnn_frontend.h HINTS ${MHE_CUDNN_FRONTEND_DIR} NO_DEFAULT_PATH)
+find_path(MHE_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include $ENV{MHE_CUDNN_INCLUDE})
+if(MHE_CUDNN_FE_INCLUDE AND MHE_CUDNN_INCLUDE)
+  add_library(mhecudnn STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda_attn_cudnn.cpp)
+  set_target_properties(mhecudnn PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(mhecudnn PRIVATE ${MHE_LAYERS_DIR}/mhe_kernels)
+  target_include_directories(mhecudnn SYSTEM PRIVATE ${MHE_CUDNN_FE_INCLUDE} ${MHE_CUDNN_INCLUDE} ${CUDAToolkit_INCLUDE_DIRS})
+  target_compile_options(mhecudnn PRIVATE -Werror)
+  target_link_libraries(mhecudnn PUBLIC ${CMAKE_DL_LIBS})
+  set(MHE_HAVE_CUDNN ON)
+  message(STATUS "CUDA backend: the cuDNN attention core is built (frontend headers ${MHE_CUDNN_FE_INCLUDE})")
+else()
+  set(MHE_HAVE_CUDNN OFF)
+  message(STATUS "CUDA backend: no cuDNN frontend headers (${MHE_CUDNN_FRONTEND_DIR}) or cudnn.h: the cuDNN "
+    "attention core is left out (launch/setup.sh installs the headers)")
+endif()
+if(MHE_HAVE_CUDNN)
+  target_compile_definitions(mhecuda PRIVATE MHE_HAVE_CUDNN=1)
+  target_link_libraries(mhecuda PUBLIC mhecudnn)
+endif()
+
 # The emulated twin: one generated .cpp per .cu that includes it, so the same file is compiled
 # by nvcc for mhecuda and by g++ here.
 set(MHE_CUDA_EMU_SOURCES ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu.cpp ${CMAKE_CURRENT_LIST_DIR}/emu/cuda_emu_lt.cpp

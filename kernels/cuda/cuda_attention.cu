@@ -4,7 +4,7 @@
 // gradients of shared heads are summed over their query heads inside one thread (no atomics).
 #include <cmath>
 
-#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_attn_core.h"
 
 #include "kernels/cuda/cuda_attn_idx.h"
 
@@ -81,14 +81,14 @@ static unsigned dim_block(int d) {
 
 static int head_block(const AttnShape *s);
 enum { PATH_FLASH, PATH_GEMM, PATH_PLAIN };
-// The path a shape takes: flash unless asked otherwise or its tiles do not fit; the GEMM path
-// where heads form blocks; the plain kernels otherwise.  A pure function of the shape's sizes,
-// so attention_sizes and the calls agree.
+// The path of the own core the dispatcher chose for this call (cuda_attn_dispatch.cu): flash,
+// or the gemm core's GEMMs where heads form blocks and its plain kernels otherwise, or plain.
 static int attn_path(Backend *be, const AttnShape *s) {
-    const int mode = cuda_ctx(be)->attention_mode;
-    if (mode == CUDA_ATTN_FLASH && cuda_flash_supported(s)) return PATH_FLASH;
-    if (mode != CUDA_ATTN_PLAIN && head_block(s) > 0) return PATH_GEMM;
-    return PATH_PLAIN;
+    switch (cuda_attn_own_core(be)) {
+    case ATTN_CORE_FLASH: return PATH_FLASH;
+    case ATTN_CORE_GEMM: return head_block(s) > 0 ? PATH_GEMM : PATH_PLAIN;
+    default: return PATH_PLAIN;
+    }
 }
 
 static void cuda_attention_sizes(Backend *be, const AttnShape *s, size_t *saved, size_t *scratch) {
@@ -249,7 +249,7 @@ static void attention_backward_plain(Backend *be, const AttnShape *s, const floa
 // each of Q, K, V is either per head (stride one head) or a single head (stride 0); that covers
 // every variant (gqa: one block per K/V group).  Head counts for which no such m exists fall
 // back to the plain kernels above, which are also the GEMM path's reference
-// (MHE_CUDA_ATTENTION=plain selects them).
+// (runtime.attention_core plain selects them).
 
 // Head h of a per-sequence operand sits at base + (h / ratio) * step, rows ld floats apart.
 struct HeadOp {
@@ -503,10 +503,6 @@ int cuda_attention_tc(Backend *be, const AttnShape *s) {
     return attn_path(be, s) == PATH_FLASH && cuda_flash_tc_supported(be, s);
 }
 
-// Only the tensor-core kernels scale Q per head while staging it; the other paths would need it
-// materialised, which is what the caller does without this.
-static int cuda_attention_q_scale(Backend *be, const AttnShape *s) { return cuda_attention_tc(be, s); }
-
 // The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
 static void act_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,
                                   float *saved, float *scratch) {
@@ -520,7 +516,6 @@ static void act_attention_backward(Backend *be, const AttnShape *s, const Act *q
 }
 
 void cuda_install_attention(Backend *be) {
-    be->attention_q_scale = cuda_attention_q_scale;
     be->attention_sizes = cuda_attention_sizes;
     be->attention_forward = act_attention_forward;
     be->attention_backward = act_attention_backward;

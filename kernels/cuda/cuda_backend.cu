@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_colsum.h"
-#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_attn_core.h"
 
 void *cuda_device_alloc(size_t bytes, int device) {
     void *p = nullptr;
@@ -204,6 +204,8 @@ static void cuda_destroy(Backend *be) {
     cuda_device_free(c->colsum);
     cuda_device_free(c->flash_part);
     cuda_device_free(c->flash_g);
+    cuda_device_free(c->cudnn_ws);
+    cuda_attention_dispatch_destroy(be);
     cuda_device_free(c->gemm_ptrs);
     cuda_device_free(c->partials);
     std::free(c->host_partials);
@@ -227,15 +229,6 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     c->device = device;
     // A bf16 run stores its activations in bf16 (cuda_act.cu).
     c->act_bf16 = bf16 != 0;
-    // The fused kernels by default; the cuBLAS + row-kernel path and the plain kernels stay
-    // selectable as their references (MHE_CUDA_ATTENTION=gemm|plain).
-    const char *attn = std::getenv("MHE_CUDA_ATTENTION");
-    c->attention_mode = !attn || !*attn || std::strcmp(attn, "flash") == 0 ? CUDA_ATTN_FLASH
-                        : std::strcmp(attn, "gemm") == 0                   ? CUDA_ATTN_GEMM
-                        : std::strcmp(attn, "plain") == 0                  ? CUDA_ATTN_PLAIN
-                                                                           : -1;
-    if (c->attention_mode < 0)
-        mhe_fatal("MHE_CUDA_ATTENTION=%s: expected flash, gemm or plain", attn);
     // Heads per tensor-core dK/dV block (cuda_flash_tc_bwd.cu chooses by default): lets the tests
     // run one shape split every way.
     const char *dkv = std::getenv("MHE_CUDA_DKV_HEADS");
@@ -281,5 +274,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     // parameter gradients and they flush first.
     if (c->act_bf16) cuda_colsum_defer_init(be);
     if (c->act_bf16) cuda_install_act_bf16(be);
+    // Last: it hands each attention call to its core, the own ones through the ops above.
+    cuda_install_attention_dispatch(be);
     return be;
 }

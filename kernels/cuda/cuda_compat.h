@@ -39,6 +39,8 @@
 
 // common/error.h is C11 (_Noreturn); the one function the CUDA side needs, declared for C++.
 extern "C" [[noreturn]] void mhe_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// Bad input (a config asking for what cannot run): exit status 2 (common/error.h).
+extern "C" [[noreturn]] void mhe_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Threads per block of the row kernels.  The emulation runs one std::thread per CUDA thread,
 // so it defaults to two warps (still exercising the cross-warp half of every reduction);

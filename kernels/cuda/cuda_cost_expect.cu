@@ -60,8 +60,18 @@ struct Efficiency {
 //   from run 1's norm/activation class (measured 1.04-1.07 times the model at 0.30).
 constexpr double kFlashFwd = 0.0242, kFlashBwd = 0.0299, kGeneric = 0.285, kGemmPath = 1.0, kUnaligned = 0.05;
 
+// cuDNN's fused SDPA (the cudnn attention core), from PyTorch's cuDNN SDPA timed in CALIBRATION.md
+// run 4 (H200, bf16, B 16, T 512, 12 heads of 64, no mask): forward 0.058 ms, backward 0.256 ms
+// against bounds of 13.0 us (4 B n T^2 d = 12.9 GFLOP at 989 TFLOP/s) and 32.6 us (the backward's
+// five products, 2 B n T^2 (3 d_qk + 2 d_v) = 32.2 GFLOP).  The same fractions are assumed at
+// other shapes, masks and on the H100 (FlashAttention-3's paper: cuDNN 335 / 266 TFLOP/s forward /
+// backward at head dim 64, T 512 on an H100, 0.34 / 0.27 of the peak: ours are below, as run 4
+// timed a smaller batch).
+constexpr double kCudnnFwd = 0.224, kCudnnBwd = 0.127;
+
 // The kernel families measured, in match order.
 const KernelFit kRun1Fits[] = {
+    {"cudnn_sdpa_fwd", kCudnnFwd},   {"cudnn_sdpa_bwd", kCudnnBwd},
     {"flash_tc_forward", kFlashFwd}, {"flash_tc_dq", kFlashBwd}, {"flash_tc_dkv", kFlashBwd},
     {"flash_rowdot", kFlashBwd},     {"memset", 0.80},          {"memcpy", 0.80},
     {nullptr, 0},

@@ -18,7 +18,9 @@ struct CudaCtx {
     float *stage[ACT_STAGE_SLOTS];  // act_bf16: fp32 staging of activations (grow-only)
     size_t stage_cap[ACT_STAGE_SLOTS];
     struct WeightCopies *weights;   // act_bf16: bf16 copies of fp32 matmul operands (cuda_weight_copy.cu)
-    int attention_mode;           // CUDA_ATTN_FLASH (default), _GEMM, _PLAIN: MHE_CUDA_ATTENTION
+    struct AttnDispatch *attn;    // the attention-core registry's choices (cuda_attn_dispatch.cu)
+    unsigned char *cudnn_ws;      // the cuDNN core's workspace, as its largest graph needs (grow-only)
+    size_t cudnn_ws_cap;
     cudaStream_t stream;
     cublasHandle_t blas;
     __nv_bfloat16 *bf16_scratch;  // matmul operands rounded to bf16 (grow-only)
@@ -137,8 +139,6 @@ struct GemmHeads {
 // per head (C.ratio == 1): shared-head gradients are summed by the caller.
 void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
                      GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads);
-
-enum { CUDA_ATTN_FLASH, CUDA_ATTN_GEMM, CUDA_ATTN_PLAIN };
 
 // Fused attention (cuda_flash.cu): shapes whose tiles fit in shared memory; saved = L and
 // Opre, scratch = D (floats).  The backward accumulates the out_scale/out_shift gradients (when

@@ -129,6 +129,12 @@ static const AttnCase ATTN_CASES[] = {
 };
 #define N_ATTN_CASES (sizeof ATTN_CASES / sizeof ATTN_CASES[0])
 
+// runtime.attention_core on a test's backend.
+static void select_core(Backend *be, const char *name) {
+    char err[256];
+    if (!backend_attention_core_select(be, name, 0, err, sizeof err)) fail_msg("%s", err);
+}
+
 static void run_attention_cases(Fix *f, double tol) {
     for (size_t i = 0; i < N_ATTN_CASES; i++) check_attention(f, &ATTN_CASES[i], tol);
 }
@@ -138,9 +144,8 @@ static void test_attention_matches_cpu(void **state) { run_attention_cases(*stat
 static void test_attention_gemm_path_matches_cpu(void **state) {
     Fix *f = *state;
     Backend *dflt = f->gpu;
-    setenv("MHE_CUDA_ATTENTION", "gemm", 1);
     f->gpu = backend_cuda_create(0, 0);
-    unsetenv("MHE_CUDA_ATTENTION");
+    select_core(f->gpu, "gemm");
     run_attention_cases(f, 1e-5);
     f->gpu->destroy(f->gpu);
     f->gpu = dflt;
@@ -149,9 +154,8 @@ static void test_attention_gemm_path_matches_cpu(void **state) {
 static void test_attention_plain_kernels_match_cpu(void **state) {
     Fix *f = *state;
     Backend *gemm = f->gpu;
-    setenv("MHE_CUDA_ATTENTION", "plain", 1);
     f->gpu = backend_cuda_create(0, 0);
-    unsetenv("MHE_CUDA_ATTENTION");
+    select_core(f->gpu, "plain");
     run_attention_cases(f, 1e-5);
     f->gpu->destroy(f->gpu);
     f->gpu = gemm;

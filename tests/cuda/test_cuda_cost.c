@@ -173,7 +173,7 @@ static void test_single_calls(void **state) {
 }
 
 // One forward + backward of a small model, recorded: the GEMM FLOPs are model_step_flops.
-// gemm_path: attention through cuBLAS (MHE_CUDA_ATTENTION=gemm), so every product of the model
+// gemm_path: attention through cuBLAS (runtime.attention_core gemm), so every product of the model
 // is a GEMM; else the default fused attention, whose T x T products are kernel FLOPs.
 // Returns the step's recorded peak device memory; the model's arena bytes in *arena.
 static double check_step(Arch arch, AttentionType type, int bf16, int gemm_path, RecomputeMode mode,
@@ -192,9 +192,10 @@ static double check_step(Arch arch, AttentionType type, int bf16, int gemm_path,
     cfg.train.recompute = mode;
     config_resolve(&cfg, "test_cuda_cost");
     const int B = 3, T = 37;
-    if (gemm_path) setenv("MHE_CUDA_ATTENTION", "gemm", 1);
     Backend *be = backend_cuda_create(0, bf16);
-    unsetenv("MHE_CUDA_ATTENTION");
+    char err[256];
+    // The own cores: what this test counts (the record-only run could take cuDNN's, priced apart).
+    if (!backend_attention_core_select(be, gemm_path ? "gemm" : "flash", 0, err, sizeof err)) fail_msg("%s", err);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, 1);
     int32_t ids[3 * 37], labels[3 * 37];
@@ -294,6 +295,12 @@ static void test_single_calls_bf16_activations(void **state) {
     assert_int_equal(backend_cuda_cost_dry_run(1), 1);
     const GpuSpec *a100 = gpu_spec_find("A100");
     Backend *be = backend_cuda_create(0, 1);
+    // The own flash core's kernels are counted below; cuDNN's SDPA is one priced call
+    // (test_attn_cores).
+    {
+        char err[256];
+        if (!backend_attention_core_select(be, "flash", 0, err, sizeof err)) fail_msg("%s", err);
+    }
     assert_int_equal(be->act, DT_BF16);
     Act *x = be->alloc(be, 1 << 16), *y = be->alloc(be, 1 << 16), *dy = be->alloc(be, 1 << 16);
     // Parameters (W [16, 32] at w, b at w + 512, gamma at w + 600, beta at w + 700), their

@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
                             ? backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16) / 1e12
                             : atof(argv[3]);
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
-    Backend *be = backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16);
+    Backend *be = backend_for_config(&cfg, 0, 1);  // runtime.attention_core too; says which core runs
     // Device memory the run takes, as the driver sees it: free before the model against free after
     // the timed steps (buffers are allocated once, so this is the peak plus library workspaces).
     size_t free0 = 0, free1 = 0, total = 0;

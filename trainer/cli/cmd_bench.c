@@ -151,8 +151,7 @@ int cmd_bench(int argc, char **argv) {
         record_only = backend_cuda_cost_dry_run(1);
         if (record_only) steps = 1;  // nothing runs: one recorded step is the prediction
     }
-    Backend *be = cuda ? backend_cuda_create_for(0, cfg.runtime.precision == PREC_BF16)
-                       : backend_cpu_create_for(cfg.runtime.threads, cfg.runtime.precision == PREC_BF16);
+    Backend *be = backend_for_config(&cfg, 0, 1);
     // The ceiling (DESIGN.md §9), as training counts it: on the CPU the backend's own matmul at the
     // precision in use; on a GPU the card's dense data-sheet peak, since a probe through the
     // backend's matmul op times operand conversion and a synchronisation per call (the H200 read

@@ -67,9 +67,7 @@ int cmd_eval(int argc, char **argv) {
         mhe_fail("%s: a fine-tuned task model (task.type is set): `mhetrain finetune` scores it on task.dev_file",
                  cfg_path);
     if (cfg.data.n_valid == 0) mhe_fail("%s: data.valid names no validation shards", cfg_path);
-    Backend *be = cfg.runtime.device == DEVICE_CUDA
-                      ? backend_cuda_create_for(comm_local_rank(comm), cfg.runtime.precision == PREC_BF16)
-                      : backend_cpu_create_for(cfg.runtime.threads, cfg.runtime.precision == PREC_BF16);
+    Backend *be = backend_for_config(&cfg, comm_local_rank(comm), comm_rank(comm) == 0);
     Model *m = model_create(&cfg, be, cfg.train.micro_batch, cfg.data.seq_len);
     const ParamTable *t = model_param_table(m);
     float *host = mhe_malloc(t->total * sizeof(float));

@@ -91,5 +91,10 @@ int cmd_info(int argc, char **argv) {
     printf("openmp: %d (max threads %d)\n", _OPENMP, omp_get_max_threads());
     printf("libyaml: %s\n", yaml_get_version_string());
     printf("cjson: %s\n", cJSON_Version());
+    // runtime.attention_core: the CUDA cores in auto's order, and whether each can run here.
+    const char *names[16], *whats[16], *status[16];
+    const int ncores = backend_attention_cores(names, whats, status, 16);
+    for (int i = 0; i < ncores && i < 16; i++)
+        printf("attention core %s: %s [%s]\n", names[i], whats[i], status[i]);
     return 0;
 }

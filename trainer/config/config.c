@@ -209,6 +209,13 @@ static void check_dist_runtime(Config *c, const ConfigMarks *mk) {
     if (c->dist.backend == DIST_NCCL && c->runtime.device == DEVICE_CPU)
         config_fail_key(mk, "dist.backend|runtime.device",
                         "dist.backend nccl needs runtime.device cuda (use mpi or auto on the CPU)");
+    const char *core = c->runtime.attention_core;
+    if (!core || !core[0])
+        config_fail_key(mk, "runtime.attention_core", "runtime.attention_core must be auto or a core's name");
+    // The names of the CUDA cores are the backend's (checked when it is created, before training).
+    if (c->runtime.device == DEVICE_CPU && strcmp(core, "auto") != 0)
+        config_fail_key(mk, "runtime.attention_core|runtime.device",
+                        "runtime.attention_core %s is a CUDA core; runtime.device cpu has one (auto)", core);
 }
 
 static int count_labels(const char *labels) {

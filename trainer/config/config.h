@@ -118,6 +118,7 @@ typedef struct {
     Device device;
     int threads;           // 0: OpenMP default
     Precision precision;
+    char *attention_core;  // "auto" or a CUDA attention core's name (`mhetrain info`)
 } RuntimeConfig;
 
 typedef enum { TASK_NONE, TASK_CLASSIFICATION, TASK_REGRESSION, TASK_SPAN } TaskType;

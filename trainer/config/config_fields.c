@@ -234,6 +234,10 @@ static const ConfigField RUNTIME_FIELDS[] = {
      .doc = "`fp32`, or `bf16`: activations stored in bf16 on either device and bf16 "
              "matmul operands, with fp32 accumulation, master weights, statistics and loss, on either device "
              "(a CPU without native bf16 emulates it and says so once)"},
+    {KEY(runtime, attention_core, F_STRING), .def = "auto", .range_doc = "auto or a core of `mhetrain info`",
+     .doc = "the CUDA attention core: `auto` takes, per layer shape, the fastest that serves it (`cudnn`, then "
+            "the own `flash`, `gemm`, `plain`) and says which and why; a named core that cannot serve a "
+            "layer is refused before training"},
 };
 
 // Fine-tuning (issue 14).  Cross-field checks and the per-format resolution: config.c check_task.

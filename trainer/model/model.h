@@ -22,6 +22,11 @@
 
 typedef struct Model Model;
 
+// The backend cfg asks for (runtime.device, .precision, .threads, .attention_core) on the GPU of
+// `local_rank` when it is cuda; verbose: the backend says which attention core runs each layer
+// shape.  A core that does not exist or cannot run here: the message and exit status 2.
+Backend *backend_for_config(const Config *cfg, int local_rank, int verbose);
+
 // cfg must be resolved (config_resolve/config_load).  The model keeps its own copy of the
 // config and parameter table; `be` must outlive it.  Parameters start at zero: call
 // model_init_params or model_set_params.

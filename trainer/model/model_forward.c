@@ -83,6 +83,21 @@ void layer_recompute(Model *m, int l) {
     attn_core_forward(m, l);
 }
 
+// Each row 1s then 0s, at least one 1: the loaders' trailing padding, which a backend's
+// attention core may take as per-sequence key counts (ops.h AttnShape.key_mask_trailing).
+static int mask_is_trailing(const int32_t *mask, int B, int T) {
+    for (int b = 0; b < B; b++) {
+        const int32_t *row = mask + (size_t)b * T;
+        if (row[0] != 1) return 0;
+        int j = 1;
+        while (j < T && row[j] == 1) j++;
+        for (; j < T; j++)
+            if (row[j] != 0) return 0;
+    }
+    return 1;
+}
+
+
 void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, const int32_t *attn_mask, int B,
                      int T, int train, const char *who) {
     Backend *be = m->be;
@@ -102,6 +117,7 @@ void encoder_forward(Model *m, const int32_t *ids, const int32_t *type_ids, cons
     model_weights_steady(m, m->train);
     m->has_types = type_ids != NULL && mc->arch == ARCH_BERT;
     m->has_mask = attn_mask != NULL;
+    m->mask_trailing = m->has_mask && mask_is_trailing(attn_mask, B, T);
     m->drop_base = m->drop_counter++ * (uint64_t)m->sites_per_step;
     be->upload(be, m->ids, ids, (size_t)N * sizeof(int32_t));
     if (m->has_types) be->upload(be, m->types, type_ids, (size_t)N * sizeof(int32_t));

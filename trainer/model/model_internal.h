@@ -97,6 +97,7 @@ struct Model {
 
     // last forward
     int B, T, train, has_types, has_mask;
+    int mask_trailing;  // the mask is trailing padding (mask_is_trailing, model_forward.c)
     long label_count;
     double loss_sum;
     uint64_t drop_seed, drop_counter, drop_base;

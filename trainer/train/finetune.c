@@ -428,9 +428,7 @@ static void setup(Finetune *f) {
     f->total_steps = f->steps_per_epoch * (cfg->task.epochs > 0 ? cfg->task.epochs : 1);
     if (cfg->train.steps > 0 && cfg->train.steps < f->total_steps) f->total_steps = cfg->train.steps;
 
-    f->be = cfg->runtime.device == DEVICE_CUDA
-                ? backend_cuda_create_for(comm_local_rank(f->comm), cfg->runtime.precision == PREC_BF16)
-                : backend_cpu_create_for(cfg->runtime.threads, cfg->runtime.precision == PREC_BF16);
+    f->be = backend_for_config(cfg, comm_local_rank(f->comm), comm_rank(f->comm) == 0);
     f->model = model_create(cfg, f->be, f->mb, f->T);
     f->table = model_param_table(f->model);
     f->params = model_params(f->model);

@@ -90,11 +90,6 @@ static int is_host_backend(const Backend *be) { return strcmp(be->name, "cpu") =
 
 
 
-static Backend *make_backend(const Config *cfg, Comm *comm) {
-    if (cfg->runtime.device == DEVICE_CUDA)
-        return backend_cuda_create_for(comm_local_rank(comm), cfg->runtime.precision == PREC_BF16);
-    return backend_cpu_create_for(cfg->runtime.threads, cfg->runtime.precision == PREC_BF16);
-}
 
 static int64_t total_steps_of(const Config *cfg) {
     if (cfg->train.steps > 0) return cfg->train.steps;
@@ -186,7 +181,7 @@ static void setup(Trainer *t) {
     char why[8192] = "";
     t->lock_fd = t->rank == 0 ? run_lock_take(cfg->train.out_dir, why, sizeof why) : -1;
     refuse_if(t, t->rank == 0 && t->lock_fd < 0, why);
-    t->be = make_backend(cfg, t->comm);
+    t->be = backend_for_config(cfg, comm_local_rank(t->comm), comm_rank(t->comm) == 0);
     // Optimizer state in the model's memory: m and v (host), or m, v and the update buffer on
     // a device; a ZeRO-1 rank holds its 1/world share.
     double state = (is_host_backend(t->be) ? 2.0 : 3.0) / (cfg->dist.zero == 1 ? t->world : 1);

@@ -130,6 +130,7 @@ static CoreArgs core_args(const Model *m, const LayerActs *a, int l) {
     s->scale = (float)(1.0 / sqrt((double)m->cfg.model.head_dim));
     s->causal = m->cfg.model.arch == ARCH_GPT;
     s->key_mask = m->has_mask ? m->mask : NULL;
+    s->key_mask_trailing = m->has_mask && m->mask_trailing;
     s->key_bias = pl->key_bias ? a->kbias : NULL;
     s->dropout = m->train ? m->cfg.model.attn_dropout : 0.0f;
     s->seed = m->drop_seed;
