@@ -42,7 +42,7 @@ int cmd_finetune(int argc, char **argv) {
     }
     CliConfigArgs args = {0};
     int dry_run = 0;
-    FinetuneOptions opt = {.resume = "auto", .stop_after = 0};
+    FinetuneOptions opt = {.resume = "auto", .stop_after = 0, .inject_nonfinite_step = -1};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--dry-run") == 0) {
             dry_run = 1;
