@@ -3,7 +3,7 @@
 # small SST-2-layout task:
 # - a killed run (SIGKILL after the epoch-1 checkpoint) resumes with the same command and ends
 #   bit for bit where the straight run ends: weights, optimizer state, best weights, result file,
-#   every train loss;
+#   every train loss; a changed optim.lr is then refused, more task.epochs train on;
 # - ZeRO-1 at two ranks (optimizer state sharded) gives the two-rank ZeRO-0 run's losses, dev
 #   scores and weights (1e-5 relative: the reduce-scatter sums in another order), and resumes
 #   from its own checkpoint bit for bit.
@@ -25,7 +25,7 @@ ft "$WORK/straight" --
 # Killed (not stopped) after the epoch-1 checkpoint, then the same command.
 "$MHETRAIN" finetune "${args[@]}" train.out_dir="$WORK/killed" >"$WORK/killed.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 1200); do grep -q "checkpoints/step_00000012$" "$WORK/killed.log" && break; sleep 0.05; done
+for _ in $(seq 1 1200); do grep -q "^checkpoint: $WORK/killed/checkpoints/step_00000012$" "$WORK/killed.log" && break; sleep 0.05; done
 kill -KILL "$pid"
 set +e; wait "$pid"; status=$?; set -e
 [ "$status" = 137 ] || { cat "$WORK/killed.log"; fail "exit status $status after SIGKILL, expected 137"; }
@@ -41,6 +41,17 @@ cmp "$WORK/straight/best/checkpoints/$best/model.safetensors" "$WORK/killed/best
   fail "killed + resumed: best weights differ"
 cmp "$WORK/straight/finetune_result.json" "$WORK/killed/finetune_result.json" || fail "killed + resumed: result differs"
 $PY "$CHECK" losses-close "$WORK/killed/metrics.jsonl" "$WORK/straight/metrics.jsonl" 0
+
+# Resuming with a key that changes the run (optim.lr) is refused (exit 2), naming the key and the
+# way past it; more epochs (fine-tuning's train.steps) pass with a notice and train on.
+set +e
+"$MHETRAIN" finetune "${args[@]}" train.out_dir="$WORK/killed" optim.lr=1e-3 >"$WORK/lr.log" 2>&1; rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "optim.lr .* -> 0.001.*--allow-config-change" "$WORK/lr.log" ||
+  { cat "$WORK/lr.log"; fail "changed optim.lr on resume: exit $rc"; }
+ft "$WORK/killed" -- task.epochs=4
+grep -q "resuming with changed settings (harmless): task.epochs 3 -> 4" "$WORK/killed.log" &&
+  [ "$(cat "$WORK/killed/checkpoints/latest")" = step_00000048 ] || { cat "$WORK/killed.log"; fail "task.epochs 3 -> 4 on resume"; }
 
 # ZeRO-1 at two ranks against ZeRO-0 at two ranks; a ZeRO-1 stop and resume.
 ft "$WORK/z0" "${MPIRUN[@]}" -np 2 -- dist.zero=0
