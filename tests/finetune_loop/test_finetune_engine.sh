@@ -25,7 +25,7 @@ ft "$WORK/straight" --
 # Killed (not stopped) after the epoch-1 checkpoint, then the same command.
 "$MHETRAIN" finetune "${args[@]}" train.out_dir="$WORK/killed" >"$WORK/killed.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 1200); do grep -q "^checkpoint: $WORK/killed/checkpoints/step_00000012$" "$WORK/killed.log" && break; sleep 0.05; done
+for _ in $(seq 1 6000); do grep -q "^checkpoint: $WORK/killed/checkpoints/step_00000012$" "$WORK/killed.log" && break; sleep 0.05; done
 kill -KILL "$pid"
 set +e; wait "$pid"; status=$?; set -e
 [ "$status" = 137 ] || { cat "$WORK/killed.log"; fail "exit status $status after SIGKILL, expected 137"; }
