@@ -1,6 +1,6 @@
 // The one element-wise definition of AdamW and LAMB.  The host optimizer (trainer/train/optim.c,
 // also the ZeRO-1 shard path), the CPU backend (cpu/cpu_optim.c) and the CUDA kernel
-// (cuda/cuda_elementwise.cu, also under the emulation) all call these, so the backends and the
+// (cuda/cuda_optim.cu, also under the emulation) all call these, so the backends and the
 // host can differ only by the compiler's floating-point contraction (nvcc fuses multiply-adds),
 // never by the formula.
 //

@@ -264,7 +264,11 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     be->matmul = cuda_matmul;
     be->matmul_batched = cuda_matmul_batched;
     cuda_install_elementwise(be);
-    cuda_install_norm_loss(be);
+    cuda_install_heads(be);
+    cuda_install_activation(be);
+    cuda_install_embedding(be);
+    cuda_install_reduce(be);
+    cuda_install_layernorm(be);
     cuda_install_loss(be);
     cuda_install_attention(be);
     cuda_install_linear(be);

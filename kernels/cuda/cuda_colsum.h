@@ -51,7 +51,7 @@ __global__ void colsum2_partials_kernel(Vals f, int N, int C, float *partials) {
     }
 }
 
-// Stage 2, shared with the fused LayerNorm backward (cuda_norm_loss.cu): outA[c] += Σ_k pa[k·C + c],
+// Stage 2, shared with the fused LayerNorm backward (cuda_layernorm.cu): outA[c] += Σ_k pa[k·C + c],
 // outB[c] += Σ_k pb[k·C + c] over k < chunks (either output may be NULL; its partials are then
 // not read), always in the same order (colsum.cu).  Records its own cost.  With deferral on
 // (cuda_colsum.cu) it only queues the sum: it is added by the next cuda_colsum_flush, which runs

@@ -223,7 +223,19 @@ static inline MheCost with_act_store(MheCost c, const void *bf, const float *fp3
     return c;
 }
 
+// Grid-stride loop over [0, n), and the grid of one thread per column.
+#define GRID_STRIDE(i, n)                                                               \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);            \
+         i += (size_t)blockDim.x * gridDim.x)
+static inline unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BLOCK - 1) / MHE_BLOCK); }
+
+// Each file's ops into the table (one file per layer family; the file's first line says what
+// it defines).
 void cuda_install_elementwise(Backend *be);
+void cuda_install_heads(Backend *be);
+void cuda_install_activation(Backend *be);
+void cuda_install_embedding(Backend *be);
+void cuda_install_reduce(Backend *be);
 // bf16 activations (cuda_act.cu): the Act ops over bf16 storage, installed last.
 void cuda_install_act_bf16(Backend *be);
 // Their bf16 copies of fp32 matmul operands, one per backend allocation (cuda_weight_copy.cu):
@@ -259,7 +271,7 @@ void cuda_install_linear_ld(Backend *be);
 // bias_backward is each with ld = C.
 void cuda_bias_backward_ld(Backend *be, const float *dy, int N, int C, int ld, float *dbias);
 void cuda_act_bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias);
-void cuda_install_norm_loss(Backend *be);
+void cuda_install_layernorm(Backend *be);
 void cuda_install_loss(Backend *be);
 void cuda_install_attention(Backend *be);
 void cuda_install_linear(Backend *be);

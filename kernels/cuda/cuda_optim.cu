@@ -1,3 +1,6 @@
+// defines: the optimizer kernels: AdamW and LAMB per range (adamw_update, lamb_direction:
+// adam_kernel) and over every tensor at once (below).
+//
 // AdamW over every tensor of a model in one launch (ops.h adamw_update_ranges) instead of one
 // adam_kernel per tensor (~200 for BERT-base, each paying the launch overhead on small biases
 // and LayerNorm vectors); LAMB in three (lamb_direction_ranges: moments, directions and the
@@ -301,7 +304,53 @@ void cuda_optim_destroy(Backend *be) {
     }
 }
 
+// Cost model (ADAM_FLOPS, cuda_internal.h): AdamW reads and writes p, m, v and reads g (28
+// bytes), LAMB reads p and writes u instead (also 28).
+// The element formulas are kernels/optim_math.h's, shared with the CPU backend and the host
+// optimizer; nvcc may still contract multiply-adds, so agreement is to fp32 rounding.
+// One kernel for both (one name in the cost model and the profile): u set means LAMB (store the
+// direction, p only read), u NULL means AdamW (update p).
+__global__ void adam_kernel(float *p, __nv_bfloat16 *pb, const float *grad, float *m, float *v, float *u, size_t n, float b1,
+                            float b2, float eps, float wd, float bc1, float bc2, float step_size, float decay,
+                            float bc2_sqrt, float grad_scale) {
+    GRID_STRIDE(i, n) {
+        float mi = m[i], vi = v[i];
+        optim_moments(&mi, &vi, grad_scale * grad[i], b1, b2);
+        m[i] = mi;
+        v[i] = vi;
+        if (u) u[i] = lamb_direction_of(p[i], mi, vi, bc1, bc2, eps, wd);
+        else store_dual(p, pb, i, adamw_param(p[i], mi, vi, step_size, decay, bc2_sqrt, eps));
+    }
+}
+static void cuda_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v, size_t n, float b1,
+                              float b2, float eps, float step_size, float decay, float bc2_sqrt, float grad_scale) {
+    double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // the optimizer reads the gradients
+    // The weights' bf16 copy (matmul operands) is refreshed here as p is stored: no rounding pass.
+    __nv_bfloat16 *pb = cuda_fp32_copy_out(be, p, n);
+    cuda_fp32_wrote(be, m, n * sizeof(float));
+    cuda_fp32_wrote(be, v, n * sizeof(float));
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), with_bf16_store(mhe_cost(ADAM_FLOPS * n, 28.0 * n), pb, n))(p, pb, grad, m, v, nullptr, n, b1, b2, eps, 0.0f, 1.0f, 1.0f, step_size, decay, bc2_sqrt, grad_scale);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+static void cuda_lamb_direction(Backend *be, const float *p, const float *grad, float *m, float *v,
+                                float *u, size_t n, float b1, float b2, float eps, float wd,
+                                float bc1, float bc2, float grad_scale) {
+    double t0 = cuda_prof_begin(be);
+    cuda_colsum_flush(be);  // the optimizer reads the gradients
+    // p is only read when u is set.
+    cuda_fp32_wrote(be, m, n * sizeof(float));
+    cuda_fp32_wrote(be, v, n * sizeof(float));
+    cuda_fp32_wrote(be, u, n * sizeof(float));
+    if (n) MHE_LAUNCH(adam_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(ADAM_FLOPS * n, 28.0 * n))(const_cast<float *>(p), nullptr, grad, m, v, u, n, b1, b2, eps, wd, bc1, bc2, 0.0f, 1.0f, 1.0f, grad_scale);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_OTHER, t0, 0);
+}
+
 void cuda_install_optim(Backend *be) {
+    be->adamw_update = cuda_adamw_update;
+    be->lamb_direction = cuda_lamb_direction;
     be->adamw_update_ranges = cuda_adamw_update_ranges;
     be->lamb_direction_ranges = cuda_lamb_direction_ranges;
     be->axpy_ranges = cuda_axpy_ranges;

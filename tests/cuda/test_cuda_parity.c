@@ -213,7 +213,7 @@ static void test_residual_layernorm_matches_cpu(void **state) {
 
 // layernorm_backward_dropout (one kernel) against the CPU backend's layernorm_backward then
 // dropout: with dropout and without, dx written and accumulated, with and without dγ/dβ; 300
-// rows so blocks take several (cuda_norm_loss.cu's chunks).
+// rows so blocks take several (cuda_layernorm.cu's chunks).
 static void test_layernorm_backward_dropout_matches_cpu(void **state) {
     Fix *f = *state;
     const int N = 300, C = 80;
@@ -292,7 +292,7 @@ static void layernorm_gelu_tanh_case(Fix *f, int N, int C) {
     Buf *all[] = {&x, &g, &bt, &y, &mean, &rstd, &dy, &dx, &dg, &db};
     for (int i = 0; i < 10; i++) buf_free(f, all[i]);
 }
-// LayerNorm's backward gives each block ceil(N / 256) rows (cuda_norm_loss.cu): 9 rows one
+// LayerNorm's backward gives each block ceil(N / 256) rows (cuda_layernorm.cu): 9 rows one
 // each; 600 three each (200 blocks; 70 columns over the emulation's 64 threads, so 6 threads
 // own two; dγ/dβ's second stage: 9 blocks of 8 columns, the last partial); 1027 five each, the
 // last block 2 (206 partials per column: chunk groups of 7 and of 6), 150 columns.

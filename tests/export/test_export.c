@@ -160,15 +160,6 @@ static void make_config(const ExportCase *c, Config *cfg) {
     config_resolve(cfg, "test_export");
 }
 
-static char *config_text(const Config *cfg) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    config_write_yaml(cfg, f);
-    fclose(f);
-    return buf;
-}
-
 static int run(const char *fmt, ...) {
     char cmd[4096];
     va_list ap;
@@ -201,7 +192,7 @@ static cJSON *prepare_case(const ExportCase *c, Backend *be, const Tokenizer *to
     char run_dir[1200], exp_dir[1200], path[1400];
     snprintf(run_dir, sizeof run_dir, "%s/runs/%s", g_fx.work, c->name);
     snprintf(exp_dir, sizeof exp_dir, "%s/%s", g_fx.work, c->name);
-    CheckpointState st = {.step = 7, .world_size = 1, .loss_scale = 1.0, .config_yaml = config_text(&cfg)};
+    CheckpointState st = {.step = 7, .world_size = 1, .loss_scale = 1.0, .config_yaml = config_yaml_text(&cfg)};
     assert_int_equal(checkpoint_save(run_dir, &st, &t, params, NULL, 0), 0);
     free(st.config_yaml);
     // The run directory (its newest checkpoint) rather than the step dir: both are accepted.

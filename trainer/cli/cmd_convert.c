@@ -41,16 +41,6 @@ static long parse_long(const char *opt, const char *v) {
     return (long)cli_int_option("convert", opt, v, 0, INT32_MAX);
 }
 
-static char *text_of(const Config *cfg) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) mhe_fatal("convert: out of memory");
-    config_write_yaml(cfg, f);
-    fclose(f);
-    return buf;
-}
-
 int cmd_convert(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
         usage(stdout);
@@ -141,7 +131,7 @@ int cmd_convert(int argc, char **argv) {
            param_attention_weights_per_layer(&dt),
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
 
-    char *yaml = text_of(&dst);
+    char *yaml = config_yaml_text(&dst);
     char path[4200];
     snprintf(path, sizeof path, "%s/config.yaml", od.staging);
     FILE *f = fopen(path, "w");

@@ -60,7 +60,7 @@ int cmd_eval(int argc, char **argv) {
     Config cfg;
     config_load(&cfg, cfg_path, argc - 2, argv + 2);
     comm_set_timeout(comm, cfg.dist.timeout_s);
-    char *yaml = config_to_yaml(&cfg);  // under mpirun every rank must evaluate the same thing
+    char *yaml = config_yaml_text(&cfg);  // under mpirun every rank must evaluate the same thing
     rank_agree(comm, "config", yaml);
     free(yaml);
     if (cfg.task.type != TASK_NONE)

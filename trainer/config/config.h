@@ -186,6 +186,8 @@ void config_resolve(Config *cfg, const char *where);
 
 // Writes the fully resolved config as YAML that config_load reads back to the same struct.
 void config_write_yaml(const Config *cfg, FILE *out);
+// The same text in memory (malloc'd): what checkpoints store and ranks compare.
+char *config_yaml_text(const Config *cfg);
 
 void config_free(Config *cfg);
 

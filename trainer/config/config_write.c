@@ -1,8 +1,11 @@
-// config_write_yaml: the resolved config as YAML that config_load reads back unchanged.
+// config_write_yaml: the resolved config as YAML that config_load reads back unchanged;
+// config_yaml_text: the same text in memory (checkpoints, rank agreement, import, convert).
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "trainer/config/config.h"
 #include "trainer/config/config_internal.h"
 
@@ -69,4 +72,14 @@ void config_write_yaml(const Config *c, FILE *out) {
             break;
         }
     }
+}
+
+char *config_yaml_text(const Config *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) mhe_fatal("cannot build the config text: %s", strerror(errno));
+    config_write_yaml(cfg, f);
+    fclose(f);
+    return text;
 }

@@ -480,16 +480,6 @@ static char *import_tokenizer(const char *hf_dir, const char *write_dir, const c
 
 // ---- the run directory -------------------------------------------------------------------
 
-static char *config_text(const Config *cfg) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) mhe_fatal("import: out of memory");
-    config_write_yaml(cfg, f);
-    fclose(f);
-    return buf;
-}
-
 void import_run(const ImportOptions *opt) {
     char path[IMP_PATH_MAX];
     path_join(path, opt->hf_dir, "config.json");
@@ -548,7 +538,7 @@ void import_run(const ImportOptions *opt) {
     }
     const int dropped = check_all_used(&w);
 
-    char *yaml = config_text(&cfg);
+    char *yaml = config_yaml_text(&cfg);
     path_join(path, out.staging, "config.yaml");
     FILE *f = fopen(path, "w");
     if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("import: cannot write %s: %s", path, strerror(errno));

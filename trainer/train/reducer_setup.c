@@ -1,21 +1,9 @@
 #include "trainer/train/reducer_setup.h"
 
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
-
-char *config_to_yaml(const Config *cfg) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) mhe_fatal("cannot build the config text: %s", strerror(errno));
-    config_write_yaml(cfg, f);
-    fclose(f);
-    return text;
-}
 
 // The backward stage after which tensor i's gradient is final.  Layer tensors: their layer.
 // Tensors outside the layers: the head and final norm (after the layers in the table) are done

@@ -1,5 +1,5 @@
 // What the pretraining loop (trainer.c) and the fine-tuning loop (finetune.c) set up alike: the
-// gradient reducer over a model's parameter table, and the config text stored in checkpoints.
+// gradient reducer over a model's parameter table.
 #ifndef MHE_TRAINER_REDUCER_SETUP_H
 #define MHE_TRAINER_REDUCER_SETUP_H
 
@@ -16,7 +16,5 @@ GradReducer *reducer_setup(Comm *comm, Backend *be, DeviceComm *dcomm, const Par
                            const Config *cfg, int zero, GradDevice *device, GradPiece **pieces, int ranks);
 // The backward hook that hands a finished stage to the reducer (model_set_backward_hook).
 void reducer_setup_stage_done(void *reducer, int stage);
-// The resolved config as YAML text (malloc'd).
-char *config_to_yaml(const Config *cfg);
 
 #endif

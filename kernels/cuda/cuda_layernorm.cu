@@ -1,6 +1,9 @@
-// Row kernels with block reductions (warp shuffles + shared memory): LayerNorm forward and
-// backward.  One block per row, except the backward (a chunk of rows per block, which also
-// sums dγ and dβ).  (The softmax cross-entropy: cuda_loss.cu.)
+// defines: LayerNorm forward and backward, and the fused forms around it: the residual step
+// (dropout + add + LayerNorm, residual_layernorm_forward), BERT's embedding block (rows +
+// LayerNorm + dropout, embedding_layernorm_forward) and the backward that also writes the
+// dropped-out branch gradient (layernorm_backward_dropout).  Row kernels with block reductions
+// (warp shuffles + shared memory), one block per row, except the backward (a chunk of rows per
+// block, which also sums dγ and dβ).
 #include <cmath>
 
 #include "kernels/cuda/cuda_colsum.h"
@@ -461,7 +464,7 @@ static void act_layernorm_backward_dropout(Backend *be, const Act *dy, const Act
                                     seed, offset, af(dr));
 }
 
-void cuda_install_norm_loss(Backend *be) {
+void cuda_install_layernorm(Backend *be) {
     be->layernorm_forward = act_layernorm_forward;
     be->residual_layernorm_forward = act_residual_layernorm_forward;
     be->embedding_layernorm_forward = act_embedding_layernorm_forward;
