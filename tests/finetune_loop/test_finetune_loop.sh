@@ -6,6 +6,7 @@
 #   metric, TensorBoard events, out/best (the best evaluation's checkpoint) and best.json,
 #   finetune_result.json with the best scores and the trivial predictor's;
 # - --stop-after then the same command resumes and ends with the straight run's losses and weights;
+#   a resume past the last evaluation writes the same complete finetune_result.json;
 # - GPT: the classifier on the last real token learns a length label (beats the trivial accuracy);
 # - one-line errors, exit 2: encoder shapes that differ from the checkpoint's, no task section.
 source "$MHE_SOURCE_DIR/tests/finetune_loop/lib.sh"
@@ -61,6 +62,13 @@ $PY "$CHECK" losses-close "$WORK/stop/metrics.jsonl" "$WORK/full/metrics.jsonl" 
 $PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-weights "$WORK/stop/checkpoints/step_00000024/model.safetensors" \
   "$WORK/full/checkpoints/step_00000024/model.safetensors" 1e-6
 cmp -s "$WORK/stop/finetune_result.json" "$WORK/full/finetune_result.json" || fail "resumed result differs"
+# A resume whose evaluations are all behind it (here: the finished run again, in a copy) reads the
+# best evaluation back from best.json: the same complete finetune_result.json (metric, scores).
+cp -r "$WORK/full" "$WORK/again"
+rm -f "$WORK/again/finetune_result.json"
+ft "$WORK/again" train.init_from="$WORK/pre" || { cat "$WORK/again.log"; fail "resume of a finished run"; }
+cmp -s "$WORK/again/finetune_result.json" "$WORK/full/finetune_result.json" ||
+  { diff "$WORK/again/finetune_result.json" "$WORK/full/finetune_result.json"; fail "resumed result incomplete"; }
 
 # GPT (classifier on the last real token): a BPE tokenizer (for <|endoftext|>), gqa attention.
 # Random init learns the length label within 2 epochs (0.92 accuracy when written, trivial 0.67):

@@ -33,6 +33,7 @@
 #include "trainer/model/model.h"
 #include "trainer/task/task.h"
 #include "trainer/train/finetune_init.h"
+#include "trainer/train/finetune_scores.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/rank_agree.h"
 #include "trainer/train/run_identity.h"
@@ -174,13 +175,17 @@ static void read_best_json(Finetune *f) {
             if (cJSON_IsNumber(x)) v[i] = x->valuedouble;
             else v[3] = 0;
         }
+        // The scores too: a resumed run's finetune_result.json names the metric and every score.
+        if (v[3] != 0 && finetune_scores_from_json(root, &f->best_scores) != 0) v[3] = 0;
         cJSON_Delete(root);
         free(text);
     }
     comm_broadcast(f->comm, v, sizeof v, 0);
+    comm_broadcast(f->comm, &f->best_scores, sizeof f->best_scores, 0);
     if (v[3] == 0) {
         if (f->rank == 0)
-            mhe_fail("%s: expected a JSON object with numbers \"value\", \"epoch\" and \"step\" (the best "
+            mhe_fail("%s: expected a JSON object with numbers \"value\", \"epoch\" and \"step\", \"metric\" and "
+                     "\"scores\" (the best "
                      "evaluation so far, written by finetune); restore it or remove it with %s/best to start the best afresh",
                      path, f->cfg->train.out_dir);
         exit(MHE_EXIT_INPUT);

@@ -17,6 +17,7 @@
 #include "kernels/backend_info.h"
 #include "kernels/ops.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/train/divergence.h"
 #include "trainer/train/evaluate.h"
 #include "trainer/io/metrics.h"
 #include "trainer/io/run_lock.h"
@@ -63,6 +64,7 @@ typedef struct {
     int64_t replica_checks;     // logging steps at which all ranks compared weight checksums
     int lock_fd;                // rank 0: flock on out_dir/.lock (-1 elsewhere)
     int64_t nonfinite_run;      // consecutive non-finite steps so far
+    int64_t diverged_at;        // first step of the trailing run of non-finite losses (0: finite)
 } Trainer;
 
 // Rank 0's outputs must be written: a run whose metrics or events are lost is not a success.
@@ -371,31 +373,37 @@ static void teardown(Trainer *t) {
     free(t->config_yaml);
 }
 
-// batches <= 0: the whole validation split (the run's final, comparable number).
-static void evaluate(Trainer *t, int batches) {
-    if (!t->valid) return;
+// batches <= 0: the whole validation split (the run's final, comparable number).  Returns the
+// validation loss (0 without a validation split).
+static double evaluate(Trainer *t, int batches) {
+    if (!t->valid) return 0;
     const Config *cfg = t->cfg;
     EvalResult r = evaluate_split(t->model, t->valid, t->comm, batches, t->eval_logits);
     const char *scope = batches <= 0 ? " (whole split)" : "";
-    if (t->rank != 0) return;
+    if (t->rank != 0) return r.loss;
     int mlm = cfg->objective.type == OBJ_MLM;
+    char loss_text[48];
+    divergence_format(loss_text, sizeof loss_text, r.loss, 4);
     if (mlm)
-        fprintf(stderr, "eval step %lld%s: valid loss %.4f | masked-token accuracy %.4f | %lld tokens\n",
-                (long long)t->step, scope, r.loss, r.accuracy, (long long)r.tokens);
+        fprintf(stderr, "eval step %lld%s: valid loss %s | masked-token accuracy %.4f | %lld tokens\n",
+                (long long)t->step, scope, loss_text, r.accuracy, (long long)r.tokens);
     else
-        fprintf(stderr, "eval step %lld%s: valid loss %.4f | perplexity %.2f | %lld tokens\n", (long long)t->step,
-                scope, r.loss, r.perplexity, (long long)r.tokens);
+        fprintf(stderr, "eval step %lld%s: valid loss %s | perplexity %.2f | %lld tokens\n", (long long)t->step,
+                scope, loss_text, r.perplexity, (long long)r.tokens);
+    const int64_t diverged = divergence_step(t->diverged_at, r.loss, t->step);
     double tokens_seen = (double)t->step * cfg->train.global_batch * cfg->data.seq_len;
     MetricValue v[] = {{"split", 0, "valid"},
                        {"valid_loss", r.loss, NULL},
                        {mlm ? "valid_accuracy" : "valid_perplexity", mlm ? r.accuracy : r.perplexity, NULL},
                        {"tokens_seen", tokens_seen, NULL},
                        {"valid_tokens", (double)r.tokens, NULL},
-                       {"whole_split", batches <= 0, NULL}};
-    check_write(t, metrics_write(&t->metrics, t->step, 6, v), "metrics.jsonl");
+                       {"whole_split", batches <= 0, NULL},
+                       {"diverged_at_step", (double)diverged, NULL}};
+    check_write(t, metrics_write(&t->metrics, t->step, diverged ? 7 : 6, v), "metrics.jsonl");
     const char *tags[] = {"valid/loss", mlm ? "valid/accuracy" : "valid/perplexity"};
     float vals[] = {(float)r.loss, (float)(mlm ? r.accuracy : r.perplexity)};
     check_write(t, tb_write_scalars(&t->tb, t->step, tb_wall_time(), 2, tags, vals), "tensorboard");
+    return r.loss;
 }
 
 
@@ -536,6 +544,7 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
         if (r == 1) model_zero_grad(t.model);
         t.nonfinite_run = r == 1 ? t.nonfinite_run + 1 : 0;
         t.step++;
+        t.diverged_at = isfinite(loss) ? 0 : t.diverged_at ? t.diverged_at : t.step;
         if (r == 1 || t.step % cfg->train.log_every == 0 || t.step == t.total_steps) {
             log_step(&t, loss, gnorm, lr, omp_get_wtime() - t0, r == 1);
             check_replicas(&t);
@@ -555,8 +564,9 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
         comm_allreduce_max_i64(comm, &stop, 1);
         int stop_here = stop || (opt->stop_after > 0 && t.step == opt->stop_after);
         if (cfg->train.eval_every > 0 && t.step % cfg->train.eval_every == 0 && t.step < t.total_steps) evaluate(&t, cfg->train.eval_batches);
+        // A run that ends diverged keeps its last good checkpoint (keep_last would prune it).
         if (stop_here || (cfg->train.checkpoint_every > 0 && t.step % cfg->train.checkpoint_every == 0) ||
-            t.step == t.total_steps) {
+            (t.step == t.total_steps && !t.diverged_at)) {
             save(&t);
             saved_at_end = t.step == t.total_steps;
         }
@@ -569,8 +579,9 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
         }
     }
     if (status == 0) {
-        evaluate(&t, cfg->train.final_eval_batches);
-        if (!saved_at_end) save(&t);
+        const double valid_loss = evaluate(&t, cfg->train.final_eval_batches);
+        status = divergence_check(t.rank, t.diverged_at, valid_loss, t.step);
+        if (!saved_at_end && status == 0) save(&t);
     }
     teardown(&t);
     return status;
