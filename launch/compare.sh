@@ -224,8 +224,14 @@ done
 done
 drain training
 
+# Not finished after --stop-after is what was asked for (exit 0); otherwise a run that ended
+# without its final evaluation and checkpoint leaves nothing to compare: exit 1.
 if ((${#incomplete[@]})); then
   echo "compare: not finished: $(in_plan_order "${incomplete[@]}"); run the same command (without --stop-after) to continue" >&2
+  if [ -z "$stop_after" ]; then
+    echo "compare: no table: the runs above ended without their final evaluation (see their train.log)" >&2
+    exit 1
+  fi
   exit 0
 fi
 "${util[@]}" summarise "$outdir" --seeds "$seeds" "${types[@]}"
