@@ -432,6 +432,7 @@ static void setup(Finetune *f) {
     f->steps_per_epoch = (n + f->G - 1) / f->G;
     f->total_steps = f->steps_per_epoch * (cfg->task.epochs > 0 ? cfg->task.epochs : 1);
     if (cfg->train.steps > 0 && cfg->train.steps < f->total_steps) f->total_steps = cfg->train.steps;
+    if (f->rank == 0) schedule_warmup_warning(&cfg->optim, f->total_steps, cfg->source);
 
     f->be = cfg->runtime.device == DEVICE_CUDA
                 ? backend_cuda_create_for(comm_local_rank(f->comm), cfg->runtime.precision == PREC_BF16)

@@ -279,12 +279,14 @@ static void setup(Trainer *t) {
         if (t->rank == 0) fprintf(stderr, "initialised weights from %s\n", dir);
         free(dir);
     }
-    RunDiff diff = {NULL, NULL};
+    RunDiff diff = {NULL, NULL, NULL};
+    int64_t saved_total = 0;
     if (ckpt && t->rank == 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.yaml", ckpt);
         char *saved = mhe_read_file(path, NULL);
         diff = run_identity_diff(saved, t->config_yaml);
+        saved_total = run_saved_total_steps(saved, (int64_t)cfg->train.global_batch * cfg->data.seq_len);
         free(saved);
         if (diff.identity && !t->opt->allow_config_change)
             snprintf(why, sizeof why,
@@ -314,6 +316,8 @@ static void setup(Trainer *t) {
         mhe_mkdirs(path);
         if (tb_open(&t->tb, path, tb_wall_time()) != 0) mhe_fail("%s: cannot open an event file: %s", path, strerror(errno));
         if (diff.harmless) fprintf(stderr, "mhetrain: resuming with changed settings (harmless): %s\n", diff.harmless);
+        if (diff.length) schedule_resume_notice(&cfg->optim, diff.length, t->step, saved_total, t->total_steps);
+        schedule_warmup_warning(&cfg->optim, t->total_steps, cfg->source);
         if (diff.identity) {
             fprintf(stderr, "mhetrain: --allow-config-change: resuming with a changed run identity: %s\n", diff.identity);
             MetricValue v[] = {{"event", 0, "config_change"}, {"changes", 0, diff.identity}};
