@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "data/byte_source.h"
 #include "data/corpus.h"
+#include "data/json_nul.h"
 #include "data/strbuf.h"
 #include "data/wikitext.h"
 
@@ -190,6 +191,13 @@ void corpus_read_jsonl_source(ByteSource *src, const char *file, const char *tex
         size_t a = 0;
         while (a < len && isspace((unsigned char)line[a])) a++;
         if (a == len) continue;
+        // A NUL would end the decoded C string there and drop the rest of the document: a raw
+        // one is not JSON, an escaped one becomes U+FFFD and is counted.
+        const char *raw_nul = memchr(line, 0, len);
+        if (raw_nul)
+            mhe_fail_at(file, (int)lineno, (int)(raw_nul - line) + 1,
+                        "a raw NUL byte: JSON strings must escape control characters (\\u0000)");
+        if (stats) stats->nul_replaced += (long long)json_replace_nul_escapes(line, len);
         cJSON *obj = cJSON_ParseWithLength(line, len);
         if (!obj) {
             const char *at = cJSON_GetErrorPtr();
@@ -255,8 +263,13 @@ static void emit_extracted(const StrBuf *raw, StrBuf *unescaped, StrBuf *doc, Co
 
 // WikiExtractor --json: one object per line, {"id", "revid", "url", "title", "text"}; "text"
 // may repeat the title as its first line (dropped like the <doc> form's).
-static void wikiextractor_json_line(const char *file, long long lineno, const char *line, size_t len, StrBuf *raw,
+static void wikiextractor_json_line(const char *file, long long lineno, char *line, size_t len, StrBuf *raw,
                                     StrBuf *unescaped, StrBuf *doc, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    const char *raw_nul = memchr(line, 0, len);  // as corpus_read_jsonl_source: never a cut document
+    if (raw_nul)
+        mhe_fail_at(file, (int)lineno, (int)(raw_nul - line) + 1,
+                    "a raw NUL byte: JSON strings must escape control characters (\\u0000)");
+    if (stats) stats->nul_replaced += (long long)json_replace_nul_escapes(line, len);
     cJSON *obj = cJSON_ParseWithLength(line, len);
     if (!obj) {
         const char *at = cJSON_GetErrorPtr();

@@ -121,6 +121,7 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
     cJSON_AddNumberToObject(src, "wiki_redirects_skipped", (double)m->stats.redirects);
     cJSON_AddNumberToObject(src, "wiki_other_namespaces_skipped", (double)m->stats.other_namespace);
     cJSON_AddNumberToObject(src, "empty_documents_skipped", (double)res->skipped_empty);
+    cJSON_AddNumberToObject(src, "nul_characters_replaced", (double)m->stats.nul_replaced);
 
     cJSON *splits = cJSON_AddObjectToObject(root, "splits");
     for (int s = 0; s < 2; s++) {

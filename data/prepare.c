@@ -398,6 +398,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     if (p.text_out && (ferror(p.text_out) | fclose(p.text_out)) != 0)
         mhe_fatal("%s: write failed: %s", opt->text_out, strerror(errno));
     res->skipped_empty += stats.empty;
+    res->nul_replaced = stats.nul_replaced;
 
     if (p.tok) {
         if (res->documents[0] + res->documents[1] == 0) mhe_fail("the inputs hold no tokens to write");

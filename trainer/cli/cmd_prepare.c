@@ -166,6 +166,9 @@ int cmd_prepare(int argc, char **argv) {
                     o.inputs[i], o.valid_docs_per_source, (long long)s->tokens_wanted,
                     (long long)s->valid_documents, (long long)s->valid_tokens);
     }
+    if (r.nul_replaced > 0)
+        fprintf(stderr, "prepare: %lld NUL characters (\\u0000) in the text replaced by U+FFFD (the documents are kept "
+                        "whole; manifest.json: reading.nul_characters_replaced)\n", (long long)r.nul_replaced);
     if (o.tokenizer && o.valid_by_fraction && o.valid_fraction > 0 && r.documents[1] == 0)
         fprintf(stderr, "prepare: warning: no document fell into the validation split "
                         "(raise --valid-fraction for a corpus this small)\n");
