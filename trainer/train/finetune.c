@@ -32,6 +32,7 @@
 #include "trainer/io/tensorboard.h"
 #include "trainer/model/model.h"
 #include "trainer/task/task.h"
+#include "trainer/train/divergence.h"
 #include "trainer/train/finetune_init.h"
 #include "trainer/train/finetune_scores.h"
 #include "trainer/train/optim.h"
@@ -75,6 +76,8 @@ typedef struct {
     int64_t best_step;
     int best_epoch;
     double t_start;
+    double last_dev_loss;         // of the latest evaluation (divergence.h)
+    int64_t diverged_at;          // first step of the trailing run of non-finite losses (0: none)
 } Finetune;
 
 static int is_host(const Backend *be) { return strcmp(be->name, "cpu") == 0; }
@@ -221,7 +224,7 @@ static double evaluate(Finetune *f, TaskScores *scores) {
 
 static void eval_and_keep_best(Finetune *f, int epoch) {
     TaskScores s;
-    const double loss = evaluate(f, &s);
+    const double loss = f->last_dev_loss = evaluate(f, &s);
     const double primary = s.value[s.primary];
     const int better = primary > f->best || !isfinite(f->best);
     if (f->rank == 0) {
@@ -565,6 +568,7 @@ int finetune_run(const Config *cfg, Comm *comm, const FinetuneOptions *opt) {
         }
         if (r == 1) model_zero_grad(f.model);
         f.step++;
+        f.diverged_at = isfinite(loss) ? 0 : f.diverged_at ? f.diverged_at : f.step;
         const int epoch = (int)((f.step - 1) / f.steps_per_epoch) + 1;  // 1-based, of the step just done
         if (r == 1 || f.step % log_every == 0 || f.step == f.total_steps)
             log_step(&f, epoch, loss, gnorm, lr, omp_get_wtime() - t0, r == 1);
@@ -584,6 +588,7 @@ int finetune_run(const Config *cfg, Comm *comm, const FinetuneOptions *opt) {
         }
     }
     if (status == 0) report(&f);
+    if (status == 0) status = divergence_check(f.rank, f.diverged_at, f.last_dev_loss, f.step);
     teardown(&f);
     return status;
 }
