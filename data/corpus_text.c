@@ -19,6 +19,7 @@ static void emit(CorpusDocFn fn, void *ctx, CorpusStats *stats, const char *s, s
         return;
     }
     stats->documents++;
+    stats->bytes_kept += (long long)n;
     fn(ctx, s, n);
 }
 
@@ -107,6 +108,7 @@ void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, 
     while ((got = byte_source_read(src, chunk, sizeof chunk)) > 0) strbuf_append(&all, chunk, got);
     byte_source_close(src);
     if (!all.s) strbuf_puts(&all, "");
+    stats->bytes_in += (long long)all.len;
     corpus_check_utf8(file, all.s, all.len, 0);
     const char *s = all.s;
     size_t n = all.len;
@@ -187,6 +189,7 @@ void corpus_read_jsonl_source(ByteSource *src, const char *file, const char *tex
         lineno++;
         long long line_offset = offset;
         offset = byte_source_offset(src);
+        if (stats) stats->bytes_in += offset - line_offset;
         corpus_check_utf8(file, line, len, line_offset);
         size_t a = 0;
         while (a < len && isspace((unsigned char)line[a])) a++;
@@ -305,6 +308,7 @@ void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, vo
         lineno++;
         long long line_offset = offset;
         offset = byte_source_offset(src);
+        if (stats) stats->bytes_in += offset - line_offset;
         corpus_check_utf8(file, line, len, line_offset);
         const size_t lead = strspn(line, " \t\r");
         if (json < 0 && lead < len) json = line[lead] == '{';

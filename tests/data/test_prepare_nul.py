@@ -1,4 +1,4 @@
-"""NUL characters never cut a document, and parquet's bad rows are named by their row in the
+"""The input account, and NUL characters never cut a document, and parquet's bad rows are named by their row in the
 file (issue 50: a NUL in a JSON-lines or parquet text field ended the document there, the rest
 gone without a word; invalid UTF-8 was reported at the first row of its 256-row batch).
 
@@ -13,6 +13,7 @@ usage: test_prepare_nul.py   (MHETRAIN, MHE_SOURCE_DIR; run with the .venv's Pyt
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,34 @@ def run_all(tmp):
     expect_fail([MHETRAIN, "prepare", "--text-out", os.path.join(tmp, "bad.txt"), bad],
                 bad.replace(".", "\\.") + r": row 300: invalid UTF-8 in column \"text\"", "parquet invalid UTF-8")
     print("ok parquet: invalid UTF-8 named by its row in the file")
+
+    # The input account: per file, bytes read (the file's own size for plain text and JSON lines)
+    # and bytes kept (the documents' text, as --text-out has it), in manifest.json and one line;
+    # a file that keeps less than half of its bytes is named in a warning with the reasons.
+    book = os.path.join(tmp, "book.txt")
+    with open(book, "w", encoding="utf-8") as f:
+        f.write("The Project Gutenberg EBook of a test\n\n*** START OF THIS PROJECT GUTENBERG EBOOK TEST ***\n\n"
+                "Only this short paragraph is the book.\n\n*** END OF THIS PROJECT GUTENBERG EBOOK TEST ***\n\n"
+                + "Licence text of the kind every Gutenberg file ends with. " * 40 + "\n")
+    out = os.path.join(tmp, "a")
+    p = prepare([book, jsonl], out)
+    m = json.load(open(os.path.join(out, "manifest.json")))
+    acc = {os.path.basename(i["path"]): i["account"] for i in m["inputs"]}
+    book_docs = ["Only this short paragraph is the book."]
+    check(acc["book.txt"]["bytes_read"] == os.path.getsize(book), f"book bytes_read: {acc['book.txt']}")
+    check(acc["book.txt"]["bytes_kept"] == sum(len(d.encode()) for d in book_docs), f"book bytes_kept: {acc['book.txt']}")
+    check(acc["book.txt"]["documents_kept"] == 1, f"book documents: {acc['book.txt']}")
+    jdocs = [d.replace("\u0000", "\ufffd") for d in docs]
+    check(acc["docs.jsonl"]["bytes_read"] == os.path.getsize(jsonl), f"jsonl bytes_read: {acc['docs.jsonl']}")
+    check(acc["docs.jsonl"]["bytes_kept"] == sum(len(d.encode()) for d in jdocs), f"jsonl bytes_kept: {acc['docs.jsonl']}")
+    check(read_docs(out + ".txt") == book_docs + jdocs, "documents")
+    total_in = os.path.getsize(book) + os.path.getsize(jsonl)
+    check(m["reading"]["bytes_read"] == total_in, f"reading: {m['reading']}")
+    check(re.search(r"prepare: warning: %s: kept 38 of %d bytes \(\d+\.\d%%\) in 1 documents \(.*Project Gutenberg header, "
+                    r"licence" % (re.escape(book), os.path.getsize(book)), p.stderr), p.stderr)
+    check(len(re.findall(r"warning: .*: kept ", p.stderr)) == 1, f"one account warning, for the book: {p.stderr}")
+    check("prepare: input account: read %d bytes of text" % total_in in p.stderr, p.stderr)
+    print("ok input account: bytes read and kept per file, warning for the book that keeps little")
 
 
 if __name__ == "__main__":
