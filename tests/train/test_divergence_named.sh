@@ -12,6 +12,7 @@ $PY "$MHE_SOURCE_DIR/tests/train/poison_checkpoint.py" "$ck"
 # train.max_nonfinite: 0 never stops on skipped steps: the run reaches its end diverged.
 set +e
 "$MHETRAIN" train "${args[@]}" train.out_dir="$WORK/nan" train.steps=3 train.max_nonfinite=0 train.init_from="$ck" \
+  train.checkpoint_every=1 \
   2>"$WORK/nan.log"
 status=$?
 set -e
@@ -20,7 +21,7 @@ grep -q "mhetrain: the run diverged at step 1: the training loss is not finite f
   "$WORK/nan.log" || { cat "$WORK/nan.log"; fail "no divergence message naming step 1"; }
 grep -q "valid loss non-finite (nan)" "$WORK/nan.log" || { cat "$WORK/nan.log"; fail "eval line does not say non-finite"; }
 if grep -q -- "-nan" "$WORK/nan.log"; then cat "$WORK/nan.log"; fail "-nan printed"; fi
-[ ! -e "$WORK/nan/checkpoints/latest" ] || fail "a checkpoint of the diverged model was written"
+[ ! -e "$WORK/nan/checkpoints/latest" ] || fail "a checkpoint of the diverged model was written (checkpoint_every 1)"
 $PY - "$WORK/nan/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]  # every row must parse: no bare NaN

@@ -568,9 +568,9 @@ int trainer_run(const Config *cfg, Comm *comm, const TrainOptions *opt) {
         comm_allreduce_max_i64(comm, &stop, 1);
         int stop_here = stop || (opt->stop_after > 0 && t.step == opt->stop_after);
         if (cfg->train.eval_every > 0 && t.step % cfg->train.eval_every == 0 && t.step < t.total_steps) evaluate(&t, cfg->train.eval_batches);
-        // A run that ends diverged keeps its last good checkpoint (keep_last would prune it).
-        if (stop_here || (cfg->train.checkpoint_every > 0 && t.step % cfg->train.checkpoint_every == 0) ||
-            (t.step == t.total_steps && !t.diverged_at)) {
+        // No checkpoint while the loss is not finite: keep_last would prune the good ones for it.
+        if (stop_here || (!t.diverged_at && ((cfg->train.checkpoint_every > 0 && t.step % cfg->train.checkpoint_every == 0) ||
+                                             t.step == t.total_steps))) {
             save(&t);
             saved_at_end = t.step == t.total_steps;
         }
