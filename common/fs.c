@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,38 @@ static int dir_is_empty(const char *path) {
     return empty;
 }
 
+// Staging folders of earlier runs into the same target (".BASE.partial-PID", and ".old" beside
+// one): a process killed outright (kill -9, a crash, a lost node) cannot remove its own.  Those
+// whose process is gone are removed, saying so; one whose PID is alive is named and kept (another
+// export into the same target may be running).
+static void remove_stale_staging(const char *parent, const char *base, const char *who) {
+    DIR *d = opendir(parent);
+    if (!d) return;
+    char prefix[MHE_OUTDIR_PATH_MAX + 16];
+    snprintf(prefix, sizeof prefix, ".%s.partial-", base);
+    const size_t np = strlen(prefix);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, np) != 0) continue;
+        const char *digits = e->d_name + np;
+        size_t nd = strspn(digits, "0123456789");
+        if (nd == 0 || nd > 9 || (digits[nd] && strcmp(digits + nd, ".old") != 0)) continue;
+        const long pid = strtol(digits, NULL, 10);
+        if (pid == (long)getpid()) continue;
+        char path[2 * MHE_OUTDIR_PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
+        if (kill((pid_t)pid, 0) == 0 || errno == EPERM) {
+            fprintf(stderr, "%s: note: %s is the staging folder of process %ld, which is still running (another "
+                            "write into the same --out?); left alone\n", who, path, pid);
+            continue;
+        }
+        remove_tree(path);
+        fprintf(stderr, "%s: removed %s, left by process %ld, which ended without finishing (killed?)\n", who, path,
+                pid);
+    }
+    closedir(d);
+}
+
 void mhe_outdir_begin(MheOutDir *o, const char *target, int force, const char *who) {
     memset(o, 0, sizeof *o);
     size_t n = strlen(target);
@@ -75,6 +108,13 @@ void mhe_outdir_begin(MheOutDir *o, const char *target, int force, const char *w
         mhe_fail("%s: --out %s: name the folder itself (not . or ..)", who, target);
     struct stat st;
     if (lstat(o->target, &st) == 0) {
+        if (S_ISLNK(st.st_mode)) {
+            char to[MHE_OUTDIR_PATH_MAX] = "?";
+            ssize_t k = readlink(o->target, to, sizeof to - 1);
+            if (k >= 0) to[k] = 0;
+            mhe_fail("%s: --out %s is a symbolic link (to %s): the folder is replaced whole, which would replace "
+                     "the link, not what it points to; give the real folder as --out", who, o->target, to);
+        }
         if (!S_ISDIR(st.st_mode)) mhe_fail("%s: --out %s exists and is not a directory", who, o->target);
         if (!force && !dir_is_empty(o->target))
             mhe_fail("%s: --out %s exists and is not empty: pass --force to replace it (the whole folder is "
@@ -91,6 +131,7 @@ void mhe_outdir_begin(MheOutDir *o, const char *target, int force, const char *w
             (int)sizeof o->staging)
         mhe_fail("%s: --out %s: path too long", who, target);
     remove_tree(o->staging);  // a leftover of a killed process that had this pid
+    remove_stale_staging(parent, base, who);
     if (mkdir(o->staging, 0777) != 0)
         mhe_fatal("%s: cannot create %s: %s", who, o->staging, strerror(errno));
     static int registered;

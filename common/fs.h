@@ -11,7 +11,8 @@ void mhe_mkdirs(const char *path);
 // place only once complete; an existing target is swapped out in one atomic exchange
 // (renameat2 RENAME_EXCHANGE; two renames where the file system lacks it).  Whatever fails
 // before the commit -- a full disk, a read-only file, a refusal -- leaves the previous target
-// untouched, and the staging folder is removed at exit.
+// untouched, and the staging folder is removed at exit.  A staging folder of the same target left
+// by a process that no longer runs (kill -9) is removed by the next begin, which says so.
 #define MHE_OUTDIR_PATH_MAX 4096
 typedef struct {
     char target[MHE_OUTDIR_PATH_MAX];      // as given, trailing slashes dropped
@@ -19,8 +20,9 @@ typedef struct {
     char staging[MHE_OUTDIR_PATH_MAX];     // where to write
 } MheOutDir;
 
-// Refuses (exit 2, naming `who` and the folder) a target that is not a directory, or a
-// non-empty one unless `force`; creates the parents and the staging folder.
+// Refuses (exit 2, naming `who` and the folder) a target that is not a directory (a symbolic
+// link, named as such), or a non-empty one unless `force`; creates the parents and the staging
+// folder.
 void mhe_outdir_begin(MheOutDir *o, const char *target, int force, const char *who);
 // Renames the staging folder into place (exit 1 with the reason when that fails).
 void mhe_outdir_commit(MheOutDir *o);

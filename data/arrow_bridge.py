@@ -66,12 +66,27 @@ def main(argv):
             use_title.append(True)
         return [text_col] + ([title_col] if use_title else [])
 
+    def first_bad_row(b, names):
+        """The batch row and column of the first value that is not UTF-8 (to_pylist only says
+        that one is, not where)."""
+        for j in range(b.num_rows):
+            for name in names:
+                try:
+                    b.column(b.schema.get_field_index(name))[j].as_py()
+                except UnicodeError as e:
+                    return j, name, e
+        return 0, names[0], None
+
     out = sys.stdout
     row = 0
     try:
         for b in batches(path, fmt, pa, columns_of):
-            texts = b.column(b.schema.get_field_index(text_col)).to_pylist()
-            titles = b.column(b.schema.get_field_index(title_col)).to_pylist() if use_title else None
+            try:
+                texts = b.column(b.schema.get_field_index(text_col)).to_pylist()
+                titles = b.column(b.schema.get_field_index(title_col)).to_pylist() if use_title else None
+            except UnicodeError as e:
+                j, name, err = first_bad_row(b, [text_col] + ([title_col] if use_title else []))
+                fail("%s: row %d: invalid UTF-8 in column \"%s\" (%s)" % (path, row + j + 1, name, err or e))
             for i, text in enumerate(texts):
                 row += 1
                 if text is None:

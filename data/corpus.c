@@ -107,6 +107,10 @@ char **corpus_list_files(const char *path, int *n_files) {
             }
             l.n = k;
         }
+    } else if (!S_ISREG(st.st_mode)) {
+        // A pipe would be read twice (format detection, then the reader): its start lost.
+        mhe_fail("%s: not a regular file or folder (a pipe or a device?): give a file, or - to read JSON lines "
+                 "from standard input", path);
     } else {
         list_push(&l, mhe_strdup(path));
     }

@@ -30,6 +30,9 @@ typedef struct {
     long long redirects;       // wiki: namespace-0 redirects skipped
     long long other_namespace; // wiki: pages outside namespace 0 skipped
     long long empty;           // documents that were empty after cleaning (skipped)
+    long long nul_replaced;    // JSON lines, parquet, Arrow: NUL characters (\u0000) replaced by U+FFFD
+    long long bytes_in;        // text bytes the readers saw (decompressed; JSON as the lines hold it)
+    long long bytes_kept;      // bytes of the documents passed to the callback
 } CorpusStats;
 
 bool corpus_format_parse(const char *name, CorpusFormat *out);

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "data/byte_source.h"
 #include "data/corpus.h"
+#include "data/json_nul.h"
 #include "data/strbuf.h"
 #include "data/wikitext.h"
 
@@ -18,6 +19,7 @@ static void emit(CorpusDocFn fn, void *ctx, CorpusStats *stats, const char *s, s
         return;
     }
     stats->documents++;
+    stats->bytes_kept += (long long)n;
     fn(ctx, s, n);
 }
 
@@ -106,6 +108,7 @@ void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, 
     while ((got = byte_source_read(src, chunk, sizeof chunk)) > 0) strbuf_append(&all, chunk, got);
     byte_source_close(src);
     if (!all.s) strbuf_puts(&all, "");
+    stats->bytes_in += (long long)all.len;
     corpus_check_utf8(file, all.s, all.len, 0);
     const char *s = all.s;
     size_t n = all.len;
@@ -186,10 +189,18 @@ void corpus_read_jsonl_source(ByteSource *src, const char *file, const char *tex
         lineno++;
         long long line_offset = offset;
         offset = byte_source_offset(src);
+        if (stats) stats->bytes_in += offset - line_offset;
         corpus_check_utf8(file, line, len, line_offset);
         size_t a = 0;
         while (a < len && isspace((unsigned char)line[a])) a++;
         if (a == len) continue;
+        // A NUL would end the decoded C string there and drop the rest of the document: a raw
+        // one is not JSON, an escaped one becomes U+FFFD and is counted.
+        const char *raw_nul = memchr(line, 0, len);
+        if (raw_nul)
+            mhe_fail_at(file, (int)lineno, (int)(raw_nul - line) + 1,
+                        "a raw NUL byte: JSON strings must escape control characters (\\u0000)");
+        if (stats) stats->nul_replaced += (long long)json_replace_nul_escapes(line, len);
         cJSON *obj = cJSON_ParseWithLength(line, len);
         if (!obj) {
             const char *at = cJSON_GetErrorPtr();
@@ -255,8 +266,13 @@ static void emit_extracted(const StrBuf *raw, StrBuf *unescaped, StrBuf *doc, Co
 
 // WikiExtractor --json: one object per line, {"id", "revid", "url", "title", "text"}; "text"
 // may repeat the title as its first line (dropped like the <doc> form's).
-static void wikiextractor_json_line(const char *file, long long lineno, const char *line, size_t len, StrBuf *raw,
+static void wikiextractor_json_line(const char *file, long long lineno, char *line, size_t len, StrBuf *raw,
                                     StrBuf *unescaped, StrBuf *doc, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
+    const char *raw_nul = memchr(line, 0, len);  // as corpus_read_jsonl_source: never a cut document
+    if (raw_nul)
+        mhe_fail_at(file, (int)lineno, (int)(raw_nul - line) + 1,
+                    "a raw NUL byte: JSON strings must escape control characters (\\u0000)");
+    if (stats) stats->nul_replaced += (long long)json_replace_nul_escapes(line, len);
     cJSON *obj = cJSON_ParseWithLength(line, len);
     if (!obj) {
         const char *at = cJSON_GetErrorPtr();
@@ -292,6 +308,7 @@ void corpus_read_wikiextractor(const char *file, int threads, CorpusDocFn fn, vo
         lineno++;
         long long line_offset = offset;
         offset = byte_source_offset(src);
+        if (stats) stats->bytes_in += offset - line_offset;
         corpus_check_utf8(file, line, len, line_offset);
         const size_t lead = strspn(line, " \t\r");
         if (json < 0 && lead < len) json = line[lead] == '{';

@@ -62,6 +62,7 @@ static void on_end(void *ud, const XML_Char *name) {
                 w->stats->empty++;
             } else {
                 w->stats->documents++;
+                w->stats->bytes_kept += (long long)w->clean.len;
                 w->fn(w->ctx, w->clean.s, w->clean.len);
             }
         }
@@ -86,6 +87,7 @@ void corpus_read_wiki(const char *file, int threads, CorpusDocFn fn, void *ctx, 
     char buf[1 << 16];
     for (;;) {
         size_t n = byte_source_read(src, buf, sizeof buf);
+        w.stats->bytes_in += (long long)n;
         if (XML_Parse(p, buf, (int)n, n == 0) == XML_STATUS_ERROR) {
             enum XML_Error e = XML_GetErrorCode(p);
             int line = (int)XML_GetCurrentLineNumber(p);

@@ -17,9 +17,15 @@ void manifest_add_input(Manifest *m, const char *path, const char *format) {
         m->cap_inputs = m->cap_inputs ? 2 * m->cap_inputs : 8;
         m->input_paths = mhe_realloc(m->input_paths, (size_t)m->cap_inputs * sizeof(char *));
         m->input_formats = mhe_realloc(m->input_formats, (size_t)m->cap_inputs * sizeof(char *));
+        m->input_stats = mhe_realloc(m->input_stats, (size_t)m->cap_inputs * sizeof *m->input_stats);
     }
+    memset(&m->input_stats[m->n_inputs], 0, sizeof *m->input_stats);
     m->input_paths[m->n_inputs] = mhe_strdup(path);
     m->input_formats[m->n_inputs++] = format;
+}
+
+void manifest_set_input_stats(Manifest *m, const CorpusStats *s) {
+    if (m->n_inputs > 0) m->input_stats[m->n_inputs - 1] = *s;
 }
 
 bool manifest_read_tokenizer(const char *path, ManifestTokenizer *out) {
@@ -54,6 +60,7 @@ bool manifest_read_tokenizer(const char *path, ManifestTokenizer *out) {
 void manifest_free(Manifest *m) {
     for (int i = 0; i < m->n_inputs; i++) free(m->input_paths[i]);
     free(m->input_paths);
+    free(m->input_stats);
     free(m->input_formats);
 }
 
@@ -83,6 +90,16 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
         // Standard input is gone once read: no size or checksum to record.
         if (strcmp(m->input_paths[i], CORPUS_STDIN) == 0) cJSON_AddStringToObject(in, "source", "standard input");
         else add_file(in, "sha256", m->input_paths[i], true);
+        // The input account: what the reader read and what it kept, and why the rest went.
+        const CorpusStats *s = &m->input_stats[i];
+        cJSON *acc = cJSON_AddObjectToObject(in, "account");
+        cJSON_AddNumberToObject(acc, "bytes_read", (double)s->bytes_in);
+        cJSON_AddNumberToObject(acc, "bytes_kept", (double)s->bytes_kept);
+        cJSON_AddNumberToObject(acc, "documents_kept", (double)s->documents);
+        cJSON_AddNumberToObject(acc, "empty_documents_skipped", (double)s->empty);
+        cJSON_AddNumberToObject(acc, "wiki_redirects_skipped", (double)s->redirects);
+        cJSON_AddNumberToObject(acc, "wiki_other_namespaces_skipped", (double)s->other_namespace);
+        cJSON_AddNumberToObject(acc, "nul_characters_replaced", (double)s->nul_replaced);
         cJSON_AddItemToArray(inputs, in);
     }
 
@@ -121,6 +138,9 @@ void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareR
     cJSON_AddNumberToObject(src, "wiki_redirects_skipped", (double)m->stats.redirects);
     cJSON_AddNumberToObject(src, "wiki_other_namespaces_skipped", (double)m->stats.other_namespace);
     cJSON_AddNumberToObject(src, "empty_documents_skipped", (double)res->skipped_empty);
+    cJSON_AddNumberToObject(src, "nul_characters_replaced", (double)m->stats.nul_replaced);
+    cJSON_AddNumberToObject(src, "bytes_read", (double)m->stats.bytes_in);
+    cJSON_AddNumberToObject(src, "bytes_kept", (double)m->stats.bytes_kept);
 
     cJSON *splits = cJSON_AddObjectToObject(root, "splits");
     for (int s = 0; s < 2; s++) {

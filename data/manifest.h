@@ -18,12 +18,15 @@ typedef struct {
     int n_inputs, cap_inputs;
     char **input_paths;
     const char **input_formats;
+    CorpusStats *input_stats;   // per input file: what its reader read, kept and skipped
     const char *tokenizer_path, *tokenizer_kind;
     int vocab_size, dtype;
     CorpusStats stats;
 } Manifest;
 
 void manifest_add_input(Manifest *m, const char *path, const char *format);
+// The account of the input added last (its reader's CorpusStats for that file alone).
+void manifest_set_input_stats(Manifest *m, const CorpusStats *s);
 // Writes OUT_DIR/manifest.json (hashing inputs, tokenizer and shards).
 void manifest_write(const Manifest *m, const PrepareOptions *opt, const PrepareResult *res,
                     ManifestShard *const shards[2], const int n_shards[2]);

@@ -1,5 +1,6 @@
 // The prepare pipeline: reader (caller's thread) -> tokenizing workers -> ordered writer.
 #include "data/prepare.h"
+#include "data/input_account.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -373,7 +374,11 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
         for (int f = 0; f < nf; f++) {
             CorpusFormat fmt = corpus_detect(files[f], opt->format);
             manifest_add_input(&m, files[f], corpus_format_name(fmt));
-            corpus_read_file_threads(files[f], fmt, threads, on_doc, &p, &stats);
+            CorpusStats file_stats = {0};
+            corpus_read_file_threads(files[f], fmt, threads, on_doc, &p, &file_stats);
+            manifest_set_input_stats(&m, &file_stats);
+            prepare_account_warning(files[f], fmt, &file_stats);
+            corpus_stats_add(&stats, &file_stats);
         }
         if (stats.documents == before) mhe_fail("%s: no documents found in this input", opt->inputs[i]);
         corpus_free_files(files, nf);
@@ -398,6 +403,8 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     if (p.text_out && (ferror(p.text_out) | fclose(p.text_out)) != 0)
         mhe_fatal("%s: write failed: %s", opt->text_out, strerror(errno));
     res->skipped_empty += stats.empty;
+    res->nul_replaced = stats.nul_replaced;
+    res->reading = stats;
 
     if (p.tok) {
         if (res->documents[0] + res->documents[1] == 0) mhe_fail("the inputs hold no tokens to write");

@@ -33,6 +33,8 @@ typedef struct {
     int64_t tokens[2];
     int shards[2];
     int64_t skipped_empty;     // documents with no tokens (or no text)
+    int64_t nul_replaced;
+    CorpusStats reading;       // the input account over every file (data/corpus.h)      // NUL characters (\u0000 in JSON lines, parquet, Arrow) replaced by U+FFFD
     int n_sources;             // = n_inputs; per input: documents, tokens and their split
     SourceSplit *sources;      // (malloc'd; free it)
     double seconds;

@@ -66,9 +66,13 @@ mapfile -t known < <("$bin" info --attention-types | cut -f1)
 ((${#known[@]})) || die "$bin info --attention-types listed no attention type"
 ((${#types[@]})) || types=("${known[@]}")
 if [ -n "${MHE_LAUNCH:-}" ]; then read -r -a launch <<<"$MHE_LAUNCH"; else launch=("$bin" train); fi
+command -v "${launch[0]:-}" >/dev/null ||
+  die "MHE_LAUNCH=$MHE_LAUNCH: expected a launcher command that runs like \"mhetrain train\" (e.g. \"launch/mpirun.sh -n 2\"); '${launch[0]:-}' is not a command"
 for t in "${types[@]}"; do
   [[ " ${known[*]} " == *" $t "* ]] || die "unknown attention type '$t' (known: ${known[*]})"
 done
+dup=$(printf '%s\n' "${types[@]}" | sort | uniq -d | tr '\n' ' ')
+[ -z "$dup" ] || die "attention type ${dup% } named more than once"
 
 has_user() { local k; for k in "${user[@]+"${user[@]}"}"; do [[ "$k" == "$1="* ]] && return 0; done; return 1; }
 # The same budget for every type.  steps=0 lets a token budget replace the base's step count.
@@ -224,8 +228,14 @@ done
 done
 drain training
 
+# Not finished after --stop-after is what was asked for (exit 0); otherwise a run that ended
+# without its final evaluation and checkpoint leaves nothing to compare: exit 1.
 if ((${#incomplete[@]})); then
   echo "compare: not finished: $(in_plan_order "${incomplete[@]}"); run the same command (without --stop-after) to continue" >&2
+  if [ -z "$stop_after" ]; then
+    echo "compare: no table: the runs above ended without their final evaluation (see their train.log)" >&2
+    exit 1
+  fi
   exit 0
 fi
 "${util[@]}" summarise "$outdir" --seeds "$seeds" "${types[@]}"

@@ -17,6 +17,7 @@
 #
 #   launch/fetch_corpus.sh [DIR]       fetch what is missing, print DIR's absolute path
 #   launch/fetch_corpus.sh --list      the files it makes, relative to DIR, one per line
+#   launch/fetch_corpus.sh --help      this text
 set -euo pipefail
 
 WIKI=wikipedia/enwiki-pages-articles-shortened.xml.bz2
@@ -43,11 +44,13 @@ book_files() {
   for w in "${CANTERBURY[@]}"; do echo "canterbury-$w"; done
   echo kjv-bible.txt
 }
-if [ "${1:-}" = --list ]; then
-  echo "$WIKI"
-  book_files | sed 's|^|books/|'
-  exit 0
-fi
+case "${1:-}" in
+  -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+  --list) [ $# = 1 ] || { echo "fetch: --list takes no other argument" >&2; exit 2; }
+          echo "$WIKI"; book_files | sed 's|^|books/|'; exit 0 ;;
+  -*) echo "fetch: unknown option '$1' (see --help)" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "fetch: expected at most one DIR, got $# arguments (see --help)" >&2; exit 2; }
 dest="${1:-corpus/raw}"
 mkdir -p "$dest/wikipedia" "$dest/books"
 dest="$(cd "$dest" && pwd)"

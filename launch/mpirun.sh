@@ -10,13 +10,17 @@
 # -t    OpenMP threads per rank (default: cores of a node / ranks per node)
 # Extra mpirun options go in MHE_MPIRUN_ARGS, e.g. MHE_MPIRUN_ARGS="--mca btl tcp,self".
 # NCCL_*, UCX_*, OMP_*, CUDA_* and MHE_* variables are passed through to every rank.
+# SIGTERM, SIGINT or SIGHUP sent to this script reaches the ranks (not mpirun, which would abort
+# the job with status 1): every rank checkpoints at its next step and the script exits
+# 128 + the signal (143 for TERM), as a single-process `mhetrain train` does.
 set -euo pipefail
+case "${1:-}" in --help) sed -n '2,16p' "$0"; exit 0 ;; esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ranks="" hostfile="" per_node="" threads=""
 while getopts "n:H:p:t:h" opt; do
   case "$opt" in
     n) ranks="$OPTARG" ;; H) hostfile="$OPTARG" ;; p) per_node="$OPTARG" ;; t) threads="$OPTARG" ;;
-    h) sed -n '2,13p' "$0"; exit 0 ;;
+    h) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "launch/mpirun.sh: unknown option (see -h)" >&2; exit 2 ;;
   esac
 done
@@ -64,5 +68,24 @@ if [ -z "$hostfile" ] && [ $((per_node * threads)) -gt "$cores" ]; then
   [ "$(id -u)" = 0 ] && args+=(--allow-run-as-root)
 fi
 for v in $(env | cut -d= -f1 | grep -E '^(NCCL_|UCX_|OMP_|CUDA_|MHE_)' || true); do args+=(-x "$v"); done
+# mpirun in the background, so that a signal to this script can go to the ranks themselves
+# (mpirun's children here; the trainers all-reduce the stop request, so ranks on other hosts
+# stop at the same step): each checkpoints and exits 128 + the signal, which mpirun returns.
 # shellcheck disable=SC2086
-exec mpirun "${args[@]}" ${MHE_MPIRUN_ARGS:-} "$bin" train "$@" runtime.threads="$threads"
+mpirun "${args[@]}" ${MHE_MPIRUN_ARGS:-} "$bin" train "$@" runtime.threads="$threads" &
+mpi=$!
+forward() {
+  local kids
+  kids=$(pgrep -P "$mpi" || true)
+  # shellcheck disable=SC2086
+  if [ -n "$kids" ]; then kill -"$1" $kids 2>/dev/null || true; else kill -"$1" "$mpi" 2>/dev/null || true; fi
+}
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+trap 'forward HUP' HUP
+while :; do
+  wait "$mpi" && status=0 || status=$?
+  # wait returns early (128 + signal) when a trapped signal arrives; mpirun still runs then.
+  kill -0 "$mpi" 2>/dev/null || break
+done
+exit "$status"

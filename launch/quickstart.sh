@@ -13,8 +13,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 wiki="" books="" overrides=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --wiki) wiki="$(realpath "$2")"; shift 2 ;;
-    --books) books="$(realpath "$2")"; shift 2 ;;
+    --wiki|--books) [ -e "${2:-}" ] || { echo "quickstart: $1 needs an existing file or folder, got '${2:-}'" >&2; exit 2; }
+                    if [ "$1" = --wiki ]; then wiki="$(realpath "$2")"; else books="$(realpath "$2")"; fi; shift 2 ;;
     -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *=*) overrides+=("$1"); shift ;;
     *) echo "quickstart: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -23,6 +23,10 @@ done
 say() { printf '\n== %s\n' "$*" >&2; }
 t0=$(date +%s)
 
+[[ "${MHE_SKIP_BUILD:-0}" =~ ^[01]?$ ]] || { echo "quickstart: MHE_SKIP_BUILD=$MHE_SKIP_BUILD: expected 0 or 1" >&2; exit 2; }
+if [ "${MHE_SKIP_BUILD:-0}" = 1 ] && [ ! -x "${MHETRAIN:-}" ]; then
+  echo "quickstart: MHE_SKIP_BUILD=1 needs MHETRAIN set to a built mhetrain, got '${MHETRAIN:-}'" >&2; exit 2
+fi
 if [ "${MHE_SKIP_BUILD:-0}" != 1 ]; then
   say "setting up and building"
   "$here/launch/setup.sh"

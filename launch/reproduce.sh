@@ -4,7 +4,7 @@
 # the paper's table (launch/compare/README.md, "The MHE paper's table").
 #
 #   launch/reproduce.sh [--run] [-o OUTDIR] [--configs DIR] [--types "sha mha ..."] [--seeds N]
-#                       [--tasks TASK ...] [--gpus N] [--gpus-per-node P] [--gpu h100|a100]
+#                       [--tasks TASK ...] [--gpus N] [--gpus-per-node P] [--gpu a100|h100|h200]
 #                       [--bench-bin PATH] [key=value ...]
 #
 # --configs  pretraining configs bert-base-<type>.yaml and task files finetune/*.yaml
@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
     --gpus) [[ "${2:-}" =~ ^[0-9]+$ && "$2" -ge 1 ]] || die "--gpus needs a positive integer"; gpus="$2"; shift 2 ;;
     --gpus-per-node) [[ "${2:-}" =~ ^[0-9]+$ && "$2" -ge 1 ]] || die "--gpus-per-node needs a positive integer"
                      per_node="$2"; shift 2 ;;
-    --gpu) [[ "${2:-}" =~ ^(a100|h100)$ ]] || die "--gpu needs a100 or h100"; gpu="$2"; shift 2 ;;
+    --gpu) [[ "${2:-}" =~ ^(a100|h100|h200)$ ]] || die "--gpu needs a100, h100 or h200"; gpu="$2"; shift 2 ;;
     --bench-bin) [ -x "${2:-}" ] || die "--bench-bin needs an mhetrain executable"; bench_bin="$2"; shift 2 ;;
     *=*) user+=("$1"); shift ;;
     *) die "unknown argument '$1' (see --help)" ;;
@@ -62,6 +62,9 @@ nodes=$(( gpus / per_node ))
 ((${#tasks_in[@]})) || for f in "$configs"/finetune/*.yaml; do [ -e "$f" ] && tasks_in+=("$f"); done
 ((${#tasks_in[@]})) || die "no task files in $configs/finetune and no --tasks"
 cfg_of() { echo "$configs/bert-base-${1//_/-}.yaml"; }
+# Each type once: a repeated one would train the same run twice into one folder.
+dup=$(printf '%s\n' "${types[@]}" | sort | uniq -d | tr '\n' ' ')
+[ -z "$dup" ] || die "--types names ${dup% } more than once"
 for t in "${types[@]}"; do [ -r "$(cfg_of "$t")" ] || die "no pretraining config $(cfg_of "$t") for type $t"; done
 mkdir -p "$outdir"
 outdir="$(cd "$outdir" && pwd)"
@@ -125,6 +128,8 @@ fi
 
 # --- run: pretraining (resumable), fine-tuning (skips finished runs), the table ---
 if [ -n "${MHE_LAUNCH:-}" ]; then read -r -a launch <<<"$MHE_LAUNCH"; else launch=("$bin" train); fi
+command -v "${launch[0]:-}" >/dev/null ||
+  die "MHE_LAUNCH=$MHE_LAUNCH: expected a launcher command that runs like \"mhetrain train\" (e.g. \"launch/mpirun.sh -n 2\"); '${launch[0]:-}' is not a command"
 for t in "${types[@]}"; do
   cfg="$(cfg_of "$t")" dir="$outdir/pretrain/$t"
   mkdir -p "$dir"

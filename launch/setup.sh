@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Installs what mhetrain needs to build and test, and nothing that is already there.
 # Safe to run again; never prompts (CI has no terminal).
+#   launch/setup.sh            install what is missing (apt packages, then .venv)
+#   MHE_SKIP_VENV=1 launch/setup.sh   the packages only
 set -euo pipefail
+case "${1:-}" in
+  "") ;;
+  -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+  *) echo "setup: takes no argument, got '$1' (see --help)" >&2; exit 2 ;;
+esac
+[[ "${MHE_SKIP_VENV:-0}" =~ ^[01]?$ ]] || { echo "setup: MHE_SKIP_VENV=$MHE_SKIP_VENV: expected 0 or 1" >&2; exit 2; }
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Build and run-time libraries (Debian package names).

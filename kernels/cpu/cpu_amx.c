@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/env.h"
 #include "common/error.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -19,9 +20,7 @@
 #define XFEATURE_XTILEDATA 18
 
 static int decide(void) {
-    const char *e = getenv("MHE_CPU_AMX");
-    if (e && *e && strcmp(e, "0") == 0) return 0;
-    if (e && *e && strcmp(e, "1") != 0) mhe_fatal("MHE_CPU_AMX=%s: expected 0 or 1", e);
+    if (!mhe_env_flag("MHE_CPU_AMX", 1)) return 0;
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     const int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;

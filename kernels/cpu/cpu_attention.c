@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "kernels/cpu/cpu_amx.h"
 #include "kernels/cpu/cpu_attention.h"
@@ -715,11 +716,8 @@ static void fused_backward(Backend *be, const AttnShape *s, const Act *q, const 
 }
 
 void cpu_install_attention(Backend *be) {
-    const char *e = getenv("MHE_CPU_ATTN_BLOCK");
-    block_override = e && atoi(e) > 0 ? atoi(e) : -1;
-    const char *which = getenv("MHE_CPU_ATTENTION");
-    if (which && *which && strcmp(which, "fused") != 0 && strcmp(which, "ref") != 0)
-        mhe_fatal("MHE_CPU_ATTENTION=%s: expected fused or ref", which);
+    block_override = (int)mhe_env_int("MHE_CPU_ATTN_BLOCK", 16, 4096, 16, -1);
+    const char *which = mhe_env_choice("MHE_CPU_ATTENTION", (const char *const[]){"fused", "ref"}, 2);
     // Unless asked: the fused core in bf16 (2.2-2.9x the reference core there), the reference
     // core in fp32, where the fused one is no faster when not causal (oneDNN's one big sgemm per
     // head beats per-block products) and fp32 results stay bit for bit what they were.

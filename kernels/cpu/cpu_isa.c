@@ -65,12 +65,12 @@ CpuInstallFn cpu_isa_choose(const char **name) {
         const int i = find(want);
         if (i < 0) {
 #if MHE_CPU_ISA_X86
-            mhe_fatal("MHE_CPU_ISA=%s: expected avx512, avx2 or baseline", want);
+            mhe_fail("MHE_CPU_ISA=%s: expected avx512, avx2 or baseline", want);
 #else
-            mhe_fatal("MHE_CPU_ISA=%s: this build has one level, baseline", want);
+            mhe_fail("MHE_CPU_ISA=%s: this build has one level, baseline", want);
 #endif
         }
-        if (!supported(i)) mhe_fatal("MHE_CPU_ISA=%s: this CPU lacks %s", want, levels[i].needs);
+        if (!supported(i)) mhe_fail("MHE_CPU_ISA=%s: this CPU lacks %s", want, levels[i].needs);
         *name = levels[i].name;
         return levels[i].install;
     }

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "kernels/cpu/cpu_internal.h"
 
@@ -52,15 +53,10 @@ struct CpuWeights {
     long reused;                    // products that took a copy made earlier in its window
 };
 
-static int env_flag(const char *name, int dflt) {
-    const char *v = getenv(name);
-    return v && *v ? strcmp(v, "0") != 0 : dflt;
-}
-
 CpuWeights *cpu_weights_create(void) {
     CpuWeights *w = mhe_calloc(1, sizeof *w);
-    w->enabled = env_flag("MHE_CPU_WEIGHT_CACHE", 1);
-    w->check = env_flag("MHE_CPU_WEIGHT_CHECK", 0);
+    w->enabled = mhe_env_flag("MHE_CPU_WEIGHT_CACHE", 1);
+    w->check = mhe_env_flag("MHE_CPU_WEIGHT_CHECK", 0);
     pthread_mutex_init(&w->lock, NULL);
     return w;
 }

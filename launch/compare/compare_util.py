@@ -71,7 +71,11 @@ def read_metrics(path):
                 # A crash can leave a torn last line; anything else is a real problem.
                 sys.stderr.write("compare: %s:%d: not JSON, ignored\n" % (path, n))
                 continue
-            (valid if row.get("split") == "valid" else train)[int(row["step"])] = row
+            step = row.get("step") if isinstance(row, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool):
+                sys.stderr.write("compare: %s:%d: no integer \"step\", ignored\n" % (path, n))
+                continue
+            (valid if row.get("split") == "valid" else train)[step] = row
     return train, valid
 
 
@@ -152,30 +156,49 @@ def mean_sd(xs):
     return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
+def num(row, key):
+    """A metric as a float, or None: absent, null (the trainer's non-finite value) or not a number."""
+    v = row.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
 def collect_run(d):
     cfg = read_resolved(os.path.join(d, "resolved.yaml"))
     steps = int(cfg["train.steps"])
     train, valid = read_metrics(os.path.join(d, "metrics.jsonl"))
     if steps not in valid:
-        fail("%s: no final evaluation at step %d" % (d, steps))
+        fail("%s: no final evaluation at step %d (the run has not finished)" % (d, steps))
     final = valid[steps]
     mlm = cfg["objective.type"] == "mlm"
+    loss = num(final, "valid_loss")
+    # A diverged run (trainer: valid_loss null and diverged_at_step) has no comparable numbers.
+    diverged = None
+    if loss is None:
+        diverged = final.get("diverged_at_step") if isinstance(final.get("diverged_at_step"), int) else steps
+    tps = [num(r, "tokens_per_s") for r in train.values() if not r.get("skipped")]
     return {
-        "mlm": mlm, "steps": steps, "tokens_seen": int(final["tokens_seen"]),
-        "valid_tokens": int(final["valid_tokens"]) if "valid_tokens" in final else None,
+        "mlm": mlm, "steps": steps, "tokens_seen": int(num(final, "tokens_seen") or 0),
+        "valid_tokens": None if num(final, "valid_tokens") is None else int(final["valid_tokens"]),
         "whole_split": bool(final.get("whole_split", 0)),
-        "valid_loss": float(final["valid_loss"]),
-        "valid_accuracy": float(final["valid_accuracy"]) if mlm else None,
-        "valid_perplexity": None if mlm else float(final["valid_perplexity"]),
-        "tokens_per_s": median([float(r["tokens_per_s"]) for r in train.values() if not r.get("skipped")]),
+        "diverged_at_step": diverged, "dir": d,
+        "valid_loss": loss,
+        "valid_accuracy": num(final, "valid_accuracy") if mlm and loss is not None else None,
+        "valid_perplexity": None if mlm or loss is None else num(final, "valid_perplexity"),
+        "tokens_per_s": median([x for x in tps if x is not None]),
         "peak_rss_mib": peak_rss_mib(d), "model_mem_mib": model_memory_mib(d),
-        "curve": [(float(v["tokens_seen"]), float(v["valid_loss"])) for _, v in sorted(valid.items())],
+        "curve": [(num(v, "tokens_seen"), num(v, "valid_loss")) for _, v in sorted(valid.items())
+                  if num(v, "tokens_seen") is not None and num(v, "valid_loss") is not None],
     }
 
 
 def prr_of(run, ref):
     """PRR on a higher-is-better metric: accuracy (MLM) or 1/perplexity (CLM); and on
-    exp(-loss) for both, the likelihood per token, so loss differences read as ratios."""
+    exp(-loss) for both, the likelihood per token, so loss differences read as ratios.  None
+    where either run has no number (diverged)."""
+    if run["valid_loss"] is None or ref["valid_loss"] is None:
+        return None, None
     if run["mlm"]:
         prr = 100.0 * run["valid_accuracy"] / ref["valid_accuracy"] if ref["valid_accuracy"] > 0 else None
     else:
@@ -196,6 +219,15 @@ def collect(outdir, types, seeds=1):
         for k in ["valid_loss", "valid_accuracy", "valid_perplexity", "tokens_per_s", "peak_rss_mib",
                   "model_mem_mib"]:
             row[k], row[k + "_sd"] = mean_sd([r[k] for r in runs])
+        # One diverged seed makes the type's mean meaningless: no number, and the table says why.
+        row["diverged"] = ["%s at step %d" % (os.path.relpath(r["dir"], outdir), r["diverged_at_step"])
+                           for r in runs if r["diverged_at_step"] is not None]
+        row["diverged_at_step"] = min((r["diverged_at_step"] for r in runs if r["diverged_at_step"] is not None),
+                                      default=None)
+        if row["diverged"]:
+            for k in ["valid_loss", "valid_accuracy", "valid_perplexity"]:
+                row[k] = row[k + "_sd"] = None
+            sys.stderr.write("compare: %s diverged (%s): no loss for it in the table\n" % (t, ", ".join(row["diverged"])))
         # peak memory is a maximum over runs, not a mean
         rss = [r["peak_rss_mib"] for r in runs if r["peak_rss_mib"] is not None]
         row["peak_rss_mib"] = max(rss) if rss else None
@@ -216,12 +248,14 @@ def collect(outdir, types, seeds=1):
             continue
         # Seed k of a type against seed k of mha (the same data order and masks): paired.
         pairs = [prr_of(a, b) for a, b in zip(r["runs"], ref["runs"])]
+        if r["diverged"] or ref["diverged"]:
+            pairs = []
         r["prr"], r["prr_sd"] = mean_sd([p[0] for p in pairs])
         r["prr_loss"], r["prr_loss_sd"] = mean_sd([p[1] for p in pairs])
         # The rule: a type differs from mha when mean ± sd of its final validation loss and
         # mha's do not overlap, i.e. |gap| > sd(type) + sd(mha).  Needs >= 2 seeds.
-        r["gap"] = r["valid_loss"] - ref["valid_loss"]
-        if r is ref or r["valid_loss_sd"] is None:
+        r["gap"] = None if r["valid_loss"] is None or ref["valid_loss"] is None else r["valid_loss"] - ref["valid_loss"]
+        if r is ref or r["valid_loss_sd"] is None or ref["valid_loss_sd"] is None or r["gap"] is None:
             r["separated"] = None
         else:
             r["separated"] = abs(r["gap"]) > r["valid_loss_sd"] + ref["valid_loss_sd"]
@@ -231,7 +265,7 @@ def collect(outdir, types, seeds=1):
 CSV_COLUMNS = ["type", "attention_weights", "total_params", "steps", "tokens_seen", "seeds", "valid_tokens",
                "valid_loss", "valid_loss_sd", "valid_accuracy", "valid_accuracy_sd", "valid_perplexity",
                "valid_perplexity_sd", "prr", "prr_sd", "prr_loss", "prr_loss_sd", "gap_to_mha", "separated",
-               "tokens_per_s", "peak_rss_mib", "model_mem_mib"]
+               "tokens_per_s", "peak_rss_mib", "model_mem_mib", "diverged_at_step"]
 
 
 def write_csv(path, rows):
@@ -285,7 +319,7 @@ def write_md(path, rows, base_cfg):
     lines.append("|" + "---|" * len(head))
     for r in rows:
         cells = [r["type"], "{:,}".format(r["attention_weights"]), "{:,}".format(r["total_params"]),
-                 pm(r["valid_loss"], r["valid_loss_sd"], 4),
+                 "diverged (%s)" % ", ".join(r["diverged"]) if r["diverged"] else pm(r["valid_loss"], r["valid_loss_sd"], 4),
                  pm(r["valid_accuracy"], r["valid_accuracy_sd"], 4) if mlm else
                  pm(r["valid_perplexity"], r["valid_perplexity_sd"], 2),
                  pm(r["prr"], r["prr_sd"], 1), pm(r["prr_loss"], r["prr_loss_sd"], 1)]

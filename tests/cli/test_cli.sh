@@ -44,6 +44,6 @@ expect2 "cannot read the config $src/nothere.yaml" env MHETRAIN="$MHETRAIN" "$sr
 empty_hosts=$(mktemp); trap 'rm -f "$empty_hosts"' EXIT
 echo "# no hosts" >"$empty_hosts"
 expect2 "hostfile $empty_hosts names no host" env MHETRAIN="$MHETRAIN" "$src/launch/mpirun.sh" -H "$empty_hosts" "$cfg"
-expect2 "expected a readable CONFIG.yaml, got ''" bash "$src/launch/slurm.sbatch"
+expect2 "expected a readable CONFIG.yaml (relative to" env MHETRAIN="$MHETRAIN" bash "$src/launch/slurm.sbatch"
 expect2 "SLURM_CPUS_PER_TASK expects a whole number" env SLURM_CPUS_PER_TASK=0 bash "$src/launch/slurm.sbatch" "$cfg"
 echo PASS

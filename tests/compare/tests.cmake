@@ -13,3 +13,7 @@ set_tests_properties(test_compare_paper_table PROPERTIES ENVIRONMENT "${MHE_COMP
 add_test(NAME test_reproduce_tiny COMMAND bash ${CMAKE_SOURCE_DIR}/tests/compare/test_reproduce.sh)
 set_tests_properties(test_reproduce_tiny PROPERTIES FIXTURES_REQUIRED train_corpus
   ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 400 LABELS e2e)
+# compare_util.py / compare.sh on metrics files with diverged, torn, step-less and unfinished runs.
+add_test(NAME test_compare_reads_any_metrics COMMAND bash ${CMAKE_SOURCE_DIR}/tests/compare/test_compare_metrics.sh)
+set_tests_properties(test_compare_reads_any_metrics PROPERTIES FIXTURES_REQUIRED train_corpus
+  ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 120 LABELS unit)

@@ -39,3 +39,8 @@ set_property(TEST test_data_book_chapters test_data_fetch_script APPEND PROPERTY
 set_property(TEST test_data_valid_split APPEND PROPERTY LABELS e2e)
 set_property(TEST test_data_prepare_determinism test_data_bad_inputs test_data_bounded_memory
   test_data_fuzz_inputs test_data_prepare_tables APPEND PROPERTY LABELS e2e)
+# NUL characters in JSON lines and parquet never cut a document; parquet's invalid UTF-8 by file row (issue 50).
+add_test(NAME test_data_prepare_nul
+  COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_prepare_nul.py)
+set_tests_properties(test_data_prepare_nul PROPERTIES TIMEOUT 120 LABELS e2e ENVIRONMENT
+  "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")

@@ -130,6 +130,10 @@ case("boolq", '{"question": "q", "passage": "a\x12b", "label": true}\n',
 case("squad2", '{"version": "v2.0",\n "data": [{"title": "t\x01"}]}', "{f}:2:23: control byte 0x01: JSON must escape it (\\u0001)",
      typ="span")
 case("sst2", b"sentence\tlabel\nfine\x00 film\t1\n", "{f}:2:5: NUL byte: expected text")
+# The escape \u0000 decodes to a NUL that ended the field there, the rest silently gone (issue 50).
+NUL = ": a NUL character (\\u0000) in a JSON string: the text would end there; remove or replace it"
+case("boolq", '{"question": "q", "passage": "kept\\u0000lost", "label": true}\n', "{f}:1:35" + NUL)
+case("squad2", '{"version": "v2.0",\n "data": [{"title": "t\\u0000"}]}', "{f}:2:23" + NUL, typ="span")
 # Invalid UTF-8 with its line and column, in every reader (was: dropped silently).
 U = ": fine-tuning text must be UTF-8, as prepare's inputs are (re-encode the file; nothing is dropped silently)"
 case("sst2", b"sentence\tlabel\nfine\t1\nbad \xff here\t0\n", "{f}:3:5: invalid UTF-8 (byte 0xff)" + U)

@@ -6,6 +6,8 @@
 #   metric, TensorBoard events, out/best (the best evaluation's checkpoint) and best.json,
 #   finetune_result.json with the best scores and the trivial predictor's;
 # - --stop-after then the same command resumes and ends with the straight run's losses and weights;
+#   a resume past the last evaluation writes the same complete finetune_result.json;
+# - a run from NaN weights ends diverged: exit 1 naming the step;
 # - GPT: the classifier on the last real token learns a length label (beats the trivial accuracy);
 # - one-line errors, exit 2: encoder shapes that differ from the checkpoint's, no task section.
 source "$MHE_SOURCE_DIR/tests/finetune_loop/lib.sh"
@@ -61,6 +63,22 @@ $PY "$CHECK" losses-close "$WORK/stop/metrics.jsonl" "$WORK/full/metrics.jsonl" 
 $PY "$MHE_SOURCE_DIR/tests/finetune_loop/compare.py" same-weights "$WORK/stop/checkpoints/step_00000024/model.safetensors" \
   "$WORK/full/checkpoints/step_00000024/model.safetensors" 1e-6
 cmp -s "$WORK/stop/finetune_result.json" "$WORK/full/finetune_result.json" || fail "resumed result differs"
+# A resume whose evaluations are all behind it (here: the finished run again, in a copy) reads the
+# best evaluation back from best.json: the same complete finetune_result.json (metric, scores).
+cp -r "$WORK/full" "$WORK/again"
+rm -f "$WORK/again/finetune_result.json"
+ft "$WORK/again" train.init_from="$WORK/pre" || { cat "$WORK/again.log"; fail "resume of a finished run"; }
+cmp -s "$WORK/again/finetune_result.json" "$WORK/full/finetune_result.json" ||
+  { diff "$WORK/again/finetune_result.json" "$WORK/full/finetune_result.json"; fail "resumed result incomplete"; }
+# A fine-tuning run whose loss is not finite at its end (a NaN weight in the encoder it starts
+# from) is named as diverged: exit 1, the step, never 0 (issue 50); finetune_result.json stays JSON.
+cp -r "$WORK/pre" "$WORK/prenan"
+$PY "$MHE_SOURCE_DIR/tests/train/poison_checkpoint.py" "$WORK/prenan/checkpoints/$(cat "$WORK/prenan/checkpoints/latest")"
+set +e; ft "$WORK/nan" train.init_from="$WORK/prenan" task.epochs=1; rc=$?; set -e
+[ "$rc" = 1 ] || { cat "$WORK/nan.log"; fail "a diverged fine-tuning run: exit $rc, expected 1"; }
+grep -q "mhetrain: the run diverged at step 1: the training loss is not finite from step 1 to the end (step 12), final validation loss non-finite (nan)" \
+  "$WORK/nan.log" || { cat "$WORK/nan.log"; fail "no divergence message"; }
+$PY -c "import json, sys; json.load(open(sys.argv[1]))" "$WORK/nan/finetune_result.json" || fail "finetune_result.json is not JSON"
 
 # GPT (classifier on the last real token): a BPE tokenizer (for <|endoftext|>), gqa attention.
 # Random init learns the length label within 2 epochs (0.92 accuracy when written, trivial 0.67):

@@ -11,22 +11,7 @@ args=("$TINY" "${DATA[@]}" train.eval_every=0 train.checkpoint_every=0)
 ck="$WORK/good/checkpoints/step_00000002"
 # Poison one weight (first float of the first tensor) and re-record the checksums, so the
 # checkpoint is valid but holds a NaN.
-$PY - "$ck" <<'PY'
-import hashlib, json, os, struct, sys
-d = sys.argv[1]
-p = os.path.join(d, "model.safetensors")
-b = bytearray(open(p, "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-b[8 + n:8 + n + 4] = struct.pack("<f", float("nan"))
-open(p, "wb").write(b)
-s = json.load(open(os.path.join(d, "state.json")))
-s["files"]["model.safetensors"]["sha256"] = hashlib.sha256(b).hexdigest()
-# state.json's own checksum: sha256 of its text with the value zeroed.
-s["state_sha256"] = "0" * 64
-text = json.dumps(s)
-text = text.replace('"state_sha256": "' + "0" * 64, '"state_sha256": "' + hashlib.sha256(text.encode()).hexdigest())
-open(os.path.join(d, "state.json"), "w").write(text)
-PY
+$PY "$MHE_SOURCE_DIR/tests/train/poison_checkpoint.py" "$ck"
 set +e; "$MHETRAIN" eval "$ck" >"$WORK/eval.json" 2>"$WORK/eval.log"; status=$?; set -e
 [ "$status" = 1 ] || { cat "$WORK/eval.log" "$WORK/eval.json"; fail "eval of NaN weights: exit $status, expected 1"; }
 $PY - "$WORK/eval.json" <<'PY'

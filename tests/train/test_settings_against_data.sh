@@ -10,7 +10,7 @@
 #    were made with is a warning.
 source "$(dirname "$0")/lib.sh"
 TOKS="$MHE_SOURCE_DIR/../shared/data/tokenizers"
-args=("$TINY" "${DATA[@]}" train.eval_every=0 train.checkpoint_every=0 train.steps=1)
+args=("$TINY" "${DATA[@]}" train.eval_every=0 train.checkpoint_every=0 train.steps=1 optim.warmup_steps=1)
 refuses() {  # NAME PATTERN OVERRIDES...: exit 2, one stderr line matching PATTERN, no step
   local name=$1 pattern=$2 status
   shift 2

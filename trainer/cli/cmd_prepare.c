@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/fs.h"
+#include "data/input_account.h"
 #include "data/prepare.h"
 #include "trainer/cli/commands.h"
 #include "trainer/io/run_lock.h"
@@ -166,6 +167,10 @@ int cmd_prepare(int argc, char **argv) {
                     o.inputs[i], o.valid_docs_per_source, (long long)s->tokens_wanted,
                     (long long)s->valid_documents, (long long)s->valid_tokens);
     }
+    prepare_account_print(stderr, &r.reading);
+    if (r.nul_replaced > 0)
+        fprintf(stderr, "prepare: %lld NUL characters (\\u0000) in the text replaced by U+FFFD (the documents are kept "
+                        "whole; manifest.json: reading.nul_characters_replaced)\n", (long long)r.nul_replaced);
     if (o.tokenizer && o.valid_by_fraction && o.valid_fraction > 0 && r.documents[1] == 0)
         fprintf(stderr, "prepare: warning: no document fell into the validation split "
                         "(raise --valid-fraction for a corpus this small)\n");

@@ -162,7 +162,7 @@ static const ConfigField OPTIM_FIELDS[] = {
     {ENUM_KEY(optim, schedule, CONFIG_SCHEDULE_NAMES), .def = "linear",
      .doc = "after warmup: `linear` or `cosine` decay to `min_lr` at the last step, or `constant`"},
     {KEY(optim, warmup_steps, F_INT), .def = "20", IRANGE(0, UNBOUNDED),
-     .doc = "linear warmup from 0 to `lr`"},
+     .doc = "linear warmup from 0 to `lr`; more than the run's steps is a warning (`lr` is never reached)"},
     {KEY(optim, min_lr, F_FLOAT), .def = "0.0", FRANGE(0, 0, FMAX, 0),
      .doc = "floor of the decay; min_lr ≤ lr"},
 };

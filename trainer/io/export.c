@@ -91,6 +91,10 @@ static int find_modeling_dir(char *out) {
     for (int i = 0; i < n; i++) {
         snprintf(cand, sizeof cand, "%s", dirs[i]);
         path_join(probe, cand, MODELING_FILES[1]);
+        // A folder named by the user that lacks the files is a mistake, not a miss to skip past.
+        if (i == 0 && env && *env && !is_file(probe))
+            mhe_fail("MHE_HF_DIR=%s: expected a folder holding %s and %s (trainer/hf/)", env, MODELING_FILES[0],
+                     MODELING_FILES[1]);
         if (is_file(probe)) {
             snprintf(out, EXPORT_PATH_MAX, "%s", cand);
             return 0;

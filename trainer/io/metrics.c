@@ -57,7 +57,9 @@ int progress_format(char *buf, size_t n, const Progress *p) {
     format_hms(eta, sizeof eta, left);
     if (p->mfu >= 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * p->mfu);
     else snprintf(mfu, sizeof mfu, "n/a");
+    // fabs: a NaN with its sign bit set prints as "-nan", which reads like a negative number.
     return snprintf(buf, n, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %s | elapsed %s | ETA %s",
-                    (long long)p->step, (long long)p->total_steps, p->loss, p->lr, p->grad_norm, p->tokens_per_s, mfu,
+                    (long long)p->step, (long long)p->total_steps, isnan(p->loss) ? fabs(p->loss) : p->loss, p->lr,
+                    isnan(p->grad_norm) ? fabs(p->grad_norm) : p->grad_norm, p->tokens_per_s, mfu,
                     elapsed, eta);
 }

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "data/corpus.h"
+#include "data/json_nul.h"
 #include "trainer/task/task_internal.h"
 
 void task_check_utf8(const char *path, const char *buf, size_t len) {
@@ -55,6 +56,11 @@ void task_check_json_line(const char *path, int line, const char *text) {
         if (*p < 0x20 && *p != '\t' && *p != '\r')
             mhe_fail_at(path, line, (int)(p - (const unsigned char *)text) + 1,
                         "control byte 0x%02x: JSON must escape it (\\u%04x)", *p, *p);
+    // The escape decodes to a NUL byte that would end the field there (the rest silently gone).
+    const long nul = json_find_nul_escape(text, strlen(text));
+    if (nul >= 0)
+        mhe_fail_at(path, line, (int)nul + 1,
+                    "a NUL character (\\u0000) in a JSON string: the text would end there; remove or replace it");
 }
 
 void text_lines_free(TextLines *l) {

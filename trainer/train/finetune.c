@@ -23,6 +23,7 @@
 #include "common/rng.h"
 #include "trainer/task/task.h"
 #include "trainer/train/finetune_init.h"
+#include "trainer/train/finetune_scores.h"
 #include "trainer/train/rank_agree.h"
 #include "trainer/train/run_engine.h"
 
@@ -111,13 +112,17 @@ static void read_best_json(Finetune *f) {
             if (cJSON_IsNumber(x)) v[i] = x->valuedouble;
             else v[3] = 0;
         }
+        // The scores too: a resumed run's finetune_result.json names the metric and every score.
+        if (v[3] != 0 && finetune_scores_from_json(root, &f->best_scores) != 0) v[3] = 0;
         cJSON_Delete(root);
         free(text);
     }
     comm_broadcast(f->e->comm, v, sizeof v, 0);
+    comm_broadcast(f->e->comm, &f->best_scores, sizeof f->best_scores, 0);
     if (v[3] == 0) {
         if (f->e->rank == 0)
-            mhe_fail("%s: expected a JSON object with numbers \"value\", \"epoch\" and \"step\" (the best "
+            mhe_fail("%s: expected a JSON object with numbers \"value\", \"epoch\" and \"step\", \"metric\" and "
+                     "\"scores\" (the best "
                      "evaluation so far, written by finetune); restore it or remove it with %s/best to start the best afresh",
                      path, f->e->cfg->train.out_dir);
         exit(MHE_EXIT_INPUT);
@@ -185,7 +190,7 @@ static double evaluate(Finetune *f, TaskScores *scores) {
 static void eval_and_keep_best(Finetune *f, int epoch) {
     RunEngine *e = f->e;
     TaskScores s;
-    const double loss = evaluate(f, &s);
+    const double loss = f->e->final_loss = evaluate(f, &s);
     const double primary = s.value[s.primary];
     const int better = primary > f->best || !isfinite(f->best);
     if (e->rank == 0) {

@@ -2,6 +2,7 @@
 // fine-tuning share.  Dropout, data order and masks depend on the step number only (the jobs key
 // them so), so resume is exact and world sizes agree.
 #include "trainer/train/run_engine.h"
+#include "trainer/train/divergence.h"
 
 #include <errno.h>
 #include <math.h>
@@ -171,12 +172,13 @@ static RunDiff load_weights(RunEngine *e, const RunJob *job) {
         share_state(e);
         free(dir);
     }
-    RunDiff diff = {NULL, NULL};
+    RunDiff diff = {NULL, NULL, NULL};
     if (ckpt && e->rank == 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/config.yaml", ckpt);
         char *saved = mhe_read_file(path, NULL);
         diff = run_identity_diff(saved, e->config_yaml);
+        e->saved_total = run_saved_total_steps(saved, (int64_t)cfg->train.global_batch * cfg->data.seq_len);
         free(saved);
         if (diff.identity && !e->opt->allow_config_change)
             snprintf(why, sizeof why,
@@ -200,6 +202,8 @@ static void open_outputs(RunEngine *e, const RunDiff *diff) {
     mhe_mkdirs(path);
     if (tb_open(&e->tb, path, tb_wall_time()) != 0) mhe_fail("%s: cannot open an event file: %s", path, strerror(errno));
     if (diff->harmless) fprintf(stderr, "mhetrain: resuming with changed settings (harmless): %s\n", diff->harmless);
+    if (diff->length) schedule_resume_notice(&e->cfg->optim, diff->length, e->step, e->saved_total, e->total_steps);
+    schedule_warmup_warning(&e->cfg->optim, e->total_steps, e->cfg->source);
     if (diff->identity) {
         fprintf(stderr, "mhetrain: --allow-config-change: resuming with a changed run identity: %s\n", diff->identity);
         MetricValue v[] = {{"event", 0, "config_change"}, {"changes", 0, diff->identity}};
@@ -392,6 +396,7 @@ int run_engine(const Config *cfg, Comm *comm, const RunOptions *opt, const RunJo
         if (r == 1) model_zero_grad(e.model);
         e.nonfinite_run = r == 1 ? e.nonfinite_run + 1 : 0;
         e.step++;
+        e.diverged_at = isfinite(res.loss) ? 0 : e.diverged_at ? e.diverged_at : e.step;
         if (r == 1 || e.step % log_every == 0 || e.step == e.total_steps) {
             res.step_s = omp_get_wtime() - t0;
             res.skipped = r == 1;
@@ -406,7 +411,8 @@ int run_engine(const Config *cfg, Comm *comm, const RunOptions *opt, const RunJo
         comm_allreduce_max_i64(comm, &stop, 1);
         int stop_here = stop || (opt->stop_after > 0 && e.step == opt->stop_after);
         int due = job->after_step(job->self, &e);
-        if (stop_here || due || e.step == e.total_steps) {
+        // No checkpoint while the loss is not finite: keep_last would prune the good ones for it.
+        if (stop_here || (!e.diverged_at && (due || e.step == e.total_steps))) {
             run_save(&e, cfg->train.out_dir, cfg->train.keep_last);
             saved_at_end = e.step == e.total_steps;
         }
@@ -420,7 +426,8 @@ int run_engine(const Config *cfg, Comm *comm, const RunOptions *opt, const RunJo
     }
     if (status == 0) {
         if (job->finish) job->finish(job->self, &e);
-        if (!saved_at_end) run_save(&e, cfg->train.out_dir, cfg->train.keep_last);
+        status = divergence_check(e.rank, e.diverged_at, e.final_loss, e.step);
+        if (!saved_at_end && status == 0) run_save(&e, cfg->train.out_dir, cfg->train.keep_last);
     }
     teardown(&e, job);
     return status;

@@ -54,6 +54,9 @@ typedef struct {
     int64_t replica_checks;     // logging steps at which all ranks compared weight checksums
     int lock_fd;                // rank 0: flock on out_dir/.lock (-1 elsewhere)
     int64_t nonfinite_run;      // consecutive non-finite steps so far
+    int64_t diverged_at;        // first step of the trailing run of non-finite losses (0: finite)
+    double final_loss;          // the job's last evaluation loss (finish sets it; 0 without one)
+    int64_t saved_total;        // rank 0, on resume: the checkpoint's run length in steps (0: unknown)
 } RunEngine;
 
 typedef struct {

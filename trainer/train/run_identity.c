@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/num.h"
 
 // "section.key" -> value, for the two-level layout config_write_yaml writes.
 typedef struct {
@@ -45,7 +46,7 @@ static Flat flatten(const char *yaml) {
 // Keys a resumed run may change: they move no value of the run (train.recompute trades memory
 // for compute with bit-identical gradients).
 static int harmless(const char *key) {
-    static const char *const keys[] = {"train.recompute", "train.steps", "train.tokens", "train.log_every", "train.eval_every",
+    static const char *const keys[] = {"train.recompute", "train.log_every", "train.eval_every",
                                        "train.eval_batches", "train.final_eval_batches", "train.checkpoint_every", "train.keep_last",
                                        "train.out_dir", "train.on_nonfinite", "train.init_from",
                                        "train.max_nonfinite", "train.micro_batch", "data.valid", "task.epochs", NULL};
@@ -55,6 +56,10 @@ static int harmless(const char *key) {
     return 0;
 }
 
+// The run's length: the learning-rate schedule (warmup, decay to min_lr at the last step) is
+// computed over it, so a change moves the learning rate of every step still to come.
+static int length(const char *key) { return strcmp(key, "train.steps") == 0 || strcmp(key, "train.tokens") == 0; }
+
 static void append(char **out, const char *key, const char *from, const char *to) {
     size_t old = *out ? strlen(*out) : 0, add = strlen(key) + strlen(from) + strlen(to) + 8;
     *out = mhe_realloc(*out, old + add + 1);
@@ -63,12 +68,15 @@ static void append(char **out, const char *key, const char *from, const char *to
 
 RunDiff run_identity_diff(const char *saved_yaml, const char *current_yaml) {
     Flat a = flatten(saved_yaml), b = flatten(current_yaml);
-    RunDiff d = {NULL, NULL};
+    RunDiff d = {NULL, NULL, NULL};
     for (int i = 0; i < b.n; i++)
         for (int j = 0; j < a.n; j++) {
             if (strcmp(a.e[j].key, b.e[i].key) != 0) continue;
             if (strcmp(a.e[j].value, b.e[i].value) != 0)
-                append(harmless(b.e[i].key) ? &d.harmless : &d.identity, b.e[i].key, a.e[j].value, b.e[i].value);
+                append(length(b.e[i].key)     ? &d.length
+                       : harmless(b.e[i].key) ? &d.harmless
+                                              : &d.identity,
+                       b.e[i].key, a.e[j].value, b.e[i].value);
             break;
         }
     free(a.text);
@@ -119,5 +127,22 @@ void run_arch_check(const char *ckpt_dir, const char *current_yaml, const char *
 void run_diff_free(RunDiff *d) {
     free(d->identity);
     free(d->harmless);
-    d->identity = d->harmless = NULL;
+    free(d->length);
+    d->identity = d->harmless = d->length = NULL;
+}
+
+int64_t run_saved_total_steps(const char *saved_yaml, int64_t tokens_per_step) {
+    Flat a = flatten(saved_yaml);
+    long long steps = 0, tokens = 0;
+    for (int j = 0; j < a.n; j++) {
+        if (strcmp(a.e[j].key, "train.steps") == 0 && mhe_parse_int(a.e[j].value, 0, INT64_MAX, &steps) != MHE_NUM_OK)
+            steps = -1;
+        if (strcmp(a.e[j].key, "train.tokens") == 0 && mhe_parse_int(a.e[j].value, 0, INT64_MAX, &tokens) != MHE_NUM_OK)
+            tokens = -1;
+    }
+    free(a.text);
+    free(a.e);
+    if (steps < 0 || tokens < 0) return 0;
+    if (steps > 0) return steps;
+    return tokens_per_step > 0 ? (tokens + tokens_per_step - 1) / tokens_per_step : 0;
 }

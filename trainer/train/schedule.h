@@ -17,4 +17,14 @@
 // Computed in double; the optimizer takes it as float.
 double schedule_lr(const OptimConfig *o, int64_t step, int64_t total_steps);
 
+// A resume with another run length (`change`: "train.steps 4 -> 6"): one line to stderr saying
+// how the learning rate of the next update moves (the schedule is recomputed over the new
+// length), or that it does not (constant schedule past warmup).
+void schedule_resume_notice(const OptimConfig *o, const char *change, int64_t step, int64_t old_total,
+                            int64_t new_total);
+
+// optim.warmup_steps beyond the run's steps: one warning line to stderr (the learning rate never
+// reaches optim.lr).  Returns 1 when it warned.
+int schedule_warmup_warning(const OptimConfig *o, int64_t total_steps, const char *source);
+
 #endif

@@ -11,6 +11,7 @@
 #include "common/rng.h"
 #include "data/loader.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/train/divergence.h"
 #include "trainer/train/evaluate.h"
 #include "trainer/train/peak.h"
 #include "trainer/train/rank_agree.h"
@@ -63,30 +64,36 @@ static void init_from(void *self, RunEngine *e, const char *dir) {
     fprintf(stderr, "initialised weights from %s\n", dir);
 }
 
-// batches <= 0: the whole validation split (the run's final, comparable number).
-static void evaluate(Pretrain *p, RunEngine *e, int batches) {
-    if (!p->valid) return;
+// batches <= 0: the whole validation split (the run's final, comparable number).  Returns the
+// validation loss (0 without a validation split).
+static double evaluate(Pretrain *p, RunEngine *e, int batches) {
+    if (!p->valid) return 0;
     const Config *cfg = e->cfg;
     EvalResult r = evaluate_split(e->model, p->valid, e->comm, batches, p->eval_logits);
     const char *scope = batches <= 0 ? " (whole split)" : "";
-    if (e->rank != 0) return;
+    if (e->rank != 0) return r.loss;
     int mlm = cfg->objective.type == OBJ_MLM;
+    char loss_text[48];
+    divergence_format(loss_text, sizeof loss_text, r.loss, 4);
     if (mlm)
-        fprintf(stderr, "eval step %lld%s: valid loss %.4f | masked-token accuracy %.4f | %lld tokens\n",
-                (long long)e->step, scope, r.loss, r.accuracy, (long long)r.tokens);
+        fprintf(stderr, "eval step %lld%s: valid loss %s | masked-token accuracy %.4f | %lld tokens\n",
+                (long long)e->step, scope, loss_text, r.accuracy, (long long)r.tokens);
     else
-        fprintf(stderr, "eval step %lld%s: valid loss %.4f | perplexity %.2f | %lld tokens\n", (long long)e->step,
-                scope, r.loss, r.perplexity, (long long)r.tokens);
+        fprintf(stderr, "eval step %lld%s: valid loss %s | perplexity %.2f | %lld tokens\n", (long long)e->step,
+                scope, loss_text, r.perplexity, (long long)r.tokens);
+    const int64_t diverged = divergence_step(e->diverged_at, r.loss, e->step);
     double tokens_seen = (double)e->step * cfg->train.global_batch * cfg->data.seq_len;
     MetricValue v[] = {{"split", 0, "valid"},
                        {"valid_loss", r.loss, NULL},
                        {mlm ? "valid_accuracy" : "valid_perplexity", mlm ? r.accuracy : r.perplexity, NULL},
                        {"tokens_seen", tokens_seen, NULL},
                        {"valid_tokens", (double)r.tokens, NULL},
-                       {"whole_split", batches <= 0, NULL}};
+                       {"whole_split", batches <= 0, NULL},
+                       {"diverged_at_step", (double)diverged, NULL}};
     const char *tags[] = {"valid/loss", mlm ? "valid/accuracy" : "valid/perplexity"};
     float vals[] = {(float)r.loss, (float)(mlm ? r.accuracy : r.perplexity)};
-    run_record(e, 6, v, 2, tags, vals);
+    run_record(e, diverged ? 7 : 6, v, 2, tags, vals);
+    return r.loss;
 }
 
 // The banner, and the untrained model's validation loss: the baseline progress is read against.
@@ -182,7 +189,7 @@ static int after_step(void *self, RunEngine *e) {
     return tc->checkpoint_every > 0 && e->step % tc->checkpoint_every == 0;
 }
 
-static void finish(void *self, RunEngine *e) { evaluate(self, e, e->cfg->train.final_eval_batches); }
+static void finish(void *self, RunEngine *e) { e->final_loss = evaluate(self, e, e->cfg->train.final_eval_batches); }
 
 static void close_data(void *self, RunEngine *e) {
     (void)e;
