@@ -74,7 +74,8 @@ cmp -s "$WORK/again/finetune_result.json" "$WORK/full/finetune_result.json" ||
 # from) is named as diverged: exit 1, the step, never 0 (issue 50); finetune_result.json stays JSON.
 cp -r "$WORK/pre" "$WORK/prenan"
 $PY "$MHE_SOURCE_DIR/tests/train/poison_checkpoint.py" "$WORK/prenan/checkpoints/$(cat "$WORK/prenan/checkpoints/latest")"
-set +e; ft "$WORK/nan" train.init_from="$WORK/prenan" task.epochs=1; rc=$?; set -e
+# train.max_nonfinite=0: the run engine would otherwise stop it after 10 such steps.
+set +e; ft "$WORK/nan" train.init_from="$WORK/prenan" task.epochs=1 train.max_nonfinite=0; rc=$?; set -e
 [ "$rc" = 1 ] || { cat "$WORK/nan.log"; fail "a diverged fine-tuning run: exit $rc, expected 1"; }
 grep -q "mhetrain: the run diverged at step 1: the training loss is not finite from step 1 to the end (step 12), final validation loss non-finite (nan)" \
   "$WORK/nan.log" || { cat "$WORK/nan.log"; fail "no divergence message"; }
