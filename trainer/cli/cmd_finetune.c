@@ -9,6 +9,7 @@
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/train/finetune.h"
+#include "trainer/train/precision_auto.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -70,6 +71,7 @@ int cmd_finetune(int argc, char **argv) {
     if (cfg.task.type == TASK_NONE)
         mhe_fail("%s: finetune needs a task: section with task.type classification, regression or span", args.path);
     comm_set_timeout(comm, cfg.dist.timeout_s);
+    precision_resolve(&cfg, comm, cli_resume_from(opt.resume, cfg.train.out_dir));
     int status = finetune_run(&cfg, comm, &opt);
     config_free(&cfg);
     comm_finalize(comm);

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
+#include "trainer/train/precision_auto.h"
 #include "trainer/train/trainer.h"
 
 static long long parse_count(const char *opt, const char *v) {
@@ -82,6 +83,7 @@ int cmd_train(int argc, char **argv) {
     Config cfg;
     config_load(&cfg, path, args.n_overrides, args.overrides);
     comm_set_timeout(comm, cfg.dist.timeout_s);
+    precision_resolve(&cfg, comm, cli_resume_from(opt.resume, cfg.train.out_dir));
     int status = trainer_run(&cfg, comm, &opt);
     config_free(&cfg);
     comm_finalize(comm);

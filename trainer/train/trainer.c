@@ -23,7 +23,7 @@
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/reducer_setup.h"
-#include "trainer/train/peak.h"
+#include "trainer/train/peak_track.h"
 #include "trainer/train/rank_agree.h"
 #include "trainer/train/run_identity.h"
 #include "trainer/train/schedule.h"
@@ -52,7 +52,7 @@ typedef struct {
     GradDevice device;          // device gradients: the backend's copies, NCCL when present
     GradPiece *pieces;          // the parameter table as the reducer sees it
     int64_t step, total_steps, start_step;
-    double peak_gflops;         // all ranks together; <= 0 unknown
+    PeakTrack peak;             // MFU's nominal peak and the measured matmul ceiling
     double flops_per_step;
     double t_start;
     MetricsLog metrics;
@@ -296,13 +296,12 @@ static void setup(Trainer *t) {
 
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     t->flops_per_step = model_step_flops(t->model, B, T) * t->n_micro * t->world;
-    // The ceiling MFU is counted against (DESIGN.md §9): on the CPU the best matmul rate this
-    // process reaches, on a GPU the card's dense peak at the run's precision.
-    double mine = is_host_backend(t->be)
-                      ? peak_matmul_ceiling(t->be, NULL)
-                      : backend_cuda_peak_flops(comm_local_rank(t->comm), cfg->runtime.precision == PREC_BF16) / 1e9;
-    comm_allreduce_sum_f64(t->comm, &mine, 1);
-    t->peak_gflops = mine;
+    // What MFU is counted against (DESIGN.md §9): the nominal peak of the cores, or the GPU's
+    // dense data-sheet peak, at the run's precision; the CPU's measured ceiling beside it.
+    peak_track_start(&t->peak, t->be, t->comm,
+                     is_host_backend(t->be) ? 0
+                                            : backend_cuda_peak_flops(comm_local_rank(t->comm),
+                                                                      cfg->runtime.precision == PREC_BF16) / 1e9);
     if (t->rank == 0) {
         mhe_mkdirs(cfg->train.out_dir);
         char path[4096];
@@ -324,12 +323,13 @@ static void setup(Trainer *t) {
                 t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
         fprintf(stderr,
                 "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
-                "activations %.1f MiB | matmul ceiling %.1f GFLOP/s\n"
+                "activations %.1f MiB | MFU against the nominal peak %.1f GFLOP/s (%s), measured matmul "
+                "ceiling %.1f GFLOP/s\n"
                 "device %s | gradients all-reduced by %s\n",
                 model_state_bytes(t->model) / 1048576.0,
                 2.0 * (t->zero->end - t->zero->begin) * sizeof(float) / 1048576.0, t->zero->enabled,
                 2 * (t->zero->end - t->zero->begin) * sizeof(float),
-                model_arena_bytes(t->model) / 1048576.0, t->peak_gflops, t->be->name,
+                model_arena_bytes(t->model) / 1048576.0, t->peak.nominal, t->peak.desc, t->peak.ceiling, t->be->name,
                 grad_reducer_describe(t->reducer));
     }
     run_diff_free(&diff);
@@ -376,6 +376,7 @@ static void evaluate(Trainer *t, int batches) {
     if (!t->valid) return;
     const Config *cfg = t->cfg;
     EvalResult r = evaluate_split(t->model, t->valid, t->comm, batches, t->eval_logits);
+    peak_track_remeasure(&t->peak, t->be, t->comm);  // a busy start must not fix the ceiling low
     const char *scope = batches <= 0 ? " (whole split)" : "";
     if (t->rank != 0) return;
     int mlm = cfg->objective.type == OBJ_MLM;
@@ -493,7 +494,7 @@ static void log_step(Trainer *t, double loss, double gnorm, double lr, double st
     const double tokens = (double)cfg->train.global_batch * cfg->data.seq_len;
     const double tps = step_s > 0 ? tokens / step_s : 0;
     const double achieved = step_s > 0 ? t->flops_per_step / step_s / 1e9 : 0;
-    const double mfu = peak_mfu(&t->peak_gflops, achieved);
+    const double mfu = peak_track_mfu(&t->peak, achieved);
     Progress p = {.step = t->step,
                   .total_steps = t->total_steps,
                   .start_step = t->start_step,
@@ -502,15 +503,17 @@ static void log_step(Trainer *t, double loss, double gnorm, double lr, double st
                   .lr = lr,
                   .grad_norm = gnorm,
                   .tokens_per_s = tps,
-                  .mfu = mfu};
+                  .mfu = mfu,
+                  .ceiling_gflops = t->peak.ceiling};
     char line[512];
     progress_format(line, sizeof line, &p);
     fprintf(stderr, "%s%s\n", line, skipped ? " | SKIPPED (non-finite)" : "");
     MetricValue v[] = {{"loss", loss, NULL},           {"lr", lr, NULL},
                        {"grad_norm", gnorm, NULL},     {"tokens_per_s", tps, NULL},
                        {"mfu", mfu, NULL},             {"elapsed_s", p.elapsed_s, NULL},
-                       {"tokens_seen", t->step * tokens, NULL}, {"skipped", skipped, NULL}};
-    check_write(t, metrics_write(&t->metrics, t->step, 8, v), "metrics.jsonl");
+                       {"tokens_seen", t->step * tokens, NULL}, {"skipped", skipped, NULL},
+                       {"matmul_ceiling_gflops", t->peak.ceiling, NULL}};
+    check_write(t, metrics_write(&t->metrics, t->step, 9, v), "metrics.jsonl");
     const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s"};
     float vals[] = {(float)loss, (float)lr, (float)gnorm, (float)tps};
     check_write(t, tb_write_scalars(&t->tb, t->step, tb_wall_time(), 4, tags, vals), "tensorboard");

@@ -1,0 +1,34 @@
+#include "trainer/train/peak_track.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "trainer/train/peak.h"
+#include "trainer/train/peak_nominal.h"
+
+void peak_track_start(PeakTrack *p, Backend *be, Comm *comm, double gpu_peak_gflops) {
+    memset(p, 0, sizeof *p);
+    p->cpu = strcmp(be->name, "cpu") == 0;
+    double v[2] = {gpu_peak_gflops, 0};
+    if (p->cpu) {
+        char lib[128];
+        backend_cpu_library(lib, sizeof lib);
+        v[0] = peak_nominal_cpu(omp_get_max_threads(), lib, be->act == DT_BF16, p->desc, sizeof p->desc);
+        v[1] = peak_matmul_ceiling(be, NULL);
+    } else {
+        snprintf(p->desc, sizeof p->desc, "the GPU's data sheet, dense %s", be->act == DT_BF16 ? "bf16" : "fp32");
+    }
+    comm_allreduce_sum_f64(comm, v, 2);
+    p->nominal = v[0];
+    p->ceiling = v[1];
+}
+
+void peak_track_remeasure(PeakTrack *p, Backend *be, Comm *comm) {
+    if (!p->cpu) return;
+    double g = peak_matmul_ceiling(be, NULL);
+    comm_allreduce_sum_f64(comm, &g, 1);
+    if (g > p->ceiling) p->ceiling = g;
+}
+
+double peak_track_mfu(PeakTrack *p, double achieved) { return peak_mfu(&p->nominal, achieved); }
