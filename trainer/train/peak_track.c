@@ -15,7 +15,7 @@ void peak_track_start(PeakTrack *p, Backend *be, Comm *comm, double gpu_peak_gfl
         char lib[128];
         backend_cpu_library(lib, sizeof lib);
         v[0] = peak_nominal_cpu(omp_get_max_threads(), lib, be->act == DT_BF16, p->desc, sizeof p->desc);
-        v[1] = peak_matmul_ceiling(be, NULL);
+        v[1] = peak_matmul_ceiling(be, &p->size);
     } else {
         snprintf(p->desc, sizeof p->desc, "the GPU's data sheet, dense %s", be->act == DT_BF16 ? "bf16" : "fp32");
     }
@@ -26,7 +26,8 @@ void peak_track_start(PeakTrack *p, Backend *be, Comm *comm, double gpu_peak_gfl
 
 void peak_track_remeasure(PeakTrack *p, Backend *be, Comm *comm) {
     if (!p->cpu) return;
-    double g = peak_matmul_ceiling(be, NULL);
+    // Only the size that gave the ceiling at start: about 50 ms, not the whole ladder.
+    double g = p->size > 0 ? peak_matmul_gflops(be, p->size, 3) : 0;
     comm_allreduce_sum_f64(comm, &g, 1);
     if (g > p->ceiling) p->ceiling = g;
 }

@@ -12,12 +12,14 @@ typedef struct {
     double nominal;     // GFLOP/s, all ranks together; <= 0 unknown (MFU then n/a)
     double ceiling;     // the best measured matmul rate so far, all ranks together; <= 0 none (GPU)
     int cpu;            // 1: the CPU backend (its ceiling is measured)
+    int size;           // the square product size that gave the ceiling at start
     char desc[192];     // how the nominal figure was made (rank 0's)
 } PeakTrack;
 
 // gpu_peak_gflops: the GPU's data-sheet peak (ignored on the CPU).  Collective over comm.
 void peak_track_start(PeakTrack *p, Backend *be, Comm *comm, double gpu_peak_gflops);
-// The CPU's ceiling measured again, the best kept (collective; nothing on a GPU).
+// The CPU's ceiling measured again at the size that gave it at start, the best kept (collective;
+// nothing on a GPU).
 void peak_track_remeasure(PeakTrack *p, Backend *be, Comm *comm);
 // MFU of a step at `achieved` GFLOP/s against the nominal peak, never above 1: a step that outran
 // the nominal figure (a clock above the one the CPU reports) raises it, saying so once (peak_mfu).

@@ -27,9 +27,11 @@ Precision precision_choose(const PrecisionRates *r, char *why, size_t len) {
         snprintf(why, len, "fp32 matmuls cannot run on this build or machine");
         return PREC_BF16;
     }
-    snprintf(why, len, "bf16 matmuls %.0f GFLOP/s against fp32's %.0f on the model's products (%.2fx%s)",
-             r->bf16_gflops, r->fp32_gflops, r->bf16_gflops / r->fp32_gflops, emu);
-    return r->bf16_gflops > r->fp32_gflops ? PREC_BF16 : PREC_FP32;
+    const double ratio = r->bf16_gflops / r->fp32_gflops;
+    const int close = ratio > 1 && ratio < PRECISION_BF16_MARGIN;
+    snprintf(why, len, "bf16 matmuls %.0f GFLOP/s against fp32's %.0f on the model's products (%.2fx%s%s)",
+             r->bf16_gflops, r->fp32_gflops, ratio, emu, close ? ", within the 5% bf16 must win by" : "");
+    return r->bf16_gflops >= PRECISION_BF16_MARGIN * r->fp32_gflops ? PREC_BF16 : PREC_FP32;
 }
 
 // ---- the cache ----
@@ -302,9 +304,10 @@ static int decide(Config *cfg, const char *resume_from) {
         if (native) return -1;
         PrecisionRates r = machine_rates(cfg, how, sizeof how);
         if (r.fp32_gflops > 0 && r.bf16_gflops > 0)
-            fprintf(stderr, "note: runtime.precision: bf16 emulated here: its matmuls ran %.2fx slower than fp32's on "
-                            "this model's products (%.0f against %.0f GFLOP/s, %s); runtime.precision: auto or fp32 "
-                            "avoids that\n", r.fp32_gflops / r.bf16_gflops, r.bf16_gflops, r.fp32_gflops, how);
+            fprintf(stderr, "note: runtime.precision: bf16 is emulated here: its matmuls ran at %.2fx fp32's rate on "
+                            "this model's products (%.0f against %.0f GFLOP/s, %s)%s\n", r.bf16_gflops / r.fp32_gflops,
+                    r.bf16_gflops, r.fp32_gflops, how,
+                    r.bf16_gflops < r.fp32_gflops ? "; runtime.precision: auto or fp32 avoids the slowdown" : "");
         return -1;
     }
     PrecisionRates r = machine_rates(cfg, how, sizeof how);
