@@ -7,6 +7,7 @@
 # precision prints no choice; bf16 under an emulating oneDNN (ONEDNN_MAX_CPU_ISA=AVX2) gives the
 # measured rate against fp32.
 source "$(dirname "$0")/lib.sh"
+DATA+=(runtime.precision=auto)  # tiny.yaml pins fp32
 export MHE_CACHE_DIR="$WORK/cache"
 CACHE="$MHE_CACHE_DIR/precision.tsv"
 other() { [ "$1" = fp32 ] && echo bf16 || echo fp32; }
