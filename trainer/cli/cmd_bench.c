@@ -211,6 +211,11 @@ int cmd_bench(int argc, char **argv) {
            be->name, B, T, omp_get_max_threads(), steps, warm, recompute_name(cfg.train.recompute));
     if (!cuda) printf("bench: cpu_isa=%s (the CPU backend's element code; MHE_CPU_ISA=avx2|baseline forces a lower level)\n",
                       backend_cpu_isa(be));
+    if (!cuda) {
+        char lib[128];
+        backend_cpu_library(lib, sizeof lib);
+        printf("bench: matmul library: %s (ONEDNN_MAX_CPU_ISA lowers its instruction set)\n", lib);
+    }
 
     // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA
     // (over this rank's shard with dist.zero: 1 and --ranks).
