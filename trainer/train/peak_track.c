@@ -32,4 +32,13 @@ void peak_track_remeasure(PeakTrack *p, Backend *be, Comm *comm) {
     if (g > p->ceiling) p->ceiling = g;
 }
 
+const char *peak_track_describe(const PeakTrack *p, char *buf, size_t len) {
+    if (p->cpu)
+        snprintf(buf, len, "MFU against the nominal peak %.1f GFLOP/s (%s), measured matmul ceiling %.1f GFLOP/s",
+                 p->nominal, p->desc, p->ceiling);
+    else
+        snprintf(buf, len, "matmul ceiling %.1f GFLOP/s (%s)", p->nominal, p->desc);
+    return buf;
+}
+
 double peak_track_mfu(PeakTrack *p, double achieved) { return peak_mfu(&p->nominal, achieved); }

@@ -21,6 +21,9 @@ void peak_track_start(PeakTrack *p, Backend *be, Comm *comm, double gpu_peak_gfl
 // The CPU's ceiling measured again at the size that gave it at start, the best kept (collective;
 // nothing on a GPU).
 void peak_track_remeasure(PeakTrack *p, Backend *be, Comm *comm);
+// For the run's header: on the CPU "MFU against the nominal peak N GFLOP/s (how), measured matmul
+// ceiling C GFLOP/s"; on a GPU "matmul ceiling N GFLOP/s (the GPU's data sheet, ...)".  Returns buf.
+const char *peak_track_describe(const PeakTrack *p, char *buf, size_t len);
 // MFU of a step at `achieved` GFLOP/s against the nominal peak, never above 1: a step that outran
 // the nominal figure (a clock above the one the CPU reports) raises it, saying so once (peak_mfu).
 // -1 when unknown.

@@ -311,6 +311,7 @@ static void setup(Trainer *t) {
         mhe_mkdirs(path);
         if (tb_open(&t->tb, path, tb_wall_time()) != 0) mhe_fail("%s: cannot open an event file: %s", path, strerror(errno));
         if (diff.harmless) fprintf(stderr, "mhetrain: resuming with changed settings (harmless): %s\n", diff.harmless);
+        char peak_text[384];
         if (diff.identity) {
             fprintf(stderr, "mhetrain: --allow-config-change: resuming with a changed run identity: %s\n", diff.identity);
             MetricValue v[] = {{"event", 0, "config_change"}, {"changes", 0, diff.identity}};
@@ -323,13 +324,13 @@ static void setup(Trainer *t) {
                 t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
         fprintf(stderr,
                 "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
-                "activations %.1f MiB | MFU against the nominal peak %.1f GFLOP/s (%s), measured matmul "
-                "ceiling %.1f GFLOP/s\n"
+                "activations %.1f MiB | %s\n"
                 "device %s | gradients all-reduced by %s\n",
                 model_state_bytes(t->model) / 1048576.0,
                 2.0 * (t->zero->end - t->zero->begin) * sizeof(float) / 1048576.0, t->zero->enabled,
                 2 * (t->zero->end - t->zero->begin) * sizeof(float),
-                model_arena_bytes(t->model) / 1048576.0, t->peak.nominal, t->peak.desc, t->peak.ceiling, t->be->name,
+                model_arena_bytes(t->model) / 1048576.0, peak_track_describe(&t->peak, peak_text, sizeof peak_text),
+                t->be->name,
                 grad_reducer_describe(t->reducer));
     }
     run_diff_free(&diff);
