@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # runtime.precision: auto end to end (issue 49): the first run measures both precisions on the
-# model's products and caches the rates; the choice is printed in one line and saved in the
+# model's products (alternating, twice) and caches the rates, unless the machine is busy; the
+# choice is printed in one line and saved in the
 # checkpoint's resolved config; a resume keeps the checkpoint's choice and says so when the
 # machine (here: a cache edited so the other precision wins) would choose otherwise; a fresh run
 # takes the cached rates; a corrupt cache is named, measured again and rewritten; an explicit
@@ -9,6 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 DATA+=(runtime.precision=auto)  # tiny.yaml pins fp32
 export MHE_CACHE_DIR="$WORK/cache"
+export MHE_LOADAVG=0  # a quiet machine, whatever the real load (the busy case is tested below)
 CACHE="$MHE_CACHE_DIR/precision.tsv"
 other() { [ "$1" = fp32 ] && echo bf16 || echo fp32; }
 saved() { sed -n 's/^  precision: //p' "$1/config.yaml"; }
@@ -45,6 +47,13 @@ grep -q "changed settings.*runtime.precision" "$WORK/a2.log" && fail "the resume
 grep -q "^precision: auto chose $second: bf16 matmuls .* \[cached in $CACHE\]" "$WORK/b.log" ||
   { cat "$WORK/b.log"; fail "the fresh run did not choose $second from the cache"; }
 [ "$(saved "$WORK/b/checkpoints/step_00000001")" = "$second" ] || fail "the fresh run's checkpoint does not name $second"
+
+# On a busy machine the rates serve the run but are not remembered.
+MHE_LOADAVG=1000 "$MHETRAIN" train "$TINY" "${DATA[@]}" train.out_dir="$WORK/busy" model.ffn=96 --stop-after 1 \
+  2>"$WORK/busy.log" || { cat "$WORK/busy.log"; fail "busy run"; }
+grep -Eq "^precision: auto chose .*\[measured in [0-9.]+ s on a busy machine \(load 1000.0 on [0-9]+ CPUs\): not cached\]" \
+  "$WORK/busy.log" || { cat "$WORK/busy.log"; fail "a busy measurement was not marked"; }
+grep -q "F 96 " "$CACHE" && fail "a busy measurement was cached"
 
 # A corrupt cache: named with its line, measured again, rewritten whole.
 printf 'garbage without tabs\n' >>"$CACHE"

@@ -2,8 +2,9 @@
 // matmuls beat fp32's on this machine: without AMX, AVX-512's bf16 dot product does no more
 // multiply-adds per cycle than fp32 FMAs and the conversions cost extra, so bf16 ran 14-39% slower
 // (Emerald Rapids without AMX, AMD Zen 4); with AMX it is several times faster.  Both rates are
-// measured on the model's own linear-layer products (peak_products_gflops) and remembered per
-// machine in a cache file, so a machine pays for the measurement once.
+// measured on the model's own linear-layer products (peak_products_gflops), alternating twice,
+// and remembered per machine in a cache file, so a machine pays for the measurement once; not
+// when the load average exceeds 1.5x the CPUs (rates taken among other jobs are not the machine's).
 #ifndef MHE_TRAINER_PRECISION_AUTO_H
 #define MHE_TRAINER_PRECISION_AUTO_H
 
