@@ -205,6 +205,18 @@ static void test_nominal_peak_arithmetic(void **state) {
     // Unknown: 0, and MFU then falls back (never a made-up figure).
     assert_true(cpu_flops_per_cycle(&e, "oneDNN 2.6.3 isa 0x1234", 0, basis, sizeof basis) == 0);
     assert_true(peak_nominal_gflops(0, 64, 2100) == 0 && peak_nominal_gflops(2, 64, 0) == 0);
+    // A measured ceiling above the nominal figure raises it (the clock is above the reported one).
+    double nominal = 166.152192;
+    char desc[192] = "2 cores";
+    peak_nominal_floor(&nominal, 150, desc, sizeof desc);
+    assert_true(nominal == 166.152192);
+    assert_string_equal(desc, "2 cores");
+    peak_nominal_floor(&nominal, 224.4, desc, sizeof desc);
+    assert_true(nominal == 224.4);
+    assert_string_equal(desc, "2 cores; raised to the measured ceiling 224.4: the cores outrun the reported clock");
+    double unknown_nominal = 0;
+    peak_nominal_floor(&unknown_nominal, 224.4, desc, sizeof desc);
+    assert_true(unknown_nominal == 0);
     CpuDesc none;
     assert_int_equal(cpu_desc_parse("vendor_id\t: X\n", &none), -1);  // no clock
 }

@@ -183,6 +183,7 @@ int cmd_bench(int argc, char **argv) {
         backend_cpu_library(lib, sizeof lib);
         nominal = peak_nominal_cpu(omp_get_max_threads(), lib, cfg.runtime.precision == PREC_BF16, nominal_desc,
                                    sizeof nominal_desc);
+        peak_nominal_floor(&nominal, peak, nominal_desc, sizeof nominal_desc);
     }
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);

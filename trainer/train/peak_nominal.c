@@ -100,3 +100,12 @@ double peak_nominal_cpu(int threads, const char *isa, int bf16, char *desc, size
                  d.mhz / 1e3);
     return g;
 }
+
+void peak_nominal_floor(double *nominal, double measured, char *desc, size_t len) {
+    if (*nominal <= 0 || measured <= *nominal) return;
+    const size_t at = strlen(desc);
+    if (at + 1 < len)
+        snprintf(desc + at, len - at, "; raised to the measured ceiling %.1f: the cores outrun the reported clock",
+                 measured);
+    *nominal = measured;
+}

@@ -22,6 +22,7 @@ void peak_track_start(PeakTrack *p, Backend *be, Comm *comm, double gpu_peak_gfl
     comm_allreduce_sum_f64(comm, v, 2);
     p->nominal = v[0];
     p->ceiling = v[1];
+    peak_nominal_floor(&p->nominal, p->ceiling, p->desc, sizeof p->desc);
 }
 
 void peak_track_remeasure(PeakTrack *p, Backend *be, Comm *comm) {
@@ -30,6 +31,7 @@ void peak_track_remeasure(PeakTrack *p, Backend *be, Comm *comm) {
     double g = p->size > 0 ? peak_matmul_gflops(be, p->size, 3) : 0;
     comm_allreduce_sum_f64(comm, &g, 1);
     if (g > p->ceiling) p->ceiling = g;
+    peak_nominal_floor(&p->nominal, p->ceiling, p->desc, sizeof p->desc);
 }
 
 const char *peak_track_describe(const PeakTrack *p, char *buf, size_t len) {
