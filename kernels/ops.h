@@ -446,6 +446,12 @@ Backend *backend_cpu_create_for(int threads, int bf16);
 const char *backend_cpu_isa(const Backend *be);
 // 1 when this CPU and build can run the named level, 0 otherwise (unknown names too).
 int backend_cpu_isa_supported(const char *name);
+// 1 when the CPU backend's products run on native bf16 instructions (AVX-512 bf16 or AMX, as
+// oneDNN sees them: ONEDNN_MAX_CPU_ISA lowers it), 0 when bf16 is emulated.
+int backend_cpu_native_bf16(const Backend *be);
+// The matmul library and the instruction set it runs, e.g. "oneDNN 2.6.3 avx512_core_bf16", into
+// buf: what a measured matmul rate depends on besides the CPU and the thread count.
+void backend_cpu_library(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -136,5 +136,6 @@ Backend *backend_cpu_create_for(int threads, int bf16) {
 }
 
 const char *backend_cpu_isa(const Backend *be) { return cpu_ctx(be)->isa; }
+int backend_cpu_native_bf16(const Backend *be) { return cpu_gemm_native_bf16(cpu_ctx(be)->gemm); }
 
 Backend *backend_cpu_create(int threads) { return backend_cpu_create_for(threads, 0); }

@@ -116,6 +116,27 @@ void cpu_gemm_destroy(CpuGemm *g) {
 }
 
 int cpu_gemm_native_bf16(const CpuGemm *g) { return g->native_bf16; }
+
+void backend_cpu_library(char *buf, size_t len) {
+    static const struct {
+        dnnl_cpu_isa_t isa;
+        const char *name;
+    } names[] = {{dnnl_cpu_isa_sse41, "sse41"},
+                 {dnnl_cpu_isa_avx, "avx"},
+                 {dnnl_cpu_isa_avx2, "avx2"},
+                 {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
+                 {dnnl_cpu_isa_avx512_core, "avx512_core"},
+                 {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+                 {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+                 {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"}};
+    const dnnl_version_t *v = dnnl_version();
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    const char *name = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (names[i].isa == isa) name = names[i].name;
+    if (name) snprintf(buf, len, "oneDNN %d.%d.%d %s", v->major, v->minor, v->patch, name);
+    else snprintf(buf, len, "oneDNN %d.%d.%d isa 0x%x", v->major, v->minor, v->patch, (unsigned)isa);
+}
 void cpu_gemm_use_amx(CpuGemm *g, int on) { g->amx = on && cpu_amx_available(); }
 CpuWeights *cpu_gemm_weights(CpuGemm *g) { return g->weights; }
 

@@ -329,7 +329,7 @@ static void test_field_table_is_consistent(void **state) {
     assert_int_equal(c.train.seed, 42);
     assert_string_equal(c.train.out_dir, "out/run");
     assert_true(c.dist.bucket_mb == 25.0f && c.dist.timeout_s == 300.0f);
-    assert_int_equal(c.runtime.precision, PREC_FP32);
+    assert_int_equal(c.runtime.precision, PREC_AUTO);
     config_free(&c);
 }
 

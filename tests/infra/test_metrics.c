@@ -94,6 +94,10 @@ static void test_progress_line(void **state) {
     progress_format(b, sizeof b, &p);
     assert_non_null(strstr(b, "step 1000/1000"));
     assert_non_null(strstr(b, "elapsed 1:02:05 | ETA 0:00:00"));
+    // The measured matmul ceiling beside MFU (issue 49), when known.
+    p.ceiling_gflops = 151.6;
+    progress_format(b, sizeof b, &p);
+    assert_non_null(strstr(b, "| MFU 12.3% | ceiling 152 GFLOP/s | elapsed"));
 }
 
 int main(void) {

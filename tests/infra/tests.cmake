@@ -12,9 +12,10 @@ set_property(TEST test_infra_checkpoint_crash APPEND PROPERTY ENVIRONMENT "MHE_C
 mhe_add_cmocka_test(test_infra_tensorboard ${INFRA}/test_tensorboard.c ${INFRA}/infra_util.c)
 mhe_add_cmocka_test(test_infra_metrics ${INFRA}/test_metrics.c ${INFRA}/infra_util.c)
 mhe_add_cmocka_test(test_infra_signals ${INFRA}/test_signals.c)
+mhe_add_cmocka_test(test_infra_precision_auto ${INFRA}/test_precision_auto.c)
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST test_infra_hashes test_infra_schedule test_infra_optim test_infra_checkpoint
   test_infra_checkpoint_crash test_infra_tensorboard test_infra_metrics test_infra_signals
-  APPEND PROPERTY LABELS unit)
+  test_infra_precision_auto APPEND PROPERTY LABELS unit)
 # Against torch.optim and TensorBoard's own reader.
 set_property(TEST test_infra_optim test_infra_tensorboard APPEND PROPERTY LABELS oracle)

@@ -42,3 +42,8 @@ void cli_require_config(const CliConfigArgs *a, const char *cmd, void (*usage)(F
     usage(stderr);
     mhe_fail("%s: missing the config file", cmd);
 }
+
+const char *cli_resume_from(const char *resume, const char *out_dir) {
+    if (strcmp(resume, "none") == 0) return NULL;
+    return strcmp(resume, "auto") == 0 ? out_dir : resume;
+}

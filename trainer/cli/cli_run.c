@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "trainer/train/precision_auto.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 
@@ -55,6 +56,7 @@ int cli_run_command(const char *cmd, int argc, char **argv, void (*usage)(FILE *
     Comm *comm = comm_init(&argc, &argv, 0.0f);
     config_load(&cfg, args.path, args.n_overrides, args.overrides);
     comm_set_timeout(comm, cfg.dist.timeout_s);
+    precision_resolve(&cfg, comm, cli_resume_from(opt.resume, cfg.train.out_dir));
     int status = run(&cfg, comm, &opt);
     config_free(&cfg);
     comm_finalize(comm);

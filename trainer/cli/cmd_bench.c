@@ -19,6 +19,8 @@
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
 #include "trainer/train/peak.h"
+#include "trainer/train/peak_nominal.h"
+#include "trainer/train/precision_auto.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -48,16 +50,20 @@ static void usage(FILE *out) {
             "  -h, --help       this help\n");
 }
 
-// The measured half of the report: time per op class, MFU against the measured sgemm peak,
-// memory, and the bench-result line.
+// The measured half of the report: time per op class, MFU against the nominal peak (the GPU's
+// data sheet, or the CPU cores' nominal rate: peak_nominal.h) with the measured matmul ceiling
+// beside it, memory, and the bench-result line.
 // `prof` covers `profiled` steps: the timed ones on the CPU; on a GPU one extra step, since its
 // per-op synchronisation would inflate the timed steps (its classes then need not add up to them).
 static void bench_print_measured(const Config *cfg, const Backend *be, Model *m, const OpProfile *prof, int steps, int profiled,
                                  double t_total, double t_optim, double step, double flops,
-                                 double peak, int sheet, float loss) {
+                                 double peak, int sheet, double nominal, const char *nominal_desc, float loss) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
-    const double gflops = flops / step / 1e9, probe = peak;
-    const double mfu = peak_mfu(&peak, gflops);
+    const double gflops = flops / step / 1e9;
+    // Against the nominal peak where it is known, else (an unknown CPU) the measured ceiling.
+    double ref = sheet ? peak : nominal > 0 ? nominal : peak;
+    const double probe = ref;
+    const double mfu = peak_mfu(&ref, gflops);
     const int outran = probe > 0 && gflops > probe;
     static const char *names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
     double accounted = 0;
@@ -80,10 +86,14 @@ static void bench_print_measured(const Config *cfg, const Backend *be, Model *m,
     printf("  (gradient norm and optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
            cfg->optim.name == OPT_ADAMW ? "adamw" : "lamb");
     printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
-    printf("matmul peak (%s %s%s): %.2f GFLOP/s   MFU: %.1f%%%s\n", sheet ? "the GPU's data sheet, dense" : "backend matmul",
+    if (!sheet && nominal > 0)
+        printf("nominal peak (%s, %s): %.2f GFLOP/s\n", cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32",
+               nominal_desc, nominal);
+    printf("matmul peak (%s %s%s): %.2f GFLOP/s   MFU: %.1f%% of the %s%s\n",
+           sheet ? "the GPU's data sheet, dense" : "measured ceiling, backend matmul",
            cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", sheet ? "" : ", best square size up to 4096^3", peak,
-           100.0 * mfu,
-           outran ? " (the step outran the measured ceiling: a bound, not a measurement)" : "");
+           100.0 * mfu, sheet ? "data sheet" : nominal > 0 ? "nominal peak" : "measured ceiling (nominal unknown)",
+           outran ? " (the step outran it: a bound, not a measurement)" : "");
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
@@ -94,9 +104,11 @@ static void bench_print_measured(const Config *cfg, const Backend *be, Model *m,
     const double attn_gflops = prof->seconds[OPC_ATTENTION] > 0
                                    ? prof->flops[OPC_ATTENTION] / prof->seconds[OPC_ATTENTION] / 1e9 : 0;
     printf("bench-result: tokens_per_s=%.1f step_ms=%.3f gflops=%.3f peak_gflops=%.3f mfu=%.4f "
-           "peak_rss_mib=%.1f loss=%.4f mfu_outran=%d attn_gflops=%.2f attn_share=%.4f act=%s\n",
+           "peak_rss_mib=%.1f loss=%.4f mfu_outran=%d attn_gflops=%.2f attn_share=%.4f act=%s nominal_gflops=%.3f "
+           "precision=%s\n",
            (double)B * T / step, 1e3 * step, gflops, peak, mfu, ru.ru_maxrss / 1024.0, loss, outran, attn_gflops,
-           attn_s / step, dtype_name(be->act));
+           attn_s / step, dtype_name(be->act), sheet ? peak : nominal,
+           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -136,6 +148,8 @@ int cmd_bench(int argc, char **argv) {
     const char *path = args.path;
     Config cfg;
     config_load(&cfg, path, args.n_overrides, args.overrides);
+    if (!gpu) precision_resolve(&cfg, NULL, NULL);
+    else if (cfg.runtime.precision == PREC_AUTO) cfg.runtime.precision = PREC_BF16;  // auto on cuda
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
 
     const int cuda = cfg.runtime.device == DEVICE_CUDA;
@@ -162,6 +176,14 @@ int cmd_bench(int argc, char **argv) {
     if (!record_only && cuda) peak = backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16) / 1e9;
     const int sheet = peak > 0;
     if (!record_only && !sheet) peak = peak_matmul_ceiling(be, &peak_n);
+    char nominal_desc[192] = "", lib[128];
+    double nominal = 0;
+    if (!cuda) {
+        backend_cpu_library(lib, sizeof lib);
+        nominal = peak_nominal_cpu(omp_get_max_threads(), lib, cfg.runtime.precision == PREC_BF16, nominal_desc,
+                                   sizeof nominal_desc);
+        peak_nominal_floor(&nominal, peak, nominal_desc, sizeof nominal_desc);
+    }
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);
     model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions
@@ -189,6 +211,11 @@ int cmd_bench(int argc, char **argv) {
            be->name, B, T, omp_get_max_threads(), steps, warm, recompute_name(cfg.train.recompute));
     if (!cuda) printf("bench: cpu_isa=%s (the CPU backend's element code; MHE_CPU_ISA=avx2|baseline forces a lower level)\n",
                       backend_cpu_isa(be));
+    if (!cuda) {
+        char lib[128];
+        backend_cpu_library(lib, sizeof lib);
+        printf("bench: matmul library: %s (ONEDNN_MAX_CPU_ISA lowers its instruction set)\n", lib);
+    }
 
     // The optimizer as training runs it: host AdamW on the CPU, the backend's kernels on CUDA
     // (over this rank's shard with dist.zero: 1 and --ranks).
@@ -276,7 +303,7 @@ int cmd_bench(int argc, char **argv) {
     }
     // In record-only mode the host timings measured nothing but the recording.
     if (!record_only)
-        bench_print_measured(&cfg, be, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, sheet, loss);
+        bench_print_measured(&cfg, be, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, sheet, nominal, nominal_desc, loss);
     if (cuda) {
         be->free(be, dm);
         be->free(be, dv);

@@ -13,6 +13,7 @@
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
 #include "trainer/train/evaluate.h"
+#include "trainer/train/precision_auto.h"
 #include "trainer/train/rank_agree.h"
 #include "trainer/train/reducer_setup.h"
 #include "trainer/model/model.h"
@@ -60,6 +61,7 @@ int cmd_eval(int argc, char **argv) {
     Config cfg;
     config_load(&cfg, cfg_path, argc - 2, argv + 2);
     comm_set_timeout(comm, cfg.dist.timeout_s);
+    precision_resolve(&cfg, comm, NULL);  // the checkpoint's choice, unless overridden with auto
     char *yaml = config_yaml_text(&cfg);  // under mpirun every rank must evaluate the same thing
     rank_agree(comm, "config", yaml);
     free(yaml);

@@ -39,6 +39,9 @@ long long cli_int_option(const char *cmd, const char *opt, const char *v, long l
 double cli_real_option(const char *cmd, const char *opt, const char *v, double lo, double hi);
 // Exits 2 (after usage) when no config file was given.
 void cli_require_config(const CliConfigArgs *a, const char *cmd, void (*usage)(FILE *));
+// Where --resume WHAT would start from, for runtime.precision: auto to keep the saved choice: NULL
+// for "none", out_dir for "auto", else the path given.
+const char *cli_resume_from(const char *resume, const char *out_dir);
 
 // train and finetune: CONFIG.yaml, overrides, --dry-run and the run options (CLI_RUN_OPTIONS_HELP),
 // then run(cfg, comm, options) under the communicator; returns its exit status.

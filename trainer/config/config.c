@@ -24,7 +24,7 @@ const char *const CONFIG_NONFINITE_NAMES[] = {"skip", "stop", NULL};
 const char *const CONFIG_RECOMPUTE_NAMES[] = {"none", "attention", "layer", NULL};
 const char *const CONFIG_BACKEND_NAMES[] = {"auto", "mpi", "nccl", NULL};
 const char *const CONFIG_DEVICE_NAMES[] = {"cpu", "cuda", NULL};
-const char *const CONFIG_PRECISION_NAMES[] = {"fp32", "bf16", NULL};
+const char *const CONFIG_PRECISION_NAMES[] = {"fp32", "bf16", "auto", NULL};
 const char *const CONFIG_TOKENIZER_NAMES[] = {"wordpiece", "bpe", NULL};
 const char *const CONFIG_TASK_TYPE_NAMES[] = {"none", "classification", "regression", "span", NULL};
 

@@ -25,7 +25,9 @@ typedef enum { NONFINITE_SKIP, NONFINITE_STOP } NonfinitePolicy;
 typedef enum { RECOMPUTE_NONE, RECOMPUTE_ATTENTION, RECOMPUTE_LAYER } RecomputeMode;
 typedef enum { DIST_AUTO, DIST_MPI, DIST_NCCL } DistBackend;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } Device;
-typedef enum { PREC_FP32, PREC_BF16 } Precision;
+// PREC_AUTO lives only in a loaded config: a run resolves it to fp32 or bf16 before any backend
+// exists (trainer/train/precision_auto.h), and its resolved config names the choice.
+typedef enum { PREC_FP32, PREC_BF16, PREC_AUTO } Precision;
 
 typedef struct {
     Arch arch;

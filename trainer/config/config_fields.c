@@ -230,10 +230,12 @@ static const ConfigField RUNTIME_FIELDS[] = {
      .doc = "one GPU per worker on cuda, chosen by local rank"},
     {KEY(runtime, threads, F_INT), .def = "0", IRANGE(0, 4096),
      .doc = "OpenMP threads per worker; 0 uses the OpenMP default"},
-    {ENUM_KEY(runtime, precision, CONFIG_PRECISION_NAMES), .def = "fp32",
-     .doc = "`fp32`, or `bf16`: activations stored in bf16 on either device and bf16 "
+    {ENUM_KEY(runtime, precision, CONFIG_PRECISION_NAMES), .def = "auto",
+     .doc = "`auto`: bf16 on cuda; on the CPU bf16 only where its matmuls beat fp32's on the model's "
+             "product shapes (measured once per machine, cached; the run says which and why, and a resume "
+             "keeps its checkpoint's choice); `fp32`; or `bf16`: activations stored in bf16 on either device and bf16 "
              "matmul operands, with fp32 accumulation, master weights, statistics and loss, on either device "
-             "(a CPU without native bf16 emulates it and says so once)"},
+             "(a CPU without native bf16 emulates it and says so once, with the measured slowdown)"},
     {KEY(runtime, attention_core, F_STRING), .def = "auto", .range_doc = "auto or a core of `mhetrain info`",
      .doc = "the CUDA attention core: `auto` takes, per layer shape, the fastest that serves it (`cudnn`, then "
             "the own `flash`, `gemm`, `plain`) and says which and why; a named core that cannot serve a "

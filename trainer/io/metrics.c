@@ -48,7 +48,7 @@ void format_hms(char *buf, size_t n, double seconds) {
 }
 
 int progress_format(char *buf, size_t n, const Progress *p) {
-    char elapsed[32], eta[32], mfu[32];
+    char elapsed[32], eta[32], mfu[64];
     format_hms(elapsed, sizeof elapsed, p->elapsed_s);
     const int64_t done = p->step - p->start_step;
     double left = -1;
@@ -57,6 +57,10 @@ int progress_format(char *buf, size_t n, const Progress *p) {
     format_hms(eta, sizeof eta, left);
     if (p->mfu >= 0) snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * p->mfu);
     else snprintf(mfu, sizeof mfu, "n/a");
+    if (p->ceiling_gflops > 0) {
+        const size_t at = strlen(mfu);
+        snprintf(mfu + at, sizeof mfu - at, " | ceiling %.0f GFLOP/s", p->ceiling_gflops);
+    }
     // fabs: a NaN with its sign bit set prints as "-nan", which reads like a negative number.
     return snprintf(buf, n, "step %lld/%lld | loss %.4f | lr %.2e | gnorm %.3f | %.0f tok/s | MFU %s | elapsed %s | ETA %s",
                     (long long)p->step, (long long)p->total_steps, isnan(p->loss) ? fabs(p->loss) : p->loss, p->lr,

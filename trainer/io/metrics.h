@@ -30,11 +30,12 @@ typedef struct {
     double elapsed_s;      // wall time since start_step
     double loss, lr, grad_norm;
     double tokens_per_s;
-    double mfu;            // fraction of the peak rate; negative when unknown
+    double mfu;            // fraction of the nominal peak rate; negative when unknown
+    double ceiling_gflops; // the measured matmul ceiling, shown beside MFU; <= 0: not shown
 } Progress;
 
 // "step 120/1000 | loss 7.1234 | lr 1.00e-04 | gnorm 1.234 | 12345 tok/s | MFU 12.3% |
-//  elapsed 0:01:02 | ETA 0:08:11" (one line, no newline).  ETA extrapolates the rate since
+//  ceiling 150 GFLOP/s | elapsed 0:01:02 | ETA 0:08:11" (one line, no newline).  ETA extrapolates the rate since
 // start_step; "--:--:--" before the first step.  Returns what snprintf returns.
 int progress_format(char *buf, size_t n, const Progress *p);
 

@@ -93,10 +93,57 @@ double peak_mfu(double *peak, double achieved) {
     if (achieved > *peak) {
         static int said;
         if (!said++)
-            fprintf(stderr, "mhetrain: the model's step ran at %.1f GFLOP/s, above the matmul ceiling measured at "
-                            "start (%.1f GFLOP/s): MFU is counted against the step's own rate from here (100%% "
-                            "there), which only bounds the ceiling from below\n", achieved, *peak);
+            fprintf(stderr, "mhetrain: the model's step ran at %.1f GFLOP/s, above the peak MFU is counted against "
+                            "(%.1f GFLOP/s): MFU is counted against the step's own rate from here (100%% "
+                            "there), which only bounds the peak from below\n", achieved, *peak);
         *peak = achieved;
     }
     return achieved / *peak;
+}
+
+double peak_products_gflops(Backend *be, const PeakProduct *p, int n, int reps) {
+    // Per product: X [M, K] and W [N, K] (fp32, as the model keeps weights), Y [M, N] in the
+    // activation type for the forward A Wᵀ, and dW [N, K] fp32 for the weight gradient Yᵀ X.
+    size_t act_elems = 0, w_elems = 0;
+    for (int i = 0; i < n; i++) {
+        act_elems += (size_t)p[i].M * p[i].K + (size_t)p[i].M * p[i].N;
+        w_elems += (size_t)p[i].N * p[i].K;
+    }
+    Act *acts = be->alloc(be, act_elems * dtype_size(be->act));
+    float *w = be->alloc(be, 2 * w_elems * sizeof(float));
+    const size_t most = act_elems > 2 * w_elems ? act_elems : 2 * w_elems;
+    float *host = mhe_malloc(most * sizeof(float));
+    for (size_t i = 0; i < most; i++) host[i] = (float)(i % 7) * 0.01f;
+    be->upload_act(be, acts, host, act_elems);
+    be->upload(be, w, host, 2 * w_elems * sizeof(float));
+    if (be->weights_steady) be->weights_steady(be, w, w_elems);
+    OpProfile *prof = be->profile;
+    be->profile = NULL;
+    double flops = 0, best = 1e300;
+    for (int i = 0; i < n; i++) flops += 2.0 * 2.0 * (double)p[i].M * p[i].N * p[i].K * p[i].count;
+    // The first pass creates the primitives and the weights' bf16 copies (a step's warm-up).
+    for (int rep = 0; rep <= reps; rep++) {
+        double t0 = omp_get_wtime();
+        size_t at = 0, wat = 0;
+        for (int i = 0; i < n; i++) {
+            const int M = p[i].M, N = p[i].N, K = p[i].K;
+            Act *x = act_at(be, acts, at), *y = act_at(be, acts, at + (size_t)M * K);
+            float *wi = w + wat, *dw = w + w_elems + wat;
+            for (int c = 0; c < p[i].count; c++) {
+                be->matmul(be, 0, 1, M, N, K, 1.0f, mat_act(x, K), mat_f32(wi, K), 0.0f, out_act(y, N));
+                be->matmul(be, 1, 0, N, K, M, 1.0f, mat_act(y, N), mat_act(x, K), 0.0f, out_f32(dw, K));
+            }
+            at += (size_t)M * K + (size_t)M * N;
+            wat += (size_t)N * K;
+        }
+        be->synchronize(be);
+        const double dt = omp_get_wtime() - t0;
+        if (rep > 0 && dt < best) best = dt;
+    }
+    be->profile = prof;
+    if (be->weights_steady) be->weights_steady(be, NULL, 0);
+    be->free(be, acts);
+    be->free(be, w);
+    free(host);
+    return best < 1e300 && best > 0 ? flops / best / 1e9 : 0;
 }

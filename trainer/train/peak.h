@@ -19,6 +19,17 @@ double peak_matmul_gflops(Backend *be, int n, int reps);
 // that gave it.
 double peak_matmul_ceiling(Backend *be, int *n_used);
 
+// One linear-layer product of a model, C[M, N] = X[M, K] Wᵀ, run `count` times per pass.
+typedef struct {
+    int M, N, K, count;
+} PeakProduct;
+
+// GFLOP/s of the backend's matmul over a model's own linear-layer products: each as the forward
+// (X Wᵀ into the activation type, W fp32 with its bf16 copy kept, as in a step) and the weight
+// gradient (Yᵀ X into fp32); the best of `reps` passes after one warm-up pass.  What
+// runtime.precision: auto compares between an fp32 and a bf16 backend (precision_auto.h).
+double peak_products_gflops(Backend *be, const PeakProduct *p, int n, int reps);
+
 // MFU of a step that ran at `achieved` GFLOP/s, against the best matmul rate this process has
 // reached.  The start-up probe can land in a slice where other jobs held the cores; when the
 // model's own step (whose matmuls ran at least this fast) beats it, *peak is raised to the

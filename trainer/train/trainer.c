@@ -13,7 +13,7 @@
 #include "trainer/io/checkpoint.h"
 #include "trainer/train/divergence.h"
 #include "trainer/train/evaluate.h"
-#include "trainer/train/peak.h"
+#include "trainer/train/peak_track.h"
 #include "trainer/train/rank_agree.h"
 #include "trainer/train/run_engine.h"
 
@@ -21,7 +21,7 @@ typedef struct {
     Loader *train, *valid;
     LoaderBatch *micro;         // this rank's micro-batches of the current step
     int n_micro;
-    double peak_gflops;         // all ranks together; <= 0 unknown
+    PeakTrack peak;             // MFU's nominal peak and the measured matmul ceiling
     double flops_per_step;
     float *eval_logits;
 } Pretrain;
@@ -70,6 +70,7 @@ static double evaluate(Pretrain *p, RunEngine *e, int batches) {
     if (!p->valid) return 0;
     const Config *cfg = e->cfg;
     EvalResult r = evaluate_split(e->model, p->valid, e->comm, batches, p->eval_logits);
+    peak_track_remeasure(&p->peak, e->be, e->comm);  // a busy start must not fix the ceiling low
     const char *scope = batches <= 0 ? " (whole split)" : "";
     if (e->rank != 0) return r.loss;
     int mlm = cfg->objective.type == OBJ_MLM;
@@ -102,15 +103,15 @@ static void begin(void *self, RunEngine *e) {
     const Config *cfg = e->cfg;
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     p->flops_per_step = model_step_flops(e->model, B, T) * p->n_micro * e->world;
-    // The ceiling MFU is counted against (DESIGN.md §9): on the CPU the best matmul rate this
-    // process reaches, on a GPU the card's dense peak at the run's precision.
-    double mine = run_is_host(e)
-                      ? peak_matmul_ceiling(e->be, NULL)
-                      : backend_cuda_peak_flops(comm_local_rank(e->comm), cfg->runtime.precision == PREC_BF16) / 1e9;
-    comm_allreduce_sum_f64(e->comm, &mine, 1);
-    p->peak_gflops = mine;
+    // What MFU is counted against (DESIGN.md §9): the nominal peak of the cores, or the GPU's
+    // dense data-sheet peak, at the run's precision; the CPU's measured ceiling beside it.
+    peak_track_start(&p->peak, e->be, e->comm,
+                     run_is_host(e) ? 0
+                                    : backend_cuda_peak_flops(comm_local_rank(e->comm),
+                                                              cfg->runtime.precision == PREC_BF16) / 1e9);
     e->t_start = omp_get_wtime();  // elapsed_s counts from here: the measurement above is set-up
     if (e->rank == 0) {
+        char peak_text[384];
         const size_t opt_bytes = 2 * (e->zero->end - e->zero->begin) * sizeof(float);
         fprintf(stderr,
                 "model: %s %s, %zu parameters | workers %d x micro-batch %d x %d accumulation = global batch %d | "
@@ -119,10 +120,11 @@ static void begin(void *self, RunEngine *e) {
                 p->n_micro, cfg->train.global_batch, T, (long long)e->total_steps);
         fprintf(stderr,
                 "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
-                "activations %.1f MiB | matmul ceiling %.1f GFLOP/s\n"
+                "activations %.1f MiB | %s\n"
                 "device %s | gradients all-reduced by %s\n",
                 model_state_bytes(e->model) / 1048576.0, opt_bytes / 1048576.0, e->zero->enabled, opt_bytes,
-                model_arena_bytes(e->model) / 1048576.0, p->peak_gflops, e->be->name,
+                model_arena_bytes(e->model) / 1048576.0, peak_track_describe(&p->peak, peak_text, sizeof peak_text),
+                e->be->name,
                 grad_reducer_describe(e->reducer));
     }
     if (e->step == 0 && cfg->train.eval_every > 0) evaluate(p, e, cfg->train.eval_batches);
@@ -160,7 +162,7 @@ static void log_step(void *self, RunEngine *e, const StepResult *r) {
     const double tokens = (double)cfg->train.global_batch * cfg->data.seq_len;
     const double tps = r->step_s > 0 ? tokens / r->step_s : 0;
     const double achieved = r->step_s > 0 ? p->flops_per_step / r->step_s / 1e9 : 0;
-    const double mfu = peak_mfu(&p->peak_gflops, achieved);
+    const double mfu = peak_track_mfu(&p->peak, achieved);
     Progress pr = {.step = e->step,
                    .total_steps = e->total_steps,
                    .start_step = e->start_step,
@@ -169,17 +171,19 @@ static void log_step(void *self, RunEngine *e, const StepResult *r) {
                    .lr = r->lr,
                    .grad_norm = r->grad_norm,
                    .tokens_per_s = tps,
-                   .mfu = mfu};
+                   .mfu = mfu,
+                   .ceiling_gflops = p->peak.ceiling};
     char line[512];
     progress_format(line, sizeof line, &pr);
     fprintf(stderr, "%s%s\n", line, r->skipped ? " | SKIPPED (non-finite)" : "");
     MetricValue v[] = {{"loss", r->loss, NULL},           {"lr", r->lr, NULL},
                        {"grad_norm", r->grad_norm, NULL}, {"tokens_per_s", tps, NULL},
                        {"mfu", mfu, NULL},                {"elapsed_s", pr.elapsed_s, NULL},
-                       {"tokens_seen", e->step * tokens, NULL}, {"skipped", r->skipped, NULL}};
+                       {"tokens_seen", e->step * tokens, NULL}, {"skipped", r->skipped, NULL},
+                       {"matmul_ceiling_gflops", p->peak.ceiling, NULL}};
     const char *tags[] = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s"};
     float vals[] = {(float)r->loss, (float)r->lr, (float)r->grad_norm, (float)tps};
-    run_record(e, 8, v, 4, tags, vals);
+    run_record(e, 9, v, 4, tags, vals);
 }
 
 static int after_step(void *self, RunEngine *e) {
