@@ -13,8 +13,10 @@ void backend_cuda_print_versions(FILE *out);  // cuda runtime, cuBLAS, NCCL line
 // without a GPU, a clear message and exit status 2.
 Backend *backend_cuda_create_for(int device, int bf16);
 // The dense peak (FLOP/s) of GPU `device`: bf16 tensor cores (bf16 != 0) or fp32 CUDA cores, from
-// a table of data sheets by device name, or MHE_GPU_PEAK_TFLOPS; 0 when unknown (MFU not shown).
-double backend_cuda_peak_flops(int device, int bf16);
+// the data sheets' table (kernels/gpu_peak.h) by device name, or MHE_GPU_PEAK_TFLOPS; 0 when
+// unknown (MFU not shown: never an in-process probe).  *card (may be NULL): the card as MFU names
+// it ("H100 SXM", "MHE_GPU_PEAK_TFLOPS"), NULL when unknown.
+double backend_cuda_peak_flops(int device, int bf16, const char **card);
 
 // Gradient all-reduce on device buffers between GPUs (NCCL, bootstrapped over the MPI
 // communicator `mpi_comm`, an MPI_Comm *), with a deadline.  Only for a CUDA backend.

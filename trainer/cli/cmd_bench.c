@@ -18,6 +18,7 @@
 #include "trainer/config/config.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
+#include "kernels/gpu_peak.h"
 #include "trainer/train/peak.h"
 
 static void usage(FILE *out) {
@@ -48,17 +49,19 @@ static void usage(FILE *out) {
             "  -h, --help       this help\n");
 }
 
-// The measured half of the report: time per op class, MFU against the measured sgemm peak,
-// memory, and the bench-result line.
+// The measured half of the report: time per op class, MFU (on the CPU against the measured sgemm
+// peak; on a GPU against the card's data sheet, `card` naming it, capped at 100%), memory, and the
+// bench-result line.
 // `prof` covers `profiled` steps: the timed ones on the CPU; on a GPU one extra step, since its
 // per-op synchronisation would inflate the timed steps (its classes then need not add up to them).
 static void bench_print_measured(const Config *cfg, const Backend *be, Model *m, const OpProfile *prof, int steps, int profiled,
                                  double t_total, double t_optim, double step, double flops,
-                                 double peak, int sheet, float loss) {
+                                 double peak, int gpu, const char *card, float loss) {
     const int B = cfg->train.micro_batch, T = cfg->data.seq_len;
     const double gflops = flops / step / 1e9, probe = peak;
-    const double mfu = peak_mfu(&peak, gflops);
-    const int outran = probe > 0 && gflops > probe;
+    int over = 0;
+    const double mfu = gpu ? gpu_mfu(gflops, peak, &over) : peak_mfu(&peak, gflops);
+    const int outran = gpu ? over : probe > 0 && gflops > probe;
     static const char *names[OPC_COUNT] = {"matmul", "attention", "norm/activation", "loss", "other"};
     double accounted = 0;
     for (int c = 0; c < OPC_COUNT; c++) accounted += prof->seconds[c];
@@ -80,10 +83,15 @@ static void bench_print_measured(const Config *cfg, const Backend *be, Model *m,
     printf("  (gradient norm and optimizer step %.2f ms, %s, included above)\n", 1e3 * t_optim / steps,
            cfg->optim.name == OPT_ADAMW ? "adamw" : "lamb");
     printf("model flops per step: %.3f GFLOP   achieved: %.2f GFLOP/s\n", flops / 1e9, gflops);
-    printf("matmul peak (%s %s%s): %.2f GFLOP/s   MFU: %.1f%%%s\n", sheet ? "the GPU's data sheet, dense" : "backend matmul",
-           cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32", sheet ? "" : ", best square size up to 4096^3", peak,
-           100.0 * mfu,
-           outran ? " (the step outran the measured ceiling: a bound, not a measurement)" : "");
+    const char *prec = cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32";
+    if (!gpu)
+        printf("matmul peak (backend matmul %s, best square size up to 4096^3): %.2f GFLOP/s   MFU: %.1f%%%s\n", prec,
+               peak, 100.0 * mfu, outran ? " (the step outran the measured ceiling: a bound, not a measurement)" : "");
+    else if (peak > 0)
+        printf("matmul peak (%s, dense %s): %.2f GFLOP/s   MFU: %.1f%%%s\n", card, prec, peak, 100.0 * mfu,
+               over ? " (capped: the step outran the data sheet, whose figure is wrong for this card)" : "");
+    else
+        printf("matmul peak: unknown (a GPU without a data-sheet peak: set MHE_GPU_PEAK_TFLOPS)   MFU: n/a\n");
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("memory: arena %.2f MiB, params+grads %.2f MiB, peak RSS %.2f MiB\n",
@@ -156,13 +164,13 @@ int cmd_bench(int argc, char **argv) {
     // The ceiling (DESIGN.md §9), as training counts it: on the CPU the backend's own matmul at the
     // precision in use; on a GPU the card's dense data-sheet peak, since a probe through the
     // backend's matmul op times operand conversion and a synchronisation per call (the H200 read
-    // 82-101 TFLOP/s that way, CALIBRATION.md run 4); an unknown card falls back to the probe.  A
-    // record-only run executes nothing, so it has no ceiling.
+    // 82-101 TFLOP/s that way, CALIBRATION.md run 4); an unknown card has no MFU (never a probe).
+    // A record-only run executes nothing, so it has no ceiling.
     int peak_n = 0;
     double peak = 0;
-    if (!record_only && cuda) peak = backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16) / 1e9;
-    const int sheet = peak > 0;
-    if (!record_only && !sheet) peak = peak_matmul_ceiling(be, &peak_n);
+    const char *card = NULL;
+    if (!record_only && cuda) peak = backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16, &card) / 1e9;
+    if (!record_only && !cuda) peak = peak_matmul_ceiling(be, &peak_n);
     Model *m = model_create(&cfg, be, B, T);
     model_init_params(m, cfg.train.seed);
     model_set_full_logits(m, 0);  // as training runs it: the head only on scored positions
@@ -277,7 +285,7 @@ int cmd_bench(int argc, char **argv) {
     }
     // In record-only mode the host timings measured nothing but the recording.
     if (!record_only)
-        bench_print_measured(&cfg, be, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, sheet, loss);
+        bench_print_measured(&cfg, be, m, &prof, steps, profiled_steps, t_total, t_optim, step, flops, peak, cuda, card, loss);
     if (cuda) {
         be->free(be, dm);
         be->free(be, dv);

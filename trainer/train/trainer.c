@@ -15,6 +15,7 @@
 #include "common/rng.h"
 #include "data/loader.h"
 #include "kernels/backend_info.h"
+#include "kernels/gpu_peak.h"
 #include "kernels/ops.h"
 #include "trainer/io/checkpoint.h"
 #include "trainer/train/evaluate.h"
@@ -53,6 +54,8 @@ typedef struct {
     GradPiece *pieces;          // the parameter table as the reducer sees it
     int64_t step, total_steps, start_step;
     double peak_gflops;         // all ranks together; <= 0 unknown
+    int said_over;              // the GPU outran its data sheet: said once
+    const char *peak_card;      // a GPU run: the card of rank 0's data-sheet peak; NULL on the CPU or unknown
     double flops_per_step;
     double t_start;
     MetricsLog metrics;
@@ -298,11 +301,23 @@ static void setup(Trainer *t) {
     t->flops_per_step = model_step_flops(t->model, B, T) * t->n_micro * t->world;
     // The ceiling MFU is counted against (DESIGN.md §9): on the CPU the best matmul rate this
     // process reaches, on a GPU the card's dense peak at the run's precision.
-    double mine = is_host_backend(t->be)
-                      ? peak_matmul_ceiling(t->be, NULL)
-                      : backend_cuda_peak_flops(comm_local_rank(t->comm), cfg->runtime.precision == PREC_BF16) / 1e9;
+    // A GPU without a row in the table has no MFU (never an in-process probe).
+    double mine = host ? peak_matmul_ceiling(t->be, NULL)
+                       : backend_cuda_peak_flops(comm_local_rank(t->comm), cfg->runtime.precision == PREC_BF16,
+                                                 &t->peak_card) / 1e9;
+    // Unknown on any rank is unknown for the job: a partial sum would understate the peak.
+    double unknown = mine > 0 ? 0 : 1;
     comm_allreduce_sum_f64(t->comm, &mine, 1);
-    t->peak_gflops = mine;
+    comm_allreduce_sum_f64(t->comm, &unknown, 1);
+    t->peak_gflops = unknown > 0 ? 0 : mine;
+    char peak_line[160];
+    if (host)
+        snprintf(peak_line, sizeof peak_line, "matmul ceiling %.1f GFLOP/s", t->peak_gflops);
+    else if (t->peak_gflops > 0)
+        snprintf(peak_line, sizeof peak_line, "MFU peak %.1f GFLOP/s (%d x %s, dense %s)", t->peak_gflops, t->world,
+                 t->peak_card, cfg->runtime.precision == PREC_BF16 ? "bf16" : "fp32");
+    else
+        snprintf(peak_line, sizeof peak_line, "MFU n/a (a GPU without a data-sheet peak: set MHE_GPU_PEAK_TFLOPS)");
     if (t->rank == 0) {
         mhe_mkdirs(cfg->train.out_dir);
         char path[4096];
@@ -324,12 +339,12 @@ static void setup(Trainer *t) {
                 t->n_micro, cfg->train.global_batch, T, (long long)t->total_steps);
         fprintf(stderr,
                 "memory per worker: parameters+gradients %.1f MiB, optimizer %.1f MiB (ZeRO-%d: %zu bytes), "
-                "activations %.1f MiB | matmul ceiling %.1f GFLOP/s\n"
+                "activations %.1f MiB | %s\n"
                 "device %s | gradients all-reduced by %s\n",
                 model_state_bytes(t->model) / 1048576.0,
                 2.0 * (t->zero->end - t->zero->begin) * sizeof(float) / 1048576.0, t->zero->enabled,
                 2 * (t->zero->end - t->zero->begin) * sizeof(float),
-                model_arena_bytes(t->model) / 1048576.0, t->peak_gflops, t->be->name,
+                model_arena_bytes(t->model) / 1048576.0, peak_line, t->be->name,
                 grad_reducer_describe(t->reducer));
     }
     run_diff_free(&diff);
@@ -493,7 +508,14 @@ static void log_step(Trainer *t, double loss, double gnorm, double lr, double st
     const double tokens = (double)cfg->train.global_batch * cfg->data.seq_len;
     const double tps = step_s > 0 ? tokens / step_s : 0;
     const double achieved = step_s > 0 ? t->flops_per_step / step_s / 1e9 : 0;
-    const double mfu = peak_mfu(&t->peak_gflops, achieved);
+    int over = 0;
+    // A GPU's peak is its data sheet's, fixed: a faster step caps at 100% and says the table is wrong.
+    const double mfu = is_host_backend(t->be) ? peak_mfu(&t->peak_gflops, achieved)
+                                              : gpu_mfu(achieved, t->peak_gflops, &over);
+    if (over && !t->said_over++)
+        fprintf(stderr, "mhetrain: the step ran at %.1f GFLOP/s, above the %.1f GFLOP/s data-sheet peak of %s: MFU "
+                        "shown as 100%%; the table (kernels/gpu_peak.c) is wrong for this card or MHE_GPU_PEAK_TFLOPS "
+                        "is too low\n", achieved, t->peak_gflops, t->peak_card ? t->peak_card : "the GPU");
     Progress p = {.step = t->step,
                   .total_steps = t->total_steps,
                   .start_step = t->start_step,
