@@ -60,11 +60,15 @@ struct Efficiency {
 //   from run 1's norm/activation class (measured 1.04-1.07 times the model at 0.30).
 constexpr double kFlashFwd = 0.0242, kFlashBwd = 0.0299, kGeneric = 0.285, kGemmPath = 1.0, kUnaligned = 0.05;
 
-// The kernel families measured, in match order.
+// Not measured yet (issue 47), each GPU's own generic fraction until the next GPU run's kernel
+// profile refits it: the 16-byte GELU kernels (cuda_gelu.cu), written to stream at a higher share
+// of the bandwidth than the 2-byte-access kernels the generic fraction was fitted to.
+constexpr double kUnfitted = 0;
+// The kernel families measured (or awaiting a measurement: kUnfitted), in match order.
 const KernelFit kRun1Fits[] = {
     {"flash_tc_forward", kFlashFwd}, {"flash_tc_dq", kFlashBwd}, {"flash_tc_dkv", kFlashBwd},
     {"flash_rowdot", kFlashBwd},     {"memset", 0.80},          {"memcpy", 0.80},
-    {nullptr, 0},
+    {"gelu_vec_", kUnfitted},        {nullptr, 0},
 };
 
 // The H200 (CALIBRATION.md run 4): the same flash kernels ran at the same fractions of the same
@@ -90,7 +94,8 @@ const Efficiency &efficiency(const GpuSpec *g) {
 
 double fraction_for(const Efficiency &e, const char *label) {
     for (const KernelFit *f = e.fits; f->prefix; f++)
-        if (std::strncmp(label, f->prefix, std::strlen(f->prefix)) == 0) return f->fraction;
+        if (std::strncmp(label, f->prefix, std::strlen(f->prefix)) == 0)
+            return f->fraction > 0 ? f->fraction : e.generic;
     return e.generic;
 }
 

@@ -341,6 +341,65 @@ static void test_elementwise(void **state) {
     buf_free(f, &db);
 }
 
+// GELU on 16-byte groups (kernels/cuda/cuda_gelu.cu): a length that is a multiple of 8 on aligned
+// buffers runs the vector kernels (one launch each, no scalar one), against the CPU ≤ 1e-2 over
+// GELU's range [-6, 6], forward, backward and backward in place; bit for bit the scalar kernels'
+// results on the same values one element off alignment (which take the scalar kernels); a length
+// off 8 stays scalar.
+static void test_gelu_vectorised(void **state) {
+    Fix *f = *state;
+    const size_t n = 8 * 97;
+    ABuf x = abuf_new(f, n, -6.0f, 6.0f), dy = abuf_rand(f, n), y = abuf_rand(f, n), dx = abuf_rand(f, n);
+    const size_t el = dtype_size(f->gpu->act);
+    Act *xo = f->gpu->alloc(f->gpu, (n + 8) * el), *dyo = f->gpu->alloc(f->gpu, (n + 8) * el),
+        *yo = f->gpu->alloc(f->gpu, (n + 8) * el);
+    Act *x1 = act_at(f->gpu, xo, 1), *dy1 = act_at(f->gpu, dyo, 1), *y1 = act_at(f->gpu, yo, 1);
+    f->gpu->upload_act(f->gpu, x1, x.host, n);
+    f->gpu->upload_act(f->gpu, dy1, dy.host, n);
+    float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
+    for (int k = 0; k < 2; k++) {
+        const GeluKind kind = k ? GELU_TANH : GELU_ERF;
+        CostReport r;
+        backend_cuda_cost_start();
+        PAIR(f, gelu_forward, kind, DX(x), DX(y), n);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "gelu_vec_forward_kernel"), 1);
+        assert_int_equal(calls_with(&r, "gelu_forward_kernel"), 0);
+        expect_act(f, &y, TOL, "gelu_forward (16-byte groups)");
+        f->gpu->gelu_forward(f->gpu, kind, x1, y1, n);  // off alignment: the scalar kernel
+        f->gpu->download_act(f->gpu, ha, y.g, n);
+        f->gpu->download_act(f->gpu, hb, y1, n);
+        assert_memory_equal(ha, hb, n * sizeof *ha);
+        backend_cuda_cost_start();
+        PAIR(f, gelu_backward, kind, DX(x), DX(dy), DX(dx), n);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "gelu_vec_backward_kernel"), 1);
+        assert_int_equal(calls_with(&r, "gelu_backward_kernel"), 0);
+        expect_act(f, &dx, TOL, "gelu_backward (16-byte groups)");
+        f->gpu->gelu_backward(f->gpu, kind, x1, dy1, y1, n);
+        f->gpu->download_act(f->gpu, ha, dx.g, n);
+        f->gpu->download_act(f->gpu, hb, y1, n);
+        assert_memory_equal(ha, hb, n * sizeof *ha);
+        // In place (dx = dy) and a length off 8 (the scalar kernel).
+        f->gpu->upload_act(f->gpu, dx.g, dy.host, n);
+        f->gpu->gelu_backward(f->gpu, kind, x.g, dx.g, dx.g, n);
+        f->gpu->download_act(f->gpu, hb, dx.g, n);
+        assert_memory_equal(ha, hb, n * sizeof *ha);
+        backend_cuda_cost_start();
+        f->gpu->gelu_forward(f->gpu, kind, x.g, y.g, n - 1);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "gelu_vec_"), 0);
+        assert_int_equal(calls_with(&r, "gelu_forward_kernel"), 1);
+    }
+    free(ha);
+    free(hb);
+    f->gpu->free(f->gpu, xo);
+    f->gpu->free(f->gpu, dyo);
+    f->gpu->free(f->gpu, yo);
+    ABuf *all[] = {&x, &dy, &y, &dx};
+    for (size_t i = 0; i < 4; i++) abuf_free(f, all[i]);
+}
+
 // The per-head broadcast with x a column slice (row stride ldx > d) and dx written into one.
 static void test_head_expand(void **state) {
     Fix *f = *state;
@@ -561,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_linear_layers),
         cmocka_unit_test(test_vocabulary_head_padded),
         cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_gelu_vectorised),
         cmocka_unit_test(test_head_expand),
         cmocka_unit_test(test_gather_scatter_rows),
         cmocka_unit_test(test_layernorms),
