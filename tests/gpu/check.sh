@@ -140,7 +140,7 @@ mfu_checks() {
              "bert-base-mha.yaml 128 512"; do
     set -- $mdl
     step "mfu_${1%.yaml}_${2}x${3}_a4" 90 "$bin/gpu_bench" "$cfg/$1" 4 "$peak" --accum 4 runtime.device=cuda \
-      runtime.precision=bf16 data.seq_len="$2" train.micro_batch="$3"
+      runtime.precision=bf16 data.seq_len="$2" train.micro_batch="$3" train.global_batch=$((4 * $3))
   done
   [ -n "$py" ] || return 0
   for mdl in "gpt mha 1024 64" "bert mha 512 128" "bert mhe_mul 512 128" "bert mha 128 512"; do
