@@ -1,6 +1,6 @@
 // mhetrain bench: a full training step (forward, backward, gradient norm, AdamW) on random
-// tokens, timed by op class, with MFU against the sgemm rate this machine reaches (measured at
-// startup).
+// tokens, timed by op class, with MFU against the matmul rate this machine reaches (measured at
+// startup) on the CPU, against the card's data-sheet peak on a GPU.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -27,8 +27,9 @@ static void usage(FILE *out) {
             "\n"
             "Runs training steps (forward, backward, gradient norm and clip, optimizer update with\n"
             "optim.*) on random tokens at the config's train.micro_batch x data.seq_len and prints\n"
-            "tokens/s, the step time split by op class, achieved GFLOP/s, MFU against the machine's\n"
-            "measured sgemm rate, and peak memory (runtime.device selects the CPU or CUDA backend).\n"
+            "tokens/s, the step time split by op class, achieved GFLOP/s, MFU (on the CPU against the\n"
+            "machine's measured matmul rate, on a GPU against the card's dense data-sheet peak or\n"
+            "MHE_GPU_PEAK_TFLOPS), and peak memory (runtime.device selects the CPU or CUDA backend).\n"
             "The MLM head runs only on the scored positions, as in training.  The last line,\n"
             "'bench-result: ...', is key=value pairs for scripts.\n"
             "\n"
