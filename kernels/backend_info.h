@@ -21,8 +21,10 @@ int backend_attention_core_select(Backend *be, const char *name, int verbose, ch
 // is, and "available" or why it cannot run here; returns how many (0 without the CUDA backend).
 int backend_attention_cores(const char **names, const char **whats, const char **status, int max);
 // The dense peak (FLOP/s) of GPU `device`: bf16 tensor cores (bf16 != 0) or fp32 CUDA cores, from
-// a table of data sheets by device name, or MHE_GPU_PEAK_TFLOPS; 0 when unknown (MFU not shown).
-double backend_cuda_peak_flops(int device, int bf16);
+// the data sheets' table (kernels/gpu_peak.h) by device name, or MHE_GPU_PEAK_TFLOPS; 0 when
+// unknown (MFU not shown: never an in-process probe).  *card (may be NULL): the card as MFU names
+// it ("H100 SXM", "MHE_GPU_PEAK_TFLOPS"), NULL when unknown.
+double backend_cuda_peak_flops(int device, int bf16, const char **card);
 
 // Gradient all-reduce on device buffers between GPUs (NCCL, bootstrapped over the MPI
 // communicator `mpi_comm`, an MPI_Comm *), with a deadline.  Only for a CUDA backend.

@@ -104,7 +104,8 @@ double backend_cuda_cost_expected_kernel(const GpuSpec *g, const char *label, do
     (void)g, (void)label, (void)tc_flops, (void)flops, (void)bytes, (void)blocks;
     return 0;
 }
-double backend_cuda_peak_flops(int device, int bf16) {
+double backend_cuda_peak_flops(int device, int bf16, const char **card) {
     (void)device, (void)bf16;
+    if (card) *card = NULL;
     return 0;
 }

@@ -91,12 +91,13 @@ typedef enum { DT_F32 = 0, DT_BF16 = 1 } DType;
 static inline OPS_HD size_t dtype_size(DType t) { return t == DT_BF16 ? 2 : 4; }
 static inline const char *dtype_name(DType t) { return t == DT_BF16 ? "bf16" : "fp32"; }
 // The row stride of the vocabulary head's logits [N, V] (linear_forward_ld, cross_entropy_*):
-// in bf16, V rounded up to 16 elements (32 bytes).  An odd V (BERT's 30522, GPT-2's 50257) as a
+// in bf16, V rounded up to 64 elements (128 bytes: whole cache lines and the GEMMs' 64- and
+// 128-wide tiles, GPT-2's 50257 -> 50304 = 393 x 128; BERT's 30522 -> 30528).  An odd V (BERT's 30522, GPT-2's 50257) as a
 // leading dimension or a product's side keeps both backends off their fast kernels: cuBLAS fell to
 // alignment-1 kernels on the H200 (kernels/cuda/CALIBRATION.md run 4), oneDNN's bf16 matmul on an
 // AMX Xeon ran the head's three products 27% slower (kernels/cpu/README.md).  fp32 keeps V: its
 // results stay those of the unpadded layout, bit for bit.
-static inline OPS_HD int ops_head_ld(DType act, int V) { return act == DT_BF16 ? (V + 15) / 16 * 16 : V; }
+static inline OPS_HD int ops_head_ld(DType act, int V) { return act == DT_BF16 ? (V + 63) / 64 * 64 : V; }
 
 // An element of an activation buffer (see the conventions above).  Never defined.
 typedef struct Act Act;

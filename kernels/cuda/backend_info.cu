@@ -6,12 +6,13 @@
 #include "kernels/cuda/cuda_nccl.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <cstdlib>
 
 extern "C" {
 #include "common/num.h"
 #include "kernels/backend_info.h"
+#include "kernels/gpu_peak.h"
 }
 
 extern "C" int backend_cuda_compiled(void) { return 1; }
@@ -28,28 +29,14 @@ extern "C" Backend *backend_cuda_create_for(int device, int bf16) {
     return backend_cuda_create(device, bf16);
 }
 
-// Dense peaks from the vendors' data sheets (SXM unless named), TFLOP/s: bf16 tensor cores with
-// fp32 accumulation, and fp32 on CUDA cores (no TF32).  Matched by substring in table order, so
-// the more specific names come first.
-namespace {
-struct PeakRow {
-    const char *name;
-    double bf16, fp32;
-};
-const PeakRow kPeaks[] = {
-    {"H100 PCIe", 756, 51},  {"H100 NVL", 835, 60}, {"GH200", 989, 67}, {"H200", 989, 67},
-    {"H100", 989, 67},       {"A100", 312, 19.5},   {"A800", 312, 19.5}, {"L40S", 362, 91.6},
-    {"L40", 181, 90.5},      {"L4", 121, 30.3},     {"A10G", 70, 31.2},  {"A10", 125, 31.2},
-    {"A30", 165, 10.3},      {"RTX 4090", 165, 82.6}, {"RTX 3090", 71, 35.6},
-};
-}  // namespace
-
-extern "C" double backend_cuda_peak_flops(int device, int bf16) {
+extern "C" double backend_cuda_peak_flops(int device, int bf16, const char **card) {
+    if (card) *card = nullptr;
     const char *env = std::getenv("MHE_GPU_PEAK_TFLOPS");
     if (env && *env) {
         double t = 0;
         if (mhe_parse_real(env, 1e-3, 1e6, &t) != MHE_NUM_OK)
             mhe_fail("MHE_GPU_PEAK_TFLOPS=%s: expected the GPU's dense peak in TFLOP/s, a number in (0, 1e6]", env);
+        if (card) *card = "MHE_GPU_PEAK_TFLOPS";
         return t * 1e12;
     }
     if (device >= backend_cuda_device_count()) return 0;
@@ -59,9 +46,10 @@ extern "C" double backend_cuda_peak_flops(int device, int bf16) {
 #else
     cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return 0;
-    for (const PeakRow &r : kPeaks)
-        if (std::strstr(p.name, r.name)) return 1e12 * (bf16 ? r.bf16 : r.fp32);
-    return 0;
+    const GpuPeak *r = gpu_peak_find(p.name);
+    if (!r) return 0;
+    if (card) *card = r->card;
+    return 1e12 * (bf16 ? r->bf16_tflops : r->fp32_tflops);
 #endif
 }
 

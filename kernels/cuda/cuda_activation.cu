@@ -86,7 +86,8 @@ static void cuda_gelu_forward(Backend *be, GeluKind kind, const float *x, float 
     __nv_bfloat16 *yb = act_out(be, y, &yw);
     const MheCost cost = with_act_store(mhe_cost(GELU_FWD_FLOPS * n, (xb ? 6.0 : 8.0) * n), yb, yw, n);
     cudaStream_t st = cuda_stream(be);
-    if (n && xb)
+    if (xb && yb && cuda_gelu_forward_vec(be, kind, xb, yb, n)) {  // bf16, 16-byte groups (cuda_gelu.cu)
+    } else if (n && xb)
         MHE_LAUNCH(gelu_forward_kernel<__nv_bfloat16>, cuda_grid_for(n), MHE_BLOCK, 0, st, cost)(kind == GELU_TANH, xb, yw, yb, n);
     else if (n)
         MHE_LAUNCH(gelu_forward_kernel<float>, cuda_grid_for(n), MHE_BLOCK, 0, st, cost)(kind == GELU_TANH, x, yw, yb, n);
@@ -103,6 +104,7 @@ static void cuda_gelu_backward(Backend *be, GeluKind kind, const float *x, const
     cudaStream_t st = cuda_stream(be);
     const unsigned grid = cuda_grid_for(n);
     if (!n) {
+    } else if (xb && dyb && dxb && cuda_gelu_backward_vec(be, kind, xb, dyb, dxb, n)) {  // cuda_gelu.cu
     } else if (xb) {
         MHE_LAUNCH(gelu_backward_kernel<__nv_bfloat16>, grid, MHE_BLOCK, 0, st, cost)(tf, xb, dyb, dxw, dxb, n);
     } else {

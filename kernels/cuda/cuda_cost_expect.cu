@@ -68,13 +68,16 @@ constexpr double kFlashFwd = 0.0242, kFlashBwd = 0.0299, kGeneric = 0.285, kGemm
 // backward at head dim 64, T 512 on an H100, 0.34 / 0.27 of the peak: ours are below, as run 4
 // timed a smaller batch).
 constexpr double kCudnnFwd = 0.224, kCudnnBwd = 0.127;
-
+// Not measured yet (issue 47), each GPU's own generic fraction until the next GPU run's kernel
+// profile refits it: the 16-byte GELU kernels (cuda_gelu.cu), written to stream at a higher share
+// of the bandwidth than the 2-byte-access kernels the generic fraction was fitted to.
+constexpr double kUnfitted = 0;
 // The kernel families measured, in match order.
 const KernelFit kRun1Fits[] = {
     {"cudnn_sdpa_fwd", kCudnnFwd},   {"cudnn_sdpa_bwd", kCudnnBwd},
     {"flash_tc_forward", kFlashFwd}, {"flash_tc_dq", kFlashBwd}, {"flash_tc_dkv", kFlashBwd},
     {"flash_rowdot", kFlashBwd},     {"memset", 0.80},          {"memcpy", 0.80},
-    {nullptr, 0},
+    {"gelu_vec_", kUnfitted},        {nullptr, 0},
 };
 
 // The H200 (CALIBRATION.md run 4): the same flash kernels ran at the same fractions of the same
@@ -100,7 +103,8 @@ const Efficiency &efficiency(const GpuSpec *g) {
 
 double fraction_for(const Efficiency &e, const char *label) {
     for (const KernelFit *f = e.fits; f->prefix; f++)
-        if (std::strncmp(label, f->prefix, std::strlen(f->prefix)) == 0) return f->fraction;
+        if (std::strncmp(label, f->prefix, std::strlen(f->prefix)) == 0)
+            return f->fraction > 0 ? f->fraction : e.generic;
     return e.generic;
 }
 

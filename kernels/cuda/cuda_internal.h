@@ -249,6 +249,11 @@ const __nv_bfloat16 *cuda_weight_copy(Backend *be, const float *p, size_t n);
 // copy (the padded head weight, cuda_pad_ld.cu) is kept while the number stays.
 uint64_t cuda_weight_copy_version(Backend *be, const float *p);
 void cuda_weight_copies_destroy(Backend *be);
+// GELU on bf16 activations 8 elements a thread through 16-byte accesses (cuda_gelu.cu): false
+// (nothing done) when a pointer is off 16 bytes or n off 8 elements.
+bool cuda_gelu_forward_vec(Backend *be, GeluKind kind, const __nv_bfloat16 *x, __nv_bfloat16 *y, size_t n);
+bool cuda_gelu_backward_vec(Backend *be, GeluKind kind, const __nv_bfloat16 *x, const __nv_bfloat16 *dy,
+                            __nv_bfloat16 *dx, size_t n);
 // Their linear layers through cuBLASLt with the bias fused (cuda_linear.cu); false: no plan.
 // With g: the FFN's GELU_TANH up projection, g = GELU(y) and y stored in one GEMM.
 bool cuda_act_linear_forward(Backend *be, const __nv_bfloat16 *x, const float *W, const float *b, int N, int in,

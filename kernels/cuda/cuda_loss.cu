@@ -1,5 +1,7 @@
 // The fused softmax cross-entropy: one block per row, block reductions (warp shuffles + shared
-// memory), the statistics and the loss in fp32 (the sum of exponentials in double).
+// memory), the statistics and the loss in fp32 (the sum of exponentials in double).  One pass over
+// the logits forward (the online softmax's running max and sum) and one backward (the gradient
+// written over the logits, in bf16 in bf16 mode): no fp32 probabilities of V columns are stored.
 //
 // bf16 logits: in bf16 mode the logits and their gradient are bf16 activations; both kernels read
 // them as such — the loss from bf16 logits, computed in fp32, as PyTorch's autocast gives it — at
@@ -12,6 +14,9 @@ __device__ __forceinline__ float logit(const float *z, int v) { return z[v]; }
 __device__ __forceinline__ float logit(const __nv_bfloat16 *z, int v) { return __bfloat162float(z[v]); }
 
 // loss = lse - z[label],  lse = max + log sum exp(z - max);  rows with label < 0 give 0, 0.
+// One pass over the row (online softmax): each thread keeps a running max m and Σ exp(z - m),
+// rescaled when m grows; the block then takes the largest m and adds every thread's sum rescaled to
+// it.  The row is read once, not once for the max and again for the sum (GPT-2's rows are 100 KB).
 template <typename T>
 __global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *labels, int V, size_t ld, float *loss,
                                              float *lse) {
@@ -23,12 +28,18 @@ __global__ void cross_entropy_forward_kernel(const T *logits, const int32_t *lab
         return;
     }
     const T *z = logits + r * ld;
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, logit(z, v));
-    mx = block_max(mx, fbuf);
+    float m = -INFINITY;
     double s = 0;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) s += (double)expf(logit(z, v) - mx);
-    s = block_sum(s, dbuf);
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        const float x = logit(z, v);
+        if (x > m) {
+            s *= (double)expf(m - x);  // 0 while m is -inf (s is 0 then too)
+            m = x;
+        }
+        s += (double)expf(x - m);
+    }
+    const float mx = block_max(m, fbuf);
+    s = block_sum(m == -INFINITY ? 0.0 : s * (double)expf(m - mx), dbuf);
     if (threadIdx.x == 0) {
         double l = mx + log(s);
         lse[r] = (float)l;

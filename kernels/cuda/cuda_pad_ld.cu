@@ -1,5 +1,5 @@
 // The vocabulary head with its rows ldy apart (ops.h linear_forward_ld / linear_backward_ld, ldy =
-// ops_head_ld: the width rounded up to 16 elements in bf16).  cuBLAS and cuBLASLt take their
+// ops_head_ld: the width rounded up to 64 elements in bf16).  cuBLAS and cuBLASLt take their
 // Hopper kernels only for 16-byte-aligned leading dimensions and, for GPT-2's 50257, only with
 // the vocabulary dimension itself a multiple of 8; with 30522 as the leading dimension they fell
 // to alignment-1 CUTLASS kernels and a CUDA-core magma kernel on the H200 (CALIBRATION.md run 4:
@@ -9,7 +9,8 @@
 // The model keeps the logits in rows of ldy, so nothing is copied: the weight's bf16 copy gains
 // zero rows up to ldy (and the bias zeros), the forward's product is ldy wide and writes the zero
 // columns itself; the backward's dx runs K = ldy over dy's zero columns (cross_entropy_backward
-// writes them) and the zero rows, and dW keeps `out` rows, reading dy with leading dimension ldy.
+// writes them) and the zero rows, and dW keeps `out` rows, reading dy with leading dimension ldy
+// (as two products: the rows up to a multiple of 64, then the rest).
 // The values are the unpadded product's: the padding adds zeros.  fp32 (and a product cuBLASLt has
 // no plan for) runs the unpadded width into the wider rows.
 #include "kernels/cuda/cuda_backend.h"
@@ -139,6 +140,26 @@ static void act_linear_forward_ld(Backend *be, const Act *x, const float *W, con
     cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
 }
 
+// dW[rows, in] (+)= dyᵀ x over `rows` columns of dy (rows ldy apart), db += their sums: one BGRADB
+// GEMM in bf16, else the product and the bias kernel.  aligned: the rows are a multiple of 64.
+static void dw_rows(Backend *be, const Act *dy, const Act *x, int N, int in, int rows, int ldy, float *dW, float *db,
+                    int dW_zero, bool aligned) {
+    const double t0 = cuda_prof_begin(be);
+    if (act16(be)) {
+        // The mark holds for whichever product records next: the BGRADB GEMM records only with a plan.
+        if (aligned) mhe_cost_gemm_lds_aligned();
+        if (db && cuda_act_linear_dw(be, ab(dy), ab(x), N, in, rows, dW, db, dW_zero != 0, ldy)) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * rows);
+            return;
+        }
+    }
+    be->matmul(be, 1, 0, rows, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
+               out_f32(dW, in));
+    if (!db) return;
+    if (act16(be)) cuda_act_bias_backward_ld(be, dy, N, rows, ldy, db);
+    else cuda_bias_backward_ld(be, af(dy), N, rows, ldy, db);
+}
+
 static void act_linear_backward_ld(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
                                    int ldy, Act *dx, int accumulate, float *dW, float *db, int dW_zero) {
     check_ld("linear_backward_ld", out, ldy);
@@ -159,21 +180,16 @@ static void act_linear_backward_ld(Backend *be, const Act *dy, const Act *x, con
                        out_act(dx, in));
         }
     }
-    // dW [out, in]: out stays the row count (dW is not padded); its leading dimensions are aligned.
-    // The mark holds for whichever product records next: the BGRADB GEMM records only with a plan.
-    const double t0 = cuda_prof_begin(be);
-    if (act16(be)) {
-        mhe_cost_gemm_lds_aligned();
-        if (db && cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db, dW_zero != 0, ldy)) {
-            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
-            return;
-        }
-    }
-    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, ldy), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
-               out_f32(dW, in));
-    if (!db) return;
-    if (act16(be)) cuda_act_bias_backward_ld(be, dy, N, out, ldy, db);
-    else cuda_bias_backward_ld(be, af(dy), N, out, ldy, db);
+    // dW [out, in] keeps `out` rows (the gradient is not padded), its leading dimensions aligned.
+    // An odd row count alone kept cuBLAS's heuristic on sm80 CUTLASS for GPT-2's dW (CALIBRATION.md
+    // runs 5-6: 3.4 ms a step), so the rows run as two products: the largest multiple of 64 (dy's
+    // columns and dW's rows from the row start, 128-byte aligned) and the rest (under 64 rows, priced
+    // as the unaligned GEMM it is).
+    const int head = out / 64 * 64;
+    if (head > 0) dw_rows(be, dy, x, N, in, head, ldy, dW, db, dW_zero, true);
+    if (out > head)
+        dw_rows(be, act_cat(be, dy, (size_t)head), x, N, in, out - head, ldy, dW + (size_t)head * in,
+                db ? db + head : nullptr, dW_zero, false);
 }
 
 void cuda_install_linear_ld(Backend *be) {

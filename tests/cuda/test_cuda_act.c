@@ -185,14 +185,14 @@ static void test_weight_copy_follows_writes(void **state) {
 }
 
 // The vocabulary heads: a width that is not a multiple of 8 (BERT's 30522, GPT-2's 50257) in rows
-// ops_head_ld apart (cuda_pad_ld.cu): 301 wide in rows of 304, 300 rows, with a bias (BERT) and
+// ops_head_ld apart (cuda_pad_ld.cu): 301 wide in rows of 320, 300 rows, with a bias (BERT) and
 // without (GPT-2), and the loss between the two products as the model runs them.  The CUDA
-// products run 304 wide over the weight's zero rows, nothing is copied, and the padding columns
+// products run 320 wide over the weight's zero rows, nothing is copied, and the padding columns
 // hold zeros on both backends (the CPU's fp32 here runs the unpadded width into the wide rows).
 static void test_vocabulary_head_padded(void **state) {
     Fix *f = *state;
     const int N = 300, in = 24, out = 301, ld = ops_head_ld(f->gpu->act, out);
-    assert_int_equal(ld, 304);
+    assert_int_equal(ld, 320);
     assert_int_equal(ops_head_ld(DT_F32, out), out);
     int32_t labels[300];
     for (int i = 0; i < N; i++) labels[i] = i % 7 == 3 ? -1 : (i * 37) % out;
@@ -208,7 +208,7 @@ static void test_vocabulary_head_padded(void **state) {
         backend_cuda_cost_start();
         f->gpu->linear_forward_ld(f->gpu, x.g, W.g, with_bias ? b.g : NULL, N, in, out, ld, y.g);
         backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
-        assert_int_equal(calls_with(&r, "gemm 300x304x24"), 1);  // the width padded
+        assert_int_equal(calls_with(&r, "gemm 300x320x24"), 1);  // the width padded
         assert_int_equal(calls_with(&r, "bias_pad"), 0);         // not the unpadded fallback
         // The padded weight is made once and kept (the second pass pads only the new bias).
         assert_int_equal(calls_with(&r, "pad_tail"), 1);
@@ -226,7 +226,11 @@ static void test_vocabulary_head_padded(void **state) {
         backend_cuda_cost_start();
         f->gpu->linear_backward_ld(f->gpu, y.g, x.g, W.g, N, in, out, ld, dx.g, 1, dW.g, db_g, 0);
         backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
-        assert_int_equal(calls_with(&r, "gemm 300x24x304"), 1);  // dx: K over the padded width
+        assert_int_equal(calls_with(&r, "gemm 300x24x320"), 1);  // dx: K over the padded width
+        // dW: the rows up to a multiple of 64, then the rest (an odd row count kept cuBLAS on
+        // CUTLASS sm80 kernels), each once.
+        assert_int_equal(calls_with(&r, "gemm 256x24x300"), 1);
+        assert_int_equal(calls_with(&r, "gemm 45x24x300"), 1);
         assert_int_equal(calls_with(&r, "pad_tail"), 0);         // the forward's padded weight
         expect_act(f, &dx, TOL, "padded linear_backward_ld dx (accumulated)");
         expect_close(f, &dW, TOL, "padded linear_backward_ld dW");
@@ -335,6 +339,65 @@ static void test_elementwise(void **state) {
     abuf_free(f, &o);
     buf_free(f, &bias);
     buf_free(f, &db);
+}
+
+// GELU on 16-byte groups (kernels/cuda/cuda_gelu.cu): a length that is a multiple of 8 on aligned
+// buffers runs the vector kernels (one launch each, no scalar one), against the CPU ≤ 1e-2 over
+// GELU's range [-6, 6], forward, backward and backward in place; bit for bit the scalar kernels'
+// results on the same values one element off alignment (which take the scalar kernels); a length
+// off 8 stays scalar.
+static void test_gelu_vectorised(void **state) {
+    Fix *f = *state;
+    const size_t n = 8 * 97;
+    ABuf x = abuf_new(f, n, -6.0f, 6.0f), dy = abuf_rand(f, n), y = abuf_rand(f, n), dx = abuf_rand(f, n);
+    const size_t el = dtype_size(f->gpu->act);
+    Act *xo = f->gpu->alloc(f->gpu, (n + 8) * el), *dyo = f->gpu->alloc(f->gpu, (n + 8) * el),
+        *yo = f->gpu->alloc(f->gpu, (n + 8) * el);
+    Act *x1 = act_at(f->gpu, xo, 1), *dy1 = act_at(f->gpu, dyo, 1), *y1 = act_at(f->gpu, yo, 1);
+    f->gpu->upload_act(f->gpu, x1, x.host, n);
+    f->gpu->upload_act(f->gpu, dy1, dy.host, n);
+    float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
+    for (int k = 0; k < 2; k++) {
+        const GeluKind kind = k ? GELU_TANH : GELU_ERF;
+        CostReport r;
+        backend_cuda_cost_start();
+        PAIR(f, gelu_forward, kind, DX(x), DX(y), n);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "gelu_vec_forward_kernel"), 1);
+        assert_int_equal(calls_with(&r, "gelu_forward_kernel"), 0);
+        expect_act(f, &y, TOL, "gelu_forward (16-byte groups)");
+        f->gpu->gelu_forward(f->gpu, kind, x1, y1, n);  // off alignment: the scalar kernel
+        f->gpu->download_act(f->gpu, ha, y.g, n);
+        f->gpu->download_act(f->gpu, hb, y1, n);
+        assert_memory_equal(ha, hb, n * sizeof *ha);
+        backend_cuda_cost_start();
+        PAIR(f, gelu_backward, kind, DX(x), DX(dy), DX(dx), n);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "gelu_vec_backward_kernel"), 1);
+        assert_int_equal(calls_with(&r, "gelu_backward_kernel"), 0);
+        expect_act(f, &dx, TOL, "gelu_backward (16-byte groups)");
+        f->gpu->gelu_backward(f->gpu, kind, x1, dy1, y1, n);
+        f->gpu->download_act(f->gpu, ha, dx.g, n);
+        f->gpu->download_act(f->gpu, hb, y1, n);
+        assert_memory_equal(ha, hb, n * sizeof *ha);
+        // In place (dx = dy) and a length off 8 (the scalar kernel).
+        f->gpu->upload_act(f->gpu, dx.g, dy.host, n);
+        f->gpu->gelu_backward(f->gpu, kind, x.g, dx.g, dx.g, n);
+        f->gpu->download_act(f->gpu, hb, dx.g, n);
+        assert_memory_equal(ha, hb, n * sizeof *ha);
+        backend_cuda_cost_start();
+        f->gpu->gelu_forward(f->gpu, kind, x.g, y.g, n - 1);
+        backend_cuda_cost_stop(gpu_spec_find("h100"), &r);
+        assert_int_equal(calls_with(&r, "gelu_vec_"), 0);
+        assert_int_equal(calls_with(&r, "gelu_forward_kernel"), 1);
+    }
+    free(ha);
+    free(hb);
+    f->gpu->free(f->gpu, xo);
+    f->gpu->free(f->gpu, dyo);
+    f->gpu->free(f->gpu, yo);
+    ABuf *all[] = {&x, &dy, &y, &dx};
+    for (size_t i = 0; i < 4; i++) abuf_free(f, all[i]);
 }
 
 // The per-head broadcast with x a column slice (row stride ldx > d) and dx written into one.
@@ -557,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_linear_layers),
         cmocka_unit_test(test_vocabulary_head_padded),
         cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_gelu_vectorised),
         cmocka_unit_test(test_head_expand),
         cmocka_unit_test(test_gather_scatter_rows),
         cmocka_unit_test(test_layernorms),

@@ -79,6 +79,12 @@ static void test_kernels_by_hand(void **state) {
     assert_true(fabs(t - (1e9 / 3.35e12 / 0.80 + kGap)) < 1e-12);
     t = backend_cuda_cost_expected_kernel(h, "scale_kernel", 0, 0, 1e3, 0);
     assert_true(fabs(t - (2e-6 + kGap)) < 1e-15);
+    // The 16-byte GELU kernels, not measured yet: each GPU's generic fraction (H100 28.5%, H200 20%).
+    t = backend_cuda_cost_expected_kernel(h, "gelu_vec_forward_kernel", 0, 0, 1e9, 0);
+    assert_true(fabs(t - (1e9 / 3.35e12 / 0.285 + kGap)) < 1e-12);
+    const GpuSpec *h2 = gpu_spec_find("h200");
+    t = backend_cuda_cost_expected_kernel(h2, "gelu_vec_backward_kernel", 0, 0, 1e9, 0);
+    assert_true(fabs(t - (1e9 / h2->bytes_per_s / 0.20 + kGap)) < 1e-12);
 }
 
 // A small BERT step recorded in record-only mode: expected is at least the bound and the classes

@@ -341,6 +341,40 @@ static void test_embeddings_and_cross_entropy_match_cpu(void **state) {
     for (int i = 0; i < 11; i++) buf_free(f, all[i]);
 }
 
+// The loss over rows much wider than a block, where each thread's running max (the forward's one
+// pass, an online softmax) grows along its elements and rescales its sum: an ascending row (a
+// rescale at every element), a descending one (none), random rows spread over ±40 (exp of the raw
+// logits would overflow float without the max), one row without a label; rows 1024 apart with the
+// padding's zeros written by the backward.  fp32 ≤ 1e-5 against the CPU backend.
+static void test_cross_entropy_wide_rows_match_cpu(void **state) {
+    Fix *f = *state;
+    enum { N = 5, V = 1000, LD = 1024 };
+    const int32_t labels[N] = {999, 0, 517, -1, 3};
+    Buf z = buf_new(f, (size_t)N * LD, -40.0f, 40.0f), loss = buf_rand(f, N), lse = buf_rand(f, N),
+        dz = buf_rand(f, (size_t)N * LD);
+    for (int v = 0; v < LD; v++) {
+        z.host[v] = 0.05f * (float)v - 20.0f;
+        z.host[LD + v] = 20.0f - 0.05f * (float)v;
+    }
+    f->cpu->upload(f->cpu, z.c, z.host, (size_t)N * LD * sizeof(float));
+    f->gpu->upload(f->gpu, z.g, z.host, (size_t)N * LD * sizeof(float));
+    IBuf L = ibuf_new(f, labels, N);
+    PAIR(f, cross_entropy_forward, DA(z), D(L), N, V, LD, D(loss), D(lse));
+    expect_close(f, &loss, 1e-5, "cross_entropy wide rows: loss");
+    expect_close(f, &lse, 1e-5, "cross_entropy wide rows: lse");
+    float host_lse[N];
+    f->gpu->download(f->gpu, host_lse, lse.g, sizeof host_lse);
+    // The ascending row's lse: its largest logit (29.95) plus log Σ exp(-0.05 k), k = 0..999.
+    double s = 0;
+    for (int k = 0; k < V; k++) s += exp(-0.05 * k);
+    assert_true(fabs(host_lse[0] - (29.95 + log(s))) < 1e-4);
+    PAIR(f, cross_entropy_backward, DA(z), D(lse), D(L), N, V, LD, 0.25f, DA(dz));
+    expect_close(f, &dz, 1e-5, "cross_entropy wide rows: backward with the padding's zeros");
+    ibuf_free(f, &L);
+    Buf *all[] = {&z, &loss, &lse, &dz};
+    for (int i = 0; i < 4; i++) buf_free(f, all[i]);
+}
+
 // embedding_layernorm_forward (one kernel) against the CPU backend's embedding_forward,
 // layernorm_forward and dropout in place: with token types and without, with dropout and without;
 // e, y, mean and rstd compared.  D = 300 is longer than the sums the kernel keeps in registers.
@@ -507,6 +541,7 @@ int main(void) {
         cmocka_unit_test(test_head_expand_matches_cpu),
         cmocka_unit_test(test_layernorm_gelu_tanh_match_cpu),
         cmocka_unit_test(test_embeddings_and_cross_entropy_match_cpu),
+        cmocka_unit_test(test_cross_entropy_wide_rows_match_cpu),
         cmocka_unit_test(test_gather_scatter_rows_match_cpu),
         cmocka_unit_test(test_optimizers_match_cpu),
         cmocka_unit_test(test_adamw_ranges_match_cpu),

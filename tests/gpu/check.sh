@@ -86,8 +86,8 @@ step() {
 } >>"$log" 2>&1
 bin="$B/bin"
 cfg="$B/configs"
-# MHE_CHECK_GROUPS (comma-separated, default all): parity, train, time, torch, opclass, sanitize,
-# nccl, compile, profile.  A second call on the same day runs only what it still needs.
+# MHE_CHECK_GROUPS (comma-separated, default all): parity, train, time, torch, mfu, opclass,
+# sanitize, nccl, compile, profile.  A second call on the same day runs only what it still needs.
 groups=",${MHE_CHECK_GROUPS:-all},"
 want() { [[ "$groups" == *",all,"* || "$groups" == *",$1,"* ]]; }
 step info 30 "$bin/mhetrain" info
@@ -129,6 +129,28 @@ if want torch && [ -n "$py" ]; then
     step "torch_$1_$2_${3}x$4" 45 "$py" "$B/tests/torch_gpu.py" model --arch "$1" --attention "$2" --seq "$3" --batch "$4"
   done
 fi
+# ---- MFU where users train (issue 47): micro-steps of 64k tokens, global batch = 4 x micro-batch
+#      (one optimizer step per 256k tokens; llm.c's H100 setting is 64 x 1024), ours (gpu_bench
+#      --accum 4) and PyTorch at the same settings.  Names: mfu_<config>_<seq>x<batch>_a4.  Two
+#      timed optimizer steps after two warm-up ones (gpu_bench STEPS 4): ~3 s a step at run 6's
+#      speed, so the group takes about 2 minutes of the budget.
+mfu_checks() {
+  local mdl
+  for mdl in "gpt2-small-mha.yaml 1024 64" "bert-base-mha.yaml 512 128" "bert-base-mhe-mul.yaml 512 128" \
+             "bert-base-mha.yaml 128 512"; do
+    set -- $mdl
+    step "mfu_${1%.yaml}_${2}x${3}_a4" 90 "$bin/gpu_bench" "$cfg/$1" 4 "$peak" --accum 4 runtime.device=cuda \
+      runtime.precision=bf16 data.seq_len="$2" train.micro_batch="$3" train.global_batch=$((4 * $3))
+  done
+  [ -n "$py" ] || return 0
+  for mdl in "gpt mha 1024 64" "bert mha 512 128" "bert mhe_mul 512 128" "bert mha 128 512"; do
+    set -- $mdl
+    step "torch_mfu_$1_$2_${3}x${4}_a4" 90 "$py" "$B/tests/torch_gpu.py" model --arch "$1" --attention "$2" \
+      --seq "$3" --batch "$4" --accum 4 --steps 3
+  done
+}
+want mfu && mfu_checks
+# ---- end of the MFU section
 # parity of every arch x attention type (its CPU reference side is the slow part)
 want parity && step parity_model 120 "$bin/gpu_model"
 # 4. per op class: one profiled step (synchronises per op) next to the cost model's bound.

@@ -1,8 +1,10 @@
 // For machines with a GPU (tests/gpu/run.sh): trains the model of a config on the CUDA backend
 // for N steps on one fixed synthetic batch (the loss must fall: it memorises the batch), then
 // times steady-state steps and reports tokens/s and MFU against the GPU's bf16 peak.
-//   gpu_bench CONFIG STEPS PEAK_TFLOPS [key=value ...]      (PEAK_TFLOPS <= 0: MFU not shown;
-//                                                           auto: the card's data-sheet peak)
+//   gpu_bench CONFIG STEPS PEAK_TFLOPS [--accum A] [key=value ...]
+//     PEAK_TFLOPS <= 0: MFU not shown; auto: the card's data-sheet peak.
+//     --accum A: A micro-batches (forward + backward) into the gradients before each optimizer
+//     step, as training runs train.global_batch = A x train.micro_batch: MFU where users train.
 // Exit status 1 when the loss is not finite, or (from 20 steps up) does not fall by 10%.
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/backend_info.h"
+#include "kernels/gpu_peak.h"
 #include "kernels/ops.h"
 #include "kernels/optim_math.h"
 #include "trainer/config/config.h"
@@ -26,15 +29,22 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: gpu_bench CONFIG STEPS PEAK_TFLOPS [key=value ...]\n");
+        fprintf(stderr, "usage: gpu_bench CONFIG STEPS PEAK_TFLOPS [--accum A] [key=value ...]\n");
         return 2;
     }
+    int accum = 1, first_kv = 4;
+    if (argc > 5 && strcmp(argv[4], "--accum") == 0) {
+        accum = atoi(argv[5]);
+        if (accum < 1 || accum > 4096) mhe_fail("gpu_bench: --accum %s: expected an integer in [1, 4096]", argv[5]);
+        first_kv = 6;
+    }
     Config cfg;
-    config_load(&cfg, argv[1], argc - 4, argv + 4);
+    config_load(&cfg, argv[1], argc - first_kv, argv + first_kv);
     const int steps = atoi(argv[2]);
     // auto: the backend's table of data sheets (backend_cuda_peak_flops), as training uses.
+    const char *card = "stated";
     const double peak = strcmp(argv[3], "auto") == 0
-                            ? backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16) / 1e12
+                            ? backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16, &card) / 1e12
                             : atof(argv[3]);
     const int B = cfg.train.micro_batch, T = cfg.data.seq_len, V = cfg.model.vocab_size;
     Backend *be = backend_for_config(&cfg, 0, 1);  // runtime.attention_core too; says which core runs
@@ -53,8 +63,10 @@ int main(int argc, char **argv) {
         if (cfg.model.arch == ARCH_GPT) labels[i] = (i % T + 1 < T) ? ids[i + 1] : -100;
         else labels[i] = rng_next(&r) % 100 < 15 ? ids[i] : -100;
     }
-    printf("model: %s %s, %zu parameters, batch %d x %d, precision %s\n", arch_name(cfg.model.arch),
-           attention_type_name(cfg.attention.type), n, B, T,
+    long scored = 0;
+    for (int i = 0; i < B * T; i++) scored += labels[i] >= 0;
+    printf("model: %s %s, %zu parameters, batch %d x %d, accumulation %d (%ld tokens per optimizer step), precision %s\n",
+           arch_name(cfg.model.arch), attention_type_name(cfg.attention.type), n, B, T, accum, (long)accum * B * T,
            cfg.runtime.precision == PREC_BF16 ? "bf16" : "fp32");
     float first = 0, last = 0;
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f;
@@ -66,8 +78,13 @@ int main(int argc, char **argv) {
             t0 = now_s();
         }
         model_zero_grad(m);
-        float loss = model_forward(m, ids, NULL, NULL, labels, B, T, 1);
-        model_backward(m, 0);
+        // The same batch each micro-step, the loss the mean over all of them (as training divides
+        // by the step's labels).
+        float loss = 0;
+        for (int k = 0; k < accum; k++) {
+            loss += model_forward(m, ids, NULL, NULL, labels, B, T, 1) / accum;
+            model_backward(m, (double)(scored > 0 ? scored : 1) * accum);
+        }
         const OptimBias bc = optim_bias(b1, b2, s);
         const AdamwScalars a = adamw_scalars(lr, 0.01f, bc.bc1);
         be->adamw_update(be, model_params(m), model_grads(m), mom, mom + n, n, b1, b2, 1e-8f, a.step_size,
@@ -84,10 +101,17 @@ int main(int argc, char **argv) {
                "the steps)\n", ((double)free0 - (double)free1) / (1024.0 * 1024.0 * 1024.0));
     }
     int timed = steps - warm;
-    double tps = timed > 0 ? (double)timed * B * T / dt : 0;
-    double flops = model_step_flops(m, B, T) * timed / dt;
+    double tps = timed > 0 ? (double)timed * accum * B * T / dt : 0;
+    double flops = model_step_flops(m, B, T) * accum * timed / dt;
     printf("throughput: %.0f tokens/s, %.2f TFLOP/s", tps, flops / 1e12);
-    if (peak > 0) printf(", MFU %.1f%% of %.0f TFLOP/s %s peak", 100.0 * flops / 1e12 / peak, peak, cfg.runtime.precision == PREC_BF16 ? "bf16" : "fp32");
+    int over = 0;
+    const double mfu = gpu_mfu(flops, peak * 1e12, &over);
+    if (mfu >= 0)
+        printf(", MFU %.1f%% of %.0f TFLOP/s %s peak (%s, dense)%s", 100.0 * mfu, peak,
+               cfg.runtime.precision == PREC_BF16 ? "bf16" : "fp32", card ? card : "stated",
+               over ? " (capped: faster than the data sheet, whose figure is wrong for this card)" : "");
+    else if (strcmp(argv[3], "auto") == 0)
+        printf(", MFU n/a (a GPU without a data-sheet peak: set MHE_GPU_PEAK_TFLOPS)");
     printf("\n");
     // Memorising one batch takes a few tens of steps; a profiling run of 3 steps only has to stay
     // finite (3 steps of GPT-2 small fell by 8%, short of the 10% rule).

@@ -30,24 +30,28 @@ def summary(results):
     the rows CALIBRATION.md records."""
     rows = {}
     for t in results["throughput"]:
-        m = re.match(r"time_(.+?)_(\d+)x(\d+)$", t["step"] or "")
+        # time_<cfg>_<seq>x<batch> (one micro-batch per step) or mfu_<cfg>_<seq>x<batch>_a<accum>
+        # (check.sh's MFU configs: accum micro-batches per optimizer step)
+        m = re.match(r"(?:time|mfu)_(.+?)_(\d+)x(\d+)(?:_a(\d+))?$", t["step"] or "")
         if not m:
             continue
-        cfg, seq, batch = m.group(1), int(m.group(2)), int(m.group(3))
-        rows[(cfg, seq, batch)] = {"config": cfg, "seq": seq, "batch": batch, "tokens_per_s": t["tokens_per_s"],
-                                   "step_ms": 1e3 * seq * batch / t["tokens_per_s"], "mfu_percent": t["mfu_percent"]}
+        cfg, seq, batch, accum = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4) or 1)
+        rows[(cfg, seq, batch, accum)] = {"config": cfg, "seq": seq, "batch": batch, "accum": accum,
+                                          "tokens_per_s": t["tokens_per_s"],
+                                          "step_ms": 1e3 * seq * batch * accum / t["tokens_per_s"],
+                                          "mfu_percent": t["mfu_percent"]}
     for r in results["torch-result"]:
         if r.get("compile"):
             continue
         cfg = ("bert-base" if r["arch"] == "bert" else "gpt2-small") + "-" + r["attention"].replace("_", "-")
-        key = (cfg, int(r["seq"]), int(r["batch"]))
+        key = (cfg, int(r["seq"]), int(r["batch"]), int(r.get("accum", 1)))
         if key in rows:
             rows[key]["torch_step_ms"] = r["step_ms"]
             rows[key]["ours_over_torch"] = rows[key]["step_ms"] / r["step_ms"]
     for r in results["cost-result"]:
         m = re.match(r"opclass_(.+?)_(\d+)x(\d+)$", r.get("step") or "")
-        if m and (m.group(1), int(m.group(2)), int(m.group(3))) in rows:
-            row = rows[(m.group(1), int(m.group(2)), int(m.group(3)))]
+        if m and (m.group(1), int(m.group(2)), int(m.group(3)), 1) in rows:
+            row = rows[(m.group(1), int(m.group(2)), int(m.group(3)), 1)]
             row["bound_ms"] = r.get("predicted_step_ms")
             row["expected_ms"] = r.get("expected_gpu_ms")
     return list(rows.values())

@@ -18,31 +18,15 @@ ngpu=$(nvidia-smi -L | grep -c '^GPU' || true)
 [ "$ngpu" -ge 1 ] || fail "no GPU visible to nvidia-smi"
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 
-# Dense bf16 tensor-core peak with fp32 accumulation, TFLOP/s (vendor data sheets).
-peak_of() {
-  case "$1" in
-    *H100*PCIe*) echo 756 ;;
-    *H100*|*H200*|*GH200*) echo 989 ;;
-    *A100*) echo 312 ;;
-    *A800*) echo 312 ;;
-    *L40S*) echo 362 ;;
-    *L40*) echo 181 ;;
-    *L4*) echo 121 ;;
-    *A10G*) echo 70 ;;
-    *A10*) echo 125 ;;
-    *A30*) echo 165 ;;
-    *RTX\ 4090*) echo 165 ;;
-    *RTX\ 3090*) echo 71 ;;
-    *) echo 0 ;;
-  esac
-}
-peak="${MHE_GPU_PEAK_TFLOPS:-$(peak_of "$gpu_name")}"
+# MFU against the card's dense data-sheet peak: the backend's one table (kernels/gpu_peak.c), or
+# MHE_GPU_PEAK_TFLOPS, which the backend reads itself.
+peak=auto
 
 say "building ($build)"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMHE_CUDA=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target mhetrain gpu_parity gpu_act gpu_attention gpu_model gpu_nccl gpu_bench >/dev/null
 "$build/mhetrain" info | sed -n '1,12p'
-echo "GPUs: $ngpu x $gpu_name (bf16 peak ${peak} TFLOP/s$([ "$peak" = 0 ] && echo ', unknown: set MHE_GPU_PEAK_TFLOPS'))"
+echo "GPUs: $ngpu x $gpu_name (MFU against its data sheet, kernels/gpu_peak.c; a card not there: set MHE_GPU_PEAK_TFLOPS)"
 
 say "1. parity with the CPU backend: every op (fp32 1e-5, bf16 1e-2)"
 "$build/gpu_parity" || fail "op parity"

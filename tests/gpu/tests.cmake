@@ -8,6 +8,14 @@ if(TARGET mhecuda)
   # The same against the emulation in record-only mode: the host's cost per attention call.
   add_executable(gpu_attn_bench_emu ${CMAKE_CURRENT_LIST_DIR}/gpu_attn_bench.c)
   target_link_libraries(gpu_attn_bench_emu PRIVATE mhecore mhecuda_emu)
+  # gpu_bench against the emulation: its accumulation (--accum, the large MFU configs of check.sh)
+  # and MFU line, on a tiny model (test_gpu_bench_accum.sh).
+  add_executable(gpu_bench_emu ${CMAKE_CURRENT_LIST_DIR}/gpu_bench.c)
+  target_link_libraries(gpu_bench_emu PRIVATE mhecore mhecuda_emu)
+  add_test(NAME test_gpu_bench_accum COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_gpu_bench_accum.sh)
+  set_tests_properties(test_gpu_bench_accum PROPERTIES
+    ENVIRONMENT "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};GPU_BENCH_EMU=$<TARGET_FILE:gpu_bench_emu>;OMP_NUM_THREADS=2;ASAN_OPTIONS=detect_leaks=0"
+    TIMEOUT 300 LABELS "cuda;unit")
   # The parity (ops, attention, the ops on bf16 activations), model and NCCL tests of tests/cuda,
   # linked against the real backend.
   add_executable(gpu_parity ${CMAKE_SOURCE_DIR}/tests/cuda/test_cuda_parity.c)

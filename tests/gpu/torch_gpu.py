@@ -128,19 +128,25 @@ def model_main(a):
     loss = [0.0]
 
     def step():
+        # --accum micro-batches into the gradients, then one clip and optimizer step (as gpu_bench
+        # --accum and train.global_batch = accum x micro_batch); the loss the mean over them.
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = fwd(ids, labels)
-        out.backward()
+        total = 0.0
+        for _ in range(a.accum):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = fwd(ids, labels) / a.accum
+            out.backward()
+            total = total + out.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()
-        loss[0] = out
+        loss[0] = total
 
     for _ in range(3):
         step()
     ms = time_cuda(step, a.steps)
     print(f"torch-result: arch={a.arch} attention={a.attention} seq={a.seq} batch={a.batch} "
-          f"compile={int(a.compile)} step_ms={ms:.3f} tokens_per_s={a.batch * a.seq / ms * 1e3:.0f} "
+          f"accum={a.accum} compile={int(a.compile)} step_ms={ms:.3f} "
+          f"tokens_per_s={a.accum * a.batch * a.seq / ms * 1e3:.0f} "
           f"loss={float(loss[0]):.4f} torch={torch.__version__}", flush=True)
 
 
@@ -177,6 +183,7 @@ def main():
     m.add_argument("--batch", type=int, required=True)
     m.add_argument("--steps", type=int, default=10)
     m.add_argument("--compile", action="store_true")
+    m.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
     sub.add_parser("attention")
     a = p.parse_args()
     if not torch.cuda.is_available():

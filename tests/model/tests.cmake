@@ -92,3 +92,6 @@ foreach(isa avx2 baseline)
       "MHE_CPU_ISA=${isa};OMP_NUM_THREADS=2;MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR}")
   endforeach()
 endforeach()
+# MFU on GPUs: the data sheets' dense peaks by device name and the capped arithmetic (no GPU needed).
+mhe_add_cmocka_test(gpu_peak_table ${CMAKE_SOURCE_DIR}/tests/model/test_gpu_peak.c)
+set_tests_properties(gpu_peak_table PROPERTIES TIMEOUT 30 LABELS "model;unit")

@@ -1,6 +1,6 @@
 // mhetrain bench: a full training step (forward, backward, gradient norm, AdamW) on random
-// tokens, timed by op class, with MFU against the sgemm rate this machine reaches (measured at
-// startup).
+// tokens, timed by op class, with MFU against the matmul rate this machine reaches (measured at
+// startup) on the CPU, against the card's data-sheet peak on a GPU.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -18,6 +18,7 @@
 #include "trainer/config/config.h"
 #include "trainer/model/model.h"
 #include "trainer/train/optim.h"
+#include "kernels/gpu_peak.h"
 #include "trainer/train/peak.h"
 #include "trainer/train/peak_nominal.h"
 #include "trainer/train/precision_auto.h"
@@ -28,8 +29,9 @@ static void usage(FILE *out) {
             "\n"
             "Runs training steps (forward, backward, gradient norm and clip, optimizer update with\n"
             "optim.*) on random tokens at the config's train.micro_batch x data.seq_len and prints\n"
-            "tokens/s, the step time split by op class, achieved GFLOP/s, MFU against the machine's\n"
-            "measured sgemm rate, and peak memory (runtime.device selects the CPU or CUDA backend).\n"
+            "tokens/s, the step time split by op class, achieved GFLOP/s, MFU (on the CPU against the\n"
+            "machine's measured matmul rate, on a GPU against the card's dense data-sheet peak or\n"
+            "MHE_GPU_PEAK_TFLOPS), and peak memory (runtime.device selects the CPU or CUDA backend).\n"
             "The MLM head runs only on the scored positions, as in training.  The last line,\n"
             "'bench-result: ...', is key=value pairs for scripts.\n"
             "\n"
@@ -169,11 +171,11 @@ int cmd_bench(int argc, char **argv) {
     // The ceiling (DESIGN.md §9), as training counts it: on the CPU the backend's own matmul at the
     // precision in use; on a GPU the card's dense data-sheet peak, since a probe through the
     // backend's matmul op times operand conversion and a synchronisation per call (the H200 read
-    // 82-101 TFLOP/s that way, CALIBRATION.md run 4); an unknown card falls back to the probe.  A
-    // record-only run executes nothing, so it has no ceiling.
+    // 82-101 TFLOP/s that way, CALIBRATION.md run 4); an unknown card has no MFU (never a probe).
+    // A record-only run executes nothing, so it has no ceiling.
     int peak_n = 0;
     double peak = 0;
-    if (!record_only && cuda) peak = backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16) / 1e9;
+    if (!record_only && cuda) peak = backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16, NULL) / 1e9;
     const int sheet = peak > 0;
     if (!record_only && !sheet) peak = peak_matmul_ceiling(be, &peak_n);
     char nominal_desc[192] = "", lib[128];

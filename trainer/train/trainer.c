@@ -108,7 +108,7 @@ static void begin(void *self, RunEngine *e) {
     peak_track_start(&p->peak, e->be, e->comm,
                      run_is_host(e) ? 0
                                     : backend_cuda_peak_flops(comm_local_rank(e->comm),
-                                                              cfg->runtime.precision == PREC_BF16) / 1e9);
+                                                              cfg->runtime.precision == PREC_BF16, NULL) / 1e9);
     e->t_start = omp_get_wtime();  // elapsed_s counts from here: the measurement above is set-up
     if (e->rank == 0) {
         char peak_text[384];
