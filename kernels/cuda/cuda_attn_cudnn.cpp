@@ -99,9 +99,11 @@ std::shared_ptr<fe::graph::Tensor_attributes> scalar(fe::graph::Graph &g, const 
                         .set_data_type(type));
 }
 
-// The graph of one descriptor, built up to (not including) validation.
-std::shared_ptr<fe::graph::Graph> make_graph(const CudnnSdpa &d) {
+// The graph of one descriptor, built up to (not including) validation.  sm > 0: for that compute
+// capability without a device (set first: each node takes the graph's context as it is added).
+std::shared_ptr<fe::graph::Graph> make_graph(const CudnnSdpa &d, int sm = 0) {
     auto g = std::make_shared<fe::graph::Graph>();
+    if (sm > 0) g->set_sm_version(sm);
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -238,8 +240,7 @@ extern "C" long mhe_cudnn_frontend_version(void) { return CUDNN_FRONTEND_VERSION
 extern "C" int mhe_cudnn_validate(const CudnnSdpa *d, int sm, char *why, size_t why_len) {
     if (!mhe_cudnn_load(why, why_len)) return 0;
     try {
-        auto g = make_graph(*d);
-        g->set_sm_version(sm);
+        auto g = make_graph(*d, sm);
         fe::error_t e = g->validate();
         if (e.is_bad()) {
             put(why, why_len, fe_error("validate", e));

@@ -34,3 +34,13 @@ if(TARGET mhecuda)
     ENVIRONMENT "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BUILD_DIR=${CMAKE_BINARY_DIR}"
     SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "cuda;e2e")
 endif()
+
+# The cuDNN attention core's graphs for every variant, validated without a GPU against the
+# toolkit's cuDNN (tests/cuda/test_cudnn_graphs.c); built where the core is.
+if(TARGET mhecudnn)
+  add_executable(test_cudnn_graphs ${CMAKE_SOURCE_DIR}/tests/cuda/test_cudnn_graphs.c)
+  target_include_directories(test_cudnn_graphs PRIVATE ${CMAKE_SOURCE_DIR})
+  target_link_libraries(test_cudnn_graphs PRIVATE mhecore mhecuda)
+  add_test(NAME test_cudnn_graphs COMMAND test_cudnn_graphs)
+  set_tests_properties(test_cudnn_graphs PROPERTIES TIMEOUT 120 LABELS "cuda;unit")
+endif()
