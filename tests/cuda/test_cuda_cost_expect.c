@@ -93,6 +93,9 @@ static void test_recorded_step(void **state) {
     (void)state;
     backend_cuda_cost_dry_run(1);
     Backend *be = backend_cuda_create_for(0, 1);
+    // The own cores' kernels (record-only runs would price cuDNN's core: test_cuda_attn_cores).
+    char err[256];
+    if (!backend_attention_core_select(be, "flash", 0, err, sizeof err)) fail_msg("%s", err);
     Config cfg;
     tiny_config(&cfg, ARCH_BERT, ATTN_MHE_MUL, (TinyShape){2, 64, 4, 0, 256, 97, 32, 0.1f});
     config_resolve(&cfg, "test_cuda_cost_expect");
