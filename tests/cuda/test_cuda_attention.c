@@ -12,6 +12,10 @@ typedef struct {
     int mask_all_of_seq1;  // sequence 1 has no visible key: rows of zeros, output = shift
 } AttnCase;
 
+// The cuDNN core's layouts (test_attention_bf16_cudnn): rows of whole heads (16-byte aligned)
+// and trailing key padding (the last two keys of each sequence), as the model hands them over.
+static int g_cudnn_layout;
+
 static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     AttnShape s = {0};
     s.B = ac->B;
@@ -22,9 +26,9 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     s.v_heads = ac->vh;
     s.qk_dim = ac->dq;
     s.v_dim = ac->dv;
-    s.ldq = ac->qh * ac->dq + 2;  // padded rows: strides are honoured
-    s.ldk = ac->kh * ac->dq + 1;
-    s.ldv = ac->vh * ac->dv + 3;
+    s.ldq = ac->qh * ac->dq + (g_cudnn_layout ? 0 : 2);  // padded rows: strides are honoured
+    s.ldk = ac->kh * ac->dq + (g_cudnn_layout ? 0 : 1);
+    s.ldv = ac->vh * ac->dv + (g_cudnn_layout ? 0 : 3);
     s.scale = 1.0f / sqrtf((float)ac->dq);
     s.causal = ac->causal;
     s.dropout = ac->dropout;
@@ -34,7 +38,9 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     int32_t mask[512];
     assert_true((size_t)ac->B * ac->T <= 512);
     for (size_t i = 0; i < rows; i++)
-        mask[i] = ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
+        mask[i] = g_cudnn_layout ? (int)(i % ac->T) < ac->T - 2
+                  : ac->mask_all_of_seq1 && (int)(i / ac->T) == 1 ? 0 : (i % ac->T) != 2;
+    s.key_mask_trailing = g_cudnn_layout;
     IBuf M = ibuf_new(f, mask, rows);
     Buf q = act_new(f, rows * s.ldq, -2.0f, 2.0f), k = act_new(f, rows * s.ldk, -2.0f, 2.0f),
         v = act_rand(f, rows * s.ldv);
@@ -210,6 +216,31 @@ static int setup_bf16_attention(void **state) {
     return 0;
 }
 
+// The cuDNN core against the CPU backend at dropout 0 (each backend's dropout stream is its own,
+// DESIGN.md §1), on the cases of head dims cuDNN takes (multiples of 8), with the model's layouts.
+// Runs where cuDNN can (a GPU: tests/gpu/check.sh's gpu_attention); the emulation has none.
+static void test_attention_bf16_cudnn(void **state) {
+    Fix *f = *state;
+    char err[256];
+    if (!backend_attention_core_select(f->gpu, "cudnn", 0, err, sizeof err)) {
+        print_message("cuDNN core not run here: %s\n", err);
+        return;
+    }
+    g_cudnn_layout = 1;
+    int run = 0;
+    for (size_t i = 0; i < N_ATTN_CASES; i++) {
+        AttnCase c = ATTN_CASES[i];
+        if (c.dq % 8 || c.dv % 8 || c.mask_all_of_seq1) continue;
+        c.dropout = 0.0f;
+        check_attention(f, &c, 1e-2);
+        run++;
+    }
+    g_cudnn_layout = 0;
+    assert_true(backend_attention_core_select(f->gpu, "auto", 0, err, sizeof err));
+    print_message("cuDNN core: %d cases against the CPU backend\n", run);
+    assert_true(run >= 8);
+}
+
 int main(void) {
     const struct CMUnitTest fp32[] = {
         cmocka_unit_test(test_attention_matches_cpu),
@@ -219,6 +250,7 @@ int main(void) {
     const struct CMUnitTest bf16[] = {
         cmocka_unit_test(test_attention_bf16_within_1e2),
         cmocka_unit_test(test_attention_bf16_dkv_split),
+        cmocka_unit_test(test_attention_bf16_cudnn),
     };
     int failed = cmocka_run_group_tests_name("cuda attention parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda attention parity bf16 activations", bf16, setup_bf16_attention, teardown);
