@@ -42,6 +42,14 @@ for need in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
     case ":$libpath:" in *":$found:"*) ;; *) libpath="$libpath:$found" ;; esac
   fi
 done
+# cuDNN (the cudnn attention core, opened at run time): the toolkit's or PyTorch's nvidia-cudnn
+# wheel; without it the registry falls back to the own cores and says so (not a failure here).
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $wheel_dirs /usr/lib/x86_64-linux-gnu; do
+  if [ -e "$d/libcudnn.so.9" ]; then
+    case ":$libpath:" in *":$d:"*) ;; *) libpath="$libpath:$d" ;; esac
+    break
+  fi
+done
 export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The bundled Open MPI runs one rank without mpirun (singleton), its plugins from the bundle.
 export OPAL_PREFIX="$B/openmpi" OMPI_MCA_mca_base_component_path="$B/openmpi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3"
