@@ -237,48 +237,52 @@ extern "C" int mhe_cudnn_load(char *why, size_t why_len) {
 extern "C" long mhe_cudnn_version(void) { return g_lib.ok ? g_lib.version : 0; }
 extern "C" long mhe_cudnn_frontend_version(void) { return CUDNN_FRONTEND_VERSION; }
 
-extern "C" int mhe_cudnn_validate(const CudnnSdpa *d, int sm, char *why, size_t why_len) {
+namespace {
+
+// Every entry point: cuDNN loaded first (the frontend resolves its symbols once, at first use),
+// and no exception past the C face.
+template <typename F> int guarded(char *why, size_t why_len, F f) {
     if (!mhe_cudnn_load(why, why_len)) return 0;
     try {
-        auto g = make_graph(*d, sm);
-        fe::error_t e = g->validate();
-        if (e.is_bad()) {
-            put(why, why_len, fe_error("validate", e));
-            return 0;
-        }
-        return 1;
+        return f();
     } catch (const std::exception &ex) {
         put(why, why_len, std::string("frontend: ") + ex.what());
         return 0;
     }
+}
+
+// d's built graph on `device`, or null with the reason it cannot run.
+const Built *ready(const CudnnSdpa *d, int device, char *why, size_t why_len) {
+    const Built &b = built(*d, device);
+    if (b.g) return &b;
+    put(why, why_len, b.why);
+    return nullptr;
+}
+
+}  // namespace
+
+extern "C" int mhe_cudnn_validate(const CudnnSdpa *d, int sm, char *why, size_t why_len) {
+    return guarded(why, why_len, [&] {
+        fe::error_t e = make_graph(*d, sm)->validate();
+        if (e.is_bad()) put(why, why_len, fe_error("validate", e));
+        return (int)e.is_good();
+    });
 }
 
 extern "C" int mhe_cudnn_prepare(const CudnnSdpa *d, int device, size_t *workspace_bytes, char *why,
                                  size_t why_len) {
-    if (!mhe_cudnn_load(why, why_len)) return 0;
-    try {
-        const Built &b = built(*d, device);
-        if (!b.g) {
-            put(why, why_len, b.why);
-            return 0;
-        }
-        if (workspace_bytes) *workspace_bytes = (size_t)b.workspace;
-        return 1;
-    } catch (const std::exception &ex) {
-        put(why, why_len, std::string("frontend: ") + ex.what());
-        return 0;
-    }
+    return guarded(why, why_len, [&] {
+        const Built *b = ready(d, device, why, why_len);
+        if (b && workspace_bytes) *workspace_bytes = (size_t)b->workspace;
+        return b != nullptr;
+    });
 }
 
 extern "C" int mhe_cudnn_run(const CudnnSdpa *d, int device, void *stream, const CudnnSdpaArgs *a, char *why,
                              size_t why_len) {
-    if (!mhe_cudnn_load(why, why_len)) return 0;
-    try {
-        const Built &b = built(*d, device);
-        if (!b.g) {
-            put(why, why_len, b.why);
-            return 0;
-        }
+    return guarded(why, why_len, [&] {
+        const Built *b = ready(d, device, why, why_len);
+        if (!b) return 0;
         cudnnHandle_t h = handle_for(device);
         if (fe::detail::set_stream(h, static_cast<cudaStream_t>(stream)) != CUDNN_STATUS_SUCCESS) {
             put(why, why_len, "cudnnSetStream failed");
@@ -308,14 +312,11 @@ extern "C" int mhe_cudnn_run(const CudnnSdpa *d, int device, void *stream, const
             pack[U_SEED] = &seed;
             pack[U_OFFSET] = &offset;
         }
-        fe::error_t e = b.g->execute(h, pack, a->workspace);
+        fe::error_t e = b->g->execute(h, pack, a->workspace);
         if (e.is_bad()) {
             put(why, why_len, fe_error("execute", e));
             return 0;
         }
         return 1;
-    } catch (const std::exception &ex) {
-        put(why, why_len, std::string("frontend: ") + ex.what());
-        return 0;
-    }
+    });
 }
