@@ -36,7 +36,9 @@ set(MHE_CUDNN_FRONTEND_DIR "${CMAKE_SOURCE_DIR}/.deps/cudnn-frontend/include" CA
 find_path(MHE_CUDNN_FE_INCLUDE cudnn_frontend.h HINTS ${MHE_CUDNN_FRONTEND_DIR} NO_DEFAULT_PATH)
 find_path(MHE_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include $ENV{MHE_CUDNN_INCLUDE})
 if(MHE_CUDNN_FE_INCLUDE AND MHE_CUDNN_INCLUDE)
-  add_library(mhecudnn STATIC ${CMAKE_CURRENT_LIST_DIR}/cuda_attn_cudnn.cpp)
+  # Shared: the frontend's code is large, and every GPU program (mhetrain and the check's tools,
+  # tests/gpu/bundle.sh) loads one copy instead of carrying its own.
+  add_library(mhecudnn SHARED ${CMAKE_CURRENT_LIST_DIR}/cuda_attn_cudnn.cpp)
   set_target_properties(mhecudnn PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
   target_include_directories(mhecudnn PRIVATE ${MHE_LAYERS_DIR}/mhe_kernels)
   target_include_directories(mhecudnn SYSTEM PRIVATE ${MHE_CUDNN_FE_INCLUDE} ${MHE_CUDNN_INCLUDE} ${CUDAToolkit_INCLUDE_DIRS})
