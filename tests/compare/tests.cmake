@@ -2,7 +2,7 @@
 set(MHE_COMPARE_ENV "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=1")
 add_test(NAME test_compare_table_and_resume COMMAND bash ${CMAKE_SOURCE_DIR}/tests/compare/test_compare.sh)
 set_tests_properties(test_compare_table_and_resume PROPERTIES FIXTURES_REQUIRED train_corpus
-  ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 300)
+  ENVIRONMENT "${MHE_COMPARE_ENV}" TIMEOUT 600)
 # Tiers (tests/README.md): unit, oracle, e2e, cuda, dist.
 set_property(TEST test_compare_table_and_resume APPEND PROPERTY LABELS e2e)
 # The MHE paper's own PRR and PEoP columns recomputed from its published scores through
