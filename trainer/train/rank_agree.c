@@ -78,10 +78,16 @@ void rank_agree(Comm *comm, const char *what, const char *text) {
             char part[64];
             snprintf(part, sizeof part, "%s rank %d: ", shown++ ? ";" : "", r);
             append(&msg, &len, part);
-            if (d.identity) append(&msg, &len, d.identity);
-            if (d.identity && d.harmless) append(&msg, &len, ", ");
-            if (d.harmless) append(&msg, &len, d.harmless);
-            if (!d.identity && !d.harmless) append(&msg, &len, "keys that only one of them has (another mhetrain version?)");
+            // Every kind differs between ranks alike: the run's length too (one rank would wait in a
+            // collective the others never reach).
+            const char *kinds[3] = {d.identity, d.length, d.harmless};
+            int parts = 0;
+            for (int k = 0; k < 3; k++)
+                if (kinds[k]) {
+                    if (parts++) append(&msg, &len, ", ");
+                    append(&msg, &len, kinds[k]);
+                }
+            if (!parts) append(&msg, &len, "keys that only one of them has (another mhetrain version?)");
             run_diff_free(&d);
         }
         append(&msg, &len, " -- every rank must run the same config, model and data (a stale copy on one node?)");
