@@ -87,7 +87,10 @@ def run_case(work, name, arch, attn, task_dir, ttype, fmt, want_cls, tasks):
     out = os.path.join(work, name + "_ft")
     sh(MHETRAIN, "finetune", cfg, f"train.init_from={pre}", f"train.out_dir={out}", f"task.type={ttype}",
        f"task.format={fmt}", f"task.train_file={task}/train.tsv", f"task.dev_file={task}/dev.tsv", "task.epochs=3",
-       "train.global_batch=16", "train.micro_batch=16", "optim.lr=2e-3", "train.log_every=100")
+       "train.global_batch=16", "train.micro_batch=16", "optim.lr=2e-3", "train.log_every=100",
+       # transformers scores in float32: mhetrain's dev pass must too (auto picks bf16 products
+       # where the CPU has them, 1e-3 off, which is precision's business, not the export's).
+       "runtime.precision=fp32")
     result = json.load(open(os.path.join(out, "finetune_result.json")))
     dev_rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"dev_loss"' in line]
     best = [r for r in dev_rows if r["step"] == result["best_step"]][-1]
