@@ -188,7 +188,7 @@ __global__ void cudnn_seq_len_kernel(const int32_t *mask, int T, int32_t *seq_q,
 __global__ void cudnn_bias_transpose_kernel(const __nv_bfloat16 *src, int B, int T, int n, int to_bht,
                                             __nv_bfloat16 *dst) {
     const size_t total = (size_t)B * T * n;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, total) {
         // i indexes [B, T, n]
         const size_t h = i % n, j = (i / n) % T, b = i / ((size_t)n * T);
         const size_t bht = (b * n + h) * T + j;
@@ -201,7 +201,7 @@ __global__ void cudnn_bias_transpose_kernel(const __nv_bfloat16 *src, int B, int
 __global__ void cudnn_affine_kernel(const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
                                     int cols, __nv_bfloat16 *y) {
     const size_t total = rows * cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, total) {
         const int c = (int)(i % cols);
         const float v = __bfloat162float(x[i]) * (scale ? scale[c] : 1.0f) + (shift ? shift[c] : 0.0f);
         y[i] = __float2bfloat16(v);
@@ -213,7 +213,7 @@ __global__ void cudnn_affine_kernel(const __nv_bfloat16 *x, const float *scale, 
 __global__ void cudnn_expand_heads_kernel(const __nv_bfloat16 *src, int ld, int ratio, const float *scale,
                                           size_t rows, int n, int d, __nv_bfloat16 *dst) {
     const size_t total = rows * n * d;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, total) {
         const int c = (int)(i % d), h = (int)((i / d) % n);
         const size_t r = i / ((size_t)n * d);
         float v = __bfloat162float(src[r * ld + (size_t)(h / ratio) * d + c]);
@@ -227,7 +227,7 @@ __global__ void cudnn_sum_heads_kernel(const __nv_bfloat16 *src, size_t rows, in
                                        __nv_bfloat16 *dst) {
     const int groups = n / ratio;
     const size_t total = rows * groups * d;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, total) {
         const int c = (int)(i % d), g = (int)((i / d) % groups);
         const size_t r = i / ((size_t)groups * d);
         float acc = 0.0f;

@@ -237,10 +237,13 @@ static double call_seconds(const GpuSpec *g, const Record &x) {
     return (t - fixed) * g->sms / c.blocks + fixed;
 }
 
-// The same call at the efficiency table's rates (cuda_cost_expect.cu).
+// The same call at the efficiency table's rates (cuda_cost_expect.cu), never below its bound: the
+// table's launch terms (1 us gap, 2 us shortest kernel) undercut the bound's 4 us launch on a
+// kernel of a few microseconds, and an expectation faster than the bound would be no bound's.
 static double call_expected_seconds(const GpuSpec *g, const Record &x) {
-    if (x.batch > 0) return cost_expected_gemm(g, x.M, x.N, x.K, x.batch, x.bf16, x.cost.bytes, true, x.lds_aligned);
-    return cost_expected_kernel(g, x.label.c_str(), x.cost);
+    const double e = x.batch > 0 ? cost_expected_gemm(g, x.M, x.N, x.K, x.batch, x.bf16, x.cost.bytes, true, x.lds_aligned)
+                                 : cost_expected_kernel(g, x.label.c_str(), x.cost);
+    return std::max(e, call_seconds(g, x));
 }
 
 extern "C" void backend_cuda_cost_ranks(int ranks) { rec().ranks = ranks > 0 ? ranks : 0; }
@@ -251,6 +254,13 @@ extern "C" void backend_cuda_cost_ranks(int ranks) { rec().ranks = ranks > 0 ? r
 static double allreduce_seconds(const GpuSpec *g, double bytes, int n, double passes = 2.0) {
     if (n <= 1) return 0;
     return passes * (n - 1) / n * bytes / g->allreduce_bus_bytes_per_s + g->allreduce_latency_s;
+}
+
+// The step's time the compute stream is idle for communication; rounding's residue of the
+// subtraction (sums of the same times in another order) is none.
+static double exposed(double step, double compute, double sync_idle) {
+    const double x = step - compute - sync_idle;
+    return x > 1e-9 * step ? x : 0.0;
 }
 
 // Lays the records out on the streams in issue order: a call starts when its stream has
@@ -304,7 +314,7 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out, bool expect
         out->expected_seconds = *std::max_element(clock, clock + MHE_STREAMS);
         out->expected_compute_seconds = busy[MHE_STREAM_COMPUTE];
         out->expected_exposed_comm_seconds =
-            std::max(0.0, out->expected_seconds - busy[MHE_STREAM_COMPUTE] - sync_idle);
+            exposed(out->expected_seconds, busy[MHE_STREAM_COMPUTE], sync_idle);
         return;
     }
     out->seconds = *std::max_element(clock, clock + MHE_STREAMS);
@@ -313,7 +323,7 @@ static void schedule(const GpuSpec *g, Recorder &r, CostReport *out, bool expect
     out->serial_seconds = out->compute_seconds + out->comm_seconds;
     // The compute stream is idle while it waits for a sum, after its last call while a sum still
     // runs (communication the step pays for), or after a host synchronisation (counted apart).
-    out->exposed_comm_seconds = std::max(0.0, out->seconds - out->compute_seconds - sync_idle);
+    out->exposed_comm_seconds = exposed(out->seconds, out->compute_seconds, sync_idle);
     out->sync_seconds = sync_idle;
 }
 

@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "kernels/backend_info.h"
@@ -87,15 +88,15 @@ static void test_kernels_by_hand(void **state) {
     assert_true(fabs(t - (1e9 / h2->bytes_per_s / 0.20 + kGap)) < 1e-12);
 }
 
-// A small BERT step recorded in record-only mode: expected is at least the bound and the classes
-// add up to the one compute stream's expected time.
-static void test_recorded_step(void **state) {
-    (void)state;
+// A small BERT step recorded in record-only mode, on the own flash core and on cuDNN's (auto's
+// choice in record-only runs): expected is at least the bound (every call's expectation is: a
+// step of few-microsecond kernels priced cuDNN's core below its bound before) and the classes add
+// up to the one compute stream's expected time.
+static void recorded_step(const char *core) {
     backend_cuda_cost_dry_run(1);
     Backend *be = backend_cuda_create_for(0, 1);
-    // The own cores' kernels (record-only runs would price cuDNN's core: test_cuda_attn_cores).
     char err[256];
-    if (!backend_attention_core_select(be, "flash", 0, err, sizeof err)) fail_msg("%s", err);
+    if (!backend_attention_core_select(be, core, 0, err, sizeof err)) fail_msg("%s", err);
     Config cfg;
     tiny_config(&cfg, ARCH_BERT, ATTN_MHE_MUL, (TinyShape){2, 64, 4, 0, 256, 97, 32, 0.1f});
     config_resolve(&cfg, "test_cuda_cost_expect");
@@ -117,6 +118,10 @@ static void test_recorded_step(void **state) {
     }
     backend_cuda_cost_stop(h, &r);
     assert_true(r.launches > 10);
+    int cudnn = 0;
+    for (int i = 0; i < r.n_top; i++) cudnn |= strncmp(r.top[i].label, "cudnn_sdpa", 10) == 0;
+    assert_int_equal(cudnn, strcmp(core, "auto") == 0);
+    print_message("%s core: bound %.1f us, expected %.1f us\n", core, r.seconds * 1e6, r.expected_seconds * 1e6);
     assert_true(r.expected_seconds >= r.seconds * 0.999);
     double sum = 0;
     for (int c = 0; c < OPC_COUNT; c++) sum += r.expected_class_seconds[c];
@@ -128,6 +133,11 @@ static void test_recorded_step(void **state) {
     model_free(m);
     be->destroy(be);
     config_free(&cfg);
+}
+static void test_recorded_step(void **state) {
+    (void)state;
+    recorded_step("flash");
+    recorded_step("auto");
 }
 
 // Uploads go through pinned staging without draining the stream; a download waits for it. The

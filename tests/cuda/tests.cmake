@@ -140,16 +140,16 @@ if(TARGET mhecuda_emu)
   set_tests_properties(test_cuda_device_memory_check PROPERTIES FIXTURES_REQUIRED train_corpus
     ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0;MHE_EMU_BLOCK=32;MHETRAIN=$<TARGET_FILE:mhetrain>;MHETRAIN_EMU=$<TARGET_FILE:mhetrain_emu>"
     TIMEOUT 300 LABELS "e2e;cuda")
-  # Streams and events: the emulation refuses their misuse; the cost model's two-stream timeline
-  # through the overlapped NCCL path on hand-computed cases (an MPI singleton: MPI's allocations
-  # for the life of the process are not leaks of ours).
   # The attention-core registry's choice for every variant x feature (test_attn_cores.cpp).
   add_executable(test_cuda_attn_cores ${CMAKE_CURRENT_LIST_DIR}/test_attn_cores.cpp)
   target_include_directories(test_cuda_attn_cores PRIVATE ${CMAKE_BINARY_DIR}/cuda_emu)
-  target_link_libraries(test_cuda_attn_cores PRIVATE mhecore mhecuda_emu)
+  target_link_libraries(test_cuda_attn_cores PRIVATE mhecore mhecuda_emu PkgConfig::CMOCKA)
   add_test(NAME test_cuda_attn_cores COMMAND test_cuda_attn_cores)
   set_tests_properties(test_cuda_attn_cores PROPERTIES ENVIRONMENT "${MHE_CUDA_TEST_ENV};ASAN_OPTIONS=detect_leaks=0"
     TIMEOUT 120 LABELS "cuda;unit")
+  # Streams and events: the emulation refuses their misuse; the cost model's two-stream timeline
+  # through the overlapped NCCL path on hand-computed cases (an MPI singleton: MPI's allocations
+  # for the life of the process are not leaks of ours).
   add_executable(test_cuda_streams ${CMAKE_CURRENT_LIST_DIR}/test_cuda_streams.cpp)
   target_link_libraries(test_cuda_streams PRIVATE mhecore mhecuda_emu)
   add_test(NAME test_cuda_streams COMMAND test_cuda_streams)
