@@ -54,7 +54,8 @@ struct Warp {
 };
 struct Block;  // one running block: its barriers and what each thread arrived at (cuda_emu_launch.cpp)
 
-// Each emulated CUDA thread is one std::thread; these are its built-in variables.
+// Each emulated CUDA thread is a fiber (an OS thread under ThreadSanitizer); these are its
+// built-in variables.
 struct ThreadState {
     uint3 thread_idx, block_idx;
     dim3 block_dim, grid_dim;
@@ -228,13 +229,18 @@ void store_matrix_sync(T *p, const fragment<accumulator, M, N, K, T> &f, unsigne
 template <int M, int N, int K, typename TA, typename LA, typename TB, typename LB, typename TC>
 void mma_sync(fragment<accumulator, M, N, K, TC> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
               const fragment<matrix_b, M, N, K, TB, LB> &b, const fragment<accumulator, M, N, K, TC> &c) {
-    TC out[M * N];
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            TC acc = c.x[i * N + j];
-            for (int k = 0; k < K; k++) acc += (TC)a.x[i * K + k] * (TC)b.x[k * N + j];
-            out[i * N + j] = acc;
+    // Each element converted once (not once per product: the conversions were most of the
+    // emulation's time), then every out[i][j] summed over k in order from c, as before.
+    TC fa[M * K], fb[K * N], out[M * N];
+    for (int e = 0; e < M * K; e++) fa[e] = (TC)a.x[e];
+    for (int e = 0; e < K * N; e++) fb[e] = (TC)b.x[e];
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) out[i * N + j] = c.x[i * N + j];
+        for (int k = 0; k < K; k++) {
+            const TC av = fa[i * K + k];
+            for (int j = 0; j < N; j++) out[i * N + j] += av * fb[k * N + j];
         }
+    }
     for (int e = 0; e < M * N; e++) d.x[e] = out[e];
 }
 }  // namespace wmma

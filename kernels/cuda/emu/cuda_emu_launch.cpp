@@ -9,6 +9,12 @@ extern "C" {
 }
 
 #include <cxxabi.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -254,6 +260,116 @@ static void check_launch(const void *kernel, const char *name, const char *file,
     }
 }
 
+
+// ---- fibers ----
+// The threads of a launch run as fibers on the launching thread, each until its next barrier, in
+// turn (with MHE_EMU_SHUFFLE, the concurrent blocks' threads interleaved).  A barrier is a count
+// and a jump instead of a futex wake-up of up to 1024 OS threads, which on a two-core machine was
+// most of the emulation's time and grew with every other process.  The order between barriers
+// is fixed, which a GPU's is not: data races are ThreadSanitizer's to find, on OS threads (the
+// tsan build never uses fibers).
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kFibers = false;
+#else
+constexpr bool kFibers = true;
+#endif
+enum FiberState { F_RUN, F_BLOCK, F_WARP, F_DONE };
+// 64 KB each: an ASan frame of the tensor-core kernels (wmma fragments of 1 KB per lane, the
+// emulation's) uses a few tens; a guard page below each stops an overflow.
+constexpr size_t FIBER_STACK = 64 * 1024;
+struct FiberStack {
+    unsigned char *base;  // the guard page, then the stack
+};
+struct Fiber {
+    void *jb[5];    // where it waits (__builtin_setjmp's buffer)
+    ucontext_t ctx;  // its first entry
+    ThreadState st;
+    FiberState state;
+    bool started;
+};
+struct FiberRun {
+    void *jb[5];  // the scheduler's
+    std::vector<Fiber> f;
+    const std::function<void(int)> *job;
+    int current;
+    const void *sched_bottom;  // the launching thread's stack (ASan's switch annotations)
+    size_t sched_size;
+};
+static thread_local FiberRun *fiber_now = nullptr;
+static thread_local std::vector<FiberStack> fiber_stacks;
+
+static void *fiber_stack(int i) {
+    while ((int)fiber_stacks.size() <= i) {
+        void *m = mmap(nullptr, FIBER_STACK + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (m == MAP_FAILED) {
+            std::fprintf(stderr, "cuda_emu: no memory for a fiber stack\n");
+            std::abort();
+        }
+        mprotect(m, 4096, PROT_NONE);
+        fiber_stacks.push_back(FiberStack{static_cast<unsigned char *>(m)});
+    }
+    return fiber_stacks[i].base + 4096;
+}
+
+// Switches are GCC's __builtin_setjmp / __builtin_longjmp: registers and a jump, where
+// swapcontext's signal-mask system call and ASan's clearing of the whole target stack's shadow
+// took most of the time.  A fiber's first entry is setcontext (once per launch), after its stack's
+// shadow is cleared of the last launch's frames.  The two switching functions are not
+// instrumented: ASan's handling of a no-return call (its alternate-stack system call and a
+// clearing of the stack below) before every jump was the next largest cost, and a switch leaves
+// no frame to clean (the fiber resumes it).
+static void fiber_main();
+__attribute__((noinline, no_sanitize_address)) static void fiber_enter(FiberRun &r, int t) {
+    r.current = t;
+    self = r.f[t].st;
+#if defined(__SANITIZE_ADDRESS__)
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, fiber_stack(t), FIBER_STACK);
+#endif
+    if (__builtin_setjmp(r.jb) == 0) {
+        if (!r.f[t].started) {
+            r.f[t].started = true;
+#if defined(__SANITIZE_ADDRESS__)
+            ASAN_UNPOISON_MEMORY_REGION(fiber_stack(t), FIBER_STACK);
+#endif
+            setcontext(&r.f[t].ctx);
+        }
+        __builtin_longjmp(r.f[t].jb, 1);
+    }
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    r.f[r.current].st = self;
+}
+// From the running fiber back to the scheduler (`ending`: never to return).
+__attribute__((noinline, no_sanitize_address)) static void fiber_leave(FiberRun &r, bool ending) {
+    Fiber &me = r.f[r.current];
+#if defined(__SANITIZE_ADDRESS__)
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(ending ? nullptr : &fake, r.sched_bottom, r.sched_size);
+#endif
+    if (ending) __builtin_longjmp(r.jb, 1);
+    if (__builtin_setjmp(me.jb) == 0) __builtin_longjmp(r.jb, 1);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, &r.sched_bottom, &r.sched_size);
+#endif
+}
+static void fiber_main() {
+    FiberRun &r = *fiber_now;
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, &r.sched_bottom, &r.sched_size);
+#endif
+    (*r.job)(r.current);
+    r.f[r.current].state = F_DONE;
+    fiber_leave(r, true);
+}
+static void fiber_wait(FiberState st) {
+    FiberRun &r = *fiber_now;
+    r.f[r.current].state = st;
+    fiber_leave(r, false);
+}
+
 // ---- block order ----
 // MHE_EMU_SHUFFLE=SEED (an integer): every launch runs its blocks in an order drawn from SEED
 // and the launch count, MHE_EMU_CONCURRENT_BLOCKS (default 2) of them at a time, so blocks that
@@ -449,6 +565,7 @@ void block_arrive(Arrive what, const char *file, unsigned line) {
     Block::WarpWaits &w = b.waits[s.linear / WARP];
     s.block_phase++;
     b.arrivals[s.linear] = Arrival{what, file, line};
+    if (fiber_now) return fiber_wait(F_BLOCK);
     b.progress[s.linear].word.store(progress_word(WAIT_BLOCK, s.block_phase, s.warp_phase));
     w.at_block.fetch_add(1);
     if (w.at_warp.load() > 0) check_mates(b, s, true);
@@ -463,12 +580,98 @@ void warp_arrive(Arrive what, const char *file, unsigned line) {
     Block::WarpWaits &w = b.waits[s.linear / WARP];
     s.warp_phase++;
     b.arrivals[s.linear] = Arrival{what, file, line};
+    if (fiber_now) return fiber_wait(F_WARP);
     b.progress[s.linear].word.store(progress_word(WAIT_WARP, s.block_phase, s.warp_phase));
     w.at_warp.fetch_add(1);
     if (w.at_block.load() > 0) check_mates(b, s, false);
     b.warp_sync[s.linear / WARP]->arrive_and_wait();
     w.at_warp.fetch_sub(1);
     b.progress[s.linear].word.store(progress_word(RUNNING, s.block_phase, s.warp_phase));
+}
+
+
+// getcontext returns twice (as setjmp): alone in its frame, no local of the caller's is at risk.
+__attribute__((noinline)) static void fiber_init(Fiber &f, int t, const ThreadState &host) {
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = fiber_stack(t);
+    f.ctx.uc_stack.ss_size = FIBER_STACK;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_main, 0);
+    f.st = host;
+    f.state = F_RUN;
+    f.started = false;
+}
+
+// The threads of every block slot as fibers (slot s: fibers s·n .. s·n + n − 1, with the
+// threaded launch's numbering): each runs until it waits or ends, the slots' threads in turn, so
+// concurrent blocks (MHE_EMU_SHUFFLE) interleave at every barrier.  A barrier every thread of a
+// slot (block) or lane of a warp waits at is checked, as the threaded barriers' completion step
+// does, and released.  Nothing runnable and nothing to release: a barrier that cannot complete.
+static void fiber_run_blocks(const std::vector<std::unique_ptr<Block>> &blocks, int n,
+                             const std::function<void(int)> &job) {
+    const int slots = (int)blocks.size(), total = n * slots, warps = (n + WARP - 1) / WARP;
+    FiberRun r;
+    r.f.resize(total);
+    r.job = &job;
+    r.current = -1;
+    r.sched_bottom = nullptr;
+    r.sched_size = 0;
+    FiberRun *outer = fiber_now;
+    const ThreadState host = self;
+    fiber_now = &r;
+    for (int t = 0; t < total; t++) fiber_init(r.f[t], t, host);
+    for (int done = 0;;) {
+        bool progress = false;
+        for (int t = 0; t < total; t++)
+            if (r.f[t].state == F_RUN) {
+                fiber_enter(r, t);
+                progress = true;
+                done += r.f[t].state == F_DONE;
+            }
+        if (done == total) break;
+        for (int sl = 0; sl < slots; sl++) {
+            Fiber *f = &r.f[(size_t)sl * n];
+            Block &b = *blocks[sl];
+            int at_block = 0;
+            for (int t = 0; t < n; t++) at_block += f[t].state == F_BLOCK;
+            if (at_block == n) {
+                self = f[n - 1].st;  // the messages name the last to arrive, as a thread's would
+                BlockCheck{&b}();
+                for (int t = 0; t < n; t++) f[t].state = F_RUN;
+                progress = true;
+                continue;
+            }
+            for (int w = 0; w < warps; w++) {
+                const int lo = w * WARP, hi = std::min(lo + WARP, n);
+                bool all = true;
+                for (int t = lo; t < hi && all; t++) all = f[t].state == F_WARP;
+                if (!all) continue;
+                self = f[hi - 1].st;
+                WarpCheck{&b, w}();
+                for (int t = lo; t < hi; t++) f[t].state = F_RUN;
+                progress = true;
+            }
+        }
+        if (progress) continue;
+        // Stuck: a lane waits at a warp barrier that a warp-mate waiting at a block barrier (or
+        // done with the block) will not reach.
+        for (int t = 0; t < total; t++) {
+            if (r.f[t].state != F_WARP) continue;
+            const int base = t / n * n, lo = base + (t - base) / WARP * WARP, hi = std::min(lo + WARP, base + n);
+            const Block &b = *blocks[t / n];
+            for (int m = lo; m < hi; m++)
+                if (r.f[m].state == F_BLOCK) {
+                    self = r.f[t].st;
+                    char x[300], y[300];
+                    kernel_fail("a warp barrier that cannot complete: lane %d %s while lane %d %s", t - lo,
+                                arrival_text(b.arrivals[t - base], x, sizeof x), m - lo,
+                                arrival_text(b.arrivals[m - base], y, sizeof y));
+                }
+        }
+        kernel_fail("no barrier of a block can complete (%d threads in %d block(s))", total, slots);
+    }
+    fiber_now = outer;
+    self = host;
 }
 
 void launch(const void *kernel, const char *name, const char *file, dim3 grid, dim3 block,
@@ -517,7 +720,8 @@ void launch(const void *kernel, const char *name, const char *file, dim3 grid, d
         s.block = nullptr;
         s.kernel = nullptr;
     };
-    pool().run(n * slots, thread_main);
+    if (kFibers && !fiber_now) fiber_run_blocks(blocks, n, thread_main);
+    else pool().run(n * slots, thread_main);
 }
 
 }  // namespace mhe_emu
