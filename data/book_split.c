@@ -118,57 +118,126 @@ bool book_is_heading(const char *s, size_t n) {
     return e2 == n || strchr(".:;,-", s[e2]) || (n - e2 >= 3 && memcmp(s + e2, "\xE2\x80\x94", 3) == 0);  // "—"
 }
 
+// The splitter takes the cleaned book one paragraph at a time and emits each document as soon as
+// nothing still to come can change it, so a book of any size is held a few chapters' worth at a
+// time (data/corpus_book.c streams books through it).  Offsets are in the whole cleaned text
+// (paragraphs joined by '\n'); `buf` holds its bytes from `base` on.  A chapter start is kept
+// when it lies BOOK_MIN or more after the one before, and the last kept one is dropped when
+// fewer than BOOK_MIN bytes follow it: `pending` is a kept start not yet past that test.
+struct BookSplitter {
+    void (*emit_doc)(void *, const char *, size_t);
+    void *ctx;
+    bool whole;        // one document per book (corpus_set_book_chapters(false))
+    char *buf;
+    size_t len, cap;   // bytes held, from offset base
+    size_t base, t;    // t: the text's length so far
+    long long paragraphs;
+    size_t a, piece;   // the current chapter's start and its next piece's start (a when none cut)
+    bool cut_any;      // pieces of the current chapter already emitted (so it is a long one)
+    bool pending;
+    size_t h;          // the pending chapter start
+};
+
+BookSplitter *book_splitter_new(void (*emit_doc)(void *, const char *, size_t), void *ctx) {
+    BookSplitter *b = mhe_calloc(1, sizeof *b);
+    b->emit_doc = emit_doc;
+    b->ctx = ctx;
+    b->whole = !g_split_books;
+    return b;
+}
+
+static const char *at(const BookSplitter *b, size_t off) { return b->buf + (off - b->base); }
+
+static void drop_before(BookSplitter *b, size_t off) {
+    size_t k = off - b->base;
+    memmove(b->buf, b->buf + k, b->len - k);
+    b->len -= k;
+    b->base = off;
+}
+
+// The first paragraph end at or past piece + BOOK_PIECE and before `limit`, or 0 when none.
+static size_t piece_cut(const BookSplitter *b, size_t limit) {
+    size_t from = b->piece + BOOK_PIECE;
+    if (from >= limit) return 0;
+    const char *nl = memchr(at(b, from), '\n', limit - from);
+    return nl ? (size_t)(nl - b->buf) + b->base : 0;
+}
+
+static void emit_piece(BookSplitter *b, size_t cut) {
+    b->emit_doc(b->ctx, at(b, b->piece), cut - b->piece);
+    b->piece = cut + 1;
+    b->cut_any = true;
+    drop_before(b, b->piece);
+}
+
+// The current chapter ends at b_end (its last byte before the next chapter's '\n', or the end):
+// emitted whole when short, else in greedy pieces of >= BOOK_PIECE bytes at paragraph ends, a
+// remainder under BOOK_PIECE/2 staying with the piece before.
+static void chapter_end(BookSplitter *b, size_t b_end) {
+    if (!b->cut_any && b_end - b->a <= BOOK_LONG) {
+        b->emit_doc(b->ctx, at(b, b->a), b_end - b->a);
+        b->piece = b_end + 1;
+    }
+    while (b->piece < b_end) {
+        size_t cut = piece_cut(b, b_end);
+        if (!cut || b_end - (cut + 1) < BOOK_PIECE / 2) cut = b_end;
+        b->emit_doc(b->ctx, at(b, b->piece), cut - b->piece);
+        b->piece = cut + 1;
+        b->cut_any = true;
+    }
+    b->cut_any = false;
+}
+
+static void next_chapter(BookSplitter *b, size_t start) {
+    chapter_end(b, start - 1);  // the '\n' before a heading paragraph is no chapter's
+    b->a = b->piece = start;
+    drop_before(b, start);
+}
+
+void book_splitter_paragraph(BookSplitter *b, const char *p, size_t n) {
+    const size_t i = b->paragraphs ? b->t + 1 : 0;
+    if (!b->whole && b->paragraphs && book_is_heading(p, n) && i - (b->pending ? b->h : b->a) >= BOOK_MIN) {
+        if (b->pending) next_chapter(b, b->h);  // no longer the last kept start: it stays
+        b->pending = true;
+        b->h = i;
+    }
+    if (b->len + n + 2 > b->cap) {
+        while (b->len + n + 2 > b->cap) b->cap = b->cap ? 2 * b->cap : 1 << 16;
+        b->buf = mhe_realloc(b->buf, b->cap);
+    }
+    if (b->paragraphs) b->buf[b->len++] = '\n';
+    memcpy(b->buf + b->len, p, n);
+    b->len += n;
+    b->t = i + n;
+    b->paragraphs++;
+    if (b->whole) return;
+    if (b->pending && b->t - b->h >= BOOK_MIN) {  // whatever follows, this start stays
+        b->pending = false;
+        next_chapter(b, b->h);
+    }
+    // Pieces of a long chapter, as soon as the rest of the chapter is known to be long enough
+    // that the cut cannot move: the chapter ends at the pending start or later, past the text so far.
+    const size_t known = b->pending ? b->h - 1 : b->t;
+    if (known - b->a <= BOOK_LONG) return;
+    for (size_t cut; (cut = piece_cut(b, known)) && known - (cut + 1) >= BOOK_PIECE / 2;) emit_piece(b, cut);
+}
+
+void book_splitter_finish(BookSplitter *b) {
+    if (b->whole || !b->paragraphs) b->emit_doc(b->ctx, b->buf ? b->buf : "", b->len);
+    else chapter_end(b, b->t);  // a pending start with under BOOK_MIN after it joins this chapter
+    free(b->buf);
+    free(b);
+}
+
 // Calls emit_doc for each document of the cleaned book s (one paragraph per line): runs of
 // whole paragraphs, joined by '\n' as in s, that together are s.
 void book_split(const char *s, size_t n, void (*emit_doc)(void *, const char *, size_t), void *ctx) {
-    if (!g_split_books || n == 0) {
-        emit_doc(ctx, s, n);
-        return;
-    }
-    // Chapter starts: offset 0 and every heading paragraph.
-    size_t cap = 64, count = 0;
-    size_t *starts = mhe_malloc(cap * sizeof *starts);
-    starts[count++] = 0;
+    BookSplitter *b = book_splitter_new(emit_doc, ctx);
     for (size_t i = 0; i < n;) {
         const char *nl = memchr(s + i, '\n', n - i);
         size_t e = nl ? (size_t)(nl - s) : n;
-        if (i > 0 && book_is_heading(s + i, e - i)) {
-            if (count == cap) starts = mhe_realloc(starts, (cap *= 2) * sizeof *starts);
-            starts[count++] = i;
-        }
+        book_splitter_paragraph(b, s + i, e - i);
         i = e + 1;
     }
-    // A run of chapters shorter than BOOK_MIN absorbs the next heading; a short last run joins
-    // the one before.
-    size_t kept = 1;
-    for (size_t k = 1; k < count; k++)
-        if (starts[k] - starts[kept - 1] >= BOOK_MIN) starts[kept++] = starts[k];
-    if (kept > 1 && n - starts[kept - 1] < BOOK_MIN) kept--;
-    for (size_t k = 0; k < kept; k++) {
-        size_t a = starts[k], b = k + 1 < kept ? starts[k + 1] : n;
-        if (b > a && s[b - 1] == '\n') b--;  // the separator before the next chapter
-        if (b - a <= BOOK_LONG) {
-            emit_doc(ctx, s + a, b - a);
-            continue;
-        }
-        // Long: greedy pieces of >= BOOK_PIECE bytes at paragraph ends.
-        size_t piece = a;
-        while (piece < b) {
-            size_t cut = b;
-            for (size_t i = piece; i < b;) {
-                const char *nl = memchr(s + i, '\n', b - i);
-                size_t e = nl ? (size_t)(nl - s) : b;
-                if (e - piece >= BOOK_PIECE) {
-                    cut = e;
-                    break;
-                }
-                i = e + 1;
-            }
-            // A short remainder stays with this piece.
-            if (cut < b && b - (cut + 1) < BOOK_PIECE / 2) cut = b;
-            emit_doc(ctx, s + piece, cut - piece);
-            piece = cut + 1;
-        }
-    }
-    free(starts);
+    book_splitter_finish(b);
 }

@@ -84,6 +84,13 @@ void corpus_set_book_chapters(bool on);
 bool book_is_heading(const char *paragraph, size_t n);
 void book_split(const char *text, size_t n, void (*emit_doc)(void *ctx, const char *, size_t),
                 void *ctx);
+// The same, fed one paragraph at a time (none holding '\n'): each document is emitted as soon as
+// no later paragraph can change it, so memory holds a few chapters, not the book.  finish emits
+// the rest (an empty document when no paragraph came) and frees the splitter.
+typedef struct BookSplitter BookSplitter;
+BookSplitter *book_splitter_new(void (*emit_doc)(void *ctx, const char *, size_t), void *ctx);
+void book_splitter_paragraph(BookSplitter *b, const char *paragraph, size_t n);
+void book_splitter_finish(BookSplitter *b);
 // Offset of the first byte that is not valid UTF-8, or -1 when all n bytes are valid.
 long long utf8_invalid_offset(const char *s, size_t n);
 // Exits 2 with "file: byte base+N: invalid UTF-8 (byte 0x..)" at the first invalid byte: the

@@ -1,9 +1,8 @@
-// Text readers: plain-text books, JSON lines, WikiExtractor <doc> blocks.
+// Text readers: JSON lines, WikiExtractor <doc> blocks (plain-text books: data/corpus_book.c).
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/error.h"
 #include "data/byte_source.h"
@@ -21,47 +20,6 @@ static void emit(CorpusDocFn fn, void *ctx, CorpusStats *stats, const char *s, s
     stats->documents++;
     stats->bytes_kept += (long long)n;
     fn(ctx, s, n);
-}
-
-static bool line_has_ci(const char *s, size_t n, const char *needle) {
-    size_t m = strlen(needle);
-    for (size_t i = 0; i + m <= n; i++)
-        if (strncasecmp(s + i, needle, m) == 0) return true;
-    return false;
-}
-
-// Hard-wrapped text to one paragraph per line: lines of a paragraph join with a space,
-// blank lines separate paragraphs, whitespace runs collapse.
-static void reflow(const char *s, size_t n, StrBuf *out) {
-    strbuf_clear(out);
-    bool pending_space = false, pending_para = false;
-    size_t i = 0;
-    while (i < n) {
-        const char *nl = memchr(s + i, '\n', n - i);
-        size_t e = nl ? (size_t)(nl - s) : n;
-        size_t a = i, b = e;
-        while (a < b && isspace((unsigned char)s[a])) a++;
-        while (b > a && isspace((unsigned char)s[b - 1])) b--;
-        if (a == b) {
-            if (out->len) pending_para = true;
-        } else {
-            if (pending_para) strbuf_putc(out, '\n');
-            else if (out->len) strbuf_putc(out, ' ');
-            pending_para = false;
-            pending_space = false;
-            for (size_t k = a; k < b; k++) {
-                char c = s[k];
-                if (c == '\t' || c == '\r' || c == ' ') {
-                    pending_space = true;
-                    continue;
-                }
-                if (pending_space) strbuf_putc(out, ' ');
-                pending_space = false;
-                strbuf_putc(out, c);
-            }
-        }
-        i = e + 1;
-    }
 }
 
 // Text whose every line is a paragraph (JSON lines, WikiExtractor): lines trimmed, whitespace
@@ -87,81 +45,6 @@ static void lines_as_paragraphs(const char *s, size_t n, StrBuf *out) {
         }
         i = e + 1;
     }
-}
-
-typedef struct {
-    CorpusDocFn fn;
-    void *ctx;
-    CorpusStats *stats;
-} BookEmit;
-
-static void book_emit(void *arg, const char *s, size_t n) {
-    BookEmit *be = arg;
-    emit(be->fn, be->ctx, be->stats, s, n);
-}
-
-void corpus_read_book(const char *file, int threads, CorpusDocFn fn, void *ctx, CorpusStats *stats) {
-    ByteSource *src = byte_source_open_threads(file, threads);
-    StrBuf all = {0};
-    char chunk[1 << 16];
-    size_t got;
-    while ((got = byte_source_read(src, chunk, sizeof chunk)) > 0) strbuf_append(&all, chunk, got);
-    byte_source_close(src);
-    if (!all.s) strbuf_puts(&all, "");
-    stats->bytes_in += (long long)all.len;
-    corpus_check_utf8(file, all.s, all.len, 0);
-    const char *s = all.s;
-    size_t n = all.len;
-    if (n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, n -= 3;
-    // Project Gutenberg: the book lies between the "*** START OF ..." and "*** END OF ..."
-    // lines; the licence comes after.
-    size_t begin = 0, end = n;
-    for (size_t i = 0; i < n;) {
-        const char *nl = memchr(s + i, '\n', n - i);
-        size_t e = nl ? (size_t)(nl - s) : n;
-        const char *l = s + i;
-        size_t ln = e - i;
-        while (ln && (*l == ' ' || *l == '\t')) l++, ln--;
-        if (ln >= 3 && strncmp(l, "***", 3) == 0 && line_has_ci(l, ln, "START OF") && begin == 0)
-            begin = e < n ? e + 1 : n;
-        else if (ln >= 3 && strncmp(l, "***", 3) == 0 && line_has_ci(l, ln, "END OF") && i >= begin) {
-            end = i;
-            break;
-        }
-        i = e + 1;
-    }
-    // The older "End of the Project Gutenberg EBook of ..." line (sometimes wrapped over two)
-    // sits just before the footer: cut at it when it is among the last few lines.
-    if (end < n) {
-        size_t from = end > begin + 400 ? end - 400 : begin;
-        while (from > begin && s[from - 1] != '\n') from--;
-        for (size_t i = from; i < end;) {
-            const char *nl = memchr(s + i, '\n', end - i);
-            size_t e = nl ? (size_t)(nl - s) : end;
-            if (line_has_ci(s + i, e - i, "end of the project gutenberg") ||
-                line_has_ci(s + i, e - i, "end of project gutenberg")) {
-                end = i;
-                break;
-            }
-            i = e + 1;
-        }
-    }
-    StrBuf text = {0};
-    reflow(s + begin, end - begin, &text);
-    // Gutenberg's "Produced by <volunteers>" credit opens many books: not the book's text.
-    if (text.len >= 11 && strncasecmp(text.s, "produced by", 11) == 0) {
-        char *nl = memchr(text.s, '\n', text.len);
-        size_t cut = nl ? (size_t)(nl - text.s) + 1 : text.len;
-        memmove(text.s, text.s + cut, text.len - cut + 1);
-        text.len -= cut;
-    }
-    if (text.len == 0) emit(fn, ctx, stats, "", 0);
-    else {
-        BookEmit be = {fn, ctx, stats};
-        book_split(text.s, text.len, book_emit, &be);
-    }
-    strbuf_free(&text);
-    strbuf_free(&all);
 }
 
 // A document that opens with its title repeats a heading, which the readers drop (as the

@@ -44,3 +44,10 @@ add_test(NAME test_data_prepare_nul
   COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_prepare_nul.py)
 set_tests_properties(test_data_prepare_nul PROPERTIES TIMEOUT 120 LABELS e2e ENVIRONMENT
   "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHE_BINARY_DIR=${CMAKE_BINARY_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;SHARD_TOOL=$<TARGET_FILE:shard_tool>;OMP_NUM_THREADS=2")
+# Plain-text books streamed in bounded memory, with the whole-file reader's output (issue 50).
+foreach(check identical memory)
+  add_test(NAME test_data_prepare_stream_${check}
+    COMMAND ${CMAKE_SOURCE_DIR}/.venv/bin/python ${CMAKE_SOURCE_DIR}/tests/data/test_prepare_stream.py ${check})
+  set_tests_properties(test_data_prepare_stream_${check} PROPERTIES TIMEOUT 300 LABELS e2e ENVIRONMENT
+    "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2")
+endforeach()

@@ -150,3 +150,35 @@ char *rank_agree_files_text(const char *config_yaml, int n, const char *const *k
     }
     return text;
 }
+
+void rank_refuse_any(Comm *comm, const char *why) {
+    const int world = comm_world(comm);
+    uint64_t mine = why ? strlen(why) + 1 : 0, longest = 0;
+    uint64_t *all = mhe_malloc((size_t)world * sizeof mine);
+    comm_allgather(comm, &mine, all, sizeof mine);
+    int first = -1, refusing = 0;
+    for (int r = 0; r < world; r++) {
+        if (!all[r]) continue;
+        if (first < 0) first = r;
+        refusing++;
+        if (all[r] > longest) longest = all[r];
+    }
+    free(all);
+    if (!refusing) return;
+    // Every rank knows the longest reason now, so the second all-gather is the same size everywhere.
+    char *pad = mhe_calloc(longest, 1), *texts = mhe_malloc((size_t)world * longest);
+    if (why) memcpy(pad, why, mine);
+    comm_allgather(comm, pad, texts, longest);
+    char *msg = NULL;
+    if (comm_rank(comm) == 0) {
+        size_t cap = longest + 96;
+        msg = mhe_malloc(cap);
+        int n = first ? snprintf(msg, cap, "rank %d: ", first) : 0;
+        n += snprintf(msg + n, cap - (size_t)n, "%s", texts + (size_t)first * longest);
+        if (refusing > 1)
+            snprintf(msg + n, cap - (size_t)n, " (and %d other rank%s)", refusing - 1, refusing > 2 ? "s" : "");
+    }
+    free(pad);
+    free(texts);
+    comm_exit_all(comm, MHE_EXIT_INPUT, msg ? msg : "");
+}

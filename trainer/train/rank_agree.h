@@ -29,4 +29,11 @@ void rank_agree_model(Comm *comm, const char *config_yaml, const Config *cfg);
 // file named by keys[i], its size and a hash of its bytes ("missing" when it cannot be read).
 char *rank_agree_files_text(const char *config_yaml, int n, const char *const *keys, const char *const *paths);
 
+// A refusal each rank decides from what only it can see (its own copy of a checkpoint named by a
+// path the ranks agree on: a stale copy on one node is caught there, not trained past from rank
+// 0's).  Every rank passes its reason or NULL; when any rank has one, rank 0 prints the first
+// ("rank N: " before it when N is not 0, and how many other ranks refused) and every rank exits
+// with the input-error status.  One fixed-size all-gather when no rank refuses.
+void rank_refuse_any(Comm *comm, const char *why);
+
 #endif

@@ -116,7 +116,7 @@ void run_save(RunEngine *e, const char *dir, int keep_last) {
     comm_barrier_allowing(e->comm, checkpoint_save_allowance_s(e->table->total), "barrier after the checkpoint");
 }
 
-// Rank 0's config.yaml of a checkpoint dir against this run's: what differs in the model.
+// A checkpoint dir's config.yaml against this run's: what differs in the model.
 static char *arch_refusal(RunEngine *e, const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.yaml", dir);
@@ -166,8 +166,10 @@ static RunDiff load_weights(RunEngine *e, const RunJob *job) {
         if (job->resumed) job->resumed(job->self, e);
     } else if (cfg->train.init_from && cfg->train.init_from[0]) {
         char *dir = checkpoint_resolve(cfg->train.init_from);
-        char *msg = e->rank == 0 ? arch_refusal(e, dir) : NULL;
-        refuse_if(e, msg != NULL, msg);
+        // Every rank checks its own copy: the path is the same text on every rank (rank_agree), the
+        // checkpoint behind it need not be (a stale copy on another node).
+        char *msg = arch_refusal(e, dir);
+        rank_refuse_any(e->comm, msg);
         if (e->rank == 0) job->init_from(job->self, e, dir);
         share_state(e);
         free(dir);

@@ -113,17 +113,6 @@ char *run_arch_diff(const char *saved_yaml, const char *current_yaml) {
     return out;
 }
 
-void run_arch_check(const char *ckpt_dir, const char *current_yaml, const char *what) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.yaml", ckpt_dir);
-    char *saved = mhe_read_file(path, NULL);
-    char *diff = run_arch_diff(saved, current_yaml);
-    free(saved);
-    if (diff)
-        mhe_fail("%s: %s: the checkpoint's model differs from this run's (%s; checkpoint -> this run): model.* and "
-                 "attention.* must match the checkpoint's config.yaml", path, what, diff);
-}
-
 void run_diff_free(RunDiff *d) {
     free(d->identity);
     free(d->harmless);

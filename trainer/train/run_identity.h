@@ -32,8 +32,5 @@ void run_diff_free(RunDiff *d);
 // compute path): "attention.type mhe_mul -> mhe_add" or NULL (malloc'd).  For train.init_from,
 // where equal tensor shapes do not make the same model (mhe_mul and mhe_add, another ln_eps).
 char *run_arch_diff(const char *saved_yaml, const char *current_yaml);
-// The same against the checkpoint directory's config.yaml: exits 2 naming `what` (the key that
-// named the checkpoint) and the differing keys.
-void run_arch_check(const char *ckpt_dir, const char *current_yaml, const char *what);
 
 #endif
