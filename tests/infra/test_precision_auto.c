@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "comm/comm.h"
 #include "trainer/train/peak.h"
+#include "trainer/train/peak_track.h"
 #include "trainer/train/peak_nominal.h"
 #include "trainer/train/precision_auto.h"
 
@@ -234,6 +236,32 @@ static void test_mfu_never_above_one(void **state) {
     assert_true(peak_mfu(&unknown, 100) == -1);
 }
 
+// The ceiling's re-measurement takes at most 1% of a run: an evaluation measures only once 100
+// times the last measurement's time has passed (a 2-core run spent 6 s measuring at every
+// evaluation, a tiny test run 25 s for 0.03 s of steps), and the start-up ladder stays within 1 s
+// plus one measurement.  An MPI singleton: one rank.
+static void test_remeasure_at_most_one_percent(void **state) {
+    (void)state;
+    Comm *comm = comm_init(NULL, NULL, 60);
+    Backend *be = backend_cpu_create(1);
+    PeakTrack p;
+    peak_track_start(&p, be, comm, 0);
+    print_message("ceiling %.1f GFLOP/s at %d^3, measured in %.2f s\n", p.ceiling, p.size, p.measure_s);
+    assert_true(p.ceiling > 0 && p.size >= 1024 && p.measure_s > 0);
+    const double at = p.measured_at, ceiling = p.ceiling;
+    peak_track_remeasure(&p, be, comm);  // just measured: not due
+    assert_true(p.measured_at == at && p.ceiling == ceiling);
+    p.measured_at -= 100.0 * p.measure_s + 0.01;  // as if 100 times its time had passed
+    peak_track_remeasure(&p, be, comm);
+    assert_true(p.measured_at > at);  // measured, the best kept
+    assert_true(p.ceiling >= ceiling);
+    const double again = p.measured_at;
+    peak_track_remeasure(&p, be, comm);  // due again only 100 measurements later
+    assert_true(p.measured_at == again);
+    be->destroy(be);
+    comm_finalize(comm);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choice_follows_the_faster_rate),
@@ -244,6 +272,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_saved_choice_of_a_resume, make_dir, remove_dir),
         cmocka_unit_test(test_nominal_peak_arithmetic),
         cmocka_unit_test(test_mfu_never_above_one),
+        cmocka_unit_test(test_remeasure_at_most_one_percent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

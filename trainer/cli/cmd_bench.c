@@ -177,7 +177,7 @@ int cmd_bench(int argc, char **argv) {
     double peak = 0;
     if (!record_only && cuda) peak = backend_cuda_peak_flops(0, cfg.runtime.precision == PREC_BF16, NULL) / 1e9;
     const int sheet = peak > 0;
-    if (!record_only && !sheet) peak = peak_matmul_ceiling(be, &peak_n);
+    if (!record_only && !sheet) peak = peak_matmul_ceiling(be, &peak_n, NULL);
     char nominal_desc[192] = "", lib[128];
     double nominal = 0;
     if (!cuda) {

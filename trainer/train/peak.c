@@ -68,23 +68,27 @@ double peak_matmul_gflops(Backend *be, int n, int reps) {
     return best;
 }
 
-double peak_matmul_ceiling(Backend *be, int *n_used) {
-    double best = 0, prev = 0;
+double peak_matmul_ceiling(Backend *be, int *n_used, double *seconds_used) {
+    double best = 0, prev = 0, spent = 0, at_best = 0;
     int used = 0;
     for (int n = 1024; n <= 4096; n *= 2) {
+        const double t0 = omp_get_wtime();
         double g = peak_matmul_gflops(be, n, 3);
-        double per_product = g > 0 ? 2.0 * n * n * n / (g * 1e9) : 1.0;  // one product at the best rate
+        const double dt = omp_get_wtime() - t0;
+        spent += dt;
         if (g > best) {
             best = g;
             used = n;
+            at_best = dt;
         }
-        // The cores are full once doubling the size no longer raises the rate; the next size
-        // costs 8x this one's time, kept to a fraction of a second at start-up (4096^3 floats
-        // are 200 MB).
-        if (g < 1.05 * prev || 8 * per_product > 0.25) break;
+        // The cores are full once doubling the size no longer raises the rate.  The next size
+        // costs about 8x this one's measurement (every form and placement, not one product: one
+        // product's figure let a 2-core run spend 6 s here, and as long at every evaluation).
+        if (g < 1.05 * prev || spent + 8 * dt > 1.0) break;
         prev = g;
     }
     if (n_used) *n_used = used;
+    if (seconds_used) *seconds_used = at_best;
     return best;
 }
 

@@ -12,12 +12,12 @@
 double peak_matmul_gflops(Backend *be, int n, int reps);
 
 // The ceiling MFU is measured against: the best rate of peak_matmul_gflops over square sizes
-// 1024, 2048, 4096, growing while the rate still grows by 5% and the next size's product would
-// take under 0.25 s.
+// 1024, 2048, 4096, growing while the rate still grows by 5% and the measurements so far plus the
+// next size's (about 8x this one's) stay within 1 s.
 // One 1024^3 product cannot fill a many-core CPU or its AMX/AVX-512 units, and a model whose
 // larger matmuls outran it reported MFU 100% (issue 33).  *n_used (may be NULL): the size
-// that gave it.
-double peak_matmul_ceiling(Backend *be, int *n_used);
+// that gave it; *seconds_used (may be NULL): how long its measurement took.
+double peak_matmul_ceiling(Backend *be, int *n_used, double *seconds_used);
 
 // One linear-layer product of a model, C[M, N] = X[M, K] Wᵀ, run `count` times per pass.
 typedef struct {
