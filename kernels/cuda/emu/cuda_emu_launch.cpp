@@ -277,9 +277,6 @@ enum FiberState { F_RUN, F_BLOCK, F_WARP, F_DONE };
 // 64 KB each: an ASan frame of the tensor-core kernels (wmma fragments of 1 KB per lane, the
 // emulation's) uses a few tens; a guard page below each stops an overflow.
 constexpr size_t FIBER_STACK = 64 * 1024;
-struct FiberStack {
-    unsigned char *base;  // the guard page, then the stack
-};
 struct Fiber {
     void *jb[5];    // where it waits (__builtin_setjmp's buffer)
     ucontext_t ctx;  // its first entry
@@ -296,7 +293,7 @@ struct FiberRun {
     size_t sched_size;
 };
 static thread_local FiberRun *fiber_now = nullptr;
-static thread_local std::vector<FiberStack> fiber_stacks;
+static thread_local std::vector<unsigned char *> fiber_stacks;  // each above its guard page
 
 static void *fiber_stack(int i) {
     while ((int)fiber_stacks.size() <= i) {
@@ -307,9 +304,9 @@ static void *fiber_stack(int i) {
             std::abort();
         }
         mprotect(m, 4096, PROT_NONE);
-        fiber_stacks.push_back(FiberStack{static_cast<unsigned char *>(m)});
+        fiber_stacks.push_back(static_cast<unsigned char *>(m) + 4096);
     }
-    return fiber_stacks[i].base + 4096;
+    return fiber_stacks[i];
 }
 
 // Switches are GCC's __builtin_setjmp / __builtin_longjmp: registers and a jump, where
