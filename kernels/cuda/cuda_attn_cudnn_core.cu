@@ -55,6 +55,10 @@ static const char *cudnn_refuses(Backend *be, const AttnShape *s) {
         return why;
     }
     if (s->key_mask && !s->key_mask_trailing) return "a key mask that is not trailing padding";
+    // cuDNN's dBias is the gradient of a bias of whole [s_q, s_kv] rows; our key bias is one row
+    // broadcast over the queries ([B, H, 1, T]), whose gradient is a sum over them.  On an H200
+    // (CALIBRATION.md run 7) the parity case with a key bias got a wrong dQ through that graph.
+    if (s->key_bias) return "a key bias (cuDNN's dBias does not sum a bias broadcast over the queries)";
     return nullptr;
 }
 
@@ -431,7 +435,7 @@ static void cudnn_backward(Backend *be, const AttnShape *s, const Act *q, const 
 const AttnCore attn_core_cudnn = {
     ATTN_CORE_CUDNN, "cudnn",
     "cuDNN's fused SDPA (flash) through the cuDNN frontend's graphs: bf16, head dims multiples of 8 up to 128, "
-    "K/V head sharing, shared or scaled queries as per-head copies, key padding, key bias, dropout (Philox), "
+    "K/V head sharing, shared or scaled queries as per-head copies, key padding, dropout (Philox), "
     "deterministic backward",
     false, true, "cudnn_sdpa_fwd / _bwd (measured on an H200, CALIBRATION.md run 4)", cudnn_refuses,
     cudnn_unavailable, cudnn_prepare, cudnn_sizes, cudnn_forward, cudnn_backward};

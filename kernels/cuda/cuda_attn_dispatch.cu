@@ -39,6 +39,9 @@ struct AttnDispatch {
     int n;
     AttnShapeKey keys[kShapes];
     const AttnCore *cores[kShapes];
+    // The most that attention_sizes has answered: a call whose core needs more was sized for
+    // another shape, and would write past its caller's buffers (checked at every call).
+    size_t sized_saved, sized_scratch;
 };
 
 static AttnDispatch *dispatch_of(Backend *be) { return cuda_ctx(be)->attn; }
@@ -194,30 +197,49 @@ static void dispatch_sizes(Backend *be, const AttnShape *s, size_t *saved, size_
         mhe_fail("runtime.attention_core: %s cannot serve attention of %s: %s", d->requested, shape, why);
     }
     c->sizes(be, s, saved, scratch);
-    if (c->id != ATTN_CORE_CUDNN) return;
-    int n = 0;
-    const AttnCore *const *cores = attn_cores(&n);
-    for (int i = 0; i < n; i++) {
-        if (cores[i]->id == ATTN_CORE_CUDNN || cores[i]->refuses(be, s)) continue;
-        size_t sv = 0, sc = 0;
-        cores[i]->sizes(be, s, &sv, &sc);
-        if (sv > *saved) *saved = sv;
-        if (sc > *scratch) *scratch = sc;
-        break;
+    if (c->id == ATTN_CORE_CUDNN) {
+        int n = 0;
+        const AttnCore *const *cores = attn_cores(&n);
+        for (int i = 0; i < n; i++) {
+            if (cores[i]->id == ATTN_CORE_CUDNN || cores[i]->refuses(be, s)) continue;
+            size_t sv = 0, sc = 0;
+            cores[i]->sizes(be, s, &sv, &sc);
+            if (sv > *saved) *saved = sv;
+            if (sc > *scratch) *scratch = sc;
+            break;
+        }
     }
+    if (*saved > d->sized_saved) d->sized_saved = *saved;
+    if (*scratch > d->sized_scratch) d->sized_scratch = *scratch;
+}
+
+// The core for s, once it is known to fit the buffers attention_sizes promised.
+static const AttnCore *core_within_sizes(Backend *be, const AttnShape *s) {
+    AttnDispatch *d = dispatch_of(be);
+    const AttnCore *c = cuda_attn_core_for(be, s);
+    size_t sv = 0, sc = 0;
+    c->sizes(be, s, &sv, &sc);
+    if (sv > d->sized_saved || sc > d->sized_scratch) {
+        char shape[256];
+        attn_shape_describe(s, shape, sizeof shape);
+        mhe_fatal("attention core %s: attention of %s needs %zu saved and %zu scratch floats, but attention_sizes "
+                  "promised at most %zu and %zu (the caller sized its buffers for another shape)",
+                  c->name, shape, sv, sc, d->sized_saved, d->sized_scratch);
+    }
+    return c;
 }
 
 static void dispatch_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,
                              float *saved, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
-    cuda_attn_core_for(be, s)->forward(be, s, q, k, v, out, saved, scratch);
+    core_within_sizes(be, s)->forward(be, s, q, k, v, out, saved, scratch);
 }
 
 static void dispatch_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
                               const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
                               float *dout_scale, float *dout_shift, float *scratch) {
     if (!s->B || !s->T || !s->n_heads) return;
-    cuda_attn_core_for(be, s)->backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale, dout_shift,
+    core_within_sizes(be, s)->backward(be, s, q, k, v, saved, dout, dq, dk, dv, dkey_bias, dout_scale, dout_shift,
                                         scratch);
 }
 
@@ -228,8 +250,9 @@ static int dispatch_q_scale(Backend *be, const AttnShape *s) {
     AttnShape per_head = *s;
     per_head.q_heads = s->n_heads;
     per_head.ldq = s->n_heads * s->qk_dim;
-    const AttnCore *c = cuda_attn_core_for(be, &per_head);
-    if (!c->q_scale) return 0;
+    // chosen, not run: no graph built, no line said, nothing cached for a shape no call has
+    const AttnCore *c = choose(be, &per_head, dispatch_of(be)->requested, false, nullptr, 0);
+    if (!c || !c->q_scale) return 0;
     static const float marker = 1.0f;  // refuses() only tests q_scale for non-null
     AttnShape shared = *s;
     shared.q_scale = &marker;

@@ -97,6 +97,10 @@ static inline void ibuf_free(Fix *f, IBuf *b) {
     f->gpu->free(f->gpu, b->g);
 }
 
+// -1: expect_close asserts.  >= 0: it counts the failures here instead (each still printed), so a
+// test can report every case of a table before it fails.
+static int g_parity_soft_failures = -1;
+
 // Compares the two copies; returns the norm-wise relative error after asserting it.
 static inline double expect_close(Fix *f, const Buf *b, double tol, const char *what) {
     float *x = malloc(b->n * sizeof(float)), *y = malloc(b->n * sizeof(float));
@@ -121,7 +125,8 @@ static inline double expect_close(Fix *f, const Buf *b, double tol, const char *
                     tol, worst, b->n ? x[worst] : 0.0, b->n ? y[worst] : 0.0);
     free(x);
     free(y);
-    assert_true(rel <= tol);
+    if (g_parity_soft_failures >= 0) g_parity_soft_failures += !(rel <= tol);
+    else assert_true(rel <= tol);
     return rel;
 }
 

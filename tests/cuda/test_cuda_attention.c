@@ -216,29 +216,115 @@ static int setup_bf16_attention(void **state) {
     return 0;
 }
 
+// The layouts of every variant the cuDNN core serves (tests/cuda/attn_variants.h), small.
+static const AttnCase CUDNN_CASES[] = {
+        // name     B  T  n qh kh vh dq dv causal mask bias scale shift dropout all-masked
+        {"cudnn mha d=64 T=100", 2, 100, 4, 4, 4, 4, 64, 64, 0, 0, 0, 0, 0, 0.0f, 0},
+        {"cudnn mha d=64 T=100 causal, padding", 2, 100, 4, 4, 4, 4, 64, 64, 1, 1, 0, 0, 0, 0.0f, 0},
+        {"cudnn sha (one shared head) padding", 2, 100, 4, 1, 1, 1, 64, 64, 0, 1, 0, 0, 0, 0.0f, 0},
+        {"cudnn mhe_mul materialised: per-head Q, shared K/V, scale, shift", 2, 100, 12, 12, 1, 1, 64, 64, 0, 0, 0,
+         1, 1, 0.0f, 0},
+        {"cudnn mqa d=32 causal, padding", 2, 100, 12, 12, 1, 1, 32, 32, 1, 1, 0, 0, 0, 0.0f, 0},
+        {"cudnn gqa 12/6 padding", 2, 64, 12, 12, 6, 6, 64, 64, 0, 1, 0, 0, 0, 0.0f, 0},
+        {"cudnn k 1 head, v 12 (collab without its bias)", 1, 64, 12, 12, 1, 12, 64, 64, 0, 0, 0, 0, 0, 0.0f, 0},
+        {"cudnn mla d_qk 96 d_v 64 padding", 2, 64, 4, 4, 4, 4, 96, 64, 0, 1, 0, 0, 0, 0.0f, 0},
+        {"cudnn q 3 heads, k 6, v 1 of 6, scale, shift", 1, 40, 6, 3, 6, 1, 16, 16, 0, 0, 0, 1, 1, 0.0f, 0},
+        {"cudnn tiny 4/1/1 d=32 T=128 padding, scale", 2, 128, 4, 4, 1, 1, 32, 32, 0, 1, 0, 1, 0, 0.0f, 0},
+};
+
+// mhe_mul's per-head query scale through the core (AttnShape.q_scale) against the CPU backend's
+// attention on the materialised heads Q_h = q ⊙ q_scale[h] (head_expand), at dropout 0.
+static void check_q_scale(Fix *f, int B, int T, int n, int d, int causal) {
+    const int N = B * T, nd = n * d, ldq = 3 * d;
+    AttnShape s = {.B = B, .T = T, .n_heads = n, .q_heads = 1, .k_heads = 1, .v_heads = 1, .qk_dim = d,
+                   .v_dim = d, .ldq = ldq, .ldk = d, .ldv = d, .scale = 1.0f / sqrtf((float)d), .causal = causal};
+    Buf q = act_rand(f, (size_t)N * ldq), k = act_rand(f, (size_t)N * d), v = act_rand(f, (size_t)N * d),
+        qs = buf_rand(f, nd), osc = buf_rand(f, nd), osh = buf_rand(f, nd), dout = act_rand(f, (size_t)N * nd),
+        out = act_rand(f, (size_t)N * nd), dq = act_rand(f, (size_t)N * nd), dk = act_rand(f, (size_t)N * d),
+        dv = act_rand(f, (size_t)N * d), dosc = buf_rand(f, nd), dosh = buf_rand(f, nd);
+    for (int i = 0; i < nd; i++) qs.host[i] = 1.0f + 0.5f * qs.host[i];
+    f->cpu->upload(f->cpu, qs.c, qs.host, nd * sizeof(float));
+    f->gpu->upload(f->gpu, qs.g, qs.host, nd * sizeof(float));
+    AttnShape c = s, g = s;
+    c.q_heads = n;
+    c.ldq = nd;
+    c.out_scale = osc.c;
+    c.out_shift = osh.c;
+    g.q_scale = qs.g;
+    g.out_scale = osc.g;
+    g.out_shift = osh.g;
+    float *qh = f->cpu->alloc(f->cpu, (size_t)N * nd * sizeof(float));
+    f->cpu->head_expand(f->cpu, (const Act *)(q.c), ldq, qs.c, NULL, N, n, d, (Act *)(qh));
+    size_t sv[2], sc[2];
+    f->cpu->attention_sizes(f->cpu, &c, &sv[0], &sc[0]);
+    f->gpu->attention_sizes(f->gpu, &g, &sv[1], &sc[1]);
+    float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
+    float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
+#define AC(b) ((Act *)(b).c)
+#define AG(b) ((Act *)(b).g)
+    f->cpu->attention_forward(f->cpu, &c, (const Act *)qh, AC(k), AC(v), AC(out), saved[0], scratch[0]);
+    f->cpu->attention_backward(f->cpu, &c, (const Act *)qh, AC(k), AC(v), saved[0], AC(dout), AC(dq), AC(dk), AC(dv),
+                               NULL, dosc.c, dosh.c, scratch[0]);
+    f->gpu->attention_forward(f->gpu, &g, AG(q), AG(k), AG(v), AG(out), saved[1], scratch[1]);
+    f->gpu->attention_backward(f->gpu, &g, AG(q), AG(k), AG(v), saved[1], AG(dout), AG(dq), AG(dk), AG(dv), NULL,
+                               dosc.g, dosh.g, scratch[1]);
+#undef AC
+#undef AG
+    char what[96];
+    const char *names[] = {"out", "per-head dq", "dk", "dv", "dout_scale", "dout_shift"};
+    const Buf *bufs[] = {&out, &dq, &dk, &dv, &dosc, &dosh};
+    for (int i = 0; i < 6; i++) {
+        snprintf(what, sizeof what, "cudnn q_scale n=%d d=%d T=%d causal=%d: %s", n, d, T, causal, names[i]);
+        expect_close(f, bufs[i], 1e-2, what);
+    }
+    f->cpu->free(f->cpu, qh);
+    f->cpu->free(f->cpu, saved[0]);
+    f->cpu->free(f->cpu, scratch[0]);
+    f->gpu->free(f->gpu, saved[1]);
+    f->gpu->free(f->gpu, scratch[1]);
+    Buf *all[] = {&q, &k, &v, &qs, &osc, &osh, &dout, &out, &dq, &dk, &dv, &dosc, &dosh};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
 // The cuDNN core against the CPU backend at dropout 0 (each backend's dropout stream is its own,
 // DESIGN.md §1), on the cases of head dims cuDNN takes (multiples of 8), with the model's layouts.
-// Runs where cuDNN can (a GPU: tests/gpu/check.sh's gpu_attention); the emulation has none.
+// Every case runs and reports before the test fails.  Runs where cuDNN can (a GPU:
+// tests/gpu/check.sh's gpu_attention); the emulation has none.
 static void test_attention_bf16_cudnn(void **state) {
     Fix *f = *state;
     char err[256];
     if (!backend_attention_core_select(f->gpu, "cudnn", 0, err, sizeof err)) {
+        // tests/gpu/check.sh sets MHE_REQUIRE_CUDNN where it found libcudnn: there a core that
+        // cannot run is a failure, not a skip.
+        const char *req = getenv("MHE_REQUIRE_CUDNN");
+        if (req && strcmp(req, "1") == 0) fail_msg("cuDNN core required (MHE_REQUIRE_CUDNN=1): %s", err);
         print_message("cuDNN core not run here: %s\n", err);
         return;
     }
     g_cudnn_layout = 1;
+    g_parity_soft_failures = 0;
     int run = 0;
-    for (size_t i = 0; i < N_ATTN_CASES; i++) {
-        AttnCase c = ATTN_CASES[i];
-        if (c.dq % 8 || c.dv % 8 || c.mask_all_of_seq1) continue;
+    for (size_t i = 0; i < N_ATTN_CASES + sizeof CUDNN_CASES / sizeof *CUDNN_CASES; i++) {
+        AttnCase c = i < N_ATTN_CASES ? ATTN_CASES[i] : CUDNN_CASES[i - N_ATTN_CASES];
+        // a key bias: refused (cuda_attn_cudnn_core.cu), auto takes flash
+        if (c.dq % 8 || c.dv % 8 || c.mask_all_of_seq1 || c.use_bias) continue;
         c.dropout = 0.0f;
         check_attention(f, &c, 1e-2);
         run++;
     }
+    for (int causal = 0; causal < 2; causal++) {
+        check_q_scale(f, 2, 100, 12, 64, causal);
+        run++;
+    }
+    check_q_scale(f, 2, 64, 4, 32, 0);
+    run++;
+    const int failures = g_parity_soft_failures;
+    g_parity_soft_failures = -1;
     g_cudnn_layout = 0;
     assert_true(backend_attention_core_select(f->gpu, "auto", 0, err, sizeof err));
-    print_message("cuDNN core: %d cases against the CPU backend\n", run);
-    assert_true(run >= 8);
+    print_message("cuDNN core: %d cases against the CPU backend, %d comparisons failed\n", run, failures);
+    assert_int_equal(failures, 0);
+    assert_true(run >= 16);
 }
 
 int main(void) {

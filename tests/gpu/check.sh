@@ -47,9 +47,12 @@ done
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $wheel_dirs /usr/lib/x86_64-linux-gnu; do
   if [ -e "$d/libcudnn.so.9" ]; then
     case ":$libpath:" in *":$d:"*) ;; *) libpath="$libpath:$d" ;; esac
+    # found: gpu_attention's cuDNN case must run, not skip
+    export MHE_REQUIRE_CUDNN=1
     break
   fi
 done
+[ "${MHE_REQUIRE_CUDNN:-0}" = 1 ] || echo "check.sh: libcudnn.so.9 not found; the cudnn core is not checked" | tee -a "$log" >&2
 export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The bundled Open MPI runs one rank without mpirun (singleton), its plugins from the bundle.
 export OPAL_PREFIX="$B/openmpi" OMPI_MCA_mca_base_component_path="$B/openmpi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3"
@@ -126,9 +129,16 @@ if want time; then
   # device memory with activation recompute, beside the 512x16 row above
   step time_bert-base-mhe-mul_512x16_recompute 45 "$bin/gpu_bench" "$cfg/bert-base-mhe-mul.yaml" 25 "$peak" \
     runtime.device=cuda runtime.precision=bf16 data.seq_len=512 train.micro_batch=16 train.recompute=layer
-  step attn_ours 60 "$bin/gpu_attn_bench" bf16
+  # the step with the own flash core, beside the auto (cuDNN) row of the same shape above
+  step time_bert-base-mha_512x16_flash 45 "$bin/gpu_bench" "$cfg/bert-base-mha.yaml" 25 "$peak" runtime.device=cuda \
+    runtime.precision=bf16 data.seq_len=512 train.micro_batch=16 runtime.attention_core=flash
+  step attn_ours 60 "$bin/gpu_attn_bench" bf16 auto
+  step attn_ours_flash 60 "$bin/gpu_attn_bench" bf16 flash
   [ -n "$py" ] && step attn_sdpa 90 "$py" "$B/tests/torch_gpu.py" attention
 fi
+# parity of every arch x attention type (its CPU reference side is the slow part): before the
+# PyTorch and MFU groups, so a short budget keeps it
+want parity && step parity_model 120 "$bin/gpu_model"
 # PyTorch's models, written the fast way, on the same GPU.
 if want torch && [ -n "$py" ]; then
   for mdl in "bert mha 128 64" "bert mhe_mul 128 64" "bert mha 512 16" "bert mhe_mul 512 16" \
@@ -141,7 +151,8 @@ fi
 #      (one optimizer step per 256k tokens; llm.c's H100 setting is 64 x 1024), ours (gpu_bench
 #      --accum 4) and PyTorch at the same settings.  Names: mfu_<config>_<seq>x<batch>_a4.  Two
 #      timed optimizer steps after two warm-up ones (gpu_bench STEPS 4): ~3 s a step at run 6's
-#      speed, so the group takes about 2 minutes of the budget.
+#      speed, so the group takes about 2 minutes of the budget.  PyTorch's side only with the
+#      torch group.
 mfu_checks() {
   local mdl
   for mdl in "gpt2-small-mha.yaml 1024 64" "bert-base-mha.yaml 512 128" "bert-base-mhe-mul.yaml 512 128" \
@@ -150,7 +161,7 @@ mfu_checks() {
     step "mfu_${1%.yaml}_${2}x${3}_a4" 90 "$bin/gpu_bench" "$cfg/$1" 4 "$peak" --accum 4 runtime.device=cuda \
       runtime.precision=bf16 data.seq_len="$2" train.micro_batch="$3" train.global_batch=$((4 * $3))
   done
-  [ -n "$py" ] || return 0
+  { [ -n "$py" ] && want torch; } || return 0
   for mdl in "gpt mha 1024 64" "bert mha 512 128" "bert mhe_mul 512 128" "bert mha 128 512"; do
     set -- $mdl
     step "torch_mfu_$1_$2_${3}x${4}_a4" 90 "$py" "$B/tests/torch_gpu.py" model --arch "$1" --attention "$2" \
@@ -159,8 +170,6 @@ mfu_checks() {
 }
 want mfu && mfu_checks
 # ---- end of the MFU section
-# parity of every arch x attention type (its CPU reference side is the slow part)
-want parity && step parity_model 120 "$bin/gpu_model"
 # 4. per op class: one profiled step (synchronises per op) next to the cost model's bound.
 if want opclass; then
   for mdl in "${models[@]}"; do

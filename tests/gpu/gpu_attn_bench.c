@@ -1,8 +1,8 @@
 // For machines with a GPU (tests/gpu/check.sh): times the CUDA backend's attention core, forward
 // and backward, on the shapes of the timed models, so it can be set beside PyTorch's SDPA (flash
 // and cuDNN backends, tests/gpu/torch_gpu.py --attention) on the same GPU in the same run.
-//   gpu_attn_bench [bf16|fp32]
-// One line per shape: `attn-result: B=.. H=.. T=.. d=.. causal=.. fwd_ms=.. bwd_ms=.. fwd_tflops=..
+//   gpu_attn_bench [bf16|fp32] [CORE]      CORE: runtime.attention_core (default auto)
+// One line per shape: `attn-result: core=.. B=.. H=.. T=.. d=.. causal=.. fwd_ms=.. bwd_ms=.. fwd_tflops=..
 // bwd_tflops=..`.  Flops follow FlashAttention's convention (forward 4·B·H·T²·d, backward 2.5×
 // the forward, both halved when causal) so the figures compare with its published ones.
 #include <math.h>
@@ -35,7 +35,7 @@ typedef struct {
     int B, H, T, d, causal;
 } Shape;
 
-static void run(Backend *be, Shape sh, int reps) {
+static void run(Backend *be, const char *core, Shape sh, int reps) {
     AttnShape s;
     memset(&s, 0, sizeof s);
     s.B = sh.B;
@@ -83,10 +83,10 @@ static void run(Backend *be, Shape sh, int reps) {
     double t2 = now_s();
     const double fwd = (t1 - t0) / reps, bwd = (t2 - t1) / reps;
     const double f = 4.0 * sh.B * sh.H * (double)sh.T * sh.T * sh.d * (sh.causal ? 0.5 : 1.0);
-    printf("attn-result: B=%d H=%d T=%d d=%d causal=%d fwd_ms=%.4f bwd_ms=%.4f fwd_tflops=%.1f bwd_tflops=%.1f "
+    printf("attn-result: core=%s B=%d H=%d T=%d d=%d causal=%d fwd_ms=%.4f bwd_ms=%.4f fwd_tflops=%.1f bwd_tflops=%.1f "
            "host_fwd_ms=%.4f host_bwd_ms=%.4f bound_fwd_ms=%.4f bound_bwd_ms=%.4f expected_fwd_ms=%.4f "
            "expected_bwd_ms=%.4f\n",
-           sh.B, sh.H, sh.T, sh.d, sh.causal, 1e3 * fwd, 1e3 * bwd, f / fwd / 1e12, 2.5 * f / bwd / 1e12,
+           core, sh.B, sh.H, sh.T, sh.d, sh.causal, 1e3 * fwd, 1e3 * bwd, f / fwd / 1e12, 2.5 * f / bwd / 1e12,
            1e3 * issued_f / reps, 1e3 * issued_b / reps, 1e3 * cf.seconds, 1e3 * cb.seconds,
            1e3 * cf.expected_seconds, 1e3 * cb.expected_seconds);
     fflush(stdout);
@@ -104,9 +104,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     Backend *be = backend_cuda_create_for(0, bf16);
+    const char *core = argc > 2 ? argv[2] : "auto";
+    char err[256];
+    if (!backend_attention_core_select(be, core, 1, err, sizeof err)) {
+        fprintf(stderr, "gpu_attn_bench: %s\n", err);
+        be->destroy(be);
+        return 1;
+    }
     // BERT-base 128x64 and 512x16, GPT-2 small 1024x16 (causal): 12 heads of 64.
     const Shape shapes[] = {{64, 12, 128, 64, 0}, {16, 12, 512, 64, 0}, {16, 12, 1024, 64, 1}};
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) run(be, shapes[i], 20);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) run(be, core, shapes[i], 20);
     be->destroy(be);
     return 0;
 }

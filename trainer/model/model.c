@@ -156,10 +156,22 @@ static void layout(Model *m, Bump *b) {
         s.v_dim = pl.v_dim;
         static const float one = 1.0f;  // only tested for non-NULL by attention_sizes
         s.out_scale = pl.out_scale ? &one : NULL;
-        size_t sv, sc;
-        m->be->attention_sizes(m->be, &s, &sv, &sc);
-        if (sv > saved) saved = sv;
-        if (sc > scratch) scratch = sc;
+        s.key_bias = pl.key_bias ? (const Act *)&one : NULL;
+        // Every form core_args may hand the core: also the shared q with the per-head scale
+        // (attention_q_scale), whose core may need room the materialised form does not (the
+        // cuDNN core's per-head copies of Q).
+        for (int form = 0; form < 1 + (pl.q_scale && m->be->attention_q_scale); form++) {
+            AttnShape t = s;
+            if (form) {
+                t.q_heads = pl.qc / pl.qk_dim;
+                if (!m->be->attention_q_scale(m->be, &t)) continue;
+                t.q_scale = &one;
+            }
+            size_t sv, sc;
+            m->be->attention_sizes(m->be, &t, &sv, &sc);
+            if (sv > saved) saved = sv;
+            if (sc > scratch) scratch = sc;
+        }
     }
     m->ids = (int32_t *)arena_take(b, N);
     m->types = (int32_t *)arena_take(b, N);
