@@ -60,14 +60,14 @@ struct Efficiency {
 //   from run 1's norm/activation class (measured 1.04-1.07 times the model at 0.30).
 constexpr double kFlashFwd = 0.0242, kFlashBwd = 0.0299, kGeneric = 0.285, kGemmPath = 1.0, kUnaligned = 0.05;
 
-// cuDNN's fused SDPA (the cudnn attention core), from PyTorch's cuDNN SDPA timed in CALIBRATION.md
-// run 4 (H200, bf16, B 16, T 512, 12 heads of 64, no mask): forward 0.058 ms, backward 0.256 ms
-// against bounds of 13.0 us (4 B n T^2 d = 12.9 GFLOP at 989 TFLOP/s) and 32.6 us (the backward's
-// five products, 2 B n T^2 (3 d_qk + 2 d_v) = 32.2 GFLOP).  The same fractions are assumed at
-// other shapes, masks and on the H100 (FlashAttention-3's paper: cuDNN 335 / 266 TFLOP/s forward /
-// backward at head dim 64, T 512 on an H100, 0.34 / 0.27 of the peak: ours are below, as run 4
-// timed a smaller batch).
-constexpr double kCudnnFwd = 0.224, kCudnnBwd = 0.127;
+// cuDNN's fused SDPA (the cudnn attention core), timed through the core itself by gpu_attn_bench
+// in CALIBRATION.md run 7 (H200, bf16, 12 heads of 64, no mask or dropout): B 16 T 512 forward
+// 0.0466 ms and backward 0.164 ms against bounds of 13.0 us (4 B n T^2 d = 12.9 GFLOP at 989
+// TFLOP/s) and 32.6 us (the backward's five products, 2 B n T^2 (3 d_qk + 2 d_v) = 32.2 GFLOP):
+// 0.279 / 0.199; B 16 T 1024 causal 0.0997 / 0.309 ms against 26.1 / 65.2 us: 0.262 / 0.211.
+// Geometric means below; the same fractions are assumed at other shapes, masks and on the H100.
+// (Run 4's PyTorch cuDNN SDPA at T 512, 0.058 / 0.256 ms, included PyTorch's own work per call.)
+constexpr double kCudnnFwd = 0.270, kCudnnBwd = 0.205;
 // Not measured yet (issue 47), each GPU's own generic fraction until the next GPU run's kernel
 // profile refits it: the 16-byte GELU kernels (cuda_gelu.cu), written to stream at a higher share
 // of the bandwidth than the 2-byte-access kernels the generic fraction was fitted to.

@@ -53,12 +53,17 @@ static const Case *find_case(const char *name) {
     return NULL;
 }
 
+// The CUDA side's runtime.attention_core (NULL: auto) and the attention dropout: only the own
+// cores draw the CPU backend's dropout stream (cuDNN draws its Philox one, DESIGN.md §1).
+static const char *g_core;
+static float g_attn_dropout = 0.1f;
+
 static void make_config(const Case *c, Config *cfg) {
     TinyShape shape = TINY_SHAPE;
     shape.head_dim = c->head_dim;
     tiny_config(cfg, c->arch, c->type, shape);
     cfg->model.dropout = 0.1f;
-    cfg->model.attn_dropout = 0.1f;
+    cfg->model.attn_dropout = g_attn_dropout;
     if (c->groups) cfg->attention.groups = c->groups;
     cfg->attention.embed_std = 0.3f;
     cfg->attention.fast_path = c->fast;
@@ -98,6 +103,8 @@ static void make_pair(const Case *c, Side s[2], int bf16) {
     make_config(c, &cfg);
     s[0].be = backend_cpu_create(2);
     s[1].be = backend_cuda_create(0, bf16);
+    char why[512];
+    if (g_core && !backend_attention_core_select(s[1].be, g_core, 0, why, sizeof why)) fail_msg("%s", why);
     for (int i = 0; i < 2; i++) {
         s[i].m = model_create(&cfg, s[i].be, B_, T_);
         model_set_dropout_seed(s[i].m, 77);
@@ -278,12 +285,42 @@ static void test_training_q_scale_tracks_cpu_bf16(void **state) {
     (void)state;
     Case c = *find_case("gpt_mhe_mul_fast");
     c.head_dim = 16;
+    g_core = "flash";  // the tensor-core core, on a GPU too (auto would take cuDNN there)
     check_training(&c, 1, 0.02);
     const CostReport with = recorded_step(&c, 1), without = recorded_step(&c, 0);
+    g_core = NULL;
     print_message("q_scale: %ld launches, without: %ld\n", with.launches, without.launches);
     const long layers = TINY_SHAPE.layers;
     assert_int_equal(without.launches - with.launches, layers);
     assert_int_equal(without.class_calls[OPC_NORM_ACT] - with.class_calls[OPC_NORM_ACT], layers);
+}
+
+// The cuDNN core in training, attention dropout off: 20 bf16 steps of mhe_mul's fast path (the
+// shared Q scaled per head, causal) and of BERT mha (key padding) stay within 2% of the CPU.  Runs
+// where cuDNN can (tests/gpu/check.sh's gpu_model, which sets MHE_REQUIRE_CUDNN where it found
+// libcudnn); the emulation has none.
+static void test_training_cudnn_tracks_cpu_bf16(void **state) {
+    (void)state;
+    Backend *probe = backend_cuda_create(0, 1);
+    char why[512];
+    const int can = backend_attention_core_select(probe, "cudnn", 0, why, sizeof why);
+    probe->destroy(probe);
+    if (!can) {
+        const char *req = getenv("MHE_REQUIRE_CUDNN");
+        if (req && strcmp(req, "1") == 0) fail_msg("cuDNN core required (MHE_REQUIRE_CUDNN=1): %s", why);
+        print_message("cuDNN core not run here: %s\n", why);
+        return;
+    }
+    g_core = "cudnn";
+    g_attn_dropout = 0.0f;
+    const char *names[] = {"gpt_mhe_mul_fast", "bert_mha"};
+    for (int i = 0; i < 2; i++) {
+        Case c = *find_case(names[i]);
+        c.head_dim = 16;
+        check_training(&c, 1, 0.02);
+    }
+    g_core = NULL;
+    g_attn_dropout = 0.1f;
 }
 
 // `test_cuda_model variants` or `test_cuda_model training`: two ctest entries that can run in
@@ -296,6 +333,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_training_tracks_cpu_fp32),
         cmocka_unit_test(test_training_tracks_cpu_bf16),
         cmocka_unit_test(test_training_q_scale_tracks_cpu_bf16),
+        cmocka_unit_test(test_training_cudnn_tracks_cpu_bf16),
     };
     const char *which = argc > 1 ? argv[1] : "all";
     int failed = 0;
