@@ -6,7 +6,7 @@
 #   - check.sh says in one line that there is no GPU and exits non-zero;
 #   - the bundled mhetrain starts, reports its backends, and trains 4 steps on the bundled corpus
 #     on the CPU, through the bundled Open MPI as a singleton, writing a checkpoint;
-#   - the archive is at most 48 MiB.
+#   - the archive is at most 56 MiB.
 set -euo pipefail
 : "${MHE_SOURCE_DIR:?}" "${MHE_BUILD_DIR:?}"
 source "$MHE_SOURCE_DIR/tests/common/lib.sh"
@@ -76,4 +76,4 @@ grep -q "^step 4/4" "$WORK/train.txt" || { cat "$WORK/train.txt"; fail "no step 
 
 size=$(stat -c %s "$WORK/mhegpu.tar.gz")
 echo "bundle: $((size / 1048576)) MiB; check.sh without a GPU: '$(cat "$WORK/check.txt")' (exit $rc); train: $(grep '^step 4/4' "$WORK/train.txt")"
-[ "$size" -le $((48 * 1024 * 1024)) ] || fail "bundle over 48 MiB"
+[ "$size" -le $((56 * 1024 * 1024)) ] || fail "bundle over 56 MiB"
