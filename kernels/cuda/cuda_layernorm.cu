@@ -3,13 +3,15 @@
 // LayerNorm + dropout, embedding_layernorm_forward) and the backward that also writes the
 // dropped-out branch gradient (layernorm_backward_dropout).  Row kernels with block reductions
 // (warp shuffles + shared memory), one block per row, except the backward (a chunk of rows per
-// block, which also sums dγ and dβ).
+// block, which also sums dγ and dβ); bf16 rows of 256..1024 columns by 256 go to the warp-per-row
+// kernels of cuda_layernorm_warp.cu.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_layernorm_warp.h"
 
 // Two passes over the row (mean, then centred variance) as torch does: no cancellation.
 __global__ void layernorm_forward_kernel(const float *x, const float *gamma, const float *beta,
@@ -203,14 +205,6 @@ __device__ __forceinline__ void block_sum2(float *a, float *b, float (*buf)[32])
 // before it writes dx[c], so dx may alias dy (ops.h: only without accumulate).
 // With drop (layernorm_backward_dropout): dr = dropout(dx) as well, dx's final value kept or
 // dropped by the dropout kernel's formula and index (dr fp32, drb bf16: one of them set).
-struct LnDrop {
-    int on;
-    float inv;
-    uint64_t key;
-    uint32_t threshold;
-    float *dr;
-    __nv_bfloat16 *drb;
-};
 // The kernel's input types by name (dy, x: fp32 or bf16), as RlnIn.
 template <typename DYT, typename XT>
 struct LnbIn {
@@ -268,106 +262,6 @@ __global__ void layernorm_backward_kernel(const typename In::DY *dy, const typen
     }
 }
 
-// The same backward for bf16 rows whose width C is a multiple of 256 up to 1024 (BERT-base and
-// GPT-2's 768): one warp per row, VPL 16-byte vectors per lane, the row's reductions by warp
-// shuffles.  The block-per-row kernel above serialises each block's rows behind two block barriers
-// and two dependent trips to memory per row; measured on an H200 it ran at 6-7% of the memory
-// bandwidth and was the largest kernel of a step (CALIBRATION.md run 7: 2.3 ms of BERT-base's,
-// 6.1 ms of GPT-2 small's).  Here a lane's columns are fixed, so its dγ/dβ sums stay in registers
-// over its rows; the warps of a block add theirs into the block's partials in warp order (one
-// fixed order: deterministic).  bf16 out (no fp32 dx), dropout's mask as the kernel above.
-#define LN_WARP_MAX_VPL 4
-template <int VPL>
-__global__ void layernorm_backward_warp_kernel(const __nv_bfloat16 *dy, const __nv_bfloat16 *x, const float *gamma,
-                                               const float *mean, const float *rstd, int N, int C, int rows,
-                                               __nv_bfloat16 *dxb, int accumulate, float *pg, float *pb,
-                                               LnDrop drop) {
-    MHE_DYNAMIC_SHARED(float, acc);  // [2][C] when pg or pb, else none
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    const bool sums = pg != nullptr || pb != nullptr;
-    float gam[VPL * 8], sg[VPL * 8], sb[VPL * 8];
-#pragma unroll
-    for (int v = 0; v < VPL; v++)
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            gam[v * 8 + k] = gamma[(v * 32 + lane) * 8 + k];
-            sg[v * 8 + k] = sb[v * 8 + k] = 0.0f;
-        }
-    const int r0 = blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
-    for (int r = r0 + warp; r < r1; r += n_warps) {
-        const size_t off = (size_t)r * C;
-        const float mu = mean[r], rs = rstd[r];
-        float g[VPL * 8], xh[VPL * 8], mg = 0.0f, mgx = 0.0f;
-#pragma unroll
-        for (int v = 0; v < VPL; v++) {
-            const size_t at = off + (size_t)(v * 32 + lane) * 8;
-            const uint4 dyv = *reinterpret_cast<const uint4 *>(dy + at), xv = *reinterpret_cast<const uint4 *>(x + at);
-            const __nv_bfloat16 *dyh = reinterpret_cast<const __nv_bfloat16 *>(&dyv);
-            const __nv_bfloat16 *xhh = reinterpret_cast<const __nv_bfloat16 *>(&xv);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int j = v * 8 + k;
-                g[j] = __bfloat162float(dyh[k]);
-                xh[j] = (__bfloat162float(xhh[k]) - mu) * rs;
-                const float gg = g[j] * gam[j];
-                mg += gg;
-                mgx += gg * xh[j];
-                sg[j] += g[j] * xh[j];
-                sb[j] += g[j];
-            }
-        }
-        if (!dxb) continue;  // uniform over the warp
-        mg = warp_sum(mg) / (float)C;
-        mgx = warp_sum(mgx) / (float)C;
-#pragma unroll
-        for (int v = 0; v < VPL; v++) {
-            const size_t at = off + (size_t)(v * 32 + lane) * 8;
-            uint4 old = make_uint4(0, 0, 0, 0), out, dro;
-            if (accumulate) old = *reinterpret_cast<const uint4 *>(dxb + at);
-            const __nv_bfloat16 *oh = reinterpret_cast<const __nv_bfloat16 *>(&old);
-            __nv_bfloat16 *w = reinterpret_cast<__nv_bfloat16 *>(&out), *wd = reinterpret_cast<__nv_bfloat16 *>(&dro);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int j = v * 8 + k;
-                const float d = rs * (g[j] * gam[j] - mg - xh[j] * mgx);
-                const float val = accumulate ? __bfloat162float(oh[k]) + d : d;
-                w[k] = __float2bfloat16(val);
-                if (drop.on)
-                    wd[k] = __float2bfloat16(
-                        drop.inv == 1.0f || ops_dropout_keep_fast(drop.key, at + k, drop.threshold) ? val * drop.inv : 0.0f);
-            }
-            *reinterpret_cast<uint4 *>(dxb + at) = out;
-            if (drop.on) *reinterpret_cast<uint4 *>(drop.drb + at) = dro;
-        }
-    }
-    if (!sums) return;
-    for (int w = 0; w < n_warps; w++) {
-        if (warp == w)
-#pragma unroll
-            for (int v = 0; v < VPL; v++)
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const int c = (v * 32 + lane) * 8 + k, j = v * 8 + k;
-                    acc[c] = w ? acc[c] + sg[j] : sg[j];
-                    acc[C + c] = w ? acc[C + c] + sb[j] : sb[j];
-                }
-        __syncthreads();
-    }
-    const size_t out = (size_t)blockIdx.x * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        if (pg) pg[out + c] = acc[c];
-        if (pb) pb[out + c] = acc[C + c];
-    }
-}
-
-// Whether the warp-per-row kernel takes a backward: bf16 rows, C = 256..1024 by 256, 16-byte
-// aligned buffers, no fp32 output.
-static bool ln_warp_path(const void *dy, const void *x, const void *dxb, const float *dxw, const LnDrop &drop, int C) {
-    auto a16 = [](const void *p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    return C % 256 == 0 && C / 256 >= 1 && C / 256 <= LN_WARP_MAX_VPL && dxw == nullptr && (!drop.on || drop.dr == nullptr) &&
-           a16(dy) && a16(x) && a16(dxb) && a16(drop.drb);
-}
-
 static void cuda_layernorm_forward(Backend *be, const float *x, const float *gamma,
                                    const float *beta, int N, int C, float eps, float *y,
                                    float *mean, float *rstd) {
@@ -415,6 +309,8 @@ static void cuda_residual_layernorm_forward(Backend *be, const float *x, const f
     const int round_sum = cuda_ctx(be)->act_bf16;
     const dim3 grid(N), block(MHE_BLOCK);
     if (!N) {
+    } else if (xb && rb && !sf && !yf && ln_warp_takes(C, {xb, rb, sb, yb})) {
+        ln_warp_residual_forward(be, cost, xb, rb, q, key, thr, gamma, beta, N, C, eps, sb, yb, mean, rstd, round_sum);
     } else if (xb) {
         MHE_LAUNCH(residual_layernorm_kernel<RlnBf16>, grid, block, 0, cuda_stream(be), cost)(
             xb, rb, q, key, thr, gamma, beta, C, eps, sf, sb, yf, yb, mean, rstd, round_sum);
@@ -475,7 +371,8 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
         drop.threshold = ops_dropout_threshold(q);
         drop.drb = act_out(be, dr, &drop.dr);
     }
-    const bool warp_rows = xb && dyb && ln_warp_path(dyb, xb, dxb, dxw, drop, C);
+    // bf16 rows of BERT-base's and GPT-2's widths: one warp per row (cuda_layernorm_warp.cu)
+    const bool warp_rows = xb && dyb && !dxw && !(drop.on && drop.dr) && ln_warp_takes(C, {dyb, xb, dxb, drop.drb});
     if (N > 0 && C > 0 && (dx || dgamma || dbeta)) {
         // The warp-per-row kernel: 16 rows a block (two per warp), up to 1024 blocks.
         const int rows = warp_rows ? std::max(16, (N + 1023) / 1024) : ln_bw_rows(N);
@@ -513,22 +410,13 @@ static void layernorm_backward(Backend *be, const float *dy, const float *x, con
         MHE_LAUNCH(layernorm_backward_kernel<IN>, chunks, MHE_BLOCK, smem, st, cost)(                        \
             DYP, XP, gamma, mean, rstd, N, C, rows, dxw, dxb, accumulate, pg, pb, drop);                     \
     } while (0)
-#define LNW_LAUNCH(VPL)                                                                                      \
-    MHE_LAUNCH(layernorm_backward_warp_kernel<VPL>, chunks, MHE_BLOCK, smem, st, cost)(                      \
-        dyb, xb, gamma, mean, rstd, N, C, rows, dxb, accumulate, pg, pb, drop)
-        if (warp_rows) {
-            switch (C / 256) {
-                case 1: LNW_LAUNCH(1); break;
-                case 2: LNW_LAUNCH(2); break;
-                case 3: LNW_LAUNCH(3); break;
-                default: LNW_LAUNCH(4); break;
-            }
-        } else if (xb) {
+        if (warp_rows)
+            ln_warp_backward(be, cost, dyb, xb, gamma, mean, rstd, N, C, rows, chunks, dxb, accumulate, pg, pb, drop,
+                             smem);
+        else if (xb)
             LNB_LAUNCH(LnbBf16, dyb, xb);
-        } else {
+        else
             LNB_LAUNCH(LnbFp32, dy, x);
-        }
-#undef LNW_LAUNCH
 #undef LNB_LAUNCH
         CUDA_CHECK_LAUNCH();
         cuda_colsum2_finish(be, pg, pb, chunks, C, dgamma, dbeta);
