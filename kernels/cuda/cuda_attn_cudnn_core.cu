@@ -7,6 +7,7 @@
 // translation unit), in the real build only: the emulation runs no cuDNN, so there this core is
 // unavailable except in the cost model's record-only runs, where it is priced (not run) like
 // every library call.
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -225,6 +226,46 @@ __global__ void cudnn_expand_heads_kernel(const __nv_bfloat16 *src, int ld, int 
         dst[i] = __float2bfloat16(v);
     }
 }
+// The two kernels above on 8 elements per thread with 16-byte stores (and loads where aligned):
+// d and the row widths are multiples of 8 for cuDNN, so a group of 8 never crosses a head.  The
+// scalar forms ran at 7% (the Q copies) and 28% (out_scale) of an H200's bandwidth on BERT-base
+// mhe_mul (CALIBRATION.md run 7).
+__global__ void cudnn_affine_vec_kernel(const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
+                                        int cols, __nv_bfloat16 *y) {
+    const size_t total8 = rows * cols / 8;
+    GRID_STRIDE(i, total8) {
+        const int c0 = (int)((i * 8) % cols);
+        const uint4 in = reinterpret_cast<const uint4 *>(x)[i];
+        const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&in);
+        uint4 out;
+        __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(&out);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            o[k] = __float2bfloat16(__bfloat162float(h[k]) * (scale ? scale[c0 + k] : 1.0f) + (shift ? shift[c0 + k] : 0.0f));
+        reinterpret_cast<uint4 *>(y)[i] = out;
+    }
+}
+__global__ void cudnn_expand_heads_vec_kernel(const __nv_bfloat16 *src, int ld, int ratio, const float *scale,
+                                              size_t rows, int n, int d, __nv_bfloat16 *dst) {
+    const size_t total8 = rows * n * d / 8;
+    GRID_STRIDE(i, total8) {
+        const size_t e = i * 8;
+        const int c0 = (int)(e % d), h = (int)((e / d) % n);
+        const size_t r = e / ((size_t)n * d);
+        const __nv_bfloat16 *from = src + r * ld + (size_t)(h / ratio) * d + c0;
+        uint4 out;
+        __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(&out);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float v = __bfloat162float(from[k]);
+            if (scale) v *= scale[(size_t)h * d + c0 + k];
+            o[k] = __float2bfloat16(v);
+        }
+        reinterpret_cast<uint4 *>(dst)[i] = out;
+    }
+}
+static bool on16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // dst head g (rows ld apart) = bf16(Σ of the ratio per-head gradients of src [rows, n, d] it
 // served), added in head order: the gradient of a shared head.
 __global__ void cudnn_sum_heads_kernel(const __nv_bfloat16 *src, size_t rows, int n, int d, int ratio, int ld,
@@ -259,10 +300,23 @@ static void launch_bias_transpose(Backend *be, const __nv_bfloat16 *src, const A
     CUDA_CHECK_LAUNCH();
 }
 
+static void launch_affine(Backend *be, const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
+                          int cols, __nv_bfloat16 *y, MheCost cost) {
+    const size_t n = rows * cols;
+    if (cols % 8 == 0 && on16(x) && on16(y))
+        MHE_LAUNCH(cudnn_affine_vec_kernel, cuda_grid_for(n / 8), MHE_BLOCK, 0, cuda_stream(be), cost)(x, scale, shift, rows, cols, y);
+    else
+        MHE_LAUNCH(cudnn_affine_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(x, scale, shift, rows, cols, y);
+    CUDA_CHECK_LAUNCH();
+}
+
 static void launch_expand(Backend *be, const Act *src, int ld, int heads, const float *scale, const AttnShape *s,
                           int d, __nv_bfloat16 *dst) {
     const size_t rows = (size_t)s->B * s->T, n = (size_t)rows * s->n_heads * d;
-    MHE_LAUNCH(cudnn_expand_heads_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 4.0 * n))(ab(src), ld, s->n_heads / heads, scale, rows, s->n_heads, d, dst);
+    if (d % 8 == 0 && on16(dst))
+        MHE_LAUNCH(cudnn_expand_heads_vec_kernel, cuda_grid_for(n / 8), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 4.0 * n))(ab(src), ld, s->n_heads / heads, scale, rows, s->n_heads, d, dst);
+    else
+        MHE_LAUNCH(cudnn_expand_heads_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 4.0 * n))(ab(src), ld, s->n_heads / heads, scale, rows, s->n_heads, d, dst);
     CUDA_CHECK_LAUNCH();
 }
 static void launch_sum_heads(Backend *be, const __nv_bfloat16 *src, const AttnShape *s, int d, int heads, int ld,
@@ -373,8 +427,8 @@ static void cudnn_forward(Backend *be, const AttnShape *s, const Act *q, const A
     }
     // out = O' ⊙ out_scale + out_shift; O' stays in saved for the backward.
     if (s->out_scale || s->out_shift) {
-        MHE_LAUNCH(cudnn_affine_kernel, cuda_grid_for((size_t)(rows * hd)), MHE_BLOCK, 0, st, mhe_cost(2.0 * rows * hd, 4.0 * rows * hd + 8.0 * hd))(sv.o, s->out_scale, s->out_shift, (size_t)rows, (int)hd, ab(out));
-        CUDA_CHECK_LAUNCH();
+        launch_affine(be, sv.o, s->out_scale, s->out_shift, (size_t)rows, (int)hd, ab(out),
+                      mhe_cost(2.0 * rows * hd, 4.0 * rows * hd + 8.0 * hd));
     } else {
         cuda_memcpy_d2d(be, out, sv.o, 2 * o_elems(s));
     }
@@ -385,15 +439,14 @@ static void cudnn_backward(Backend *be, const AttnShape *s, const Act *q, const 
                            const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
                            float *dout_scale, float *dout_shift, float *scratch) {
     const double t0 = cuda_prof_begin(be);
-    cudaStream_t st = cuda_stream(be);
     const Saved sv = saved_of(s, saved);
     const double rows = (double)s->B * s->T, hd = (double)s->n_heads * s->v_dim;
     const Scratch sc = scratch_of(s, scratch);
     __nv_bfloat16 *g = sc.g, *bias = sc.bias;
     const __nv_bfloat16 *G = ab(dout);
     if (s->out_scale) {  // G = dout ⊙ out_scale: the gradient of O'
-        MHE_LAUNCH(cudnn_affine_kernel, cuda_grid_for((size_t)(rows * hd)), MHE_BLOCK, 0, st, mhe_cost(rows * hd, 4.0 * rows * hd + 4.0 * hd))(ab(dout), s->out_scale, nullptr, (size_t)rows, (int)hd, g);
-        CUDA_CHECK_LAUNCH();
+        launch_affine(be, ab(dout), s->out_scale, nullptr, (size_t)rows, (int)hd, g,
+                      mhe_cost(rows * hd, 4.0 * rows * hd + 4.0 * hd));
         G = g;
     }
     if (dout_scale || dout_shift)
