@@ -6,5 +6,6 @@ void cpu_install_ops(Backend *be) {
     cpu_install_nn(be);
     cpu_install_loss(be);
     cpu_install_attention(be);
+    cpu_install_reduce(be);
     cpu_install_optim(be);
 }

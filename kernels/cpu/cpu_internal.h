@@ -133,5 +133,6 @@ void cpu_install_nn(Backend *be);
 void cpu_install_loss(Backend *be);
 void cpu_install_attention(Backend *be);
 void cpu_install_optim(Backend *be);
+void cpu_install_reduce(Backend *be);
 
 #endif

@@ -26,6 +26,7 @@
 #define cpu_install_attention_ref MHE_CPU_ISA_NAME(cpu_install_attention_ref)
 #define cpu_attention_affine_grads MHE_CPU_ISA_NAME(cpu_attention_affine_grads)
 #define cpu_install_optim MHE_CPU_ISA_NAME(cpu_install_optim)
+#define cpu_install_reduce MHE_CPU_ISA_NAME(cpu_install_reduce)
 #define softmax_block MHE_CPU_ISA_NAME(softmax_block)
 #define probs_block MHE_CPU_ISA_NAME(probs_block)
 #define ds_block MHE_CPU_ISA_NAME(ds_block)
