@@ -4,7 +4,9 @@
 void cpu_install_ops(Backend *be) {
     cpu_install_linear(be);
     cpu_install_elementwise(be);
-    cpu_install_nn(be);
+    cpu_install_layernorm(be);
+    cpu_install_activation(be);
+    cpu_install_embedding(be);
     cpu_install_loss(be);
     cpu_install_attention(be);
     cpu_install_reduce(be);
