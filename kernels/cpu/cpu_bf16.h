@@ -21,4 +21,10 @@ static inline float from_bf16(uint16_t h) {
     return f;
 }
 
+// keep ? to_bf16(v) : 0, with the rounding made for every element and masked: as a conditional
+// call GCC kept it a branch at x86-64-v3 (the dropout loops stayed scalar there); the same bits.
+// Here because the dropout op (cpu_activation.c) and LayerNorm's fused backward
+// (cpu_layernorm.c) must store the same bits.
+static inline uint16_t drop_bf16(int keep, float v) { return (uint16_t)(to_bf16(v) & (uint16_t)-(uint16_t)keep); }
+
 #endif

@@ -2,9 +2,13 @@
 #include "kernels/cpu/cpu_internal.h"
 
 void cpu_install_ops(Backend *be) {
-    cpu_install_dense(be);
-    cpu_install_nn(be);
+    cpu_install_linear(be);
+    cpu_install_elementwise(be);
+    cpu_install_layernorm(be);
+    cpu_install_activation(be);
+    cpu_install_embedding(be);
     cpu_install_loss(be);
     cpu_install_attention(be);
+    cpu_install_reduce(be);
     cpu_install_optim(be);
 }

@@ -128,10 +128,14 @@ static inline void cpu_prof_end(Backend *be, OpClass c, double t0, double flops)
 }
 
 // Each file installs its ops into the table.
-void cpu_install_dense(Backend *be);
-void cpu_install_nn(Backend *be);
+void cpu_install_linear(Backend *be);
+void cpu_install_elementwise(Backend *be);
+void cpu_install_layernorm(Backend *be);
+void cpu_install_activation(Backend *be);
+void cpu_install_embedding(Backend *be);
 void cpu_install_loss(Backend *be);
 void cpu_install_attention(Backend *be);
 void cpu_install_optim(Backend *be);
+void cpu_install_reduce(Backend *be);
 
 #endif

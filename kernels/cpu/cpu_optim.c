@@ -1,17 +1,7 @@
-// Optimizer-side ops of the CPU backend: reductions and the AdamW / LAMB element updates.
+// defines: the optimizer's element updates: AdamW (adamw_update) and the LAMB direction
+// (lamb_direction), their element math shared with the host optimizer and CUDA (../optim_math.h).
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/optim_math.h"
-
-static double cpu_sum_squares(Backend *be, const float *x, size_t n) {
-    double t0 = cpu_prof_begin(be);
-    double s = 0;
-    // simd: without it the double reduction stays scalar (the compiler may not reorder it), a
-    // quarter of the memory's rate; the order is then fixed by the thread count and the lanes.
-#pragma omp parallel for simd reduction(+ : s) schedule(static) if (n >= CPU_PARALLEL_MIN_REDUCE)
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    cpu_prof_end(be, OPC_OTHER, t0, 0);
-    return s;
-}
 
 static void cpu_adamw_update(Backend *be, float *p, const float *grad, float *m, float *v,
                              size_t n, float b1, float b2, float eps, float step_size, float decay,
@@ -39,7 +29,6 @@ static void cpu_lamb_direction(Backend *be, const float *p, const float *grad, f
 }
 
 void cpu_install_optim(Backend *be) {
-    be->sum_squares = cpu_sum_squares;
     be->adamw_update = cpu_adamw_update;
     be->lamb_direction = cpu_lamb_direction;
 }

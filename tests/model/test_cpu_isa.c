@@ -420,7 +420,7 @@ static void fixture_drop(Fixture *fx) {
         for (int k = 0; k <= fx->nlower; k++) fx->be[bf][k]->destroy(fx->be[bf][k]);
 }
 
-// bf16 GELU reads tables (cpu_nn.c), gathered 16 at a time at the AVX-512 level: every bf16
+// bf16 GELU reads tables (cpu_activation.c), gathered 16 at a time at the AVX-512 level: every bf16
 // input that is not a NaN (±0, subnormals, ±inf, the largest values), with gradients that
 // include ±inf and 0 (so inf × 0 makes NaNs for the vector rounding's NaN branch), must give the
 // lower levels' scalar lookups bit for bit.  fp32 storage has no tables: its GELU is the
