@@ -384,6 +384,11 @@ struct Backend {
     // Optional (NULL: never): nonzero when attention_forward/backward honour s->q_scale for a
     // shape like s (q_scale itself not yet set).
     int (*attention_q_scale)(Backend *be, const AttnShape *s);
+    // Optional (NULL: yes): nonzero when the core that runs s (a key bias set) is the one that
+    // would run it without the key bias.  0: a faster core serves the shape only without it (the
+    // cuDNN core), so a variant that can express its key bias another way should (mhe_add: the
+    // per-head queries q + e^Q).
+    int (*attention_key_bias)(Backend *be, const AttnShape *s);
 
     // ---- optimizer side ----
     // sum_i x[i]^2 accumulated in double; returned to the host (synchronises).

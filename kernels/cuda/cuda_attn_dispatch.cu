@@ -259,6 +259,15 @@ static int dispatch_q_scale(Backend *be, const AttnShape *s) {
     return c->refuses(be, &shared) == nullptr;
 }
 
+// Whether the core for s (a key bias set) is the core for s without it: asked before the model
+// fixes its plan; chosen, not run.
+static int dispatch_key_bias(Backend *be, const AttnShape *s) {
+    const char *requested = dispatch_of(be)->requested;
+    AttnShape without = *s;
+    without.key_bias = nullptr;
+    return choose(be, s, requested, false, nullptr, 0) == choose(be, &without, requested, false, nullptr, 0);
+}
+
 void cuda_install_attention_dispatch(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     AttnDispatch *d = static_cast<AttnDispatch *>(std::calloc(1, sizeof(AttnDispatch)));
@@ -273,6 +282,7 @@ void cuda_install_attention_dispatch(Backend *be) {
     be->attention_forward = dispatch_forward;
     be->attention_backward = dispatch_backward;
     be->attention_q_scale = dispatch_q_scale;
+    be->attention_key_bias = dispatch_key_bias;
 }
 
 void cuda_attention_dispatch_destroy(Backend *be) {

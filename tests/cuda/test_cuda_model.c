@@ -247,7 +247,9 @@ static void test_training_tracks_cpu_fp32(void **state) {
 
 static void test_training_tracks_cpu_bf16(void **state) {
     (void)state;
+    g_core = "flash";  // the own core, with the CPU's dropout stream (auto takes cuDNN on a GPU)
     check_training(find_case("bert_mhe_add_fast"), 1, 0.02);
+    g_core = NULL;
 }
 
 // The launches of one bf16 training step (the fourth, as bench measures it) of case c on CUDA,
@@ -296,7 +298,8 @@ static void test_training_q_scale_tracks_cpu_bf16(void **state) {
 }
 
 // The cuDNN core in training, attention dropout off: 20 bf16 steps of mhe_mul's fast path (the
-// shared Q scaled per head, causal) and of BERT mha (key padding) stay within 2% of the CPU.  Runs
+// shared Q scaled per head, causal), BERT mha (key padding) and mhe_add's fast path (its key bias
+// as per-head queries) stay within 2% of the CPU.  Runs
 // where cuDNN can (tests/gpu/check.sh's gpu_model, which sets MHE_REQUIRE_CUDNN where it found
 // libcudnn); the emulation has none.
 static void test_training_cudnn_tracks_cpu_bf16(void **state) {
@@ -313,8 +316,9 @@ static void test_training_cudnn_tracks_cpu_bf16(void **state) {
     }
     g_core = "cudnn";
     g_attn_dropout = 0.0f;
-    const char *names[] = {"gpt_mhe_mul_fast", "bert_mha"};
-    for (int i = 0; i < 2; i++) {
+    // mhe_add's fast path runs its key bias as per-head queries there (AttnPlan.key_bias_as_q)
+    const char *names[] = {"gpt_mhe_mul_fast", "bert_mha", "bert_mhe_add_fast"};
+    for (int i = 0; i < 3; i++) {
         Case c = *find_case(names[i]);
         c.head_dim = 16;
         check_training(&c, 1, 0.02);

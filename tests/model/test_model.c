@@ -338,21 +338,34 @@ static double sumsq(const float *a, size_t n) {
 }
 
 // Fast and plain paths compute the same function, for every registered type whose fast path
-// changes its plan (attention_has_fast_path): loss and logits ≤ 1e-5 relative, every gradient
+// changes its plan (attention_has_fast_path), and a fast path whose key bias can run as per-head
+// queries (mhe_add) in that form too: loss and logits ≤ 1e-5 relative, every gradient
 // ≤ 1e-5 relative.  Analytically zero gradients (every K bias, a per-row constant score shift;
 // mhe_add's e^K, which the fast path folds into a key bias) are round-off or exactly zero on
 // either side: both must be ≤ 1e-6 in absolute norm.
+// A backend whose faster core takes no key bias (ops.h attention_key_bias 0, as the cuDNN core):
+// mhe_add's fast path then runs its key bias as per-head queries q + e^Q.
+static int no_key_bias(Backend *be, const AttnShape *s) {
+    (void)be;
+    (void)s;
+    return 0;
+}
+
 static void test_fast_paths_equal_plain_paths(void **state) {
     Backend *be = *state;
     const Arch arches[2] = {ARCH_BERT, ARCH_GPT};
-    int types_with_fast_path = 0;
+    int types_with_fast_path = 0, key_bias_as_q = 0;
     for (int t = 0; t < ATTN_TYPE_COUNT; t++) {
         if (!attention_has_fast_path((AttentionType)t)) continue;
         types_with_fast_path++;
-        for (int a = 0; a < 2; a++) {
-            Case c = {"fast_vs_plain", arches[a], (AttentionType)t, -1, 0, 0, 0, 1, 1};
+        const int as_q = t == ATTN_MHE_ADD;  // its AttnPlan.key_bias_as_q
+        key_bias_as_q += as_q;
+        for (int a = 0; a < 2 * (1 + as_q); a++) {
+            Case c = {"fast_vs_plain", arches[a % 2], (AttentionType)t, -1, 0, 0, 0, 1, 1};
             Result fast, plain;
+            if (a >= 2) be->attention_key_bias = no_key_bias;  // the per-head-query form
             run_case(be, &c, &fast, NULL);
+            be->attention_key_bias = NULL;
             c.fast = 0;
             run_case(be, &c, &plain, NULL);
             double e = fabs(fast.loss - plain.loss) / fabs(plain.loss);
@@ -364,7 +377,8 @@ static void test_fast_paths_equal_plain_paths(void **state) {
                 double ge = rel_l2(gf, plain.grads + p->offset, p->numel);
                 if (sqrt(sumsq(plain.grads + p->offset, p->numel)) < 1e-6)
                     ge = sqrt(sumsq(gf, p->numel)) <= 1e-6 ? 0.0 : 1.0;
-                if (ge > 1e-5) print_message("%s %s: %s rel err %.3g (norm %.3g)\n", arch_name(arches[a]),
+                if (ge > 1e-5) print_message("%s %s%s: %s rel err %.3g (norm %.3g)\n", arch_name(arches[a % 2]),
+                                             a >= 2 ? " (key bias as per-head queries)" : "",
                                              attention_type_name((AttentionType)t), p->name, ge,
                                              sqrt(sumsq(plain.grads + p->offset, p->numel)));
                 assert_true(ge <= 1e-5);
@@ -373,8 +387,10 @@ static void test_fast_paths_equal_plain_paths(void **state) {
             result_free(&plain);
         }
     }
-    print_message("fast vs plain: %d registered types have a fast path\n", types_with_fast_path);
+    print_message("fast vs plain: %d registered types have a fast path, %d can run its key bias as per-head queries\n",
+                  types_with_fast_path, key_bias_as_q);
     assert_true(types_with_fast_path >= 2);  // mhe_add, mhe_mul at least
+    assert_true(key_bias_as_q >= 1);         // mhe_add
 }
 
 // Our fp32 analytic gradient against centred differences of the oracle's loss computed in

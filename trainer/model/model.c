@@ -137,7 +137,8 @@ static void layout(Model *m, Bump *b) {
     const int nd = n * mc->head_dim;
     const int pre = mc->norm == NORM_PRE;
     // Room for both fast and plain paths so model_set_fast_path can switch freely.
-    AttnPlan p0 = attn_plan_for(&m->cfg, 0), p1 = attn_plan_for(&m->cfg, 1);
+    AttnPlan p0 = attn_plan_on(&m->cfg, m->be, 0, m->max_batch, m->max_seq);
+    AttnPlan p1 = attn_plan_on(&m->cfg, m->be, 1, m->max_batch, m->max_seq);
     const int qc = imax(p0.qc, p1.qc), kc = imax(p0.kc, p1.kc), vc = imax(p0.vc, p1.vc);
     const int qhc = imax(p0.qhc, p1.qhc), khc = imax(p0.khc, p1.khc), vhc = imax(p0.vhc, p1.vhc);
     const int kbias = p0.key_bias || p1.key_bias, small = imax(p0.small, p1.small);
@@ -288,7 +289,7 @@ Model *model_create_with_state(const Config *cfg, Backend *be, int max_batch, in
     m->state_per_param = state_per_param;
     m->fast_path = cfg->attention.fast_path;
     m->variant = attn_variant(cfg->attention.type);
-    m->plan = attn_plan_for(&m->cfg, m->fast_path);
+    m->plan = attn_plan_on(&m->cfg, be, m->fast_path, max_batch, max_seq);
     m->recompute = cfg->train.recompute;
     param_table_build(&m->table, cfg);
     check_memory(m, 0);  // weights and gradients alone, before the per-layer lookups
@@ -368,7 +369,7 @@ void model_zero_grad(Model *m) {
 
 void model_set_fast_path(Model *m, int on) {
     m->fast_path = on != 0;
-    m->plan = attn_plan_for(&m->cfg, m->fast_path);
+    m->plan = attn_plan_on(&m->cfg, m->be, m->fast_path, m->max_batch, m->max_seq);
 }
 void model_set_fused_qkv(Model *m, int on) {
     m->qkv_ld = on && attn_qkv_fusable(m) ? m->plan.qc + m->plan.kc + m->plan.vc : 0;

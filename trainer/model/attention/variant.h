@@ -38,6 +38,11 @@ typedef struct {
     int q_heads, k_heads, v_heads, qk_dim, v_dim;
     AttnSource k_src, v_src;
     int key_bias;                 // core gets a [N, n] key bias
+    // The key bias is scale·k·e_h^Q (tensor key_bias_q_tensor): per-head queries q + e_h^Q
+    // (head_expand into the qhc = n·d copies) give the same scores.  A backend whose faster core
+    // serves the shape only without a key bias (ops.h attention_key_bias) gets that form
+    // (attn_plan_on); the variant's forward and backward follow plan.key_bias.
+    int key_bias_as_q, key_bias_q_tensor;
     int out_scale, out_shift;     // core output ⊙ small[out_scale_at..] / + tensor out_tensor
     int out_scale_at;             // offset in `small` of the [n, d] output scale
     int out_tensor;               // variant tensor receiving d(out_scale | out_shift)
@@ -99,6 +104,9 @@ static inline void attn_set_proj(AttnPlan *p, int wq, int wk, int wv, int bq, in
 // weights first, then their biases, so each forms one contiguous block of the parameter buffer
 // and attn_project can run them as one GEMM.  Returns the new count.
 int attn_qkv_tensors(AttnTensor *t, int k, const AttnLinearSpec spec[3], int in);
+// The variant's plan on backend be for batches of B x T: attn_plan_for, with the key bias turned
+// into per-head queries where the backend's core asks for it (AttnPlan.key_bias_as_q).
+AttnPlan attn_plan_on(const Config *cfg, Backend *be, int fast, int B, int T);
 // A plan with every head separate, widths 0, sources own, qk_dim = v_dim = d, no projections.
 AttnPlan attn_plan_base(const Config *cfg);
 // The plan's projections (proj_w/proj_b) of a_in into q, k, v: one GEMM over the block when
