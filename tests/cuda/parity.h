@@ -130,6 +130,61 @@ static inline double expect_close(Fix *f, const Buf *b, double tol, const char *
     return rel;
 }
 
+// The core's per-head query scale (AttnShape.q_scale: s has q_heads 1, its shared q ldq wide)
+// on the CUDA side against the CPU backend's attention on the materialised heads
+// Q_h = head_expand(q, q_scale[h]) (the CPU has no q_scale): out, the per-head dQ, dK, dV and the
+// output scale/shift gradients, each within 1e-2.  Each backend draws its own dropout stream
+// (DESIGN.md §1), so s.dropout > 0 compares only where both draw the CPU's (the own cores).
+static inline void parity_attention_q_scale(Fix *f, const AttnShape *s, const char *label) {
+    const int N = s->B * s->T, n = s->n_heads, d = s->qk_dim, nd = n * d, ldq = s->ldq;
+    Buf q = act_rand(f, (size_t)N * ldq), k = act_rand(f, (size_t)N * s->ldk), v = act_rand(f, (size_t)N * s->ldv),
+        qs = buf_rand(f, nd), osc = buf_rand(f, nd), osh = buf_rand(f, nd), dout = act_rand(f, (size_t)N * nd),
+        out = act_rand(f, (size_t)N * nd), dq = act_rand(f, (size_t)N * nd), dk = act_rand(f, (size_t)N * s->ldk),
+        dv = act_rand(f, (size_t)N * s->ldv), dosc = buf_rand(f, nd), dosh = buf_rand(f, nd);
+    for (int i = 0; i < nd; i++) qs.host[i] = 1.0f + 0.5f * qs.host[i];
+    f->cpu->upload(f->cpu, qs.c, qs.host, nd * sizeof(float));
+    f->gpu->upload(f->gpu, qs.g, qs.host, nd * sizeof(float));
+    AttnShape c = *s, g = *s;
+    c.q_heads = n;
+    c.ldq = nd;
+    c.out_scale = osc.c;
+    c.out_shift = osh.c;
+    g.q_scale = qs.g;
+    g.out_scale = osc.g;
+    g.out_shift = osh.g;
+    float *qh = f->cpu->alloc(f->cpu, (size_t)N * nd * sizeof(float));
+    f->cpu->head_expand(f->cpu, (const Act *)(q.c), ldq, qs.c, NULL, N, n, d, (Act *)(qh));
+    size_t sv[2], sc[2];
+    f->cpu->attention_sizes(f->cpu, &c, &sv[0], &sc[0]);
+    f->gpu->attention_sizes(f->gpu, &g, &sv[1], &sc[1]);
+    float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
+    float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
+#define PQ_C(b) ((Act *)(b).c)
+#define PQ_G(b) ((Act *)(b).g)
+    f->cpu->attention_forward(f->cpu, &c, (const Act *)qh, PQ_C(k), PQ_C(v), PQ_C(out), saved[0], scratch[0]);
+    f->cpu->attention_backward(f->cpu, &c, (const Act *)qh, PQ_C(k), PQ_C(v), saved[0], PQ_C(dout), PQ_C(dq),
+                               PQ_C(dk), PQ_C(dv), NULL, dosc.c, dosh.c, scratch[0]);
+    f->gpu->attention_forward(f->gpu, &g, PQ_G(q), PQ_G(k), PQ_G(v), PQ_G(out), saved[1], scratch[1]);
+    f->gpu->attention_backward(f->gpu, &g, PQ_G(q), PQ_G(k), PQ_G(v), saved[1], PQ_G(dout), PQ_G(dq), PQ_G(dk),
+                               PQ_G(dv), NULL, dosc.g, dosh.g, scratch[1]);
+#undef PQ_C
+#undef PQ_G
+    char what[160];
+    const char *names[] = {"out", "per-head dq", "dk", "dv", "dout_scale", "dout_shift"};
+    const Buf *bufs[] = {&out, &dq, &dk, &dv, &dosc, &dosh};
+    for (int i = 0; i < 6; i++) {
+        snprintf(what, sizeof what, "%s: %s", label, names[i]);
+        expect_close(f, bufs[i], 1e-2, what);
+    }
+    f->cpu->free(f->cpu, qh);
+    f->cpu->free(f->cpu, saved[0]);
+    f->cpu->free(f->cpu, scratch[0]);
+    f->gpu->free(f->gpu, saved[1]);
+    f->gpu->free(f->gpu, scratch[1]);
+    Buf *all[] = {&q, &k, &v, &qs, &osc, &osh, &dout, &out, &dq, &dk, &dv, &dosc, &dosh};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+}
+
 // Threads of the CPU reference.  Under ThreadSanitizer (the `tsan` tests) one: its OpenMP
 // threads synchronise inside libgomp, which TSan cannot see, and are not what the tests audit.
 #if defined(__SANITIZE_THREAD__)

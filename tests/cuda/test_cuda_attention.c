@@ -232,58 +232,15 @@ static const AttnCase CUDNN_CASES[] = {
         {"cudnn tiny 4/1/1 d=32 T=128 padding, scale", 2, 128, 4, 4, 1, 1, 32, 32, 0, 1, 0, 1, 0, 0.0f, 0},
 };
 
-// mhe_mul's per-head query scale through the core (AttnShape.q_scale) against the CPU backend's
-// attention on the materialised heads Q_h = q ⊙ q_scale[h] (head_expand), at dropout 0.
+// mhe_mul's per-head query scale through the core (AttnShape.q_scale) at dropout 0
+// (parity_attention_q_scale), the shared q a column slice of a fused Q|K|V row.
 static void check_q_scale(Fix *f, int B, int T, int n, int d, int causal) {
-    const int N = B * T, nd = n * d, ldq = 3 * d;
-    AttnShape s = {.B = B, .T = T, .n_heads = n, .q_heads = 1, .k_heads = 1, .v_heads = 1, .qk_dim = d,
-                   .v_dim = d, .ldq = ldq, .ldk = d, .ldv = d, .scale = 1.0f / sqrtf((float)d), .causal = causal};
-    Buf q = act_rand(f, (size_t)N * ldq), k = act_rand(f, (size_t)N * d), v = act_rand(f, (size_t)N * d),
-        qs = buf_rand(f, nd), osc = buf_rand(f, nd), osh = buf_rand(f, nd), dout = act_rand(f, (size_t)N * nd),
-        out = act_rand(f, (size_t)N * nd), dq = act_rand(f, (size_t)N * nd), dk = act_rand(f, (size_t)N * d),
-        dv = act_rand(f, (size_t)N * d), dosc = buf_rand(f, nd), dosh = buf_rand(f, nd);
-    for (int i = 0; i < nd; i++) qs.host[i] = 1.0f + 0.5f * qs.host[i];
-    f->cpu->upload(f->cpu, qs.c, qs.host, nd * sizeof(float));
-    f->gpu->upload(f->gpu, qs.g, qs.host, nd * sizeof(float));
-    AttnShape c = s, g = s;
-    c.q_heads = n;
-    c.ldq = nd;
-    c.out_scale = osc.c;
-    c.out_shift = osh.c;
-    g.q_scale = qs.g;
-    g.out_scale = osc.g;
-    g.out_shift = osh.g;
-    float *qh = f->cpu->alloc(f->cpu, (size_t)N * nd * sizeof(float));
-    f->cpu->head_expand(f->cpu, (const Act *)(q.c), ldq, qs.c, NULL, N, n, d, (Act *)(qh));
-    size_t sv[2], sc[2];
-    f->cpu->attention_sizes(f->cpu, &c, &sv[0], &sc[0]);
-    f->gpu->attention_sizes(f->gpu, &g, &sv[1], &sc[1]);
-    float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
-    float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
-#define AC(b) ((Act *)(b).c)
-#define AG(b) ((Act *)(b).g)
-    f->cpu->attention_forward(f->cpu, &c, (const Act *)qh, AC(k), AC(v), AC(out), saved[0], scratch[0]);
-    f->cpu->attention_backward(f->cpu, &c, (const Act *)qh, AC(k), AC(v), saved[0], AC(dout), AC(dq), AC(dk), AC(dv),
-                               NULL, dosc.c, dosh.c, scratch[0]);
-    f->gpu->attention_forward(f->gpu, &g, AG(q), AG(k), AG(v), AG(out), saved[1], scratch[1]);
-    f->gpu->attention_backward(f->gpu, &g, AG(q), AG(k), AG(v), saved[1], AG(dout), AG(dq), AG(dk), AG(dv), NULL,
-                               dosc.g, dosh.g, scratch[1]);
-#undef AC
-#undef AG
-    char what[96];
-    const char *names[] = {"out", "per-head dq", "dk", "dv", "dout_scale", "dout_shift"};
-    const Buf *bufs[] = {&out, &dq, &dk, &dv, &dosc, &dosh};
-    for (int i = 0; i < 6; i++) {
-        snprintf(what, sizeof what, "cudnn q_scale n=%d d=%d T=%d causal=%d: %s", n, d, T, causal, names[i]);
-        expect_close(f, bufs[i], 1e-2, what);
-    }
-    f->cpu->free(f->cpu, qh);
-    f->cpu->free(f->cpu, saved[0]);
-    f->cpu->free(f->cpu, scratch[0]);
-    f->gpu->free(f->gpu, saved[1]);
-    f->gpu->free(f->gpu, scratch[1]);
-    Buf *all[] = {&q, &k, &v, &qs, &osc, &osh, &dout, &out, &dq, &dk, &dv, &dosc, &dosh};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) buf_free(f, all[i]);
+    const AttnShape s = {.B = B, .T = T, .n_heads = n, .q_heads = 1, .k_heads = 1, .v_heads = 1, .qk_dim = d,
+                         .v_dim = d, .ldq = 3 * d, .ldk = d, .ldv = d, .scale = 1.0f / sqrtf((float)d),
+                         .causal = causal};
+    char label[96];
+    snprintf(label, sizeof label, "cudnn q_scale n=%d d=%d T=%d causal=%d", n, d, T, causal);
+    parity_attention_q_scale(f, &s, label);
 }
 
 // The cuDNN core against the CPU backend at dropout 0 (each backend's dropout stream is its own,
