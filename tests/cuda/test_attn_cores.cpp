@@ -10,6 +10,9 @@
 #include <csetjmp>
 #include <cstring>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 extern "C" {
 #include "kernels/backend_info.h"
 #include "tests/cuda/attn_variants.h"
@@ -129,6 +132,61 @@ static void test_q_scale_question(void **state) {
         }
 }
 
+// The model's key-bias question (ops.h attention_key_bias): 1 where the core for mhe_add's fast
+// shape is the core without its key bias (the emulation: flash either way), 0 where a faster core
+// takes the shape only without it (record-only runs price cuDNN, which refuses a key bias).
+static void test_key_bias_question(void **state) {
+    Backends *b = static_cast<Backends *>(*state);
+    const AttnVariant *add = nullptr;
+    for (int i = 0; i < N_ATTN_VARIANTS; i++)
+        if (ATTN_VARIANTS[i].bias && ATTN_VARIANTS[i].qh == 1) add = &ATTN_VARIANTS[i];
+    assert_non_null(add);
+    const AttnShape s = attn_variant_shape(add, 2, 64, 1, 1, 0.1f);
+    assert_non_null(b->bf16->attention_key_bias);
+    assert_int_equal(b->bf16->attention_key_bias(b->bf16, &s), 1);
+    assert_true(backend_cuda_cost_dry_run(1));
+    Backend *be = backend_cuda_create(0, 1);
+    assert_int_equal(be->attention_key_bias(be, &s), 0);
+    be->destroy(be);
+    backend_cuda_cost_dry_run(0);
+}
+
+// An attention call whose core needs more saved/scratch room than attention_sizes answered
+// ends with a message naming the shape (in a child process: mhe_fatal exits), before any kernel
+// writes past the caller's buffers.
+static void test_call_beyond_sizes_refused(void **state) {
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        Backend *be = backend_cuda_create(0, 1);
+        AttnShape s = attn_variant_shape(&ATTN_VARIANTS[0], 1, 16, 0, 0, 0.0f);
+        size_t sv = 0, sc = 0;
+        be->attention_sizes(be, &s, &sv, &sc);
+        float *saved = static_cast<float *>(be->alloc(be, (sv + 1) * 4));
+        float *scratch = static_cast<float *>(be->alloc(be, (sc + 1) * 4));
+        s.B = 4, s.T = 64;  // sized for 1 x 16, called with 4 x 64
+        const size_t n = (size_t)s.B * s.T * s.ldq;
+        Act *x = static_cast<Act *>(be->alloc(be, n * 2)), *out = static_cast<Act *>(be->alloc(be, n * 2));
+        be->attention_forward(be, &s, x, x, x, out, saved, scratch);
+        _exit(0);  // not reached when the call is refused
+    }
+    close(fds[1]);
+    char buf[4096];
+    size_t got = 0;
+    for (ssize_t r; got + 1 < sizeof buf && (r = read(fds[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)r;
+    buf[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 1, "child status %d; stderr '%s'", status, buf);
+    EXPECT(has(buf, "but attention_sizes promised at most"), "stderr '%s'", buf);
+}
+
 // runtime.attention_core: unknown names and cores that cannot run here, one line each.
 static void test_named_cores(void **state) {
     Backends *b = static_cast<Backends *>(*state);
@@ -164,6 +222,8 @@ int main() {
         cmocka_unit_test(test_every_variant),
         cmocka_unit_test(test_refusals_named),
         cmocka_unit_test(test_q_scale_question),
+        cmocka_unit_test(test_key_bias_question),
+        cmocka_unit_test(test_call_beyond_sizes_refused),
         cmocka_unit_test(test_named_cores),
         cmocka_unit_test(test_record_only_prices_cudnn),
     };
