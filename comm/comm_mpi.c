@@ -1,3 +1,5 @@
+// comm.h on MPI: blocking and non-blocking collectives, the non-blocking ones polled against
+// dist.timeout_s so a dead or stalled rank ends the run with a message instead of a hang.
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

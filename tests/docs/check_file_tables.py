@@ -8,6 +8,10 @@ cell is "file") name files in the first column, in backticks: `a.c`, `a.c`, `b.h
 Python caches aside) must be named by a row, and every name a row gives must exist: a file
 added, removed or renamed fails until the table says so.
 
+Every source file of those folders (.c .h .cu .cpp .py .sh .cmake) also opens with a comment saying
+what it is (after a shebang): the header comment a reader meets first.  A .c, .cu or .cpp file
+with a same-named header is described by the header's comment.
+
 usage: check_file_tables.py SOURCE_DIR ROOT...    exit 0 all agree, 1 a table disagrees
 """
 import fnmatch
@@ -61,6 +65,36 @@ def table_names(readme):
     return names
 
 
+SOURCES = (".c", ".h", ".cu", ".cpp", ".py", ".sh", ".cmake")
+COMMENTS = ("//", "/*", "#", '"""', "'''")
+
+
+def opens_with_comment(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().split("\n")
+    i = 1 if lines and lines[0].startswith("#!") else 0
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    first = lines[i].strip() if i < len(lines) else ""
+    if first.startswith("#include") or first.startswith("#if") or first.startswith("#define"):
+        return False  # C preprocessor, not a comment
+    return first.startswith(COMMENTS)
+
+
+def header_comment_errors(folder):
+    errors = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        stem, ext = os.path.splitext(name)
+        if ext not in SOURCES or not os.path.isfile(path) or opens_with_comment(path):
+            continue
+        header = os.path.join(folder, stem + ".h")
+        if ext in (".c", ".cu", ".cpp") and os.path.isfile(header) and opens_with_comment(header):
+            continue
+        errors.append(f"{path}: no header comment (the first lines say what the file is)")
+    return errors
+
+
 def check(readme):
     folder = os.path.dirname(readme)
     entries = folder_entries(folder)
@@ -81,7 +115,7 @@ def check(readme):
             errors.append(f"{readme}:{lineno}: `{name}` is not a file of {folder}/ (removed or renamed?)")
     for e in sorted(entries - covered):
         errors.append(f"{readme}: {folder}/{e} has no row in the file table")
-    return errors
+    return errors + header_comment_errors(folder)
 
 
 def main():

@@ -1,3 +1,5 @@
+// What every subcommand shares: --help, the config argument and its key=value overrides, integer
+// options with their one-line errors (declared in commands.h).
 #include <string.h>
 
 #include "common/error.h"
