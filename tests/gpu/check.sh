@@ -156,13 +156,13 @@ fi
 mfu_checks() {
   local mdl
   for mdl in "gpt2-small-mha.yaml 1024 64" "bert-base-mha.yaml 512 128" "bert-base-mhe-mul.yaml 512 128" \
-             "bert-base-mha.yaml 128 512"; do
+             "bert-base-mha.yaml 128 512" "bert-base-mhe-mul.yaml 128 512"; do
     set -- $mdl
     step "mfu_${1%.yaml}_${2}x${3}_a4" 90 "$bin/gpu_bench" "$cfg/$1" 4 "$peak" --accum 4 runtime.device=cuda \
       runtime.precision=bf16 data.seq_len="$2" train.micro_batch="$3" train.global_batch=$((4 * $3))
   done
   { [ -n "$py" ] && want torch; } || return 0
-  for mdl in "gpt mha 1024 64" "bert mha 512 128" "bert mhe_mul 512 128" "bert mha 128 512"; do
+  for mdl in "gpt mha 1024 64" "bert mha 512 128" "bert mhe_mul 512 128" "bert mha 128 512" "bert mhe_mul 128 512"; do
     set -- $mdl
     step "torch_mfu_$1_$2_${3}x${4}_a4" 90 "$py" "$B/tests/torch_gpu.py" model --arch "$1" --attention "$2" \
       --seq "$3" --batch "$4" --accum 4 --steps 3
