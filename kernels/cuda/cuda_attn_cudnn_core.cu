@@ -213,23 +213,9 @@ __global__ void cudnn_affine_kernel(const __nv_bfloat16 *x, const float *scale, 
     }
 }
 
-// dst [rows, n, d] (contiguous) = bf16(src head h / ratio ⊙ scale[h]) for src rows ld apart: the
-// per-head copy cuDNN reads (expand_of); scale null: 1.
-__global__ void cudnn_expand_heads_kernel(const __nv_bfloat16 *src, int ld, int ratio, const float *scale,
-                                          size_t rows, int n, int d, __nv_bfloat16 *dst) {
-    const size_t total = rows * n * d;
-    GRID_STRIDE(i, total) {
-        const int c = (int)(i % d), h = (int)((i / d) % n);
-        const size_t r = i / ((size_t)n * d);
-        float v = __bfloat162float(src[r * ld + (size_t)(h / ratio) * d + c]);
-        if (scale) v *= scale[(size_t)h * d + c];
-        dst[i] = __float2bfloat16(v);
-    }
-}
-// The two kernels above on 8 elements per thread with 16-byte stores (and loads where aligned):
-// d and the row widths are multiples of 8 for cuDNN, so a group of 8 never crosses a head.  The
-// scalar forms ran at 7% (the Q copies) and 28% (out_scale) of an H200's bandwidth on BERT-base
-// mhe_mul (CALIBRATION.md run 7).
+// The affine kernel above on 8 elements per thread with 16-byte loads and stores, where the rows
+// allow: the scalar form ran at 28% of an H200's bandwidth on BERT-base mhe_mul (CALIBRATION.md
+// run 7).
 __global__ void cudnn_affine_vec_kernel(const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
                                         int cols, __nv_bfloat16 *y) {
     const size_t total8 = rows * cols / 8;
@@ -245,8 +231,13 @@ __global__ void cudnn_affine_vec_kernel(const __nv_bfloat16 *x, const float *sca
         reinterpret_cast<uint4 *>(y)[i] = out;
     }
 }
-__global__ void cudnn_expand_heads_vec_kernel(const __nv_bfloat16 *src, int ld, int ratio, const float *scale,
-                                              size_t rows, int n, int d, __nv_bfloat16 *dst) {
+// dst [rows, n, d] (contiguous) = bf16(src head h / ratio ⊙ scale[h]) for src rows ld apart: the
+// per-head copy cuDNN reads (expand_of); scale null: 1.  8 elements per thread, one 16-byte store:
+// cuDNN's head dims are multiples of 8 (cudnn_refuses) and each scratch part starts on 64 bytes,
+// so a group never crosses a head.  One element per thread ran at 7% of an H200's bandwidth
+// (CALIBRATION.md run 7).
+__global__ void cudnn_expand_heads_kernel(const __nv_bfloat16 *src, int ld, int ratio, const float *scale,
+                                          size_t rows, int n, int d, __nv_bfloat16 *dst) {
     const size_t total8 = rows * n * d / 8;
     GRID_STRIDE(i, total8) {
         const size_t e = i * 8;
@@ -313,10 +304,7 @@ static void launch_affine(Backend *be, const __nv_bfloat16 *x, const float *scal
 static void launch_expand(Backend *be, const Act *src, int ld, int heads, const float *scale, const AttnShape *s,
                           int d, __nv_bfloat16 *dst) {
     const size_t rows = (size_t)s->B * s->T, n = (size_t)rows * s->n_heads * d;
-    if (d % 8 == 0 && on16(dst))
-        MHE_LAUNCH(cudnn_expand_heads_vec_kernel, cuda_grid_for(n / 8), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 4.0 * n))(ab(src), ld, s->n_heads / heads, scale, rows, s->n_heads, d, dst);
-    else
-        MHE_LAUNCH(cudnn_expand_heads_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 4.0 * n))(ab(src), ld, s->n_heads / heads, scale, rows, s->n_heads, d, dst);
+    MHE_LAUNCH(cudnn_expand_heads_kernel, cuda_grid_for(n / 8), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 4.0 * n))(ab(src), ld, s->n_heads / heads, scale, rows, s->n_heads, d, dst);
     CUDA_CHECK_LAUNCH();
 }
 static void launch_sum_heads(Backend *be, const __nv_bfloat16 *src, const AttnShape *s, int d, int heads, int ld,

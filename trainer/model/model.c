@@ -145,19 +145,8 @@ static void layout(Model *m, Bump *b) {
     const int extra = imax(p0.extra, p1.extra);
     size_t saved = 0, scratch = 0;
     for (int fast = 0; fast < 2; fast++) {
-        AttnPlan pl = fast ? p1 : p0;
-        AttnShape s = {0};
-        s.B = m->max_batch;
-        s.T = m->max_seq;
-        s.n_heads = n;
-        s.q_heads = pl.q_heads;
-        s.k_heads = pl.k_heads;
-        s.v_heads = pl.v_heads;
-        s.qk_dim = pl.qk_dim;
-        s.v_dim = pl.v_dim;
-        static const float one = 1.0f;  // only tested for non-NULL by attention_sizes
-        s.out_scale = pl.out_scale ? &one : NULL;
-        s.key_bias = pl.key_bias ? (const Act *)&one : NULL;
+        const AttnPlan pl = fast ? p1 : p0;
+        const AttnShape s = attn_plan_shape(&m->cfg, &pl, m->max_batch, m->max_seq);
         // Every form core_args may hand the core: also the shared q with the per-head scale
         // (attention_q_scale), whose core may need room the materialised form does not (the
         // cuDNN core's per-head copies of Q).
@@ -166,7 +155,8 @@ static void layout(Model *m, Bump *b) {
             if (form) {
                 t.q_heads = pl.qc / pl.qk_dim;
                 if (!m->be->attention_q_scale(m->be, &t)) continue;
-                t.q_scale = &one;
+                static const float marker = 1.0f;  // only tested for non-NULL
+                t.q_scale = &marker;
             }
             size_t sv, sc;
             m->be->attention_sizes(m->be, &t, &sv, &sc);

@@ -11,18 +11,24 @@ AttnPlan attn_plan_for(const Config *cfg, int fast) {
 
 AttnPlan attn_plan(const Config *cfg) { return attn_plan_for(cfg, cfg->attention.fast_path); }
 
+// Only tested for non-NULL by the cores' choice and sizes: the markers of attn_plan_shape.
+static const float attn_marker = 1.0f;
+
+AttnShape attn_plan_shape(const Config *cfg, const AttnPlan *p, int B, int T) {
+    AttnShape s = {0};
+    s.B = B, s.T = T, s.n_heads = cfg->model.heads;
+    s.q_heads = p->q_heads, s.k_heads = p->k_heads, s.v_heads = p->v_heads;
+    s.qk_dim = p->qk_dim, s.v_dim = p->v_dim;
+    s.key_bias = p->key_bias ? (const Act *)&attn_marker : NULL;
+    s.out_scale = p->out_scale ? &attn_marker : NULL;
+    s.out_shift = p->out_shift ? &attn_marker : NULL;
+    return s;
+}
+
 AttnPlan attn_plan_on(const Config *cfg, Backend *be, int fast, int B, int T) {
     AttnPlan p = attn_plan_for(cfg, fast);
     if (!p.key_bias || !p.key_bias_as_q || !be->attention_key_bias) return p;
-    static const float one = 1.0f;  // the cores' choice only tests pointers for non-NULL
-    AttnShape s = {0};
-    s.B = B, s.T = T, s.n_heads = cfg->model.heads;
-    s.q_heads = p.q_heads, s.k_heads = p.k_heads, s.v_heads = p.v_heads;
-    s.qk_dim = p.qk_dim, s.v_dim = p.v_dim;
-    s.ldq = p.qc, s.ldk = p.kc, s.ldv = p.vc;
-    s.key_bias = (const Act *)&one;
-    s.out_scale = p.out_scale ? &one : NULL;
-    s.out_shift = p.out_shift ? &one : NULL;
+    const AttnShape s = attn_plan_shape(cfg, &p, B, T);
     if (be->attention_key_bias(be, &s)) return p;
     p.key_bias = 0;
     p.q_heads = cfg->model.heads;

@@ -104,6 +104,10 @@ static inline void attn_set_proj(AttnPlan *p, int wq, int wk, int wv, int bq, in
 // weights first, then their biases, so each forms one contiguous block of the parameter buffer
 // and attn_project can run them as one GEMM.  Returns the new count.
 int attn_qkv_tensors(AttnTensor *t, int k, const AttnLinearSpec spec[3], int in);
+// The shape the plan hands the attention core at B x T, before the model's layout is known (row
+// strides 0): head counts and dims, and non-NULL markers, never read, for the key bias,
+// out_scale and out_shift; what the cores' choice and attention_sizes look at.
+AttnShape attn_plan_shape(const Config *cfg, const AttnPlan *p, int B, int T);
 // The variant's plan on backend be for batches of B x T: attn_plan_for, with the key bias turned
 // into per-head queries where the backend's core asks for it (AttnPlan.key_bias_as_q).
 AttnPlan attn_plan_on(const Config *cfg, Backend *be, int fast, int B, int T);
