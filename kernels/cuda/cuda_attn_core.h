@@ -12,7 +12,7 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
-enum AttnCoreId { ATTN_CORE_CUDNN, ATTN_CORE_FLASH, ATTN_CORE_GEMM, ATTN_CORE_PLAIN, ATTN_CORE_COUNT };
+enum AttnCoreId { ATTN_CORE_CUDNN, ATTN_CORE_GEMM_BF16, ATTN_CORE_FLASH, ATTN_CORE_GEMM, ATTN_CORE_PLAIN, ATTN_CORE_COUNT };
 
 struct AttnCore {
     AttnCoreId id;
@@ -34,12 +34,16 @@ struct AttnCore {
     void (*backward)(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
                      const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
                      float *dout_scale, float *dout_shift, float *scratch);
+    // Optional: under auto only, nullptr when the core takes a shape it serves, else why it
+    // leaves it to the cores after it (a preference, not a limit: a named core still serves it).
+    const char *(*defers)(Backend *be, const AttnShape *s);
 };
 
 // The cores in `auto`'s order of preference (the fastest first; plain, which serves every shape,
 // last).  The cuDNN core's entry (cuda_attn_cudnn_core.cu).
 const AttnCore *const *attn_cores(int *count);
 extern const AttnCore attn_core_cudnn;
+extern const AttnCore attn_core_gemm_bf16;  // cuda_attn_gemm_bf16.cu
 
 // The core running shapes like s on be: chosen once per distinct shape (sizes, masks, features;
 // not pointers or the dropout offset), said once on stderr when the backend is verbose.  A named

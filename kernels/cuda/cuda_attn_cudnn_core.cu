@@ -14,7 +14,7 @@
 #include "common/rng.h"
 #include "kernels/cuda/cuda_attn_core.h"
 #include "kernels/cuda/cuda_attn_cudnn.h"
-#include "kernels/cuda/cuda_colsum.h"
+#include "kernels/cuda/cuda_attn_heads.h"
 
 #if !defined(MHE_CUDA_EMU) && defined(MHE_HAVE_CUDNN)
 #define CUDNN_CORE_RUNS 1
@@ -202,115 +202,10 @@ __global__ void cudnn_bias_transpose_kernel(const __nv_bfloat16 *src, int B, int
     }
 }
 
-// y = x ⊙ scale[col] + shift[col] over rows of `cols` (either vector may be null: 1, 0).
-__global__ void cudnn_affine_kernel(const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
-                                    int cols, __nv_bfloat16 *y) {
-    const size_t total = rows * cols;
-    GRID_STRIDE(i, total) {
-        const int c = (int)(i % cols);
-        const float v = __bfloat162float(x[i]) * (scale ? scale[c] : 1.0f) + (shift ? shift[c] : 0.0f);
-        y[i] = __float2bfloat16(v);
-    }
-}
-
-// The affine kernel above on 8 elements per thread with 16-byte loads and stores, where the rows
-// allow: the scalar form ran at 28% of an H200's bandwidth on BERT-base mhe_mul (CALIBRATION.md
-// run 7).
-__global__ void cudnn_affine_vec_kernel(const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
-                                        int cols, __nv_bfloat16 *y) {
-    const size_t total8 = rows * cols / 8;
-    GRID_STRIDE(i, total8) {
-        const int c0 = (int)((i * 8) % cols);
-        const uint4 in = reinterpret_cast<const uint4 *>(x)[i];
-        const __nv_bfloat16 *h = reinterpret_cast<const __nv_bfloat16 *>(&in);
-        uint4 out;
-        __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(&out);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            o[k] = __float2bfloat16(__bfloat162float(h[k]) * (scale ? scale[c0 + k] : 1.0f) + (shift ? shift[c0 + k] : 0.0f));
-        reinterpret_cast<uint4 *>(y)[i] = out;
-    }
-}
-// dst [rows, n, d] (contiguous) = bf16(src head h / ratio ⊙ scale[h]) for src rows ld apart: the
-// per-head copy cuDNN reads (expand_of); scale null: 1.  8 elements per thread, one 16-byte store:
-// cuDNN's head dims are multiples of 8 (cudnn_refuses) and each scratch part starts on 64 bytes,
-// so a group never crosses a head.  One element per thread ran at 7% of an H200's bandwidth
-// (CALIBRATION.md run 7).
-__global__ void cudnn_expand_heads_kernel(const __nv_bfloat16 *src, int ld, int ratio, const float *scale,
-                                          size_t rows, int n, int d, __nv_bfloat16 *dst) {
-    const size_t total8 = rows * n * d / 8;
-    GRID_STRIDE(i, total8) {
-        const size_t e = i * 8;
-        const int c0 = (int)(e % d), h = (int)((e / d) % n);
-        const size_t r = e / ((size_t)n * d);
-        const __nv_bfloat16 *from = src + r * ld + (size_t)(h / ratio) * d + c0;
-        uint4 out;
-        __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(&out);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float v = __bfloat162float(from[k]);
-            if (scale) v *= scale[(size_t)h * d + c0 + k];
-            o[k] = __float2bfloat16(v);
-        }
-        reinterpret_cast<uint4 *>(dst)[i] = out;
-    }
-}
-static bool on16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// dst head g (rows ld apart) = bf16(Σ of the ratio per-head gradients of src [rows, n, d] it
-// served), added in head order: the gradient of a shared head.
-__global__ void cudnn_sum_heads_kernel(const __nv_bfloat16 *src, size_t rows, int n, int d, int ratio, int ld,
-                                       __nv_bfloat16 *dst) {
-    const int groups = n / ratio;
-    const size_t total = rows * groups * d;
-    GRID_STRIDE(i, total) {
-        const int c = (int)(i % d), g = (int)((i / d) % groups);
-        const size_t r = i / ((size_t)groups * d);
-        float acc = 0.0f;
-        for (int j = 0; j < ratio; j++) acc += __bfloat162float(src[(r * n + (size_t)g * ratio + j) * d + c]);
-        dst[r * ld + (size_t)g * d + c] = __float2bfloat16(acc);
-    }
-}
-
-// The out_scale / out_shift gradients: Σ_rows dout ⊙ O' and Σ_rows dout per column.
-struct ScaleShiftVals {
-    const __nv_bfloat16 *dout, *o;
-    int C;
-    __device__ void vals(int r, int c, float *a, float *b) const {
-        const size_t i = (size_t)r * C + c;
-        const float g = __bfloat162float(dout[i]);
-        *a = o ? g * __bfloat162float(o[i]) : 0.0f;
-        *b = g;
-    }
-};
-
 static void launch_bias_transpose(Backend *be, const __nv_bfloat16 *src, const AttnShape *s, int to_bht,
                                   __nv_bfloat16 *dst) {
     const double n = (double)bias_elems(s);
     MHE_LAUNCH(cudnn_bias_transpose_kernel, cuda_grid_for(bias_elems(s)), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 4.0 * n))(src, s->B, s->T, s->n_heads, to_bht, dst);
-    CUDA_CHECK_LAUNCH();
-}
-
-static void launch_affine(Backend *be, const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
-                          int cols, __nv_bfloat16 *y, MheCost cost) {
-    const size_t n = rows * cols;
-    if (cols % 8 == 0 && on16(x) && on16(y))
-        MHE_LAUNCH(cudnn_affine_vec_kernel, cuda_grid_for(n / 8), MHE_BLOCK, 0, cuda_stream(be), cost)(x, scale, shift, rows, cols, y);
-    else
-        MHE_LAUNCH(cudnn_affine_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), cost)(x, scale, shift, rows, cols, y);
-    CUDA_CHECK_LAUNCH();
-}
-
-static void launch_expand(Backend *be, const Act *src, int ld, int heads, const float *scale, const AttnShape *s,
-                          int d, __nv_bfloat16 *dst) {
-    const size_t rows = (size_t)s->B * s->T, n = (size_t)rows * s->n_heads * d;
-    MHE_LAUNCH(cudnn_expand_heads_kernel, cuda_grid_for(n / 8), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 4.0 * n))(ab(src), ld, s->n_heads / heads, scale, rows, s->n_heads, d, dst);
-    CUDA_CHECK_LAUNCH();
-}
-static void launch_sum_heads(Backend *be, const __nv_bfloat16 *src, const AttnShape *s, int d, int heads, int ld,
-                             Act *dst) {
-    const size_t rows = (size_t)s->B * s->T, n = (size_t)rows * s->n_heads * d;
-    MHE_LAUNCH(cudnn_sum_heads_kernel, cuda_grid_for(rows * heads * d), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 2.0 * n + 2.0 * rows * heads * d))(src, rows, s->n_heads, d, s->n_heads / heads, ld, ab(dst));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -320,17 +215,18 @@ struct Operands {
 };
 static Operands operands(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, const Scratch &sc) {
     const Expand x = expand_of(s);
+    const size_t rows = (size_t)s->B * s->T;
     Operands o{q, k, v};
     if (x.q) {
-        launch_expand(be, q, s->ldq, s->q_heads, s->q_scale, s, s->qk_dim, sc.q);
+        attn_heads_expand(be, ab(q), s->ldq, s->n_heads / s->q_heads, s->q_scale, rows, s->n_heads, s->qk_dim, sc.q);
         o.q = sc.q;
     }
     if (x.k) {
-        launch_expand(be, k, s->ldk, s->k_heads, nullptr, s, s->qk_dim, sc.k);
+        attn_heads_expand(be, ab(k), s->ldk, s->n_heads / s->k_heads, nullptr, rows, s->n_heads, s->qk_dim, sc.k);
         o.k = sc.k;
     }
     if (x.v) {
-        launch_expand(be, v, s->ldv, s->v_heads, nullptr, s, s->v_dim, sc.v);
+        attn_heads_expand(be, ab(v), s->ldv, s->n_heads / s->v_heads, nullptr, rows, s->n_heads, s->v_dim, sc.v);
         o.v = sc.v;
     }
     return o;
@@ -415,7 +311,7 @@ static void cudnn_forward(Backend *be, const AttnShape *s, const Act *q, const A
     }
     // out = O' ⊙ out_scale + out_shift; O' stays in saved for the backward.
     if (s->out_scale || s->out_shift) {
-        launch_affine(be, sv.o, s->out_scale, s->out_shift, (size_t)rows, (int)hd, ab(out),
+        attn_heads_affine(be, sv.o, s->out_scale, s->out_shift, (size_t)rows, (int)hd, ab(out),
                       mhe_cost(2.0 * rows * hd, 4.0 * rows * hd + 8.0 * hd));
     } else {
         cuda_memcpy_d2d(be, out, sv.o, 2 * o_elems(s));
@@ -433,13 +329,12 @@ static void cudnn_backward(Backend *be, const AttnShape *s, const Act *q, const 
     __nv_bfloat16 *g = sc.g, *bias = sc.bias;
     const __nv_bfloat16 *G = ab(dout);
     if (s->out_scale) {  // G = dout ⊙ out_scale: the gradient of O'
-        launch_affine(be, ab(dout), s->out_scale, nullptr, (size_t)rows, (int)hd, g,
+        attn_heads_affine(be, ab(dout), s->out_scale, nullptr, (size_t)rows, (int)hd, g,
                       mhe_cost(rows * hd, 4.0 * rows * hd + 4.0 * hd));
         G = g;
     }
     if (dout_scale || dout_shift)
-        cuda_colsum2(be, ScaleShiftVals{ab(dout), dout_scale ? sv.o : nullptr, (int)hd}, (int)rows, (int)hd, dout_scale,
-                     dout_shift, mhe_cost(3.0 * rows * hd, (dout_scale ? 4.0 : 2.0) * rows * hd));
+        attn_heads_scale_shift_grads(be, ab(dout), sv.o, (int)rows, (int)hd, dout_scale, dout_shift);
     // The bias and its gradient in cuDNN's layout; dbias goes back to dkey_bias's [B, T, n].
     __nv_bfloat16 *dbias = nullptr;
     if (s->key_bias) {
@@ -466,9 +361,9 @@ static void cudnn_backward(Backend *be, const AttnShape *s, const Act *q, const 
     }
     // The gradients of shared heads: the per-head copies' gradients summed (q_scale's dq is
     // per head, ops.h: the caller applies the chain rule).
-    if (sc.dq) launch_sum_heads(be, sc.dq, s, s->qk_dim, s->q_heads, s->ldq, dq);
-    if (sc.dk) launch_sum_heads(be, sc.dk, s, s->qk_dim, s->k_heads, s->ldk, dk);
-    if (sc.dv) launch_sum_heads(be, sc.dv, s, s->v_dim, s->v_heads, s->ldv, dv);
+    if (sc.dq) attn_heads_sum(be, sc.dq, (size_t)rows, s->n_heads, s->qk_dim, s->n_heads / s->q_heads, s->ldq, ab(dq));
+    if (sc.dk) attn_heads_sum(be, sc.dk, (size_t)rows, s->n_heads, s->qk_dim, s->n_heads / s->k_heads, s->ldk, ab(dk));
+    if (sc.dv) attn_heads_sum(be, sc.dv, (size_t)rows, s->n_heads, s->v_dim, s->n_heads / s->v_heads, s->ldv, ab(dv));
     if (dbias && dkey_bias) launch_bias_transpose(be, dbias, s, 0, ab(dkey_bias));
     cuda_prof_end(be, OPC_ATTENTION, t0, bwd_flops);
 }
@@ -479,4 +374,4 @@ const AttnCore attn_core_cudnn = {
     "K/V head sharing, shared or scaled queries as per-head copies, key padding, dropout (Philox), "
     "deterministic backward",
     false, true, "cudnn_sdpa_fwd / _bwd (measured on an H200, CALIBRATION.md run 4)", cudnn_refuses,
-    cudnn_unavailable, cudnn_prepare, cudnn_sizes, cudnn_forward, cudnn_backward};
+    cudnn_unavailable, cudnn_prepare, cudnn_sizes, cudnn_forward, cudnn_backward, nullptr};

@@ -95,20 +95,21 @@ static const AttnCore attn_core_flash = {
     ATTN_CORE_FLASH, "flash",
     "own fused (flash) kernels: tensor cores in bf16 at head dims 16/32/64, CUDA cores elsewhere; every feature",
     true, true, "flash_* kernels (measured efficiency, CALIBRATION.md)",
-    flash_refuses, always_available, nothing_to_prepare, flash_sizes, flash_forward, flash_backward};
+    flash_refuses, always_available, nothing_to_prepare, flash_sizes, flash_forward, flash_backward, nullptr};
 static const AttnCore attn_core_gemm = {
     ATTN_CORE_GEMM, "gemm",
     "cuBLAS batched GEMMs + softmax/dS row kernels, T x T probabilities in memory (plain kernels where shared "
     "heads form no blocks)",
     true, false, "cuBLAS GEMMs + row kernels", no_q_scale, always_available, nothing_to_prepare, gemm_sizes,
-    gemm_forward, gemm_backward};
+    gemm_forward, gemm_backward, nullptr};
 static const AttnCore attn_core_plain = {
     ATTN_CORE_PLAIN, "plain", "one thread per output element, T x T probabilities in memory: the reference", true,
     false, "plain kernels", no_q_scale, always_available, nothing_to_prepare, plain_sizes, plain_forward,
-    plain_backward};
+    plain_backward, nullptr};
 
 const AttnCore *const *attn_cores(int *count) {
-    static const AttnCore *const table[] = {&attn_core_cudnn, &attn_core_flash, &attn_core_gemm, &attn_core_plain};
+    static const AttnCore *const table[] = {&attn_core_cudnn, &attn_core_gemm_bf16, &attn_core_flash, &attn_core_gemm,
+                                            &attn_core_plain};
     *count = (int)(sizeof table / sizeof *table);
     return table;
 }
@@ -151,6 +152,7 @@ static const AttnCore *choose(Backend *be, const AttnShape *s, const char *reque
     for (int i = 0; i < n; i++) {
         if (!any && std::strcmp(requested, cores[i]->name) != 0) continue;
         const char *r = cannot_run(be, cores[i], s, prepare);
+        if (!r && any && cores[i]->defers) r = cores[i]->defers(be, s);
         if (!r) return cores[i];
         append(why, len, cores[i]->name, r);
         if (!any) return nullptr;
@@ -198,6 +200,8 @@ static void dispatch_sizes(Backend *be, const AttnShape *s, size_t *saved, size_
     }
     c->sizes(be, s, saved, scratch);
     if (c->id == ATTN_CORE_CUDNN) {
+        // Room for every core auto may fall back to (a deferring core's choice can change with
+        // the call's features), up to the first that serves s without deferring.
         int n = 0;
         const AttnCore *const *cores = attn_cores(&n);
         for (int i = 0; i < n; i++) {
@@ -206,7 +210,7 @@ static void dispatch_sizes(Backend *be, const AttnShape *s, size_t *saved, size_
             cores[i]->sizes(be, s, &sv, &sc);
             if (sv > *saved) *saved = sv;
             if (sc > *scratch) *scratch = sc;
-            break;
+            if (!cores[i]->defers || !cores[i]->defers(be, s)) break;
         }
     }
     if (*saved > d->sized_saved) d->sized_saved = *saved;

@@ -170,6 +170,33 @@ void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alp
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void cuda_gemm_heads_bf16(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeadsBf16 A,
+                          GemmHeadsBf16 B, GemmHeadsBf16 C, int n_seq, int n_heads) {
+    const int count = n_seq * n_heads;
+    if (M == 0 || N == 0 || count == 0) return;
+    if (C.ratio != 1) mhe_fatal("cuda_gemm_heads_bf16: the output must be per head");
+    CudaCtx *c = cuda_ctx(be);
+    cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
+    const long ec = C.bf16 ? 2 : 4;
+    if (!C.bf16) {
+        const GemmHeads span{static_cast<const float *>(C.base), C.ld, C.seq_stride, C.head_step, 1};
+        cuda_fp32_wrote(be, C.base, heads_span(span, M, N, n_seq, n_heads) * sizeof(float));
+    }
+    mhe_cost_record_gemm_bf16_batched(M, N, K, count, C.bf16);
+    PtrSpec pa{static_cast<const char *>(A.base), A.seq_stride * 2, A.head_step * 2, A.ratio};
+    PtrSpec pb{static_cast<const char *>(B.base), B.seq_stride * 2, B.head_step * 2, B.ratio};
+    PtrSpec pc{static_cast<const char *>(C.base), C.seq_stride * ec, C.head_step * ec, 1};
+    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
+    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
+    CUDA_CHECK_LAUNCH();
+    const float beta = 0.0f;
+    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
+    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     N, M, K, &alpha, ptrs + count, CUDA_R_16BF, B.ld, ptrs, CUDA_R_16BF, A.ld, &beta,
+                                     c->gemm_ptrs + 2 * count, C.bf16 ? CUDA_R_16BF : CUDA_R_32F, C.ld, count,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
                                 float alpha, const float *A, int lda, long stride_a,
                                 const float *B, int ldb, long stride_b, float beta, float *C,

@@ -160,6 +160,10 @@ bool mhe_cost_record_gemm_bf16_acc(int M, int N, int K) {
     return record_gemm(M, N, K, 1, 1, 1, nullptr, 0.0, 2.0);
 }
 
+bool mhe_cost_record_gemm_bf16_batched(int M, int N, int K, int batch, int c_bf16) {
+    return record_gemm(M, N, K, batch, 1, 0, nullptr, 0.0, c_bf16 ? 2.0 : 4.0);
+}
+
 bool mhe_cost_take_blas(void) {
     Recorder &r = rec();
     if (r.blas_pending <= 0)

@@ -44,6 +44,9 @@ bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, c
 bool mhe_cost_record_gemm_bf16_out(int M, int N, int K, const char *epilogue, double epilogue_bytes);
 // The same reading and writing a bf16 C (beta != 0: accumulating into a bf16 activation).
 bool mhe_cost_record_gemm_bf16_acc(int M, int N, int K);
+// `batch` products of bf16 operands into a bf16 (c_bf16) or fp32 C, not read (the gemm_bf16
+// attention core's per-head products).
+bool mhe_cost_record_gemm_bf16_batched(int M, int N, int K, int batch, int c_bf16);
 // The emulated cuBLAS asks this before each call: fatal when no mhe_cost_record_gemm preceded
 // it (an unrecorded library call), else whether to compute.
 bool mhe_cost_take_blas(void);

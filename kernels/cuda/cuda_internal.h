@@ -139,6 +139,17 @@ struct GemmHeads {
 // per head (C.ratio == 1): shared-head gradients are summed by the caller.
 void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
                      GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads);
+// The same over bf16 operands A and B (tensor cores, fp32 accumulation) into a C of either type,
+// beta 0: the gemm_bf16 attention core.  Strides in elements of each operand's own type.
+struct GemmHeadsBf16 {
+    const void *base;
+    bool bf16;  // C only: bf16 (else fp32); A and B are always bf16
+    int ld;
+    long seq_stride, head_step;
+    int ratio;
+};
+void cuda_gemm_heads_bf16(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeadsBf16 A,
+                          GemmHeadsBf16 B, GemmHeadsBf16 C, int n_seq, int n_heads);
 
 // Fused attention (cuda_flash.cu): shapes whose tiles fit in shared memory; saved = L and
 // Opre, scratch = D (floats).  The backward accumulates the out_scale/out_shift gradients (when

@@ -58,8 +58,9 @@ static const AttnCore *core_named(const char *name) {
 // cuDNN serves every variant without a key bias in bf16 (shared/scaled queries and unequal K/V
 // heads as per-head copies) with or without padding and dropout, refuses those with one (mhe_add
 // fast, collab: its dBias is not a sum over the queries) by name, and refuses fp32; auto under the emulation takes
-// flash (gemm where flash's tiles do not fit: mla's d_qk 96) and says why not cuDNN; a named
-// cudnn is refused with the reason.
+// flash where its tensor-core kernels serve the head dims (gemm_bf16 defers, saying so) and
+// gemm_bf16 elsewhere (mla's d_qk 96), and says why not cuDNN; a named cudnn is refused with the
+// reason, a named gemm_bf16 serves the key-bias variants.
 static void test_every_variant(void **state) {
     Backends *b = static_cast<Backends *>(*state);
     char why[1024];
@@ -71,15 +72,24 @@ static void test_every_variant(void **state) {
                 const char *r = attn_core_cudnn.refuses(b->bf16, &s);
                 if (v.bias) {
                     EXPECT(has(r, "a key bias"), "%s: cudnn served a key bias (%s)", v.name, r ? r : "no reason");
+                    // d 64: flash's tensor-core kernels keep it under auto; named, gemm_bf16 serves it
+                    const AttnCore *c = attn_core_choose(b->bf16, &s, "auto", why, sizeof why);
+                    EXPECT(c && std::strcmp(c->name, "flash") == 0, "%s: auto chose %s", v.name, c ? c->name : "none");
+                    EXPECT(has(why, "gemm_bf16: the flash kernels run these head dims on tensor cores"),
+                           "%s: reason '%s'", v.name, why);
+                    c = attn_core_choose(b->bf16, &s, "gemm_bf16", why, sizeof why);
+                    EXPECT(c && std::strcmp(c->name, "gemm_bf16") == 0, "%s: named gemm_bf16: %s", v.name, why);
                     continue;
                 }
                 EXPECT(r == nullptr, "%s: cudnn refused: %s", v.name, r);
                 EXPECT(has(attn_core_cudnn.refuses(b->fp32, &s), "fp32 activations"), "%s: cudnn took fp32", v.name);
                 const bool big = v.dqk + v.dv > 128;
                 const AttnCore *c = attn_core_choose(b->bf16, &s, "auto", why, sizeof why);
-                EXPECT(c && std::strcmp(c->name, big ? "gemm" : "flash") == 0, "%s: auto chose %s", v.name,
+                EXPECT(c && std::strcmp(c->name, big ? "gemm_bf16" : "flash") == 0, "%s: auto chose %s", v.name,
                        c ? c->name : "none");
-                EXPECT(!big || has(why, "flash: head dims past the flash tiles"), "%s: reason '%s'", v.name, why);
+                EXPECT(big || has(why, v.q_scale ? "gemm_bf16: q_scale" : "gemm_bf16: the flash kernels run these head "
+                                                                           "dims on tensor cores"),
+                       "%s: reason '%s'", v.name, why);
                 EXPECT(has(why, "cudnn: the CPU emulation of CUDA runs no cuDNN"), "%s: reason '%s'", v.name, why);
                 EXPECT(attn_core_choose(b->bf16, &s, "cudnn", why, sizeof why) == nullptr, "%s: named cudnn ran",
                        v.name);
@@ -113,11 +123,37 @@ static void test_refusals_named(void **state) {
     EXPECT(has(flash->refuses(b->fp32, &m), "q_scale"), "flash took q_scale in fp32");
     int n = 0;
     const AttnCore *const *cores = attn_cores(&n);
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 5);
     assert_string_equal(cores[0]->name, "cudnn");
-    assert_string_equal(cores[1]->name, "flash");
-    assert_string_equal(cores[2]->name, "gemm");
-    assert_string_equal(cores[3]->name, "plain");
+    assert_string_equal(cores[1]->name, "gemm_bf16");
+    assert_string_equal(cores[2]->name, "flash");
+    assert_string_equal(cores[3]->name, "gemm");
+    assert_string_equal(cores[4]->name, "plain");
+    const AttnCore *gb = core_named("gemm_bf16");
+    EXPECT(has(gb->refuses(b->fp32, &s), "fp32 activations"), "gemm_bf16 took fp32");
+    EXPECT(has(gb->refuses(b->bf16, &m), "q_scale"), "gemm_bf16 took q_scale");
+    s = attn_variant_shape(&mha, 1, 8192, 0, 0, 0.0f);  // 12 B x 12 heads x 8192² = 9 GiB per sequence
+    EXPECT(has(gb->refuses(b->bf16, &s), "9216.0 MiB at T 8192) past its 1024.0 MiB budget"), "gemm_bf16 took T 8192");
+}
+
+// collab at BERT-base's D̃ = 384 (configs/bert-base-collab.yaml): query/key heads of 384 with a
+// content bias.  cuDNN refuses the head dims (and the bias), flash would run it on CUDA cores, so
+// auto takes gemm_bf16 in bf16 without deferring; in fp32 an own fp32 core, saying why not it.
+static void test_collab_bert_base_takes_gemm_bf16(void **state) {
+    Backends *b = static_cast<Backends *>(*state);
+    static const float one = 1.0f;
+    AttnShape s;
+    std::memset(&s, 0, sizeof s);
+    s.B = 16, s.T = 512, s.n_heads = 12, s.q_heads = 12, s.k_heads = 1, s.v_heads = 12;
+    s.qk_dim = 384, s.v_dim = 64, s.ldq = 12 * 384, s.ldk = 384 + 384 + 768, s.ldv = s.ldk;
+    s.scale = 0.125f, s.dropout = 0.1f, s.key_bias = (const Act *)&one;
+    char why[1024];
+    const AttnCore *c = attn_core_choose(b->bf16, &s, "auto", why, sizeof why);
+    EXPECT(c && std::strcmp(c->name, "gemm_bf16") == 0, "collab bf16: auto chose %s (%s)", c ? c->name : "none", why);
+    EXPECT(!has(why, "gemm_bf16"), "collab bf16: gemm_bf16 deferred: %s", why);
+    c = attn_core_choose(b->fp32, &s, "auto", why, sizeof why);
+    EXPECT(c && std::strcmp(c->name, "gemm_bf16") != 0, "collab fp32: auto chose %s", c ? c->name : "none");
+    EXPECT(has(why, "gemm_bf16: fp32 activations"), "collab fp32 reason '%s'", why);
 }
 
 // The model's q_scale question: the shared form where the chosen core scales Q itself.
@@ -192,7 +228,7 @@ static void test_named_cores(void **state) {
     Backends *b = static_cast<Backends *>(*state);
     char why[1024];
     EXPECT(!backend_attention_core_select(b->bf16, "fast", 0, why, sizeof why) && has(why, "`fast` is not a core") &&
-               has(why, "auto, cudnn, flash, gemm, plain"),
+               has(why, "auto, cudnn, gemm_bf16, flash, gemm, plain"),
            "unknown core: '%s'", why);
     EXPECT(!backend_attention_core_select(b->bf16, "cudnn", 0, why, sizeof why) && has(why, "cudnn cannot run here"),
            "cudnn under emulation: '%s'", why);
@@ -226,6 +262,7 @@ int main() {
         cmocka_unit_test(test_call_beyond_sizes_refused),
         cmocka_unit_test(test_named_cores),
         cmocka_unit_test(test_record_only_prices_cudnn),
+        cmocka_unit_test(test_collab_bert_base_takes_gemm_bf16),
     };
     return cmocka_run_group_tests_name("attention-core registry", tests, setup, teardown);
 }

@@ -50,9 +50,15 @@ static void check_attention(Fix *f, const AttnCase *ac, double tol) {
     Buf dq = act_rand(f, rows * s.ldq), dk = act_rand(f, rows * s.ldk), dv = act_rand(f, rows * s.ldv);
     Buf dkb = act_rand(f, rows * ac->n), dosc = buf_rand(f, (size_t)ac->n * ac->dv),
         dosh = buf_rand(f, (size_t)ac->n * ac->dv);
+    // Sized as the model sizes (attn_plan_shape): the key bias, out_scale and out_shift marked,
+    // never read; masks and dropout per call.
+    AttnShape z = s;
+    z.key_bias = ac->use_bias ? (const Act *)&kb : NULL;
+    z.out_scale = ac->use_scale ? (const float *)&osc : NULL;
+    z.out_shift = ac->use_shift ? (const float *)&osh : NULL;
     size_t sv[2], sc[2];
-    f->cpu->attention_sizes(f->cpu, &s, &sv[0], &sc[0]);
-    f->gpu->attention_sizes(f->gpu, &s, &sv[1], &sc[1]);
+    f->cpu->attention_sizes(f->cpu, &z, &sv[0], &sc[0]);
+    f->gpu->attention_sizes(f->gpu, &z, &sv[1], &sc[1]);
     float *saved[2] = {f->cpu->alloc(f->cpu, sv[0] * 4), f->gpu->alloc(f->gpu, sv[1] * 4)};
     float *scratch[2] = {f->cpu->alloc(f->cpu, sc[0] * 4), f->gpu->alloc(f->gpu, sc[1] * 4)};
     char what[128];
@@ -166,7 +172,14 @@ static void test_attention_plain_kernels_match_cpu(void **state) {
     f->gpu->destroy(f->gpu);
     f->gpu = gemm;
 }
-static void test_attention_bf16_within_1e2(void **state) { run_attention_cases(*state, 1e-2); }
+// The flash kernels in bf16 (tensor cores at d 16/32/64, the staged CUDA-core kernels elsewhere;
+// auto gives the latter's shapes to gemm_bf16, tested below).
+static void test_attention_bf16_within_1e2(void **state) {
+    Fix *f = *state;
+    select_core(f->gpu, "flash");
+    run_attention_cases(f, 1e-2);
+    select_core(f->gpu, "auto");
+}
 
 
 // The tensor-core dK/dV kernel with its head groups split other ways than the automatic one
@@ -284,6 +297,35 @@ static void test_attention_bf16_cudnn(void **state) {
     assert_true(run >= 16);
 }
 
+// The gemm_bf16 core (cuBLAS bf16 products, scores recomputed in the backward) against the CPU
+// backend on every case, dropout on: its dropout is the CPU's hash over P's index.  Cases with
+// shared heads sum per-head gradients (tmp), the all-masked sequence has rows of -inf
+// log-sum-exp, key-bias cases take dkey_bias from the fp32 dS.  chunked: one sequence per chunk
+// (MHE_GEMM_BF16_CHUNK), so the B 2 cases run as two chunks.
+static void run_gemm_bf16_cases(Fix *f, int chunked) {
+    Backend *dflt = f->gpu;
+    if (chunked) setenv("MHE_GEMM_BF16_CHUNK", "1", 1);
+    f->gpu = backend_cuda_create(0, 1);
+    select_core(f->gpu, "gemm_bf16");
+    g_parity_soft_failures = 0;
+    int run = 0;
+    for (size_t i = 0; i < N_ATTN_CASES + sizeof CUDNN_CASES / sizeof *CUDNN_CASES; i++) {
+        const AttnCase *c = i < N_ATTN_CASES ? &ATTN_CASES[i] : &CUDNN_CASES[i - N_ATTN_CASES];
+        check_attention(f, c, 1e-2);
+        run++;
+    }
+    const int failures = g_parity_soft_failures;
+    g_parity_soft_failures = -1;
+    unsetenv("MHE_GEMM_BF16_CHUNK");
+    f->gpu->destroy(f->gpu);
+    f->gpu = dflt;
+    print_message("gemm_bf16 core%s: %d cases against the CPU backend, %d comparisons failed\n",
+                  chunked ? " in chunks of one sequence" : "", run, failures);
+    assert_int_equal(failures, 0);
+}
+static void test_attention_bf16_gemm_bf16(void **state) { run_gemm_bf16_cases(*state, 0); }
+static void test_attention_bf16_gemm_bf16_chunks(void **state) { run_gemm_bf16_cases(*state, 1); }
+
 int main(void) {
     const struct CMUnitTest fp32[] = {
         cmocka_unit_test(test_attention_matches_cpu),
@@ -294,6 +336,8 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_within_1e2),
         cmocka_unit_test(test_attention_bf16_dkv_split),
         cmocka_unit_test(test_attention_bf16_cudnn),
+        cmocka_unit_test(test_attention_bf16_gemm_bf16),
+        cmocka_unit_test(test_attention_bf16_gemm_bf16_chunks),
     };
     int failed = cmocka_run_group_tests_name("cuda attention parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda attention parity bf16 activations", bf16, setup_bf16_attention, teardown);
