@@ -1,3 +1,5 @@
+// File-system helpers shared by the commands (fs.h): directories, small whole-file writes, and the
+// output folders written whole.
 #define _GNU_SOURCE  // renameat2, nftw
 #include "common/fs.h"
 
