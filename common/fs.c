@@ -1,3 +1,5 @@
+// File-system helpers shared by the commands (fs.h): directories, small whole-file writes, and the
+// output folders written whole.
 #define _GNU_SOURCE  // renameat2, nftw
 #include "common/fs.h"
 
@@ -33,6 +35,27 @@ void mhe_mkdirs(const char *path) {
     free(buf);
 }
 
+void mhe_path_join(char *out, size_t n, const char *dir, const char *file, const char *who) {
+    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) mhe_fail("%s: path too long: %s/%s", who, dir, file);
+}
+
+int mhe_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void mhe_write_file(const char *path, const void *data, size_t len, const char *who) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) mhe_fatal("%s: cannot write %s: %s", who, path, strerror(errno));
+}
+
+void mhe_copy_file(const char *src, const char *dst, const char *who) {
+    size_t len;
+    char *text = mhe_read_file(src, &len);
+    mhe_write_file(dst, text, len, who);
+    free(text);
+}
+
 // The one staging folder of this process, removed at exit unless committed.
 static char pending_staging[MHE_OUTDIR_PATH_MAX];
 
@@ -42,10 +65,10 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return 0;
 }
 
-static void remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+void mhe_remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static void remove_pending(void) {
-    if (pending_staging[0]) remove_tree(pending_staging);
+    if (pending_staging[0]) mhe_remove_tree(pending_staging);
     pending_staging[0] = 0;
 }
 
@@ -85,7 +108,7 @@ static void remove_stale_staging(const char *parent, const char *base, const cha
                             "write into the same --out?); left alone\n", who, path, pid);
             continue;
         }
-        remove_tree(path);
+        mhe_remove_tree(path);
         fprintf(stderr, "%s: removed %s, left by process %ld, which ended without finishing (killed?)\n", who, path,
                 pid);
     }
@@ -130,7 +153,7 @@ void mhe_outdir_begin(MheOutDir *o, const char *target, int force, const char *w
         snprintf(o->staging, sizeof o->staging, "%s/.%s.partial-%ld", parent, base, (long)getpid()) >=
             (int)sizeof o->staging)
         mhe_fail("%s: --out %s: path too long", who, target);
-    remove_tree(o->staging);  // a leftover of a killed process that had this pid
+    mhe_remove_tree(o->staging);  // a leftover of a killed process that had this pid
     remove_stale_staging(parent, base, who);
     if (mkdir(o->staging, 0777) != 0)
         mhe_fatal("%s: cannot create %s: %s", who, o->staging, strerror(errno));
@@ -144,7 +167,7 @@ void mhe_outdir_commit(MheOutDir *o) {
     struct stat st;
     if (lstat(o->target, &st) == 0) {
         if (renameat2(AT_FDCWD, o->staging, AT_FDCWD, o->target, RENAME_EXCHANGE) == 0) {
-            remove_tree(o->staging);  // now the previous contents
+            mhe_remove_tree(o->staging);  // now the previous contents
         } else {
             // No atomic exchange here: the old folder steps aside first, so a failure in between
             // leaves it whole under its side name, named in the message.
@@ -155,7 +178,7 @@ void mhe_outdir_commit(MheOutDir *o) {
             if (rename(o->staging, o->target) != 0)
                 mhe_fatal("%s: cannot rename %s into place: %s (the previous folder is %s)", o->target, o->staging,
                           strerror(errno), old);
-            remove_tree(old);
+            mhe_remove_tree(old);
         }
     } else if (rename(o->staging, o->target) != 0) {
         mhe_fatal("%s: cannot rename %s into place: %s", o->target, o->staging, strerror(errno));

@@ -2,9 +2,24 @@
 #ifndef MHE_COMMON_FS_H
 #define MHE_COMMON_FS_H
 
+#include <stddef.h>
+
 // Creates `path` and its missing parents (like mkdir -p).  Exits with status 1 and a message
 // naming the directory that could not be created.
 void mhe_mkdirs(const char *path);
+
+// "dir/file" into out (n bytes).  A path that does not fit is a user error (exit 2):
+// "who: path too long: dir/file".
+void mhe_path_join(char *out, size_t n, const char *dir, const char *file, const char *who);
+// 1 when `path` is a regular file (links followed).
+int mhe_is_file(const char *path);
+// Writes `len` bytes to `path` (created or truncated), or exits with status 1:
+// "who: cannot write PATH: reason".
+void mhe_write_file(const char *path, const void *data, size_t len, const char *who);
+// `src` copied whole to `dst` (mhe_read_file, then mhe_write_file).
+void mhe_copy_file(const char *src, const char *dst, const char *who);
+// Removes `path` and everything below it, links not followed; what cannot be removed stays.
+void mhe_remove_tree(const char *path);
 
 // Output folders written whole (export, import, convert).  The files go into a staging folder
 // beside the target (".NAME.partial-PID", the same file system) and the folder is renamed into

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "data/tokenizer_internal.h"
 #include "data/unicode_text.h"
 
@@ -178,11 +179,6 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static bool file_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 static char *sibling(const char *path, const char *name) {
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path + 1) : 0;
@@ -211,7 +207,7 @@ Tokenizer *tokenizer_load(const char *path) {
             size_t pl = strlen(path);
             char *p = mhe_malloc(pl + strlen(names[k]) + 2);
             sprintf(p, "%s/%s", path, names[k]);
-            if (file_exists(p)) {
+            if (mhe_is_file(p)) {
                 Tokenizer *t = tokenizer_load(p);
                 free(p);
                 return t;
@@ -230,7 +226,7 @@ Tokenizer *tokenizer_load(const char *path) {
     if (ends_with(path, ".json")) {
         if (json_has_model(path)) return tokenizer_load_json(path);
         char *m = sibling(path, "merges.txt");
-        if (!file_exists(m)) {
+        if (!mhe_is_file(m)) {
             // Also accept the "<prefix>-vocab.json" / "<prefix>-merges.txt" naming.
             size_t pl = strlen(path);
             if (ends_with(path, "vocab.json")) {
@@ -240,7 +236,7 @@ Tokenizer *tokenizer_load(const char *path) {
                 strcpy(m + pl - 10, "merges.txt");
             }
         }
-        if (!file_exists(m)) mhe_fail("%s: no merges.txt beside this vocab.json (looked for %s)", path, m);
+        if (!mhe_is_file(m)) mhe_fail("%s: no merges.txt beside this vocab.json (looked for %s)", path, m);
         Tokenizer *t = tokenizer_load_bpe_files(path, m);
         free(m);
         return t;

@@ -1,4 +1,4 @@
-// The fixture of the CUDA parity tests (test_cuda_parity.c: every op but attention;
+// The fixture of the CUDA parity tests (test_cuda_parity.c: every op but attention; test_cuda_mhe_ops.c: mhe_mul's glue ops;
 // test_cuda_attention.c: the attention core): a CPU and a CUDA backend (the emulation), buffers
 // mirrored on both, the norm-wise comparison and the macros running one op on both sides.
 #ifndef MHE_TESTS_CUDA_PARITY_H

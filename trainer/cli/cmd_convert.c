@@ -2,7 +2,6 @@
 // (the math is trainer/model/convert.c; this file loads and saves).
 #include <limits.h>
 #include <math.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,17 +130,10 @@ int cmd_convert(int argc, char **argv) {
            param_attention_weights_per_layer(&dt),
            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
 
-    char *yaml = config_yaml_text(&dst);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.yaml", od.staging);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("convert: cannot write %s: %s", path, strerror(errno));
-    CheckpointState state = {.step = 0, .rng_seed = dst.train.seed, .loss_scale = 1.0, .world_size = 1,
-                             .config_yaml = yaml};
-    if (checkpoint_save(od.staging, &state, &dt, dp, NULL, 0) != 0) return 1;
+    checkpoint_save_new_run(od.staging, &dst, &dt, dp, "convert");
     mhe_outdir_commit(&od);
     printf("wrote %s/checkpoints/step_00000000\n", out);
-    free(yaml), free(rep), free(sp), free(dp), free(dir);
+    free(rep), free(sp), free(dp), free(dir);
     param_table_free(&st), param_table_free(&dt);
     config_free(&src), config_free(&dst);
     return 0;

@@ -9,6 +9,7 @@
 #include "data/loader.h"
 #include "kernels/backend_info.h"
 #include "trainer/io/checkpoint.h"
+#include "trainer/io/metrics.h"
 #include "trainer/io/run_lock.h"
 #include "trainer/cli/commands.h"
 #include "trainer/config/config.h"
@@ -27,21 +28,6 @@ static void usage(FILE *out) {
             "accuracy, or CLM loss and perplexity, over train.final_eval_batches global batches (default\n"
             "0: every sample of the split once).  Overrides apply to the checkpoint's config, e.g.\n"
             "data.valid=[other/valid] train.final_eval_batches=50.  Prints one JSON line.\n");
-}
-
-static void json_number(double v) {
-    if (isfinite(v)) printf("%.8g", v);
-    else fputs("null", stdout);  // JSON has no NaN or Infinity
-}
-
-static void json_string(const char *s) {
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-    }
-    putchar('"');
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -83,11 +69,11 @@ int cmd_eval(int argc, char **argv) {
     const int nonfinite = !isfinite(r.loss) || !isfinite(metric);
     if (comm_rank(comm) == 0) {
         fputs("{\"checkpoint\": ", stdout);
-        json_string(dir);
+        json_put_string(stdout, dir);
         fputs(", \"valid_loss\": ", stdout);
-        json_number(r.loss);
+        json_put_number(stdout, "%.8g", r.loss);
         printf(", \"%s\": ", cfg.objective.type == OBJ_MLM ? "valid_accuracy" : "valid_perplexity");
-        json_number(metric);
+        json_put_number(stdout, "%.8g", metric);
         printf(", \"tokens\": %lld, \"nonfinite\": %s}\n", (long long)r.tokens, nonfinite ? "true" : "false");
         fflush(stdout);
         if (nonfinite) fprintf(stderr, "mhetrain: eval: %s: the validation loss is not finite (NaN or infinite weights?)\n", dir);

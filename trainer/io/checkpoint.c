@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/num.h"
 #include "common/sha256.h"
 #include "trainer/io/safetensors.h"
@@ -93,26 +94,6 @@ static char *read_text(const char *path) {
     return buf;
 }
 
-// Checkpoint trees are flat directories of files (one level); recursion covers stray subdirs.
-static void remove_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    char sub[CKPT_PATH_MAX];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        join(sub, path, e->d_name);
-        struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(sub);
-        else unlink(sub);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 // "step_00000042" -> 42; -1 for any other name (temporaries start with '.').
 static int64_t parse_step_name(const char *name) {
     if (strncmp(name, "step_", 5) != 0 || !name[5]) return -1;
@@ -160,7 +141,7 @@ static void remove_leftovers(const char *ck) {
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, ".tmp.", 5) && strncmp(e->d_name, ".del.", 5)) continue;
         join(sub, ck, e->d_name);
-        remove_tree(sub);
+        mhe_remove_tree(sub);
     }
     closedir(d);
 }
@@ -301,7 +282,7 @@ static int publish(const char *tmp, const char *final) {
     if (rename(tmp, final) == 0) return 0;
     if (errno != EEXIST && errno != ENOTEMPTY) return -1;
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) return -1;
-    remove_tree(tmp);  // now holds the replaced checkpoint
+    mhe_remove_tree(tmp);  // now holds the replaced checkpoint
     return 0;
 }
 
@@ -329,7 +310,7 @@ static void prune(const char *ck, int keep_last, int64_t keep) {
         }
         step_dir(dir, ck, steps[i]);
         pathf(trash, "%s/.del.step_%08" PRId64 ".%ld", ck, steps[i], (long)getpid());
-        if (rename(dir, trash) == 0) remove_tree(trash);
+        if (rename(dir, trash) == 0) mhe_remove_tree(trash);
     }
     fsync_path(ck, 1);
     free(steps);
@@ -371,12 +352,23 @@ int checkpoint_save(const char *out_dir, const CheckpointState *state, const Par
     return 0;
 fail_tmp: {
     int saved = errno;
-    remove_tree(tmp);
+    mhe_remove_tree(tmp);
     errno = saved;
 }
 fail:
     fprintf(stderr, "mhetrain: checkpoint %s: %s failed: %s\n", final, what, strerror(errno));
     return -1;
+}
+
+void checkpoint_save_new_run(const char *dir, const Config *cfg, const ParamTable *t, const float *params,
+                             const char *who) {
+    char *yaml = config_yaml_text(cfg), path[CKPT_PATH_MAX];
+    join(path, dir, CONFIG_FILE);
+    mhe_write_file(path, yaml, strlen(yaml), who);
+    CheckpointState state = {.step = 0, .rng_seed = cfg->train.seed, .loss_scale = 1.0, .world_size = 1,
+                             .config_yaml = yaml};
+    if (checkpoint_save(dir, &state, t, params, NULL, 0) != 0) exit(1);
+    free(yaml);
 }
 
 static int why_set(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

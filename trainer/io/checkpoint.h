@@ -39,6 +39,11 @@ typedef struct {
 int checkpoint_save(const char *out_dir, const CheckpointState *state, const ParamTable *t, const float *params,
                     const OptimState *opt, int keep_last);
 
+// A new run directory's contents (import, convert): `dir`/config.yaml and a weights-only step-0
+// checkpoint of `params`, with cfg's text and train.seed.  Exit 1 when either cannot be written.
+void checkpoint_save_new_run(const char *dir, const Config *cfg, const ParamTable *t, const float *params,
+                             const char *who);
+
 // How long the other ranks may wait for rank 0's checkpoint_save of `n_params` parameters (and
 // the optimizer's two moments) beyond dist.timeout_s before calling rank 0 stuck: the save's
 // fsyncs can each wait seconds behind other writers' dirty pages, and its bytes go to disk at

@@ -19,13 +19,7 @@
 static const char *const MODELING_FILES[] = {"configuration_mhe.py", "modeling_mhe.py"};
 
 static void path_join(char *out, const char *dir, const char *file) {
-    if (snprintf(out, EXPORT_PATH_MAX, "%s/%s", dir, file) >= EXPORT_PATH_MAX)
-        mhe_fail("export: path too long: %s/%s", dir, file);
-}
-
-static int is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    mhe_path_join(out, EXPORT_PATH_MAX, dir, file, "export");
 }
 
 // A GPT sequence task whose inputs are text pairs.  mhetrain joins a pair as
@@ -92,23 +86,15 @@ static int find_modeling_dir(char *out) {
         snprintf(cand, sizeof cand, "%s", dirs[i]);
         path_join(probe, cand, MODELING_FILES[1]);
         // A folder named by the user that lacks the files is a mistake, not a miss to skip past.
-        if (i == 0 && env && *env && !is_file(probe))
+        if (i == 0 && env && *env && !mhe_is_file(probe))
             mhe_fail("MHE_HF_DIR=%s: expected a folder holding %s and %s (trainer/hf/)", env, MODELING_FILES[0],
                      MODELING_FILES[1]);
-        if (is_file(probe)) {
+        if (mhe_is_file(probe)) {
             snprintf(out, EXPORT_PATH_MAX, "%s", cand);
             return 0;
         }
     }
     return -1;
-}
-
-static void copy_file(const char *src, const char *dst) {
-    size_t len;
-    char *text = mhe_read_file(src, &len);
-    FILE *f = fopen(dst, "wb");
-    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("export: cannot write %s: %s", dst, strerror(errno));
-    free(text);
 }
 
 void export_copy_modeling_files(const char *dir, const Config *cfg) {
@@ -119,14 +105,14 @@ void export_copy_modeling_files(const char *dir, const Config *cfg) {
     for (size_t i = 0; i < sizeof MODELING_FILES / sizeof MODELING_FILES[0]; i++) {
         path_join(src, src_dir, MODELING_FILES[i]);
         path_join(dst, dir, MODELING_FILES[i]);
-        copy_file(src, dst);
+        mhe_copy_file(src, dst, "export");
     }
     // The model's attention variant (attention/<type>.py) goes along as mhe_attention.py, the
     // name modeling_mhe.py imports (transformers copies only statically imported files).
     snprintf(rel, sizeof rel, "attention/%s.py", attention_type_name(cfg->attention.type));
     path_join(src, src_dir, rel);
     path_join(dst, dir, "mhe_attention.py");
-    copy_file(src, dst);
+    mhe_copy_file(src, dst, "export");
 }
 
 

@@ -60,6 +60,10 @@ void export_mhetrain_name(const char *canon, Arch arch, char *out, size_t n);
 // parameter name; also used by import.c to read Hugging Face BERT folders.
 void export_bert_name(const char *canon, char *out, size_t n);
 
+// `o` printed to `path` with a final newline (config.json, the tokenizer's JSON files).
+struct cJSON;
+void export_write_json(const char *path, const struct cJSON *o);
+
 // export_tokenizer.c: tokenizer.json (+ vocab files), tokenizer_config.json and
 // special_tokens_map.json, so AutoTokenizer gives the ids mhetrain trained on ([CLS] … [SEP]
 // around WordPiece text).

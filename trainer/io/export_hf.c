@@ -446,10 +446,6 @@ void export_write_config(const Config *cfg, ExportFormat format, const ExportHea
     head_config(o, cfg, head);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
-    char *text = cJSON_Print(o);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF || fclose(f) != 0)
-        mhe_fatal("export: cannot write %s: %s", path, strerror(errno));
-    free(text);
+    export_write_json(path, o);
     cJSON_Delete(o);
 }

@@ -7,20 +7,21 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "trainer/io/export.h"
 
-static void path_join(char *out, size_t n, const char *dir, const char *file) {
-    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) mhe_fail("export: path too long: %s/%s", dir, file);
-}
-
-static void write_json(const char *dir, const char *file, const cJSON *o) {
-    char path[4096];
-    path_join(path, sizeof path, dir, file);
+void export_write_json(const char *path, const cJSON *o) {
     char *text = cJSON_Print(o);
     FILE *f = fopen(path, "w");
     if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF || fclose(f) != 0)
         mhe_fatal("export: cannot write %s: %s", path, strerror(errno));
     free(text);
+}
+
+static void write_json(const char *dir, const char *file, const cJSON *o) {
+    char path[4096];
+    mhe_path_join(path, sizeof path, dir, file, "export");
+    export_write_json(path, o);
 }
 
 static int json_flag(const cJSON *o, const char *key, int dflt) {
@@ -74,7 +75,7 @@ static void add_token(cJSON *cfg, cJSON *map, const char *key, const Tokenizer *
 void export_write_tokenizer(const Tokenizer *tok, const Config *cfg, const char *dir) {
     tokenizer_save(tok, dir);
     char path[4096];
-    path_join(path, sizeof path, dir, "tokenizer.json");
+    mhe_path_join(path, sizeof path, dir, "tokenizer.json", "export");
     char *text = mhe_read_file(path, NULL);
     cJSON *root = cJSON_Parse(text);
     free(text);

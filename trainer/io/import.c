@@ -5,7 +5,6 @@
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +19,7 @@
 #define IMP_PATH_MAX 4096
 
 static void path_join(char *out, const char *dir, const char *file) {
-    if (snprintf(out, IMP_PATH_MAX, "%s/%s", dir, file) >= IMP_PATH_MAX)
-        mhe_fail("import: path too long: %s/%s", dir, file);
-}
-
-static int is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    mhe_path_join(out, IMP_PATH_MAX, dir, file, "import");
 }
 
 // ---- config.json -------------------------------------------------------------------------
@@ -192,11 +185,11 @@ static void weights_open(Weights *w, const char *dir) {
     memset(w, 0, sizeof *w);
     path_join(path, dir, "model.safetensors");
     path_join(idx, dir, "model.safetensors.index.json");
-    if (is_file(path)) {
+    if (mhe_is_file(path)) {
         weights_add_file(w, path);
         return;
     }
-    if (is_file(idx)) {
+    if (mhe_is_file(idx)) {
         size_t len;
         char *text = mhe_read_file(idx, &len);
         cJSON *root = cJSON_ParseWithLength(text, len);
@@ -208,7 +201,7 @@ static void weights_open(Weights *w, const char *dir) {
                 mhe_fail("import: %s: weight_map[\"%s\"] must name a shard file in the folder", idx, e->string);
             char shard[IMP_PATH_MAX];
             path_join(shard, dir, e->valuestring);
-            if (!is_file(shard)) mhe_fail("import: %s: shard %s (of tensor %s) not found", idx, shard, e->string);
+            if (!mhe_is_file(shard)) mhe_fail("import: %s: shard %s (of tensor %s) not found", idx, shard, e->string);
             weights_add_file(w, shard);
         }
         cJSON_Delete(root);
@@ -217,7 +210,7 @@ static void weights_open(Weights *w, const char *dir) {
         return;
     }
     path_join(path, dir, "pytorch_model.bin");
-    if (is_file(path))
+    if (mhe_is_file(path))
         mhe_fail("import: %s: pickled PyTorch weights are not read (unpickling runs code); save the model with "
                  "safetensors (save_pretrained(..., safe_serialization=True)) and import that", path);
     mhe_fail("import: %s: no model.safetensors or model.safetensors.index.json", dir);
@@ -431,14 +424,6 @@ static const char *const TOKENIZER_FILES[] = {"tokenizer.json", "vocab.txt", "vo
                                               "tokenizer_config.json", "special_tokens_map.json"};
 #define N_TOKENIZER_FILES (int)(sizeof TOKENIZER_FILES / sizeof TOKENIZER_FILES[0])
 
-static void copy_file(const char *src, const char *dst) {
-    size_t len;
-    char *text = mhe_read_file(src, &len);
-    FILE *f = fopen(dst, "wb");
-    if (!f || fwrite(text, 1, len, f) != len || fclose(f) != 0) mhe_fatal("import: cannot write %s: %s", dst, strerror(errno));
-    free(text);
-}
-
 // Copies the tokenizer files into write_dir/tokenizer/ and returns the one data.tokenizer names
 // where the run will be, final_dir/tokenizer/... (absolute; malloc'd), or NULL when the folder
 // has none.
@@ -449,7 +434,7 @@ static char *import_tokenizer(const char *hf_dir, const char *write_dir, const c
     int any = 0;
     for (int i = 0; i < N_TOKENIZER_FILES; i++) {
         path_join(src, hf_dir, TOKENIZER_FILES[i]);
-        have[i] = is_file(src);
+        have[i] = mhe_is_file(src);
         any += have[i] && i < 3;
     }
     if (!any) return NULL;
@@ -458,7 +443,7 @@ static char *import_tokenizer(const char *hf_dir, const char *write_dir, const c
         if (!have[i]) continue;
         path_join(src, hf_dir, TOKENIZER_FILES[i]);
         path_join(dst, dst_dir, TOKENIZER_FILES[i]);
-        copy_file(src, dst);
+        mhe_copy_file(src, dst, "import");
     }
     // tokenizer.json carries the normalizer (cased or not); else the arch's vocabulary file.
     const char *pick = have[0] ? "tokenizer.json" : cfg->model.arch == ARCH_BERT ? "vocab.txt" : "vocab.json";
@@ -483,7 +468,7 @@ static char *import_tokenizer(const char *hf_dir, const char *write_dir, const c
 void import_run(const ImportOptions *opt) {
     char path[IMP_PATH_MAX];
     path_join(path, opt->hf_dir, "config.json");
-    if (!is_file(path)) mhe_fail("import: %s: not found (a Hugging Face model folder has config.json)", path);
+    if (!mhe_is_file(path)) mhe_fail("import: %s: not found (a Hugging Face model folder has config.json)", path);
     size_t len;
     char *text = mhe_read_file(path, &len);
     Json j = {path, cJSON_ParseWithLength(text, len)};
@@ -538,13 +523,7 @@ void import_run(const ImportOptions *opt) {
     }
     const int dropped = check_all_used(&w);
 
-    char *yaml = config_yaml_text(&cfg);
-    path_join(path, out.staging, "config.yaml");
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(yaml, f) < 0 || fclose(f) != 0) mhe_fatal("import: cannot write %s: %s", path, strerror(errno));
-    CheckpointState st = {.step = 0, .rng_seed = cfg.train.seed, .loss_scale = 1.0, .world_size = 1,
-                          .config_yaml = yaml};
-    if (checkpoint_save(out.staging, &st, &t, params, NULL, 0) != 0) exit(1);
+    checkpoint_save_new_run(out.staging, &cfg, &t, params, "import");
     mhe_outdir_commit(&out);
 
     static const char *const KIND[] = {"BertForMaskedLM", "BertModel", "GPT2LMHeadModel", "GPT2Model"};
@@ -558,7 +537,6 @@ void import_run(const ImportOptions *opt) {
     printf("weights: %s%s\n", dts, w.dtypes & ~(1u << ST_F32) ? ", widened to fp32 exactly" : " (as stored)");
     if (fresh) printf("note: %d MLM head tensors are not in a BertModel: initialised as mhetrain does\n", fresh);
     if (dropped) printf("note: %d pooler tensors dropped (mhetrain has no pooler)\n", dropped);
-    free(yaml);
     weights_close(&w);
     free(params);
     param_table_free(&t);

@@ -1,3 +1,4 @@
+// The run's JSON-lines metrics file, the progress line, and the JSON text pieces they share (metrics.h).
 #include "trainer/io/metrics.h"
 
 #include <math.h>
@@ -8,26 +9,29 @@ int metrics_open(MetricsLog *m, const char *path) {
     return m->f ? 0 : -1;
 }
 
-static void put_string(FILE *f, const char *s) {
+void json_put_string(FILE *f, const char *s) {
     fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
     }
     fputc('"', f);
+}
+
+void json_put_number(FILE *f, const char *fmt, double v) {
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
 }
 
 int metrics_write(MetricsLog *m, int64_t step, int n, const MetricValue *values) {
     fprintf(m->f, "{\"step\": %lld", (long long)step);
     for (int i = 0; i < n; i++) {
         fputs(", ", m->f);
-        put_string(m->f, values[i].key);
+        json_put_string(m->f, values[i].key);
         fputs(": ", m->f);
-        if (values[i].text) put_string(m->f, values[i].text);
-        else if (isfinite(values[i].value)) fprintf(m->f, "%.17g", values[i].value);
-        else fputs("null", m->f);  // JSON has no NaN or Infinity
+        if (values[i].text) json_put_string(m->f, values[i].text);
+        else json_put_number(m->f, "%.17g", values[i].value);
     }
     fputs("}\n", m->f);
     return fflush(m->f) == 0 && !ferror(m->f) ? 0 : -1;

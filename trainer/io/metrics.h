@@ -7,6 +7,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+// Pieces of JSON text that stay JSON whatever the values: a string with JSON's escapes (paths
+// may hold quotes, backslashes or control characters; NULL writes ""), and a number printed
+// with `fmt`, or null when it is not finite (JSON has no NaN or Infinity).
+void json_put_string(FILE *f, const char *s);
+void json_put_number(FILE *f, const char *fmt, double v);
+
 typedef struct {
     const char *key;
     double value;        // written with 17 significant digits (exact round trip); NaN/inf as null

@@ -52,29 +52,11 @@ static int row_labelled(const TaskBatch *b, int r) {
     return 0;
 }
 
-// JSON has no inf or NaN (a correlation of constant predictions, no evaluation yet): null, so
-// the files stay JSON whatever the numbers.
-static void json_number(FILE *fp, double v) {
-    if (isfinite(v)) fprintf(fp, "%.17g", v);
-    else fputs("null", fp);
-}
-
-// A string with JSON's escapes (paths may hold quotes, backslashes or control characters).
-static void json_string(FILE *fp, const char *s) {
-    fputc('"', fp);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(fp, "\\%c", *p);
-        else if (*p < 0x20) fprintf(fp, "\\u%04x", *p);
-        else fputc(*p, fp);
-    }
-    fputc('"', fp);
-}
-
 static void write_scores_json(FILE *fp, const TaskScores *s) {
     fputc('{', fp);
     for (int i = 0; i < s->n; i++) {
         fprintf(fp, "%s\"%s\": ", i ? ", " : "", s->name[i]);
-        json_number(fp, s->value[i]);
+        json_put_number(fp, "%.17g", s->value[i]);
     }
     fputc('}', fp);
 }
@@ -89,7 +71,7 @@ static void write_best_json(Finetune *f) {
     if (!fp) run_check_write(f->e, -1, "best.json");
     fprintf(fp, "{\"epoch\": %d, \"step\": %lld, \"metric\": \"%s\", \"value\": ", f->best_epoch,
             (long long)f->best_step, f->best_scores.name[f->best_scores.primary]);
-    json_number(fp, f->best);
+    json_put_number(fp, "%.17g", f->best);
     fputs(", \"scores\": ", fp);
     write_scores_json(fp, &f->best_scores);
     fputs("}\n", fp);
@@ -145,10 +127,10 @@ static void report(Finetune *f) {
     if (!fp) run_check_write(f->e, -1, "finetune_result.json");
     fprintf(fp, "{\"format\": \"%s\", \"attention\": \"%s\", \"init_from\": ",
             f->e->cfg->task.format ? f->e->cfg->task.format : "", attention_type_name(f->e->cfg->attention.type));
-    json_string(fp, f->e->cfg->train.init_from);
+    json_put_string(fp, f->e->cfg->train.init_from);
     fprintf(fp, ", \"best_epoch\": %d, \"best_step\": %lld, \"steps\": %lld, \"metric\": \"%s\", \"value\": ",
             f->best_epoch, (long long)f->best_step, (long long)f->e->step, name);
-    json_number(fp, f->best);
+    json_put_number(fp, "%.17g", f->best);
     fputs(", \"scores\": ", fp);
     write_scores_json(fp, &f->best_scores);
     fprintf(fp, ", \"trivial\": ");
