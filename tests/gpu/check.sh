@@ -134,7 +134,15 @@ if want time; then
     runtime.precision=bf16 data.seq_len=512 train.micro_batch=16 runtime.attention_core=flash
   step attn_ours 60 "$bin/gpu_attn_bench" bf16 auto
   step attn_ours_flash 60 "$bin/gpu_attn_bench" bf16 flash
+  # gemm_bf16 on the same shapes: whether it should stop deferring to flash's tensor-core kernels
+  step attn_ours_gemm_bf16 60 "$bin/gpu_attn_bench" bf16 gemm_bf16
   [ -n "$py" ] && step attn_sdpa 90 "$py" "$B/tests/torch_gpu.py" attention
+  # issue 46's variants beside mha's 512x16 row: collab (gemm_bf16: D~ 384 and its content bias),
+  # mla (cuDNN, d_qk 96 / d_v 64) and gqa (cuDNN's K/V head sharing), each within 1.3x of mha's step
+  for v in collab mla gqa; do
+    step "time_bert-base-${v}_512x16" 45 "$bin/gpu_bench" "$cfg/bert-base-$v.yaml" 25 "$peak" runtime.device=cuda \
+      runtime.precision=bf16 data.seq_len=512 train.micro_batch=16
+  done
 fi
 # parity of every arch x attention type (its CPU reference side is the slow part): before the
 # PyTorch and MFU groups, so a short budget keeps it
