@@ -18,6 +18,11 @@
 #include "kernels/cuda/cuda_attn_heads.h"
 #include "kernels/cuda/cuda_attn_idx.h"
 
+// Query rows per block of the dS kernel: its key-bias gradient leaves one partial column sum per
+// block, so the fp32 dS never goes to memory (a write and a read of 4 bytes per score, about a
+// fifth of the backward's T x T traffic) and the partials cost 4/GB_ROWS bytes per score.
+#define GB_ROWS 16
+
 namespace {
 
 // Bytes of T x T scratch one chunk may take (the backward's four buffers).  A sequence needing
@@ -38,8 +43,9 @@ bool any_shared(const AttnShape *s) {
     return s->q_heads != s->n_heads || s->k_heads != s->n_heads || s->v_heads != s->n_heads;
 }
 int max_dim(const AttnShape *s) { return s->qk_dim > s->v_dim ? s->qk_dim : s->v_dim; }
-// The backward's T x T bytes per sequence: scores and dP/dS in fp32, P and dS in bf16.
-double seq_bytes(const AttnShape *s) { return 12.0 * (double)tt_per_seq(s); }
+// The backward's T x T bytes per sequence: scores and dP̃ in fp32, P and dS in bf16, the key
+// bias's partial column sums.
+double seq_bytes(const AttnShape *s) { return (12.0 + 4.0 / GB_ROWS) * (double)tt_per_seq(s); }
 int chunk_of(const AttnShape *s) {
     int c = (int)(kScoresBudget / seq_bytes(s));
     if (c > chunk_cap()) c = chunk_cap();
@@ -63,14 +69,16 @@ size_t saved_words(const AttnShape *s) {
     return up16((size_t)s->B * s->n_heads * s->T) + (has_affine(s) ? bf16_words(rows * s->n_heads * s->v_dim) : 0);
 }
 
-// scratch, per chunk of Bc sequences: scores S (fp32), dP then dS (fp32), P after dropout (bf16),
-// dS (bf16); the per-head gradients of shared heads before their sums (bf16); and for the whole
+// scratch, per chunk of Bc sequences: scores S (fp32), dP̃ (fp32), the key bias's partial column
+// sums of dS (fp32, one row per GB_ROWS queries), P after dropout (bf16), dS (bf16); the per-head
+// gradients of shared heads before their sums (bf16); and for the whole
 // batch G = dout ⊙ out_scale (bf16).
 struct Scratch {
-    float *S, *dP;
+    float *S, *dP, *colsum;
     __nv_bfloat16 *P, *dS, *tmp, *g;
     size_t words;
 };
+int row_tiles(const AttnShape *s) { return (s->T + GB_ROWS - 1) / GB_ROWS; }
 Scratch scratch_of(const AttnShape *s, float *base) {
     const size_t tt = (size_t)chunk_of(s) * tt_per_seq(s), rows = (size_t)s->B * s->T;
     size_t w = 0;
@@ -87,6 +95,7 @@ Scratch scratch_of(const AttnShape *s, float *base) {
     Scratch x;
     x.S = f32(tt);
     x.dP = f32(tt);
+    x.colsum = s->key_bias ? f32((size_t)chunk_of(s) * s->n_heads * row_tiles(s) * s->T) : nullptr;
     x.P = b16(tt);
     x.dS = b16(tt);
     x.tmp = any_shared(s) ? b16((size_t)chunk_of(s) * s->T * s->n_heads * max_dim(s)) : nullptr;
@@ -133,45 +142,57 @@ __global__ void gb_softmax_kernel(AttnIdx a, int b0, const float *S, int causal,
     if (threadIdx.x == 0) lse[((size_t)b * a.n + h) * a.T + i] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 }
 
-// From the recomputed scores S, the saved log-sum-exp and dP̃ = G Vᵀ (in dP): P̃ = dropout(P) in
-// bf16 (dV's operand), and dS = P ⊙ (dropout'(dP̃) − Σ_j P̃_j dP̃_j) in bf16 (dQ's and dK's
-// operand) and, for the key bias's gradient, in fp32 over dP.
+// From the recomputed scores S, the saved log-sum-exp and dP̃ = G Vᵀ (in dP), for GB_ROWS query
+// rows of one head of one sequence: P̃ = dropout(P) in bf16 (dV's operand) and
+// dS = P ⊙ (dropout'(dP̃) − Σ_j P̃_j dP̃_j) in bf16 (dQ's and dK's operand); with colsum, the block's
+// Σ_i dS[i, j] over its rows (added in row order) into colsum [Bc, n, tiles, T].
 __global__ void gb_dscores_kernel(AttnIdx a, int b0, const float *S, const float *lse, int causal,
                                   const int32_t *key_mask, const __nv_bfloat16 *key_bias, float drop, uint64_t seed,
-                                  uint64_t offset, int keep_f32, float *dP, __nv_bfloat16 *P, __nv_bfloat16 *dS) {
+                                  uint64_t offset, const float *dP, __nv_bfloat16 *P, __nv_bfloat16 *dS,
+                                  float *colsum) {
     MHE_SHARED(float, fbuf, [32]);
-    const int i = blockIdx.x, h = blockIdx.y, bl = blockIdx.z, b = b0 + bl;
-    const size_t at = (((size_t)bl * a.n + h) * a.T + i) * a.T;
-    const float L = lse[((size_t)b * a.n + h) * a.T + i];
-    const float *row = S + at;
-    float *drow = dP + at;
-    auto prob = [&](int j) {
-        const float s = gb_score(a, row, causal, key_mask, key_bias, b, h, i, j);
-        return s == -INFINITY || L == -INFINITY ? 0.0f : expf(s - L);
-    };
-    float acc = 0.0f;
-    for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
-        const float pd = p_dropped(prob(j), p_index(a, b, h, i, j), drop, seed, offset);
-        P[at + j] = __float2bfloat16(pd);
-        acc += pd * drow[j];
+    MHE_DYNAMIC_SHARED(float, col);  // [T] when colsum: column j owned by thread j % blockDim.x
+    const int tile = blockIdx.x, h = blockIdx.y, bl = blockIdx.z, b = b0 + bl;
+    const int i0 = tile * GB_ROWS, i1 = i0 + GB_ROWS < a.T ? i0 + GB_ROWS : a.T;
+    if (colsum)
+        for (int j = threadIdx.x; j < a.T; j += blockDim.x) col[j] = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const size_t at = (((size_t)bl * a.n + h) * a.T + i) * a.T;
+        const float L = lse[((size_t)b * a.n + h) * a.T + i];
+        const float *row = S + at, *drow = dP + at;
+        auto prob = [&](int j) {
+            const float s = gb_score(a, row, causal, key_mask, key_bias, b, h, i, j);
+            return s == -INFINITY || L == -INFINITY ? 0.0f : expf(s - L);
+        };
+        float acc = 0.0f;
+        for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
+            const float pd = p_dropped(prob(j), p_index(a, b, h, i, j), drop, seed, offset);
+            P[at + j] = __float2bfloat16(pd);
+            acc += pd * drow[j];
+        }
+        const float D = block_sum(acc, fbuf);
+        for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
+            const float dp = p_dropped(drow[j], p_index(a, b, h, i, j), drop, seed, offset);
+            const float ds = prob(j) * (dp - D);
+            dS[at + j] = __float2bfloat16(ds);
+            if (colsum) col[j] += ds;
+        }
     }
-    const float D = block_sum(acc, fbuf);
-    for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
-        const float dp = p_dropped(drow[j], p_index(a, b, h, i, j), drop, seed, offset);
-        const float ds = prob(j) * (dp - D);
-        dS[at + j] = __float2bfloat16(ds);
-        if (keep_f32) drow[j] = ds;
+    if (colsum) {
+        const int tiles = gridDim.x;
+        float *out = colsum + (((size_t)bl * a.n + h) * tiles + tile) * a.T;
+        for (int j = threadIdx.x; j < a.T; j += blockDim.x) out[j] = col[j];
     }
 }
 
-// dkey_bias[b, j, h] = Σ_i dS[b, h, i, j]: one block per (head, sequence of the chunk), threads
-// over keys, queries added in order (deterministic).
-__global__ void gb_dkey_bias_kernel(AttnIdx a, int b0, const float *dS, __nv_bfloat16 *dkb) {
+// dkey_bias[b, j, h] = Σ_i dS[b, h, i, j]: the dS kernel's partial sums added over its row tiles
+// in order (deterministic); one block per (head, sequence of the chunk), threads over keys.
+__global__ void gb_dkey_bias_kernel(AttnIdx a, int b0, int tiles, const float *colsum, __nv_bfloat16 *dkb) {
     const int h = blockIdx.x, bl = blockIdx.y, b = b0 + bl;
-    const float *base = dS + ((size_t)bl * a.n + h) * a.T * a.T;
+    const float *base = colsum + ((size_t)bl * a.n + h) * tiles * a.T;
     for (int j = threadIdx.x; j < a.T; j += blockDim.x) {
         float acc = 0.0f;
-        for (int i = 0; i < a.T; i++) acc += base[(size_t)i * a.T + j];
+        for (int t = 0; t < tiles; t++) acc += base[(size_t)t * a.T + j];
         dkb[((size_t)b * a.T + j) * a.n + h] = __float2bfloat16(acc);
     }
 }
@@ -298,7 +319,9 @@ static void gemm_bf16_backward(Backend *be, const AttnShape *s, const Act *q, co
                             V = act_heads(v, s->ldv, T, b0, s->v_dim, a.vr), Gh = act_heads(G, hd, T, b0, s->v_dim, 1);
         cuda_gemm_heads_bf16(be, 0, 1, T, T, s->qk_dim, s->scale, Q, K, tt_heads(sc.S, false, s), bc, n);  // S again
         cuda_gemm_heads_bf16(be, 0, 1, T, T, s->v_dim, 1.0f, Gh, V, tt_heads(sc.dP, false, s), bc, n);  // dP̃ = G Vᵀ
-        MHE_LAUNCH(gb_dscores_kernel, dim3(T, n, bc), MHE_BLOCK, 0, st, mhe_cost(12.0 * tt, (dkey_bias ? 16.0 : 12.0) * tt + 4.0 * bc * n * T))(a, b0, sc.S, sv.lse, s->causal, s->key_mask, bias_of(s), s->dropout, s->seed, s->offset, dkey_bias != nullptr, sc.dP, sc.P, sc.dS);
+        float *colsum = dkey_bias ? sc.colsum : nullptr;
+        const double partials = (double)bc * n * row_tiles(s) * T;
+        MHE_LAUNCH(gb_dscores_kernel, dim3(row_tiles(s), n, bc), MHE_BLOCK, colsum ? T * sizeof(float) : 0, st, mhe_cost(12.0 * tt, 12.0 * tt + 4.0 * bc * n * T + (colsum ? 4.0 * partials : 0.0)))(a, b0, sc.S, sv.lse, s->causal, s->key_mask, bias_of(s), s->dropout, s->seed, s->offset, sc.dP, sc.P, sc.dS, colsum);
         CUDA_CHECK_LAUNCH();
         if (dv) {  // dV_h = P̃_hᵀ G_h
             const GradTarget t = grad_target(s, dv, s->ldv, s->v_dim, s->v_heads, b0, sc.tmp);
@@ -316,7 +339,7 @@ static void gemm_bf16_backward(Backend *be, const AttnShape *s, const Act *q, co
             grad_finish(be, s, t, dk, s->ldk, s->qk_dim, s->k_heads, b0, bc);
         }
         if (dkey_bias) {
-            MHE_LAUNCH(gb_dkey_bias_kernel, dim3(n, bc), MHE_BLOCK, 0, st, mhe_cost(tt, 4.0 * tt + 2.0 * bc * n * T))(a, b0, sc.dP, ab(dkey_bias));
+            MHE_LAUNCH(gb_dkey_bias_kernel, dim3(n, bc), MHE_BLOCK, 0, st, mhe_cost(partials, 4.0 * partials + 2.0 * bc * n * T))(a, b0, row_tiles(s), sc.colsum, ab(dkey_bias));
             CUDA_CHECK_LAUNCH();
         }
     }
