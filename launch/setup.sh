@@ -2,21 +2,29 @@
 # Installs what mhetrain needs to build and test, and nothing that is already there.
 # Safe to run again; never prompts (CI has no terminal).
 #   launch/setup.sh            install what is missing (apt packages, then .venv)
+#   launch/setup.sh --run      only what building and running mhetrain needs (the quickstart):
+#                              no test oracles (python3-torch, transformers, ...), a .venv with pyarrow
 #   MHE_SKIP_VENV=1 launch/setup.sh   the packages only
 set -euo pipefail
+run_only=0
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
-  *) echo "setup: takes no argument, got '$1' (see --help)" >&2; exit 2 ;;
+  --run) run_only=1 ;;
+  -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+  *) echo "setup: takes no argument or --run, got '$1' (see --help)" >&2; exit 2 ;;
 esac
 [[ "${MHE_SKIP_VENV:-0}" =~ ^[01]?$ ]] || { echo "setup: MHE_SKIP_VENV=$MHE_SKIP_VENV: expected 0 or 1" >&2; exit 2; }
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Build and run-time libraries (Debian package names).
+# Build and run-time libraries (Debian package names); python3-numpy is pyarrow's numpy, zstd
+# fetch_corpus.sh's.  The tests add PyTorch (the oracles' torch), gnuplot (compare's plots),
+# iproute2 (network namespaces) and time: on a fresh machine they are about half of the
+# packages' download (launch/setup.sh --run leaves them out).
 PACKAGES=(build-essential cmake pkg-config
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev liblapack-dev libopenmpi-dev openmpi-bin
   libyaml-dev libcjson-dev libexpat1-dev libbz2-dev libutf8proc-dev libcmocka-dev
-  python3-torch python3-numpy python3-venv gnuplot-nox iproute2 time zstd)
+  python3-numpy python3-venv zstd)
+[ "$run_only" = 1 ] || PACKAGES+=(python3-torch gnuplot-nox iproute2 time)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -39,7 +47,13 @@ if [ "${MHE_SKIP_VENV:-0}" != 1 ]; then
   fi
   stamp="$venv/.requirements.sha"
   want=$(sha256sum "$here/tests/requirements.txt" | cut -d' ' -f1)
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  if [ "$run_only" = 1 ]; then
+    # pyarrow alone, at the oracles' pins (one list of versions: tests/requirements.txt)
+    if ! "$venv/bin/python" -c "import pyarrow" 2>/dev/null; then
+      mapfile -t pins < <(grep -E '^(pyarrow|numpy)==' "$here/tests/requirements.txt")
+      "$venv/bin/pip" install -q --disable-pip-version-check "${pins[@]}" >&2
+    fi
+  elif [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/tests/requirements.txt" >&2
     echo "$want" > "$stamp"
   fi

@@ -36,7 +36,13 @@ expect2 "MHE_SKIP_BUILD=yes: expected 0 or 1" env MHE_SKIP_BUILD=yes bash "$src/
 expect2 "MHE_SKIP_BUILD=1 needs MHETRAIN" env -u MHETRAIN MHE_SKIP_BUILD=1 bash "$src/launch/quickstart.sh"
 expect2 "quickstart: --wiki needs an existing file or folder, got ''" env MHE_SKIP_BUILD=1 bash "$src/launch/quickstart.sh" --wiki
 expect2 "MHE_SKIP_VENV=2: expected 0 or 1" env MHE_SKIP_VENV=2 bash "$src/launch/setup.sh"
-expect2 "setup: takes no argument, got '--yes'" bash "$src/launch/setup.sh" --yes
+expect2 "setup: takes no argument or --run, got '--yes'" bash "$src/launch/setup.sh" --yes
+# --run on a machine that has the packages: nothing to install, exit 0 (the venv and the cuDNN
+# frontend left out: the first is the source tree's, the second needs the network)
+MHE_SKIP_VENV=1 MHE_SKIP_CUDNN_FRONTEND=1 bash "$src/launch/setup.sh" --run >/dev/null 2>"$WORK/setup.err" ||
+  fail "setup.sh --run exited $?: $(cat "$WORK/setup.err")"
+! grep -q "installing" "$WORK/setup.err" || fail "setup.sh --run installed: $(cat "$WORK/setup.err")"
+rm -f "$WORK/setup.err"
 expect2 "MHE_LAUNCH=no-such-launcher -n 2: expected a launcher command" env MHE_LAUNCH="no-such-launcher -n 2" \
   MHETRAIN="$MHETRAIN" bash "$src/launch/compare.sh" "$cfg" mha -o "$WORK/cmp"
 expect2 "attention type mha named more than once" env MHETRAIN="$MHETRAIN" bash "$src/launch/compare.sh" "$cfg" mha sha mha -o "$WORK/cmp"
