@@ -326,6 +326,80 @@ static void run_gemm_bf16_cases(Fix *f, int chunked) {
 static void test_attention_bf16_gemm_bf16(void **state) { run_gemm_bf16_cases(*state, 0); }
 static void test_attention_bf16_gemm_bf16_chunks(void **state) { run_gemm_bf16_cases(*state, 1); }
 
+// Dropout's rate and scale, core by core (each draws its own stream, DESIGN.md §1: the own cores
+// the CPU's hash, cuDNN its Philox), read off the output: with Q = K = 0 every visible key has
+// P = 1/T, and with V one-hot over the keys (V[j, h, c] = [c = j], v_dim = T) out[i, h, j] is
+// dropout(P)[i, j], so out·T·(1 - p) is 1 where the element was kept and 0 where it was dropped.
+// B 4 x 4 heads x 64² = 65,536 draws at p 0.1: the dropped fraction's standard deviation is
+// 0.0012, and the test allows 6 of them (a miss once in 10⁹ seeds).  The same seed and offset give
+// the same mask (resume, replicas); another offset another mask (about 2p(1 - p) = 18% differ).
+// cuDNN where it can run (a GPU: check.sh's gpu_attention); the emulation runs the own cores.
+static double dropped_fraction(Backend *be, const char *core, uint64_t offset, float *mask_out, int *bad_scale) {
+    const int B = 4, n = 4, T = 64;
+    const float p = 0.1f;
+    select_core(be, core);
+    AttnShape s = {.B = B, .T = T, .n_heads = n, .q_heads = n, .k_heads = n, .v_heads = n, .qk_dim = T,
+                   .v_dim = T, .ldq = n * T, .ldk = n * T, .ldv = n * T, .scale = 0.125f, .dropout = p,
+                   .seed = 2718, .offset = offset};
+    const size_t rows = (size_t)B * T, w = (size_t)n * T;
+    float *zeros = calloc(rows * w, sizeof(float)), *onehot = calloc(rows * w, sizeof(float));
+    float *out = malloc(rows * w * sizeof(float));
+    for (size_t r = 0; r < rows; r++)
+        for (int h = 0; h < n; h++) onehot[r * w + (size_t)h * T + r % T] = 1.0f;
+    const size_t bytes = dtype_size(be->act);
+    Act *q = be->alloc(be, rows * w * bytes), *v = be->alloc(be, rows * w * bytes), *o = be->alloc(be, rows * w * bytes);
+    be->upload_act(be, q, zeros, rows * w);
+    be->upload_act(be, v, onehot, rows * w);
+    size_t sv = 0, sc = 0;
+    be->attention_sizes(be, &s, &sv, &sc);
+    float *saved = be->alloc(be, sv * 4), *scratch = be->alloc(be, sc * 4);
+    be->attention_forward(be, &s, q, q, v, o, saved, scratch);
+    be->download_act(be, out, o, rows * w);
+    size_t dropped = 0;
+    for (size_t i = 0; i < rows * w; i++) {
+        const float x = out[i] * T * (1.0f - p);
+        if (fabsf(x) < 0.02f) dropped++;
+        else if (fabsf(x - 1.0f) > 0.02f) (*bad_scale)++;
+        mask_out[i] = fabsf(x) < 0.02f ? 0.0f : 1.0f;
+    }
+    be->free(be, q), be->free(be, v), be->free(be, o), be->free(be, saved), be->free(be, scratch);
+    free(zeros), free(onehot), free(out);
+    select_core(be, "auto");
+    return (double)dropped / (double)(rows * w);
+}
+
+static void test_attention_dropout_statistics(void **state) {
+    Fix *f = *state;
+    const size_t N = 4 * 64 * 4 * 64;
+    const double sigma = sqrt(0.1 * 0.9 / (double)N);
+    const char *cores[] = {"gemm_bf16", "flash", "cudnn"};
+    float *m1 = malloc(N * sizeof(float)), *m2 = malloc(N * sizeof(float)), *m3 = malloc(N * sizeof(float));
+    char err[256];
+    for (int c = 0; c < 3; c++) {
+        if (!backend_attention_core_select(f->gpu, cores[c], 0, err, sizeof err)) {
+            const char *req = getenv("MHE_REQUIRE_CUDNN");
+            if (c == 2 && req && strcmp(req, "1") == 0) fail_msg("cuDNN core required (MHE_REQUIRE_CUDNN=1): %s", err);
+            print_message("%s not run here: %s\n", cores[c], err);
+            continue;
+        }
+        int bad = 0;
+        const double r1 = dropped_fraction(f->gpu, cores[c], 17, m1, &bad);
+        const double r2 = dropped_fraction(f->gpu, cores[c], 17, m2, &bad);
+        const double r3 = dropped_fraction(f->gpu, cores[c], 20, m3, &bad);
+        size_t same = 0, differ = 0;
+        for (size_t i = 0; i < N; i++) same += m1[i] == m2[i], differ += m1[i] != m3[i];
+        print_message("%s: dropped %.4f and %.4f (p 0.1, sigma %.4f), kept values off 1/(1-p) by > 2%%: %d, "
+                      "another offset changes %.3f of the mask\n",
+                      cores[c], r1, r3, sigma, bad, (double)differ / N);
+        assert_true(fabs(r1 - 0.1) < 6 * sigma);
+        assert_true(fabs(r3 - 0.1) < 6 * sigma);
+        assert_true(r2 == r1 && same == N);
+        assert_int_equal(bad, 0);
+        assert_true((double)differ / N > 0.12 && (double)differ / N < 0.24);
+    }
+    free(m1), free(m2), free(m3);
+}
+
 int main(void) {
     const struct CMUnitTest fp32[] = {
         cmocka_unit_test(test_attention_matches_cpu),
@@ -338,6 +412,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_cudnn),
         cmocka_unit_test(test_attention_bf16_gemm_bf16),
         cmocka_unit_test(test_attention_bf16_gemm_bf16_chunks),
+        cmocka_unit_test(test_attention_dropout_statistics),
     };
     int failed = cmocka_run_group_tests_name("cuda attention parity fp32", fp32, setup_fp32, teardown);
     failed += cmocka_run_group_tests_name("cuda attention parity bf16 activations", bf16, setup_bf16_attention, teardown);
