@@ -95,7 +95,8 @@ Scratch scratch_of(const AttnShape *s, float *base) {
     Scratch x;
     x.S = f32(tt);
     x.dP = f32(tt);
-    x.colsum = s->key_bias ? f32((size_t)chunk_of(s) * s->n_heads * row_tiles(s) * s->T) : nullptr;
+    // room whether or not s has a key bias: callers may size without marking it (a 1/48 share)
+    x.colsum = f32((size_t)chunk_of(s) * s->n_heads * row_tiles(s) * s->T);
     x.P = b16(tt);
     x.dS = b16(tt);
     x.tmp = any_shared(s) ? b16((size_t)chunk_of(s) * s->T * s->n_heads * max_dim(s)) : nullptr;
