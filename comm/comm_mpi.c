@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "comm/comm.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 struct Comm {
@@ -84,12 +85,6 @@ _Noreturn void comm_exit_all(Comm *c, int code, const char *msg) {
     exit(code);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Polls a request until done; past the deadline (dist.timeout_s + allowance_s) the whole job is
 // ended (never a hang).
 static void wait_allowing(Comm *c, MPI_Request *req, double started, double allowance_s, const char *what) {
@@ -98,7 +93,7 @@ static void wait_allowing(Comm *c, MPI_Request *req, double started, double allo
     for (;;) {
         MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
         if (done) return;
-        if (c->timeout_s > 0 && now_s() - started > c->timeout_s + allowance_s) {
+        if (c->timeout_s > 0 && mhe_now_s() - started > c->timeout_s + allowance_s) {
             char allowed[64] = "", msg[320];
             if (allowance_s > 0) snprintf(allowed, sizeof allowed, " + %.0f s allowed for it", allowance_s);
             snprintf(msg, sizeof msg,
@@ -121,7 +116,7 @@ static void wait_with_deadline(Comm *c, MPI_Request *req, double started, const 
 static void blocking(Comm *c, const void *in, void *buf, int n, MPI_Datatype t, MPI_Op op, const char *what) {
     MPI_Request r;
     MPI_CHECK(MPI_Iallreduce(in, buf, n, t, op, c->world, &r));
-    wait_with_deadline(c, &r, now_s(), what);
+    wait_with_deadline(c, &r, mhe_now_s(), what);
 }
 
 // MPI counts are int: large buffers go in chunks.
@@ -151,7 +146,7 @@ int comm_allreduce_start_f32(Comm *c, float *buf, size_t n) {
         if (c->pending[i] != MPI_REQUEST_NULL) continue;
         if (c->size > 1)
             MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->world, &c->pending[i]));
-        c->started[i] = now_s();
+        c->started[i] = mhe_now_s();
         return i;
     }
     mhe_fatal("internal error: more than %d outstanding all-reduce requests", COMM_MAX_PENDING);
@@ -178,7 +173,7 @@ void comm_broadcast(Comm *c, void *buf, size_t bytes, int root) {
     if (c->size == 1) return;
     MPI_Request r;
     MPI_CHECK(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->world, &r));
-    wait_with_deadline(c, &r, now_s(), "broadcast");
+    wait_with_deadline(c, &r, mhe_now_s(), "broadcast");
 }
 
 void comm_barrier(Comm *c) { comm_barrier_allowing(c, 0, "barrier"); }
@@ -187,7 +182,7 @@ void comm_barrier_allowing(Comm *c, double allowance_s, const char *what) {
     if (c->size == 1) return;
     MPI_Request r;
     MPI_CHECK(MPI_Ibarrier(c->world, &r));
-    wait_allowing(c, &r, now_s(), allowance_s > 0 ? allowance_s : 0, what);
+    wait_allowing(c, &r, mhe_now_s(), allowance_s > 0 ? allowance_s : 0, what);
 }
 
 void comm_allgather(Comm *c, const void *in, void *out, size_t bytes) {
@@ -197,7 +192,7 @@ void comm_allgather(Comm *c, const void *in, void *out, size_t bytes) {
     }
     MPI_Request r;
     MPI_CHECK(MPI_Iallgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, c->world, &r));
-    wait_with_deadline(c, &r, now_s(), "all-gather");
+    wait_with_deadline(c, &r, mhe_now_s(), "all-gather");
 }
 
 void comm_reduce_scatter_f32(Comm *c, const float *full, float *out, const int *counts) {
@@ -207,14 +202,14 @@ void comm_reduce_scatter_f32(Comm *c, const float *full, float *out, const int *
     }
     MPI_Request r;
     MPI_CHECK(MPI_Ireduce_scatter(full, out, counts, MPI_FLOAT, MPI_SUM, c->world, &r));
-    wait_with_deadline(c, &r, now_s(), "gradient reduce-scatter");
+    wait_with_deadline(c, &r, mhe_now_s(), "gradient reduce-scatter");
 }
 
 void comm_allgatherv_f32(Comm *c, float *buf, const int *counts, const int *displs) {
     if (c->size == 1) return;
     MPI_Request r;
     MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c->world, &r));
-    wait_with_deadline(c, &r, now_s(), "parameter all-gather");
+    wait_with_deadline(c, &r, mhe_now_s(), "parameter all-gather");
 }
 
 void comm_gatherv_f32(Comm *c, const float *shard, float *full, const int *counts, const int *displs, int root) {
@@ -224,7 +219,7 @@ void comm_gatherv_f32(Comm *c, const float *shard, float *full, const int *count
     }
     MPI_Request r;
     MPI_CHECK(MPI_Igatherv(shard, counts[c->rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT, root, c->world, &r));
-    wait_with_deadline(c, &r, now_s(), "gather");
+    wait_with_deadline(c, &r, mhe_now_s(), "gather");
 }
 
 void comm_scatterv_f32(Comm *c, const float *full, float *shard, const int *counts, const int *displs, int root) {
@@ -234,5 +229,5 @@ void comm_scatterv_f32(Comm *c, const float *full, float *shard, const int *coun
     }
     MPI_Request r;
     MPI_CHECK(MPI_Iscatterv(full, counts, displs, MPI_FLOAT, shard, counts[c->rank], MPI_FLOAT, root, c->world, &r));
-    wait_with_deadline(c, &r, now_s(), "scatter");
+    wait_with_deadline(c, &r, mhe_now_s(), "scatter");
 }

@@ -193,3 +193,8 @@ int mhe_path_within(const char *inner, const char *outer) {
     if (strcmp(b, "/") == 0) return 1;
     return strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
 }
+
+int mhe_has_suffix(const char *s, const char *suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}

@@ -13,6 +13,8 @@ void mhe_mkdirs(const char *path);
 void mhe_path_join(char *out, size_t n, const char *dir, const char *file, const char *who);
 // 1 when `path` is a regular file (links followed).
 int mhe_is_file(const char *path);
+// 1 when s ends with suffix (file kinds by extension: ".parquet", ".json", ".safetensors").
+int mhe_has_suffix(const char *s, const char *suffix);
 // Writes `len` bytes to `path` (created or truncated), or exits with status 1:
 // "who: cannot write PATH: reason".
 void mhe_write_file(const char *path, const void *data, size_t len, const char *who);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "data/byte_source.h"
 #include "data/unicode_text.h"
 
@@ -80,12 +81,7 @@ static void list_dir(const char *dir, PathList *out) {
     free(here.v);
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-static bool is_table_file(const char *path) { return ends_with(path, ".parquet") || ends_with(path, ".arrow"); }
+static bool is_table_file(const char *path) { return mhe_has_suffix(path, ".parquet") || mhe_has_suffix(path, ".arrow"); }
 
 char **corpus_list_files(const char *path, int *n_files) {
     PathList l = {0};
@@ -131,14 +127,14 @@ CorpusFormat corpus_detect(const char *file, CorpusFormat requested) {
         return CORPUS_JSONL;
     }
     if (requested != CORPUS_AUTO) return requested;
-    if (ends_with(file, ".parquet")) return CORPUS_PARQUET;
-    if (ends_with(file, ".arrow")) return CORPUS_ARROW;
+    if (mhe_has_suffix(file, ".parquet")) return CORPUS_PARQUET;
+    if (mhe_has_suffix(file, ".arrow")) return CORPUS_ARROW;
     char name[4096];
     snprintf(name, sizeof name, "%s", file);
-    if (ends_with(name, ".bz2")) name[strlen(name) - 4] = 0;
-    if (ends_with(name, ".xml")) return CORPUS_WIKI;
-    if (ends_with(name, ".jsonl") || ends_with(name, ".json")) return CORPUS_JSONL;
-    if (ends_with(name, ".txt")) return CORPUS_BOOKS;
+    if (mhe_has_suffix(name, ".bz2")) name[strlen(name) - 4] = 0;
+    if (mhe_has_suffix(name, ".xml")) return CORPUS_WIKI;
+    if (mhe_has_suffix(name, ".jsonl") || mhe_has_suffix(name, ".json")) return CORPUS_JSONL;
+    if (mhe_has_suffix(name, ".txt")) return CORPUS_BOOKS;
     // No telling extension (WikiExtractor writes AA/wiki_00): look at the content.
     ByteSource *s = byte_source_open(file);
     char head[512];

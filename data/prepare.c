@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fs.h"
 #include "common/rng.h"
@@ -244,12 +245,6 @@ static void split_staged(Pipeline *p) {
     free(valid);
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // A progress line every PROGRESS_SECONDS: a full Wikipedia takes hours.
 #define PROGRESS_SECONDS 30.0
 
@@ -273,7 +268,7 @@ static void *writer_main(void *arg) {
             write_doc(p, b->first_doc + i, b->doc_source[i], b->ids.ids + start, b->ids_end[i] - start);
             start = b->ids_end[i];
         }
-        double now = now_seconds();
+        double now = mhe_now_s();
         if (now - p->last_report >= PROGRESS_SECONDS) {
             p->last_report = now;
             int64_t docs = p->res->documents[0] + p->res->documents[1] + p->n_staged;
@@ -327,7 +322,7 @@ static void clear_stale_shards(const char *dir) {
 
 void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     memset(res, 0, sizeof *res);
-    double t0 = now_seconds();
+    double t0 = mhe_now_s();
     Pipeline p = {.opt = opt, .res = res, .t0 = t0, .last_report = t0};
     if (opt->tokenizer) {
         p.tok = tokenizer_load(opt->tokenizer);
@@ -428,7 +423,7 @@ void prepare_run(const PrepareOptions *opt, PrepareResult *res) {
     pthread_cond_destroy(&p.done_cv);
     pthread_cond_destroy(&p.slot_cv);
 
-    res->seconds = now_seconds() - t0;
+    res->seconds = mhe_now_s() - t0;
     int64_t tokens = res->tokens[0] + res->tokens[1];
     res->tokens_per_second = res->seconds > 0 ? (double)tokens / res->seconds : 0;
     struct rusage ru;

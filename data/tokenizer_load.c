@@ -174,11 +174,6 @@ Tokenizer *tokenizer_load_bpe_files(const char *vocab_json, const char *merges_t
     return t;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 static char *sibling(const char *path, const char *name) {
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path + 1) : 0;
@@ -216,20 +211,20 @@ Tokenizer *tokenizer_load(const char *path) {
         }
         mhe_fail("%s: no tokenizer.json, vocab.json or vocab.txt in this directory", path);
     }
-    if (ends_with(path, "merges.txt")) {
+    if (mhe_has_suffix(path, "merges.txt")) {
         char *v = sibling(path, "vocab.json");
         Tokenizer *t = tokenizer_load_bpe_files(v, path);
         free(v);
         return t;
     }
-    if (ends_with(path, ".txt")) return tokenizer_load_wordpiece_vocab(path, true);
-    if (ends_with(path, ".json")) {
+    if (mhe_has_suffix(path, ".txt")) return tokenizer_load_wordpiece_vocab(path, true);
+    if (mhe_has_suffix(path, ".json")) {
         if (json_has_model(path)) return tokenizer_load_json(path);
         char *m = sibling(path, "merges.txt");
         if (!mhe_is_file(m)) {
             // Also accept the "<prefix>-vocab.json" / "<prefix>-merges.txt" naming.
             size_t pl = strlen(path);
-            if (ends_with(path, "vocab.json")) {
+            if (mhe_has_suffix(path, "vocab.json")) {
                 free(m);
                 m = mhe_malloc(pl + 2);
                 memcpy(m, path, pl - 10);

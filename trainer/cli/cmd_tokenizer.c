@@ -5,7 +5,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/error.h"
+#include "common/fs.h"
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "trainer/cli/commands.h"
@@ -25,12 +27,6 @@ static const char *USAGE =
     "        vocab.json (with merges.txt beside it) or a directory.  --bench prints only the\n"
     "        single-thread throughput.\n";
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -39,11 +35,6 @@ static double cpu_s(void) {
 
 static int parse_int(const char *flag, const char *v) {
     return (int)cli_int_option("tokenizer train", flag, v, 0, 100000000);
-}
-
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 static int tok_cmd_encode(int argc, char **argv) {
@@ -58,7 +49,7 @@ static int tok_cmd_encode(int argc, char **argv) {
         else mhe_fail("tokenizer encode: too many arguments");
     }
     if (npos != 2) mhe_fail("tokenizer encode: expected TOKENIZER FILE\n%s", USAGE);
-    Tokenizer *t = cased && ends_with(pos[0], ".txt") && !ends_with(pos[0], "merges.txt")
+    Tokenizer *t = cased && mhe_has_suffix(pos[0], ".txt") && !mhe_has_suffix(pos[0], "merges.txt")
                        ? tokenizer_load_wordpiece_vocab(pos[0], false)
                        : tokenizer_load(pos[0]);
     size_t len;
@@ -67,7 +58,7 @@ static int tok_cmd_encode(int argc, char **argv) {
     corpus_check_utf8(pos[1], text, len, 0);
     IdBuf ids = {0};
     size_t lines = 0, tokens = 0;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = mhe_now_s(), c0 = cpu_s();
     size_t i = 0;
     char num[16];
     while (i < len) {
@@ -86,7 +77,7 @@ static int tok_cmd_encode(int argc, char **argv) {
         }
         i = e + 1;
     }
-    double dt = now_s() - t0, dc = cpu_s() - c0;
+    double dt = mhe_now_s() - t0, dc = cpu_s() - c0;
     if (bench)  // MB per CPU second is the per-core rate even on a loaded machine
         printf("bytes %zu lines %zu tokens %zu seconds %.3f cpu_seconds %.3f MB/s %.2f "
                "MB/cpu-s %.2f\n", len, lines, tokens, dt, dc, (double)len / 1e6 / (dt > 0 ? dt : 1e-9),
@@ -132,7 +123,7 @@ static int tok_cmd_train(int argc, char **argv) {
     if (opt.vocab_size <= 0) mhe_fail("tokenizer train: --vocab-size N is required");
     if (!out) mhe_fail("tokenizer train: --out DIR is required");
     if (n_in == 0) mhe_fail("tokenizer train: no INPUTS given");
-    double t0 = now_s();
+    double t0 = mhe_now_s();
     Tokenizer *t = tokenizer_train(&opt, n_in, inputs);
     tokenizer_save(t, out);
     if (tokenizer_vocab_size(t) > opt.vocab_size)
@@ -142,7 +133,7 @@ static int tok_cmd_train(int argc, char **argv) {
         fprintf(stderr, "tokenizer: no pair left to merge before --vocab-size %d\n", opt.vocab_size);
     fprintf(stderr, "tokenizer: %s vocabulary of %d tokens written to %s in %.1f s\n",
             opt.kind == TOK_WORDPIECE ? "wordpiece" : "bpe", tokenizer_vocab_size(t), out,
-            now_s() - t0);
+            mhe_now_s() - t0);
     tokenizer_free(t);
     free(inputs);
     return 0;

@@ -395,19 +395,14 @@ static void gpt2_weights(Weights *w, const char *dir, const Config *cfg, const P
     check_tied(w, "lm_head.weight", params + we->offset, we->numel, "the word embeddings");
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 // Every tensor in the files was used, or is a buffer / the pooler that mhetrain does not keep.
 static int check_all_used(const Weights *w) {
     int dropped = 0;
     for (int f = 0; f < w->n; f++)
         for (int i = 0; i < w->files[f].count; i++) {
             const char *name = w->files[f].tensors[i].name;
-            if (w->used[f][i] || ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
-                ends_with(name, "position_ids"))
+            if (w->used[f][i] || mhe_has_suffix(name, ".attn.bias") || mhe_has_suffix(name, ".attn.masked_bias") ||
+                mhe_has_suffix(name, "position_ids"))
                 continue;
             if (strncmp(name, "pooler.", 7) == 0 || strncmp(name, "bert.pooler.", 12) == 0) {
                 dropped++;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/rng.h"
 
@@ -16,12 +17,6 @@ extern void dposv_(const char *uplo, const int *n, const int *nrhs, double *a, c
                    const int *ldb, int *info);
 extern void dsyev_(const char *jobz, const char *uplo, const int *n, double *a, const int *lda, double *w,
                    double *work, const int *lwork, int *info);
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void convert_config(Config *cfg, const ConvertOptions *o, const char *where) {
     const int n = cfg->model.heads, d = cfg->model.head_dim;
@@ -323,7 +318,7 @@ void convert_params(const Config *sc, const ParamTable *st, const float *sp, con
     const int n = sc->model.heads, d = sc->model.head_dim, D = sc->model.hidden;
     for (int l = 0; l < sc->model.layers; l++) {
         ConvertLayerReport rep = {0};
-        const double t0 = now_s();
+        const double t0 = mhe_now_s();
         if (dc->attention.type == ATTN_COLLAB) {
             collab_layer(sc, st, sp, dc, dt, dp, l, o, &rep);
         } else {
@@ -333,7 +328,7 @@ void convert_params(const Config *sc, const ParamTable *st, const float *sp, con
             pool_heads(src_at(st, sp, l, "v.weight"), dst_at(dt, dp, l, "v.weight"), n, g, d, D);
             pool_heads(src_at(st, sp, l, "v.bias"), dst_at(dt, dp, l, "v.bias"), n, g, d, 0);
         }
-        rep.seconds = now_s() - t0;
+        rep.seconds = mhe_now_s() - t0;
         if (reports) reports[l] = rep;
     }
 }
