@@ -115,44 +115,6 @@ public:
     }
 };
 
-// Elements a row-major operand of `rows` rows of `cols` with leading dimension ld spans.
-static size_t span(size_t rows, size_t cols, size_t ld) { return rows && cols ? (rows - 1) * ld + cols : 0; }
-
-// ---- matmuls ----
-
-// The bf16 form of a matmul operand: an activation as it is, fp32 memory from its allocation's
-// copy (rounded into `scratch` when it is not the backend's memory).
-static const void *operand(Backend *be, MatIn m, size_t n, __nv_bfloat16 *scratch) {
-    if (m.is_act) return m.p;
-    if (const __nv_bfloat16 *w = cuda_weight_copy(be, static_cast<const float *>(m.p), n)) return w;
-    cuda_round_bf16(be, static_cast<const float *>(m.p), scratch, n);
-    return scratch;
-}
-
-static void act_matmul(Backend *be, int ta, int tb, int M, int N, int K, float alpha, MatIn A, MatIn B, float beta,
-                       MatOut C) {
-    if (M == 0 || N == 0) return;
-    double t0 = cuda_prof_begin(be);
-    CudaCtx *c = cuda_ctx(be);
-    const size_t na = A.is_act ? 0 : span(ta ? K : M, ta ? M : K, A.ld);
-    const size_t nb = B.is_act ? 0 : span(tb ? N : K, tb ? K : N, B.ld);
-    __nv_bfloat16 *scratch = cuda_grow(be, c->bf16_scratch, c->bf16_scratch_elems, na + nb);
-    const void *pa = operand(be, A, na, scratch), *pb = operand(be, B, nb, scratch + na);
-    if (!C.is_act) cuda_fp32_wrote_alloc(be, C.p);
-    if (!C.is_act)
-        mhe_cost_record_gemm(M, N, K, 1, 1, beta != 0.0f);
-    else if (beta != 0.0f)
-        mhe_cost_record_gemm_bf16_acc(M, N, K);
-    else
-        mhe_cost_record_gemm_bf16_out(M, N, K, nullptr, 0.0);
-    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ (cuda_backend.cu).
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                            N, M, K, &alpha, pb, CUDA_R_16BF, B.ld, 0, pa, CUDA_R_16BF, A.ld, 0,
-                                            &beta, C.p, C.is_act ? CUDA_R_16BF : CUDA_R_32F, C.ld, 0, 1,
-                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K);
-}
-
 // ---- bias (the linear layers' epilogue work) ----
 
 __global__ void act_bias_add_kernel(__nv_bfloat16 *y, const float *bias, size_t total, int C) {
@@ -365,7 +327,6 @@ void cuda_install_act_bf16(Backend *be) {
     be->act = DT_BF16;
     be->upload_act = act_upload;
     be->download_act = act_download;
-    be->matmul = act_matmul;
     be->linear_forward = act_linear_forward;
     be->linear_backward = act_linear_backward;
     be->linear_gelu_forward = act_linear_gelu_forward;

@@ -101,7 +101,8 @@ static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops
 }
 
 // Row-major batched C = alpha op(A) op(B) + beta C through cuBLAS on fp32 memory (bf16 mode runs
-// it on the staged fp32 copies of cuda_act.cu), without profiling: the building block of matmul_batched and of the attention GEMMs.
+// it on the staged fp32 copies of cuda_act.cu), without profiling: the building block of matmul_batched and of the attention GEMMs
+// (cuda_matmul.cu, with cuda_gemm_heads and cuda_gemm_heads_bf16 below).
 void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
                        const float *A, int lda, long stride_a, const float *B, int ldb,
                        long stride_b, float beta, float *C, int ldc, long stride_c, int batch);
@@ -186,7 +187,7 @@ void cuda_fp32_wrote_alloc(Backend *be, const void *p);
 // stores the value (AdamW, LAMB's step, the fp32 elementwise ops: the copy stays current across
 // optimizer steps); nullptr: none (fp32 mode, no copy yet, or p not the backend's memory).
 __nv_bfloat16 *cuda_fp32_copy_out(Backend *be, const float *p, size_t n);
-// y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel).
+// y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel, cuda_weight_copy.cu).
 void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n);
 
 // An activation in bf16 mode (nullptr in fp32 mode): the kernels shared by both modes take an
@@ -242,6 +243,7 @@ static inline unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BL
 
 // Each file's ops into the table (one file per layer family; the file's first line says what
 // it defines).
+void cuda_install_matmul(Backend *be);
 void cuda_install_elementwise(Backend *be);
 void cuda_install_heads(Backend *be);
 void cuda_install_activation(Backend *be);
@@ -249,6 +251,9 @@ void cuda_install_embedding(Backend *be);
 void cuda_install_reduce(Backend *be);
 // bf16 activations (cuda_act.cu): the Act ops over bf16 storage, installed last.
 void cuda_install_act_bf16(Backend *be);
+// Each family's ops on bf16 activations, installed after cuda_install_act_bf16 (which keeps the
+// fp32 table they replace, for the staged ops).
+void cuda_install_matmul_bf16(Backend *be);
 // Their bf16 copies of fp32 matmul operands, one per backend allocation (cuda_weight_copy.cu):
 // its registration and release (bf16 mode), and the current copy of [p, p + n) (nullptr: p is
 // not the backend's memory).

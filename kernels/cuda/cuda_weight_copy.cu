@@ -22,6 +22,18 @@
 #include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 
+// The rounding that makes the copies (and the bf16 operands of fp32 memory that has none).
+__global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)blockDim.x * gridDim.x)
+        y[i] = __float2bfloat16(x[i]);
+}
+
+void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
+    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, y, n);
+    CUDA_CHECK_LAUNCH();
+}
+
 struct WeightCopy {
     size_t bytes;
     __nv_bfloat16 *copy;  // bytes / 4 values, made on first use as an operand; nullptr: none yet
