@@ -115,40 +115,7 @@ public:
     }
 };
 
-// ---- bias (the linear layers' epilogue work) ----
-
-__global__ void act_bias_add_kernel(__nv_bfloat16 *y, const float *bias, size_t total, int C) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)blockDim.x * gridDim.x)
-        y[i] = __float2bfloat16(__bfloat162float(y[i]) + bias[i % C]);
-}
-// One thread per column, rows in order: deterministic (the fp32 backend's bias_backward too).
-__global__ void act_bias_backward_kernel(const __nv_bfloat16 *dy, int N, int C, size_t ld, float *dbias) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0;
-    for (int r = 0; r < N; r++) s += __bfloat162float(dy[(size_t)r * ld + c]);
-    dbias[c] += s;
-}
-static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) {
-    double t0 = cuda_prof_begin(be);
-    const size_t total = (size_t)N * C;
-    if (total) MHE_LAUNCH(act_bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)total, 4.0 * total + 4.0 * C))(ab(y), bias, total, C);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
-}
-void cuda_act_bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias) {
-    double t0 = cuda_prof_begin(be);
-    const unsigned blocks = (unsigned)((C + MHE_BLOCK - 1) / MHE_BLOCK);
-    cuda_fp32_wrote_alloc(be, dbias);
-    if (C) MHE_LAUNCH(act_bias_backward_kernel, blocks, MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 2.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(ab(dy), N, C, (size_t)ld, dbias);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
-}
-static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
-    cuda_act_bias_backward_ld(be, dy, N, C, C, dbias);
-}
-
-// ---- linear layers: the matmuls above and the bias kernels ----
+// ---- linear layers: the matmuls (cuda_matmul.cu) and the bias kernels (cuda_bias.cu) ----
 
 static void act_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
                                Act *y) {
@@ -331,8 +298,6 @@ void cuda_install_act_bf16(Backend *be) {
     be->linear_backward = act_linear_backward;
     be->linear_gelu_forward = act_linear_gelu_forward;
     be->linear_backward_gelu = act_linear_backward_gelu;
-    be->bias_add = act_bias_add;
-    be->bias_backward = act_bias_backward;
     be->add = act_add;
     be->layernorm_forward = act_layernorm_forward;
     be->attention_forward = act_attention_forward;

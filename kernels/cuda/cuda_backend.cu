@@ -168,6 +168,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     be->zero = cuda_zero;
     be->synchronize = cuda_synchronize;
     cuda_install_matmul(be);
+    cuda_install_bias(be);
     cuda_install_elementwise(be);
     cuda_install_heads(be);
     cuda_install_activation(be);
@@ -185,6 +186,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     if (c->act_bf16) {
         cuda_install_act_bf16(be);  // first: it keeps the fp32 table the staged ops run
         cuda_install_matmul_bf16(be);
+        cuda_install_bias_bf16(be);
     }
     // Last: it hands each attention call to its core, the own ones through the ops above.
     cuda_install_attention_dispatch(be);

@@ -1,40 +1,7 @@
-// defines: bias add and backward, the elementwise arithmetic of the residual stream (add, axpy,
-// scale, add_scalar, mul, mul_acc), row gather / scatter.  The bias fallback's column sums take
-// one thread per column, in order: deterministic (bias gradients normally come from
-// cuBLASLt's BGRADB, cuda_linear.cu).
+// defines: the elementwise arithmetic of the residual stream (add, axpy, scale, add_scalar, mul,
+// mul_acc), row gather / scatter.
 #include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
-
-__global__ void bias_add_kernel(float *y, __nv_bfloat16 *yb, const float *bias, size_t total, int C) {
-    GRID_STRIDE(i, total) store_dual(y, yb, i, y[i] + bias[i % C]);
-}
-__global__ void bias_backward_kernel(const float *dy, int N, int C, size_t ld, float *dbias) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0;
-    for (int r = 0; r < N; r++) s += dy[(size_t)r * ld + c];
-    dbias[c] += s;
-}
-
-static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
-    double t0 = cuda_prof_begin(be);
-    size_t total = (size_t)N * C;
-    __nv_bfloat16 *yb = cuda_fp32_copy_out(be, y, total);
-    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_bf16_store(mhe_cost((double)total, 8.0 * total + 4.0 * C), yb, total))(y, yb, bias, total, C);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
-}
-// dbias[c] += sum_r dy[r, c], dy's rows ld apart
-void cuda_bias_backward_ld(Backend *be, const float *dy, int N, int C, int ld, float *dbias) {
-    double t0 = cuda_prof_begin(be);
-    cuda_fp32_wrote(be, dbias, (size_t)C * sizeof(float));
-    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 4.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(dy, N, C, (size_t)ld, dbias);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
-}
-static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
-    cuda_bias_backward_ld(be, dy, N, C, C, dbias);
-}
 
 enum { EW_ADD, EW_AXPY, EW_SCALE, EW_ADD_SCALAR, EW_MUL, EW_MUL_ACC };
 
@@ -120,14 +87,8 @@ static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, i
 }
 
 // The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
-static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) { cuda_bias_add(be, af(y), bias, N, C); }
-static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
-    cuda_bias_backward(be, af(dy), N, C, dbias);
-}
 static void act_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) { cuda_add(be, af(a), af(b), af(out), n); }
 void cuda_install_elementwise(Backend *be) {
-    be->bias_add = act_bias_add;
-    be->bias_backward = act_bias_backward;
     be->add = act_add;
     be->axpy = cuda_axpy;
     be->scale = cuda_scale;

@@ -244,6 +244,7 @@ static inline unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BL
 // Each file's ops into the table (one file per layer family; the file's first line says what
 // it defines).
 void cuda_install_matmul(Backend *be);
+void cuda_install_bias(Backend *be);
 void cuda_install_elementwise(Backend *be);
 void cuda_install_heads(Backend *be);
 void cuda_install_activation(Backend *be);
@@ -254,6 +255,7 @@ void cuda_install_act_bf16(Backend *be);
 // Each family's ops on bf16 activations, installed after cuda_install_act_bf16 (which keeps the
 // fp32 table they replace, for the staged ops).
 void cuda_install_matmul_bf16(Backend *be);
+void cuda_install_bias_bf16(Backend *be);
 // Their bf16 copies of fp32 matmul operands, one per backend allocation (cuda_weight_copy.cu):
 // its registration and release (bf16 mode), and the current copy of [p, p + n) (nullptr: p is
 // not the backend's memory).
@@ -288,7 +290,7 @@ void cuda_check_dw_zero(Backend *be, const float *dW, size_t n, const float *db,
 bool cuda_act_linear_forward_padded(Backend *be, const __nv_bfloat16 *x, const __nv_bfloat16 *W,
                                     const __nv_bfloat16 *b, int N, int in, int out, __nv_bfloat16 *y);
 void cuda_install_linear_ld(Backend *be);
-// dbias[c] += Σ_r dy[r, c] with dy's rows ld apart: fp32 dy (cuda_elementwise.cu) and bf16 (cuda_act.cu);
+// dbias[c] += Σ_r dy[r, c] with dy's rows ld apart (cuda_bias.cu): fp32 dy and bf16;
 // bias_backward is each with ld = C.
 void cuda_bias_backward_ld(Backend *be, const float *dy, int N, int C, int ld, float *dbias);
 void cuda_act_bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias);
