@@ -12,7 +12,8 @@
 // LayerNorm's backwards, the per-head broadcast and its backwards, the cross-entropy, the
 // tensor-core attention) run on the bf16 buffers themselves (cuda_internal.h's act_in/act_out
 // name the buffer in this mode); tanh, the row gather and scatter
-// and the embeddings' two ops have kernels templated on the element type (cuda_elementwise.cu).
+// and the embeddings' two ops have kernels templated on the element type (cuda_activation.cu,
+// cuda_rows.cu, cuda_embedding.cu).
 // The attention core off the tensor-core path runs the fp32 kernels on widened copies: each Act input is widened into an fp32 staging buffer (a
 // compact [rows, cols] for strided ones), the fp32 op runs there, and each Act output is rounded
 // back (a strided one only over its own columns, so the slices of one fused buffer stay each

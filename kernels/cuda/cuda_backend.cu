@@ -170,6 +170,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     cuda_install_matmul(be);
     cuda_install_bias(be);
     cuda_install_elementwise(be);
+    cuda_install_rows(be);
     cuda_install_heads(be);
     cuda_install_activation(be);
     cuda_install_embedding(be);

@@ -1,5 +1,5 @@
 // defines: the elementwise arithmetic of the residual stream (add, axpy, scale, add_scalar, mul,
-// mul_acc), row gather / scatter.
+// mul_acc).
 #include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
 
@@ -41,51 +41,6 @@ static void cuda_add_scalar(Backend *be, const float *x, float c, float *out, si
 static void cuda_mul(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL, a, b, 0, out, n); }
 static void cuda_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL_ACC, a, b, 0, out, n); }
 
-// Row gather / scatter: the MLM head runs on the scored rows only (ops.h).  One element per
-// thread of a grid-stride loop; rows are distinct for the scatter, so no atomics.  Elements move
-// unchanged, in the activations' type.
-template <typename E>
-__global__ void gather_rows_kernel(const E *src, const int32_t *rows, int M, int C, E *dst, __nv_bfloat16 *dstb) {
-    GRID_STRIDE(i, (size_t)M * C) {
-        const E v = src[(size_t)rows[i / C] * C + i % C];
-        dst[i] = v;
-        if (dstb) dstb[i] = __float2bfloat16(ld_float(&v, 0));
-    }
-}
-template <typename E>
-__global__ void scatter_rows_kernel(const E *src, const int32_t *rows, int M, int C, E *dst) {
-    GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
-}
-static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
-    (void)src_rows;  // only the rows named are read
-    double t0 = cuda_prof_begin(be);
-    const size_t total = (size_t)M * C;
-    cudaStream_t st = cuda_stream(be);
-    if (!total) {
-    } else if (act16(be)) {
-        MHE_LAUNCH(gather_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst), nullptr);
-    } else {
-        __nv_bfloat16 *dstb = cuda_fp32_copy_out(be, af(dst), total);
-        MHE_LAUNCH(gather_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_bf16_store(mhe_cost(0, 8.0 * total + 4.0 * M), dstb, total))(af(src), rows, M, C, af(dst), dstb);
-    }
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_OTHER, t0, 0);
-}
-static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int dst_rows) {
-    double t0 = cuda_prof_begin(be);
-    const size_t total = (size_t)M * C;
-    cudaStream_t st = cuda_stream(be);
-    if (!total) {
-    } else if (act16(be)) {
-        MHE_LAUNCH(scatter_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst));
-    } else {
-        cuda_fp32_wrote(be, dst, (size_t)dst_rows * C * sizeof(float));
-        MHE_LAUNCH(scatter_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 8.0 * total + 4.0 * M))(af(src), rows, M, C, af(dst));
-    }
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_OTHER, t0, 0);
-}
-
 // The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
 static void act_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) { cuda_add(be, af(a), af(b), af(out), n); }
 void cuda_install_elementwise(Backend *be) {
@@ -95,6 +50,4 @@ void cuda_install_elementwise(Backend *be) {
     be->add_scalar = cuda_add_scalar;
     be->mul = cuda_mul;
     be->mul_acc = cuda_mul_acc;
-    be->gather_rows = act_gather_rows;
-    be->scatter_rows = act_scatter_rows;
 }

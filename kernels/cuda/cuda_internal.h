@@ -246,6 +246,7 @@ static inline unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BL
 void cuda_install_matmul(Backend *be);
 void cuda_install_bias(Backend *be);
 void cuda_install_elementwise(Backend *be);
+void cuda_install_rows(Backend *be);
 void cuda_install_heads(Backend *be);
 void cuda_install_activation(Backend *be);
 void cuda_install_embedding(Backend *be);
