@@ -133,7 +133,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
-    // A bf16 run stores its activations in bf16 (cuda_act.cu).
+    // A bf16 run stores its activations in bf16 (cuda_act_stage.cu).
     c->act_bf16 = bf16 != 0;
     // Heads per tensor-core dK/dV block (cuda_flash_tc_bwd.cu chooses by default): lets the tests
     // run one shape split every way.
@@ -188,6 +188,10 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
         cuda_install_act_bf16(be);  // first: it keeps the fp32 table the staged ops run
         cuda_install_matmul_bf16(be);
         cuda_install_bias_bf16(be);
+        cuda_install_linear_bf16(be);
+        cuda_install_elementwise_bf16(be);
+        cuda_install_layernorm_bf16(be);
+        cuda_install_attention_bf16(be);
     }
     // Last: it hands each attention call to its core, the own ones through the ops above.
     cuda_install_attention_dispatch(be);

@@ -51,3 +51,16 @@ void cuda_install_elementwise(Backend *be) {
     be->mul = cuda_mul;
     be->mul_acc = cuda_mul_acc;
 }
+
+// bf16 activations (bf16 mode): add on the pre-LN residual stream, fp32 inside.
+__global__ void act_add_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, __nv_bfloat16 *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
+        out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+static void bf16_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(act_add_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 6.0 * n))(ab(a), ab(b), ab(out), n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+void cuda_install_elementwise_bf16(Backend *be) { be->add = bf16_add; }

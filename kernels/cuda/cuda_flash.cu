@@ -11,7 +11,7 @@
 // One thread per query row (forward, dQ) or key row (dK/dV); per-row vectors live in shared
 // memory (rows padded by one float against bank conflicts), K/V (or Q/G) tiles are staged in
 // shared memory and read by all threads at once.  Products run on the fp32 CUDA cores (in bf16
-// mode on the fp32 staging of cuda_act.cu, for the shapes the tensor-core kernels do not take).
+// mode on the fp32 staging of cuda_act_stage.h, for the shapes the tensor-core kernels do not take).
 #include <cmath>
 
 #include "kernels/cuda/cuda_attn_idx.h"

@@ -158,7 +158,7 @@ static inline TcArgs tc_args(const AttnShape *s) {
 // Query heads as dQ sees them: every head with q_scale (per-head gradients), else q's.
 static inline int tc_dq_heads(const AttnShape *s) { return s->q_scale ? s->n_heads : s->q_heads; }
 
-// With bf16 activations (cuda_act.cu) the attention core's float * arguments carry bf16 elements
+// With bf16 activations (cuda_act_stage.cu) the attention core's float * arguments carry bf16 elements
 // on the tensor-core path (ops.h's Act, passed through the fp32-typed entry points): these name
 // them as what they hold.
 static inline const bf16_t *tc_act(const float *p) { return reinterpret_cast<const bf16_t *>(p); }

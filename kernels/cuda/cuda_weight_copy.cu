@@ -1,7 +1,7 @@
 // bf16 copies of fp32 matmul operands (bf16 mode), and the fp32 write hooks that keep them
 // current.
 //
-// In a bf16 run every activation is bf16 (cuda_act.cu); a matmul's fp32 operand is a weight (the
+// In a bf16 run every activation is bf16 (cuda_act_stage.cu); a matmul's fp32 operand is a weight (the
 // model's fp32 operands are parameters).  It is read from a bf16 copy of the whole backend
 // allocation holding it — the parameter buffer — made at its first use.  One flag per
 // allocation, no intervals: every write of fp32 device memory reports itself (cuda_fp32_wrote,
