@@ -1,3 +1,5 @@
+// defines: the gemm and plain attention cores, the own cores' entry (flash, gemm or plain by shape:
+// attn_path), and in bf16 mode that entry on fp32 staged copies off the tensor-core path.
 // The attention core (ops.h AttnShape): scores, masked softmax and weighted sums as plain
 // kernels, probabilities P [B, n, T, T] saved for the backward, dS [B, n, T, T] in scratch.
 // Query head h reads Q head h/(n/q_heads), K head h/(n/k_heads), V head h/(n/v_heads); the

@@ -1,3 +1,4 @@
+// defines: the cost model's recording interface (MheCost, mhe_cost_record*, MHE_LAUNCH's cost).
 // The cost model's recording side (kernels/cuda/README.md "Cost model"): every kernel launch
 // (MHE_LAUNCH), cuBLAS call, memset and copy of the backend states its work here, at the place
 // it is issued, so a new kernel cannot be left out: MHE_LAUNCH does not compile without a cost.

@@ -1,3 +1,5 @@
+// defines: the flash attention core on CUDA cores (fp32 kernels, every feature), its support
+// check and sizes, and the hand-off to the tensor-core kernels (cuda_flash_tc.cu).
 // Fused ("flash") attention: tiled, online softmax, nothing of size T x T in global memory
 // (DESIGN.md §1 semantics, every AttnShape feature).  The forward saves only the row
 // log-sum-exp L [B, n, T] and the unscaled output Opre = dropout(P) V [B, T, n, v_dim]; the

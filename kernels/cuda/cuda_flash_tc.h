@@ -1,3 +1,4 @@
+// defines: what the tensor-core flash kernels share (argument block, tile staging, warp products).
 // What the tensor-core flash kernels share (cuda_flash_tc.cu: forward; cuda_flash_tc_bwd.cu:
 // dQ and dK/dV): the argument block, tile staging, the two warp-level products and the host's
 // argument / input / opt-in helpers.  Each warp owns 16 rows of its block's side and multiplies

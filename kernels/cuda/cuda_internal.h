@@ -1,3 +1,4 @@
+// defines: what the CUDA backend's .cu files share: CudaCtx, profiling, buffers, install functions.
 // Shared by the CUDA backend's .cu files: the backend context, profiling and the op tables
 // each file installs.
 #ifndef MHE_KERNELS_CUDA_INTERNAL_H

@@ -1,3 +1,4 @@
+// defines: the linear layers through cuBLASLt with fused epilogues (bias, GELU), fp32 and bf16.
 // Linear layers (ops.h linear_forward / linear_backward) through cuBLASLt with the bias fused
 // into the GEMM: the forward's EPILOGUE_BIAS adds b while the product is written (no bias_add
 // pass re-reading and re-writing y), the backward's EPILOGUE_BGRADB sums dy's columns while

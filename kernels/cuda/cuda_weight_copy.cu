@@ -1,3 +1,5 @@
+// defines: bf16 mode's bf16 copies of fp32 matmul operands, the rounding that makes them
+// (cuda_round_bf16) and the fp32 write hooks (cuda_fp32_wrote, cuda_fp32_copy_out).
 // bf16 copies of fp32 matmul operands (bf16 mode), and the fp32 write hooks that keep them
 // current.
 //
