@@ -546,7 +546,7 @@ static AttnShape with_key_bias(const AttnShape *s, Stage &st) {
     return t;
 }
 static void staged_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,
-                                  float *saved, float *scratch) {
+                                     float *saved, float *scratch) {
     Stage st(be, OPC_ATTENTION);
     const size_t rows = (size_t)s->B * s->T;
     if (cuda_attention_tc(be, s)) {
@@ -561,8 +561,8 @@ static void staged_attention_forward(Backend *be, const AttnShape *s, const Act 
     st.done();
 }
 static void staged_attention_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
-                                   const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
-                                   float *dout_scale, float *dout_shift, float *scratch) {
+                                      const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
+                                      float *dout_scale, float *dout_shift, float *scratch) {
     Stage st(be, OPC_ATTENTION);
     const size_t rows = (size_t)s->B * s->T;
     if (cuda_attention_tc(be, s)) {

@@ -503,7 +503,7 @@ __global__ void act_layernorm_forward_kernel(const __nv_bfloat16 *x, const float
     }
 }
 static void bf16_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
-                                  float eps, Act *y, float *mean, float *rstd) {
+                                   float eps, Act *y, float *mean, float *rstd) {
     double t0 = cuda_prof_begin(be);
     cuda_fp32_wrote_alloc(be, mean);
     cuda_fp32_wrote_alloc(be, rstd);

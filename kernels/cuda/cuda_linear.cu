@@ -343,7 +343,7 @@ void cuda_install_linear(Backend *be) {
 // bf16 activations (bf16 mode): the cuBLASLt GEMMs above, or where no plan exists the matmul
 // (cuda_matmul.cu) and the bias kernels (cuda_bias.cu).
 static void bf16_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
-                               Act *y) {
+                                Act *y) {
     double t0 = cuda_prof_begin(be);
     if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(y))) {
         cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
@@ -353,7 +353,7 @@ static void bf16_linear_forward(Backend *be, const Act *x, const float *W, const
     if (b) be->bias_add(be, y, b, N, out);
 }
 static void bf16_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
-                                Act *dx, int accumulate, float *dW, float *db, int dW_zero) {
+                                 Act *dx, int accumulate, float *dW, float *db, int dW_zero) {
     if (dW_zero) cuda_check_dw_zero(be, dW, (size_t)out * in, db, db ? (size_t)out : 0, "linear_backward");
     if (dx)
         be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
@@ -370,7 +370,7 @@ static void bf16_linear_backward(Backend *be, const Act *dy, const Act *x, const
 // The FFN's GELU_TANH projections through cuBLASLt's GELU epilogues (above): g is GELU
 // of the fp32 sum and dx multiplies the fp32 product (one bf16 rounding fewer than the two ops).
 static void bf16_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
-                                    int in, int out, Act *u, Act *g) {
+                                     int in, int out, Act *u, Act *g) {
     if (kind == GELU_TANH) {
         double t0 = cuda_prof_begin(be);
         if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(u), ab(g))) {
@@ -382,7 +382,7 @@ static void bf16_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, c
     be->gelu_forward(be, kind, u, g, (size_t)N * out);
 }
 static void bf16_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
-                                     int in, int out, const Act *u, Act *dx, float *dW, float *db, int dW_zero) {
+                                      int in, int out, const Act *u, Act *dx, float *dW, float *db, int dW_zero) {
     if (kind == GELU_TANH) {
         double t0 = cuda_prof_begin(be);
         if (cuda_act_linear_dgelu(be, ab(dy), W, ab(u), N, in, out, ab(dx))) {
