@@ -1,3 +1,4 @@
+// defines: kernels/backend_info.h for the CUDA build: versions, device count, backend_cuda_create_for.
 // What the CUDA build reports about itself (kernels/backend_info.h): runtime, driver, cuBLAS and
 // NCCL versions, and the device count (0 on a machine without a GPU or driver).
 #include "kernels/cuda/cuda_attn_core.h"

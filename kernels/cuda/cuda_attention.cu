@@ -1,9 +1,12 @@
+// defines: the gemm and plain attention cores, the own cores' entry (flash, gemm or plain by shape:
+// attn_path), and in bf16 mode that entry on fp32 staged copies off the tensor-core path.
 // The attention core (ops.h AttnShape): scores, masked softmax and weighted sums as plain
 // kernels, probabilities P [B, n, T, T] saved for the backward, dS [B, n, T, T] in scratch.
 // Query head h reads Q head h/(n/q_heads), K head h/(n/k_heads), V head h/(n/v_heads); the
 // gradients of shared heads are summed over their query heads inside one thread (no atomics).
 #include <cmath>
 
+#include "kernels/cuda/cuda_act_stage.h"
 #include "kernels/cuda/cuda_attn_core.h"
 
 #include "kernels/cuda/cuda_attn_idx.h"
@@ -519,4 +522,66 @@ void cuda_install_attention(Backend *be) {
     be->attention_sizes = cuda_attention_sizes;
     be->attention_forward = act_attention_forward;
     be->attention_backward = act_attention_backward;
+}
+
+// bf16 activations (bf16 mode): the cores above on fp32 copies of their bf16 arguments
+// (cuda_act_stage.h), except the tensor-core flash kernels, which read and store bf16 themselves.
+static Backend *f32(Backend *be) { return cuda_ctx(be)->f32; }
+
+// Q, K, V (and their gradients) staged compact: the fp32 core sees row strides heads * dim.
+static AttnShape compact(const AttnShape *s, Stage &st) {
+    AttnShape t = *s;
+    t.ldq = s->q_heads * s->qk_dim;
+    t.ldk = s->k_heads * s->qk_dim;
+    t.ldv = s->v_heads * s->v_dim;
+    t.key_bias = st.in(s->key_bias, (size_t)s->B * s->T * s->n_heads);
+    return t;
+}
+// The tensor-core flash kernels (head dims 16, 32, 64 on the flash path) read and write bf16
+// themselves (cuda_flash_tc.h's tc_act): only the key bias and its gradient, fp32 there, are
+// staged.  Other shapes run the fp32 core on compact staged copies.
+static AttnShape with_key_bias(const AttnShape *s, Stage &st) {
+    AttnShape t = *s;
+    t.key_bias = st.in(s->key_bias, (size_t)s->B * s->T * s->n_heads);
+    return t;
+}
+static void staged_attention_forward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v, Act *out,
+                                     float *saved, float *scratch) {
+    Stage st(be, OPC_ATTENTION);
+    const size_t rows = (size_t)s->B * s->T;
+    if (cuda_attention_tc(be, s)) {
+        const AttnShape t = with_key_bias(s, st);
+        f32(be)->attention_forward(be, &t, q, k, v, out, saved, scratch);
+        st.done();
+        return;
+    }
+    const AttnShape t = compact(s, st);
+    const Act *qs = st.in(q, rows, t.ldq, s->ldq), *ks = st.in(k, rows, t.ldk, s->ldk), *vs = st.in(v, rows, t.ldv, s->ldv);
+    f32(be)->attention_forward(be, &t, qs, ks, vs, st.out(out, rows * s->n_heads * s->v_dim, false), saved, scratch);
+    st.done();
+}
+static void staged_attention_backward(Backend *be, const AttnShape *s, const Act *q, const Act *k, const Act *v,
+                                      const float *saved, const Act *dout, Act *dq, Act *dk, Act *dv, Act *dkey_bias,
+                                      float *dout_scale, float *dout_shift, float *scratch) {
+    Stage st(be, OPC_ATTENTION);
+    const size_t rows = (size_t)s->B * s->T;
+    if (cuda_attention_tc(be, s)) {
+        const AttnShape t = with_key_bias(s, st);
+        f32(be)->attention_backward(be, &t, q, k, v, saved, dout, dq, dk, dv, st.out(dkey_bias, rows * s->n_heads, false),
+                                    dout_scale, dout_shift, scratch);
+        st.done();
+        return;
+    }
+    const AttnShape t = compact(s, st);
+    const Act *qs = st.in(q, rows, t.ldq, s->ldq), *ks = st.in(k, rows, t.ldk, s->ldk), *vs = st.in(v, rows, t.ldv, s->ldv);
+    const Act *gs = st.in(dout, rows * s->n_heads * s->v_dim);
+    Act *dqs = st.out(dq, rows, t.ldq, s->ldq, false), *dks = st.out(dk, rows, t.ldk, s->ldk, false);
+    Act *dvs = st.out(dv, rows, t.ldv, s->ldv, false), *dkbs = st.out(dkey_bias, rows * s->n_heads, false);
+    f32(be)->attention_backward(be, &t, qs, ks, vs, saved, gs, dqs, dks, dvs, dkbs, dout_scale, dout_shift, scratch);
+    st.done();
+}
+
+void cuda_install_attention_bf16(Backend *be) {
+    be->attention_forward = staged_attention_forward;
+    be->attention_backward = staged_attention_backward;
 }

@@ -59,7 +59,7 @@ const AttnCore *attn_core_choose(Backend *be, const AttnShape *s, const char *re
 void attn_shape_describe(const AttnShape *s, char *out, size_t out_len);
 
 // The own cores (flash, gemm, plain) run through the ops their files installed before the
-// dispatcher (cuda_attention.cu, cuda_act.cu's bf16 staging); the dispatcher names the one
+// dispatcher (cuda_attention.cu, with its bf16 staging); the dispatcher names the one
 // chosen for the call in progress here, which those files read (cuda_attention.cu attn_path).
 AttnCoreId cuda_attn_own_core(Backend *be);
 

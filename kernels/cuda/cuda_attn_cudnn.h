@@ -1,3 +1,4 @@
+// defines: the C interface of the cuDNN attention core's graphs (cuda_attn_cudnn.cpp).
 // The C face of the cuDNN attention core's one C++17 translation unit (cuda_attn_cudnn.cpp):
 // cuDNN's fused SDPA (flash) forward and backward through the cuDNN frontend's graph API.
 // Everything here is host code; the frontend's headers stay inside that one file (they take

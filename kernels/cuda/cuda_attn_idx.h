@@ -1,3 +1,4 @@
+// defines: the attention kernels' index helpers (head of a row, key visibility, P's flat index).
 // Index helpers of the attention kernels (cuda_attention.cu, cuda_flash.cu): head h of a row
 // of Q/K/V, key visibility, the flat index of P [B, n, T, T] (also the dropout element index).
 #ifndef MHE_KERNELS_CUDA_CUDA_ATTN_IDX_H

@@ -1,6 +1,6 @@
-// The CUDA backend's skeleton: device and handles, memory, and the matmuls (cuBLAS).
-// Row-major C = op(A) op(B) is computed as the column-major product Cᵀ = op(B)ᵀ op(A)ᵀ, which
-// is the same memory: cuBLAS gets (B, A) swapped and M, N exchanged, no transposes copied.
+// defines: the CUDA backend's skeleton: device, stream and cuBLAS handle (backend_cuda_create,
+// destroy), device memory (alloc, free, memset, copies, uploads and downloads, recorded by the cost
+// model), synchronisation, and the op table filled by each family's install function.
 #include <cstdlib>
 #include <cstring>
 
@@ -94,127 +94,6 @@ static void cuda_synchronize(Backend *be) {
     cuda_stream_sync(be, "synchronize");
 }
 
-__global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)blockDim.x * gridDim.x)
-        y[i] = __float2bfloat16(x[i]);
-}
-
-void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
-    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, y, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-// Elements spanned by a row-major operand of `rows` rows of `cols` with leading dimension ld,
-// repeated `batch` times at `stride`: only these are read (never past the last row's end).
-static size_t operand_span(int rows, int cols, int ld, long stride, int batch) {
-    if (rows == 0 || cols == 0 || batch == 0) return 0;
-    return (size_t)(batch - 1) * (size_t)stride + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-}
-
-void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                       const float *A, int lda, long stride_a, const float *B, int ldb,
-                       long stride_b, float beta, float *C, int ldc, long stride_c, int batch) {
-    if (M == 0 || N == 0 || batch == 0) return;
-    CudaCtx *c = cuda_ctx(be);
-    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cuda_fp32_wrote(be, C, operand_span(M, N, ldc, stride_c, batch) * sizeof(float));
-    mhe_cost_record_gemm(M, N, K, batch, 0, beta != 0.0f);
-    CUBLAS_CHECK(cublasSgemmStridedBatched(c->blas, op_b, op_a, N, M, K, &alpha, B, ldb, stride_b, A, lda,
-                                           stride_a, &beta, C, ldc, stride_c, batch));
-}
-
-// Device pointer arrays for cuda_gemm_heads: entry i = b * n_heads + h of each operand.
-struct PtrSpec {
-    const char *base;
-    long seq_bytes, head_bytes;
-    int ratio;
-};
-__global__ void gemm_pointers_kernel(PtrSpec a, PtrSpec b, PtrSpec c, int n_heads, int count,
-                                     const void **out) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += blockDim.x * gridDim.x) {
-        int seq = i / n_heads, h = i % n_heads;
-        out[i] = a.base + seq * a.seq_bytes + (h / a.ratio) * a.head_bytes;
-        out[count + i] = b.base + seq * b.seq_bytes + (h / b.ratio) * b.head_bytes;
-        out[2 * count + i] = c.base + seq * c.seq_bytes + (h / c.ratio) * c.head_bytes;
-    }
-}
-
-// Elements from an operand's base to the end of the last matrix of the batch.
-static size_t heads_span(const GemmHeads &o, int rows, int cols, int n_seq, int n_heads) {
-    return (size_t)(n_seq - 1) * (size_t)o.seq_stride + (size_t)((n_heads - 1) / o.ratio) * (size_t)o.head_step +
-           operand_span(rows, cols, o.ld, 0, 1);
-}
-
-void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
-                     GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads) {
-    const int count = n_seq * n_heads;
-    if (M == 0 || N == 0 || count == 0) return;
-    if (C.ratio != 1) mhe_fatal("cuda_gemm_heads: the output must be per head");
-    CudaCtx *c = cuda_ctx(be);
-    cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
-    const long el = sizeof(float);  // fp32 operands (bf16 mode stages the attention core in fp32)
-    cuda_fp32_wrote(be, C.base, heads_span(C, M, N, n_seq, n_heads) * sizeof(float));
-    mhe_cost_record_gemm(M, N, K, count, 0, beta != 0.0f);
-    PtrSpec pa{reinterpret_cast<const char *>(A.base), A.seq_stride * el, A.head_step * el, A.ratio};
-    PtrSpec pb{reinterpret_cast<const char *>(B.base), B.seq_stride * el, B.head_step * el, B.ratio};
-    PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * el, C.head_step * el, 1};
-    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
-    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
-    CUDA_CHECK_LAUNCH();
-    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
-    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     N, M, K, &alpha, ptrs + count, CUDA_R_32F, B.ld, ptrs, CUDA_R_32F, A.ld, &beta,
-                                     c->gemm_ptrs + 2 * count, CUDA_R_32F, C.ld, count,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-void cuda_gemm_heads_bf16(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeadsBf16 A,
-                          GemmHeadsBf16 B, GemmHeadsBf16 C, int n_seq, int n_heads) {
-    const int count = n_seq * n_heads;
-    if (M == 0 || N == 0 || count == 0) return;
-    if (C.ratio != 1) mhe_fatal("cuda_gemm_heads_bf16: the output must be per head");
-    CudaCtx *c = cuda_ctx(be);
-    cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
-    const long ec = C.bf16 ? 2 : 4;
-    if (!C.bf16) {
-        const GemmHeads span{static_cast<const float *>(C.base), C.ld, C.seq_stride, C.head_step, 1};
-        cuda_fp32_wrote(be, C.base, heads_span(span, M, N, n_seq, n_heads) * sizeof(float));
-    }
-    mhe_cost_record_gemm_bf16_batched(M, N, K, count, C.bf16);
-    PtrSpec pa{static_cast<const char *>(A.base), A.seq_stride * 2, A.head_step * 2, A.ratio};
-    PtrSpec pb{static_cast<const char *>(B.base), B.seq_stride * 2, B.head_step * 2, B.ratio};
-    PtrSpec pc{static_cast<const char *>(C.base), C.seq_stride * ec, C.head_step * ec, 1};
-    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
-    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
-    CUDA_CHECK_LAUNCH();
-    const float beta = 0.0f;
-    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
-    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     N, M, K, &alpha, ptrs + count, CUDA_R_16BF, B.ld, ptrs, CUDA_R_16BF, A.ld, &beta,
-                                     c->gemm_ptrs + 2 * count, C.bf16 ? CUDA_R_16BF : CUDA_R_32F, C.ld, count,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
-                                float alpha, const float *A, int lda, long stride_a,
-                                const float *B, int ldb, long stride_b, float beta, float *C,
-                                int ldc, long stride_c, int batch) {
-    double t0 = cuda_prof_begin(be);
-    cuda_gemm_batched(be, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C,
-                      ldc, stride_c, batch);
-    cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * M * N * K * batch);
-}
-
-// Every operand is fp32 memory while be->act is DT_F32 (activations included; bf16 mode replaces
-// this op, cuda_act.cu).
-static void cuda_matmul(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha, MatIn A, MatIn B,
-                        float beta, MatOut C) {
-    cuda_matmul_batched(be, trans_a, trans_b, M, N, K, alpha, static_cast<const float *>(A.p), A.ld, 0,
-                        static_cast<const float *>(B.p), B.ld, 0, beta, static_cast<float *>(C.p), C.ld, 0, 1);
-}
-
 static void cuda_destroy(Backend *be) {
     CudaCtx *c = cuda_ctx(be);
     cuda_colsum_flush(be);
@@ -254,7 +133,7 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     Backend *be = static_cast<Backend *>(std::calloc(1, sizeof(Backend)));
     if (!c || !be) mhe_fatal("out of memory creating the CUDA backend");
     c->device = device;
-    // A bf16 run stores its activations in bf16 (cuda_act.cu).
+    // A bf16 run stores its activations in bf16 (cuda_act_stage.cu).
     c->act_bf16 = bf16 != 0;
     // Heads per tensor-core dK/dV block (cuda_flash_tc_bwd.cu chooses by default): lets the tests
     // run one shape split every way.
@@ -288,9 +167,10 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     be->copy = cuda_copy;
     be->zero = cuda_zero;
     be->synchronize = cuda_synchronize;
-    be->matmul = cuda_matmul;
-    be->matmul_batched = cuda_matmul_batched;
+    cuda_install_matmul(be);
+    cuda_install_bias(be);
     cuda_install_elementwise(be);
+    cuda_install_rows(be);
     cuda_install_heads(be);
     cuda_install_activation(be);
     cuda_install_embedding(be);
@@ -304,7 +184,15 @@ extern "C" Backend *backend_cuda_create(int device, int bf16) {
     // Deferred column sums (cuda_colsum.cu) with bf16 activations, where only the fp32 ops read
     // parameter gradients and they flush first.
     if (c->act_bf16) cuda_colsum_defer_init(be);
-    if (c->act_bf16) cuda_install_act_bf16(be);
+    if (c->act_bf16) {
+        cuda_install_act_bf16(be);  // first: it keeps the fp32 table the staged ops run
+        cuda_install_matmul_bf16(be);
+        cuda_install_bias_bf16(be);
+        cuda_install_linear_bf16(be);
+        cuda_install_elementwise_bf16(be);
+        cuda_install_layernorm_bf16(be);
+        cuda_install_attention_bf16(be);
+    }
     // Last: it hands each attention call to its core, the own ones through the ops above.
     cuda_install_attention_dispatch(be);
     return be;

@@ -1,3 +1,4 @@
+// defines: backend_cuda_create, the CUDA backend's constructor.
 // The CUDA backend: every op of kernels/ops.h on one GPU, matmuls through cuBLAS.
 #ifndef MHE_KERNELS_CUDA_BACKEND_H
 #define MHE_KERNELS_CUDA_BACKEND_H

@@ -1,3 +1,4 @@
+// defines: the column sums' second stage (cuda_colsum2_finish, _prod) and its deferral (bf16 mode).
 // The second stage of the column sums (cuda_colsum.h).
 #include "kernels/cuda/cuda_colsum.h"
 

@@ -1,3 +1,4 @@
+// defines: the deterministic two-stage column sums (stage 1 in each caller, cuda_colsum.cu stage 2).
 // Column sums over rows (the gradients of per-column parameters: LayerNorm's gamma and beta, the
 // MHE head embeddings) that use the whole GPU and stay deterministic.
 //

@@ -1,3 +1,4 @@
+// defines: what every .cu includes first: CUDA or its emulation, MHE_LAUNCH, checks, block reductions.
 // What every .cu source includes first: the CUDA headers under nvcc, or the CPU emulation
 // (emu/cuda_emu.h) when the same source is compiled as host C++ for the tests.  Also the
 // checking macros and the shared block-reduction helpers.

@@ -1,3 +1,4 @@
+// defines: the cost model's recorder (mhe_cost_*), the GPU figures and the bound (roofline) prediction.
 // The per-call cost model (kernels/cuda/README.md "Cost model"): the recorder every launch
 // reports to (cuda_cost.h) and the prediction
 //     time(call) = max(tc_flops / bf16_peak + flops / fp32_peak, bytes / bandwidth)

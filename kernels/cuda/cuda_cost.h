@@ -1,3 +1,4 @@
+// defines: the cost model's recording interface (MheCost, mhe_cost_record*, MHE_LAUNCH's cost).
 // The cost model's recording side (kernels/cuda/README.md "Cost model"): every kernel launch
 // (MHE_LAUNCH), cuBLAS call, memset and copy of the backend states its work here, at the place
 // it is issued, so a new kernel cannot be left out: MHE_LAUNCH does not compile without a cost.
@@ -40,7 +41,7 @@ bool mhe_cost_record_gemm(int M, int N, int K, int batch, int bf16, int reads_c)
 bool mhe_cost_record_gemm_epilogue(int M, int N, int K, int bf16, int reads_c, const char *epilogue,
                                    double epilogue_bytes);
 // The same with bf16 operands and a bf16 output (2 B per element of C, not read): the bf16
-// activations' matmuls and linear layers (cuda_act.cu, cuda_linear.cu).
+// activations' matmuls and linear layers (cuda_matmul.cu, cuda_linear.cu).
 bool mhe_cost_record_gemm_bf16_out(int M, int N, int K, const char *epilogue, double epilogue_bytes);
 // The same reading and writing a bf16 C (beta != 0: accumulating into a bf16 activation).
 bool mhe_cost_record_gemm_bf16_acc(int M, int N, int K);

@@ -1,7 +1,8 @@
+// defines: the cost model's efficiency table (the "expected" figures) and the formulas that use it.
 // The efficiency table of the cost model's "expected" figures and the two formulas that use it
 // (cuda_cost_expect.h).  Host code only, compiled by nvcc and by g++ (emulation) alike.
 // Sources: CALIBRATION.md (measured here, on an H100 SXM, 2026-11-28) and published figures
-// cited in kernels/cuda/README.md "Cost model: bound and expected".
+// cited in kernels/cuda/PERFORMANCE.md "Bound and expected".
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -1,4 +1,5 @@
-// The cost model's "expected" side (kernels/cuda/README.md "Cost model: bound and expected"):
+// defines: the interface of the cost model's expected side (cuda_cost_expect.cu).
+// The cost model's "expected" side (kernels/cuda/PERFORMANCE.md "Bound and expected"):
 // each recorded call at the efficiency GPUs are measured to reach, next to the roofline bound of
 // cuda_cost.cu.  The efficiency table in cuda_cost_expect.cu is the one place real measurements
 // change (kernels/cuda/CALIBRATION.md says where each figure comes from).

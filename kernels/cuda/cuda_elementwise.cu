@@ -1,40 +1,7 @@
-// defines: bias add and backward, the elementwise arithmetic of the residual stream (add, axpy,
-// scale, add_scalar, mul, mul_acc), row gather / scatter.  The bias fallback's column sums take
-// one thread per column, in order: deterministic (bias gradients normally come from
-// cuBLASLt's BGRADB, cuda_linear.cu).
+// defines: the elementwise arithmetic of the residual stream (add, axpy, scale, add_scalar, mul,
+// mul_acc).
 #include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
-
-__global__ void bias_add_kernel(float *y, __nv_bfloat16 *yb, const float *bias, size_t total, int C) {
-    GRID_STRIDE(i, total) store_dual(y, yb, i, y[i] + bias[i % C]);
-}
-__global__ void bias_backward_kernel(const float *dy, int N, int C, size_t ld, float *dbias) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0;
-    for (int r = 0; r < N; r++) s += dy[(size_t)r * ld + c];
-    dbias[c] += s;
-}
-
-static void cuda_bias_add(Backend *be, float *y, const float *bias, int N, int C) {
-    double t0 = cuda_prof_begin(be);
-    size_t total = (size_t)N * C;
-    __nv_bfloat16 *yb = cuda_fp32_copy_out(be, y, total);
-    if (total) MHE_LAUNCH(bias_add_kernel, cuda_grid_for(total), MHE_BLOCK, 0, cuda_stream(be), with_bf16_store(mhe_cost((double)total, 8.0 * total + 4.0 * C), yb, total))(y, yb, bias, total, C);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
-}
-// dbias[c] += sum_r dy[r, c], dy's rows ld apart
-void cuda_bias_backward_ld(Backend *be, const float *dy, int N, int C, int ld, float *dbias) {
-    double t0 = cuda_prof_begin(be);
-    cuda_fp32_wrote(be, dbias, (size_t)C * sizeof(float));
-    if (C) MHE_LAUNCH(bias_backward_kernel, cols_grid(C), MHE_BLOCK, 0, cuda_stream(be), mhe_cost_blocks((double)N * C, 4.0 * N * C + 8.0 * C, cuda_real_blocks(C)))(dy, N, C, (size_t)ld, dbias);
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
-}
-static void cuda_bias_backward(Backend *be, const float *dy, int N, int C, float *dbias) {
-    cuda_bias_backward_ld(be, dy, N, C, C, dbias);
-}
 
 enum { EW_ADD, EW_AXPY, EW_SCALE, EW_ADD_SCALAR, EW_MUL, EW_MUL_ACC };
 
@@ -74,66 +41,26 @@ static void cuda_add_scalar(Backend *be, const float *x, float c, float *out, si
 static void cuda_mul(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL, a, b, 0, out, n); }
 static void cuda_mul_acc(Backend *be, const float *a, const float *b, float *out, size_t n) { elementwise(be, EW_MUL_ACC, a, b, 0, out, n); }
 
-// Row gather / scatter: the MLM head runs on the scored rows only (ops.h).  One element per
-// thread of a grid-stride loop; rows are distinct for the scatter, so no atomics.  Elements move
-// unchanged, in the activations' type.
-template <typename E>
-__global__ void gather_rows_kernel(const E *src, const int32_t *rows, int M, int C, E *dst, __nv_bfloat16 *dstb) {
-    GRID_STRIDE(i, (size_t)M * C) {
-        const E v = src[(size_t)rows[i / C] * C + i % C];
-        dst[i] = v;
-        if (dstb) dstb[i] = __float2bfloat16(ld_float(&v, 0));
-    }
-}
-template <typename E>
-__global__ void scatter_rows_kernel(const E *src, const int32_t *rows, int M, int C, E *dst) {
-    GRID_STRIDE(i, (size_t)M * C) dst[(size_t)rows[i / C] * C + i % C] = src[i];
-}
-static void act_gather_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int src_rows) {
-    (void)src_rows;  // only the rows named are read
-    double t0 = cuda_prof_begin(be);
-    const size_t total = (size_t)M * C;
-    cudaStream_t st = cuda_stream(be);
-    if (!total) {
-    } else if (act16(be)) {
-        MHE_LAUNCH(gather_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst), nullptr);
-    } else {
-        __nv_bfloat16 *dstb = cuda_fp32_copy_out(be, af(dst), total);
-        MHE_LAUNCH(gather_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, with_bf16_store(mhe_cost(0, 8.0 * total + 4.0 * M), dstb, total))(af(src), rows, M, C, af(dst), dstb);
-    }
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_OTHER, t0, 0);
-}
-static void act_scatter_rows(Backend *be, const Act *src, const int32_t *rows, int M, int C, Act *dst, int dst_rows) {
-    double t0 = cuda_prof_begin(be);
-    const size_t total = (size_t)M * C;
-    cudaStream_t st = cuda_stream(be);
-    if (!total) {
-    } else if (act16(be)) {
-        MHE_LAUNCH(scatter_rows_kernel<__nv_bfloat16>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 4.0 * total + 4.0 * M))(ab(src), rows, M, C, ab(dst));
-    } else {
-        cuda_fp32_wrote(be, dst, (size_t)dst_rows * C * sizeof(float));
-        MHE_LAUNCH(scatter_rows_kernel<float>, cuda_grid_for(total), MHE_BLOCK, 0, st, mhe_cost(0, 8.0 * total + 4.0 * M))(af(src), rows, M, C, af(dst));
-    }
-    CUDA_CHECK_LAUNCH();
-    cuda_prof_end(be, OPC_OTHER, t0, 0);
-}
-
 // The op table's signatures (ops.h's Act for activations) over the fp32 implementations above.
-static void act_bias_add(Backend *be, Act *y, const float *bias, int N, int C) { cuda_bias_add(be, af(y), bias, N, C); }
-static void act_bias_backward(Backend *be, const Act *dy, int N, int C, float *dbias) {
-    cuda_bias_backward(be, af(dy), N, C, dbias);
-}
 static void act_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) { cuda_add(be, af(a), af(b), af(out), n); }
 void cuda_install_elementwise(Backend *be) {
-    be->bias_add = act_bias_add;
-    be->bias_backward = act_bias_backward;
     be->add = act_add;
     be->axpy = cuda_axpy;
     be->scale = cuda_scale;
     be->add_scalar = cuda_add_scalar;
     be->mul = cuda_mul;
     be->mul_acc = cuda_mul_acc;
-    be->gather_rows = act_gather_rows;
-    be->scatter_rows = act_scatter_rows;
 }
+
+// bf16 activations (bf16 mode): add on the pre-LN residual stream, fp32 inside.
+__global__ void act_add_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b, __nv_bfloat16 *out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x)
+        out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+static void bf16_add(Backend *be, const Act *a, const Act *b, Act *out, size_t n) {
+    double t0 = cuda_prof_begin(be);
+    if (n) MHE_LAUNCH(act_add_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost((double)n, 6.0 * n))(ab(a), ab(b), ab(out), n);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+void cuda_install_elementwise_bf16(Backend *be) { be->add = bf16_add; }

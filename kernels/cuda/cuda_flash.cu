@@ -1,3 +1,5 @@
+// defines: the flash attention core on CUDA cores (fp32 kernels, every feature), its support
+// check and sizes, and the hand-off to the tensor-core kernels (cuda_flash_tc.cu).
 // Fused ("flash") attention: tiled, online softmax, nothing of size T x T in global memory
 // (DESIGN.md §1 semantics, every AttnShape feature).  The forward saves only the row
 // log-sum-exp L [B, n, T] and the unscaled output Opre = dropout(P) V [B, T, n, v_dim]; the
@@ -11,7 +13,7 @@
 // One thread per query row (forward, dQ) or key row (dK/dV); per-row vectors live in shared
 // memory (rows padded by one float against bank conflicts), K/V (or Q/G) tiles are staged in
 // shared memory and read by all threads at once.  Products run on the fp32 CUDA cores (in bf16
-// mode on the fp32 staging of cuda_act.cu, for the shapes the tensor-core kernels do not take).
+// mode on the fp32 staging of cuda_act_stage.h, for the shapes the tensor-core kernels do not take).
 #include <cmath>
 
 #include "kernels/cuda/cuda_attn_idx.h"

@@ -1,3 +1,4 @@
+// defines: the flash attention forward on tensor cores (bf16 mode) and its capability check.
 // Fused attention on tensor cores (bf16 mode): the kernels of cuda_flash.cu with every product
 // as nvcuda::wmma 16x16x16 bf16 multiplies accumulating in fp32, tiles staged through shared
 // memory.  Same semantics, same saved buffers (L, Opre) and scratch (D), same dropout index.

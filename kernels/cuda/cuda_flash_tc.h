@@ -1,3 +1,4 @@
+// defines: what the tensor-core flash kernels share (argument block, tile staging, warp products).
 // What the tensor-core flash kernels share (cuda_flash_tc.cu: forward; cuda_flash_tc_bwd.cu:
 // dQ and dK/dV): the argument block, tile staging, the two warp-level products and the host's
 // argument / input / opt-in helpers.  Each warp owns 16 rows of its block's side and multiplies
@@ -158,7 +159,7 @@ static inline TcArgs tc_args(const AttnShape *s) {
 // Query heads as dQ sees them: every head with q_scale (per-head gradients), else q's.
 static inline int tc_dq_heads(const AttnShape *s) { return s->q_scale ? s->n_heads : s->q_heads; }
 
-// With bf16 activations (cuda_act.cu) the attention core's float * arguments carry bf16 elements
+// With bf16 activations (cuda_act_stage.cu) the attention core's float * arguments carry bf16 elements
 // on the tensor-core path (ops.h's Act, passed through the fp32-typed entry points): these name
 // them as what they hold.
 static inline const bf16_t *tc_act(const float *p) { return reinterpret_cast<const bf16_t *>(p); }

@@ -1,3 +1,4 @@
+// defines: the flash attention backward on tensor cores (bf16 mode): dQ, dK/dV and the dK/dV reduce.
 // The tensor-core flash backward (bf16 mode; see cuda_flash_tc.cu for the forward and
 // cuda_flash_tc.h for the shared pieces): P is recomputed from the saved L, kernels without
 // float atomics, so results are deterministic (bit for bit from run to run).

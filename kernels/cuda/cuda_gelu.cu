@@ -1,6 +1,7 @@
+// defines: GELU forward and backward on bf16 activations through 16-byte accesses (gelu_vec_*).
 // GELU on bf16 activations at streaming width: 8 elements per thread and iteration through 16-byte
 // loads and stores (one uint4 of x, one of dy, one of the result), where the scalar kernels of
-// cuda_elementwise.cu move 2 bytes per access.  The FFN's erf GELU (BERT) is the one its GEMMs
+// cuda_activation.cu move 2 bytes per access.  The FFN's erf GELU (BERT) is the one its GEMMs
 // cannot take as an epilogue (cuBLASLt's GELU epilogues compute the tanh form), so these two
 // passes are its whole cost outside the products: 1.0 ms of BERT-base 512x16's 9.1 ms bound step
 // on an H100 (`mhetrain bench ... --gpu h100`).

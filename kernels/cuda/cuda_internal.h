@@ -1,3 +1,4 @@
+// defines: what the CUDA backend's .cu files share: CudaCtx, profiling, buffers, install functions.
 // Shared by the CUDA backend's .cu files: the backend context, profiling and the op tables
 // each file installs.
 #ifndef MHE_KERNELS_CUDA_INTERNAL_H
@@ -8,13 +9,13 @@
 #include "kernels/cuda/cuda_compat.h"
 #include "kernels/ops.h"
 
-// fp32 staging buffers of one op's activations in bf16-activation mode (cuda_act.cu).
+// fp32 staging buffers of one op's activations in bf16-activation mode (cuda_act_stage.h).
 #define ACT_STAGE_SLOTS 10
 
 struct CudaCtx {
     int device;
-    int act_bf16;                 // activations stored as bf16 (be->act DT_BF16, cuda_act.cu): bf16 mode
-    Backend *f32;                 // act_bf16: the fp32 op table the staged ops run (cuda_act.cu)
+    int act_bf16;                 // activations stored as bf16 (be->act DT_BF16, cuda_act_stage.cu): bf16 mode
+    Backend *f32;                 // act_bf16: the fp32 op table the staged ops run (cuda_act_stage.h)
     float *stage[ACT_STAGE_SLOTS];  // act_bf16: fp32 staging of activations (grow-only)
     size_t stage_cap[ACT_STAGE_SLOTS];
     struct WeightCopies *weights;   // act_bf16: bf16 copies of fp32 matmul operands (cuda_weight_copy.cu)
@@ -101,7 +102,8 @@ static inline void cuda_prof_end(Backend *be, OpClass c, double t0, double flops
 }
 
 // Row-major batched C = alpha op(A) op(B) + beta C through cuBLAS on fp32 memory (bf16 mode runs
-// it on the staged fp32 copies of cuda_act.cu), without profiling: the building block of matmul_batched and of the attention GEMMs.
+// it on the staged fp32 copies of cuda_act_stage.h), without profiling: the building block of matmul_batched and of the attention GEMMs
+// (cuda_matmul.cu, with cuda_gemm_heads and cuda_gemm_heads_bf16 below).
 void cuda_gemm_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K, float alpha,
                        const float *A, int lda, long stride_a, const float *B, int ldb,
                        long stride_b, float beta, float *C, int ldc, long stride_c, int batch);
@@ -167,7 +169,7 @@ void cuda_flash_backward(Backend *be, const AttnShape *s, const float *q, const 
 // cuda_flash_forward/backward dispatch to it.  D: the backward's row dots (scratch).
 int cuda_flash_tc_supported(Backend *be, const AttnShape *s);
 // Whether attention_forward/backward run the tensor-core flash kernels, which read and store the
-// bf16 activations themselves (else cuda_act.cu stages them in fp32).
+// bf16 activations themselves (else cuda_attention.cu stages them in fp32, cuda_act_stage.h).
 int cuda_attention_tc(Backend *be, const AttnShape *s);
 void cuda_flash_tc_forward(Backend *be, const AttnShape *s, const float *q, const float *k,
                            const float *v, float *out, float *saved);
@@ -186,7 +188,7 @@ void cuda_fp32_wrote_alloc(Backend *be, const void *p);
 // stores the value (AdamW, LAMB's step, the fp32 elementwise ops: the copy stays current across
 // optimizer steps); nullptr: none (fp32 mode, no copy yet, or p not the backend's memory).
 __nv_bfloat16 *cuda_fp32_copy_out(Backend *be, const float *p, size_t n);
-// y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel).
+// y = bf16(x) for n elements on the backend's stream (the to_bf16 kernel, cuda_weight_copy.cu).
 void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n);
 
 // An activation in bf16 mode (nullptr in fp32 mode): the kernels shared by both modes take an
@@ -242,13 +244,25 @@ static inline unsigned cols_grid(size_t cols) { return (unsigned)((cols + MHE_BL
 
 // Each file's ops into the table (one file per layer family; the file's first line says what
 // it defines).
+void cuda_install_matmul(Backend *be);
+void cuda_install_bias(Backend *be);
 void cuda_install_elementwise(Backend *be);
+void cuda_install_rows(Backend *be);
 void cuda_install_heads(Backend *be);
 void cuda_install_activation(Backend *be);
 void cuda_install_embedding(Backend *be);
 void cuda_install_reduce(Backend *be);
-// bf16 activations (cuda_act.cu): the Act ops over bf16 storage, installed last.
+// bf16 activations (cuda_act_stage.cu): Backend.act and the conversions at the host boundary,
+// installed after every family's fp32 ops.
 void cuda_install_act_bf16(Backend *be);
+// Each family's ops on bf16 activations, installed after cuda_install_act_bf16 (which keeps the
+// fp32 table they replace, for the staged ops).
+void cuda_install_matmul_bf16(Backend *be);
+void cuda_install_bias_bf16(Backend *be);
+void cuda_install_linear_bf16(Backend *be);
+void cuda_install_elementwise_bf16(Backend *be);
+void cuda_install_layernorm_bf16(Backend *be);
+void cuda_install_attention_bf16(Backend *be);
 // Their bf16 copies of fp32 matmul operands, one per backend allocation (cuda_weight_copy.cu):
 // its registration and release (bf16 mode), and the current copy of [p, p + n) (nullptr: p is
 // not the backend's memory).
@@ -283,7 +297,7 @@ void cuda_check_dw_zero(Backend *be, const float *dW, size_t n, const float *db,
 bool cuda_act_linear_forward_padded(Backend *be, const __nv_bfloat16 *x, const __nv_bfloat16 *W,
                                     const __nv_bfloat16 *b, int N, int in, int out, __nv_bfloat16 *y);
 void cuda_install_linear_ld(Backend *be);
-// dbias[c] += Σ_r dy[r, c] with dy's rows ld apart: fp32 dy (cuda_elementwise.cu) and bf16 (cuda_act.cu);
+// dbias[c] += Σ_r dy[r, c] with dy's rows ld apart (cuda_bias.cu): fp32 dy and bf16;
 // bias_backward is each with ld = C.
 void cuda_bias_backward_ld(Backend *be, const float *dy, int N, int C, int ld, float *dbias);
 void cuda_act_bias_backward_ld(Backend *be, const Act *dy, int N, int C, int ld, float *dbias);

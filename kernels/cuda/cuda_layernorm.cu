@@ -476,3 +476,39 @@ void cuda_install_layernorm(Backend *be) {
     be->layernorm_backward = act_layernorm_backward;
     be->layernorm_backward_dropout = act_layernorm_backward_dropout;
 }
+
+// bf16 activations (bf16 mode): layernorm_forward on the pre-LN residual stream's bf16 rows
+// (the fused forms above take bf16 already).
+// layernorm_forward_kernel (above) on a bf16 row: the same two passes in fp32 over the
+// widened values, one rounding per stored element; each thread rewrites only what it read, so y
+// may alias x.
+__global__ void act_layernorm_forward_kernel(const __nv_bfloat16 *x, const float *gamma, const float *beta, int C,
+                                             float eps, __nv_bfloat16 *y, float *mean, float *rstd) {
+    MHE_SHARED(float, buf, [32]);
+    const size_t off = (size_t)blockIdx.x * C;
+    float s = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s += __bfloat162float(x[off + c]);
+    const float mu = block_sum(s, buf) / (float)C;
+    float v = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        const float d = __bfloat162float(x[off + c]) - mu;
+        v += d * d;
+    }
+    const float rs = rsqrtf(block_sum(v, buf) / (float)C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        y[off + c] = __float2bfloat16((__bfloat162float(x[off + c]) - mu) * rs * gamma[c] + beta[c]);
+    if (threadIdx.x == 0) {
+        mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = rs;
+    }
+}
+static void bf16_layernorm_forward(Backend *be, const Act *x, const float *gamma, const float *beta, int N, int C,
+                                   float eps, Act *y, float *mean, float *rstd) {
+    double t0 = cuda_prof_begin(be);
+    cuda_fp32_wrote_alloc(be, mean);
+    cuda_fp32_wrote_alloc(be, rstd);
+    if (N) MHE_LAUNCH(act_layernorm_forward_kernel, N, MHE_BLOCK, 0, cuda_stream(be), mhe_cost(8.0 * N * C, 4.0 * N * C + 8.0 * C + 8.0 * N))(ab(x), gamma, beta, C, eps, ab(y), mean, rstd);
+    CUDA_CHECK_LAUNCH();
+    cuda_prof_end(be, OPC_NORM_ACT, t0, 0);
+}
+void cuda_install_layernorm_bf16(Backend *be) { be->layernorm_forward = bf16_layernorm_forward; }

@@ -1,3 +1,4 @@
+// defines: the warp-per-row LayerNorm kernels' interface (bf16 rows of 256..1024 by 256).
 // The LayerNorm kernels for bf16 rows of 256 to 1024 columns by 256 (BERT-base's and GPT-2 small's
 // 768), one warp per row (cuda_layernorm_warp.cu), and what cuda_layernorm.cu shares with them.
 #ifndef MHE_KERNELS_CUDA_LAYERNORM_WARP_H

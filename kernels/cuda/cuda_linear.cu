@@ -1,3 +1,4 @@
+// defines: the linear layers through cuBLASLt with fused epilogues (bias, GELU), fp32 and bf16.
 // Linear layers (ops.h linear_forward / linear_backward) through cuBLASLt with the bias fused
 // into the GEMM: the forward's EPILOGUE_BIAS adds b while the product is written (no bias_add
 // pass re-reading and re-writing y), the backward's EPILOGUE_BGRADB sums dy's columns while
@@ -235,7 +236,7 @@ void cuda_linear_destroy(Backend *be) {
     c->lt = nullptr;
 }
 
-// bf16 activations (cuda_act.cu): x and y are bf16, W and b the fp32 masters, read from their
+// bf16 activations (cuda_act_stage.cu): x and y are bf16, W and b the fp32 masters, read from their
 // allocation's bf16 copy (a bf16 D takes a bf16 bias).  One BIAS GEMM;
 // false (nothing done) when cuBLASLt has no algorithm for the shape.
 // With g (the FFN's up projection, GELU_TANH): one GELU_AUX_BIAS GEMM writes g = GELU(x Wᵀ + b)
@@ -337,4 +338,66 @@ void cuda_install_linear(Backend *be) {
     be->linear_backward = act_linear_backward;
     be->linear_gelu_forward = act_linear_gelu_forward;
     be->linear_backward_gelu = act_linear_backward_gelu;
+}
+
+// bf16 activations (bf16 mode): the cuBLASLt GEMMs above, or where no plan exists the matmul
+// (cuda_matmul.cu) and the bias kernels (cuda_bias.cu).
+static void bf16_linear_forward(Backend *be, const Act *x, const float *W, const float *b, int N, int in, int out,
+                                Act *y) {
+    double t0 = cuda_prof_begin(be);
+    if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(y))) {
+        cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+        return;
+    }
+    be->matmul(be, 0, 1, N, out, in, 1.0f, mat_act(x, in), mat_f32(W, in), 0.0f, out_act(y, out));
+    if (b) be->bias_add(be, y, b, N, out);
+}
+static void bf16_linear_backward(Backend *be, const Act *dy, const Act *x, const float *W, int N, int in, int out,
+                                 Act *dx, int accumulate, float *dW, float *db, int dW_zero) {
+    if (dW_zero) cuda_check_dw_zero(be, dW, (size_t)out * in, db, db ? (size_t)out : 0, "linear_backward");
+    if (dx)
+        be->matmul(be, 0, 0, N, in, out, 1.0f, mat_act(dy, out), mat_f32(W, in), accumulate ? 1.0f : 0.0f,
+                   out_act(dx, in));
+    double t0 = cuda_prof_begin(be);
+    if (cuda_act_linear_dw(be, ab(dy), ab(x), N, in, out, dW, db, dW_zero != 0)) {
+        cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * in * out);
+        return;
+    }
+    be->matmul(be, 1, 0, out, in, N, 1.0f, mat_act(dy, out), mat_act(x, in), dW_zero ? 0.0f : 1.0f,
+               out_f32(dW, in));
+    if (db) be->bias_backward(be, dy, N, out, db);
+}
+// The FFN's GELU_TANH projections through cuBLASLt's GELU epilogues (above): g is GELU
+// of the fp32 sum and dx multiplies the fp32 product (one bf16 rounding fewer than the two ops).
+static void bf16_linear_gelu_forward(Backend *be, GeluKind kind, const Act *x, const float *W, const float *b, int N,
+                                     int in, int out, Act *u, Act *g) {
+    if (kind == GELU_TANH) {
+        double t0 = cuda_prof_begin(be);
+        if (cuda_act_linear_forward(be, ab(x), W, b, N, in, out, ab(u), ab(g))) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            return;
+        }
+    }
+    be->linear_forward(be, x, W, b, N, in, out, u);
+    be->gelu_forward(be, kind, u, g, (size_t)N * out);
+}
+static void bf16_linear_backward_gelu(Backend *be, GeluKind kind, const Act *dy, const Act *x, const float *W, int N,
+                                      int in, int out, const Act *u, Act *dx, float *dW, float *db, int dW_zero) {
+    if (kind == GELU_TANH) {
+        double t0 = cuda_prof_begin(be);
+        if (cuda_act_linear_dgelu(be, ab(dy), W, ab(u), N, in, out, ab(dx))) {
+            cuda_prof_end(be, OPC_MATMUL, t0, 2.0 * N * out * in);
+            be->linear_backward(be, dy, x, W, N, in, out, nullptr, 0, dW, db, dW_zero);
+            return;
+        }
+    }
+    be->linear_backward(be, dy, x, W, N, in, out, dx, 0, dW, db, dW_zero);
+    be->gelu_backward(be, kind, u, dx, dx, (size_t)N * in);
+}
+
+void cuda_install_linear_bf16(Backend *be) {
+    be->linear_forward = bf16_linear_forward;
+    be->linear_backward = bf16_linear_backward;
+    be->linear_gelu_forward = bf16_linear_gelu_forward;
+    be->linear_backward_gelu = bf16_linear_backward_gelu;
 }

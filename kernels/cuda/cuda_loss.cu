@@ -1,3 +1,4 @@
+// defines: the fused softmax cross-entropy forward and backward (fp32 or bf16 logits).
 // The fused softmax cross-entropy: one block per row, block reductions (warp shuffles + shared
 // memory), the statistics and the loss in fp32 (the sum of exponentials in double).  One pass over
 // the logits forward (the online softmax's running max and sum) and one backward (the gradient

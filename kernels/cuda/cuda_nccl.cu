@@ -1,3 +1,4 @@
+// defines: the NCCL communicator (cuda_nccl.h): create, all-reduce, reduce / broadcast, free.
 // NCCL communicator (see cuda_nccl.h).  Non-blocking mode: calls may return ncclInProgress and
 // complete later; completion is polled, never waited on blindly.
 #define OMPI_SKIP_MPICXX 1

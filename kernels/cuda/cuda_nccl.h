@@ -1,3 +1,5 @@
+// defines: the NCCL gradient all-reduce between GPUs (cuda_nccl_create, _allreduce_*, ZeRO-1's
+// _reduce_start / _broadcast_start, _free).
 // Gradient all-reduce between GPUs with NCCL, bootstrapped by MPI (DESIGN.md §6): rank 0 makes
 // the unique id, MPI broadcasts it, every rank joins a non-blocking communicator.  Every
 // operation polls ncclCommGetAsyncError against a deadline, so a dead or stuck peer ends the

@@ -1,3 +1,4 @@
+// defines: linear_forward_ld / linear_backward_ld, the vocabulary head with rows ldy apart.
 // The vocabulary head with its rows ldy apart (ops.h linear_forward_ld / linear_backward_ld, ldy =
 // ops_head_ld: the width rounded up to 64 elements in bf16).  cuBLAS and cuBLASLt take their
 // Hopper kernels only for 16-byte-aligned leading dimensions and, for GPT-2's 50257, only with

@@ -1,3 +1,4 @@
+// defines: asynchronous host-to-device uploads through pinned staging slots (cuda_staged_upload).
 // Host-to-device uploads through pinned staging slots and an asynchronous copy. An upload in the
 // middle of a step (token ids, labels, masks) then no longer drains the stream. The caller's
 // buffer is copied into a slot at once (ops.h: the caller may reuse its buffer as soon as upload

@@ -1,7 +1,9 @@
+// defines: bf16 mode's bf16 copies of fp32 matmul operands, the rounding that makes them
+// (cuda_round_bf16) and the fp32 write hooks (cuda_fp32_wrote, cuda_fp32_copy_out).
 // bf16 copies of fp32 matmul operands (bf16 mode), and the fp32 write hooks that keep them
 // current.
 //
-// In a bf16 run every activation is bf16 (cuda_act.cu); a matmul's fp32 operand is a weight (the
+// In a bf16 run every activation is bf16 (cuda_act_stage.cu); a matmul's fp32 operand is a weight (the
 // model's fp32 operands are parameters).  It is read from a bf16 copy of the whole backend
 // allocation holding it — the parameter buffer — made at its first use.  One flag per
 // allocation, no intervals: every write of fp32 device memory reports itself (cuda_fp32_wrote,
@@ -21,6 +23,18 @@
 
 #include "kernels/cuda/cuda_colsum.h"
 #include "kernels/cuda/cuda_internal.h"
+
+// The rounding that makes the copies (and the bf16 operands of fp32 memory that has none).
+__global__ void to_bf16_kernel(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)blockDim.x * gridDim.x)
+        y[i] = __float2bfloat16(x[i]);
+}
+
+void cuda_round_bf16(Backend *be, const float *x, __nv_bfloat16 *y, size_t n) {
+    MHE_LAUNCH(to_bf16_kernel, cuda_grid_for(n), MHE_BLOCK, 0, cuda_stream(be), mhe_cost(0, 6.0 * n))(x, y, n);
+    CUDA_CHECK_LAUNCH();
+}
 
 struct WeightCopy {
     size_t bytes;

@@ -1,4 +1,4 @@
-// bf16 activations on the CUDA backend (kernels/cuda/cuda_act.cu, a bf16 run's default): every op
+// bf16 activations on the CUDA backend (kernels/cuda/cuda_act_stage.cu, a bf16 run's default): every op
 // that takes an Act, run on bf16 storage, against the CPU backend in fp32 from the same inputs.
 // The inputs are rounded to bf16 on the host before both sides get them, so the two runs start
 // from identical values and differ only by what the bf16 side rounds: each Act it stores (≤ 2⁻⁹
@@ -55,7 +55,7 @@ static long calls_with(const CostReport *r, const char *part) {
     return n;
 }
 
-// The ops whose kernels store bf16 themselves (kernels/cuda/cuda_act.cu) run without staging:
+// The ops whose kernels store bf16 themselves (each family's file, kernels/cuda) run without staging:
 // no widening or rounding kernel among the records of `call` on the CUDA backend.
 #define NATIVE(call)                                                                               \
     do {                                                                                           \

@@ -1,3 +1,4 @@
+// defines: the emulation's host-memory runtime, streams and events, cuBLAS over OpenBLAS, NCCL over MPI.
 // The out-of-line half of the CUDA emulation (see cuda_emu.h): the host-memory runtime, cuBLAS
 // over OpenBLAS and NCCL over MPI (the launcher: cuda_emu_launch.cpp).
 #include "kernels/cuda/emu/cuda_emu.h"

@@ -1,3 +1,4 @@
+// defines: the CPU emulation of CUDA's runtime, cuBLAS(Lt), NCCL, launches and WMMA (test infrastructure).
 // CPU emulation of the slice of CUDA that kernels/cuda/*.cu use, so the same sources run in CI
 // without a GPU (DESIGN.md §7).  Test infrastructure only: built into `mhecuda_emu`, never
 // into the release binary.  Semantics kept (see README.md):

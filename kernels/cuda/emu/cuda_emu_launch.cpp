@@ -1,3 +1,4 @@
+// defines: the emulation's launcher: threads of a block, launch limits, block order, checked barriers.
 // The emulation's launcher (see cuda_emu.h): the thread pool, the launch-limit checks against the
 // real build's ptxas figures, the block order (in order, or shuffled and concurrent), and the
 // barriers of blocks and warps, which check that every thread arrives at the same one and report

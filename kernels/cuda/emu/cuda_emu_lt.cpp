@@ -1,3 +1,4 @@
+// defines: the emulation's cuBLASLt (descriptors, layouts, heuristic, cublasLtMatmul with epilogues).
 // cuBLASLt for the CUDA emulation (see cuda_emu.h): the slice the backend uses — matmul
 // descriptors, matrix layouts, preferences, the heuristic query and cublasLtMatmul with the
 // DEFAULT, BIAS, BGRADB, GELU_AUX_BIAS and DGELU epilogues — computed on the host with OpenBLAS in cuBLASLt's
