@@ -8,7 +8,8 @@
 //
 // It serves every feature (shared or unequal heads, key bias, any mask, dropout, out_scale /
 // out_shift, any head dims) but q_scale, in bf16.  It exists for the shapes cuDNN refuses: collab's
-// key bias at its D̃ = 384 query/key width, where the own flash kernels run on CUDA cores.  Its
+// key bias at its D̃ = 384 query/key width, which flash's tiles do not fit either (auto fell to the
+// fp32 gemm core, on CUDA cores).  Its
 // dropout is the CPU backend's hash over P's flat index, so it matches the CPU with dropout on.
 #include <cmath>
 #include <cstdio>

@@ -137,7 +137,7 @@ static void test_refusals_named(void **state) {
 }
 
 // collab at BERT-base's D̃ = 384 (configs/bert-base-collab.yaml): query/key heads of 384 with a
-// content bias.  cuDNN refuses the head dims (and the bias), flash would run it on CUDA cores, so
+// content bias.  cuDNN refuses the head dims (and the bias), flash's tiles do not fit them, so
 // auto takes gemm_bf16 in bf16 without deferring; in fp32 an own fp32 core, saying why not it.
 static void test_collab_bert_base_takes_gemm_bf16(void **state) {
     Backends *b = static_cast<Backends *>(*state);

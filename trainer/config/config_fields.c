@@ -238,7 +238,7 @@ static const ConfigField RUNTIME_FIELDS[] = {
              "(a CPU without native bf16 emulates it and says so once, with the measured slowdown)"},
     {KEY(runtime, attention_core, F_STRING), .def = "auto", .range_doc = "auto or a core of `mhetrain info`",
      .doc = "the CUDA attention core: `auto` takes, per layer shape, the fastest that serves it (`cudnn`, then "
-            "`gemm_bf16` in bf16 where flash would run on CUDA cores, then the own `flash`, `gemm`, `plain`) and "
+            "`gemm_bf16` in bf16 where flash has no tensor-core kernel, then the own `flash`, `gemm`, `plain`) and "
             "says which and why; a named core that cannot serve a "
             "layer is refused before training"},
 };
