@@ -352,13 +352,14 @@ void cpu_transpose_f32(const float *in, int rows, int cols, int ld, float *out, 
 // Transposed-A fp32 products (the weight gradients dW = dyᵀ x, summed over the tokens) on
 // oneDNN 2.6's AVX2 jit sgemm ran at 40-50 GFLOP/s a core (Zen 4, ONEDNN_MAX_CPU_ISA=AVX2) where
 // the smaller side is at most 256 and the wider operand's rows lie a multiple of 2 KiB apart
-// (1024 x 256, 256 x 1024, 8192 x 256, ... with K = 4,096 or 608), against ~100 for the same
-// product with K contiguous in both operands (x Wᵀ's layout).  Measured with the transposes' own
-// time included (tests/bench/onednn_compare.c's shapes, one thread's CPU time): transposing K
-// chunks of both operands and running that layout per chunk gave 85-89 on those shapes, and lost
-// to the plain product (95-108 -> 85-100) everywhere else, hence the gate on the shape.  Chunks
-// of 256 tokens keep the transposed operands in L2/L3 between the transpose and the product (whole
-// transposes, 16 MB each, ran at 77; 512 and 1,024 tokens in between).
+// (1024 x 256, 256 x 1024, 8192 x 256, ... with K = 4,096 or 608), and at 66-76 at 512 x 512,
+// against ~100 for the same product with K contiguous in both operands (x Wᵀ's layout).  Measured
+// with the transposes' own time included (tests/bench/bench_weight_grads, one thread's CPU time):
+// transposing K chunks of both operands and running that layout per chunk gave 80-97 on those
+// shapes, and lost to the plain product (95-108 -> 85-100) on the others tried (768 x 256,
+// 256 x 256, 1,280 x 256, 512 x 1,024, ...), hence the gate on the shape.  Chunks of 256 tokens
+// keep the transposed operands in L2/L3 between the transpose and the product (whole transposes,
+// 16 MB each, ran at 77-83; 512 and 1,024 tokens in between).
 enum { TN_KC = 256 };
 static int tn_wins(const CpuGemm *g, int M, int N, int K, int lda, int ldb) {
     if (g->tn_chunked >= 0) return g->tn_chunked;
