@@ -1,6 +1,6 @@
 // CPU backend ops the model tests do not reach on their own (every transpose/stride/alpha/beta
-// combination of matmul, the sgemm split across threads, matmul_batched, the optimizer ops,
-// GELU) against naive double-precision loops.  Tolerance: relative 1e-5 per result matrix (fp32
+// combination of matmul, the sgemm split across threads, the K-chunked transposed-A products and
+// their transposes, matmul_batched, the optimizer ops, GELU) against naive double-precision loops.  Tolerance: relative 1e-5 per result matrix (fp32
 // sums of up to ~150 products), 1e-6 for the elementwise optimizer updates.
 #include <math.h>
 #include <setjmp.h>
@@ -15,6 +15,7 @@
 #include "common/rng.h"
 #include "tests/common/test_util.h"
 #include "kernels/ops.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/cpu_math.h"
 
 static float *random_floats(size_t n, uint64_t seed) {
@@ -50,8 +51,7 @@ static double rel_err_matrix(const float *c, const double *ref, int M, int N, in
     return sqrt(num / den);
 }
 
-static void check_matmul(Backend *be, int ta, int tb, int M, int N, int K) {
-    const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;
+static void check_matmul_ld(Backend *be, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc) {
     const size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
     float *A = random_floats(na, 1), *B = random_floats(nb, 2), *C0 = random_floats(nc, 3);
     float *C = mhe_malloc(nc * sizeof *C);
@@ -72,6 +72,10 @@ static void check_matmul(Backend *be, int ta, int tb, int M, int N, int K) {
     free(ref);
 }
 
+static void check_matmul(Backend *be, int ta, int tb, int M, int N, int K) {
+    check_matmul_ld(be, ta, tb, M, N, K, (ta ? M : K) + 3, (tb ? K : N) + 2, N + 5);
+}
+
 static void test_matmul_matches_naive_for_every_transpose(void **state) {
     Backend *be = *state;
     for (int ta = 0; ta < 2; ta++)
@@ -80,6 +84,37 @@ static void test_matmul_matches_naive_for_every_transpose(void **state) {
             check_matmul(be, ta, tb, 150, 140, 130); // split over row slices
             check_matmul(be, ta, tb, 70, 190, 90);   // split over column slices
         }
+}
+
+// The transposed-A products that cpu_gemm.c runs in K chunks of 256 at oneDNN's AVX2 level
+// (tn_wins: a side of at most 256, the wider operand's rows a multiple of 512 floats apart) or,
+// with MHE_CPU_GEMM_TN=1 (ctest cpu_ops_match_naive_tn), always: both orientations of the shape,
+// K with a tail chunk, alpha and beta (the first chunk's beta, the others' sums).  At full ISA
+// without the variable they are the plain product: the same assertions.
+static void test_matmul_tn_chunked_matches_naive(void **state) {
+    Backend *be = *state;
+    check_matmul_ld(be, 1, 0, 1024, 40, 600, 1024, 43, 41);  // A the wide operand
+    check_matmul_ld(be, 1, 0, 40, 1024, 600, 45, 1024, 1030); // B the wide one
+    check_matmul_ld(be, 1, 0, 33, 17, 513, 35, 20, 19);      // chunks 256, 256, 1
+}
+
+// cpu_transpose_f32 (the chunked products' transposes) against the definition on sizes off its
+// 4 x 4 and 32 x 32 grids, with leading dimensions beyond the block: the block is transposed,
+// nothing past it is written.
+static void test_transpose_matches_naive(void **state) {
+    (void)state;
+    const int sizes[][2] = {{1, 1}, {3, 5}, {4, 4}, {33, 67}, {64, 31}, {130, 257}, {256, 1024}};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const int rows = sizes[s][0], cols = sizes[s][1], ld = cols + 3, ldo = rows + 2;
+        float *in = random_floats((size_t)rows * ld, 7 + s), *out = mhe_malloc((size_t)cols * ldo * sizeof *out);
+        for (size_t i = 0; i < (size_t)cols * ldo; i++) out[i] = -7.0f;
+        cpu_transpose_f32(in, rows, cols, ld, out, ldo);
+        for (int c = 0; c < cols; c++)
+            for (int r = 0; r < ldo; r++)
+                assert_true(out[(size_t)c * ldo + r] == (r < rows ? in[(size_t)r * ld + c] : -7.0f));
+        free(in);
+        free(out);
+    }
 }
 
 static void test_matmul_batched_matches_naive(void **state) {
@@ -239,6 +274,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expf_bf16_accuracy),
         cmocka_unit_test(test_matmul_matches_naive_for_every_transpose),
+        cmocka_unit_test(test_matmul_tn_chunked_matches_naive),
+        cmocka_unit_test(test_transpose_matches_naive),
         cmocka_unit_test(test_matmul_batched_matches_naive),
         cmocka_unit_test(test_optimizer_ops_match_formulas),
         cmocka_unit_test(test_gelu_matches_double),

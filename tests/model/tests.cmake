@@ -16,6 +16,14 @@ set_tests_properties(model_bench_smoke PROPERTIES TIMEOUT 120 LABELS model ENVIR
 set_property(TEST model_matches_pytorch APPEND PROPERTY LABELS unit oracle)
 set_property(TEST model_training_properties cpu_ops_match_naive model_bench_smoke
   APPEND PROPERTY LABELS unit)
+# The transposed-A products in K chunks (cpu_gemm.c tn_wins): forced for every such product, and
+# at oneDNN's AVX2 level, where the shape rule takes the chunked test's shapes.
+add_test(NAME cpu_ops_match_naive_tn COMMAND cpu_ops_match_naive)
+set_tests_properties(cpu_ops_match_naive_tn PROPERTIES TIMEOUT 120 LABELS "model;unit" ENVIRONMENT
+  "MHE_CPU_GEMM_TN=1;OMP_NUM_THREADS=2")
+add_test(NAME cpu_ops_match_naive_onednn_avx2 COMMAND cpu_ops_match_naive)
+set_tests_properties(cpu_ops_match_naive_onednn_avx2 PROPERTIES TIMEOUT 120 LABELS "model;unit" ENVIRONMENT
+  "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
 # bf16 mode op by op against fp32 and a rounded-operand double oracle (matmul, attention core);
 # again with oneDNN limited to AVX2, where no bf16 kernel exists (the emulated path).
 mhe_add_cmocka_test(cpu_bf16_matches_fp32 ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_bf16.c)
