@@ -109,7 +109,6 @@ extern "C" void attn_cudnn_desc(const AttnShape *s, int backward, CudnnSdpa *d) 
 // the key lengths seq_q, seq_kv (int32 [B] each); each part starts on 64 bytes, as cuDNN's
 // operands must be 16-byte aligned.
 namespace {
-size_t up16(size_t words) { return (words + 15) / 16 * 16; }  // 64 bytes of 4-byte words
 size_t stats_words(const AttnShape *s) { return (size_t)s->B * s->n_heads * s->T; }
 size_t o_elems(const AttnShape *s) { return (size_t)s->B * s->T * s->n_heads * s->v_dim; }
 size_t bias_elems(const AttnShape *s) { return (size_t)s->B * s->n_heads * s->T; }
@@ -122,8 +121,8 @@ Saved saved_of(const AttnShape *s, const float *saved) {
     float *p = const_cast<float *>(saved);
     Saved v;
     v.stats = p;
-    v.o = reinterpret_cast<__nv_bfloat16 *>(p + up16(stats_words(s)));
-    v.seq_q = reinterpret_cast<int32_t *>(p + up16(stats_words(s)) + up16((o_elems(s) + 1) / 2));
+    v.o = reinterpret_cast<__nv_bfloat16 *>(p + attn_words_up16(stats_words(s)));
+    v.seq_q = reinterpret_cast<int32_t *>(p + attn_words_up16(stats_words(s)) + attn_words_up16((o_elems(s) + 1) / 2));
     v.seq_kv = v.seq_q + s->B;
     return v;
 }
@@ -142,7 +141,7 @@ ScratchPlan scratch_plan(const AttnShape *s, float *base) {
     size_t w = 0;
     auto take = [&](size_t elems) {
         __nv_bfloat16 *p = reinterpret_cast<__nv_bfloat16 *>(base + w);
-        w += up16((elems + 1) / 2);
+        w += attn_words_up16((elems + 1) / 2);
         return p;
     };
     ScratchPlan p;
@@ -163,7 +162,7 @@ Scratch scratch_of(const AttnShape *s, float *scratch) { return scratch_plan(s, 
 }  // namespace
 
 static void cudnn_sizes(Backend *, const AttnShape *s, size_t *saved, size_t *scratch) {
-    *saved = up16(stats_words(s)) + up16((o_elems(s) + 1) / 2) + 2 * (size_t)s->B;
+    *saved = attn_words_up16(stats_words(s)) + attn_words_up16((o_elems(s) + 1) / 2) + 2 * (size_t)s->B;
     *scratch = scratch_plan(s, nullptr).words;
 }
 

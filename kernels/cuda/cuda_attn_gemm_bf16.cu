@@ -36,8 +36,7 @@ int chunk_cap() {
     return c > 0 ? c : 1 << 30;
 }
 
-size_t up16(size_t words) { return (words + 15) / 16 * 16; }  // 64 bytes of 4-byte words
-size_t bf16_words(size_t elems) { return up16((elems + 1) / 2); }
+size_t bf16_words(size_t elems) { return attn_words_up16((elems + 1) / 2); }
 size_t tt_per_seq(const AttnShape *s) { return (size_t)s->n_heads * s->T * s->T; }
 bool has_affine(const AttnShape *s) { return s->out_scale || s->out_shift; }
 bool any_shared(const AttnShape *s) {
@@ -62,12 +61,12 @@ struct Saved {
 Saved saved_of(const AttnShape *s, const float *saved) {
     float *p = const_cast<float *>(saved);
     Saved v{p, nullptr};
-    if (has_affine(s)) v.o = reinterpret_cast<__nv_bfloat16 *>(p + up16((size_t)s->B * s->n_heads * s->T));
+    if (has_affine(s)) v.o = reinterpret_cast<__nv_bfloat16 *>(p + attn_words_up16((size_t)s->B * s->n_heads * s->T));
     return v;
 }
 size_t saved_words(const AttnShape *s) {
     const size_t rows = (size_t)s->B * s->T;
-    return up16((size_t)s->B * s->n_heads * s->T) + (has_affine(s) ? bf16_words(rows * s->n_heads * s->v_dim) : 0);
+    return attn_words_up16((size_t)s->B * s->n_heads * s->T) + (has_affine(s) ? bf16_words(rows * s->n_heads * s->v_dim) : 0);
 }
 
 // scratch, per chunk of Bc sequences: scores S (fp32), dP̃ (fp32), the key bias's partial column
@@ -78,14 +77,16 @@ struct Scratch {
     float *S, *dP, *colsum;
     __nv_bfloat16 *P, *dS, *tmp, *g;
     size_t words;
+    int chunk;  // sequences per chunk (chunk_of), what the parts above are sized for
 };
 int row_tiles(const AttnShape *s) { return (s->T + GB_ROWS - 1) / GB_ROWS; }
 Scratch scratch_of(const AttnShape *s, float *base) {
-    const size_t tt = (size_t)chunk_of(s) * tt_per_seq(s), rows = (size_t)s->B * s->T;
+    const int chunk = chunk_of(s);
+    const size_t tt = (size_t)chunk * tt_per_seq(s), rows = (size_t)s->B * s->T;
     size_t w = 0;
     auto f32 = [&](size_t elems) {
         float *p = base + w;
-        w += up16(elems);
+        w += attn_words_up16(elems);
         return p;
     };
     auto b16 = [&](size_t elems) {
@@ -97,12 +98,13 @@ Scratch scratch_of(const AttnShape *s, float *base) {
     x.S = f32(tt);
     x.dP = f32(tt);
     // room whether or not s has a key bias: callers may size without marking it (a 1/48 share)
-    x.colsum = f32((size_t)chunk_of(s) * s->n_heads * row_tiles(s) * s->T);
+    x.colsum = f32((size_t)chunk * s->n_heads * row_tiles(s) * s->T);
     x.P = b16(tt);
     x.dS = b16(tt);
-    x.tmp = any_shared(s) ? b16((size_t)chunk_of(s) * s->T * s->n_heads * max_dim(s)) : nullptr;
+    x.tmp = any_shared(s) ? b16((size_t)chunk * s->T * s->n_heads * max_dim(s)) : nullptr;
     x.g = s->out_scale ? b16(rows * s->n_heads * s->v_dim) : nullptr;
     x.words = w;
+    x.chunk = chunk;
     return x;
 }
 
@@ -276,7 +278,7 @@ static void gemm_bf16_forward(Backend *be, const AttnShape *s, const Act *q, con
     const AttnIdx a = attn_idx(s);
     const Saved sv = saved_of(s, saved);
     const Scratch sc = scratch_of(s, scratch);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, bc_max = chunk_of(s);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, bc_max = sc.chunk;
     const size_t rows = (size_t)s->B * T;
     for (int b0 = 0; b0 < s->B; b0 += bc_max) {
         const int bc = s->B - b0 < bc_max ? s->B - b0 : bc_max;
@@ -305,7 +307,7 @@ static void gemm_bf16_backward(Backend *be, const AttnShape *s, const Act *q, co
     const AttnIdx a = attn_idx(s);
     const Saved sv = saved_of(s, saved);
     const Scratch sc = scratch_of(s, scratch);
-    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, bc_max = chunk_of(s);
+    const int T = s->T, n = s->n_heads, hd = n * s->v_dim, bc_max = sc.chunk;
     const size_t rows = (size_t)s->B * T;
     const __nv_bfloat16 *G = ab(dout);
     if (s->out_scale) {  // G = dout ⊙ out_scale: the gradient of O'

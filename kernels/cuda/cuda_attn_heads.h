@@ -7,6 +7,10 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
+// fp32 words rounded up to 64 bytes: where each part of a bf16 core's saved and scratch buffers
+// starts (cuDNN's operands need 16-byte alignment, the 8-wide kernels 16-byte groups).
+static inline size_t attn_words_up16(size_t words) { return (words + 15) / 16 * 16; }
+
 // y [rows, cols] = bf16(x ⊙ scale[col] + shift[col]) (either vector may be null: 1, 0); x may be y.
 void attn_heads_affine(Backend *be, const __nv_bfloat16 *x, const float *scale, const float *shift, size_t rows,
                        int cols, __nv_bfloat16 *y, MheCost cost);

@@ -50,27 +50,36 @@ static size_t heads_span(const GemmHeads &o, int rows, int cols, int n_seq, int 
            operand_span(rows, cols, o.ld, 0, 1);
 }
 
+// The batched call both cuda_gemm_heads forms end in: the per-(sequence, head) pointers built on
+// the device, then one cuBLAS call over them.  The caller has recorded the GEMM for the cost model.
+static void gemm_heads_call(Backend *be, int ta, int tb, int M, int N, int K, float alpha, PtrSpec pa, int lda,
+                            PtrSpec pb, int ldb, cudaDataType ab_type, float beta, PtrSpec pc, int ldc,
+                            cudaDataType c_type, int count, int n_heads) {
+    CudaCtx *c = cuda_ctx(be);
+    cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
+    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
+    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
+    CUDA_CHECK_LAUNCH();
+    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
+    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     N, M, K, &alpha, ptrs + count, ab_type, ldb, ptrs, ab_type, lda, &beta,
+                                     c->gemm_ptrs + 2 * count, c_type, ldc, count,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void cuda_gemm_heads(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeads A,
                      GemmHeads B, float beta, GemmHeads C, int n_seq, int n_heads) {
     const int count = n_seq * n_heads;
     if (M == 0 || N == 0 || count == 0) return;
     if (C.ratio != 1) mhe_fatal("cuda_gemm_heads: the output must be per head");
-    CudaCtx *c = cuda_ctx(be);
-    cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
     const long el = sizeof(float);  // fp32 operands (bf16 mode stages the attention core in fp32)
     cuda_fp32_wrote(be, C.base, heads_span(C, M, N, n_seq, n_heads) * sizeof(float));
     mhe_cost_record_gemm(M, N, K, count, 0, beta != 0.0f);
     PtrSpec pa{reinterpret_cast<const char *>(A.base), A.seq_stride * el, A.head_step * el, A.ratio};
     PtrSpec pb{reinterpret_cast<const char *>(B.base), B.seq_stride * el, B.head_step * el, B.ratio};
     PtrSpec pc{reinterpret_cast<const char *>(C.base), C.seq_stride * el, C.head_step * el, 1};
-    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
-    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
-    CUDA_CHECK_LAUNCH();
-    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
-    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     N, M, K, &alpha, ptrs + count, CUDA_R_32F, B.ld, ptrs, CUDA_R_32F, A.ld, &beta,
-                                     c->gemm_ptrs + 2 * count, CUDA_R_32F, C.ld, count,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_heads_call(be, ta, tb, M, N, K, alpha, pa, A.ld, pb, B.ld, CUDA_R_32F, beta, pc, C.ld, CUDA_R_32F, count,
+                    n_heads);
 }
 
 void cuda_gemm_heads_bf16(Backend *be, int ta, int tb, int M, int N, int K, float alpha, GemmHeadsBf16 A,
@@ -78,8 +87,6 @@ void cuda_gemm_heads_bf16(Backend *be, int ta, int tb, int M, int N, int K, floa
     const int count = n_seq * n_heads;
     if (M == 0 || N == 0 || count == 0) return;
     if (C.ratio != 1) mhe_fatal("cuda_gemm_heads_bf16: the output must be per head");
-    CudaCtx *c = cuda_ctx(be);
-    cuda_grow(be, c->gemm_ptrs, c->gemm_ptrs_count, (size_t)count * 3);
     const long ec = C.bf16 ? 2 : 4;
     if (!C.bf16) {
         const GemmHeads span{static_cast<const float *>(C.base), C.ld, C.seq_stride, C.head_step, 1};
@@ -89,15 +96,8 @@ void cuda_gemm_heads_bf16(Backend *be, int ta, int tb, int M, int N, int K, floa
     PtrSpec pa{static_cast<const char *>(A.base), A.seq_stride * 2, A.head_step * 2, A.ratio};
     PtrSpec pb{static_cast<const char *>(B.base), B.seq_stride * 2, B.head_step * 2, B.ratio};
     PtrSpec pc{static_cast<const char *>(C.base), C.seq_stride * ec, C.head_step * ec, 1};
-    const void **ptrs = const_cast<const void **>(c->gemm_ptrs);
-    MHE_LAUNCH(gemm_pointers_kernel, cuda_grid_for(count), MHE_BLOCK, 0, c->stream, mhe_cost(0, 24.0 * count))(pa, pb, pc, n_heads, count, ptrs);
-    CUDA_CHECK_LAUNCH();
-    const float beta = 0.0f;
-    // Row-major C = op(A) op(B) as column-major Cᵀ = op(B)ᵀ op(A)ᵀ: B's array first.
-    CUBLAS_CHECK(cublasGemmBatchedEx(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                     N, M, K, &alpha, ptrs + count, CUDA_R_16BF, B.ld, ptrs, CUDA_R_16BF, A.ld, &beta,
-                                     c->gemm_ptrs + 2 * count, C.bf16 ? CUDA_R_16BF : CUDA_R_32F, C.ld, count,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_heads_call(be, ta, tb, M, N, K, alpha, pa, A.ld, pb, B.ld, CUDA_R_16BF, 0.0f, pc, C.ld,
+                    C.bf16 ? CUDA_R_16BF : CUDA_R_32F, count, n_heads);
 }
 
 static void cuda_matmul_batched(Backend *be, int trans_a, int trans_b, int M, int N, int K,
