@@ -18,13 +18,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Build and run-time libraries (Debian package names); python3-numpy is pyarrow's numpy, zstd
 # fetch_corpus.sh's.  The tests add PyTorch (the oracles' torch), gnuplot (compare's plots),
-# iproute2 (network namespaces) and time: on a fresh machine they are about half of the
+# iproute2 (network namespaces), time and xz-utils (the GPU bundle's archive): on a fresh machine they are about half of the
 # packages' download (launch/setup.sh --run leaves them out).
 PACKAGES=(build-essential cmake pkg-config
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev liblapack-dev libopenmpi-dev openmpi-bin
   libyaml-dev libcjson-dev libexpat1-dev libbz2-dev libutf8proc-dev libcmocka-dev
   python3-numpy python3-venv zstd)
-[ "$run_only" = 1 ] || PACKAGES+=(python3-torch gnuplot-nox iproute2 time)
+[ "$run_only" = 1 ] || PACKAGES+=(python3-torch gnuplot-nox iproute2 time xz-utils)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -68,7 +68,10 @@ fe="$here/.deps/cudnn-frontend"
 if [ "${MHE_SKIP_CUDNN_FRONTEND:-0}" != 1 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
    [ "$(cat "$fe/VERSION" 2>/dev/null)" != "$CUDNN_FRONTEND_VERSION" ]; then
   tmp="$(mktemp -d)"
-  if python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+  # The venv's pip: a fresh Debian has python3 but not python3-pip (seen by the quickstart in a
+  # debootstrap'd bookworm, which then built no cuDNN core).
+  pip_py=python3; [ -x "$here/.venv/bin/python" ] && pip_py="$here/.venv/bin/python"
+  if "$pip_py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
        -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >&2; then
     rm -rf "$fe"
     mkdir -p "$fe"
