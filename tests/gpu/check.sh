@@ -21,7 +21,16 @@ fi
 [ -f "$archive" ] || { echo "check.sh: $archive: no such archive (make it with tests/gpu/bundle.sh)" >&2; exit 1; }
 
 work="$(mktemp -d /tmp/mhegpu.XXXXXX)"
-tar -xzf "$archive" -C "$work" || { echo "check.sh: $archive: cannot unpack" >&2; exit 1; }
+# xz (bundle.sh's) with tar's own -J where xz is installed, else Python's lzma (a bare GPU image has
+# PyTorch, so Python, but not always xz-utils); a .tar.gz from an older bundle.sh still unpacks.
+unpack() {
+  case "$archive" in
+    *.tar.gz|*.tgz) tar -xzf "$archive" -C "$work" ;;
+    *) if command -v xz >/dev/null 2>&1; then tar -xJf "$archive" -C "$work"
+       else python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$archive" "$work"; fi ;;
+  esac
+}
+unpack || { echo "check.sh: $archive: cannot unpack" >&2; exit 1; }
 B="$work/mhegpu"
 results="$out/steps.tsv"
 : >"$results"
