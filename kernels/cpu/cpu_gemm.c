@@ -454,8 +454,12 @@ void cpu_gemm_ex(CpuGemm *g, int bf16, int ta, int tb, int M, int N, int K, floa
     // A product with a side of at most 16 (mhe_add's head-embedding products: K, N or M = the
     // head count) gets oneDNN 2.6's gemm:jit in bf16, which ran them at ~6 GFLOP/s on an AMX
     // Xeon (0.75 ms for 4096 x 64 x 8); the fp32 primitive below is the same arithmetic.
+    // Without bf16 instructions (AVX-512 without avx512_bf16: Skylake to Ice Lake, or
+    // ONEDNN_MAX_CPU_ISA=AVX512_CORE) oneDNN 2.6 still has a bf16 gemm:jit that emulates the dot
+    // product, at 0.4x the fp32 path's tokens/s on tiny512 and small (tests/bench/bf16_storage.sh,
+    // Zen 4, 2026-12-04); the fp32 primitive over widened operands below is the same arithmetic.
     const int skinny = M <= 16 || N <= 16 || K <= 16;
-    GemmEntry *e = skinny ? NULL : lookup(g, &k);
+    GemmEntry *e = skinny || !g->native_bf16 ? NULL : lookup(g, &k);
     if (e && e->prim) {
         const uint16_t *ka = A.h ? NULL : cpu_weights_bf16(g->weights, A.f, arows, acols, A.ld);
         const uint16_t *kb = B.h ? NULL : cpu_weights_bf16(g->weights, B.f, brows, bcols, B.ld);

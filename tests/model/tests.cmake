@@ -31,7 +31,13 @@ set_tests_properties(cpu_bf16_matches_fp32 PROPERTIES TIMEOUT 300 LABELS model)
 add_test(NAME cpu_bf16_emulated_matches_fp32 COMMAND cpu_bf16_matches_fp32)
 set_tests_properties(cpu_bf16_emulated_matches_fp32 PROPERTIES TIMEOUT 300 LABELS model ENVIRONMENT
   "ONEDNN_MAX_CPU_ISA=AVX2;OMP_NUM_THREADS=2")
-set_property(TEST cpu_bf16_matches_fp32 cpu_bf16_emulated_matches_fp32 APPEND PROPERTY LABELS unit)
+# And at oneDNN's AVX-512 level without bf16 instructions, where oneDNN has an emulating bf16
+# kernel that the backend passes over for the fp32 primitive (cpu_gemm.c).
+add_test(NAME cpu_bf16_avx512core_matches_fp32 COMMAND cpu_bf16_matches_fp32)
+set_tests_properties(cpu_bf16_avx512core_matches_fp32 PROPERTIES TIMEOUT 300 LABELS model ENVIRONMENT
+  "ONEDNN_MAX_CPU_ISA=AVX512_CORE;OMP_NUM_THREADS=2")
+set_property(TEST cpu_bf16_matches_fp32 cpu_bf16_emulated_matches_fp32 cpu_bf16_avx512core_matches_fp32
+  APPEND PROPERTY LABELS unit)
 # Every activation op in bf16 storage (Backend.act = DT_BF16) against the fp32 backend on inputs
 # exact in bf16, and upload_act/download_act's rounding.
 mhe_add_cmocka_test(cpu_bf16_ops_match_fp32 ${CMAKE_SOURCE_DIR}/tests/model/test_cpu_bf16_ops.c)
