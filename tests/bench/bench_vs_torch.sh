@@ -22,6 +22,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=${MHE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
+. "$here/sizes.sh"
 mhetrain=${MHETRAIN:-$src/build/mhetrain}
 py=${TORCH_PYTHON:-/usr/bin/python3}
 runs=5 steps=2 threads=2 sizes="tiny small tiny512" attns="mha mhe_add mhe_mul" quick=0 torch2=1
@@ -71,12 +72,7 @@ printf '%-7s %-7s %8s %8s %8s %8s %8s %7s %7s %7s %6s %6s %7s %7s %6s %6s %6s %6
     16/t2_16 32/t2_32 32/t1 MFU32 MFU16 peak32 peak16 MiB32 MiB16 MiBt1 MiBt2 MiBt2b attnGF16 attn%16 \
     auto prec a/best a/t2 avx2 prec v/t2_32
 for size in $sizes; do
-    case $size in
-    tiny) L=4 D=256 n=8 T=128 B=32 V=8192 ;;
-    small) L=4 D=512 n=8 T=128 B=32 V=30522 ;;
-    tiny512) L=4 D=256 n=8 T=512 B=8 V=8192 ;;
-    *) echo "bench_vs_torch: unknown size '$size'" >&2; exit 2 ;;
-    esac
+    bench_size "$size" || { echo "bench_vs_torch: unknown size '$size' (tiny, small, tiny512)" >&2; exit 2; }
     if [ "$quick" = 1 ]; then L=1 D=64 n=4 T=$((T / 8)) B=2 V=512; fi
     F=$((4 * D))
     for attn in $attns; do

@@ -14,6 +14,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
+source "$here/sizes.sh"
 mhetrain="${MHETRAIN:-$src/build/mhetrain}"
 runs=3 steps=2 sizes="tiny512 small" attns="mha"
 while [ $# -gt 0 ]; do
@@ -35,12 +36,7 @@ declare -A m
 median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 printf '%-8s %-8s %10s %10s %12s %12s %16s %10s %12s %12s\n' size attn fp32 bf16 bf16-store 'store/fp32' 'store/bf16' 'avx2 fp32' 'avx2 store' 'store/fp32'
 for size in $sizes; do
-  case $size in
-    tiny) L=4 D=256 n=8 T=128 B=32 V=8192 ;;
-    small) L=4 D=512 n=8 T=128 B=32 V=30522 ;;
-    tiny512) L=4 D=256 n=8 T=512 B=8 V=8192 ;;
-    *) echo "bf16_storage: unknown size '$size' (tiny, small, tiny512)" >&2; exit 2 ;;
-  esac
+  bench_size "$size" || { echo "bf16_storage: unknown size '$size' (tiny, small, tiny512)" >&2; exit 2; }
   for attn in $attns; do
     cfg="$src/configs/tiny-bert-$(echo "$attn" | tr _ -).yaml"
     [ -f "$cfg" ] || { echo "bf16_storage: no config $cfg" >&2; exit 2; }
