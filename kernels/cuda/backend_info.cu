@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_attn_core.h"
 #include "kernels/cuda/cuda_attn_cudnn.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_libs.h"
 #include "kernels/cuda/cuda_nccl.h"
 
 #include <cstdio>
@@ -27,6 +28,12 @@ extern "C" Backend *backend_cuda_create_for(int device, int bf16) {
     if (device >= n)
         mhe_fail("runtime.device: cuda, local rank %d needs GPU %d but this host has %d; start "
                  "at most %d ranks per host", device, device, n, n);
+#if !defined(MHE_CUDA_EMU)
+    char why[512];
+    if (!mhe_cuda_libs_load(why, sizeof why))
+        mhe_fail("runtime.device: cuda, but the CUDA libraries cannot be loaded: %s (add the toolkit's lib64, or "
+                 "PyTorch's nvidia/*/lib folders, to LD_LIBRARY_PATH)", why);
+#endif
     return backend_cuda_create(device, bf16);
 }
 
@@ -68,7 +75,13 @@ extern "C" void backend_cuda_print_versions(FILE *out) {
     int rt = 0, drv = 0, nccl = 0;
     (void)cudaRuntimeGetVersion(&rt);
     (void)cudaDriverGetVersion(&drv);
-    (void)ncclGetVersion(&nccl);
+#if !defined(MHE_CUDA_EMU)
+    char libs_why[512];
+    const int libs = mhe_cuda_libs_load(libs_why, sizeof libs_why);
+#else
+    const int libs = 1;
+#endif
+    if (libs) (void)ncclGetVersion(&nccl);
     fprintf(out, "cuda: runtime %d.%d, driver %s", rt / 1000, (rt % 1000) / 10,
             drv ? "" : "none");
     if (drv) fprintf(out, "%d.%d", drv / 1000, (drv % 1000) / 10);
@@ -81,7 +94,11 @@ extern "C" void backend_cuda_print_versions(FILE *out) {
     );
     fprintf(out, "cublas: %d.%d.%d (compiled against)\n", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR,
             CUBLAS_VER_PATCH);
-    fprintf(out, "nccl: %d.%d.%d\n", nccl / 10000, (nccl / 100) % 100, nccl % 100);
+#if !defined(MHE_CUDA_EMU)
+    if (!libs) fprintf(out, "cublas, cublasLt, nccl: not loaded (%s); runtime.device: cuda cannot run here\n", libs_why);
+    else
+#endif
+        fprintf(out, "nccl: %d.%d.%d\n", nccl / 10000, (nccl / 100) % 100, nccl % 100);
 #if defined(MHE_HAVE_CUDNN) && !defined(MHE_CUDA_EMU)
     char why[512];
     const long fe = mhe_cudnn_frontend_version();

@@ -6,6 +6,7 @@
 #   - check.sh says in one line that there is no GPU and exits non-zero;
 #   - the bundled mhetrain starts, reports its backends, and trains 4 steps on the bundled corpus
 #     on the CPU, through the bundled Open MPI as a singleton, writing a checkpoint;
+#   - without the toolkit's cuBLAS/NCCL there, `info` says so in one line and the CPU still trains;
 #   - the archive is at most 48 MiB, and unpacks with xz or, where xz is missing, Python's lzma.
 set -euo pipefail
 : "${MHE_SOURCE_DIR:?}" "${MHE_BUILD_DIR:?}"
@@ -78,6 +79,22 @@ chroot "$root" /usr/bin/env "${env_vars[@]}" /usr/bin/bash -c "cd $B && bin/mhet
   train.out_dir=/tmp/train-out" >"$WORK/train.txt" 2>&1 || { cat "$WORK/train.txt"; fail "bundled mhetrain train"; }
 grep -q "^step 4/4" "$WORK/train.txt" || { cat "$WORK/train.txt"; fail "no step 4"; }
 [ -d "$root/tmp/train-out/checkpoints/step_00000004" ] || fail "no checkpoint written"
+grep -q "^nccl: [0-9]" "$WORK/info.txt" || { cat "$WORK/info.txt"; fail "info: NCCL not loaded with the toolkit's libraries there"; }
+
+# 3. Without cuBLAS, cuBLASLt and NCCL (kernels/cuda/cuda_libs.cpp opens them at run time): info
+#    says so in one line, and the CPU still trains; the libraries are not mapped by a CPU run.
+mv "$root/usr/local/cuda/lib64" "$root/usr/local/cuda/lib64.away"
+chroot "$root" /usr/bin/env "${env_vars[@]}" $B/bin/mhetrain info >"$WORK/info2.txt" 2>&1 ||
+  { cat "$WORK/info2.txt"; fail "mhetrain info without the CUDA libraries"; }
+grep -q "^cublas, cublasLt, nccl: not loaded (libcublas.so.[0-9]*: cannot open shared object file" "$WORK/info2.txt" ||
+  { cat "$WORK/info2.txt"; fail "info did not say the CUDA libraries are missing"; }
+chroot "$root" /usr/bin/env "${env_vars[@]}" /usr/bin/bash -c "cd $B && bin/mhetrain train configs/quickstart.yaml \
+  runtime.device=cpu runtime.threads=2 data.train=[corpus/shards/train] data.valid=[corpus/shards/valid] \
+  data.tokenizer=corpus/vocab.txt data.tokenizer_kind=wordpiece model.vocab_size=30522 model.layers=1 \
+  train.micro_batch=4 train.global_batch=4 data.seq_len=64 train.steps=2 train.log_every=2 train.eval_every=0 \
+  train.out_dir=/tmp/train-out2" >"$WORK/train2.txt" 2>&1 || { cat "$WORK/train2.txt"; fail "CPU training without the CUDA libraries"; }
+grep -q "^step 2/2" "$WORK/train2.txt" || { cat "$WORK/train2.txt"; fail "no step 2 without the CUDA libraries"; }
+mv "$root/usr/local/cuda/lib64.away" "$root/usr/local/cuda/lib64"
 
 size=$(stat -c %s "$WORK/mhegpu.tar.xz")
 echo "bundle: $((size / 1048576)) MiB; check.sh without a GPU: '$(cat "$WORK/check.txt")' (exit $rc); train: $(grep '^step 4/4' "$WORK/train.txt")"
