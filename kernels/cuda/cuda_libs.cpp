@@ -60,7 +60,7 @@ void load_once() {
         if (!h[l]) {
             const char *e = dlerror();
             snprintf(why_not, sizeof why_not, "%s", e ? e : lib_names[l]);
-            return;  // the opened ones stay open: nothing else may use them meanwhile
+            return;  // those opened before stay open: unloading a library is never safe to undo
         }
     }
 #define MHE_RESOLVE(lib, name)                                                                              \
