@@ -3,9 +3,10 @@
 # of our Debian packages) into one archive:
 #   tests/gpu/bundle.sh [ARCHIVE]          default build-gpu/mhegpu.tar.xz
 # A Release build for sm_80 and sm_90 (CUDA runtime linked statically), the GPU test programs,
-# configs, a small prepared corpus (a book through the BERT vocabulary), check.sh and its Python
-# helpers, and every shared library the programs load except the C library family, the driver,
-# cuBLAS/cuBLASLt and NCCL (check.sh finds those in the CUDA toolkit or PyTorch's nvidia wheels).
+# configs, a small prepared corpus (a book through the BERT vocabulary), check.sh and its helpers
+# (compare.sh, sanitize.sh and the Python ones), and every shared library the programs load
+# except the C library family, the driver, cuBLAS/cuBLASLt and NCCL (check.sh finds those in the
+# CUDA toolkit or PyTorch's nvidia wheels).
 # Open MPI's plugins and help files come too, so one rank runs without mpirun. At most 48 MiB (the
 # device tool carries 64 MiB, the working tree ~4 MiB of it): xz, because the eight statically
 # linked programs and oneDNN/OpenBLAS compress to half of gzip -9's size (26 MiB against 51 at
@@ -34,7 +35,7 @@ mkdir -p "$B/bin" "$B/lib" "$B/tests" "$B/corpus"
 for p in "${progs[@]}"; do cp "$build/$p" "$B/bin/"; strip --strip-unneeded "$B/bin/$p"; done
 cp -r "$here/configs" "$B/"
 cp "$here/tests/gpu/check.sh" "$here/tests/gpu/torch_gpu.py" "$here/tests/gpu/report.py" \
-  "$here/tests/gpu/sanitize.sh" "$B/tests/"
+  "$here/tests/gpu/sanitize.sh" "$here/tests/gpu/compare.sh" "$B/tests/"
 
 # Open MPI's plugins and help files in its own layout under a relocatable prefix (OPAL_PREFIX).
 ompi_lib=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3

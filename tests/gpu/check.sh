@@ -107,9 +107,12 @@ step() {
 bin="$B/bin"
 cfg="$B/configs"
 # MHE_CHECK_GROUPS (comma-separated, default all): parity, train, time, torch, mfu, opclass,
-# sanitize, nccl, compile, profile.  A second call on the same day runs only what it still needs.
+# sanitize, nccl, compile, profile, and compare, which only runs when named (all = every group
+# but compare: all already fills the budget, and compare takes about 2.5 minutes of it).  A second
+# call on the same day runs only what it still needs.
 groups=",${MHE_CHECK_GROUPS:-all},"
 want() { [[ "$groups" == *",all,"* || "$groups" == *",$1,"* ]]; }
+named() { [[ "$groups" == *",$1,"* ]]; }
 step info 30 "$bin/mhetrain" info
 # 1. parity of every op, the attention core and every arch x attention type vs the CPU backend.
 if want parity; then
@@ -226,6 +229,17 @@ fi
 # 8. torch.compile's step where time is left (compiles take a minute each).
 if want compile && [ -n "$py" ]; then
   step torch_compile_bert_mha_512x16 120 "$py" "$B/tests/torch_gpu.py" model --arch bert --attention mha --seq 512 --batch 16 --compile
+fi
+# 9. issue 47's first comparison at GPU scale: BERT-small (configs/bert-small.yaml) trained 40 s
+#    per attention type on the bundle's corpus (one book, ~90k training tokens, so the later
+#    evaluations may show it memorised), scored by `mhetrain eval` on the validation split; one
+#    compare-result line per type and a table (compare.sh).  Last, so it takes no other step's
+#    place in the budget; ~150 s (3 x (40 s + set-up, checkpoint and evaluation)), limit 240 s
+#    (MHE_COMPARE_SECONDS, whole seconds here, changes both).
+if named compare; then
+  cmp_s="${MHE_COMPARE_SECONDS:-40}"
+  step compare_bert-small $((3 * (${cmp_s%.*} + 30) + 30)) env MHE_COMPARE_DEVICE=cuda MHE_COMPARE_SECONDS="$cmp_s" \
+    bash "$B/tests/compare.sh" "$bin/mhetrain" "$cfg/bert-small.yaml" "$B/corpus" "$work/compare" train.eval_every=250
 fi
 
 elapsed=$(( $(date +%s) - t_start ))

@@ -4,14 +4,15 @@ bare GPU machine).  usage: report.py STEPS.tsv CHECK.log REPORT.json GPU DRIVER 
 report.json: {date, gpu, driver, seconds, steps: [{name, status, seconds, detail}],
 results: {prefix: [ {field: value} per line ]}, opclass: {step: [lines of the cost model's table]}}
 where a result line is `prefix: key=value key=value ...` (torch-result, attn-result, sdpa-result,
-cost-result) or gpu_bench's `throughput:` line.
+cost-result, compare-result) or gpu_bench's `throughput:` line.  compare-result: one per attention
+type of the compare group (compare.sh: attention, steps, train_s, tokens_per_s, valid_loss, ...).
 """
 import datetime
 import json
 import re
 import sys
 
-PREFIXES = ("torch-result", "attn-result", "sdpa-result", "cost-result")
+PREFIXES = ("torch-result", "attn-result", "sdpa-result", "cost-result", "compare-result")
 
 
 def fields(text):

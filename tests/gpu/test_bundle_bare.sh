@@ -7,6 +7,7 @@
 #   - the bundled mhetrain starts, reports its backends, and trains 4 steps on the bundled corpus
 #     on the CPU, through the bundled Open MPI as a singleton, writing a checkpoint;
 #   - without the toolkit's cuBLAS/NCCL there, `info` says so in one line and the CPU still trains;
+#   - the bundled compare.sh (check.sh's compare group) trains and scores one type on the CPU;
 #   - the archive is at most 48 MiB, and unpacks with xz or, where xz is missing, Python's lzma.
 set -euo pipefail
 : "${MHE_SOURCE_DIR:?}" "${MHE_BUILD_DIR:?}"
@@ -23,7 +24,8 @@ mkdir -p "$root/dev"
 mknod -m 666 "$root/dev/null" c 1 3 || { echo "SKIP: cannot make /dev/null in the minimal root (mknod)"; exit 77; }
 ln -s usr/bin "$root/bin"
 # The tools and every library they load, at the same paths.
-tools=(bash sh tar gzip xz mktemp date awk timeout realpath cat grep wc mkdir dirname env head tail tee ls rm sed)
+tools=(bash sh tar gzip xz mktemp date awk timeout realpath cat grep wc mkdir dirname env head tail tee ls rm sed cut tr
+       basename)
 for t in "${tools[@]}"; do
   p="$(command -v "$t")"
   cp -L "$p" "$root/usr/bin/$t"
@@ -96,6 +98,15 @@ chroot "$root" /usr/bin/env "${env_vars[@]}" /usr/bin/bash -c "cd $B && bin/mhet
 grep -q "^step 2/2" "$WORK/train2.txt" || { cat "$WORK/train2.txt"; fail "no step 2 without the CUDA libraries"; }
 mv "$root/usr/local/cuda/lib64.away" "$root/usr/local/cuda/lib64"
 
+# 4. The compare group's script from the bundle, with its config and corpus, on the CPU (a tiny
+#    model, one type, 2 s): the layout check.sh hands it on a GPU machine.
+chroot "$root" /usr/bin/env "${env_vars[@]}" MHE_COMPARE_DEVICE=cpu MHE_COMPARE_SECONDS=2 MHE_COMPARE_VARIANTS=mhe_mul \
+  /usr/bin/bash $B/tests/compare.sh $B/bin/mhetrain $B/configs/bert-small.yaml $B/corpus /tmp/compare \
+  model.layers=1 model.hidden=64 model.heads=4 model.ffn=128 data.seq_len=64 train.global_batch=8 \
+  train.micro_batch=8 runtime.threads=2 >"$WORK/compare.txt" 2>&1 || { cat "$WORK/compare.txt"; fail "bundled compare.sh"; }
+grep -qE "^compare-result: attention=mhe_mul params=[0-9]+ steps=[1-9]" "$WORK/compare.txt" ||
+  { cat "$WORK/compare.txt"; fail "bundled compare.sh: no result line"; }
+
 size=$(stat -c %s "$WORK/mhegpu.tar.xz")
-echo "bundle: $((size / 1048576)) MiB; check.sh without a GPU: '$(cat "$WORK/check.txt")' (exit $rc); train: $(grep '^step 4/4' "$WORK/train.txt")"
+echo "bundle: $((size / 1048576)) MiB; check.sh without a GPU: '$(cat "$WORK/check.txt")' (exit $rc); train: $(grep '^step 4/4' "$WORK/train.txt"); $(grep '^compare-result:' "$WORK/compare.txt")"
 [ "$size" -le $((48 * 1024 * 1024)) ] || fail "bundle over 48 MiB"

@@ -1,5 +1,6 @@
-# Tools for machines with a GPU (tests/gpu/run.sh); built with the CUDA backend, never run by
-# ctest (CI has no GPU; the same checks run there through the emulation, tests/cuda).
+# Tools for machines with a GPU (tests/gpu/run.sh, check.sh); built with the CUDA backend, never
+# run on a GPU by ctest (CI has none; the same checks run there through the emulation, tests/cuda).
+# The ctests here prove the GPU tooling without one.
 if(TARGET mhecuda)
   add_executable(gpu_bench ${CMAKE_CURRENT_LIST_DIR}/gpu_bench.c)
   target_link_libraries(gpu_bench PRIVATE mhecore mhecuda)
@@ -44,3 +45,10 @@ if(TARGET mhecudnn)
   add_test(NAME test_cudnn_graphs COMMAND test_cudnn_graphs)
   set_tests_properties(test_cudnn_graphs PROPERTIES TIMEOUT 120 LABELS "cuda;unit")
 endif()
+
+# check.sh's compare group (compare.sh) on the CPU: a tiny BERT, 3 s per attention type on one
+# book of ../shared/data, the result lines, the table and report.py's fields (~20 s on 2 cores).
+add_test(NAME test_gpu_compare_cpu COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_compare_cpu.sh)
+set_tests_properties(test_gpu_compare_cpu PROPERTIES
+  ENVIRONMENT "MHE_SOURCE_DIR=${CMAKE_SOURCE_DIR};MHETRAIN=$<TARGET_FILE:mhetrain>;OMP_NUM_THREADS=2"
+  TIMEOUT 180 LABELS e2e)

@@ -107,6 +107,7 @@ typedef struct {
     char *init_from;       // weights-only initialisation from a checkpoint ("" = none)
     int max_nonfinite;     // consecutive non-finite steps that end the run (0: never)
     RecomputeMode recompute;  // none: keep every activation; attention / layer: see trainer/model/README.md
+    float time_limit_s;    // stop this process after that many seconds of training, with a checkpoint (0: no limit)
 } TrainConfig;
 
 typedef struct {

@@ -210,6 +210,11 @@ static const ConfigField TRAIN_FIELDS[] = {
             "layer but recomputes its attention block (projections, per-head copies, the "
             "attention core; pre-LN also LN1) before its backward; `layer` keeps only each "
             "layer's input and recomputes the whole layer (one layer's activations in memory)"},
+    {KEY(train, time_limit_s, F_FLOAT), .def = "0", FRANGE(0, 0, FMAX, 0),
+     .doc = "seconds of training after which this process stops at the next step boundary with a "
+            "checkpoint and exit status 0, as `--stop-after` does (the same command resumes, with the "
+            "limit afresh); counted from the first step (set-up excluded, evaluations and checkpoints "
+            "during the run included); the schedule still spans `steps`; 0 = no limit"},
 };
 
 static const ConfigField DIST_FIELDS[] = {

@@ -409,9 +409,15 @@ int run_engine(const Config *cfg, Comm *comm, const RunOptions *opt, const RunJo
             status = 1;
             break;
         }
-        int64_t stop = signals_pending(&e.signals);  // the signal number: every rank exits alike
-        comm_allreduce_max_i64(comm, &stop, 1);
-        int stop_here = stop || (opt->stop_after > 0 && e.step == opt->stop_after);
+        // The signal number, and whether train.time_limit_s has passed on rank 0's clock (the
+        // ranks' clocks differ, so rank 0 decides): every rank stops after the same step.
+        const double trained_s = omp_get_wtime() - e.t_start;
+        const float limit_s = cfg->train.time_limit_s;
+        int64_t flags[2] = {signals_pending(&e.signals), e.rank == 0 && limit_s > 0 && trained_s >= limit_s};
+        comm_allreduce_max_i64(comm, flags, 2);
+        const int64_t stop = flags[0];
+        const int timed_out = !stop && flags[1] && e.step < e.total_steps;  // at the last step: a plain end
+        int stop_here = stop || timed_out || (opt->stop_after > 0 && e.step == opt->stop_after);
         int due = job->after_step(job->self, &e);
         // No checkpoint while the loss is not finite: keep_last would prune the good ones for it.
         if (stop_here || (!e.diverged_at && (due || e.step == e.total_steps))) {
@@ -419,7 +425,12 @@ int run_engine(const Config *cfg, Comm *comm, const RunOptions *opt, const RunJo
             saved_at_end = e.step == e.total_steps;
         }
         if (stop_here) {
-            if (e.rank == 0)
+            if (e.rank == 0 && timed_out)
+                fprintf(stderr,
+                        "stopping after step %lld (train.time_limit_s %g: %.2f s of training); run the same command "
+                        "to resume\n",
+                        (long long)e.step, limit_s, trained_s);
+            else if (e.rank == 0)
                 fprintf(stderr, "stopping after step %lld (%s); run the same command to resume\n", (long long)e.step,
                         stop ? "signal" : "--stop-after");
             teardown(&e, job);

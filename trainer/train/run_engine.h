@@ -2,8 +2,9 @@
 // and fine-tuning (finetune.c).  The engine owns the lock, config and rank agreement, backend,
 // model, gradient reducer (ZeRO-1 included), optimizer state, schedule, checkpoints and resume,
 // the step (accumulation, global-count loss division, non-finite policy, clipping, update),
-// replica checks, metrics and TensorBoard, signals, --stop-after and teardown.  A job supplies
-// only its batch source, its loss (forward of one micro-batch) and its evaluation, through RunJob.
+// replica checks, metrics and TensorBoard, signals, --stop-after, train.time_limit_s and
+// teardown.  A job supplies only its batch source, its loss (forward of one micro-batch) and its
+// evaluation, through RunJob.
 #ifndef MHE_TRAINER_RUN_ENGINE_H
 #define MHE_TRAINER_RUN_ENGINE_H
 

@@ -49,7 +49,8 @@ static int harmless(const char *key) {
     static const char *const keys[] = {"train.recompute", "train.log_every", "train.eval_every",
                                        "train.eval_batches", "train.final_eval_batches", "train.checkpoint_every", "train.keep_last",
                                        "train.out_dir", "train.on_nonfinite", "train.init_from",
-                                       "train.max_nonfinite", "train.micro_batch", "data.valid", "task.epochs", NULL};
+                                       "train.max_nonfinite", "train.micro_batch", "train.time_limit_s", "data.valid",
+                                       "task.epochs", NULL};
     if (strncmp(key, "runtime.", 8) == 0 || strncmp(key, "dist.", 5) == 0) return 1;
     for (int i = 0; keys[i]; i++)
         if (strcmp(key, keys[i]) == 0) return 1;

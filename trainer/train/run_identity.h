@@ -2,11 +2,11 @@
 // the one resuming.  Keys that change the data order, the model or the optimisation (seed,
 // seq_len, global_batch, lr, the data, every model key, ...) are identity; keys that only say
 // how long to run or how to report, checkpoint, or where/how to compute (steps, tokens,
-// log/eval/checkpoint intervals, keep_last, out_dir, runtime.*, dist.*, micro_batch, recompute) are
-// harmless.  The run's length (train.steps, train.tokens) is its own kind: the learning-rate
-// schedule is computed over it, so a change moves the learning rate from the resumed step on
-// (schedule_resume_notice says how).  Keys present in only one text (another version's config) are
-// not compared.
+// log/eval/checkpoint intervals, keep_last, out_dir, runtime.*, dist.*, micro_batch, recompute,
+// time_limit_s) are harmless.  The run's length (train.steps, train.tokens) is its own kind: the
+// learning-rate schedule is computed over it, so a change moves the learning rate from the resumed
+// step on (schedule_resume_notice says how).  Keys present in only one text (another version's
+// config) are not compared.
 #ifndef MHE_TRAINER_RUN_IDENTITY_H
 #define MHE_TRAINER_RUN_IDENTITY_H
 
