@@ -101,7 +101,7 @@ mv "$root/usr/local/cuda/lib64.away" "$root/usr/local/cuda/lib64"
 # 4. The compare group's script from the bundle, with its config and corpus, on the CPU (a tiny
 #    model, one type, 2 s): the layout check.sh hands it on a GPU machine.
 chroot "$root" /usr/bin/env "${env_vars[@]}" MHE_COMPARE_DEVICE=cpu MHE_COMPARE_SECONDS=2 MHE_COMPARE_VARIANTS=mhe_mul \
-  /usr/bin/bash $B/tests/compare.sh $B/bin/mhetrain $B/configs/bert-small.yaml $B/corpus /tmp/compare \
+  /usr/bin/bash $B/tests/compare.sh $B/bin/mhetrain $B/configs/bert-small.yaml $B/corpus/compare /tmp/compare \
   model.layers=1 model.hidden=64 model.heads=4 model.ffn=128 data.seq_len=64 train.global_batch=8 \
   train.micro_batch=8 runtime.threads=2 >"$WORK/compare.txt" 2>&1 || { cat "$WORK/compare.txt"; fail "bundled compare.sh"; }
 grep -qE "^compare-result: attention=mhe_mul params=[0-9]+ steps=[1-9]" "$WORK/compare.txt" ||
