@@ -54,8 +54,9 @@ struct CpuGemm {
     uint16_t **bf16_buf;            // per thread operand copies rounded to bf16 (grow-only)
     size_t *bf16_elems;
     CpuWeights *weights;            // bf16 copies of steady weights (cpu_weights.c)
-    int tn_chunked;                 // -1 auto (oneDNN at avx2), 0 off, 1 always (MHE_CPU_GEMM_TN)
-    float *tn_buf;                  // K chunks of both operands, rows padded (grow-only)
+    int tn_chunked;                 // padded copies (tn_wins, pad_b_wins): -1 auto (oneDNN at avx2), 0 off,
+                                    // 1 always (MHE_CPU_GEMM_TN)
+    float *tn_buf;                  // the padded copies (grow-only)
     size_t tn_elems;
 };
 
@@ -79,8 +80,8 @@ CpuGemm *cpu_gemm_create(int threads) {
     g->bf16_elems = mhe_calloc((size_t)threads, sizeof *g->bf16_elems);
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     g->native_bf16 = isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
-    // The transposed-A products' K-chunked path (tn_wins): measured only where oneDNN's fp32
-    // matmul is its AVX2 jit sgemm; at avx512_core and up (brgemm) those products run at full rate.
+    // The padded copies (tn_wins, pad_b_wins): measured only where oneDNN's fp32 matmul is its
+    // AVX2 jit sgemm; at avx512_core and up (brgemm) those products run at full rate.
     const char *tn = getenv("MHE_CPU_GEMM_TN");
     if (tn && strcmp(tn, "0") && strcmp(tn, "1")) mhe_fatal("MHE_CPU_GEMM_TN=%s: expected 0 or 1", tn);
     g->tn_chunked = tn ? tn[0] == '1' : isa == dnnl_cpu_isa_avx2 || isa == dnnl_cpu_isa_avx2_vnni ? -1 : 0;
@@ -341,19 +342,23 @@ static void copy_rows(const float *x, int rows, int cols, int ld, float *out, in
     for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * ldo, x + (size_t)r * ld, (size_t)cols * sizeof *out);
 }
 
+// The padded copies' scratch, grown to at least n floats (outside parallel regions only).
+static float *tn_scratch(CpuGemm *g, size_t n) {
+    if (n > g->tn_elems) {
+        free(g->tn_buf);
+        g->tn_buf = cpu_host_alloc(n * sizeof *g->tn_buf);
+        g->tn_elems = n;
+    }
+    return g->tn_buf;
+}
+
 // C = alpha Aᵀ B + beta C (A [K, M], B [K, N]) as a sum over K chunks of the padded copies'
 // products, the first chunk with beta, the rest added (oneDNN's sum post-op).  A fixed chunking:
 // the same shape sums in the same order every run.
 static void gemm_tn_chunked(CpuGemm *g, int M, int N, int K, float alpha, const float *A, int lda,
                             const float *B, int ldb, float beta, float *C, int ldc) {
     const int lpa = pad_ld(M), lpb = pad_ld(N);
-    const size_t need = ((size_t)lpa + lpb) * TN_KC;
-    if (need > g->tn_elems) {
-        free(g->tn_buf);
-        g->tn_buf = cpu_host_alloc(need * sizeof *g->tn_buf);
-        g->tn_elems = need;
-    }
-    float *ap = g->tn_buf, *bp = g->tn_buf + (size_t)lpa * TN_KC;
+    float *ap = tn_scratch(g, ((size_t)lpa + lpb) * TN_KC), *bp = ap + (size_t)lpa * TN_KC;
     for (int k0 = 0; k0 < K; k0 += TN_KC) {
         const int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
         copy_rows(A + (size_t)k0 * lda, kc, M, lda, ap, lpa);
@@ -363,15 +368,37 @@ static void gemm_tn_chunked(CpuGemm *g, int M, int N, int K, float alpha, const 
     }
 }
 
+// The other products the same row strides slowed at oneDNN's AVX2 level: A B and A Bᵀ with a
+// narrow result (N <= 256) over a long sum (K >= 768) where B's rows lie a multiple of 512 bytes
+// apart, i.e. tiny's FFN down-projection (4,096 x 256 x 1,024, Bᵀ 4 KiB rows), its up-projection's
+// and the QKV projection's dx (B's rows 1 KiB apart) and the head's dx (608 x 256 x 8,192): 96-104
+// -> 103-113 GFLOP/s with B read from a copy whose rows are padded (a standalone oneDNN program,
+// one thread's CPU time, operands evicted first, Zen 4, 2026-12-04).  B is a weight there (K x N,
+// at most 1/M of the product's traffic), so the copy is made per call.  Wider results (every
+// product of small, the other projections of tiny) ran at 106-112 either way.
+static int pad_b_wins(const CpuGemm *g, int ta, int M, int N, int K, int ldb) {
+    if (g->tn_chunked >= 0) return g->tn_chunked && !ta;
+    return !ta && N <= 256 && K >= 768 && M >= 512 && ldb % 128 == 0;
+}
+
 // An fp32 product on thread t: one cached primitive, or at oneDNN's AVX2 level a transposed-A
-// product in K chunks over padded copies where that measured faster (tn_wins).
+// product in K chunks over padded copies, or a product over a padded copy of B, where that
+// measured faster (tn_wins, pad_b_wins).
 static void gemm_f32(CpuGemm *g, int t, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, const float *bias, float beta, float *C, int ldc) {
     // Outside parallel regions only: one scratch, and a product inside one (the attention core's
     // per-block ones) is small.
-    if (ta && !tb && !bias && g->tn_chunked && !omp_in_parallel() && tn_wins(g, M, N, K)) {
-        gemm_tn_chunked(g, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
+    if (g->tn_chunked && !omp_in_parallel()) {
+        if (ta && !tb && !bias && tn_wins(g, M, N, K)) {
+            gemm_tn_chunked(g, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        if (pad_b_wins(g, ta, M, N, K, ldb)) {
+            const int rows = tb ? N : K, cols = tb ? K : N, ld = pad_ld(cols);
+            float *bp = tn_scratch(g, (size_t)rows * ld);
+            copy_rows(B, rows, cols, ldb, bp, ld);
+            B = bp, ldb = ld;
+        }
     }
     GemmKey k = {ta, tb, M, N, K, lda, ldb, ldc, 0, 0, bias != NULL, alpha, beta};
     execute(g, lookup(g, &k), t, A, B, bias, C);

@@ -100,6 +100,16 @@ static void test_matmul_tn_chunked_matches_naive(void **state) {
     check_matmul_ld(be, 1, 0, 33, 17, 513, 35, 20, 19);      // chunks 256, 256, 1
 }
 
+// The products that cpu_gemm.c runs over a row-padded copy of B at oneDNN's AVX2 level
+// (pad_b_wins: A B or A Bᵀ with N <= 256, K >= 768, M >= 512, B's rows a multiple of 128 floats
+// apart) or, with MHE_CPU_GEMM_TN=1, every product without a transposed A (so every matmul case
+// of this file): both orientations of B, widths off the 16 grid, alpha and beta.
+static void test_matmul_pad_b_matches_naive(void **state) {
+    Backend *be = *state;
+    check_matmul_ld(be, 0, 1, 600, 40, 800, 803, 896, 45);   // Bᵀ: rows 896 floats apart
+    check_matmul_ld(be, 0, 0, 600, 100, 790, 795, 128, 101); // B: rows 128 floats apart
+}
+
 static void test_matmul_batched_matches_naive(void **state) {
     Backend *be = *state;
     const int M = 9, N = 11, K = 13, batch = 3;
@@ -258,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_expf_bf16_accuracy),
         cmocka_unit_test(test_matmul_matches_naive_for_every_transpose),
         cmocka_unit_test(test_matmul_tn_chunked_matches_naive),
+        cmocka_unit_test(test_matmul_pad_b_matches_naive),
         cmocka_unit_test(test_matmul_batched_matches_naive),
         cmocka_unit_test(test_optimizer_ops_match_formulas),
         cmocka_unit_test(test_gelu_matches_double),
