@@ -320,14 +320,17 @@ int cpu_gemm_weight_grad(CpuGemm *g, int M, int N, int K, const uint16_t *dy, in
 // product runs as a sum over chunks of 256 tokens, each chunk's rows of both operands copied
 // (whole rows, memcpy) into a scratch with padded row strides (pad_ld) that stays in L2 for the
 // chunk's product.  Measured on Zen 4 at ONEDNN_MAX_CPU_ISA=AVX2, one thread's CPU time, operands
-// evicted first, the copies' time included (a standalone oneDNN program, 2026-12-04, load ~1.6):
-// 100-104 GFLOP/s on those shapes, and 103-108 against 97-106 plain on the bench's other weight
-// gradients; only the vocabulary head's 30,522 x 512 lost (100 against 103), so a side above
-// 8,192 stays plain.
-enum { TN_KC = 256, TN_MAX_SIDE = 8192 };
-static int tn_wins(const CpuGemm *g, int M, int N, int K) {
+// evicted first, the copies' time included (tests/bench/bench_weight_grads, 2026-12-05, load
+// ~1.4): 95-101 GFLOP/s on those shapes (1,024 x 256, 256 x 1,024, 8,192 x 256, 512 x 512).  On
+// the others of the bench's models, whose plain products run at 98-105, it was 0.95-1.02x of
+// plain (a standalone oneDNN program had shown 1.03-1.07x there), so the rule keeps to the
+// shapes and strides that were slow.
+enum { TN_KC = 256 };
+static int tn_wins(const CpuGemm *g, int M, int N, int K, int lda, int ldb) {
     if (g->tn_chunked >= 0) return g->tn_chunked;
-    return K >= 128 && (double)M * N * K >= (double)(1 << 24) && M <= TN_MAX_SIDE && N <= TN_MAX_SIDE;
+    const int lo = M < N ? M : N, hi = M < N ? N : M, ld_wide = M < N ? ldb : lda;
+    if (K < 128 || (double)M * N * K < (double)(1 << 24)) return 0;
+    return (lo <= 256 && hi >= 1024 && ld_wide % 512 == 0) || (lo == 512 && hi == 512 && lda % 512 == 0 && ldb % 512 == 0);
 }
 // A row stride for a copy of w floats: whole 64-byte lines, and off every multiple of 512 bytes
 // (the slow strides above were 1, 2, 4 and 32 KiB; 3 KiB ran at full rate, so the rule is wider
@@ -389,7 +392,7 @@ static void gemm_f32(CpuGemm *g, int t, int ta, int tb, int M, int N, int K, flo
     // Outside parallel regions only: one scratch, and a product inside one (the attention core's
     // per-block ones) is small.
     if (g->tn_chunked && !omp_in_parallel()) {
-        if (ta && !tb && !bias && tn_wins(g, M, N, K)) {
+        if (ta && !tb && !bias && tn_wins(g, M, N, K, lda, ldb)) {
             gemm_tn_chunked(g, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
             return;
         }

@@ -87,11 +87,12 @@ static void test_matmul_matches_naive_for_every_transpose(void **state) {
 }
 
 // The transposed-A products that cpu_gemm.c runs in K chunks of 256 over copies with padded row
-// strides at oneDNN's AVX2 level (tn_wins: K >= 128, M N K >= 2^24, both sides at most 8,192)
-// or, with MHE_CPU_GEMM_TN=1 (ctest cpu_ops_match_naive_tn), always: both orientations of the
-// shape, widths on and off the 16 and 128 grids (pad_ld pads them differently), K with a tail
-// chunk, alpha and beta (the first chunk's beta, the others' sums).  At full ISA without the
-// variable they are the plain product: the same assertions.
+// strides at oneDNN's AVX2 level (tn_wins: a side of at most 256, the wider operand's rows a
+// multiple of 512 floats apart, or 512 x 512) or, with MHE_CPU_GEMM_TN=1 (ctest
+// cpu_ops_match_naive_tn), always: both orientations of the shape, widths on and off the 16 and
+// 128 grids (pad_ld pads them differently), K with a tail chunk, alpha and beta (the first
+// chunk's beta, the others' sums).  At full ISA without the variable they are the plain product:
+// the same assertions.
 static void test_matmul_tn_chunked_matches_naive(void **state) {
     Backend *be = *state;
     check_matmul_ld(be, 1, 0, 1024, 40, 600, 1024, 43, 41);  // A the wide operand
