@@ -5,10 +5,6 @@
 // per-head products of attention only a few microseconds.
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
-#if defined(__SSE__) || defined(__x86_64__)
-#include <immintrin.h>
-#define CPU_TRANSPOSE_SSE 1
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,8 +54,9 @@ struct CpuGemm {
     uint16_t **bf16_buf;            // per thread operand copies rounded to bf16 (grow-only)
     size_t *bf16_elems;
     CpuWeights *weights;            // bf16 copies of steady weights (cpu_weights.c)
-    int tn_chunked;                 // -1 auto (oneDNN at avx2), 0 off, 1 always (MHE_CPU_GEMM_TN)
-    float *tn_buf;                  // transposed K chunks of both operands (grow-only)
+    int tn_chunked;                 // padded copies (tn_wins, pad_b_wins): -1 auto (oneDNN at avx2), 0 off,
+                                    // 1 always (MHE_CPU_GEMM_TN)
+    float *tn_buf;                  // the padded copies (grow-only)
     size_t tn_elems;
 };
 
@@ -83,8 +80,8 @@ CpuGemm *cpu_gemm_create(int threads) {
     g->bf16_elems = mhe_calloc((size_t)threads, sizeof *g->bf16_elems);
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     g->native_bf16 = isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
-    // The transposed-A products' K-chunked path (tn_wins): measured only where oneDNN's fp32
-    // matmul is its AVX2 jit sgemm; at avx512_core and up (brgemm) those products run at full rate.
+    // The padded copies (tn_wins, pad_b_wins): measured only where oneDNN's fp32 matmul is its
+    // AVX2 jit sgemm; at avx512_core and up (brgemm) those products run at full rate.
     const char *tn = getenv("MHE_CPU_GEMM_TN");
     if (tn && strcmp(tn, "0") && strcmp(tn, "1")) mhe_fatal("MHE_CPU_GEMM_TN=%s: expected 0 or 1", tn);
     g->tn_chunked = tn ? tn[0] == '1' : isa == dnnl_cpu_isa_avx2 || isa == dnnl_cpu_isa_avx2_vnni ? -1 : 0;
@@ -313,53 +310,21 @@ int cpu_gemm_weight_grad(CpuGemm *g, int M, int N, int K, const uint16_t *dy, in
     return 1;
 }
 
-// out[c * ldo + r] = in[r * ld + c] for a rows x cols block: 32 x 32 tiles (a tile's 32 input
-// rows and 32 output rows stay in L1), 4 x 4 SSE transposes inside, scalar edges.  Split over
-// the threads by output rows when large (the tiles are disjoint, so the result does not depend on
-// the split); inside a parallel region it runs on the calling thread.
-void cpu_transpose_f32(const float *in, int rows, int cols, int ld, float *out, int ldo) {
-    enum { TILE = 32 };
-#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= CPU_PARALLEL_MIN_MEM)
-    for (int c0 = 0; c0 < cols; c0 += TILE) {
-        const int c1 = c0 + TILE < cols ? c0 + TILE : cols;
-        for (int r0 = 0; r0 < rows; r0 += TILE) {
-            const int r1 = r0 + TILE < rows ? r0 + TILE : rows;
-            int r = r0;
-#ifdef CPU_TRANSPOSE_SSE
-            for (; r + 4 <= r1; r += 4) {
-                int c = c0;
-                for (; c + 4 <= c1; c += 4) {
-                    const float *p = in + (size_t)r * ld + c;
-                    __m128 x0 = _mm_loadu_ps(p), x1 = _mm_loadu_ps(p + ld), x2 = _mm_loadu_ps(p + 2 * (size_t)ld),
-                           x3 = _mm_loadu_ps(p + 3 * (size_t)ld);
-                    _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
-                    float *q = out + (size_t)c * ldo + r;
-                    _mm_storeu_ps(q, x0);
-                    _mm_storeu_ps(q + ldo, x1);
-                    _mm_storeu_ps(q + 2 * (size_t)ldo, x2);
-                    _mm_storeu_ps(q + 3 * (size_t)ldo, x3);
-                }
-                for (; c < c1; c++)  // the tile's last columns (cols off the 4 grid)
-                    for (int i = r; i < r + 4; i++) out[(size_t)c * ldo + i] = in[(size_t)i * ld + c];
-            }
-#endif
-            for (; r < r1; r++)  // the tile's last rows (rows off the 4 grid), or every row
-                for (int c = c0; c < c1; c++) out[(size_t)c * ldo + r] = in[(size_t)r * ld + c];
-        }
-    }
-}
-
 // Transposed-A fp32 products (the weight gradients dW = dyᵀ x, summed over the tokens) on
 // oneDNN 2.6's AVX2 jit sgemm ran at 40-50 GFLOP/s a core (Zen 4, ONEDNN_MAX_CPU_ISA=AVX2) where
 // the smaller side is at most 256 and the wider operand's rows lie a multiple of 2 KiB apart
-// (1024 x 256, 256 x 1024, 8192 x 256, ... with K = 4,096 or 608), and at 66-76 at 512 x 512,
-// against ~100 for the same product with K contiguous in both operands (x Wᵀ's layout).  Measured
-// with the transposes' own time included (tests/bench/bench_weight_grads, one thread's CPU time):
-// transposing K chunks of both operands and running that layout per chunk gave 80-97 on those
-// shapes, and lost to the plain product (95-108 -> 85-100) on the others tried (768 x 256,
-// 256 x 256, 1,280 x 256, 512 x 1,024, ...), hence the gate on the shape.  Chunks of 256 tokens
-// keep the transposed operands in L2/L3 between the transpose and the product (whole transposes,
-// 16 MB each, ran at 77-83; 512 and 1,024 tokens in between).
+// (1024 x 256, 256 x 1024, 8192 x 256, ... with K = 4,096 or 608), and at 66-76 at 512 x 512.
+// The same product over copies whose rows lie 16 floats further apart ran at 106-110: the
+// slowness is the operands' row stride, not the transposed layout (K-chunked transposes into
+// x Wᵀ's layout, the path before this one, reached 80-89 with their own time included).  So the
+// product runs as a sum over chunks of 256 tokens, each chunk's rows of both operands copied
+// (whole rows, memcpy) into a scratch with padded row strides (pad_ld) that stays in L2 for the
+// chunk's product.  Measured on Zen 4 at ONEDNN_MAX_CPU_ISA=AVX2, one thread's CPU time, operands
+// evicted first, the copies' time included (tests/bench/bench_weight_grads, 2026-12-05, load
+// ~1.4): 95-101 GFLOP/s on those shapes (1,024 x 256, 256 x 1,024, 8,192 x 256, 512 x 512).  On
+// the others of the bench's models, whose plain products run at 98-105, it was 0.95-1.02x of
+// plain (a standalone oneDNN program had shown 1.03-1.07x there), so the rule keeps to the
+// shapes and strides that were slow.
 enum { TN_KC = 256 };
 static int tn_wins(const CpuGemm *g, int M, int N, int K, int lda, int ldb) {
     if (g->tn_chunked >= 0) return g->tn_chunked;
@@ -367,37 +332,76 @@ static int tn_wins(const CpuGemm *g, int M, int N, int K, int lda, int ldb) {
     if (K < 128 || (double)M * N * K < (double)(1 << 24)) return 0;
     return (lo <= 256 && hi >= 1024 && ld_wide % 512 == 0) || (lo == 512 && hi == 512 && lda % 512 == 0 && ldb % 512 == 0);
 }
+// A row stride for a copy of w floats: whole 64-byte lines, and off every multiple of 512 bytes
+// (the slow strides above were 1, 2, 4 and 32 KiB; 3 KiB ran at full rate, so the rule is wider
+// than it need be).
+static int pad_ld(int w) {
+    const int ld = (w + 15) / 16 * 16;
+    return ld % 128 == 0 ? ld + 16 : ld;
+}
+// rows x cols of x (row stride ld) into out (row stride ldo), split over the threads when large.
+static void copy_rows(const float *x, int rows, int cols, int ld, float *out, int ldo) {
+#pragma omp parallel for schedule(static) if ((size_t)rows * cols >= CPU_PARALLEL_MIN_MEM)
+    for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * ldo, x + (size_t)r * ld, (size_t)cols * sizeof *out);
+}
 
-// C = alpha Aᵀ B + beta C (A [K, M], B [K, N]) as a sum over K chunks of the transposed chunks'
-// products (at [M, kc] times bt [N, kc]ᵀ), the first chunk with beta, the rest added (oneDNN's sum
-// post-op).  A fixed chunking: the same shape sums in the same order every run.
+// The padded copies' scratch, grown to at least n floats (outside parallel regions only).
+static float *tn_scratch(CpuGemm *g, size_t n) {
+    if (n > g->tn_elems) {
+        free(g->tn_buf);
+        g->tn_buf = cpu_host_alloc(n * sizeof *g->tn_buf);
+        g->tn_elems = n;
+    }
+    return g->tn_buf;
+}
+
+// C = alpha Aᵀ B + beta C (A [K, M], B [K, N]) as a sum over K chunks of the padded copies'
+// products, the first chunk with beta, the rest added (oneDNN's sum post-op).  A fixed chunking:
+// the same shape sums in the same order every run.
 static void gemm_tn_chunked(CpuGemm *g, int M, int N, int K, float alpha, const float *A, int lda,
                             const float *B, int ldb, float beta, float *C, int ldc) {
-    const size_t need = (size_t)(M + N) * TN_KC;
-    if (need > g->tn_elems) {
-        free(g->tn_buf);
-        g->tn_buf = cpu_host_alloc(need * sizeof *g->tn_buf);
-        g->tn_elems = need;
-    }
-    float *at = g->tn_buf, *bt = g->tn_buf + (size_t)M * TN_KC;
+    const int lpa = pad_ld(M), lpb = pad_ld(N);
+    float *ap = tn_scratch(g, ((size_t)lpa + lpb) * TN_KC), *bp = ap + (size_t)lpa * TN_KC;
     for (int k0 = 0; k0 < K; k0 += TN_KC) {
         const int kc = K - k0 < TN_KC ? K - k0 : TN_KC;
-        cpu_transpose_f32(A + (size_t)k0 * lda, kc, M, lda, at, kc);
-        cpu_transpose_f32(B + (size_t)k0 * ldb, kc, N, ldb, bt, kc);
-        GemmKey k = {0, 1, M, N, kc, kc, kc, ldc, 0, 0, 0, alpha, k0 ? 1.0f : beta};
-        execute(g, lookup(g, &k), 0, at, bt, NULL, C);
+        copy_rows(A + (size_t)k0 * lda, kc, M, lda, ap, lpa);
+        copy_rows(B + (size_t)k0 * ldb, kc, N, ldb, bp, lpb);
+        GemmKey k = {1, 0, M, N, kc, lpa, lpb, ldc, 0, 0, 0, alpha, k0 ? 1.0f : beta};
+        execute(g, lookup(g, &k), 0, ap, bp, NULL, C);
     }
 }
 
+// The other products the same row strides slowed at oneDNN's AVX2 level: A B and A Bᵀ with a
+// narrow result (N <= 256) over a long sum (K >= 768) where B's rows lie a multiple of 512 bytes
+// apart, i.e. tiny's FFN down-projection (4,096 x 256 x 1,024, Bᵀ 4 KiB rows), its up-projection's
+// and the QKV projection's dx (B's rows 1 KiB apart) and the head's dx (608 x 256 x 8,192): 96-104
+// -> 103-113 GFLOP/s with B read from a copy whose rows are padded (a standalone oneDNN program,
+// one thread's CPU time, operands evicted first, Zen 4, 2026-12-04).  B is a weight there (K x N,
+// at most 1/M of the product's traffic), so the copy is made per call.  Wider results (every
+// product of small, the other projections of tiny) ran at 106-112 either way.
+static int pad_b_wins(const CpuGemm *g, int ta, int M, int N, int K, int ldb) {
+    if (g->tn_chunked >= 0) return g->tn_chunked && !ta;
+    return !ta && N <= 256 && K >= 768 && M >= 512 && ldb % 128 == 0;
+}
+
 // An fp32 product on thread t: one cached primitive, or at oneDNN's AVX2 level a transposed-A
-// product in K chunks where that measured faster (tn_wins).
+// product in K chunks over padded copies, or a product over a padded copy of B, where that
+// measured faster (tn_wins, pad_b_wins).
 static void gemm_f32(CpuGemm *g, int t, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                      int lda, const float *B, int ldb, const float *bias, float beta, float *C, int ldc) {
     // Outside parallel regions only: one scratch, and a product inside one (the attention core's
     // per-block ones) is small.
-    if (ta && !tb && !bias && g->tn_chunked && !omp_in_parallel() && tn_wins(g, M, N, K, lda, ldb)) {
-        gemm_tn_chunked(g, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
+    if (g->tn_chunked && !omp_in_parallel()) {
+        if (ta && !tb && !bias && tn_wins(g, M, N, K, lda, ldb)) {
+            gemm_tn_chunked(g, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        if (pad_b_wins(g, ta, M, N, K, ldb)) {
+            const int rows = tb ? N : K, cols = tb ? K : N, ld = pad_ld(cols);
+            float *bp = tn_scratch(g, (size_t)rows * ld);
+            copy_rows(B, rows, cols, ldb, bp, ld);
+            B = bp, ldb = ld;
+        }
     }
     GemmKey k = {ta, tb, M, N, K, lda, ldb, ldc, 0, 0, bias != NULL, alpha, beta};
     execute(g, lookup(g, &k), t, A, B, bias, C);

@@ -95,9 +95,6 @@ void cpu_weights_wrote(CpuWeights *w, const void *p, size_t bytes);
 void cpu_pack_bf16(const float *x, int rows, int cols, int ld, uint16_t *out);
 // out[i] = x[i] rounded to the nearest bf16 (ties to even), as an fp32 value.
 void cpu_round_bf16(const float *x, float *out, size_t n);
-// out[c * ldo + r] = in[r * ld + c] for r < rows, c < cols (cpu_gemm.c: the K-chunked
-// transposed-A products); split over the threads when large and called outside a parallel region.
-void cpu_transpose_f32(const float *in, int rows, int cols, int ld, float *out, int ldo);
 
 // Threads fixed at creation: per-thread scratch (attention, oneDNN) is sized for this many.
 typedef struct {

@@ -86,35 +86,29 @@ static void test_matmul_matches_naive_for_every_transpose(void **state) {
         }
 }
 
-// The transposed-A products that cpu_gemm.c runs in K chunks of 256 at oneDNN's AVX2 level
-// (tn_wins: a side of at most 256, the wider operand's rows a multiple of 512 floats apart) or,
-// with MHE_CPU_GEMM_TN=1 (ctest cpu_ops_match_naive_tn), always: both orientations of the shape,
-// K with a tail chunk, alpha and beta (the first chunk's beta, the others' sums).  At full ISA
-// without the variable they are the plain product: the same assertions.
+// The transposed-A products that cpu_gemm.c runs in K chunks of 256 over copies with padded row
+// strides at oneDNN's AVX2 level (tn_wins: a side of at most 256, the wider operand's rows a
+// multiple of 512 floats apart, or 512 x 512) or, with MHE_CPU_GEMM_TN=1 (ctest
+// cpu_ops_match_naive_tn), always: both orientations of the shape, widths on and off the 16 and
+// 128 grids (pad_ld pads them differently), K with a tail chunk, alpha and beta (the first
+// chunk's beta, the others' sums).  At full ISA without the variable they are the plain product:
+// the same assertions.
 static void test_matmul_tn_chunked_matches_naive(void **state) {
     Backend *be = *state;
     check_matmul_ld(be, 1, 0, 1024, 40, 600, 1024, 43, 41);  // A the wide operand
     check_matmul_ld(be, 1, 0, 40, 1024, 600, 45, 1024, 1030); // B the wide one
+    check_matmul_ld(be, 1, 0, 256, 128, 700, 256, 128, 131);  // both widths on the 128 grid
     check_matmul_ld(be, 1, 0, 33, 17, 513, 35, 20, 19);      // chunks 256, 256, 1
 }
 
-// cpu_transpose_f32 (the chunked products' transposes) against the definition on sizes off its
-// 4 x 4 and 32 x 32 grids, with leading dimensions beyond the block: the block is transposed,
-// nothing past it is written.
-static void test_transpose_matches_naive(void **state) {
-    (void)state;
-    const int sizes[][2] = {{1, 1}, {3, 5}, {4, 4}, {33, 67}, {64, 31}, {130, 257}, {256, 1024}};
-    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
-        const int rows = sizes[s][0], cols = sizes[s][1], ld = cols + 3, ldo = rows + 2;
-        float *in = random_floats((size_t)rows * ld, 7 + s), *out = mhe_malloc((size_t)cols * ldo * sizeof *out);
-        for (size_t i = 0; i < (size_t)cols * ldo; i++) out[i] = -7.0f;
-        cpu_transpose_f32(in, rows, cols, ld, out, ldo);
-        for (int c = 0; c < cols; c++)
-            for (int r = 0; r < ldo; r++)
-                assert_true(out[(size_t)c * ldo + r] == (r < rows ? in[(size_t)r * ld + c] : -7.0f));
-        free(in);
-        free(out);
-    }
+// The products that cpu_gemm.c runs over a row-padded copy of B at oneDNN's AVX2 level
+// (pad_b_wins: A B or A Bᵀ with N <= 256, K >= 768, M >= 512, B's rows a multiple of 128 floats
+// apart) or, with MHE_CPU_GEMM_TN=1, every product without a transposed A (so every matmul case
+// of this file): both orientations of B, widths off the 16 grid, alpha and beta.
+static void test_matmul_pad_b_matches_naive(void **state) {
+    Backend *be = *state;
+    check_matmul_ld(be, 0, 1, 600, 40, 800, 803, 896, 45);   // Bᵀ: rows 896 floats apart
+    check_matmul_ld(be, 0, 0, 600, 100, 790, 795, 128, 101); // B: rows 128 floats apart
 }
 
 static void test_matmul_batched_matches_naive(void **state) {
@@ -275,7 +269,7 @@ int main(void) {
         cmocka_unit_test(test_expf_bf16_accuracy),
         cmocka_unit_test(test_matmul_matches_naive_for_every_transpose),
         cmocka_unit_test(test_matmul_tn_chunked_matches_naive),
-        cmocka_unit_test(test_transpose_matches_naive),
+        cmocka_unit_test(test_matmul_pad_b_matches_naive),
         cmocka_unit_test(test_matmul_batched_matches_naive),
         cmocka_unit_test(test_optimizer_ops_match_formulas),
         cmocka_unit_test(test_gelu_matches_double),
