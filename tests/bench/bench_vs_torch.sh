@@ -22,7 +22,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=${MHE_SOURCE_DIR:-$(cd "$here/../.." && pwd)}
-. "$here/sizes.sh"
+. "$here/bench_lib.sh"
 mhetrain=${MHETRAIN:-$src/build/mhetrain}
 py=${TORCH_PYTHON:-/usr/bin/python3}
 runs=5 steps=2 threads=2 sizes="tiny small tiny512" attns="mha mhe_add mhe_mul" quick=0 torch2=1
@@ -59,7 +59,6 @@ trap 'rm -rf "$tmp"' EXIT
 
 # key=value from a result line
 field() { tr ' ' '\n' <"$1" | sed -n "s/^$2=//p" | tail -n 1; }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 t2ver=-
 [ "$torch2" = 1 ] && t2ver=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')

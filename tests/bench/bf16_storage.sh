@@ -14,7 +14,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
-source "$here/sizes.sh"
+source "$here/bench_lib.sh"
 mhetrain="${MHETRAIN:-$src/build/mhetrain}"
 runs=3 steps=2 sizes="tiny512 small" attns="mha"
 while [ $# -gt 0 ]; do
@@ -33,7 +33,6 @@ trap 'rm -rf "$tmp"' EXIT
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 confs=(fp32 bf16 bf16-store avx2-fp32 avx2-bf16-store)
 declare -A m
-median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 printf '%-8s %-8s %10s %10s %12s %12s %16s %10s %12s %12s\n' size attn fp32 bf16 bf16-store 'store/fp32' 'store/bf16' 'avx2 fp32' 'avx2 store' 'store/fp32'
 for size in $sizes; do
   bench_size "$size" || { echo "bf16_storage: unknown size '$size' (tiny, small, tiny512)" >&2; exit 2; }

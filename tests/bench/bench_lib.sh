@@ -1,4 +1,4 @@
-# The bench's model sizes, shared by bench_vs_torch.sh and bf16_storage.sh (sourced):
+# What bench_vs_torch.sh and bf16_storage.sh share (sourced; POSIX sh).
 # bench_size NAME sets L (layers), D (hidden), n (heads), T (sequence), B (micro-batch) and V
 # (vocabulary); an unknown NAME returns 1.
 bench_size() {
@@ -9,3 +9,5 @@ bench_size() {
     *) return 1 ;;
   esac
 }
+# The median of the numbers on stdin, one a line ("nan" when there are none).
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
