@@ -13,16 +13,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "kernels/ops.h"
 
 static int thread_clock;
-static double now(void) {
-    if (!thread_clock) return omp_get_wtime();
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+static double now(void) { return thread_clock ? mhe_thread_cpu_s() : omp_get_wtime(); }
 
 int main(int argc, char **argv) {
     int rounds = 5;

@@ -3,9 +3,9 @@
 // gradient dY W and weight gradient dYᵀ X, each the best of >= 150 ms.  Not part of the build: it
 // compares oneDNN versions (issue 49), built once against Debian's 2.6.3 and once against PyPI's onednn-cpu-gomp 3.2
 // (both on GNU OpenMP), then run alternately:
-//   gcc -O2 -fopenmp onednn_compare.c -o mm26 -ldnnl
+//   gcc -O2 -fopenmp -I../.. onednn_compare.c -o mm26 -ldnnl                 (in tests/bench)
 //   pip download --no-deps onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0 -d W; unzip both
-//   gcc -O2 -fopenmp -IW/include onednn_compare.c -o mm32 -LW/lib -l:libdnnl.so.3 -Wl,-rpath,W/lib
+//   gcc -O2 -fopenmp -I../.. -IW/include onednn_compare.c -o mm32 -LW/lib -l:libdnnl.so.3 -Wl,-rpath,W/lib
 //   for r in 1 2 3; do OMP_NUM_THREADS=2 ./mm26; OMP_NUM_THREADS=2 ./mm32; done
 //   on a busy machine: for r in 1 2 3; do for b in mm26 mm32; do MM_CLOCK=thread OMP_NUM_THREADS=1 ./$b; done; done
 // Each line: the 12 products' GFLOP/s (4 forward, 4 dX, 4 dW; "-": no kernel, bf16 below
@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "common/clock.h"
 #define OK(x) do { dnnl_status_t s_ = (x); if (s_) { fprintf(stderr, "%s: %d\n", #x, s_); exit(1); } } while (0)
 #define NP 12  // products per size and precision
 static dnnl_engine_t eng;
@@ -32,12 +34,7 @@ static void md2(dnnl_memory_desc_t *md, int r, int c, int trans, dnnl_data_type_
 // Wall time, or with MM_CLOCK=thread the calling thread's CPU time: with OMP_NUM_THREADS=1 the
 // product runs on this thread alone, and time spent descheduled (a busy machine) is not counted.
 static int thread_clock;
-static double now(void) {
-    if (!thread_clock) return omp_get_wtime();
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
+static double now(void) { return thread_clock ? mhe_thread_cpu_s() : omp_get_wtime(); }
 // C[M,N] = op(A)[M,K] op(B)[K,N]
 static double run(int M, int N, int K, int ta, int tb, dnnl_data_type_t ab, dnnl_data_type_t cd) {
     dnnl_memory_desc_t a, b, c;
